@@ -444,9 +444,12 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 
 /// Output spatial size of a window op, or `None` if the window does not fit.
 pub fn window_out(size: usize, window: usize, stride: usize, pad: usize, dilation: usize) -> Option<usize> {
+    if window == 0 || stride == 0 {
+        return None;
+    }
     let span = dilation * (window - 1) + 1;
     let padded = size + 2 * pad;
-    if window == 0 || stride == 0 || padded < span {
+    if padded < span {
         return None;
     }
     Some((padded - span) / stride + 1)

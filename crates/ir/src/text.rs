@@ -1,1 +1,730 @@
 //! The deterministic text form (`%3 = add(%1, %2) : f32[256,1024]`) and its parser.
+//!
+//! One line per node, in [`Graph::topo_order`] order, nodes renumbered `0, 1, 2, …`:
+//!
+//! ```text
+//! %0 = input() {name="x"} : f32[2,3]
+//! %1 = exp(%0) : f32[2,3]  // e
+//! %2 = reduce(%1) {kind=sum, axes=[1], keep_dims=false} : f32[2]
+//! ```
+//!
+//! Attributes go in braces between the operands and the type, every field of the [`Op`] in a
+//! fixed order; f64 values print with `{:?}` (exact, including `inf`, `-inf` and `NaN`). A
+//! node's debug name follows as a trailing `// name` comment (inputs and parameters carry
+//! theirs as the `name` attribute, so the comment only appears when the debug name differs).
+//! [`parse`] reads the form back, and `print(&parse(&print(g))?) == print(g)` for every graph.
+
+use crate::{BinaryOp, DType, Graph, IrError, NodeId, Op, PoolKind, ReduceKind, Result, TensorType, UnaryOp};
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// The largest integer the parser accepts in a shape or an integer attribute; together with
+/// the element-count check on every shape it keeps the typing rules' arithmetic from
+/// overflowing on hostile input.
+const MAX_INT: usize = u32::MAX as usize;
+
+/// Prints `g` in the text form: one line per node in topological order, each ending in `\n`.
+///
+/// Node numbers are positions in that order, so the output does not depend on the graph's
+/// internal indices. (A graph with a cycle, which [`crate::verify`] rejects, prints in id
+/// order.)
+pub fn print(g: &Graph) -> String {
+    let order = g.topo_order().unwrap_or_else(|_| g.node_ids());
+    let num: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
+    let mut out = String::new();
+    for (i, &id) in order.iter().enumerate() {
+        let node = g.node(id);
+        let operands: Vec<String> = g.operands(id).iter().map(|o| format!("%{}", num[o])).collect();
+        let _ = write!(out, "%{i} = {}({})", node.op.name(), operands.join(", "));
+        let attrs = attributes(&node.op);
+        if !attrs.is_empty() {
+            let _ = write!(out, " {{{}}}", attrs.join(", "));
+        }
+        let _ = write!(out, " : {}", node.ty);
+        if let Some(name) = &node.name {
+            let carried = matches!(&node.op, Op::Input { name: n } | Op::Parameter { name: n } if n == name);
+            if !carried {
+                let _ = write!(out, "  // {}", escape(name, false));
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn ints(v: &[usize]) -> String {
+    let parts: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+    format!("[{}]", parts.join(","))
+}
+
+fn floats(v: &[f64]) -> String {
+    let parts: Vec<String> = v.iter().map(|x| format!("{x:?}")).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// The `key=value` attributes of `op`, in printing order.
+fn attributes(op: &Op) -> Vec<String> {
+    match op {
+        Op::Input { name } | Op::Parameter { name } => vec![format!("name=\"{}\"", escape(name, true))],
+        Op::Constant { values } => vec![format!("values={}", floats(values))],
+        Op::Full { value } => vec![format!("value={value:?}")],
+        Op::Iota { axis } | Op::Concat { axis } | Op::Gather { axis } => vec![format!("axis={axis}")],
+        Op::Unary(_) | Op::Binary(_) | Op::Select | Op::MatMul => vec![],
+        Op::Cast { to } => vec![format!("to={to}")],
+        Op::Broadcast { shape, dims } => vec![format!("shape={}", ints(shape)), format!("dims={}", ints(dims))],
+        Op::Reshape { shape } => vec![format!("shape={}", ints(shape))],
+        Op::Transpose { perm } => vec![format!("perm={}", ints(perm))],
+        Op::Slice { start, limit, stride } => {
+            vec![format!("start={}", ints(start)), format!("limit={}", ints(limit)), format!("stride={}", ints(stride))]
+        }
+        Op::Pad { low, high, value } => {
+            vec![format!("low={}", ints(low)), format!("high={}", ints(high)), format!("value={value:?}")]
+        }
+        Op::Reduce { kind, axes, keep_dims } => {
+            vec![format!("kind={}", kind.name()), format!("axes={}", ints(axes)), format!("keep_dims={keep_dims}")]
+        }
+        Op::ArgMax { axis, keep_dims } => vec![format!("axis={axis}"), format!("keep_dims={keep_dims}")],
+        Op::Conv2d { stride, padding, dilation, groups } => vec![
+            format!("stride={}", ints(stride)),
+            format!("padding={}", ints(padding)),
+            format!("dilation={}", ints(dilation)),
+            format!("groups={groups}"),
+        ],
+        Op::Pool { kind, window, stride, padding } => vec![
+            format!("kind={}", kind.name()),
+            format!("window={}", ints(window)),
+            format!("stride={}", ints(stride)),
+            format!("padding={}", ints(padding)),
+        ],
+    }
+}
+
+/// Escapes `\`, control characters and (inside quotes) `"`; outside quotes (the name
+/// comment) also leading and trailing whitespace, so that the parser may trim the comment.
+fn escape(s: &str, quoted: bool) -> String {
+    let last = s.chars().count().saturating_sub(1);
+    let mut out = String::with_capacity(s.len());
+    for (i, c) in s.chars().enumerate() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' if quoted => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() || (!quoted && c.is_whitespace() && (i == 0 || i == last)) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Reverses [`escape`].
+fn unescape(s: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('\\') => out.push('\\'),
+            Some('"') => out.push('"'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some('u') => {
+                let rest = chars.as_str();
+                let hex = rest.strip_prefix('{').and_then(|r| r.split_once('}')).map(|(h, _)| h);
+                let ch = hex.and_then(|h| u32::from_str_radix(h, 16).ok()).and_then(char::from_u32);
+                match (hex, ch) {
+                    (Some(h), Some(ch)) => {
+                        out.push(ch);
+                        chars = rest[h.len() + 2..].chars();
+                    }
+                    _ => return Err(format!("bad unicode escape in {s:?}")),
+                }
+            }
+            other => {
+                return Err(format!("unknown escape `\\{}` in {s:?}", other.map(String::from).unwrap_or_default()))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Parses the text form back into a graph.
+///
+/// Leaves (input, parameter, constant, full, iota) take their type from the `: type` suffix;
+/// every other node's type is inferred from its operands and must equal the printed one.
+/// Node numbers need only be unique and defined before use. Empty lines and lines starting
+/// with `//` are ignored. Every problem is an [`IrError::Parse`] naming the 1-based line.
+pub fn parse(text: &str) -> Result<Graph> {
+    let mut g = Graph::new();
+    let mut ids: HashMap<usize, NodeId> = HashMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        let trimmed = raw.trim();
+        if trimmed.is_empty() || trimmed.starts_with("//") {
+            continue;
+        }
+        parse_line(&mut g, &mut ids, raw).map_err(|detail| IrError::Parse { line: i + 1, detail })?;
+    }
+    Ok(g)
+}
+
+fn parse_line(g: &mut Graph, ids: &mut HashMap<usize, NodeId>, line: &str) -> Result<(), String> {
+    let mut c = Cursor { s: line, pos: 0 };
+    c.expect('%')?;
+    let def = c.number("node number")?;
+    if ids.contains_key(&def) {
+        return Err(format!("%{def} is defined twice"));
+    }
+    c.expect('=')?;
+    let mnemonic = c.word();
+    if mnemonic.is_empty() {
+        return Err(format!("expected an op name, found {}", c.found()));
+    }
+    c.expect('(')?;
+    let mut operands = Vec::new();
+    if !c.eat(')') {
+        loop {
+            c.expect('%')?;
+            let n = c.number("operand")?;
+            let id = *ids.get(&n).ok_or_else(|| format!("unknown operand %{n} (not defined on an earlier line)"))?;
+            operands.push(id);
+            if c.eat(')') {
+                break;
+            }
+            c.expect(',')?;
+        }
+    }
+    let mut attrs = Attrs(Vec::new());
+    if c.eat('{') {
+        attrs = c.attrs()?;
+    }
+    c.expect(':')?;
+    let ty = c.ty()?;
+    c.skip_ws();
+    let rest = c.rest();
+    let name = match rest.strip_prefix("//") {
+        Some(comment) => Some(unescape(comment.trim())?),
+        None if rest.is_empty() => None,
+        None => return Err(format!("unexpected {} after the type", c.found())),
+    };
+    let op = build_op(&mnemonic, &mut attrs)?;
+    attrs.finish(&mnemonic)?;
+    let id = if op.is_leaf() {
+        if !operands.is_empty() {
+            return Err(format!("{mnemonic} takes no operands, got {}", operands.len()));
+        }
+        g.add_leaf(op, ty).map_err(|e| e.to_string())?
+    } else {
+        let id = g.add_op(op, &operands).map_err(|e| e.to_string())?;
+        if g.ty(id) != &ty {
+            return Err(format!("{mnemonic}: printed type {ty} but the operands give {}", g.ty(id)));
+        }
+        id
+    };
+    if let Some(name) = name {
+        g.set_name(id, name);
+    }
+    ids.insert(def, id);
+    Ok(())
+}
+
+/// Builds the op named `mnemonic`, taking its fields from `attrs`.
+fn build_op(mnemonic: &str, a: &mut Attrs) -> Result<Op, String> {
+    if let Some(u) = UnaryOp::ALL.into_iter().find(|u| u.name() == mnemonic) {
+        return Ok(Op::Unary(u));
+    }
+    if let Some(b) = BinaryOp::ALL.into_iter().find(|b| b.name() == mnemonic) {
+        return Ok(Op::Binary(b));
+    }
+    Ok(match mnemonic {
+        "input" => Op::Input { name: a.string("name")? },
+        "parameter" => Op::Parameter { name: a.string("name")? },
+        "constant" => Op::Constant { values: a.floats("values")? },
+        "full" => Op::Full { value: a.float("value")? },
+        "iota" => Op::Iota { axis: a.int("axis")? },
+        "select" => Op::Select,
+        "cast" => Op::Cast { to: a.word("to")?.parse::<DType>()? },
+        "broadcast" => Op::Broadcast { shape: a.shape("shape")?, dims: a.ints("dims")? },
+        "reshape" => Op::Reshape { shape: a.shape("shape")? },
+        "transpose" => Op::Transpose { perm: a.ints("perm")? },
+        "slice" => Op::Slice { start: a.ints("start")?, limit: a.ints("limit")?, stride: a.ints("stride")? },
+        "concat" => Op::Concat { axis: a.int("axis")? },
+        "pad" => Op::Pad { low: a.ints("low")?, high: a.ints("high")?, value: a.float("value")? },
+        "gather" => Op::Gather { axis: a.int("axis")? },
+        "reduce" => {
+            let kind = a.word("kind")?;
+            let kind = ReduceKind::ALL
+                .into_iter()
+                .find(|k| k.name() == kind)
+                .ok_or_else(|| format!("unknown reduce kind `{kind}` (expected sum, max, min or prod)"))?;
+            Op::Reduce { kind, axes: a.ints("axes")?, keep_dims: a.bool("keep_dims")? }
+        }
+        "argmax" => Op::ArgMax { axis: a.int("axis")?, keep_dims: a.bool("keep_dims")? },
+        "matmul" => Op::MatMul,
+        "conv2d" => Op::Conv2d {
+            stride: a.pair("stride")?,
+            padding: a.pair("padding")?,
+            dilation: a.pair("dilation")?,
+            groups: a.int("groups")?,
+        },
+        "pool" => {
+            let kind = match a.word("kind")?.as_str() {
+                "max" => PoolKind::Max,
+                "avg" => PoolKind::Avg,
+                other => return Err(format!("unknown pool kind `{other}` (expected max or avg)")),
+            };
+            Op::Pool { kind, window: a.pair("window")?, stride: a.pair("stride")?, padding: a.pair("padding")? }
+        }
+        other => return Err(format!("unknown op `{other}`")),
+    })
+}
+
+/// An attribute value: a bare word (number, identifier, bool), a quoted string, or a list of
+/// words.
+enum Value {
+    Word(String),
+    Str(String),
+    List(Vec<String>),
+}
+
+/// The parsed attributes of one line, consumed field by field.
+struct Attrs(Vec<(String, Value)>);
+
+impl Attrs {
+    fn take(&mut self, key: &str) -> Result<Value, String> {
+        let i = self.0.iter().position(|(k, _)| k == key).ok_or_else(|| format!("missing attribute `{key}`"))?;
+        Ok(self.0.remove(i).1)
+    }
+
+    fn finish(&self, op: &str) -> Result<(), String> {
+        match self.0.first() {
+            Some((k, _)) => Err(format!("{op} has no attribute `{k}`")),
+            None => Ok(()),
+        }
+    }
+
+    fn word(&mut self, key: &str) -> Result<String, String> {
+        match self.take(key)? {
+            Value::Word(w) => Ok(w),
+            _ => Err(format!("attribute `{key}` must be a bare word")),
+        }
+    }
+
+    fn string(&mut self, key: &str) -> Result<String, String> {
+        match self.take(key)? {
+            Value::Str(s) => Ok(s),
+            _ => Err(format!("attribute `{key}` must be a quoted string")),
+        }
+    }
+
+    fn list(&mut self, key: &str) -> Result<Vec<String>, String> {
+        match self.take(key)? {
+            Value::List(l) => Ok(l),
+            _ => Err(format!("attribute `{key}` must be a list `[...]`")),
+        }
+    }
+
+    fn int(&mut self, key: &str) -> Result<usize, String> {
+        to_int(&self.word(key)?, key)
+    }
+
+    fn float(&mut self, key: &str) -> Result<f64, String> {
+        to_float(&self.word(key)?, key)
+    }
+
+    fn bool(&mut self, key: &str) -> Result<bool, String> {
+        match self.word(key)?.as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            other => Err(format!("attribute `{key}`: expected true or false, found `{other}`")),
+        }
+    }
+
+    fn ints(&mut self, key: &str) -> Result<Vec<usize>, String> {
+        self.list(key)?.iter().map(|w| to_int(w, key)).collect()
+    }
+
+    fn shape(&mut self, key: &str) -> Result<Vec<usize>, String> {
+        let dims = self.ints(key)?;
+        check_numel(&dims)?;
+        Ok(dims)
+    }
+
+    fn floats(&mut self, key: &str) -> Result<Vec<f64>, String> {
+        self.list(key)?.iter().map(|w| to_float(w, key)).collect()
+    }
+
+    fn pair(&mut self, key: &str) -> Result<[usize; 2], String> {
+        let v = self.ints(key)?;
+        <[usize; 2]>::try_from(v.as_slice()).map_err(|_| format!("attribute `{key}` needs 2 entries, got {}", v.len()))
+    }
+}
+
+fn to_int(w: &str, what: &str) -> Result<usize, String> {
+    match w.parse::<usize>() {
+        Ok(n) if n <= MAX_INT => Ok(n),
+        Ok(_) => Err(format!("{what}: {w} is too large (at most {MAX_INT})")),
+        Err(_) => Err(format!("{what}: expected a non-negative integer, found `{w}`")),
+    }
+}
+
+fn to_float(w: &str, what: &str) -> Result<f64, String> {
+    w.parse::<f64>().map_err(|_| format!("{what}: expected a number, found `{w}`"))
+}
+
+fn check_numel(dims: &[usize]) -> Result<(), String> {
+    match dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)) {
+        Some(_) => Ok(()),
+        None => Err(format!("shape {dims:?} has too many elements")),
+    }
+}
+
+/// A position in one line.
+struct Cursor<'a> {
+    s: &'a str,
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn rest(&self) -> &'a str {
+        &self.s[self.pos..]
+    }
+
+    fn skip_ws(&mut self) {
+        let rest = self.rest();
+        self.pos += rest.len() - rest.trim_start().len();
+    }
+
+    /// Describes what comes next, for error messages.
+    fn found(&self) -> String {
+        match self.rest() {
+            "" => "the end of the line".into(),
+            rest => format!("`{}`", rest.chars().take(16).collect::<String>()),
+        }
+    }
+
+    /// Skips whitespace, then consumes `c` if it comes next.
+    fn eat(&mut self, c: char) -> bool {
+        self.skip_ws();
+        if self.rest().starts_with(c) {
+            self.pos += c.len_utf8();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, c: char) -> Result<(), String> {
+        if self.eat(c) {
+            Ok(())
+        } else {
+            Err(format!("expected `{c}`, found {}", self.found()))
+        }
+    }
+
+    /// Skips whitespace, then consumes a (possibly empty) run of word characters:
+    /// ASCII letters and digits, `_`, `.`, `+`, `-`.
+    fn word(&mut self) -> String {
+        self.skip_ws();
+        let rest = self.rest();
+        let len = rest.find(|c: char| !(c.is_ascii_alphanumeric() || "_.+-".contains(c))).unwrap_or(rest.len());
+        self.pos += len;
+        rest[..len].to_string()
+    }
+
+    fn number(&mut self, what: &str) -> Result<usize, String> {
+        let w = self.word();
+        if w.is_empty() {
+            return Err(format!("expected {what}, found {}", self.found()));
+        }
+        w.parse::<usize>().map_err(|_| format!("{what}: expected a non-negative integer, found `{w}`"))
+    }
+
+    /// A quoted string, after its opening `"`.
+    fn string(&mut self) -> Result<String, String> {
+        let rest = self.rest();
+        let mut escaped = false;
+        for (i, c) in rest.char_indices() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => {
+                    self.pos += i + 1;
+                    return unescape(&rest[..i]);
+                }
+                _ => {}
+            }
+        }
+        Err("unterminated string".into())
+    }
+
+    /// `key=value, …}` after the opening `{`.
+    fn attrs(&mut self) -> Result<Attrs, String> {
+        let mut attrs = Attrs(Vec::new());
+        if self.eat('}') {
+            return Ok(attrs);
+        }
+        loop {
+            let key = self.word();
+            if key.is_empty() {
+                return Err(format!("expected an attribute name, found {}", self.found()));
+            }
+            self.expect('=')?;
+            let value = if self.eat('"') {
+                Value::Str(self.string()?)
+            } else if self.eat('[') {
+                let mut items = Vec::new();
+                if !self.eat(']') {
+                    loop {
+                        let w = self.word();
+                        if w.is_empty() {
+                            return Err(format!("attribute `{key}`: expected a list item, found {}", self.found()));
+                        }
+                        items.push(w);
+                        if self.eat(']') {
+                            break;
+                        }
+                        self.expect(',')?;
+                    }
+                }
+                Value::List(items)
+            } else {
+                let w = self.word();
+                if w.is_empty() {
+                    return Err(format!("attribute `{key}`: expected a value, found {}", self.found()));
+                }
+                Value::Word(w)
+            };
+            if attrs.0.iter().any(|(k, _)| *k == key) {
+                return Err(format!("attribute `{key}` given twice"));
+            }
+            attrs.0.push((key, value));
+            if self.eat('}') {
+                return Ok(attrs);
+            }
+            self.expect(',')?;
+        }
+    }
+
+    /// A tensor type such as `f32[2,3]` or `bool[]`.
+    fn ty(&mut self) -> Result<TensorType, String> {
+        let name = self.word();
+        if name.is_empty() {
+            return Err(format!("expected a type, found {}", self.found()));
+        }
+        let dtype = name.parse::<DType>()?;
+        self.expect('[')?;
+        let mut dims = Vec::new();
+        if !self.eat(']') {
+            loop {
+                let w = self.word();
+                dims.push(to_int(&w, "dimension")?);
+                if self.eat(']') {
+                    break;
+                }
+                self.expect(',')?;
+            }
+        }
+        check_numel(&dims)?;
+        Ok(TensorType::new(dtype, dims))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{verify, GraphBuilder, Tensor};
+    use std::collections::BTreeSet;
+
+    fn round_trip(g: &Graph) -> String {
+        let text = print(g);
+        let back = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        verify(&back).unwrap();
+        assert_eq!(print(&back), text);
+        assert_eq!(back.len(), g.len());
+        text
+    }
+
+    fn parse_err(text: &str) -> (usize, String) {
+        match parse(text) {
+            Err(IrError::Parse { line, detail }) => (line, detail),
+            other => panic!("expected a parse error for {text:?}, got {other:?}"),
+        }
+    }
+
+    /// A graph that uses every op variant, every reduce and pool kind, and odd values.
+    fn every_op() -> (Graph, String) {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [2, 3]).unwrap();
+        let w = b.parameter("w \"weights\"\n", DType::F32, [3, 4]).unwrap();
+        let c = b.constant(DType::F32, [3], &[1.0, 2.5, -3.0]).unwrap();
+        let odd =
+            b.constant(DType::F32, [6], &[f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -0.0, 1e-300, 0.1]).unwrap();
+        let f = b.full(DType::F32, [2, 3], 0.5).unwrap().named("half");
+        let io = b.iota(DType::I32, [2, 3], 1).unwrap();
+        let s = b.scalar(DType::F16, f64::NAN).unwrap().named("  spaced // \\ \"name\"\t");
+        let mut outs: Vec<Tensor> = vec![odd.reshape([2, 3]).unwrap(), s.cast(DType::U32).unwrap()];
+        for u in UnaryOp::ALL {
+            let operand = if u == UnaryOp::Not { x.lt(&f).unwrap() } else { x.clone() };
+            outs.push(operand.unary(u).unwrap());
+        }
+        let (p, q) = (x.gt(&f).unwrap(), x.le(&f).unwrap());
+        for op in BinaryOp::ALL {
+            let (l, r) = if matches!(op, BinaryOp::And | BinaryOp::Or) { (&p, &q) } else { (&x, &f) };
+            outs.push(l.binary(op, r).unwrap());
+        }
+        outs.push(p.select(&x, &f).unwrap());
+        outs.push(x.cast(DType::F16).unwrap().named("half precision"));
+        outs.push(c.broadcast_to([2, 3]).unwrap());
+        outs.push(c.broadcast_in_dim(vec![3, 5], vec![0]).unwrap());
+        outs.push(x.reshape([3, 2]).unwrap());
+        outs.push(x.transpose(&[1, 0]).unwrap());
+        outs.push(x.slice(&[0, 1], &[2, 3], &[1, 2]).unwrap());
+        outs.push(b.concat(&[&x, &f, &x], 0).unwrap());
+        outs.push(x.pad(&[1, 0], &[0, 2], f64::NEG_INFINITY).unwrap());
+        outs.push(w.gather(&io, 0).unwrap());
+        for kind in ReduceKind::ALL {
+            outs.push(x.reduce(kind, &[1], false).unwrap());
+            outs.push(x.reduce(kind, &[0, 1], true).unwrap());
+        }
+        outs.push(x.argmax(1, true).unwrap());
+        outs.push(x.argmax(0, false).unwrap());
+        outs.push(x.matmul(&w).unwrap());
+        let img = b.input("img", DType::F32, [1, 4, 8, 8]).unwrap();
+        let k = b.parameter("k", DType::F32, [6, 2, 3, 3]).unwrap();
+        let conv = img.conv2d(&k, [2, 1], [1, 0], [1, 2], 2).unwrap();
+        outs.push(conv.max_pool2d([2, 2], [2, 2], [1, 0]).unwrap());
+        outs.push(img.avg_pool2d([3, 3], [1, 2], [1, 1]).unwrap());
+        let g = b.graph();
+        let mut names: BTreeSet<&str> = g.node_ids().iter().map(|&id| g.node(id).op.name()).collect();
+        let fixed = ["input", "parameter", "constant", "full", "iota", "select", "cast", "broadcast", "reshape"];
+        let more = ["transpose", "slice", "concat", "pad", "gather", "reduce", "argmax", "matmul", "conv2d", "pool"];
+        for n in fixed.iter().chain(&more).copied() {
+            assert!(names.remove(n), "op {n} not covered");
+        }
+        let elementwise: BTreeSet<&str> =
+            UnaryOp::ALL.iter().map(|u| u.name()).chain(BinaryOp::ALL.iter().map(|b| b.name())).collect();
+        assert_eq!(names, elementwise);
+        (g, print(&b.graph()))
+    }
+
+    #[test]
+    fn every_op_round_trips() {
+        let (g, text) = every_op();
+        println!("{text}");
+        assert_eq!(round_trip(&g), text);
+        for needle in [
+            "kind=sum",
+            "kind=max",
+            "kind=min",
+            "kind=prod",
+            "pool(",
+            "kind=avg",
+            "values=[inf, -inf, NaN, -0.0, 1e-300, 0.1]",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from\n{text}");
+        }
+        assert!(text.contains(r#"{name="w \"weights\"\n"}"#), "{text}");
+        assert!(text.contains(r#"  // \u{20} spaced // \\ "name"\t"#), "{text}");
+        assert!(text.contains(": f16[]"), "{text}");
+    }
+
+    #[test]
+    fn exact_text() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [2, 3]).unwrap();
+        x.exp().unwrap().named("e").sum(&[1], false).unwrap();
+        let expected = "%0 = input() {name=\"x\"} : f32[2,3]\n\
+                        %1 = exp(%0) : f32[2,3]  // e\n\
+                        %2 = reduce(%1) {kind=sum, axes=[1], keep_dims=false} : f32[2]\n";
+        assert_eq!(print(&b.graph()), expected);
+        assert_eq!(round_trip(&b.graph()), expected);
+    }
+
+    #[test]
+    fn printing_ignores_internal_indices() {
+        let mut g = Graph::new();
+        let junk = g.add_leaf(Op::Full { value: 1.0 }, TensorType::new(DType::F32, [2])).unwrap();
+        let y = g.add_leaf(Op::Input { name: "y".into() }, TensorType::new(DType::F32, [2])).unwrap();
+        let x = g.add_leaf(Op::Input { name: "x".into() }, TensorType::new(DType::F32, [2])).unwrap();
+        g.remove(junk);
+        g.add_op(Op::Binary(BinaryOp::Sub), &[x, y]).unwrap();
+        let text = round_trip(&g);
+        assert_eq!(
+            text,
+            "%0 = input() {name=\"y\"} : f32[2]\n%1 = input() {name=\"x\"} : f32[2]\n%2 = sub(%1, %0) : f32[2]\n"
+        );
+    }
+
+    #[test]
+    fn parses_comments_blank_lines_and_loose_spacing() {
+        let text = "// a comment\n\n  %7=input(){ name = \"a\" }:f32[ 2 ]\n%3 = neg( %7 ) : f32[2] //  n  \n%9 = add(%3,%7) {} : f32[2]\r\n";
+        let g = parse(text).unwrap();
+        assert_eq!(
+            print(&g),
+            "%0 = input() {name=\"a\"} : f32[2]\n%1 = neg(%0) : f32[2]  // n\n%2 = add(%1, %0) : f32[2]\n"
+        );
+    }
+
+    #[test]
+    fn parse_errors_name_the_line() {
+        let x = "%0 = input() {name=\"x\"} : f32[2,3]\n";
+        let cases = [
+            (format!("{x}%1 = frobnicate(%0) : f32[2,3]"), 2, "unknown op"),
+            (format!("{x}\n%1 = exp(%7) : f32[2,3]"), 3, "unknown operand %7"),
+            (format!("{x}%1 = exp(%1) : f32[2,3]"), 2, "unknown operand %1"),
+            (format!("{x}%1 = exp(%0) : f32[3,2]"), 2, "printed type"),
+            (format!("{x}%1 = reduce(%0) {{kind=sum, axes=[1]}} : f32[2]"), 2, "missing attribute `keep_dims`"),
+            (format!("{x}%1 = transpose(%0) {{perm=[1,0], foo=1}} : f32[3,2]"), 2, "no attribute `foo`"),
+            (format!("{x}%1 = transpose(%0) {{perm=[1,0], perm=[1,0]}} : f32[3,2]"), 2, "given twice"),
+            (format!("{x}%1 = transpose(%0) {{perm=1}} : f32[3,2]"), 2, "must be a list"),
+            (format!("{x}%1 = reduce(%0) {{kind=avg, axes=[1], keep_dims=false}} : f32[2]"), 2, "unknown reduce kind"),
+            (format!("{x}%1 = cast(%0) {{to=f64}} : f64[2,3]"), 2, "unknown dtype"),
+            (format!("{x}%1 = add(%0) : f32[2,3]"), 2, "expects 2 operand"),
+            (format!("{x}%0 = exp(%0) : f32[2,3]"), 2, "defined twice"),
+            (format!("{x}%1 = exp(%0) : f32[2,3] trailing"), 2, "unexpected"),
+            ("%0 = input(%0) {name=\"x\"} : f32[2]".to_string(), 1, "unknown operand"),
+            ("%0 = constant() {values=[1.0]} : f32[2]".to_string(), 1, "1 values given"),
+            ("%0 = input() {name=\"x\\q\"} : f32[2]".to_string(), 1, "unknown escape"),
+            ("%0 = input() {name=\"x} : f32[2]".to_string(), 1, "unterminated string"),
+            ("%0 = full() {value=1.0} : f32[99999999999]".to_string(), 1, "too large"),
+            ("%0 = full() {value=1.0} : f32[4294967295,4294967295,4294967295]".to_string(), 1, "too many elements"),
+            ("hello world".to_string(), 1, "expected `%`"),
+        ];
+        for (text, line, needle) in cases {
+            let (l, detail) = parse_err(&text);
+            assert_eq!(l, line, "{text}: {detail}");
+            assert!(detail.contains(needle), "{text}: {detail:?} lacks {needle:?}");
+        }
+        let zero_window = "%0 = input() {name=\"x\"} : f32[1,1,4,4]\n\
+                           %1 = pool(%0) {kind=max, window=[0,0], stride=[1,1], padding=[0,0]} : f32[1,1,4,4]";
+        assert_eq!(parse_err(zero_window).0, 2);
+    }
+
+    #[test]
+    fn never_panics_on_mangled_text() {
+        let (_, text) = every_op();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut seen = BTreeSet::new();
+        for (i, line) in lines.iter().enumerate() {
+            // One line per op mnemonic is enough to reach every parsing path.
+            if !seen.insert(line.split(['(', '=']).nth(1).unwrap_or_default().trim()) {
+                continue;
+            }
+            let prefix: String = lines[..i].iter().map(|l| format!("{l}\n")).collect();
+            for (cut, ch) in line.char_indices() {
+                let (head, tail) = (&line[..cut], &line[cut + ch.len_utf8()..]);
+                let _ = parse(&format!("{prefix}{head}"));
+                for junk in ["", "%", "]", "\"", "\\", "\u{e9}"] {
+                    let _ = parse(&format!("{prefix}{head}{junk}{tail}"));
+                }
+            }
+        }
+    }
+}

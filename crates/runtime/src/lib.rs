@@ -1,1 +1,17 @@
-//! x
+//! fusegraph's wgpu runtime: adapter choice ([`Device`]), compilation of a graph into an
+//! [`Executable`] (kernels lowered to WGSL, a memory plan, cached pipelines, bind groups at
+//! aligned offsets), and execution with one command buffer and one submit per run.
+//!
+//! Invariants: this is the only crate that touches wgpu and the only one that allocates GPU
+//! memory; nothing is dispatched for a graph that failed to compile.
+
+#![warn(missing_docs)]
+
+mod device;
+mod error;
+mod executable;
+
+pub use device::{Backend, Device, DeviceOptions};
+pub use error::{Result, RuntimeError};
+pub use executable::{CompileOptions, Executable, ExecutableStats, KernelStats};
+pub use fusegraph_passes::FusionMode;

@@ -1,0 +1,225 @@
+//! Adapter choice and the device: Vulkan, Metal or DX12 first, GL (llvmpipe through EGL) as
+//! the fallback; `FUSEGRAPH_BACKEND` overrides. Holds the pipeline cache.
+
+use crate::{Result, RuntimeError};
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+
+/// A wgpu backend fusegraph can run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Vulkan (NVIDIA, AMD, Intel, lavapipe).
+    Vulkan,
+    /// OpenGL / GLES (llvmpipe through EGL on a bare Linux machine).
+    Gl,
+    /// Metal (macOS).
+    Metal,
+    /// Direct3D 12 (Windows).
+    Dx12,
+}
+
+impl FromStr for Backend {
+    type Err = RuntimeError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "vulkan" | "vk" => Ok(Backend::Vulkan),
+            "gl" | "gles" | "opengl" => Ok(Backend::Gl),
+            "metal" => Ok(Backend::Metal),
+            "dx12" | "d3d12" => Ok(Backend::Dx12),
+            _ => Err(RuntimeError::UnknownBackend { name: s.to_string() }),
+        }
+    }
+}
+
+impl Backend {
+    fn wgpu(self) -> wgpu::Backends {
+        match self {
+            Backend::Vulkan => wgpu::Backends::VULKAN,
+            Backend::Gl => wgpu::Backends::GL,
+            Backend::Metal => wgpu::Backends::METAL,
+            Backend::Dx12 => wgpu::Backends::DX12,
+        }
+    }
+}
+
+/// How to choose and configure the device.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceOptions {
+    /// Force a backend; `None` reads `FUSEGRAPH_BACKEND`, then tries Vulkan/Metal/DX12, then GL.
+    pub backend: Option<Backend>,
+    /// Force f16 storage: `Some(true)` native WGSL `f16` (needs `SHADER_F16`), `Some(false)`
+    /// packed in u32; `None` uses native where the adapter has it.
+    pub f16_native: Option<bool>,
+}
+
+type PipelineEntry = Arc<(wgpu::ComputePipeline, wgpu::BindGroupLayout)>;
+
+/// A wgpu device and queue, with the adapter's facts and a pipeline cache keyed by shader text.
+pub struct Device {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    limits: wgpu::Limits,
+    features: wgpu::Features,
+    f16_native: bool,
+    pipelines: Mutex<HashMap<String, PipelineEntry>>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").field("adapter", &self.info.name).field("backend", &self.info.backend).finish()
+    }
+}
+
+fn rank(info: &wgpu::AdapterInfo) -> u8 {
+    match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    }
+}
+
+static SHARED: Mutex<Option<Arc<Device>>> = Mutex::new(None);
+
+impl Device {
+    /// Opens a device as `opts` says.
+    pub fn new(opts: &DeviceOptions) -> Result<Device> {
+        let forced = match opts.backend {
+            Some(b) => Some(b),
+            None => match std::env::var("FUSEGRAPH_BACKEND") {
+                Ok(s) if !s.trim().is_empty() => Some(s.trim().parse()?),
+                _ => None,
+            },
+        };
+        let attempts: Vec<wgpu::Backends> = match forced {
+            Some(b) => vec![b.wgpu()],
+            None => vec![wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12, wgpu::Backends::GL],
+        };
+        let mut tried = Vec::new();
+        for backends in attempts {
+            tried.push(format!("{backends:?}"));
+            let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+            desc.backends = backends;
+            let instance = wgpu::Instance::new(desc);
+            let mut adapters = pollster::block_on(instance.enumerate_adapters(backends));
+            adapters.sort_by_key(|a| rank(&a.get_info()));
+            if let Some(adapter) = adapters.into_iter().next() {
+                return Self::open(adapter, opts);
+            }
+        }
+        Err(RuntimeError::NoAdapter { tried: tried.join(", then ") })
+    }
+
+    fn open(adapter: wgpu::Adapter, opts: &DeviceOptions) -> Result<Device> {
+        let info = adapter.get_info();
+        let has_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
+        let f16_native = opts.f16_native.unwrap_or(has_f16) && has_f16;
+        let mut features = wgpu::Features::empty();
+        if f16_native {
+            features |= wgpu::Features::SHADER_F16;
+        }
+        let limits = adapter.limits();
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("fusegraph"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| RuntimeError::RequestDevice { adapter: info.name.clone(), detail: e.to_string() })?;
+        // Errors are caught with error scopes where they can occur; anything else is logged
+        // rather than aborting the process (wgpu's default handler panics).
+        device.on_uncaptured_error(Arc::new(|e| eprintln!("fusegraph: uncaptured wgpu error: {e}")));
+        Ok(Device { device, queue, info, limits, features, f16_native, pipelines: Mutex::new(HashMap::new()) })
+    }
+
+    /// A device shared by everything in the process that does not need its own, opened
+    /// with default options on first use.
+    pub fn shared() -> Result<Arc<Device>> {
+        let mut slot = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = slot.as_ref() {
+            return Ok(d.clone());
+        }
+        let d = Arc::new(Device::new(&DeviceOptions::default())?);
+        *slot = Some(d.clone());
+        Ok(d)
+    }
+
+    /// The adapter's name, vendor, backend and driver.
+    pub fn info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+
+    /// The limits the device was opened with (the adapter's own).
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
+    }
+
+    /// The features enabled on the device.
+    pub fn features(&self) -> wgpu::Features {
+        self.features
+    }
+
+    /// Whether f16 is stored as WGSL `f16` (else packed two per u32).
+    pub fn f16_native(&self) -> bool {
+        self.f16_native
+    }
+
+    /// A one-line description: `name (backend, device type, driver)`.
+    pub fn describe(&self) -> String {
+        let i = &self.info;
+        format!("{} ({:?}, {:?}, {} {})", i.name, i.backend, i.device_type, i.driver, i.driver_info)
+    }
+
+    /// Number of distinct pipelines compiled so far.
+    pub fn cached_pipelines(&self) -> usize {
+        self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The pipeline for `wgsl` with `bindings` read-write storage bindings, compiled once.
+    pub(crate) fn pipeline(&self, wgsl: &str, bindings: usize, label: &str) -> Result<PipelineEntry> {
+        if let Some(p) = self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).get(wgsl) {
+            return Ok(p.clone());
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..bindings as u32)
+            .map(|b| wgpu::BindGroupLayoutEntry {
+                binding: b,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage { read_only: false },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            })
+            .collect();
+        let bgl = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries: &entries });
+        let layout = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(label),
+            bind_group_layouts: &[Some(&bgl)],
+            immediate_size: 0,
+        });
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(label),
+            layout: Some(&layout),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(RuntimeError::Wgpu { during: format!("creating pipeline `{label}`"), detail: e.to_string() });
+        }
+        let entry = Arc::new((pipeline, bgl));
+        self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).insert(wgsl.to_string(), entry.clone());
+        Ok(entry)
+    }
+}

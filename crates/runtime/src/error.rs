@@ -1,0 +1,105 @@
+//! Runtime errors.
+
+use fusegraph_ir::{IrError, TensorType};
+use thiserror::Error;
+
+/// An error choosing a device, compiling or running.
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    /// `FUSEGRAPH_BACKEND` (or the options) named a backend that does not exist.
+    #[error("unknown backend `{name}` (expected vulkan, gl, metal or dx12)")]
+    UnknownBackend {
+        /// The name given.
+        name: String,
+    },
+    /// No adapter was found for the backends tried.
+    #[error("no GPU adapter found (tried {tried}); on Linux install a Vulkan driver (e.g. `mesa-vulkan-drivers`) or Mesa's EGL")]
+    NoAdapter {
+        /// The backends tried.
+        tried: String,
+    },
+    /// The adapter refused to create a device.
+    #[error("could not create a device on {adapter}: {detail}")]
+    RequestDevice {
+        /// The adapter's name.
+        adapter: String,
+        /// wgpu's reason.
+        detail: String,
+    },
+    /// The graph is malformed or an op was misused.
+    #[error(transparent)]
+    Ir(#[from] IrError),
+    /// A graph input had no feed.
+    #[error("run: missing feed `{name}` (expected {expected})")]
+    MissingFeed {
+        /// The input name.
+        name: String,
+        /// Its type.
+        expected: TensorType,
+    },
+    /// A feed names no input of the graph.
+    #[error("run: feed `{name}` is not an input of this executable (inputs: {inputs})")]
+    UnknownFeed {
+        /// The name given.
+        name: String,
+        /// The names the executable takes.
+        inputs: String,
+    },
+    /// A feed or parameter value had the wrong type.
+    #[error("{what} `{name}`: expected {expected}, got {got}")]
+    WrongType {
+        /// "feed" or "parameter".
+        what: &'static str,
+        /// The name.
+        name: String,
+        /// The declared type.
+        expected: TensorType,
+        /// The type given.
+        got: TensorType,
+    },
+    /// A parameter was never given a value.
+    #[error("run: parameter `{name}` ({ty}) has no value; call set_parameter first")]
+    MissingParameter {
+        /// The parameter name.
+        name: String,
+        /// Its type.
+        ty: TensorType,
+    },
+    /// `set_parameter` named no parameter of the graph.
+    #[error("set_parameter: `{name}` is not a parameter of this executable")]
+    UnknownParameter {
+        /// The name given.
+        name: String,
+    },
+    /// A kernel needs more storage bindings than the adapter allows.
+    #[error("kernel `{kernel}` needs {needed} storage buffers; the adapter allows {limit} per shader stage")]
+    TooManyBindings {
+        /// The kernel's label.
+        kernel: String,
+        /// Bindings needed.
+        needed: usize,
+        /// The adapter's limit.
+        limit: u32,
+    },
+    /// A buffer or binding would exceed an adapter limit.
+    #[error("{what} needs {bytes} bytes; the adapter allows {limit}")]
+    TooLarge {
+        /// What was being allocated.
+        what: String,
+        /// Bytes needed.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// wgpu reported an error (a bug in fusegraph if it ever appears).
+    #[error("wgpu error during {during}: {detail}")]
+    Wgpu {
+        /// What fusegraph was doing.
+        during: String,
+        /// wgpu's message.
+        detail: String,
+    },
+}
+
+/// Result with [`RuntimeError`].
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;

@@ -1,0 +1,295 @@
+//! Compilation of a graph into an [`Executable`] and its execution.
+
+use crate::{Device, Result, RuntimeError};
+use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
+use fusegraph_passes::{partition, plan_memory, FusionMode, Location, MemoryPlan, Region};
+use fusegraph_wgsl::{lower, LowerOptions, WORKGROUP_SIZE};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Options of one compilation.
+#[derive(Clone, Debug, Default)]
+pub struct CompileOptions {
+    /// Fusion on (default) or off (one kernel per primitive op).
+    pub fusion: FusionMode,
+}
+
+/// What one kernel of an executable does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelStats {
+    /// Member ops joined by `+`.
+    pub label: String,
+    /// Nodes the kernel computes.
+    pub members: Vec<NodeId>,
+    /// Bytes it reads and writes in memory (each binding once).
+    pub bytes_moved: u64,
+    /// Workgroups dispatched `(x, y, z)`.
+    pub workgroups: [u32; 3],
+}
+
+/// Introspection of a compiled executable.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecutableStats {
+    /// One entry per kernel, in dispatch order.
+    pub kernels: Vec<KernelStats>,
+    /// Total bytes moved by all kernels.
+    pub bytes_moved: u64,
+    /// Bytes of the arena (inputs and intermediates).
+    pub arena_bytes: u64,
+    /// Bytes of the persistent region (parameters and constants).
+    pub persistent_bytes: u64,
+    /// Bytes of the readback staging buffer.
+    pub staging_bytes: u64,
+}
+
+struct CompiledKernel {
+    pipeline: Arc<(wgpu::ComputePipeline, wgpu::BindGroupLayout)>,
+    bind_group: wgpu::BindGroup,
+    workgroups: [u32; 3],
+}
+
+struct Slot {
+    ty: TensorType,
+    loc: Location,
+}
+
+/// A compiled graph: kernels, pipelines, bind groups and buffers, ready to run many times.
+pub struct Executable {
+    device: Arc<Device>,
+    kernels: Vec<CompiledKernel>,
+    inputs: BTreeMap<String, Slot>,
+    params: BTreeMap<String, (Slot, bool)>,
+    outputs: Vec<(Slot, u64)>,
+    arena: wgpu::Buffer,
+    persistent: wgpu::Buffer,
+    staging: wgpu::Buffer,
+    stats: ExecutableStats,
+    plan: MemoryPlan,
+}
+
+fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+    device.device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size: size.max(4), usage, mapped_at_creation: false })
+}
+
+impl Device {
+    /// Compiles `outputs` of `graph` into an executable on this device. Nothing is
+    /// dispatched; a graph that does not fit the adapter's limits fails here.
+    pub fn compile(self: &Arc<Self>, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<Executable> {
+        verify(graph)?;
+        for &o in outputs {
+            graph.check(o)?;
+        }
+        let kernels = partition(graph, outputs, opts.fusion)?;
+        let lower_opts = LowerOptions { f16_native: self.f16_native() };
+        let sources: Vec<_> = kernels.iter().map(|k| lower(graph, k, &lower_opts)).collect();
+        let limits = self.limits();
+        for s in &sources {
+            if s.bindings.len() > limits.max_storage_buffers_per_shader_stage as usize {
+                return Err(RuntimeError::TooManyBindings {
+                    kernel: s.label.clone(),
+                    needed: s.bindings.len(),
+                    limit: limits.max_storage_buffers_per_shader_stage,
+                });
+            }
+        }
+        let plan = plan_memory(graph, &kernels, outputs, limits.min_storage_buffer_offset_alignment as u64);
+        let max_binding = limits.max_storage_buffer_binding_size as u64;
+        for (id, loc) in &plan.locations {
+            if loc.size > max_binding {
+                return Err(RuntimeError::TooLarge { what: format!("value {id} ({})", graph.ty(*id)), bytes: loc.size, limit: max_binding });
+            }
+        }
+        for (what, bytes) in [("the arena", plan.arena_bytes), ("the persistent region", plan.persistent_bytes)] {
+            if bytes > limits.max_buffer_size {
+                return Err(RuntimeError::TooLarge { what: what.into(), bytes, limit: limits.max_buffer_size });
+            }
+        }
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        let arena = buffer(self, "fusegraph arena", plan.arena_bytes, usage);
+        let persistent = buffer(self, "fusegraph persistent", plan.persistent_bytes, usage);
+
+        let mut inputs = BTreeMap::new();
+        let mut params = BTreeMap::new();
+        for (&id, &loc) in &plan.locations {
+            let node = graph.node(id);
+            let slot = Slot { ty: node.ty.clone(), loc };
+            match &node.op {
+                Op::Input { name } => {
+                    inputs.insert(name.clone(), slot);
+                }
+                Op::Parameter { name } => {
+                    params.insert(name.clone(), (slot, false));
+                }
+                Op::Constant { values } => {
+                    let host = HostTensor::from_f64(node.ty.dtype, node.ty.shape.clone(), values)?;
+                    self.queue.write_buffer(&persistent, loc.offset, &host.to_bytes());
+                }
+                _ => {}
+            }
+        }
+        let mut staging_bytes = 0;
+        let mut outs = Vec::new();
+        for &o in outputs {
+            let loc = plan.locations[&o];
+            outs.push((Slot { ty: graph.ty(o).clone(), loc }, staging_bytes));
+            staging_bytes += loc.size;
+        }
+        let staging = buffer(self, "fusegraph staging", staging_bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut compiled = Vec::new();
+        let mut kstats = Vec::new();
+        for (k, src) in kernels.iter().zip(&sources) {
+            let pipeline = self.pipeline(&src.wgsl, src.bindings.len(), &src.label)?;
+            let entries: Vec<wgpu::BindGroupEntry> = src
+                .bindings
+                .iter()
+                .enumerate()
+                .map(|(b, binding)| {
+                    let loc = plan.locations[&binding.node];
+                    let buf = if loc.region == Region::Persistent { &persistent } else { &arena };
+                    wgpu::BindGroupEntry {
+                        binding: b as u32,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: buf,
+                            offset: loc.offset,
+                            size: wgpu::BufferSize::new(loc.size),
+                        }),
+                    }
+                })
+                .collect();
+            let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(&src.label), layout: &pipeline.1, entries: &entries });
+            let groups = src.invocations.div_ceil(WORKGROUP_SIZE as u64);
+            let max_dim = limits.max_compute_workgroups_per_dimension as u64;
+            let x = groups.min(max_dim);
+            let y = if x == 0 { 0 } else { groups.div_ceil(x) };
+            if y > max_dim {
+                return Err(RuntimeError::TooLarge { what: format!("kernel `{}` workgroups", src.label), bytes: groups, limit: max_dim * max_dim });
+            }
+            let workgroups = [x as u32, y as u32, 1];
+            let bytes_moved = src.bindings.iter().map(|b| plan.locations[&b.node].size).sum();
+            kstats.push(KernelStats { label: src.label.clone(), members: k.members.clone(), bytes_moved, workgroups });
+            compiled.push(CompiledKernel { pipeline, bind_group, workgroups });
+        }
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(RuntimeError::Wgpu { during: "creating bind groups".into(), detail: e.to_string() });
+        }
+        let stats = ExecutableStats {
+            bytes_moved: kstats.iter().map(|k| k.bytes_moved).sum(),
+            kernels: kstats,
+            arena_bytes: plan.arena_bytes,
+            persistent_bytes: plan.persistent_bytes,
+            staging_bytes,
+        };
+        Ok(Executable { device: self.clone(), kernels: compiled, inputs, params, outputs: outs, arena, persistent, staging, stats, plan })
+    }
+}
+
+impl Executable {
+    /// Kernel count, members and bytes moved.
+    pub fn stats(&self) -> &ExecutableStats {
+        &self.stats
+    }
+
+    /// The memory plan the executable runs with.
+    pub fn memory_plan(&self) -> &MemoryPlan {
+        &self.plan
+    }
+
+    /// The device it runs on.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// Names and types of the inputs the executable takes.
+    pub fn inputs(&self) -> Vec<(String, TensorType)> {
+        self.inputs.iter().map(|(n, s)| (n.clone(), s.ty.clone())).collect()
+    }
+
+    /// Names and types of the parameters the executable uses.
+    pub fn parameters(&self) -> Vec<(String, TensorType)> {
+        self.params.iter().map(|(n, (s, _))| (n.clone(), s.ty.clone())).collect()
+    }
+
+    /// Uploads a parameter's value; it stays on the device for every later run.
+    pub fn set_parameter(&mut self, name: &str, value: &HostTensor) -> Result<()> {
+        let (slot, loaded) = self.params.get_mut(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.into() })?;
+        if value.ty() != slot.ty {
+            return Err(RuntimeError::WrongType { what: "parameter", name: name.into(), expected: slot.ty.clone(), got: value.ty() });
+        }
+        self.device.queue.write_buffer(&self.persistent, slot.loc.offset, &value.to_bytes());
+        *loaded = true;
+        Ok(())
+    }
+
+    /// Runs once with `feeds` (one per input, by name) and returns the outputs in the order
+    /// they were given to `compile`. All kernels go in one command buffer and one submit.
+    /// Errors (missing, unknown or mis-typed feeds, unset parameters) come before anything is
+    /// written or dispatched.
+    pub fn run(&self, feeds: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        let names = || self.inputs.keys().cloned().collect::<Vec<_>>().join(", ");
+        for (name, value) in feeds {
+            let slot = self.inputs.get(*name).ok_or_else(|| RuntimeError::UnknownFeed { name: name.to_string(), inputs: names() })?;
+            if value.ty() != slot.ty {
+                return Err(RuntimeError::WrongType { what: "feed", name: name.to_string(), expected: slot.ty.clone(), got: value.ty() });
+            }
+        }
+        for (name, slot) in &self.inputs {
+            if !feeds.iter().any(|(n, _)| n == name) {
+                return Err(RuntimeError::MissingFeed { name: name.clone(), expected: slot.ty.clone() });
+            }
+        }
+        for (name, (slot, loaded)) in &self.params {
+            if !loaded {
+                return Err(RuntimeError::MissingParameter { name: name.clone(), ty: slot.ty.clone() });
+            }
+        }
+        let d = &self.device;
+        for (name, value) in feeds {
+            d.queue.write_buffer(&self.arena, self.inputs[*name].loc.offset, &value.to_bytes());
+        }
+        let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut encoder = d.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph run") });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("fusegraph kernels"), timestamp_writes: None });
+            for k in &self.kernels {
+                if k.workgroups[0] == 0 {
+                    continue;
+                }
+                pass.set_pipeline(&k.pipeline.0);
+                pass.set_bind_group(0, &k.bind_group, &[]);
+                pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
+            }
+        }
+        for (slot, staging_offset) in &self.outputs {
+            let src = if slot.loc.region == Region::Persistent { &self.persistent } else { &self.arena };
+            encoder.copy_buffer_to_buffer(src, slot.loc.offset, &self.staging, *staging_offset, slot.loc.size);
+        }
+        d.queue.submit([encoder.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        d.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| RuntimeError::Wgpu { during: "waiting for the run".into(), detail: e.to_string() })?;
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(RuntimeError::Wgpu { during: "encoding the run".into(), detail: e.to_string() });
+        }
+        rx.recv()
+            .map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })?
+            .map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })?;
+        let result = {
+            let view = self
+                .staging
+                .get_mapped_range(..)
+                .map_err(|e| RuntimeError::Wgpu { during: "reading the staging buffer".into(), detail: e.to_string() })?;
+            self.outputs
+                .iter()
+                .map(|(slot, off)| HostTensor::from_bytes(&slot.ty, &view[*off as usize..(*off + slot.loc.size) as usize]))
+                .collect::<std::result::Result<Vec<_>, _>>()
+        };
+        self.staging.unmap();
+        Ok(result?)
+    }
+}

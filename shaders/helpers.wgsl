@@ -1,0 +1,41 @@
+// Helper functions shared by generated kernels. The lowering copies in the ones a kernel
+// calls; each starts at a line `// fn NAME` so it can be picked out by name.
+
+// fn fg_erf
+// The error function (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7).
+fn fg_erf(x: f32) -> f32 {
+    let a = abs(x);
+    let t = 1.0f / (1.0f + 0.3275911f * a);
+    let poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
+    return sign(x) * (1.0f - poly * exp(-a * a));
+}
+
+// fn fg_div_i32
+// Integer division with WGSL's rules made explicit: x / 0 = x and MIN / -1 = MIN.
+fn fg_div_i32(a: i32, b: i32) -> i32 {
+    let bad = b == 0i || (a == bitcast<i32>(0x80000000u) && b == -1i);
+    return select(a / select(b, 1i, bad), a, bad);
+}
+
+// fn fg_div_u32
+// Unsigned division with x / 0 = x.
+fn fg_div_u32(a: u32, b: u32) -> u32 {
+    return select(a / select(b, 1u, b == 0u), a, b == 0u);
+}
+
+// fn fg_f2i
+// Float to i32: truncate toward zero, saturate, NaN to 0.
+fn fg_f2i(x: f32) -> i32 {
+    if (x != x) { return 0i; }
+    if (x >= 2147483648.0f) { return 2147483647i; }
+    if (x <= -2147483648.0f) { return bitcast<i32>(0x80000000u); }
+    return i32(x);
+}
+
+// fn fg_f2u
+// Float to u32: truncate toward zero, saturate, NaN to 0.
+fn fg_f2u(x: f32) -> u32 {
+    if (x != x || x <= 0.0f) { return 0u; }
+    if (x >= 4294967296.0f) { return 4294967295u; }
+    return u32(x);
+}
