@@ -1,1 +1,42 @@
-//! fusegraph
+//! fusegraph: record tensor operations into a graph, optimize the whole graph, run it as WGSL
+//! compute kernels through wgpu on any vendor's GPU (or Mesa's lavapipe/llvmpipe on a CPU).
+//!
+//! ```no_run
+//! use fusegraph::{compile, CompileOptions, DType, GraphBuilder, HostTensor};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let b = GraphBuilder::new();
+//! let x = b.input("x", DType::F32, [2, 3])?;
+//! let w = b.input("w", DType::F32, [3, 4])?;
+//! let y = x.matmul(&w)?.relu()?.softmax(1)?;
+//! let exe = compile(&b.graph(), &[y.id()], &CompileOptions::default())?;
+//! let xv = HostTensor::new([2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+//! let wv = HostTensor::new([3, 4], vec![0.5f32; 12])?;
+//! let out = exe.run(&[("x", &xv), ("w", &wv)])?;
+//! println!("{:?}", out[0].as_slice::<f32>());
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+pub use fusegraph_ir::{
+    dot, f16, op, text, verify, BinaryOp, DType, Element, Graph, GraphBuilder, HostData, HostTensor, IrError, Node,
+    NodeId, Op, PoolKind, ReduceKind, Shape, Tensor, TensorType, UnaryOp,
+};
+pub use fusegraph_runtime::{
+    Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FusionMode, KernelStats, RuntimeError,
+};
+
+/// The crates behind the facade, for users who need their full APIs.
+pub mod crates {
+    pub use fusegraph_ir as ir;
+    pub use fusegraph_passes as passes;
+    pub use fusegraph_reference as reference;
+    pub use fusegraph_runtime as runtime;
+    pub use fusegraph_wgsl as wgsl;
+}
+
+/// Compiles `outputs` of `graph` on the process-wide shared device ([`Device::shared`]).
+pub fn compile(graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<Executable, RuntimeError> {
+    Device::shared()?.compile(graph, outputs, opts)
+}

@@ -1,1 +1,95 @@
-fn main() {}
+//! The `fusegraph` command-line program.
+//!
+//! `fusegraph info [--json]` prints the chosen adapter, backend, driver, limits and features.
+
+use fusegraph::{Device, DeviceOptions};
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: fusegraph <command>
+
+commands:
+  info [--json]    the adapter fusegraph chooses: backend, driver, limits, features
+  help             this text
+
+environment:
+  FUSEGRAPH_BACKEND=vulkan|gl|metal|dx12   force a backend";
+
+fn json_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
+    let device = Device::new(&DeviceOptions::default())?;
+    let i = device.info();
+    let l = device.limits();
+    let limits: Vec<(&str, u64)> = vec![
+        ("max_buffer_size", l.max_buffer_size),
+        ("max_storage_buffer_binding_size", l.max_storage_buffer_binding_size as u64),
+        ("min_storage_buffer_offset_alignment", l.min_storage_buffer_offset_alignment as u64),
+        ("max_storage_buffers_per_shader_stage", l.max_storage_buffers_per_shader_stage as u64),
+        ("max_compute_workgroups_per_dimension", l.max_compute_workgroups_per_dimension as u64),
+        ("max_compute_workgroup_storage_size", l.max_compute_workgroup_storage_size as u64),
+        ("max_compute_invocations_per_workgroup", l.max_compute_invocations_per_workgroup as u64),
+    ];
+    let features: Vec<String> = device.features().iter_names().map(|(n, _)| n.to_string()).collect();
+    let f16 = if device.f16_native() { "native f16" } else { "packed in u32" };
+    if json {
+        let lim: Vec<String> = limits.iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
+        let feat: Vec<String> = features.iter().map(|f| json_str(f)).collect();
+        println!(
+            "{{\"adapter\": {}, \"backend\": {}, \"device_type\": {}, \"driver\": {}, \"driver_info\": {}, \"f16_storage\": {}, \"limits\": {{{}}}, \"features\": [{}]}}",
+            json_str(&i.name),
+            json_str(&format!("{:?}", i.backend)),
+            json_str(&format!("{:?}", i.device_type)),
+            json_str(&i.driver),
+            json_str(&i.driver_info),
+            json_str(f16),
+            lim.join(", "),
+            feat.join(", ")
+        );
+    } else {
+        println!("adapter      {}", i.name);
+        println!("backend      {:?}", i.backend);
+        println!("device type  {:?}", i.device_type);
+        println!("driver       {} {}", i.driver, i.driver_info);
+        println!("f16 storage  {f16}");
+        println!("limits");
+        for (k, v) in limits {
+            println!("  {k:<40} {v}");
+        }
+        println!("features enabled: {}", if features.is_empty() { "none".into() } else { features.join(", ") });
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("info") => info(args.iter().any(|a| a == "--json")),
+        Some("help") | Some("--help") | Some("-h") | None => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => {
+            eprintln!("fusegraph: unknown command `{other}`\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fusegraph: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -312,7 +312,15 @@ impl Tensor {
     pub fn select(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
         let shape = broadcast_shapes(self.dims(), on_true.dims())
             .and_then(|s| broadcast_shapes(&s, on_false.dims()))
-            .ok_or_else(|| IrError::ty("select", format!("condition {}, on_true {} and on_false {}: shapes do not broadcast", self.ty, on_true.ty, on_false.ty)))?;
+            .ok_or_else(|| {
+            IrError::ty(
+                "select",
+                format!(
+                    "condition {}, on_true {} and on_false {}: shapes do not broadcast",
+                    self.ty, on_true.ty, on_false.ty
+                ),
+            )
+        })?;
         let c = self.broadcast_to(shape.clone())?;
         let (t, f) = (on_true.broadcast_to(shape.clone())?, on_false.broadcast_to(shape)?);
         c.op(Op::Select, &[&t, &f])
@@ -335,7 +343,10 @@ impl Tensor {
             return Ok(self.clone());
         }
         if shape.rank() < self.rank() {
-            return Err(IrError::ty("broadcast", format!("operand {} cannot broadcast to lower rank {shape}", self.ty)));
+            return Err(IrError::ty(
+                "broadcast",
+                format!("operand {} cannot broadcast to lower rank {shape}", self.ty),
+            ));
         }
         let offset = shape.rank() - self.rank();
         self.broadcast_in_dim(shape.0.clone(), (offset..shape.rank()).collect())
@@ -435,7 +446,14 @@ impl Tensor {
     }
 
     /// NCHW convolution with an OIHW weight.
-    pub fn conv2d(&self, weight: &Tensor, stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: usize) -> Result<Tensor> {
+    pub fn conv2d(
+        &self,
+        weight: &Tensor,
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        groups: usize,
+    ) -> Result<Tensor> {
         self.op(Op::Conv2d { stride, padding, dilation, groups }, &[weight])
     }
 

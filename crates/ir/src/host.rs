@@ -62,7 +62,10 @@ impl HostTensor {
     pub fn new<T: Element>(shape: impl Into<Shape>, data: Vec<T>) -> Result<Self> {
         let shape = shape.into();
         if shape.numel() != data.len() {
-            return Err(IrError::ty("tensor", format!("{} values given for shape {shape} ({} elements)", data.len(), shape.numel())));
+            return Err(IrError::ty(
+                "tensor",
+                format!("{} values given for shape {shape} ({} elements)", data.len(), shape.numel()),
+            ));
         }
         Ok(HostTensor { shape, data: T::wrap(data) })
     }
@@ -79,7 +82,10 @@ impl HostTensor {
         };
         let shape = shape.into();
         if shape.numel() != values.len() {
-            return Err(IrError::ty("tensor", format!("{} values given for shape {shape} ({} elements)", values.len(), shape.numel())));
+            return Err(IrError::ty(
+                "tensor",
+                format!("{} values given for shape {shape} ({} elements)", values.len(), shape.numel()),
+            ));
         }
         Ok(HostTensor { shape, data })
     }
@@ -151,7 +157,7 @@ impl HostTensor {
             DType::F32 => HostData::F32((0..n).map(|i| f32::from_le_bytes(word(i))).collect()),
             DType::I32 => HostData::I32((0..n).map(|i| i32::from_le_bytes(word(i))).collect()),
             DType::U32 => HostData::U32((0..n).map(|i| u32::from_le_bytes(word(i))).collect()),
-            DType::Bool => HostData::Bool((0..n).map(|i| u32::from_le_bytes(word(i))  != 0).collect()),
+            DType::Bool => HostData::Bool((0..n).map(|i| u32::from_le_bytes(word(i)) != 0).collect()),
             DType::F16 => HostData::F16((0..n).map(|i| f16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])).collect()),
         };
         Ok(HostTensor { shape: ty.shape.clone(), data })

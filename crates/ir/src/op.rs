@@ -409,7 +409,10 @@ impl Op {
 
     /// Whether the op has no operands and its type is given at creation.
     pub fn is_leaf(&self) -> bool {
-        matches!(self, Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } | Op::Full { .. } | Op::Iota { .. })
+        matches!(
+            self,
+            Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } | Op::Full { .. } | Op::Iota { .. }
+        )
     }
 
     /// Whether each output element depends only on the same element of each operand.
@@ -502,7 +505,10 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
                 return err(op, format!("condition {c} must be bool"));
             }
             if a != b || c.shape != a.shape {
-                return err(op, format!("condition {c}, on_true {a} and on_false {b} must have one shape and equal branch types"));
+                return err(
+                    op,
+                    format!("condition {c}, on_true {a} and on_false {b} must have one shape and equal branch types"),
+                );
             }
             Ok(a.clone())
         }
@@ -510,15 +516,32 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
         Op::Broadcast { shape, dims } => {
             let x = operands[0];
             if dims.len() != x.shape.rank() {
-                return err(op, format!("operand {x} has rank {} but dims {dims:?} has {} entries", x.shape.rank(), dims.len()));
+                return err(
+                    op,
+                    format!("operand {x} has rank {} but dims {dims:?} has {} entries", x.shape.rank(), dims.len()),
+                );
             }
             for (i, &d) in dims.iter().enumerate() {
                 if d >= shape.len() || (i > 0 && d <= dims[i - 1]) {
-                    return err(op, format!("operand {x} to {}: dims {dims:?} must be increasing and below rank {}", Shape::new(shape.clone()), shape.len()));
+                    return err(
+                        op,
+                        format!(
+                            "operand {x} to {}: dims {dims:?} must be increasing and below rank {}",
+                            Shape::new(shape.clone()),
+                            shape.len()
+                        ),
+                    );
                 }
                 let od = x.shape.0[i];
                 if od != 1 && od != shape[d] {
-                    return err(op, format!("operand {x} cannot broadcast to {}: dim {i} is {od}, target {}", Shape::new(shape.clone()), shape[d]));
+                    return err(
+                        op,
+                        format!(
+                            "operand {x} cannot broadcast to {}: dim {i} is {od}, target {}",
+                            Shape::new(shape.clone()),
+                            shape[d]
+                        ),
+                    );
                 }
             }
             Ok(TensorType::new(x.dtype, shape.clone()))
@@ -527,14 +550,23 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             let x = operands[0];
             let target = Shape::new(shape.clone());
             if target.numel() != x.shape.numel() {
-                return err(op, format!("operand {x} ({} elements) cannot reshape to {target} ({} elements)", x.shape.numel(), target.numel()));
+                return err(
+                    op,
+                    format!(
+                        "operand {x} ({} elements) cannot reshape to {target} ({} elements)",
+                        x.shape.numel(),
+                        target.numel()
+                    ),
+                );
             }
             Ok(TensorType::new(x.dtype, target))
         }
         Op::Transpose { perm } => {
             let x = operands[0];
             let mut seen = vec![false; x.shape.rank()];
-            if perm.len() != x.shape.rank() || perm.iter().any(|&p| p >= seen.len() || std::mem::replace(&mut seen[p], true)) {
+            if perm.len() != x.shape.rank()
+                || perm.iter().any(|&p| p >= seen.len() || std::mem::replace(&mut seen[p], true))
+            {
                 return err(op, format!("operand {x}: {perm:?} is not a permutation of 0..{}", x.shape.rank()));
             }
             Ok(TensorType::new(x.dtype, perm.iter().map(|&p| x.shape.0[p]).collect::<Vec<_>>()))
@@ -543,12 +575,23 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             let x = operands[0];
             let r = x.shape.rank();
             if start.len() != r || limit.len() != r || stride.len() != r {
-                return err(op, format!("operand {x}: start {start:?}, limit {limit:?} and stride {stride:?} need {r} entries each"));
+                return err(
+                    op,
+                    format!(
+                        "operand {x}: start {start:?}, limit {limit:?} and stride {stride:?} need {r} entries each"
+                    ),
+                );
             }
             let mut dims = Vec::with_capacity(r);
             for i in 0..r {
                 if start[i] > limit[i] || limit[i] > x.shape.0[i] || stride[i] == 0 {
-                    return err(op, format!("operand {x}: axis {i}: need start {} ≤ limit {} ≤ dim {} and stride {} ≥ 1", start[i], limit[i], x.shape.0[i], stride[i]));
+                    return err(
+                        op,
+                        format!(
+                            "operand {x}: axis {i}: need start {} ≤ limit {} ≤ dim {} and stride {} ≥ 1",
+                            start[i], limit[i], x.shape.0[i], stride[i]
+                        ),
+                    );
                 }
                 dims.push((limit[i] - start[i]).div_ceil(stride[i]));
             }
@@ -568,7 +611,10 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
                     && t.shape.rank() == first.shape.rank()
                     && (0..dims.len()).all(|i| i == *axis || t.shape.0[i] == first.shape.0[i]);
                 if !ok {
-                    return err(op, format!("operands {} must agree in dtype and in every dim but axis {axis}", list(operands)));
+                    return err(
+                        op,
+                        format!("operands {} must agree in dtype and in every dim but axis {axis}", list(operands)),
+                    );
                 }
                 dims[*axis] += t.shape.0[*axis];
             }
@@ -601,14 +647,20 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
                 return err(op, format!("operand {x}: cannot reduce {}", x.dtype));
             }
             if axes.iter().enumerate().any(|(i, &a)| a >= x.shape.rank() || (i > 0 && a <= axes[i - 1])) {
-                return err(op, format!("operand {x}: axes {axes:?} must be sorted, unique and below rank {}", x.shape.rank()));
+                return err(
+                    op,
+                    format!("operand {x}: axes {axes:?} must be sorted, unique and below rank {}", x.shape.rank()),
+                );
             }
             Ok(TensorType::new(x.dtype, reduced_dims(&x.shape.0, axes, *keep_dims)))
         }
         Op::ArgMax { axis, keep_dims } => {
             let x = operands[0];
             if !x.dtype.is_numeric() || *axis >= x.shape.rank() || x.shape.0[*axis] == 0 {
-                return err(op, format!("operand {x}: needs a numeric tensor and a non-empty axis {axis} below its rank"));
+                return err(
+                    op,
+                    format!("operand {x}: needs a numeric tensor and a non-empty axis {axis} below its rank"),
+                );
             }
             Ok(TensorType::new(DType::I32, reduced_dims(&x.shape.0, &[*axis], *keep_dims)))
         }
@@ -647,8 +699,15 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             let oh = window_out(h, kh, stride[0], padding[0], dilation[0].max(1));
             let ow = window_out(wd, kw, stride[1], padding[1], dilation[1].max(1));
             match (oh, ow) {
-                (Some(oh), Some(ow)) if dilation[0] > 0 && dilation[1] > 0 => Ok(TensorType::new(x.dtype, [n, o, oh, ow])),
-                _ => err(op, format!("{pre}: window does not fit (stride {stride:?}, padding {padding:?}, dilation {dilation:?})")),
+                (Some(oh), Some(ow)) if dilation[0] > 0 && dilation[1] > 0 => {
+                    Ok(TensorType::new(x.dtype, [n, o, oh, ow]))
+                }
+                _ => err(
+                    op,
+                    format!(
+                        "{pre}: window does not fit (stride {stride:?}, padding {padding:?}, dilation {dilation:?})"
+                    ),
+                ),
             }
         }
         Op::Pool { window, stride, padding, .. } => {
@@ -663,7 +722,12 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             let ow = window_out(x.shape.0[3], window[1], stride[1], padding[1], 1);
             match (oh, ow) {
                 (Some(oh), Some(ow)) => Ok(TensorType::new(x.dtype, [x.shape.0[0], x.shape.0[1], oh, ow])),
-                _ => err(op, format!("operand {x}: window {window:?} with stride {stride:?} and padding {padding:?} does not fit")),
+                _ => err(
+                    op,
+                    format!(
+                        "operand {x}: window {window:?} with stride {stride:?} and padding {padding:?} does not fit"
+                    ),
+                ),
             }
         }
         _ => unreachable!("leaves returned above"),
@@ -694,7 +758,9 @@ pub fn check_leaf(op: &Op, ty: &TensorType) -> Result<()> {
             }
             Ok(())
         }
-        Op::Full { value } if !representable(*value, ty.dtype) => err(op, format!("value {value} is not representable in {}", ty.dtype)),
+        Op::Full { value } if !representable(*value, ty.dtype) => {
+            err(op, format!("value {value} is not representable in {}", ty.dtype))
+        }
         Op::Iota { axis } if *axis >= ty.shape.rank() || !ty.dtype.is_numeric() => {
             err(op, format!("axis {axis} of {ty}: needs a numeric type and an axis below its rank"))
         }

@@ -177,33 +177,19 @@ pub fn parse(text: &str) -> Result<Graph> {
 fn parse_line(g: &mut Graph, ids: &mut HashMap<usize, NodeId>, line: &str) -> Result<(), String> {
     let mut c = Cursor { s: line, pos: 0 };
     c.expect('%')?;
-    let def = c.number("node number")?;
+    let def = c.number("a node number")?;
     if ids.contains_key(&def) {
         return Err(format!("%{def} is defined twice"));
     }
     c.expect('=')?;
-    let mnemonic = c.word();
-    if mnemonic.is_empty() {
-        return Err(format!("expected an op name, found {}", c.found()));
-    }
+    let mnemonic = c.word("an op name")?;
     c.expect('(')?;
-    let mut operands = Vec::new();
-    if !c.eat(')') {
-        loop {
-            c.expect('%')?;
-            let n = c.number("operand")?;
-            let id = *ids.get(&n).ok_or_else(|| format!("unknown operand %{n} (not defined on an earlier line)"))?;
-            operands.push(id);
-            if c.eat(')') {
-                break;
-            }
-            c.expect(',')?;
-        }
-    }
-    let mut attrs = Attrs(Vec::new());
-    if c.eat('{') {
-        attrs = c.attrs()?;
-    }
+    let operands = c.seq(')', |c| {
+        c.expect('%')?;
+        let n = c.number("an operand")?;
+        ids.get(&n).copied().ok_or_else(|| format!("unknown operand %{n} (not defined on an earlier line)"))
+    })?;
+    let mut attrs = if c.eat('{') { c.attrs()? } else { Attrs(Vec::new()) };
     c.expect(':')?;
     let ty = c.ty()?;
     c.skip_ws();
@@ -285,49 +271,44 @@ fn build_op(mnemonic: &str, a: &mut Attrs) -> Result<Op, String> {
     })
 }
 
-/// An attribute value: a bare word (number, identifier, bool), a quoted string, or a list of
-/// words.
-enum Value {
-    Word(String),
-    Str(String),
-    List(Vec<String>),
+/// The form of an attribute value.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// A bare word: number, identifier or bool.
+    Word,
+    /// A quoted string.
+    Str,
+    /// A list of bare words in brackets.
+    List,
 }
 
-/// The parsed attributes of one line, consumed field by field.
-struct Attrs(Vec<(String, Value)>);
+/// The parsed attributes of one line (key, form, words), consumed field by field.
+struct Attrs(Vec<(String, Kind, Vec<String>)>);
 
 impl Attrs {
-    fn take(&mut self, key: &str) -> Result<Value, String> {
-        let i = self.0.iter().position(|(k, _)| k == key).ok_or_else(|| format!("missing attribute `{key}`"))?;
-        Ok(self.0.remove(i).1)
+    fn take(&mut self, key: &str, kind: Kind) -> Result<Vec<String>, String> {
+        let i = self.0.iter().position(|(k, ..)| k == key).ok_or_else(|| format!("missing attribute `{key}`"))?;
+        let (_, found, words) = self.0.remove(i);
+        if found != kind {
+            let want = ["a bare word", "a quoted string", "a list `[...]`"][kind as usize];
+            return Err(format!("attribute `{key}` must be {want}"));
+        }
+        Ok(words)
     }
 
     fn finish(&self, op: &str) -> Result<(), String> {
         match self.0.first() {
-            Some((k, _)) => Err(format!("{op} has no attribute `{k}`")),
+            Some((k, ..)) => Err(format!("{op} has no attribute `{k}`")),
             None => Ok(()),
         }
     }
 
     fn word(&mut self, key: &str) -> Result<String, String> {
-        match self.take(key)? {
-            Value::Word(w) => Ok(w),
-            _ => Err(format!("attribute `{key}` must be a bare word")),
-        }
+        Ok(self.take(key, Kind::Word)?.pop().unwrap_or_default())
     }
 
     fn string(&mut self, key: &str) -> Result<String, String> {
-        match self.take(key)? {
-            Value::Str(s) => Ok(s),
-            _ => Err(format!("attribute `{key}` must be a quoted string")),
-        }
-    }
-
-    fn list(&mut self, key: &str) -> Result<Vec<String>, String> {
-        match self.take(key)? {
-            Value::List(l) => Ok(l),
-            _ => Err(format!("attribute `{key}` must be a list `[...]`")),
-        }
+        Ok(self.take(key, Kind::Str)?.pop().unwrap_or_default())
     }
 
     fn int(&mut self, key: &str) -> Result<usize, String> {
@@ -347,7 +328,7 @@ impl Attrs {
     }
 
     fn ints(&mut self, key: &str) -> Result<Vec<usize>, String> {
-        self.list(key)?.iter().map(|w| to_int(w, key)).collect()
+        self.take(key, Kind::List)?.iter().map(|w| to_int(w, key)).collect()
     }
 
     fn shape(&mut self, key: &str) -> Result<Vec<usize>, String> {
@@ -357,7 +338,7 @@ impl Attrs {
     }
 
     fn floats(&mut self, key: &str) -> Result<Vec<f64>, String> {
-        self.list(key)?.iter().map(|w| to_float(w, key)).collect()
+        self.take(key, Kind::List)?.iter().map(|w| to_float(w, key)).collect()
     }
 
     fn pair(&mut self, key: &str) -> Result<[usize; 2], String> {
@@ -428,22 +409,37 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Skips whitespace, then consumes a (possibly empty) run of word characters:
-    /// ASCII letters and digits, `_`, `.`, `+`, `-`.
-    fn word(&mut self) -> String {
+    /// Skips whitespace, then consumes a non-empty run of word characters: ASCII letters and
+    /// digits, `_`, `.`, `+`, `-`.
+    fn word(&mut self, what: &str) -> Result<String, String> {
         self.skip_ws();
         let rest = self.rest();
         let len = rest.find(|c: char| !(c.is_ascii_alphanumeric() || "_.+-".contains(c))).unwrap_or(rest.len());
+        if len == 0 {
+            return Err(format!("expected {what}, found {}", self.found()));
+        }
         self.pos += len;
-        rest[..len].to_string()
+        Ok(rest[..len].to_string())
     }
 
     fn number(&mut self, what: &str) -> Result<usize, String> {
-        let w = self.word();
-        if w.is_empty() {
-            return Err(format!("expected {what}, found {}", self.found()));
-        }
+        let w = self.word(what)?;
         w.parse::<usize>().map_err(|_| format!("{what}: expected a non-negative integer, found `{w}`"))
+    }
+
+    /// Items separated by `,` up to `close` (after the opening bracket); may be empty.
+    fn seq<T>(&mut self, close: char, mut item: impl FnMut(&mut Self) -> Result<T, String>) -> Result<Vec<T>, String> {
+        let mut items = Vec::new();
+        if self.eat(close) {
+            return Ok(items);
+        }
+        loop {
+            items.push(item(self)?);
+            if self.eat(close) {
+                return Ok(items);
+            }
+            self.expect(',')?;
+        }
     }
 
     /// A quoted string, after its opening `"`.
@@ -467,70 +463,30 @@ impl<'a> Cursor<'a> {
     /// `key=value, …}` after the opening `{`.
     fn attrs(&mut self) -> Result<Attrs, String> {
         let mut attrs = Attrs(Vec::new());
-        if self.eat('}') {
-            return Ok(attrs);
-        }
-        loop {
-            let key = self.word();
-            if key.is_empty() {
-                return Err(format!("expected an attribute name, found {}", self.found()));
-            }
-            self.expect('=')?;
-            let value = if self.eat('"') {
-                Value::Str(self.string()?)
-            } else if self.eat('[') {
-                let mut items = Vec::new();
-                if !self.eat(']') {
-                    loop {
-                        let w = self.word();
-                        if w.is_empty() {
-                            return Err(format!("attribute `{key}`: expected a list item, found {}", self.found()));
-                        }
-                        items.push(w);
-                        if self.eat(']') {
-                            break;
-                        }
-                        self.expect(',')?;
-                    }
-                }
-                Value::List(items)
+        self.seq('}', |c| {
+            let key = c.word("an attribute name")?;
+            c.expect('=')?;
+            let (kind, words) = if c.eat('"') {
+                (Kind::Str, vec![c.string()?])
+            } else if c.eat('[') {
+                (Kind::List, c.seq(']', |c| c.word("a list item"))?)
             } else {
-                let w = self.word();
-                if w.is_empty() {
-                    return Err(format!("attribute `{key}`: expected a value, found {}", self.found()));
-                }
-                Value::Word(w)
+                (Kind::Word, vec![c.word("a value")?])
             };
-            if attrs.0.iter().any(|(k, _)| *k == key) {
+            if attrs.0.iter().any(|(k, ..)| *k == key) {
                 return Err(format!("attribute `{key}` given twice"));
             }
-            attrs.0.push((key, value));
-            if self.eat('}') {
-                return Ok(attrs);
-            }
-            self.expect(',')?;
-        }
+            attrs.0.push((key, kind, words));
+            Ok(())
+        })?;
+        Ok(attrs)
     }
 
     /// A tensor type such as `f32[2,3]` or `bool[]`.
     fn ty(&mut self) -> Result<TensorType, String> {
-        let name = self.word();
-        if name.is_empty() {
-            return Err(format!("expected a type, found {}", self.found()));
-        }
-        let dtype = name.parse::<DType>()?;
+        let dtype = self.word("a type")?.parse::<DType>()?;
         self.expect('[')?;
-        let mut dims = Vec::new();
-        if !self.eat(']') {
-            loop {
-                let w = self.word();
-                dims.push(to_int(&w, "dimension")?);
-                if self.eat(']') {
-                    break;
-                }
-                self.expect(',')?;
-            }
-        }
+        let dims = self.seq(']', |c| to_int(&c.word("a dimension")?, "dimension"))?;
         check_numel(&dims)?;
         Ok(TensorType::new(dtype, dims))
     }
@@ -617,7 +573,6 @@ mod tests {
     #[test]
     fn every_op_round_trips() {
         let (g, text) = every_op();
-        println!("{text}");
         assert_eq!(round_trip(&g), text);
         for needle in [
             "kind=sum",

@@ -22,7 +22,10 @@ pub fn verify(g: &Graph) -> Result<()> {
             p
         };
         if positions != (0..operands.len()).collect::<Vec<_>>() {
-            return Err(IrError::Verify { node: id.index(), detail: format!("operand positions {positions:?} are not 0..{}", operands.len()) });
+            return Err(IrError::Verify {
+                node: id.index(),
+                detail: format!("operand positions {positions:?} are not 0..{}", operands.len()),
+            });
         }
         if node.op.is_leaf() {
             check_leaf(&node.op, &node.ty).map_err(|e| IrError::Verify { node: id.index(), detail: e.to_string() })?;
@@ -31,7 +34,10 @@ pub fn verify(g: &Graph) -> Result<()> {
         let tys: Vec<_> = operands.iter().map(|&o| g.ty(o)).collect();
         let ty = infer_type(&node.op, &tys).map_err(|e| IrError::Verify { node: id.index(), detail: e.to_string() })?;
         if ty != node.ty {
-            return Err(IrError::Verify { node: id.index(), detail: format!("recorded type {} but {} gives {ty}", node.ty, node.op.name()) });
+            return Err(IrError::Verify {
+                node: id.index(),
+                detail: format!("recorded type {} but {} gives {ty}", node.ty, node.op.name()),
+            });
         }
     }
     Ok(())

@@ -66,53 +66,58 @@ pub fn literal(dtype: DType, v: f64) -> f64 {
     cast_value(DType::F32, dtype, v)
 }
 
-// W. J. Cody, "Rational Chebyshev approximations for the error function", Math. Comp. 23
-// (1969), coefficients as in SPECFUN's CALERF.
-const ERF_A: [f64; 5] = [
-    3.161_123_743_870_565_6,
-    113.864_154_151_050_16,
-    377.485_237_685_302_02,
-    3_209.377_589_138_469_5,
-    0.185_777_706_184_603_15,
-];
-const ERF_B: [f64; 4] =
-    [23.601_290_952_344_12, 244.024_637_934_444_17, 1_282.616_526_077_372_3, 2_844.236_833_439_170_6];
-const ERF_C: [f64; 9] = [
-    0.564_188_496_988_670_1,
-    8.883_149_794_388_376,
-    66.119_190_637_141_63,
-    298.635_138_197_400_1,
-    881.952_221_241_769_1,
-    1_712.047_612_634_070_6,
-    2_051.078_377_826_071_5,
-    1_230.339_354_797_997_2,
-    2.153_115_354_744_038_5e-8,
-];
-const ERF_D: [f64; 8] = [
-    15.744_926_110_709_835,
-    117.693_950_891_312_5,
-    537.181_101_862_009_9,
-    1_621.389_574_566_690_2,
-    3_290.799_235_733_459_6,
-    4_362.619_090_143_247,
-    3_439.367_674_143_721_6,
-    1_230.339_354_803_749_4,
-];
-const ERF_P: [f64; 6] = [
-    0.305_326_634_961_232_36,
-    0.360_344_899_949_804_45,
-    0.125_781_726_111_229_24,
-    0.016_083_785_148_742_275,
-    6.587_491_615_298_378e-4,
-    0.016_315_387_137_302_097,
-];
-const ERF_Q: [f64; 5] = [
-    2.568_520_192_289_822,
-    1.872_952_849_923_467_3,
-    0.527_905_102_951_428_4,
-    0.060_518_341_312_441_32,
-    2.335_204_976_268_691_8e-3,
-];
+/// W. J. Cody, "Rational Chebyshev approximations for the error function", Math. Comp. 23
+/// (1969): the coefficients of SPECFUN's CALERF, as published.
+#[allow(clippy::excessive_precision)]
+mod cody {
+    pub(super) const A: [f64; 5] = [
+        3.16112374387056560e00,
+        1.13864154151050156e02,
+        3.77485237685302021e02,
+        3.20937758913846947e03,
+        1.85777706184603153e-1,
+    ];
+    pub(super) const B: [f64; 4] =
+        [2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03, 2.84423683343917062e03];
+    pub(super) const C: [f64; 9] = [
+        5.64188496988670089e-1,
+        8.88314979438837594e00,
+        6.61191906371416295e01,
+        2.98635138197400131e02,
+        8.81952221241769090e02,
+        1.71204761263407058e03,
+        2.05107837782607147e03,
+        1.23033935479799725e03,
+        2.15311535474403846e-8,
+    ];
+    pub(super) const D: [f64; 8] = [
+        1.57449261107098347e01,
+        1.17693950891312499e02,
+        5.37181101862009858e02,
+        1.62138957456669019e03,
+        3.29079923573345963e03,
+        4.36261909014324716e03,
+        3.43936767414372164e03,
+        1.23033935480374942e03,
+    ];
+    pub(super) const P: [f64; 6] = [
+        3.05326634961232344e-1,
+        3.60344899949804439e-1,
+        1.25781726111229246e-1,
+        1.60837851487422766e-2,
+        6.58749161529837803e-4,
+        1.63153871373020978e-2,
+    ];
+    pub(super) const Q: [f64; 5] = [
+        2.56852019228982242e00,
+        1.87295284992346725e00,
+        5.27905102951428412e-1,
+        6.05183413124413191e-2,
+        2.33520497626869185e-3,
+    ];
+    /// 1/√π.
+    pub(super) const FRAC_1_SQRT_PI: f64 = 5.6418958354775628695e-1;
+}
 
 /// `exp(-y²)` computed as `exp(-ysq²)·exp(-del)` with `ysq = y` rounded down to 1/16, which
 /// keeps `y²` from losing bits (Cody's trick).
@@ -131,36 +136,35 @@ pub fn erf(x: f64) -> f64 {
     let y = x.abs();
     if y <= 0.46875 {
         let ysq = if y > 1.11e-16 { y * y } else { 0.0 };
-        let mut num = ERF_A[4] * ysq;
+        let mut num = cody::A[4] * ysq;
         let mut den = ysq;
         for i in 0..3 {
-            num = (num + ERF_A[i]) * ysq;
-            den = (den + ERF_B[i]) * ysq;
+            num = (num + cody::A[i]) * ysq;
+            den = (den + cody::B[i]) * ysq;
         }
-        return x * (num + ERF_A[3]) / (den + ERF_B[3]);
+        return x * (num + cody::A[3]) / (den + cody::B[3]);
     }
     // erfc(y) for y > 0.46875.
     let erfc = if y <= 4.0 {
-        let mut num = ERF_C[8] * y;
+        let mut num = cody::C[8] * y;
         let mut den = y;
         for i in 0..7 {
-            num = (num + ERF_C[i]) * y;
-            den = (den + ERF_D[i]) * y;
+            num = (num + cody::C[i]) * y;
+            den = (den + cody::D[i]) * y;
         }
-        exp_neg_sq(y) * (num + ERF_C[7]) / (den + ERF_D[7])
+        exp_neg_sq(y) * (num + cody::C[7]) / (den + cody::D[7])
     } else if y >= 26.543 {
         0.0
     } else {
         let ysq = 1.0 / (y * y);
-        let mut num = ERF_P[5] * ysq;
+        let mut num = cody::P[5] * ysq;
         let mut den = ysq;
         for i in 0..4 {
-            num = (num + ERF_P[i]) * ysq;
-            den = (den + ERF_Q[i]) * ysq;
+            num = (num + cody::P[i]) * ysq;
+            den = (den + cody::Q[i]) * ysq;
         }
-        let r = ysq * (num + ERF_P[4]) / (den + ERF_Q[4]);
-        let frac_1_sqrt_pi = 0.564_189_583_547_756_3;
-        exp_neg_sq(y) * (frac_1_sqrt_pi - r) / y
+        let r = ysq * (num + cody::P[4]) / (den + cody::Q[4]);
+        exp_neg_sq(y) * (cody::FRAC_1_SQRT_PI - r) / y
     };
     let r = (0.5 - erfc) + 0.5;
     if x < 0.0 {

@@ -34,7 +34,10 @@ fn unary_float_ops() {
         (UnaryOp::Sign, [-1.0, 0.0, 1.0, 1.0]),
         (UnaryOp::Exp, [(-1.5f64).exp(), 1.0, 0.5f64.exp(), 2.0f64.exp()]),
         (UnaryOp::Tanh, [(-1.5f64).tanh(), 0.0, 0.5f64.tanh(), 2.0f64.tanh()]),
-        (UnaryOp::Sigmoid, [1.0 / (1.0 + 1.5f64.exp()), 0.5, 1.0 / (1.0 + (-0.5f64).exp()), 1.0 / (1.0 + (-2.0f64).exp())]),
+        (
+            UnaryOp::Sigmoid,
+            [1.0 / (1.0 + 1.5f64.exp()), 0.5, 1.0 / (1.0 + (-0.5f64).exp()), 1.0 / (1.0 + (-2.0f64).exp())],
+        ),
         (UnaryOp::Erf, [-0.9661051464753108, 0.0, 0.5204998778130465, 0.9953222650189527]),
         (UnaryOp::Sin, [(-1.5f64).sin(), 0.0, 0.5f64.sin(), 2.0f64.sin()]),
         (UnaryOp::Cos, [(-1.5f64).cos(), 1.0, 0.5f64.cos(), 2.0f64.cos()]),
@@ -114,7 +117,10 @@ fn f16_rounds_every_op() {
     let x = konst(&b, DType::F16, [2], &[2048.0, 0.1]);
     let one = b.full(DType::F16, [2], 1.0).unwrap();
     let (_, got) = eval1(&b, &x.add(&one).unwrap());
-    assert_eq!(got, vec![2048.0, fusegraph_ir::f16::from_f64(fusegraph_ir::f16::from_f64(0.1).to_f64() + 1.0).to_f64()]);
+    assert_eq!(
+        got,
+        vec![2048.0, fusegraph_ir::f16::from_f64(fusegraph_ir::f16::from_f64(0.1).to_f64() + 1.0).to_f64()]
+    );
 }
 
 #[test]
@@ -207,10 +213,7 @@ fn gather_clamps_indices() {
     assert_eq!(eval1(&b, &g), (vec![4, 2], vec![1.0, 2.0, 1.0, 2.0, 5.0, 6.0, 5.0, 6.0]));
     let cols = konst(&b, DType::U32, [2, 2], &[1.0, 0.0, 4000000000.0, 1.0]);
     let g1 = table.gather(&cols, 1).unwrap();
-    assert_eq!(
-        eval1(&b, &g1),
-        (vec![3, 2, 2], vec![2.0, 1.0, 2.0, 2.0, 4.0, 3.0, 4.0, 4.0, 6.0, 5.0, 6.0, 6.0])
-    );
+    assert_eq!(eval1(&b, &g1), (vec![3, 2, 2], vec![2.0, 1.0, 2.0, 2.0, 4.0, 3.0, 4.0, 4.0, 6.0, 5.0, 6.0, 6.0]));
     let ti = konst(&b, DType::I32, [3], &[10.0, 20.0, 30.0]);
     let g2 = ti.gather(&konst(&b, DType::I32, [], &[1.0]), 0).unwrap();
     assert_eq!(eval1(&b, &g2), (vec![], vec![20.0]));

@@ -68,7 +68,12 @@ pub struct Executable {
 }
 
 fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
-    device.device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size: size.max(4), usage, mapped_at_creation: false })
+    device.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: size.max(4),
+        usage,
+        mapped_at_creation: false,
+    })
 }
 
 impl Device {
@@ -96,7 +101,11 @@ impl Device {
         let max_binding = limits.max_storage_buffer_binding_size as u64;
         for (id, loc) in &plan.locations {
             if loc.size > max_binding {
-                return Err(RuntimeError::TooLarge { what: format!("value {id} ({})", graph.ty(*id)), bytes: loc.size, limit: max_binding });
+                return Err(RuntimeError::TooLarge {
+                    what: format!("value {id} ({})", graph.ty(*id)),
+                    bytes: loc.size,
+                    limit: max_binding,
+                });
             }
         }
         for (what, bytes) in [("the arena", plan.arena_bytes), ("the persistent region", plan.persistent_bytes)] {
@@ -134,7 +143,12 @@ impl Device {
             outs.push((Slot { ty: graph.ty(o).clone(), loc }, staging_bytes));
             staging_bytes += loc.size;
         }
-        let staging = buffer(self, "fusegraph staging", staging_bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        let staging = buffer(
+            self,
+            "fusegraph staging",
+            staging_bytes,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        );
 
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut compiled = Vec::new();
@@ -158,13 +172,21 @@ impl Device {
                     }
                 })
                 .collect();
-            let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(&src.label), layout: &pipeline.1, entries: &entries });
+            let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(&src.label),
+                layout: &pipeline.1,
+                entries: &entries,
+            });
             let groups = src.invocations.div_ceil(WORKGROUP_SIZE as u64);
             let max_dim = limits.max_compute_workgroups_per_dimension as u64;
             let x = groups.min(max_dim);
             let y = if x == 0 { 0 } else { groups.div_ceil(x) };
             if y > max_dim {
-                return Err(RuntimeError::TooLarge { what: format!("kernel `{}` workgroups", src.label), bytes: groups, limit: max_dim * max_dim });
+                return Err(RuntimeError::TooLarge {
+                    what: format!("kernel `{}` workgroups", src.label),
+                    bytes: groups,
+                    limit: max_dim * max_dim,
+                });
             }
             let workgroups = [x as u32, y as u32, 1];
             let bytes_moved = src.bindings.iter().map(|b| plan.locations[&b.node].size).sum();
@@ -181,7 +203,18 @@ impl Device {
             persistent_bytes: plan.persistent_bytes,
             staging_bytes,
         };
-        Ok(Executable { device: self.clone(), kernels: compiled, inputs, params, outputs: outs, arena, persistent, staging, stats, plan })
+        Ok(Executable {
+            device: self.clone(),
+            kernels: compiled,
+            inputs,
+            params,
+            outputs: outs,
+            arena,
+            persistent,
+            staging,
+            stats,
+            plan,
+        })
     }
 }
 
@@ -213,9 +246,15 @@ impl Executable {
 
     /// Uploads a parameter's value; it stays on the device for every later run.
     pub fn set_parameter(&mut self, name: &str, value: &HostTensor) -> Result<()> {
-        let (slot, loaded) = self.params.get_mut(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.into() })?;
+        let (slot, loaded) =
+            self.params.get_mut(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.into() })?;
         if value.ty() != slot.ty {
-            return Err(RuntimeError::WrongType { what: "parameter", name: name.into(), expected: slot.ty.clone(), got: value.ty() });
+            return Err(RuntimeError::WrongType {
+                what: "parameter",
+                name: name.into(),
+                expected: slot.ty.clone(),
+                got: value.ty(),
+            });
         }
         self.device.queue.write_buffer(&self.persistent, slot.loc.offset, &value.to_bytes());
         *loaded = true;
@@ -229,9 +268,17 @@ impl Executable {
     pub fn run(&self, feeds: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
         let names = || self.inputs.keys().cloned().collect::<Vec<_>>().join(", ");
         for (name, value) in feeds {
-            let slot = self.inputs.get(*name).ok_or_else(|| RuntimeError::UnknownFeed { name: name.to_string(), inputs: names() })?;
+            let slot = self
+                .inputs
+                .get(*name)
+                .ok_or_else(|| RuntimeError::UnknownFeed { name: name.to_string(), inputs: names() })?;
             if value.ty() != slot.ty {
-                return Err(RuntimeError::WrongType { what: "feed", name: name.to_string(), expected: slot.ty.clone(), got: value.ty() });
+                return Err(RuntimeError::WrongType {
+                    what: "feed",
+                    name: name.to_string(),
+                    expected: slot.ty.clone(),
+                    got: value.ty(),
+                });
             }
         }
         for (name, slot) in &self.inputs {
@@ -249,9 +296,13 @@ impl Executable {
             d.queue.write_buffer(&self.arena, self.inputs[*name].loc.offset, &value.to_bytes());
         }
         let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let mut encoder = d.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph run") });
+        let mut encoder =
+            d.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph run") });
         {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("fusegraph kernels"), timestamp_writes: None });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("fusegraph kernels"),
+                timestamp_writes: None,
+            });
             for k in &self.kernels {
                 if k.workgroups[0] == 0 {
                     continue;
@@ -280,13 +331,15 @@ impl Executable {
             .map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })?
             .map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })?;
         let result = {
-            let view = self
-                .staging
-                .get_mapped_range(..)
-                .map_err(|e| RuntimeError::Wgpu { during: "reading the staging buffer".into(), detail: e.to_string() })?;
+            let view = self.staging.get_mapped_range(..).map_err(|e| RuntimeError::Wgpu {
+                during: "reading the staging buffer".into(),
+                detail: e.to_string(),
+            })?;
             self.outputs
                 .iter()
-                .map(|(slot, off)| HostTensor::from_bytes(&slot.ty, &view[*off as usize..(*off + slot.loc.size) as usize]))
+                .map(|(slot, off)| {
+                    HostTensor::from_bytes(&slot.ty, &view[*off as usize..(*off + slot.loc.size) as usize])
+                })
                 .collect::<std::result::Result<Vec<_>, _>>()
         };
         self.staging.unmap();

@@ -55,7 +55,8 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
         Op::Slice { start, stride, .. } => {
             let c = unravel(out, dims, "i", "c");
             let od = g.ty(ops[0]).shape.dims();
-            let oc: Vec<String> = (0..od.len()).map(|k| format!("({}u + {} * {}u)", start[k], c[k], stride[k])).collect();
+            let oc: Vec<String> =
+                (0..od.len()).map(|k| format!("({}u + {} * {}u)", start[k], c[k], stride[k])).collect();
             w(out, format!("return {a}({});", ravel(&oc, od)));
         }
         Op::Concat { axis } => {
@@ -99,7 +100,11 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
             let icoords = &c[*axis..*axis + idims.len()];
             let d = table[*axis];
             let j = format!("{}({})", v(ops[1]), ravel(icoords, idims));
-            let clamped = if it.dtype == DType::I32 { format!("u32(clamp({j}, 0i, {}i))", d as i64 - 1) } else { format!("min({j}, {}u)", d - 1) };
+            let clamped = if it.dtype == DType::I32 {
+                format!("u32(clamp({j}, 0i, {}i))", d as i64 - 1)
+            } else {
+                format!("min({j}, {}u)", d - 1)
+            };
             w(out, format!("let j = {clamped};"));
             let mut tc: Vec<String> = c[..*axis].to_vec();
             tc.push("j".into());
@@ -190,7 +195,10 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
             w(out, format!("    let iy = i32({} * {}u + ky * {}u) - {}i;", c[2], stride[0], dilation[0], padding[0]));
             w(out, format!("    if (iy < 0i || iy >= {}i) {{ continue; }}", xd[2]));
             w(out, format!("    for (var kx = 0u; kx < {}u; kx = kx + 1u) {{", wd[3]));
-            w(out, format!("        let ix = i32({} * {}u + kx * {}u) - {}i;", c[3], stride[1], dilation[1], padding[1]));
+            w(
+                out,
+                format!("        let ix = i32({} * {}u + kx * {}u) - {}i;", c[3], stride[1], dilation[1], padding[1]),
+            );
             w(out, format!("        if (ix < 0i || ix >= {}i) {{ continue; }}", xd[3]));
             let xi = ravel(&[c[0].clone(), "(cbase + ci)".into(), "u32(iy)".into(), "u32(ix)".into()], xd);
             let wi = ravel(&[c[1].clone(), "ci".into(), "ky".into(), "kx".into()], wd);

@@ -61,7 +61,8 @@ pub fn lower(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> KernelSource {
     let mut body = String::new();
     for (k, b) in bindings.iter().enumerate() {
         let dt = g.ty(b.node).dtype;
-        let _ = writeln!(body, "@group(0) @binding({k}) var<storage, read_write> b{k}: array<{}>;", storage_elem(dt, opts));
+        let _ =
+            writeln!(body, "@group(0) @binding({k}) var<storage, read_write> b{k}: array<{}>;", storage_elem(dt, opts));
     }
     body.push('\n');
     for (k, b) in bindings.iter().enumerate().filter(|(_, b)| !b.output) {
@@ -69,10 +70,13 @@ pub fn lower(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> KernelSource {
         let load = match dt {
             DType::Bool => format!("b{k}[i] != 0u"),
             DType::F16 if opts.f16_native => format!("f32(b{k}[i])"),
-            DType::F16 => format!("select(unpack2x16float(b{k}[i >> 1u]).x, unpack2x16float(b{k}[i >> 1u]).y, (i & 1u) == 1u)"),
+            DType::F16 => {
+                format!("select(unpack2x16float(b{k}[i >> 1u]).x, unpack2x16float(b{k}[i >> 1u]).y, (i & 1u) == 1u)")
+            }
             _ => format!("b{k}[i]"),
         };
-        let _ = writeln!(body, "fn v{}(i: u32) -> {} {{\n    return {load};\n}}\n", b.node.index(), crate::writer::vty(dt));
+        let _ =
+            writeln!(body, "fn v{}(i: u32) -> {} {{\n    return {load};\n}}\n", b.node.index(), crate::writer::vty(dt));
     }
     for &m in &kernel.members {
         let ty = g.ty(m);

@@ -16,7 +16,8 @@ pub struct ValidateError {
 pub fn validate(wgsl: &str) -> Result<naga::Module, ValidateError> {
     let module = naga::front::wgsl::parse_str(wgsl)
         .map_err(|e| ValidateError { message: e.emit_to_string(wgsl), source_text: wgsl.to_string() })?;
-    let mut validator = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all());
+    let mut validator =
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all());
     validator
         .validate(&module)
         .map_err(|e| ValidateError { message: e.emit_to_string(wgsl), source_text: wgsl.to_string() })?;

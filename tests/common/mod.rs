@@ -1,0 +1,309 @@
+//! The op catalog shared by the naga (null) tests and the device tests: one small graph per
+//! op × dtype × shape family, with random feeds (never zeros) suited to each op's domain.
+
+#![allow(dead_code)]
+
+use fusegraph::{BinaryOp, DType, Graph, GraphBuilder, HostTensor, NodeId, ReduceKind, Tensor, UnaryOp};
+
+/// A deterministic xorshift generator, so failures reproduce.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
+    }
+}
+
+/// The value domain an operand needs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Domain {
+    /// Anything in the dtype's test range (floats in [-3, 3]).
+    Any,
+    /// Strictly positive (log, sqrt, pow base).
+    Positive,
+    /// Away from zero (divisors, recip).
+    NonZero,
+    /// Indices for a table axis of this size; some out of range to exercise clamping.
+    Index(usize),
+}
+
+pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> HostTensor {
+    let n: usize = dims.iter().product();
+    let values: Vec<f64> = (0..n)
+        .map(|_| match (dtype, domain) {
+            (_, Domain::Index(d)) => {
+                (rng.uniform(-1.0, d as f64 + 1.0).floor()).max(if dtype == DType::U32 { 0.0 } else { -1.0 })
+            }
+            (DType::Bool, _) => (rng.next_u64() & 1) as f64,
+            (DType::F32 | DType::F16, Domain::Any) => {
+                let v = rng.uniform(-3.0, 3.0);
+                if v.abs() < 1e-3 {
+                    0.5
+                } else {
+                    v
+                }
+            }
+            (DType::F32 | DType::F16, Domain::Positive) => rng.uniform(0.25, 3.0),
+            (DType::F32 | DType::F16, Domain::NonZero) => {
+                let v = rng.uniform(0.5, 3.0);
+                if rng.next_u64() & 1 == 1 {
+                    v
+                } else {
+                    -v
+                }
+            }
+            (DType::I32, Domain::NonZero) => {
+                let v = rng.uniform(1.0, 20.0).floor();
+                if rng.next_u64() & 1 == 1 {
+                    v
+                } else {
+                    -v
+                }
+            }
+            (DType::U32, Domain::NonZero | Domain::Positive) => rng.uniform(1.0, 20.0).floor(),
+            (DType::I32, Domain::Positive) => rng.uniform(1.0, 20.0).floor(),
+            (DType::I32, _) => rng.uniform(-50.0, 50.0).floor(),
+            (DType::U32, _) => rng.uniform(0.0, 100.0).floor(),
+        })
+        .collect();
+    HostTensor::from_f64(dtype, dims.to_vec(), &values).expect("shape and values agree")
+}
+
+/// One test graph: build it, feed it, compare every output with the reference.
+pub struct Case {
+    pub name: String,
+    pub graph: Graph,
+    pub outputs: Vec<NodeId>,
+    pub feeds: Vec<(String, HostTensor)>,
+    /// Extra absolute tolerance for long f32 accumulations.
+    pub atol: f64,
+}
+
+/// Records inputs with random values while a case is built.
+pub struct CaseBuilder {
+    pub b: GraphBuilder,
+    rng: Rng,
+    feeds: Vec<(String, HostTensor)>,
+}
+
+impl CaseBuilder {
+    pub fn new(seed: u64) -> Self {
+        CaseBuilder { b: GraphBuilder::new(), rng: Rng::new(seed), feeds: Vec::new() }
+    }
+    pub fn input(&mut self, dtype: DType, dims: &[usize], domain: Domain) -> Tensor {
+        let name = format!("x{}", self.feeds.len());
+        let t = self.b.input(&name, dtype, dims.to_vec()).expect("valid input");
+        self.feeds.push((name, random(&mut self.rng, dtype, dims, domain)));
+        t
+    }
+    pub fn finish(self, name: impl Into<String>, outputs: &[&Tensor]) -> Case {
+        Case {
+            name: name.into(),
+            graph: self.b.graph(),
+            outputs: outputs.iter().map(|t| t.id()).collect(),
+            feeds: self.feeds,
+            atol: 0.0,
+        }
+    }
+}
+
+const SHAPES: [&[usize]; 6] = [&[], &[1], &[7], &[33, 5], &[2, 1, 3, 2, 2, 3], &[1000]];
+
+fn unary_domain(u: UnaryOp) -> Domain {
+    match u {
+        UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt => Domain::Positive,
+        UnaryOp::Recip => Domain::NonZero,
+        _ => Domain::Any,
+    }
+}
+
+/// Every op × every dtype it accepts, over several shapes. `seed` varies the values.
+pub fn catalog(seed: u64) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut s = seed;
+    let mut next = || {
+        s += 1;
+        CaseBuilder::new(s)
+    };
+    for u in UnaryOp::ALL {
+        for dt in DType::ALL.into_iter().filter(|&d| u.accepts(d)) {
+            for (k, dims) in SHAPES.iter().enumerate() {
+                let mut c = next();
+                let x = c.input(dt, dims, unary_domain(u));
+                let y = x.unary(u).unwrap();
+                cases.push(c.finish(format!("{}_{dt}_s{k}", u.name()), &[&y]));
+            }
+            // A transposed (strided) operand.
+            let mut c = next();
+            let x = c.input(dt, &[5, 3, 4], unary_domain(u));
+            let y = x.transpose(&[2, 0, 1]).unwrap().unary(u).unwrap();
+            cases.push(c.finish(format!("{}_{dt}_transposed", u.name()), &[&y]));
+        }
+    }
+    for op in BinaryOp::ALL {
+        for dt in DType::ALL.into_iter().filter(|&d| op.accepts(d)) {
+            let (da, db) = match op {
+                BinaryOp::Div => (Domain::Any, Domain::NonZero),
+                BinaryOp::Pow => (Domain::Positive, Domain::Any),
+                _ => (Domain::Any, Domain::Any),
+            };
+            for (k, dims) in SHAPES.iter().enumerate() {
+                let mut c = next();
+                let a = c.input(dt, dims, da);
+                let b = c.input(dt, dims, db);
+                let y = a.binary(op, &b).unwrap();
+                cases.push(c.finish(format!("{}_{dt}_s{k}", op.name()), &[&y]));
+            }
+            let mut c = next();
+            let a = c.input(dt, &[4, 1, 3], da);
+            let b = c.input(dt, &[5, 1], db);
+            let y = a.binary(op, &b).unwrap();
+            cases.push(c.finish(format!("{}_{dt}_broadcast", op.name()), &[&y]));
+        }
+    }
+    for dt in DType::ALL {
+        let mut c = next();
+        let cond = c.input(DType::Bool, &[6, 5], Domain::Any);
+        let a = c.input(dt, &[6, 5], Domain::Any);
+        let b = c.input(dt, &[1, 5], Domain::Any);
+        let y = cond.select(&a, &b).unwrap();
+        cases.push(c.finish(format!("select_{dt}"), &[&y]));
+        for to in DType::ALL {
+            let mut c = next();
+            let x = c.input(dt, &[37], Domain::Any);
+            let y = x.cast(to).unwrap();
+            cases.push(c.finish(format!("cast_{dt}_to_{to}"), &[&y]));
+        }
+        layout_cases(dt, &mut next, &mut cases);
+    }
+    numeric_cases(&mut next, &mut cases);
+    cases
+}
+
+fn layout_cases(dt: DType, next: &mut impl FnMut() -> CaseBuilder, cases: &mut Vec<Case>) {
+    let mut c = next();
+    let x = c.input(dt, &[3, 1], Domain::Any);
+    let y = x.broadcast_in_dim(vec![2, 3, 4], vec![1, 2]).unwrap();
+    let z = c.input(dt, &[], Domain::Any).broadcast_to([5, 2]).unwrap();
+    cases.push(c.finish(format!("broadcast_{dt}"), &[&y, &z]));
+
+    let mut c = next();
+    let x = c.input(dt, &[4, 6], Domain::Any);
+    let y = x.reshape([2, 3, 4]).unwrap();
+    cases.push(c.finish(format!("reshape_{dt}"), &[&y]));
+
+    let mut c = next();
+    let x = c.input(dt, &[2, 3, 1, 2, 3, 2], Domain::Any);
+    let y = x.transpose(&[5, 3, 0, 2, 4, 1]).unwrap();
+    let w = c.input(dt, &[7, 9], Domain::Any).t().unwrap();
+    cases.push(c.finish(format!("transpose_{dt}"), &[&y, &w]));
+
+    let mut c = next();
+    let x = c.input(dt, &[9, 10, 3], Domain::Any);
+    let y = x.slice(&[1, 2, 0], &[8, 10, 3], &[3, 2, 1]).unwrap();
+    cases.push(c.finish(format!("slice_{dt}"), &[&y]));
+
+    let mut c = next();
+    let (a, b, d) =
+        (c.input(dt, &[2, 3], Domain::Any), c.input(dt, &[2, 1], Domain::Any), c.input(dt, &[2, 4], Domain::Any));
+    let y = c.b.concat(&[&a, &b, &d], 1).unwrap();
+    let z = c.b.concat(&[&a, &a], 0).unwrap();
+    cases.push(c.finish(format!("concat_{dt}"), &[&y, &z]));
+
+    let mut c = next();
+    let x = c.input(dt, &[3, 4], Domain::Any);
+    let y = x.pad(&[1, 0], &[2, 3], 1.0).unwrap();
+    cases.push(c.finish(format!("pad_{dt}"), &[&y]));
+
+    for it in [DType::I32, DType::U32] {
+        for axis in [0, 1] {
+            let mut c = next();
+            let table = c.input(dt, &[6, 5, 2], Domain::Any);
+            let dim = table.dims()[axis];
+            let idx = c.input(it, &[3, 4], Domain::Index(dim));
+            let y = table.gather(&idx, axis).unwrap();
+            cases.push(c.finish(format!("gather_{dt}_{it}_axis{axis}"), &[&y]));
+        }
+    }
+}
+
+fn numeric_cases(next: &mut impl FnMut() -> CaseBuilder, cases: &mut Vec<Case>) {
+    for dt in [DType::F32, DType::F16, DType::I32, DType::U32] {
+        for kind in ReduceKind::ALL {
+            for (axes, keep) in [(&[1usize][..], false), (&[0, 2][..], true), (&[0, 1, 2][..], false)] {
+                let mut c = next();
+                // Products of many values overflow; keep their reductions short.
+                let dims: &[usize] = if kind == ReduceKind::Prod { &[2, 3, 2] } else { &[5, 17, 3] };
+                let domain = if kind == ReduceKind::Prod && dt.is_float() { Domain::NonZero } else { Domain::Any };
+                let x = c.input(dt, dims, domain);
+                let y = x.reduce(kind, axes, keep).unwrap();
+                let mut case = c.finish(format!("reduce_{}_{dt}_{axes:?}_{keep}", kind.name()), &[&y]);
+                case.atol = 1e-4;
+                cases.push(case);
+            }
+        }
+        let mut c = next();
+        let x = c.input(dt, &[4, 9, 3], Domain::Any);
+        let y = x.argmax(1, false).unwrap();
+        let z = x.argmax(2, true).unwrap();
+        cases.push(c.finish(format!("argmax_{dt}"), &[&y, &z]));
+
+        let mut c = next();
+        let a = c.input(dt, &[2, 1, 7, 33], Domain::Any);
+        let b = c.input(dt, &[3, 33, 5], Domain::Any);
+        let y = a.matmul(&b).unwrap();
+        let mut case = c.finish(format!("matmul_{dt}_batched"), &[&y]);
+        case.atol = 1e-4;
+        cases.push(case);
+
+        let mut c = next();
+        let x = c.input(dt, &[3, 4, 5], Domain::Any);
+        let i = c.b.iota(dt, vec![3, 4], 1).unwrap();
+        let f = c.b.full(dt, vec![2], 3.0).unwrap();
+        let k = c.b.constant(dt, vec![2], &[1.0, 2.0]).unwrap();
+        let y = x.sum(&[2], false).unwrap().add(&i).unwrap();
+        cases.push(c.finish(format!("leaves_{dt}"), &[&y, &f, &k]));
+    }
+    for dt in [DType::F32, DType::F16] {
+        for (stride, pad, dil, groups) in
+            [([1, 1], [0, 0], [1, 1], 1), ([2, 1], [1, 2], [1, 1], 2), ([1, 2], [2, 1], [2, 1], 4)]
+        {
+            let mut c = next();
+            let x = c.input(dt, &[2, 4, 9, 8], Domain::Any);
+            let w = c.input(dt, &[8, 4 / groups, 3, 3], Domain::Any);
+            let y = x.conv2d(&w, stride, pad, dil, groups).unwrap();
+            let mut case = c.finish(format!("conv2d_{dt}_s{stride:?}_p{pad:?}_d{dil:?}_g{groups}"), &[&y]);
+            case.atol = 1e-4;
+            cases.push(case);
+        }
+        let mut c = next();
+        let x = c.input(dt, &[2, 3, 9, 7], Domain::Any);
+        let y = x.max_pool2d([3, 2], [2, 2], [1, 1]).unwrap();
+        let z = x.avg_pool2d([2, 3], [1, 2], [1, 0]).unwrap();
+        cases.push(c.finish(format!("pool_{dt}"), &[&y, &z]));
+    }
+}
+
+/// Tensors larger than 65535 workgroups of 256 invocations: the dispatch must split.
+pub fn large_cases() -> Vec<Case> {
+    let n = 65535 * 256 + 1001;
+    let mut out = Vec::new();
+    for dt in [DType::F32, DType::F16] {
+        let mut c = CaseBuilder::new(99);
+        let a = c.input(dt, &[n], Domain::Any);
+        let b = c.input(dt, &[n], Domain::Any);
+        let y = a.mul(&b).unwrap().add(&a).unwrap();
+        out.push(c.finish(format!("large_{dt}"), &[&y]));
+    }
+    out
+}

@@ -1,0 +1,63 @@
+//! Device tests: every catalog case runs on the device (one kernel per op) and matches the
+//! CPU reference within a per-dtype tolerance, in both f16 forms where the adapter has
+//! native f16. The backend is whatever `FUSEGRAPH_BACKEND` picks (CI runs Vulkan and GL).
+
+mod common;
+
+use common::Case;
+use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
+use fusegraph::{CompileOptions, Device, DeviceOptions, FusionMode, HostTensor};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn check(device: &Arc<Device>, case: &Case, fusion: FusionMode) -> Result<(), String> {
+    let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
+    let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).map_err(|e| format!("reference: {e}"))?;
+    let exe =
+        device.compile(&case.graph, &case.outputs, &CompileOptions { fusion }).map_err(|e| format!("compile: {e}"))?;
+    let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (rtol, atol) = tolerance(w.dtype());
+        let atol = if w.dtype().is_float() { atol.max(case.atol) } else { atol };
+        assert_close(g, w, rtol, atol).map_err(|e| format!("output {k}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn devices() -> Vec<(String, Arc<Device>)> {
+    let native = Device::new(&DeviceOptions { f16_native: Some(true), ..Default::default() }).expect("a device");
+    let mut out = Vec::new();
+    if native.f16_native() {
+        out.push(("native f16".to_string(), Arc::new(native)));
+    }
+    let packed = Device::new(&DeviceOptions { f16_native: Some(false), ..Default::default() }).expect("a device");
+    out.push(("packed f16".to_string(), Arc::new(packed)));
+    out
+}
+
+fn run_all(cases: &[Case], fusion: FusionMode) {
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for (form, device) in devices() {
+        eprintln!("device: {} ({form})", device.describe());
+        for case in cases {
+            ran += 1;
+            if let Err(e) = check(&device, case, fusion) {
+                failures.push(format!("{} [{form}]: {e}", case.name));
+            }
+        }
+    }
+    eprintln!("{ran} device checks, {} failed", failures.len());
+    assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn every_op_matches_the_reference_unfused() {
+    run_all(&common::catalog(1), FusionMode::Off);
+}
+
+#[test]
+fn large_tensors_split_the_dispatch() {
+    run_all(&common::large_cases(), FusionMode::Off);
+}

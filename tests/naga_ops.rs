@@ -1,0 +1,29 @@
+//! Null tests: every kernel of every catalog case lowers to WGSL that naga accepts, in both
+//! f16 forms (native `f16` and packed in u32). No device is opened.
+
+mod common;
+
+use fusegraph::crates::passes::{partition, FusionMode};
+use fusegraph::crates::wgsl::{lower, validate, LowerOptions};
+
+#[test]
+fn every_catalog_kernel_validates_in_both_f16_forms() {
+    let mut cases = common::catalog(1);
+    cases.extend(common::large_cases());
+    let mut shaders = 0;
+    for case in &cases {
+        for mode in [FusionMode::Off, FusionMode::On] {
+            let kernels = partition(&case.graph, &case.outputs, mode).unwrap();
+            for k in &kernels {
+                for f16_native in [false, true] {
+                    let src = lower(&case.graph, k, &LowerOptions { f16_native });
+                    if let Err(e) = validate(&src.wgsl) {
+                        panic!("case {} kernel {} (f16_native={f16_native}): {e}", case.name, src.label);
+                    }
+                    shaders += 1;
+                }
+            }
+        }
+    }
+    assert!(shaders > 500, "only {shaders} shaders validated");
+}
