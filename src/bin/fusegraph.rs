@@ -34,7 +34,7 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
     let l = device.limits();
     let limits: Vec<(&str, u64)> = vec![
         ("max_buffer_size", l.max_buffer_size),
-        ("max_storage_buffer_binding_size", l.max_storage_buffer_binding_size as u64),
+        ("max_storage_buffer_binding_size", l.max_storage_buffer_binding_size),
         ("min_storage_buffer_offset_alignment", l.min_storage_buffer_offset_alignment as u64),
         ("max_storage_buffers_per_shader_stage", l.max_storage_buffers_per_shader_stage as u64),
         ("max_compute_workgroups_per_dimension", l.max_compute_workgroups_per_dimension as u64),

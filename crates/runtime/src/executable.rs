@@ -98,7 +98,7 @@ impl Device {
             }
         }
         let plan = plan_memory(graph, &kernels, outputs, limits.min_storage_buffer_offset_alignment as u64);
-        let max_binding = limits.max_storage_buffer_binding_size as u64;
+        let max_binding = limits.max_storage_buffer_binding_size;
         for (id, loc) in &plan.locations {
             if loc.size > max_binding {
                 return Err(RuntimeError::TooLarge {

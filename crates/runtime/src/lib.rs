@@ -15,3 +15,5 @@ pub use device::{Backend, Device, DeviceOptions};
 pub use error::{Result, RuntimeError};
 pub use executable::{CompileOptions, Executable, ExecutableStats, KernelStats};
 pub use fusegraph_passes::FusionMode;
+/// wgpu's backend enum, as reported in [`Device::info`].
+pub use wgpu::Backend as WgpuBackend;

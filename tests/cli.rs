@@ -1,0 +1,43 @@
+//! The `fusegraph` program: `info` works, a bad backend name is a clear error.
+
+use std::process::Command;
+
+fn fusegraph(args: &[&str], backend: Option<&str>) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fusegraph"));
+    cmd.args(args);
+    if let Some(b) = backend {
+        cmd.env("FUSEGRAPH_BACKEND", b);
+    }
+    cmd.output().expect("the binary runs")
+}
+
+#[test]
+fn info_json_names_adapter_and_limits() {
+    let out = fusegraph(&["info", "--json"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for key in [
+        "\"adapter\"",
+        "\"backend\"",
+        "\"max_storage_buffer_binding_size\"",
+        "\"min_storage_buffer_offset_alignment\"",
+        "\"features\"",
+    ] {
+        assert!(text.contains(key), "missing {key} in {text}");
+    }
+}
+
+#[test]
+fn unknown_backend_is_reported_not_panicked() {
+    let out = fusegraph(&["info"], Some("cuda"));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("unknown backend `cuda` (expected vulkan, gl, metal or dx12)"), "{err}");
+    assert!(!err.contains("panicked"));
+}
+
+#[test]
+fn unknown_command_is_usage_error() {
+    let out = fusegraph(&["frobnicate"], None);
+    assert_eq!(out.status.code(), Some(2));
+}
