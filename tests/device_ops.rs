@@ -19,7 +19,12 @@ fn check(device: &Arc<Device>, case: &Case, fusion: FusionMode) -> Result<(), St
     let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
         let (rtol, atol) = tolerance(w.dtype());
-        let atol = if w.dtype().is_float() { atol.max(case.atol) } else { atol };
+        let mut atol = if w.dtype().is_float() { atol.max(case.atol) } else { atol };
+        let mut rtol = rtol;
+        if w.dtype() == fusegraph::DType::F16 {
+            rtol = rtol.max(case.f16_tol);
+            atol = atol.max(case.f16_tol);
+        }
         assert_close(g, w, rtol, atol).map_err(|e| format!("output {k}: {e}"))?;
     }
     Ok(())
@@ -60,4 +65,11 @@ fn every_op_matches_the_reference_unfused() {
 #[test]
 fn large_tensors_split_the_dispatch() {
     run_all(&common::large_cases(), FusionMode::Off);
+}
+
+#[test]
+fn every_op_matches_the_reference_fused() {
+    let mut cases = common::catalog(7);
+    cases.extend(common::composite_cases());
+    run_all(&cases, FusionMode::On);
 }

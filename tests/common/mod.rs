@@ -87,6 +87,9 @@ pub struct Case {
     pub feeds: Vec<(String, HostTensor)>,
     /// Extra absolute tolerance for long f32 accumulations.
     pub atol: f64,
+    /// Extra relative and absolute tolerance for f16 outputs of multi-op graphs: the reference
+    /// rounds every intermediate to f16, a fused kernel keeps them in f32.
+    pub f16_tol: f64,
 }
 
 /// Records inputs with random values while a case is built.
@@ -113,6 +116,7 @@ impl CaseBuilder {
             outputs: outputs.iter().map(|t| t.id()).collect(),
             feeds: self.feeds,
             atol: 0.0,
+            f16_tol: 0.0,
         }
     }
 }
@@ -306,4 +310,103 @@ pub fn large_cases() -> Vec<Case> {
         out.push(c.finish(format!("large_{dt}"), &[&y]));
     }
     out
+}
+
+/// Composite patterns the fusion pass must handle: row patterns over any axis, epilogues,
+/// long chains, sibling reductions. Each is named by what it checks.
+pub fn composite_cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    let f = DType::F32;
+    for (name, build) in composite_builders() {
+        for dt in [f, DType::F16] {
+            let mut c = CaseBuilder::new(name.len() as u64 * 31 + dt as u64);
+            let outs = build(&mut c, dt);
+            let refs: Vec<&Tensor> = outs.iter().collect();
+            let mut case = c.finish(format!("{name}_{dt}"), &refs);
+            case.atol = 1e-4;
+            case.f16_tol = 1e-2;
+            out.push(case);
+        }
+    }
+    out
+}
+
+type Builder = fn(&mut CaseBuilder, DType) -> Vec<Tensor>;
+
+/// The composite graphs, by name.
+pub fn composite_builders() -> Vec<(&'static str, Builder)> {
+    vec![
+        ("chain20", |c, dt| {
+            let mut x = c.input(dt, &[1000], Domain::Any);
+            let y = c.input(dt, &[1000], Domain::Any);
+            for k in 0..20 {
+                x = match k % 4 {
+                    0 => x.add(&y).unwrap(),
+                    1 => x.mul_scalar(0.5).unwrap(),
+                    2 => x.tanh().unwrap(),
+                    _ => x.sub(&y).unwrap(),
+                };
+            }
+            vec![x]
+        }),
+        ("softmax_last", |c, dt| vec![c.input(dt, &[13, 100], Domain::Any).softmax(1).unwrap()]),
+        ("softmax_axis0", |c, dt| vec![c.input(dt, &[100, 13], Domain::Any).softmax(0).unwrap()]),
+        ("softmax_short_rows", |c, dt| vec![c.input(dt, &[50, 3, 5], Domain::Any).softmax(1).unwrap()]),
+        ("log_softmax", |c, dt| vec![c.input(dt, &[6, 70], Domain::Any).log_softmax(1).unwrap()]),
+        ("layer_norm", |c, dt| {
+            let x = c.input(dt, &[8, 96], Domain::Any);
+            let gamma = c.input(dt, &[96], Domain::Any);
+            let beta = c.input(dt, &[96], Domain::Any);
+            vec![x.layer_norm(&[1], 1e-5).unwrap().mul(&gamma).unwrap().add(&beta).unwrap()]
+        }),
+        ("layer_norm_gelu", |c, dt| {
+            vec![c.input(dt, &[4, 80], Domain::Any).layer_norm(&[1], 1e-5).unwrap().gelu().unwrap()]
+        }),
+        ("matmul_bias_relu", |c, dt| {
+            let a = c.input(dt, &[17, 40], Domain::Any);
+            let b = c.input(dt, &[40, 23], Domain::Any);
+            let bias = c.input(dt, &[23], Domain::Any);
+            vec![a.matmul(&b).unwrap().add(&bias).unwrap().relu().unwrap()]
+        }),
+        ("gelu_relu_matmul_bias", |c, dt| {
+            let a = c.input(dt, &[9, 33], Domain::Any);
+            let b = c.input(dt, &[33, 20], Domain::Any);
+            let bias = c.input(dt, &[20], Domain::Any);
+            vec![a.matmul(&b).unwrap().relu().unwrap().add(&bias).unwrap().gelu().unwrap()]
+        }),
+        ("conv_bn_relu", |c, dt| {
+            let x = c.input(dt, &[2, 3, 10, 10], Domain::Any);
+            let w = c.input(dt, &[8, 3, 3, 3], Domain::Any);
+            let mean = c.input(dt, &[8, 1, 1], Domain::Any);
+            let var = c.input(dt, &[8, 1, 1], Domain::Positive);
+            let gamma = c.input(dt, &[8, 1, 1], Domain::Any);
+            let beta = c.input(dt, &[8, 1, 1], Domain::Any);
+            let y = x.conv2d(&w, [1, 1], [1, 1], [1, 1], 1).unwrap();
+            let scale = var.add_scalar(1e-5).unwrap().rsqrt().unwrap().mul(&gamma).unwrap();
+            vec![y.sub(&mean).unwrap().mul(&scale).unwrap().add(&beta).unwrap().relu().unwrap()]
+        }),
+        ("sibling_reductions", |c, dt| {
+            let x = c.input(dt, &[6, 200], Domain::Any);
+            let e = x.exp().unwrap();
+            vec![e.sum(&[1], false).unwrap(), e.max(&[1], false).unwrap()]
+        }),
+        ("reduce_all", |c, dt| {
+            vec![c.input(dt, &[300, 7], Domain::Any).mul_scalar(0.1).unwrap().sum(&[0, 1], false).unwrap()]
+        }),
+        ("variance_keepdims_false", |c, dt| vec![c.input(dt, &[5, 90], Domain::Any).variance(&[1], false).unwrap()]),
+        ("attention_scores", |c, dt| {
+            let q = c.input(dt, &[2, 16, 8], Domain::Any);
+            let k = c.input(dt, &[2, 16, 8], Domain::Any);
+            let v = c.input(dt, &[2, 16, 8], Domain::Any);
+            let s = q.matmul(&k.t().unwrap()).unwrap().mul_scalar(0.35).unwrap().softmax(2).unwrap();
+            vec![s.matmul(&v).unwrap()]
+        }),
+        ("shared_producer_two_consumers", |c, dt| {
+            let x = c.input(dt, &[40, 30], Domain::Any);
+            let e = x.exp().unwrap();
+            let a = e.sum(&[1], true).unwrap();
+            let b = e.mul_scalar(2.0).unwrap().add(&x).unwrap();
+            vec![a, b]
+        }),
+    ]
 }

@@ -19,10 +19,19 @@ pub enum FusionMode {
 }
 
 /// What a kernel's main loop iterates over.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KernelKind {
     /// One invocation per output element (or per packed word of f16 output).
     Loop,
+    /// One workgroup per row: every reduction in the kernel reduces `axes` of a value of
+    /// `shape`; the workgroup reduces its row cooperatively in workgroup memory, keeps each
+    /// result for the rest of the kernel, then writes the row's outputs.
+    Row {
+        /// The shape being reduced.
+        shape: Vec<usize>,
+        /// The reduced axes.
+        axes: Vec<usize>,
+    },
 }
 
 /// A group of nodes lowered to one compute shader.
@@ -62,15 +71,53 @@ pub fn make_kernel(g: &Graph, members: Vec<NodeId>, graph_outputs: &[NodeId], li
     Kernel { kind: KernelKind::Loop, members, outputs, inputs }
 }
 
-/// Partitions the nodes that `outputs` depend on into kernels, in a valid execution order.
+/// Partitions the nodes that `outputs` depend on into kernels, in a valid execution order:
+/// one per op with [`FusionMode::Off`], fused by [`crate::fuse`] with default options
+/// otherwise.
 pub fn partition(g: &Graph, outputs: &[NodeId], mode: FusionMode) -> Result<Vec<Kernel>> {
+    if mode == FusionMode::On {
+        return Ok(crate::fuse::fuse(g, outputs, &crate::fuse::FusionOptions::default())?.kernels);
+    }
     let order = g.reachable(outputs)?;
     let live: BTreeSet<NodeId> = order.iter().copied().collect();
-    let _ = mode; // Fusion arrives with the fusion pass; until then both modes partition alike.
     Ok(order
         .iter()
         .copied()
         .filter(|&id| !is_memory_leaf(&g.node(id).op))
         .map(|id| make_kernel(g, vec![id], outputs, &live))
         .collect())
+}
+
+/// Operands that an op reads at the same linear index as the element it computes
+/// (elementwise ops and reshapes). Chains of such edges from a kernel output form its
+/// *region*: values computed once per output element and kept in registers.
+pub fn same_index_operands(g: &Graph, id: NodeId) -> Vec<NodeId> {
+    let node = g.node(id);
+    if node.op.is_elementwise() || matches!(node.op, Op::Reshape { .. }) {
+        g.operands(id)
+    } else {
+        Vec::new()
+    }
+}
+
+/// The region of each output of a kernel: the members reachable from it through
+/// same-index edges, in topological (member) order, the output last.
+pub fn regions(g: &Graph, kernel: &Kernel) -> Vec<(NodeId, Vec<NodeId>)> {
+    let members: BTreeSet<NodeId> = kernel.members.iter().copied().collect();
+    kernel
+        .outputs
+        .iter()
+        .map(|&o| {
+            let mut set = BTreeSet::from([o]);
+            let mut stack = vec![o];
+            while let Some(n) = stack.pop() {
+                for p in same_index_operands(g, n) {
+                    if members.contains(&p) && set.insert(p) {
+                        stack.push(p);
+                    }
+                }
+            }
+            (o, kernel.members.iter().copied().filter(|m| set.contains(m)).collect())
+        })
+        .collect()
 }

@@ -6,8 +6,12 @@
 
 #![warn(missing_docs)]
 
+pub mod cost;
+pub mod fuse;
 pub mod kernel;
+pub mod liveness;
 pub mod memory_plan;
 
+pub use fuse::{fuse, Decision, Fusion, FusionOptions, Veto};
 pub use kernel::{partition, FusionMode, Kernel, KernelKind};
 pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};

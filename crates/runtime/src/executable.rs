@@ -2,8 +2,8 @@
 
 use crate::{Device, Result, RuntimeError};
 use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
-use fusegraph_passes::{partition, plan_memory, FusionMode, Location, MemoryPlan, Region};
-use fusegraph_wgsl::{lower, LowerOptions, WORKGROUP_SIZE};
+use fusegraph_passes::{fuse, partition, plan_memory, FusionMode, FusionOptions, Location, MemoryPlan, Region};
+use fusegraph_wgsl::{lower, LowerOptions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -84,10 +84,19 @@ impl Device {
         for &o in outputs {
             graph.check(o)?;
         }
-        let kernels = partition(graph, outputs, opts.fusion)?;
+        let limits = self.limits();
+        let kernels = match opts.fusion {
+            FusionMode::Off => partition(graph, outputs, FusionMode::Off)?,
+            FusionMode::On => {
+                let fopts = FusionOptions {
+                    max_bindings: limits.max_storage_buffers_per_shader_stage as usize,
+                    ..Default::default()
+                };
+                fuse(graph, outputs, &fopts)?.kernels
+            }
+        };
         let lower_opts = LowerOptions { f16_native: self.f16_native() };
         let sources: Vec<_> = kernels.iter().map(|k| lower(graph, k, &lower_opts)).collect();
-        let limits = self.limits();
         for s in &sources {
             if s.bindings.len() > limits.max_storage_buffers_per_shader_stage as usize {
                 return Err(RuntimeError::TooManyBindings {
@@ -177,7 +186,7 @@ impl Device {
                 layout: &pipeline.1,
                 entries: &entries,
             });
-            let groups = src.invocations.div_ceil(WORKGROUP_SIZE as u64);
+            let groups = src.workgroups;
             let max_dim = limits.max_compute_workgroups_per_dimension as u64;
             let x = groups.min(max_dim);
             let y = if x == 0 { 0 } else { groups.div_ceil(x) };

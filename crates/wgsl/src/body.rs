@@ -29,13 +29,10 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
         Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } => {
             unreachable!("memory leaves are loaded, never computed")
         }
-        Op::Unary(u) => w(out, format!("return {};", unary(*u, ty.dtype, &format!("{a}(i)")))),
-        Op::Binary(b) => {
-            let dt = g.ty(ops[0]).dtype;
-            w(out, format!("return {};", binary(*b, dt, &format!("{a}(i)"), &format!("{}(i)", v(ops[1])))));
+        Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast { .. } => {
+            let args: Vec<String> = ops.iter().map(|&o| format!("{}(i)", v(o))).collect();
+            w(out, format!("return {};", elementwise_expr(g, id, &args)));
         }
-        Op::Select => w(out, format!("return select({}(i), {}(i), {a}(i));", v(ops[2]), v(ops[1]))),
-        Op::Cast { to } => w(out, format!("return {};", cast(g.ty(ops[0]).dtype, *to, &format!("{a}(i)")))),
         Op::Reshape { .. } => w(out, format!("return {a}(i);")),
         Op::Broadcast { dims: map, .. } => {
             let c = unravel(out, dims, "i", "c");
@@ -235,6 +232,19 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
                 PoolKind::Avg => w(out, format!("return acc / {}.0f;", window[0] * window[1])),
             }
         }
+    }
+}
+
+/// The expression of elementwise node `id` given its operands' values as expressions.
+pub fn elementwise_expr(g: &Graph, id: NodeId, args: &[String]) -> String {
+    let node = g.node(id);
+    let ops = g.operands(id);
+    match &node.op {
+        Op::Unary(u) => unary(*u, node.ty.dtype, &args[0]),
+        Op::Binary(b) => binary(*b, g.ty(ops[0]).dtype, &args[0], &args[1]),
+        Op::Select => format!("select({}, {}, {})", args[2], args[1], args[0]),
+        Op::Cast { to } => cast(g.ty(ops[0]).dtype, *to, &args[0]),
+        _ => unreachable!("only elementwise ops have an elementwise expression"),
     }
 }
 

@@ -1,8 +1,10 @@
 //! Assembles one kernel's shader: bindings, load functions, element functions, `main`.
 
-use crate::body::write_body;
-use fusegraph_ir::{DType, Graph, NodeId};
-use fusegraph_passes::Kernel;
+use crate::body::{combine, elementwise_expr, reduce_identity, write_body};
+use crate::writer::{ravel, unravel, vty};
+use fusegraph_ir::{DType, Graph, NodeId, Op};
+use fusegraph_passes::kernel::{regions, same_index_operands};
+use fusegraph_passes::{Kernel, KernelKind};
 use std::fmt::Write;
 
 /// Invocations per workgroup of every loop kernel.
@@ -34,8 +36,8 @@ pub struct KernelSource {
     pub wgsl: String,
     /// Binding `k` of group 0 is `bindings[k]`.
     pub bindings: Vec<Binding>,
-    /// Invocations needed (one per output element, or per packed f16 word).
-    pub invocations: u64,
+    /// Workgroups to dispatch (a linear count; the runtime folds it into a 2-D grid).
+    pub workgroups: u64,
     /// A short label naming the member ops, for debugging and profiles.
     pub label: String,
 }
@@ -61,8 +63,13 @@ pub fn lower(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> KernelSource {
     let mut body = String::new();
     for (k, b) in bindings.iter().enumerate() {
         let dt = g.ty(b.node).dtype;
-        let _ =
-            writeln!(body, "@group(0) @binding({k}) var<storage, read_write> b{k}: array<{}>;", storage_elem(dt, opts));
+        let elem = if b.output && packed_f16(dt, opts) && matches!(kernel.kind, KernelKind::Row { .. }) {
+            // Rows write single halves of shared words from different workgroups.
+            "atomic<u32>"
+        } else {
+            storage_elem(dt, opts)
+        };
+        let _ = writeln!(body, "@group(0) @binding({k}) var<storage, read_write> b{k}: array<{elem}>;");
     }
     body.push('\n');
     for (k, b) in bindings.iter().enumerate().filter(|(_, b)| !b.output) {
@@ -78,47 +85,60 @@ pub fn lower(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> KernelSource {
         let _ =
             writeln!(body, "fn v{}(i: u32) -> {} {{\n    return {load};\n}}\n", b.node.index(), crate::writer::vty(dt));
     }
+    let row_reduces: Vec<NodeId> = match kernel.kind {
+        KernelKind::Row { .. } => {
+            kernel.members.iter().copied().filter(|&m| matches!(g.node(m).op, Op::Reduce { .. })).collect()
+        }
+        KernelKind::Loop => Vec::new(),
+    };
     for &m in &kernel.members {
         let ty = g.ty(m);
         let _ = writeln!(body, "// {} : {}", g.node(m).op.name(), ty);
-        let _ = writeln!(body, "fn v{}(i: u32) -> {} {{", m.index(), crate::writer::vty(ty.dtype));
-        write_body(g, m, &mut body);
+        let _ = writeln!(body, "fn v{}(i: u32) -> {} {{", m.index(), vty(ty.dtype));
+        if let Some(k) = row_reduces.iter().position(|&r| r == m) {
+            // The workgroup reduced this row already; every use inside the kernel is in it.
+            let _ = writeln!(body, "    return fg_red{k}[0];");
+        } else {
+            write_body(g, m, &mut body);
+        }
         body.push_str("}\n\n");
     }
 
-    let mut invocations = 0u64;
-    let mut main = String::new();
-    let _ = writeln!(main, "@compute @workgroup_size({WORKGROUP_SIZE})");
-    let _ = writeln!(
-        main,
-        "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{"
-    );
-    let _ = writeln!(main, "    let t = (wid.y * nwg.x + wid.x) * {WORKGROUP_SIZE}u + lid;");
-    for (k, b) in bindings.iter().enumerate().filter(|(_, b)| b.output) {
-        let ty = g.ty(b.node);
-        let n = ty.shape.numel() as u64;
-        let f = format!("v{}", b.node.index());
-        if packed_f16(ty.dtype, opts) {
-            let words = n.div_ceil(2);
-            invocations = invocations.max(words);
-            let _ = writeln!(main, "    if (t < {words}u) {{");
-            let _ = writeln!(main, "        let e = 2u * t;");
-            let _ = writeln!(main, "        var hi = 0.0f;");
-            let _ = writeln!(main, "        if (e + 1u < {n}u) {{ hi = {f}(e + 1u); }}");
-            let _ = writeln!(main, "        b{k}[t] = pack2x16float(vec2<f32>({f}(e), hi));");
-            let _ = writeln!(main, "    }}");
-        } else {
-            invocations = invocations.max(n);
-            let value = match ty.dtype {
-                DType::Bool => format!("select(0u, 1u, {f}(t))"),
-                DType::F16 => format!("f16({f}(t))"),
-                _ => format!("{f}(t)"),
+    // Each output's region (its same-index chain) is computed once per element, in
+    // registers, by `eN`; values reached through index changes are function calls.
+    for (o, region) in regions(g, kernel) {
+        let _ = writeln!(body, "fn e{}(i: u32) -> {} {{", o.index(), vty(g.ty(o).dtype));
+        for &n in &region {
+            let node = g.node(n);
+            let same = same_index_operands(g, n);
+            let expr = if node.op.is_elementwise() || matches!(node.op, Op::Reshape { .. }) {
+                let args: Vec<String> = g
+                    .operands(n)
+                    .iter()
+                    .map(|&p| {
+                        if same.contains(&p) && region.contains(&p) {
+                            format!("x{}", p.index())
+                        } else {
+                            format!("v{}(i)", p.index())
+                        }
+                    })
+                    .collect();
+                if node.op.is_elementwise() {
+                    elementwise_expr(g, n, &args)
+                } else {
+                    args[0].clone()
+                }
+            } else {
+                format!("v{}(i)", n.index())
             };
-            let _ = writeln!(main, "    if (t < {n}u) {{ b{k}[t] = {value}; }}");
+            let _ = writeln!(body, "    let x{} = {expr};", n.index());
         }
+        let _ = writeln!(body, "    return x{};\n}}\n", o.index());
     }
-    main.push_str("}\n");
-
+    let (main, workgroups) = match &kernel.kind {
+        KernelKind::Loop => loop_main(g, &bindings, opts),
+        KernelKind::Row { shape, axes } => row_main(g, &bindings, &row_reduces, shape, axes, opts, &mut body),
+    };
     let mut wgsl = String::new();
     let uses_f16 = opts.f16_native && bindings.iter().any(|b| g.ty(b.node).dtype == DType::F16);
     if uses_f16 {
@@ -134,5 +154,143 @@ pub fn lower(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> KernelSource {
     }
     wgsl.push_str(&main);
     let label = kernel.members.iter().map(|&m| g.node(m).op.name()).collect::<Vec<_>>().join("+");
-    KernelSource { wgsl, bindings, invocations, label }
+    KernelSource { wgsl, bindings, workgroups, label }
+}
+
+const MAIN_ARGS: &str =
+    "@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32";
+
+/// One invocation per output element (per word for packed f16).
+fn loop_main(g: &Graph, bindings: &[Binding], opts: &LowerOptions) -> (String, u64) {
+    let mut invocations = 0u64;
+    let mut main = String::new();
+    let _ = writeln!(main, "@compute @workgroup_size({WORKGROUP_SIZE})");
+    let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
+    let _ = writeln!(main, "    let t = (wid.y * nwg.x + wid.x) * {WORKGROUP_SIZE}u + lid;");
+    for (k, b) in bindings.iter().enumerate().filter(|(_, b)| b.output) {
+        let ty = g.ty(b.node);
+        let n = ty.shape.numel() as u64;
+        let f = format!("e{}", b.node.index());
+        if packed_f16(ty.dtype, opts) {
+            let words = n.div_ceil(2);
+            invocations = invocations.max(words);
+            let _ = writeln!(main, "    if (t < {words}u) {{");
+            let _ = writeln!(main, "        let e = 2u * t;");
+            let _ = writeln!(main, "        var hi = 0.0f;");
+            let _ = writeln!(main, "        if (e + 1u < {n}u) {{ hi = {f}(e + 1u); }}");
+            let _ = writeln!(main, "        b{k}[t] = pack2x16float(vec2<f32>({f}(e), hi));");
+            let _ = writeln!(main, "    }}");
+        } else {
+            invocations = invocations.max(n);
+            let _ = writeln!(main, "    if (t < {n}u) {{ b{k}[t] = {}; }}", store_value(ty.dtype, &format!("{f}(t)")));
+        }
+    }
+    main.push_str("}\n");
+    (main, invocations.div_ceil(WORKGROUP_SIZE as u64))
+}
+
+fn store_value(dtype: DType, v: &str) -> String {
+    match dtype {
+        DType::Bool => format!("select(0u, 1u, {v})"),
+        DType::F16 => format!("f16({v})"),
+        _ => v.to_string(),
+    }
+}
+
+/// Writes element `idx` (an expression) of output binding `k` from a row kernel.
+fn row_store(main: &mut String, k: usize, dtype: DType, idx: &str, value: &str, opts: &LowerOptions, indent: &str) {
+    if packed_f16(dtype, opts) {
+        let _ = writeln!(main, "{indent}{{");
+        let _ = writeln!(main, "{indent}    let w = ({idx}) >> 1u;");
+        let _ = writeln!(main, "{indent}    let sh = (({idx}) & 1u) * 16u;");
+        let _ = writeln!(main, "{indent}    let bits = pack2x16float(vec2<f32>({value}, 0.0f)) & 0xffffu;");
+        let _ = writeln!(main, "{indent}    atomicAnd(&b{k}[w], ~(0xffffu << sh));");
+        let _ = writeln!(main, "{indent}    atomicOr(&b{k}[w], bits << sh);");
+        let _ = writeln!(main, "{indent}}}");
+    } else {
+        let _ = writeln!(main, "{indent}b{k}[{idx}] = {};", store_value(dtype, value));
+    }
+}
+
+/// One workgroup per row of `shape` reduced over `axes`: each reduction in turn is
+/// accumulated by the workgroup's invocations and combined by a tree in workgroup memory;
+/// then the row's outputs are written.
+fn row_main(
+    g: &Graph,
+    bindings: &[Binding],
+    reduces: &[NodeId],
+    shape: &[usize],
+    axes: &[usize],
+    opts: &LowerOptions,
+    body: &mut String,
+) -> (String, u64) {
+    let row_len: usize = axes.iter().map(|&a| shape[a]).product();
+    let full: usize = shape.iter().product();
+    let rows = full.checked_div(row_len).unwrap_or(0);
+    let wg = row_len.next_power_of_two().clamp(32, WORKGROUP_SIZE as usize);
+    let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
+    // fg_elem(row, e): the linear index in `shape` of element `e` of row `row`.
+    let _ = writeln!(body, "fn fg_elem(row: u32, e: u32) -> u32 {{");
+    let kept_dims: Vec<usize> = kept.iter().map(|&a| shape[a]).collect();
+    let red_dims: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
+    let rc = unravel(body, &kept_dims, "row", "r");
+    let ec = unravel(body, &red_dims, "e", "q");
+    let mut coords = vec![String::from("0u"); shape.len()];
+    for (n, &a) in kept.iter().enumerate() {
+        coords[a] = rc[n].clone();
+    }
+    for (n, &a) in axes.iter().enumerate() {
+        coords[a] = ec[n].clone();
+    }
+    let _ = writeln!(body, "    return {};\n}}\n", ravel(&coords, shape));
+    for (k, &r) in reduces.iter().enumerate() {
+        let _ = writeln!(body, "var<workgroup> fg_red{k}: array<{}, {wg}>;", vty(g.ty(r).dtype));
+    }
+
+    let mut main = String::new();
+    let _ = writeln!(main, "@compute @workgroup_size({wg})");
+    let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
+    let _ = writeln!(main, "    let row = wid.y * nwg.x + wid.x;");
+    let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
+    for (k, &r) in reduces.iter().enumerate() {
+        let Op::Reduce { kind, .. } = g.node(r).op else { unreachable!("row reductions are reduces") };
+        let dt = g.ty(r).dtype;
+        let input = format!("v{}", g.operands(r)[0].index());
+        let _ = writeln!(main, "    {{");
+        let _ = writeln!(main, "        var acc: {} = {};", vty(dt), reduce_identity(kind, dt));
+        let _ = writeln!(main, "        for (var e = lid; e < {row_len}u; e = e + {wg}u) {{");
+        let _ = writeln!(main, "            acc = {};", combine(kind, "acc", &format!("{input}(fg_elem(row, e))")));
+        let _ = writeln!(main, "        }}");
+        let _ = writeln!(main, "        fg_red{k}[lid] = acc;");
+        let _ = writeln!(main, "        workgroupBarrier();");
+        let _ = writeln!(main, "        for (var w = {}u; w > 0u; w = w >> 1u) {{", wg / 2);
+        let _ = writeln!(
+            main,
+            "            if (lid < w) {{ fg_red{k}[lid] = {}; }}",
+            combine(kind, &format!("fg_red{k}[lid]"), &format!("fg_red{k}[lid + w]"))
+        );
+        let _ = writeln!(main, "            workgroupBarrier();");
+        let _ = writeln!(main, "        }}");
+        let _ = writeln!(main, "    }}");
+    }
+    let outs: Vec<(usize, &Binding)> = bindings.iter().enumerate().filter(|(_, b)| b.output).collect();
+    let (full_outs, row_outs): (Vec<_>, Vec<_>) =
+        outs.into_iter().partition(|(_, b)| g.ty(b.node).shape.numel() == full && full != rows);
+    if !full_outs.is_empty() {
+        let _ = writeln!(main, "    for (var e = lid; e < {row_len}u; e = e + {wg}u) {{");
+        let _ = writeln!(main, "        let idx = fg_elem(row, e);");
+        for (k, b) in full_outs {
+            row_store(&mut main, k, g.ty(b.node).dtype, "idx", &format!("e{}(idx)", b.node.index()), opts, "        ");
+        }
+        let _ = writeln!(main, "    }}");
+    }
+    if !row_outs.is_empty() {
+        let _ = writeln!(main, "    if (lid == 0u) {{");
+        for (k, b) in row_outs {
+            row_store(&mut main, k, g.ty(b.node).dtype, "row", &format!("e{}(row)", b.node.index()), opts, "        ");
+        }
+        let _ = writeln!(main, "    }}");
+    }
+    main.push_str("}\n");
+    (main, rows as u64)
 }
