@@ -527,4 +527,25 @@ impl Tensor {
         let var = centered.mul(&centered)?.mean(axes, true)?;
         centered.mul(&var.add_scalar(eps)?.rsqrt()?)
     }
+
+    /// Batch norm for inference along `axis`: `(x − mean)·(gamma·rsqrt(var + eps)) + beta`,
+    /// each statistic a vector of `x.dims()[axis]` elements. Written in the form the
+    /// batch-norm folding pass recognizes after a conv2d (axis 1) or matmul (last axis).
+    pub fn batch_norm(
+        &self,
+        mean: &Tensor,
+        var: &Tensor,
+        gamma: &Tensor,
+        beta: &Tensor,
+        eps: f64,
+        axis: usize,
+    ) -> Result<Tensor> {
+        let shape = self.dims().to_vec();
+        if axis >= shape.len() {
+            return Err(IrError::ty("batch_norm", format!("axis {axis} out of range for {}", self.ty)));
+        }
+        let along = |v: &Tensor| v.broadcast_in_dim(shape.clone(), vec![axis]);
+        let scale = var.add_scalar(eps)?.rsqrt()?.mul(gamma)?;
+        self.sub(&along(mean)?)?.mul(&along(&scale)?)?.add(&along(beta)?)
+    }
 }

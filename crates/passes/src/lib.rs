@@ -11,7 +11,9 @@ pub mod fuse;
 pub mod kernel;
 pub mod liveness;
 pub mod memory_plan;
+pub mod simplify;
 
 pub use fuse::{fuse, Decision, Fusion, FusionOptions, Veto};
 pub use kernel::{partition, FusionMode, Kernel, KernelKind};
 pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};
+pub use simplify::{simplify, SimplifyStats};

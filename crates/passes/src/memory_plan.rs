@@ -1,12 +1,30 @@
 //! Memory planning: where each value that lives in memory is stored.
 //!
-//! Values fall in two regions: `Persistent` (parameters and constants, kept across runs) and
-//! `Arena` (inputs and kernel outputs, reused across runs). Every offset is a multiple of the
-//! alignment the device requires for storage bindings.
+//! Values fall in two regions: `Persistent` (parameters and constants, kept across runs, one
+//! slot each) and `Arena` (inputs and kernel outputs, reused across runs). Arena values share
+//! bytes when their live ranges ([`crate::liveness::intervals_multi`]) do not overlap:
+//! offsets are assigned best-fit in a few orders (by size, by lifetime, by size × lifetime) and
+//! the smallest arena wins. Every offset is a multiple of the alignment the device requires
+//! for storage bindings.
+//!
+//! **In-place reuse.** A kernel's output may take over the bytes of an input that dies at that
+//! kernel when each invocation provably reads element `i` of the input before writing element
+//! `i` of the output, and no invocation reads another element of it: the kernel is a
+//! [`KernelKind::Loop`] with a single output, every path from the output to the input is made
+//! of same-index edges ([`crate::kernel::same_index_operands`]), both values have the same
+//! byte size and neither is f16 (packed f16 writes two elements per word). The plan records
+//! such pairs in [`MemoryPlan::in_place`]; in-place is used only where it makes the arena
+//! strictly smaller. Note that an in-place kernel binds two overlapping ranges of the arena.
+//!
+//! [`check_plan`] proves the result: no two arena values that are live at the same step share
+//! a byte, except a recorded in-place pair at the one step where the input dies and the output
+//! is born. `plan_memory` runs it in debug builds.
 
-use crate::kernel::{is_memory_leaf, Kernel};
-use fusegraph_ir::{Graph, NodeId, Op};
-use std::collections::BTreeMap;
+use crate::kernel::{same_index_operands, Kernel, KernelKind};
+use crate::liveness::{intervals_multi, is_arena, peak_live_multi, value_bytes, Interval};
+use fusegraph_ir::{DType, Graph, NodeId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 
 /// The region a value lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -37,20 +55,122 @@ pub struct MemoryPlan {
     pub persistent_bytes: u64,
     /// Bytes of the arena.
     pub arena_bytes: u64,
-    /// Bytes if every arena value had its own buffer.
+    /// Bytes if every arena value had its own aligned slot.
     pub naive_bytes: u64,
+    /// The peak over steps of live arena bytes: no assignment without in-place reuse can be
+    /// smaller (alignment padding aside).
+    pub lower_bound_bytes: u64,
     /// Offset alignment used.
     pub alignment: u64,
+    /// In-place pairs: output → the input whose bytes it takes over (same offset) at the
+    /// kernel that reads the input for the last time and writes the output.
+    pub in_place: BTreeMap<NodeId, NodeId>,
+    /// The live ranges of every arena value the plan was made for.
+    pub intervals: BTreeMap<NodeId, Vec<Interval>>,
+}
+
+/// Knobs of [`plan_memory_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryOptions {
+    /// Offset alignment in bytes (raised to at least 4).
+    pub alignment: u64,
+    /// Allow in-place reuse (see the module docs).
+    pub in_place: bool,
+}
+
+impl Default for MemoryOptions {
+    fn default() -> Self {
+        MemoryOptions { alignment: 256, in_place: true }
+    }
+}
+
+/// Why a memory plan is unsound.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// Two values live at a common step share bytes.
+    #[error(
+        "{a} (bytes {a_bytes:?}, steps {a_steps:?}) and {b} (bytes {b_bytes:?}, steps {b_steps:?}) are live at a \
+         common step and share bytes"
+    )]
+    Overlap {
+        /// The first value.
+        a: NodeId,
+        /// Its byte range in the arena.
+        a_bytes: Range<u64>,
+        /// Its live steps (inclusive).
+        a_steps: (usize, usize),
+        /// The second value.
+        b: NodeId,
+        /// Its byte range in the arena.
+        b_bytes: Range<u64>,
+        /// Its live steps (inclusive).
+        b_steps: (usize, usize),
+    },
+    /// An offset is not a multiple of the alignment.
+    #[error("{node} at offset {offset} is not a multiple of the alignment {alignment}")]
+    Misaligned {
+        /// The value.
+        node: NodeId,
+        /// Its offset.
+        offset: u64,
+        /// The plan's alignment.
+        alignment: u64,
+    },
+    /// A value lies (partly) outside its region.
+    #[error("{node} (bytes {bytes:?}) lies outside the {region:?} region of {region_bytes} bytes")]
+    OutOfBounds {
+        /// The value.
+        node: NodeId,
+        /// Its byte range.
+        bytes: Range<u64>,
+        /// Its region.
+        region: Region,
+        /// The region's size.
+        region_bytes: u64,
+    },
+    /// A live value has no arena location, or one too small for it.
+    #[error("{node} is live ({bytes} bytes) but has no arena location large enough")]
+    Missing {
+        /// The value.
+        node: NodeId,
+        /// Bytes it needs.
+        bytes: u64,
+    },
 }
 
 fn align_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
 }
 
-/// Plans memory for `kernels` (from [`crate::partition`]): every kernel input and output, and
-/// every graph output, gets a location. This version gives each arena value its own slot.
+/// Plans memory for `kernels` run in order (from [`crate::partition`], possibly reordered by
+/// [`crate::schedule`] or [`crate::rematerialize`]): every kernel input and output, and every
+/// graph output, gets a location. In-place reuse is on; see [`plan_memory_with`].
 pub fn plan_memory(g: &Graph, kernels: &[Kernel], outputs: &[NodeId], alignment: u64) -> MemoryPlan {
-    let alignment = alignment.max(4);
+    plan_memory_with(g, kernels, outputs, &MemoryOptions { alignment, in_place: true })
+}
+
+/// An allocation unit: values sharing one offset (an in-place chain, or one value).
+struct Item {
+    size: u64,
+    intervals: Vec<Interval>,
+    first: NodeId,
+}
+
+impl Item {
+    fn span(&self) -> u64 {
+        self.intervals.iter().map(|i| (i.end - i.start + 1) as u64).sum()
+    }
+    fn start(&self) -> usize {
+        self.intervals.iter().map(|i| i.start).min().unwrap_or(0)
+    }
+    fn conflicts(&self, other: &Item) -> bool {
+        self.intervals.iter().any(|a| other.intervals.iter().any(|b| a.start <= b.end && b.start <= a.end))
+    }
+}
+
+/// Plans memory with explicit options: see [`plan_memory`] and the module docs.
+pub fn plan_memory_with(g: &Graph, kernels: &[Kernel], outputs: &[NodeId], opts: &MemoryOptions) -> MemoryPlan {
+    let alignment = opts.alignment.max(4);
     let mut values: Vec<NodeId> = Vec::new();
     for k in kernels {
         values.extend(k.inputs.iter().copied());
@@ -59,23 +179,337 @@ pub fn plan_memory(g: &Graph, kernels: &[Kernel], outputs: &[NodeId], alignment:
     values.extend(outputs.iter().copied());
     values.sort();
     values.dedup();
+
+    let mut live = intervals_multi(g, kernels, outputs);
+    let last = kernels.len().saturating_sub(1);
     let mut locations = BTreeMap::new();
-    let (mut persistent, mut arena) = (0u64, 0u64);
-    for id in values {
-        let node = g.node(id);
-        let size = (node.ty.buffer_bytes() as u64).max(4);
-        let persistent_value = is_memory_leaf(&node.op) && !matches!(node.op, Op::Input { .. });
-        let cursor = if persistent_value { &mut persistent } else { &mut arena };
-        let offset = align_up(*cursor, alignment);
-        *cursor = offset + size;
-        let region = if persistent_value { Region::Persistent } else { Region::Arena };
-        locations.insert(id, Location { region, offset, size });
+    let mut persistent = 0u64;
+    let mut arena_values = Vec::new();
+    for &id in &values {
+        let size = value_bytes(g, id);
+        if is_arena(g, id) {
+            // Every arena value has intervals; a stray one lives throughout (defensive).
+            live.entry(id).or_insert_with(|| vec![Interval { start: 0, end: last, bytes: size }]);
+            arena_values.push(id);
+        } else {
+            let offset = align_up(persistent, alignment);
+            persistent = offset + size;
+            locations.insert(id, Location { region: Region::Persistent, offset, size });
+        }
     }
-    MemoryPlan {
+    let naive: u64 = arena_values.iter().map(|&id| align_up(value_bytes(g, id), alignment)).sum();
+
+    // Candidates: without in-place first (ties keep it: no aliasing unless it pays), then with.
+    let mut variants = vec![BTreeMap::new()];
+    if opts.in_place {
+        let pairs = in_place_pairs(g, kernels, outputs, &live);
+        if !pairs.is_empty() {
+            variants.push(pairs);
+        }
+    }
+    let mut best: Option<(u64, BTreeMap<NodeId, u64>, BTreeMap<NodeId, NodeId>)> = None;
+    for pairs in variants {
+        let (items, owner) = build_items(g, &arena_values, &live, &pairs);
+        let (arena, item_offsets) = best_of_orders(&items, alignment);
+        if best.as_ref().is_none_or(|b| arena < b.0) {
+            let offsets = arena_values.iter().map(|&id| (id, item_offsets[owner[&id]])).collect();
+            best = Some((arena, offsets, pairs));
+        }
+    }
+    let (arena_bytes, offsets, in_place) = best.unwrap_or_default();
+    for (id, offset) in offsets {
+        locations.insert(id, Location { region: Region::Arena, offset, size: value_bytes(g, id) });
+    }
+    let plan = MemoryPlan {
         locations,
         persistent_bytes: align_up(persistent, alignment),
-        arena_bytes: align_up(arena, alignment),
-        naive_bytes: align_up(arena, alignment),
+        arena_bytes,
+        naive_bytes: naive,
+        lower_bound_bytes: peak_live_multi(&live).0,
         alignment,
+        in_place,
+        intervals: live,
+    };
+    #[cfg(debug_assertions)]
+    if let Err(e) = check_plan(&plan, &plan.intervals) {
+        panic!("internal error: the memory plan is unsound: {e}");
+    }
+    plan
+}
+
+/// Groups arena values into allocation items: in-place chains become one item.
+fn build_items(
+    g: &Graph,
+    values: &[NodeId],
+    live: &BTreeMap<NodeId, Vec<Interval>>,
+    pairs: &BTreeMap<NodeId, NodeId>,
+) -> (Vec<Item>, BTreeMap<NodeId, usize>) {
+    let root = |mut v: NodeId| {
+        while let Some(&i) = pairs.get(&v) {
+            v = i;
+        }
+        v
+    };
+    let mut items: Vec<Item> = Vec::new();
+    let mut by_root: BTreeMap<NodeId, usize> = BTreeMap::new();
+    let mut owner = BTreeMap::new();
+    for &id in values {
+        let r = root(id);
+        let idx = *by_root.entry(r).or_insert_with(|| {
+            items.push(Item { size: 0, intervals: Vec::new(), first: r });
+            items.len() - 1
+        });
+        let item = &mut items[idx];
+        item.size = item.size.max(value_bytes(g, id));
+        item.intervals.extend(live[&id].iter().copied());
+        owner.insert(id, idx);
+    }
+    (items, owner)
+}
+
+/// Best-fit placement in three orders; returns the smallest arena and each item's offset.
+fn best_of_orders(items: &[Item], alignment: u64) -> (u64, Vec<u64>) {
+    type Key = (std::cmp::Reverse<u64>, std::cmp::Reverse<u64>, usize, NodeId);
+    let keys: [&dyn Fn(&Item) -> Key; 3] = [
+        &|it| (std::cmp::Reverse(it.size), std::cmp::Reverse(it.span()), it.start(), it.first),
+        &|it| (std::cmp::Reverse(it.span()), std::cmp::Reverse(it.size), it.start(), it.first),
+        &|it| (std::cmp::Reverse(it.size.saturating_mul(it.span())), std::cmp::Reverse(it.size), it.start(), it.first),
+    ];
+    let mut best: Option<(u64, Vec<u64>)> = None;
+    for key in keys {
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_by_key(|&i| key(&items[i]));
+        let (arena, offsets) = best_fit(items, &order, alignment);
+        if best.as_ref().is_none_or(|b| arena < b.0) {
+            best = Some((arena, offsets));
+        }
+    }
+    best.unwrap_or_default()
+}
+
+/// Places items in `order`, each in the smallest gap between conflicting items that fits,
+/// or above all of them.
+fn best_fit(items: &[Item], order: &[usize], alignment: u64) -> (u64, Vec<u64>) {
+    let mut offsets = vec![0u64; items.len()];
+    let mut placed: Vec<usize> = Vec::with_capacity(items.len());
+    let mut top = 0u64;
+    for &i in order {
+        let size = items[i].size;
+        let mut busy: Vec<(u64, u64)> = placed
+            .iter()
+            .filter(|&&j| items[i].conflicts(&items[j]))
+            .map(|&j| (offsets[j], offsets[j] + items[j].size))
+            .collect();
+        busy.sort_unstable();
+        let (mut cursor, mut fit): (u64, Option<(u64, u64)>) = (0, None);
+        for (s, e) in busy {
+            let off = align_up(cursor, alignment);
+            if s >= off && s - off >= size && fit.is_none_or(|(gap, _)| s - off < gap) {
+                fit = Some((s - off, off));
+            }
+            cursor = cursor.max(e);
+        }
+        let off = fit.map_or_else(|| align_up(cursor, alignment), |(_, o)| o);
+        offsets[i] = off;
+        top = top.max(off + size);
+        placed.push(i);
+    }
+    (align_up(top, alignment), offsets)
+}
+
+/// Output → input pairs that may share bytes (see the module docs).
+fn in_place_pairs(
+    g: &Graph,
+    kernels: &[Kernel],
+    outputs: &[NodeId],
+    live: &BTreeMap<NodeId, Vec<Interval>>,
+) -> BTreeMap<NodeId, NodeId> {
+    let mut pairs = BTreeMap::new();
+    for (step, k) in kernels.iter().enumerate() {
+        let [o] = k.outputs[..] else { continue };
+        if k.kind != KernelKind::Loop || g.ty(o).dtype == DType::F16 {
+            continue;
+        }
+        let Some([oi]) = live.get(&o).map(Vec::as_slice) else { continue };
+        if oi.start != step {
+            continue;
+        }
+        let host = k.inputs.iter().copied().find(|&i| {
+            is_arena(g, i)
+                && !outputs.contains(&i)
+                && g.ty(i).dtype != DType::F16
+                && matches!(live.get(&i).map(Vec::as_slice), Some([ii]) if ii.end == step && ii.bytes == oi.bytes)
+                && reads_only_same_index(g, k, o, i)
+        });
+        if let Some(i) = host {
+            pairs.insert(o, i);
+        }
+    }
+    pairs
+}
+
+/// Whether `input` is reached from `output` inside `kernel`, and only through same-index
+/// edges: then invocation `t` reads element `t` of `input` and no other.
+fn reads_only_same_index(g: &Graph, kernel: &Kernel, output: NodeId, input: NodeId) -> bool {
+    let members: BTreeSet<NodeId> = kernel.members.iter().copied().collect();
+    // Everything reachable from the output, and the operands reached through an index change.
+    let (mut reachable, mut stack, mut crossed) = (BTreeSet::from([output]), vec![output], Vec::new());
+    let mut same_path = false;
+    while let Some(n) = stack.pop() {
+        let same = same_index_operands(g, n);
+        for p in g.operands(n) {
+            if !same.contains(&p) {
+                crossed.push(p);
+            } else if p == input {
+                same_path = true;
+            }
+            if members.contains(&p) && reachable.insert(p) {
+                stack.push(p);
+            }
+        }
+    }
+    // Whatever is upstream of an index change must not include the input.
+    let mut seen = BTreeSet::new();
+    while let Some(n) = crossed.pop() {
+        if n == input {
+            return false;
+        }
+        if members.contains(&n) && seen.insert(n) {
+            crossed.extend(g.operands(n));
+        }
+    }
+    same_path
+}
+
+/// Proves `plan` sound for values live over `intervals` (from
+/// [`crate::liveness::intervals_multi`] for the schedule the plan is for): every offset is
+/// aligned and inside its region, every live value has an arena location large enough, and
+/// no two arena values live at a common step share a byte, except an in-place pair recorded
+/// in [`MemoryPlan::in_place`] whose live ranges meet at exactly the step where the input
+/// dies and the output is born.
+pub fn check_plan(plan: &MemoryPlan, intervals: &BTreeMap<NodeId, Vec<Interval>>) -> Result<(), PlanError> {
+    let alignment = plan.alignment.max(1);
+    for (&node, loc) in &plan.locations {
+        if loc.offset % alignment != 0 {
+            return Err(PlanError::Misaligned { node, offset: loc.offset, alignment });
+        }
+        let region_bytes = match loc.region {
+            Region::Arena => plan.arena_bytes,
+            Region::Persistent => plan.persistent_bytes,
+        };
+        if loc.offset.checked_add(loc.size).is_none_or(|end| end > region_bytes) {
+            return Err(PlanError::OutOfBounds {
+                node,
+                bytes: loc.offset..loc.offset.saturating_add(loc.size),
+                region: loc.region,
+                region_bytes,
+            });
+        }
+    }
+    for (&node, ivs) in intervals {
+        let bytes = ivs.iter().map(|i| i.bytes).max().unwrap_or(0);
+        match plan.locations.get(&node) {
+            Some(loc) if loc.region == Region::Arena && loc.size >= bytes => {}
+            _ => return Err(PlanError::Missing { node, bytes }),
+        }
+    }
+    let mut arena: Vec<(u64, u64, NodeId)> = plan
+        .locations
+        .iter()
+        .filter(|(id, l)| l.region == Region::Arena && intervals.contains_key(id))
+        .map(|(&id, l)| (l.offset, l.offset + l.size, id))
+        .collect();
+    arena.sort_unstable();
+    for (x, &(a_off, a_end, a)) in arena.iter().enumerate() {
+        for &(b_off, b_end, b) in arena[x + 1..].iter().take_while(|(off, _, _)| *off < a_end) {
+            for ia in &intervals[&a] {
+                for ib in &intervals[&b] {
+                    if ia.start > ib.end || ib.start > ia.end {
+                        continue;
+                    }
+                    let handed_over = (plan.in_place.get(&b) == Some(&a) && ia.end == ib.start)
+                        || (plan.in_place.get(&a) == Some(&b) && ib.end == ia.start);
+                    if !handed_over {
+                        return Err(PlanError::Overlap {
+                            a,
+                            a_bytes: a_off..a_end,
+                            a_steps: (ia.start, ia.end),
+                            b,
+                            b_bytes: b_off..b_end,
+                            b_steps: (ib.start, ib.end),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::{partition, FusionMode};
+    use fusegraph_ir::GraphBuilder;
+
+    fn chain() -> (Graph, Vec<NodeId>) {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, vec![16, 16]).unwrap();
+        let y = x.exp().unwrap().tanh().unwrap().t().unwrap().neg().unwrap();
+        (b.graph(), vec![y.id()])
+    }
+
+    #[test]
+    fn rejects_a_hand_made_overlap() {
+        let (g, outs) = chain();
+        let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
+        let plan = plan_memory_with(&g, &kernels, &outs, &MemoryOptions { alignment: 256, in_place: false });
+        assert_eq!(check_plan(&plan, &plan.intervals), Ok(()));
+        // Put the exp result where the input lives: both are live at step 0.
+        let mut bad = plan.clone();
+        let x = kernels[0].inputs[0];
+        let e = kernels[0].outputs[0];
+        let off = bad.locations[&x].offset;
+        bad.locations.get_mut(&e).unwrap().offset = off;
+        match check_plan(&bad, &bad.intervals) {
+            Err(PlanError::Overlap { a_steps, b_steps, .. }) => {
+                assert_eq!((a_steps.0, b_steps.0), (0, 0));
+            }
+            other => panic!("expected an overlap, got {other:?}"),
+        }
+        // Recording the pair as in-place makes exactly that overlap legal.
+        bad.in_place.insert(e, x);
+        assert_eq!(check_plan(&bad, &bad.intervals), Ok(()));
+        // Misaligned and out-of-bounds offsets are rejected too.
+        let mut mis = plan.clone();
+        mis.locations.get_mut(&e).unwrap().offset += 4;
+        assert!(matches!(check_plan(&mis, &mis.intervals), Err(PlanError::Misaligned { .. })));
+        let mut oob = plan.clone();
+        oob.locations.get_mut(&e).unwrap().offset = plan.arena_bytes;
+        assert!(matches!(check_plan(&oob, &oob.intervals), Err(PlanError::OutOfBounds { .. })));
+    }
+
+    #[test]
+    fn in_place_only_through_same_index_edges() {
+        let (g, outs) = chain();
+        let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
+        let plan = plan_memory(&g, &kernels, &outs, 256);
+        // exp on the input, tanh on exp: in place; the transpose reads other elements: not.
+        let transpose = kernels.iter().find(|k| g.node(k.members[0]).op.name() == "transpose").unwrap();
+        assert!(!plan.in_place.contains_key(&transpose.outputs[0]));
+        assert!(plan.in_place.contains_key(&kernels[1].outputs[0]));
+        assert_eq!(check_plan(&plan, &plan.intervals), Ok(()));
+    }
+
+    #[test]
+    fn no_in_place_for_f16() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F16, vec![64]).unwrap();
+        let y = x.exp().unwrap().tanh().unwrap();
+        let (g, outs) = (b.graph(), vec![y.id()]);
+        let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
+        let plan = plan_memory(&g, &kernels, &outs, 4);
+        assert!(plan.in_place.is_empty());
+        assert_eq!(plan.arena_bytes, 2 * 128);
     }
 }

@@ -8,10 +8,25 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Options of one compilation.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct CompileOptions {
     /// Fusion on (default) or off (one kernel per primitive op).
     pub fusion: FusionMode,
+    /// Run the simplification passes (folding, CSE, DCE, batch-norm folding) first (default).
+    pub simplify: bool,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions { fusion: FusionMode::On, simplify: true }
+    }
+}
+
+impl CompileOptions {
+    /// One kernel per primitive op and no simplification: the baseline of comparisons.
+    pub fn unfused() -> Self {
+        CompileOptions { fusion: FusionMode::Off, simplify: false }
+    }
 }
 
 /// What one kernel of an executable does.
@@ -59,6 +74,8 @@ pub struct Executable {
     kernels: Vec<CompiledKernel>,
     inputs: BTreeMap<String, Slot>,
     params: BTreeMap<String, (Slot, bool)>,
+    declared_inputs: BTreeMap<String, TensorType>,
+    declared_params: BTreeMap<String, TensorType>,
     outputs: Vec<(Slot, u64)>,
     arena: wgpu::Buffer,
     persistent: wgpu::Buffer,
@@ -84,6 +101,27 @@ impl Device {
         for &o in outputs {
             graph.check(o)?;
         }
+        // Every input and parameter of the graph as the user wrote it may be fed or set, even
+        // if simplification finds the outputs do not need it.
+        let mut declared_inputs = BTreeMap::new();
+        let mut declared_params = BTreeMap::new();
+        for id in graph.node_ids() {
+            match &graph.node(id).op {
+                Op::Input { name } => {
+                    declared_inputs.insert(name.clone(), graph.ty(id).clone());
+                }
+                Op::Parameter { name } => {
+                    declared_params.insert(name.clone(), graph.ty(id).clone());
+                }
+                _ => {}
+            }
+        }
+        let mut simplified = graph.clone();
+        let mut outs_vec = outputs.to_vec();
+        if opts.simplify {
+            fusegraph_passes::simplify(&mut simplified, &mut outs_vec)?;
+        }
+        let (graph, outputs) = (&simplified, outs_vec.as_slice());
         let limits = self.limits();
         let kernels = match opts.fusion {
             FusionMode::Off => partition(graph, outputs, FusionMode::Off)?,
@@ -217,6 +255,8 @@ impl Device {
             kernels: compiled,
             inputs,
             params,
+            declared_inputs,
+            declared_params,
             outputs: outs,
             arena,
             persistent,
@@ -243,30 +283,34 @@ impl Executable {
         &self.device
     }
 
-    /// Names and types of the inputs the executable takes.
+    /// Names and types of the inputs the graph declares (feeds for inputs the outputs do
+    /// not need are accepted and ignored).
     pub fn inputs(&self) -> Vec<(String, TensorType)> {
-        self.inputs.iter().map(|(n, s)| (n.clone(), s.ty.clone())).collect()
+        self.declared_inputs.iter().map(|(n, t)| (n.clone(), t.clone())).collect()
     }
 
-    /// Names and types of the parameters the executable uses.
+    /// Names and types of the parameters the graph declares.
     pub fn parameters(&self) -> Vec<(String, TensorType)> {
-        self.params.iter().map(|(n, (s, _))| (n.clone(), s.ty.clone())).collect()
+        self.declared_params.iter().map(|(n, t)| (n.clone(), t.clone())).collect()
     }
 
     /// Uploads a parameter's value; it stays on the device for every later run.
     pub fn set_parameter(&mut self, name: &str, value: &HostTensor) -> Result<()> {
-        let (slot, loaded) =
-            self.params.get_mut(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.into() })?;
-        if value.ty() != slot.ty {
+        let declared =
+            self.declared_params.get(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.into() })?;
+        if value.ty() != *declared {
             return Err(RuntimeError::WrongType {
                 what: "parameter",
                 name: name.into(),
-                expected: slot.ty.clone(),
+                expected: declared.clone(),
                 got: value.ty(),
             });
         }
-        self.device.queue.write_buffer(&self.persistent, slot.loc.offset, &value.to_bytes());
-        *loaded = true;
+        // A parameter the outputs do not need was removed by simplification: nothing to upload.
+        if let Some((slot, loaded)) = self.params.get_mut(name) {
+            self.device.queue.write_buffer(&self.persistent, slot.loc.offset, &value.to_bytes());
+            *loaded = true;
+        }
         Ok(())
     }
 
@@ -302,7 +346,9 @@ impl Executable {
         }
         let d = &self.device;
         for (name, value) in feeds {
-            d.queue.write_buffer(&self.arena, self.inputs[*name].loc.offset, &value.to_bytes());
+            if let Some(slot) = self.inputs.get(*name) {
+                d.queue.write_buffer(&self.arena, slot.loc.offset, &value.to_bytes());
+            }
         }
         let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder =

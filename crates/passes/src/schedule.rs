@@ -1,0 +1,235 @@
+//! Memory-aware scheduling: the order kernels run in.
+//!
+//! Kernels form a DAG: a kernel depends on another when one of its `inputs` is among the
+//! other's `outputs`. [`schedule`] builds several topological orders and keeps the one whose
+//! peak of live arena bytes ([`crate::liveness::peak_live_bytes`]) is lowest:
+//!
+//! - the given order (when valid);
+//! - depth-first from the graph outputs, visiting a kernel's producers in input order, and
+//!   again in reverse input order;
+//! - greedy list scheduling that runs, among ready kernels, the one that frees the most bytes
+//!   (inputs it reads last), then the one that allocates least;
+//! - greedy list scheduling by smallest growth of live bytes (allocated − freed).
+//!
+//! Ties keep the earlier candidate in that list, and every choice inside a candidate breaks
+//! ties by the kernel's position in the given order, so the result is deterministic.
+//!
+//! What it does not do: change kernels (members, inputs, outputs), search exhaustively (the
+//! optimal order is NP-hard in general), or account for alignment or fragmentation: the
+//! objective is the lower bound of the memory plan, not its final size. A value produced by
+//! more than one kernel (after rematerialization) makes the dependency relation ambiguous; the
+//! given order is then returned unchanged.
+
+use crate::kernel::Kernel;
+use crate::liveness::{intervals, is_arena, peak_live_bytes, value_bytes};
+use fusegraph_ir::{Graph, NodeId};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The first step of `kernels` that reads a computed value (not an input, parameter or
+/// constant) that no earlier kernel produced, with that value; `None` when the order is valid.
+pub fn first_unready(g: &Graph, kernels: &[Kernel]) -> Option<(usize, NodeId)> {
+    let mut done: BTreeSet<NodeId> = BTreeSet::new();
+    for (step, k) in kernels.iter().enumerate() {
+        for &i in &k.inputs {
+            let leaf = crate::kernel::is_memory_leaf(&g.node(i).op);
+            if !leaf && !done.contains(&i) {
+                return Some((step, i));
+            }
+        }
+        done.extend(k.outputs.iter().copied());
+    }
+    None
+}
+
+/// The kernel DAG: producers of each kernel, and what the list schedulers need.
+struct Dag<'a> {
+    g: &'a Graph,
+    kernels: &'a [Kernel],
+    outputs: &'a [NodeId],
+    deps: Vec<Vec<usize>>,
+    users: Vec<Vec<usize>>,
+    producer: BTreeMap<NodeId, usize>,
+}
+
+impl<'a> Dag<'a> {
+    fn new(g: &'a Graph, kernels: &'a [Kernel], outputs: &'a [NodeId]) -> Option<Self> {
+        let mut producer = BTreeMap::new();
+        for (k, kernel) in kernels.iter().enumerate() {
+            for &o in &kernel.outputs {
+                if producer.insert(o, k).is_some() {
+                    return None;
+                }
+            }
+        }
+        let mut deps = vec![Vec::new(); kernels.len()];
+        let mut users = vec![Vec::new(); kernels.len()];
+        for (k, kernel) in kernels.iter().enumerate() {
+            for i in &kernel.inputs {
+                if let Some(&p) = producer.get(i) {
+                    if p != k && !deps[k].contains(&p) {
+                        deps[k].push(p);
+                        users[p].push(k);
+                    }
+                }
+            }
+        }
+        Some(Dag { g, kernels, outputs, deps, users, producer })
+    }
+
+    /// Depth-first post-order from the graph outputs' producers, then from every other kernel
+    /// in the given order. `None` on a cycle.
+    fn depth_first(&self, reverse: bool) -> Option<Vec<usize>> {
+        let n = self.kernels.len();
+        let mut state = vec![0u8; n]; // 0 new, 1 on the stack, 2 done
+        let mut order = Vec::with_capacity(n);
+        let roots: Vec<usize> =
+            self.outputs.iter().filter_map(|o| self.producer.get(o).copied()).chain(0..n).collect();
+        for root in roots {
+            if state[root] != 0 {
+                continue;
+            }
+            // Iterative DFS: (kernel, next dependency index).
+            let mut stack = vec![(root, 0usize)];
+            state[root] = 1;
+            while let Some(top) = stack.last_mut() {
+                let (k, next) = *top;
+                let deps = &self.deps[k];
+                if next < deps.len() {
+                    let d = if reverse { deps[deps.len() - 1 - next] } else { deps[next] };
+                    top.1 += 1;
+                    match state[d] {
+                        0 => {
+                            state[d] = 1;
+                            stack.push((d, 0));
+                        }
+                        1 => return None,
+                        _ => {}
+                    }
+                } else {
+                    state[k] = 2;
+                    order.push(k);
+                    stack.pop();
+                }
+            }
+        }
+        Some(order)
+    }
+
+    /// List scheduling: among ready kernels pick the smallest `key(allocated, freed)`, ties by
+    /// position. `None` on a cycle.
+    fn greedy(&self, key: impl Fn(i64, i64) -> (i64, i64)) -> Option<Vec<usize>> {
+        let n = self.kernels.len();
+        let mut pending: Vec<usize> = self.deps.iter().map(Vec::len).collect();
+        // Remaining readers of each arena value that is not a graph output.
+        let mut readers: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for k in self.kernels {
+            for &i in &k.inputs {
+                if is_arena(self.g, i) && !self.outputs.contains(&i) {
+                    *readers.entry(i).or_default() += 1;
+                }
+            }
+        }
+        let mut ready: BTreeSet<usize> = (0..n).filter(|&k| pending[k] == 0).collect();
+        let mut order = Vec::with_capacity(n);
+        while !ready.is_empty() {
+            let pick = *ready.iter().min_by_key(|&&k| {
+                let kernel = &self.kernels[k];
+                let alloc: i64 = kernel.outputs.iter().map(|&o| value_bytes(self.g, o) as i64).sum();
+                let freed: i64 = kernel
+                    .inputs
+                    .iter()
+                    .filter(|i| readers.get(i) == Some(&1))
+                    .map(|&i| value_bytes(self.g, i) as i64)
+                    .sum();
+                (key(alloc, freed), k)
+            })?;
+            ready.remove(&pick);
+            order.push(pick);
+            for i in &self.kernels[pick].inputs {
+                if let Some(r) = readers.get_mut(i) {
+                    *r = r.saturating_sub(1);
+                }
+            }
+            for &u in &self.users[pick] {
+                pending[u] -= 1;
+                if pending[u] == 0 {
+                    ready.insert(u);
+                }
+            }
+        }
+        (order.len() == n).then_some(order)
+    }
+}
+
+/// Reorders `kernels` (a valid order from [`crate::partition`] or [`crate::fuse`]) into the
+/// candidate topological order with the lowest peak of live bytes; see the module docs.
+pub fn schedule(g: &Graph, kernels: Vec<Kernel>, outputs: &[NodeId]) -> Vec<Kernel> {
+    if kernels.len() < 2 {
+        return kernels;
+    }
+    let Some(dag) = Dag::new(g, &kernels, outputs) else { return kernels };
+    let n = kernels.len();
+    let mut candidates: Vec<Vec<usize>> = Vec::new();
+    if first_unready(g, &kernels).is_none() {
+        candidates.push((0..n).collect());
+    }
+    candidates.extend(dag.depth_first(false));
+    candidates.extend(dag.depth_first(true));
+    candidates.extend(dag.greedy(|alloc, freed| (-freed, alloc)));
+    candidates.extend(dag.greedy(|alloc, freed| (alloc - freed, -freed)));
+
+    let mut best: Option<(u64, Vec<Kernel>)> = None;
+    for order in candidates {
+        let ks: Vec<Kernel> = order.iter().map(|&k| kernels[k].clone()).collect();
+        if first_unready(g, &ks).is_some() {
+            continue;
+        }
+        let peak = peak_live_bytes(&intervals(g, &ks, outputs));
+        if best.as_ref().is_none_or(|(p, _)| peak < *p) {
+            best = Some((peak, ks));
+        }
+    }
+    match best {
+        Some((_, ks)) => ks,
+        None => kernels,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::{partition, FusionMode};
+    use crate::testing::{random_graph, XorShift};
+
+    #[test]
+    fn schedules_are_valid_permutations_and_never_worse() {
+        let mut rng = XorShift::new(0x9e37_79b9_7f4a_7c15);
+        for case in 0..40 {
+            let (g, outs) = random_graph(&mut rng, 6 + case % 20);
+            for mode in [FusionMode::Off, FusionMode::On] {
+                let kernels = partition(&g, &outs, mode).unwrap();
+                let before = peak_live_bytes(&intervals(&g, &kernels, &outs));
+                let scheduled = schedule(&g, kernels.clone(), &outs);
+                assert_eq!(first_unready(&g, &scheduled), None, "case {case} {mode:?}");
+                assert_eq!(scheduled.len(), kernels.len());
+                for k in &kernels {
+                    assert!(scheduled.contains(k));
+                }
+                let after = peak_live_bytes(&intervals(&g, &scheduled, &outs));
+                assert!(after <= before, "case {case} {mode:?}: {after} > {before}");
+                assert_eq!(schedule(&g, kernels.clone(), &outs), scheduled, "deterministic");
+            }
+        }
+    }
+
+    #[test]
+    fn first_unready_finds_a_kernel_before_its_producer() {
+        let mut rng = XorShift::new(7);
+        let (g, outs) = random_graph(&mut rng, 10);
+        let mut kernels = partition(&g, &outs, FusionMode::Off).unwrap();
+        assert_eq!(first_unready(&g, &kernels), None);
+        let last = kernels.pop().unwrap();
+        kernels.insert(0, last);
+        assert!(first_unready(&g, &kernels).is_some());
+    }
+}
