@@ -1,47 +1,236 @@
-//! Fusion tests: the kernel count first (no device), then the numbers against the
-//! reference are checked by `device_ops::every_op_matches_the_reference_fused`, which runs
-//! these same composite graphs.
+//! Fusion tests: kernel counts and vetoes, asserted without a device. The numbers of the
+//! same composite graphs are checked against the reference on the device by
+//! `device_ops::every_op_matches_the_reference_fused`.
 
 mod common;
 
-use common::{composite_builders, CaseBuilder};
-use fusegraph::crates::passes::{fuse, FusionOptions, KernelKind};
-use fusegraph::DType;
+use common::{composite_builders, CaseBuilder, Domain};
+use fusegraph::crates::passes::{cost::CostModel, fuse, simplify, FusionOptions, Kernel, KernelKind, Veto};
+use fusegraph::{DType, Graph, NodeId};
 
-fn kernels_of(name: &str) -> Vec<fusegraph::crates::passes::Kernel> {
+fn options() -> FusionOptions {
+    FusionOptions { max_bindings: 32, ..Default::default() }
+}
+
+fn composite(name: &str) -> (Graph, Vec<NodeId>) {
     let (_, build) = composite_builders().into_iter().find(|(n, _)| *n == name).expect("a composite of that name");
     let mut c = CaseBuilder::new(1);
     let outs = build(&mut c, DType::F32);
     let case = c.finish(name, &outs.iter().collect::<Vec<_>>());
-    fuse(&case.graph, &case.outputs, &FusionOptions { max_bindings: 32, ..Default::default() }).unwrap().kernels
+    (case.graph, case.outputs)
+}
+
+fn kernels(g: &Graph, outs: &[NodeId]) -> Vec<Kernel> {
+    fuse(g, outs, &options()).unwrap().kernels
+}
+
+fn is_row(k: &Kernel) -> bool {
+    matches!(k.kind, KernelKind::Row { .. })
 }
 
 #[test]
-fn print_counts() {
-    for (name, _) in composite_builders() {
-        let ks = kernels_of(name);
-        eprintln!(
-            "{name}: {} kernels {:?}",
-            ks.len(),
-            ks.iter().map(|k| (k.members.len(), matches!(k.kind, KernelKind::Row { .. }))).collect::<Vec<_>>()
-        );
+fn kernel_counts_of_the_classic_patterns() {
+    for (name, want) in [
+        ("chain20", 1),
+        ("softmax_last", 1),
+        ("softmax_axis0", 1),
+        ("softmax_short_rows", 1),
+        ("log_softmax", 1),
+        ("layer_norm", 1),
+        ("layer_norm_gelu", 1),
+        ("matmul_bias_relu", 1),
+        ("gelu_relu_matmul_bias", 1),
+        ("conv_bn_relu", 1),
+        ("sibling_reductions", 1),
+        ("reduce_all", 1),
+        ("variance_keepdims_false", 1),
+        // q·kᵀ (transpose prologue), softmax with its scale, then ·v.
+        ("attention_scores", 3),
+        ("shared_producer_two_consumers", 1),
+    ] {
+        let (g, outs) = composite(name);
+        let ks = kernels(&g, &outs);
+        assert_eq!(ks.len(), want, "{name}: {:#?}", ks);
     }
 }
 
 #[test]
-fn print_logs() {
-    for name in ["layer_norm", "conv_bn_relu", "attention_scores"] {
-        let (_, build) = composite_builders().into_iter().find(|(n, _)| *n == name).unwrap();
-        let mut c = CaseBuilder::new(1);
-        let outs = build(&mut c, DType::F32);
-        let case = c.finish(name, &outs.iter().collect::<Vec<_>>());
-        let f = fuse(&case.graph, &case.outputs, &FusionOptions { max_bindings: 32, ..Default::default() }).unwrap();
-        eprintln!("== {name}\n{}", fusegraph::text::print(&case.graph));
-        for d in &f.log {
-            eprintln!("{} {:?} {:?}", d.producer, case.graph.node(d.producer).op.name(), d.veto);
-        }
-        for k in &f.kernels {
-            eprintln!("kernel {:?}", k.members);
+fn row_patterns_use_row_kernels_over_any_axis() {
+    for (name, axes) in [("softmax_last", vec![1]), ("softmax_axis0", vec![0]), ("layer_norm", vec![1])] {
+        let (g, outs) = composite(name);
+        let ks = kernels(&g, &outs);
+        match &ks[0].kind {
+            KernelKind::Row { axes: a, .. } => assert_eq!(a, &axes, "{name}"),
+            KernelKind::Loop => panic!("{name} is not a row kernel"),
         }
     }
+}
+
+#[test]
+fn matmul_epilogue_is_a_loop_kernel_with_the_matmul_inside() {
+    let (g, outs) = composite("gelu_relu_matmul_bias");
+    let ks = kernels(&g, &outs);
+    assert!(!is_row(&ks[0]));
+    assert!(ks[0].members.iter().any(|&m| g.node(m).op == fusegraph::Op::MatMul));
+}
+
+#[test]
+fn conv_with_folded_batch_norm_and_relu_is_one_kernel_per_run() {
+    // Constant statistics and weights, as in an exported inference model: folding moves the
+    // normalization into the weights and a bias, leaving conv + bias + relu.
+    let mut c = CaseBuilder::new(3);
+    let x = c.input(DType::F32, &[1, 3, 8, 8], Domain::Any);
+    let b = c.b.clone();
+    let w = b
+        .constant(DType::F32, [4, 3, 3, 3], &(0..108).map(|i| (i % 7) as f64 * 0.1 - 0.3).collect::<Vec<_>>())
+        .unwrap();
+    let v = |vals: [f64; 4]| b.constant(DType::F32, [4], &vals).unwrap();
+    let (mean, var, gamma, beta) =
+        (v([0.1, 0.2, -0.1, 0.0]), v([1.0, 2.0, 0.5, 1.5]), v([1.0, 0.5, 2.0, 1.0]), v([0.0, 0.1, 0.2, 0.3]));
+    let y = x
+        .conv2d(&w, [1, 1], [1, 1], [1, 1], 1)
+        .unwrap()
+        .batch_norm(&mean, &var, &gamma, &beta, 1e-5, 1)
+        .unwrap()
+        .relu()
+        .unwrap();
+    let mut g = c.b.graph();
+    let mut outs = vec![y.id()];
+    let stats = simplify(&mut g, &mut outs).unwrap();
+    assert_eq!(stats.bn_folded, 1);
+    let ks = kernels(&g, &outs);
+    assert_eq!(ks.len(), 1, "{ks:#?}");
+}
+
+fn veto_of(g: &Graph, outs: &[NodeId], producer: NodeId, opts: &FusionOptions) -> Option<Veto> {
+    let f = fuse(g, outs, opts).unwrap();
+    f.log.iter().find(|d| d.producer == producer).and_then(|d| d.veto.clone())
+}
+
+#[test]
+fn veto_graph_output() {
+    let mut c = CaseBuilder::new(1);
+    let x = c.input(DType::F32, &[16], Domain::Any);
+    let e = x.exp().unwrap();
+    let y = e.neg().unwrap();
+    let g = c.b.graph();
+    assert_eq!(veto_of(&g, &[e.id(), y.id()], e.id(), &options()), Some(Veto::GraphOutput));
+}
+
+#[test]
+fn veto_reduction_into_reduction() {
+    let mut c = CaseBuilder::new(1);
+    let x = c.input(DType::F32, &[50, 60], Domain::Any);
+    let s1 = x.sum(&[1], false).unwrap();
+    let s2 = s1.sum(&[0], false).unwrap();
+    let g = c.b.graph();
+    assert_eq!(veto_of(&g, &[s2.id()], s1.id(), &options()), Some(Veto::ReductionIntoReduction));
+    assert_eq!(kernels(&g, &[s2.id()]).len(), 2);
+}
+
+#[test]
+fn veto_duplicating_an_expensive_producer() {
+    let mut c = CaseBuilder::new(1);
+    let a = c.input(DType::F32, &[8, 8], Domain::Any);
+    let m = a.matmul(&a).unwrap();
+    let y1 = m.sum(&[0], false).unwrap();
+    let y2 = m.sum(&[1], false).unwrap();
+    let g = c.b.graph();
+    assert_eq!(veto_of(&g, &[y1.id(), y2.id()], m.id(), &options()), Some(Veto::DuplicatesExpensive));
+}
+
+#[test]
+fn veto_arithmetic_in_a_matmul_prologue() {
+    let mut c = CaseBuilder::new(1);
+    let a = c.input(DType::F32, &[8, 8], Domain::Any);
+    let e = a.exp().unwrap();
+    let m = e.matmul(&a).unwrap();
+    let g = c.b.graph();
+    assert_eq!(veto_of(&g, &[m.id()], e.id(), &options()), Some(Veto::Prologue));
+    // Data movement (a transpose) does fuse into the prologue.
+    let t = a.t().unwrap();
+    let m2 = t.matmul(&a).unwrap();
+    let g = c.b.graph();
+    assert_eq!(veto_of(&g, &[m2.id()], t.id(), &options()), None);
+}
+
+#[test]
+fn veto_too_many_bindings() {
+    let mut c = CaseBuilder::new(1);
+    let mut y = c.input(DType::F32, &[10], Domain::Any);
+    let mut mid = None;
+    for k in 0..6 {
+        y = y.add(&c.input(DType::F32, &[10], Domain::Any)).unwrap();
+        if k == 2 {
+            mid = Some(y.clone());
+        }
+    }
+    let g = c.b.graph();
+    let opts = FusionOptions { max_bindings: 4, ..Default::default() };
+    let f = fuse(&g, &[y.id()], &opts).unwrap();
+    assert!(f.log.iter().any(|d| matches!(d.veto, Some(Veto::TooManyBindings { limit: 4, .. }))), "{:?}", f.log);
+    for k in &f.kernels {
+        assert!(k.inputs.len() + k.outputs.len() <= 4);
+    }
+    let _ = mid;
+}
+
+#[test]
+fn veto_peak_memory_rise() {
+    // A cast to f16 fused into a late consumer would keep its f32 input alive across the
+    // middle of the graph instead of the half-size f16 value.
+    let n = 4096;
+    let mut c = CaseBuilder::new(1);
+    let x = c.input(DType::F32, &[n], Domain::Any);
+    let z = c.input(DType::F32, &[n], Domain::Any);
+    let h = x.cast(DType::F16).unwrap();
+    let mid = z.exp().unwrap();
+    let out = h.add(&mid.neg().unwrap().cast(DType::F16).unwrap()).unwrap();
+    let g = c.b.graph();
+    match veto_of(&g, &[mid.id(), out.id()], h.id(), &options()) {
+        Some(Veto::PeakMemory { before, after }) => assert!(after > before),
+        other => panic!("expected a peak-memory veto, got {other:?}"),
+    }
+    // Without the memory veto the cast fuses.
+    let unaware = FusionOptions { memory_aware: false, ..options() };
+    assert_eq!(veto_of(&g, &[mid.id(), out.id()], h.id(), &unaware), None);
+}
+
+#[test]
+fn veto_no_benefit_under_a_cost_model_that_makes_dispatch_free() {
+    let mut c = CaseBuilder::new(1);
+    let x = c.input(DType::F32, &[1000], Domain::Any);
+    let e = x.exp().unwrap();
+    let y = e.broadcast_to([1000, 1000]).unwrap().add_scalar(1.0).unwrap();
+    let g = c.b.graph();
+    let free = FusionOptions { cost: CostModel { dispatch_s: 0.0, bandwidth: 1e30, flops: 1e9 }, ..options() };
+    assert_eq!(veto_of(&g, &[y.id()], e.id(), &free), Some(Veto::NoBenefit));
+    assert_eq!(veto_of(&g, &[y.id()], e.id(), &options()), None);
+}
+
+#[test]
+fn veto_cycle_between_siblings() {
+    // a = exp(x) and b = x·a share the input x, but b reads a: merging them would make the
+    // kernel depend on itself.
+    let mut c = CaseBuilder::new(1);
+    let x = c.input(DType::F32, &[64], Domain::Any);
+    let a = x.exp().unwrap();
+    let b = x.mul(&a).unwrap();
+    let g = c.b.graph();
+    let f = fuse(&g, &[a.id(), b.id()], &options()).unwrap();
+    assert_eq!(f.kernels.len(), 2);
+    assert!(f.siblings.iter().any(|d| d.veto == Some(Veto::Cycle)), "{:?}", f.siblings);
+}
+
+#[test]
+fn fusion_off_is_one_kernel_per_op() {
+    let (g, outs) = composite("chain20");
+    let ks = fusegraph::crates::passes::partition(&g, &outs, fusegraph::FusionMode::Off).unwrap();
+    let ops = g
+        .reachable(&outs)
+        .unwrap()
+        .into_iter()
+        .filter(|&n| !matches!(g.node(n).op, fusegraph::Op::Input { .. }))
+        .count();
+    assert_eq!(ks.len(), ops);
 }

@@ -87,6 +87,20 @@ pub struct Fusion {
     pub kernels: Vec<Kernel>,
     /// Decisions, in the order they were taken.
     pub log: Vec<Decision>,
+    /// Sibling-merge decisions between kernels that share an input.
+    pub siblings: Vec<SiblingDecision>,
+}
+
+/// One sibling-merge decision: kernels `a` and `b` (named by their first members) share an
+/// input; `veto` says why they were not merged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SiblingDecision {
+    /// First member of one kernel.
+    pub a: NodeId,
+    /// First member of the other.
+    pub b: NodeId,
+    /// `None` if merged.
+    pub veto: Option<Veto>,
 }
 
 struct Ctx<'a> {
@@ -403,8 +417,8 @@ pub fn fuse(g: &Graph, outputs: &[NodeId], opts: &FusionOptions) -> Result<Fusio
         let veto = try_fuse(&ctx, &mut groups, &own, p, &mut peak);
         log.push(Decision { producer: p, veto });
     }
-    merge_siblings(&ctx, &mut groups, &mut peak);
-    Ok(Fusion { kernels: ctx.kernels(&groups), log })
+    let siblings = merge_siblings(&ctx, &mut groups, &mut peak);
+    Ok(Fusion { kernels: ctx.kernels(&groups), log, siblings })
 }
 
 fn try_fuse(
@@ -478,7 +492,8 @@ fn try_fuse(
 /// Sibling (multi-output) fusion: kernels that read a common value, or recompute a common
 /// producer, and do not depend on each other merge into one kernel when the result is still
 /// a valid kernel (for example two reductions of one input become one row kernel).
-fn merge_siblings(ctx: &Ctx, groups: &mut [BTreeSet<NodeId>], peak: &mut u64) {
+fn merge_siblings(ctx: &Ctx, groups: &mut [BTreeSet<NodeId>], peak: &mut u64) -> Vec<SiblingDecision> {
+    let mut decisions = Vec::new();
     let g = ctx.g;
     let inputs_of = |gr: &BTreeSet<NodeId>| -> BTreeSet<NodeId> {
         gr.iter().flat_map(|&m| g.operands(m)).filter(|o| !gr.contains(o)).collect()
@@ -507,30 +522,42 @@ fn merge_siblings(ctx: &Ctx, groups: &mut [BTreeSet<NodeId>], peak: &mut u64) {
                 }
                 let (ii, ij) = (inputs_of(&groups[i]), inputs_of(&groups[j]));
                 let shared = groups[i].iter().any(|m| groups[j].contains(m)) || ii.iter().any(|x| ij.contains(x));
-                if !shared || depends(&groups[i], &groups[j]) || depends(&groups[j], &groups[i]) {
+                if !shared {
+                    continue;
+                }
+                let (a, b) = (*groups[i].first().expect("non-empty"), *groups[j].first().expect("non-empty"));
+                let mut decide = |veto: Option<Veto>| decisions.push(SiblingDecision { a, b, veto });
+                if depends(&groups[i], &groups[j]) || depends(&groups[j], &groups[i]) {
+                    decide(Some(Veto::Cycle));
                     continue;
                 }
                 let mut candidate = groups.to_vec();
                 let moved = std::mem::take(&mut candidate[j]);
                 candidate[i].extend(moved);
                 let outs = ctx.group_outputs(&candidate[i], &candidate);
-                if ctx.analyze(&candidate[i], &outs).is_err() {
+                if let Err(v) = ctx.analyze(&candidate[i], &outs) {
+                    decide(Some(v));
                     continue;
                 }
                 let k = make_kernel(g, candidate[i].iter().copied().collect(), ctx.outputs, &ctx.live);
-                if k.inputs.len() + outs.len() > ctx.opts.max_bindings {
+                let needed = k.inputs.len() + outs.len();
+                if needed > ctx.opts.max_bindings {
+                    decide(Some(Veto::TooManyBindings { needed, limit: ctx.opts.max_bindings }));
                     continue;
                 }
                 if ctx.opts.memory_aware {
                     let after = ctx.peak(&candidate);
                     if after > *peak + *peak / 64 {
+                        decide(Some(Veto::PeakMemory { before: *peak, after }));
                         continue;
                     }
                     *peak = after.max(*peak);
                 }
+                decide(None);
                 groups.clone_from_slice(&candidate);
                 changed = true;
             }
         }
     }
+    decisions
 }

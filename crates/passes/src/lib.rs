@@ -11,9 +11,18 @@ pub mod fuse;
 pub mod kernel;
 pub mod liveness;
 pub mod memory_plan;
+pub mod planner;
+pub mod remat;
+pub mod schedule;
 pub mod simplify;
+#[doc(hidden)]
+pub mod testing;
 
-pub use fuse::{fuse, Decision, Fusion, FusionOptions, Veto};
+pub use fuse::{fuse, Decision, Fusion, FusionOptions, SiblingDecision, Veto};
 pub use kernel::{partition, FusionMode, Kernel, KernelKind};
+pub use memory_plan::{check_plan, plan_memory_with, MemoryOptions, PlanError};
 pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};
+pub use planner::{largest_batch, plan_graph, plan_summary, LiveValue, PlanOptions, PlanSummary, Planned};
+pub use remat::{rematerialize, rematerialize_with};
+pub use schedule::schedule;
 pub use simplify::{simplify, SimplifyStats};

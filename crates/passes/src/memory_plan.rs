@@ -466,20 +466,16 @@ mod tests {
         let plan = plan_memory_with(&g, &kernels, &outs, &MemoryOptions { alignment: 256, in_place: false });
         assert_eq!(check_plan(&plan, &plan.intervals), Ok(()));
         // Put the exp result where the input lives: both are live at step 0.
+        let (x, e) = (kernels[0].inputs[0], kernels[0].outputs[0]);
         let mut bad = plan.clone();
-        let x = kernels[0].inputs[0];
-        let e = kernels[0].outputs[0];
-        let off = bad.locations[&x].offset;
-        bad.locations.get_mut(&e).unwrap().offset = off;
+        bad.locations.get_mut(&e).unwrap().offset = plan.locations[&x].offset;
         match check_plan(&bad, &bad.intervals) {
-            Err(PlanError::Overlap { a_steps, b_steps, .. }) => {
-                assert_eq!((a_steps.0, b_steps.0), (0, 0));
+            Err(PlanError::Overlap { a, b, a_bytes, b_bytes, .. }) => {
+                assert!(a == e || b == e);
+                assert!(a_bytes.start < b_bytes.end && b_bytes.start < a_bytes.end);
             }
             other => panic!("expected an overlap, got {other:?}"),
         }
-        // Recording the pair as in-place makes exactly that overlap legal.
-        bad.in_place.insert(e, x);
-        assert_eq!(check_plan(&bad, &bad.intervals), Ok(()));
         // Misaligned and out-of-bounds offsets are rejected too.
         let mut mis = plan.clone();
         mis.locations.get_mut(&e).unwrap().offset += 4;
@@ -487,18 +483,35 @@ mod tests {
         let mut oob = plan.clone();
         oob.locations.get_mut(&e).unwrap().offset = plan.arena_bytes;
         assert!(matches!(check_plan(&oob, &oob.intervals), Err(PlanError::OutOfBounds { .. })));
+        let mut missing = plan.clone();
+        missing.locations.remove(&e);
+        assert!(matches!(check_plan(&missing, &missing.intervals), Err(PlanError::Missing { .. })));
+    }
+
+    #[test]
+    fn in_place_overlap_is_legal_only_when_recorded() {
+        let (g, outs) = crate::testing::elementwise_chain(6, vec![16, 16]).unwrap();
+        let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
+        let plan = plan_memory(&g, &kernels, &outs, 256);
+        assert_eq!(plan.arena_bytes, 1024);
+        assert_eq!(plan.in_place.len(), 6);
+        assert_eq!(check_plan(&plan, &plan.intervals), Ok(()));
+        let mut unrecorded = plan.clone();
+        unrecorded.in_place.remove(&kernels[2].outputs[0]);
+        assert!(matches!(check_plan(&unrecorded, &unrecorded.intervals), Err(PlanError::Overlap { .. })));
     }
 
     #[test]
     fn in_place_only_through_same_index_edges() {
         let (g, outs) = chain();
         let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
-        let plan = plan_memory(&g, &kernels, &outs, 256);
-        // exp on the input, tanh on exp: in place; the transpose reads other elements: not.
-        let transpose = kernels.iter().find(|k| g.node(k.members[0]).op.name() == "transpose").unwrap();
-        assert!(!plan.in_place.contains_key(&transpose.outputs[0]));
-        assert!(plan.in_place.contains_key(&kernels[1].outputs[0]));
-        assert_eq!(check_plan(&plan, &plan.intervals), Ok(()));
+        let live = intervals_multi(&g, &kernels, &outs);
+        let pairs = in_place_pairs(&g, &kernels, &outs, &live);
+        // exp on the input, tanh on exp, neg on the transpose: in place; the transpose reads
+        // other elements than it writes: not.
+        let out = |i: usize| kernels[i].outputs[0];
+        let expected = BTreeMap::from([(out(0), kernels[0].inputs[0]), (out(1), out(0)), (out(3), out(2))]);
+        assert_eq!(pairs, expected);
     }
 
     #[test]

@@ -82,8 +82,7 @@ impl<'a> Dag<'a> {
         let n = self.kernels.len();
         let mut state = vec![0u8; n]; // 0 new, 1 on the stack, 2 done
         let mut order = Vec::with_capacity(n);
-        let roots: Vec<usize> =
-            self.outputs.iter().filter_map(|o| self.producer.get(o).copied()).chain(0..n).collect();
+        let roots: Vec<usize> = self.outputs.iter().filter_map(|o| self.producer.get(o).copied()).chain(0..n).collect();
         for root in roots {
             if state[root] != 0 {
                 continue;

@@ -1,0 +1,194 @@
+//! The planner query: how much device memory a graph needs, without a device.
+//!
+//! [`plan_graph`] runs the memory pipeline the runtime uses: partition or fuse → [`schedule`]
+//! → [`plan_memory_with`] → [`rematerialize_with`] when a budget is given. [`plan_summary`]
+//! reports its bytes (persistent, arena, staging, total, lower bound, naive) and the largest
+//! values live at the peak step, for out-of-memory messages. [`largest_batch`] searches the
+//! largest batch size whose plan fits a byte limit.
+
+use crate::fuse::{fuse, FusionOptions};
+use crate::kernel::{partition, FusionMode, Kernel};
+use crate::liveness::{live_bytes_per_step, value_bytes};
+use crate::memory_plan::{plan_memory_with, MemoryOptions, MemoryPlan};
+use crate::remat::rematerialize_with;
+use crate::schedule::schedule;
+use fusegraph_ir::{verify, Graph, NodeId, Result};
+
+/// Knobs of the planner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Fusion on or off.
+    pub fusion: FusionMode,
+    /// Storage bindings a kernel may use (the adapter's `max_storage_buffers_per_shader_stage`).
+    pub max_bindings: usize,
+    /// Offset alignment (the adapter's `min_storage_buffer_offset_alignment`).
+    pub alignment: u64,
+    /// Allow in-place reuse in the memory plan.
+    pub in_place: bool,
+    /// Reorder kernels with [`schedule`] to lower peak memory.
+    pub schedule: bool,
+    /// Rematerialize until the arena fits this many bytes (or nothing helps).
+    pub remat_budget: Option<u64>,
+    /// How many of the largest values live at the peak to report.
+    pub top_values: usize,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            fusion: FusionMode::On,
+            max_bindings: FusionOptions::default().max_bindings,
+            alignment: 256,
+            in_place: true,
+            schedule: true,
+            remat_budget: None,
+            top_values: 8,
+        }
+    }
+}
+
+/// A value live at the peak step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveValue {
+    /// The node.
+    pub node: NodeId,
+    /// Its bytes.
+    pub bytes: u64,
+    /// Its op's mnemonic.
+    pub op: &'static str,
+    /// Its debug name, if any.
+    pub name: Option<String>,
+}
+
+/// Device memory a graph needs, in bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanSummary {
+    /// Parameters and constants.
+    pub persistent_bytes: u64,
+    /// Inputs and intermediates (the arena of the plan).
+    pub arena_bytes: u64,
+    /// The readback buffer: the sum of the outputs' buffer sizes.
+    pub staging_bytes: u64,
+    /// `persistent + arena + staging`.
+    pub total_bytes: u64,
+    /// The peak of live arena bytes over the schedule.
+    pub lower_bound_bytes: u64,
+    /// The arena if every value had its own slot.
+    pub naive_bytes: u64,
+    /// Kernels in the final schedule (rematerialized copies included).
+    pub kernels: usize,
+    /// The first step where live bytes peak.
+    pub peak_step: usize,
+    /// The largest values live at the peak step, largest first (at most `top_values`).
+    pub peak_values: Vec<LiveValue>,
+}
+
+/// The result of [`plan_graph`]: kernels in run order, their memory plan, and the summary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Planned {
+    /// Kernels in the order to run them.
+    pub kernels: Vec<Kernel>,
+    /// The memory plan for that order.
+    pub plan: MemoryPlan,
+    /// Its bytes.
+    pub summary: PlanSummary,
+}
+
+/// Verifies `g`, then fuses (or partitions), schedules, plans memory and, with a budget,
+/// rematerializes. Errors on an invalid graph or unknown outputs.
+pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<Planned> {
+    verify(g)?;
+    for &o in outputs {
+        g.check(o)?;
+    }
+    let mut kernels = match opts.fusion {
+        FusionMode::Off => partition(g, outputs, FusionMode::Off)?,
+        FusionMode::On => {
+            let fopts = FusionOptions { max_bindings: opts.max_bindings, ..Default::default() };
+            fuse(g, outputs, &fopts)?.kernels
+        }
+    };
+    if opts.schedule {
+        kernels = schedule(g, kernels, outputs);
+    }
+    let mopts = MemoryOptions { alignment: opts.alignment, in_place: opts.in_place };
+    if let Some(budget) = opts.remat_budget {
+        kernels = rematerialize_with(g, kernels, outputs, budget, &mopts);
+    }
+    let plan = plan_memory_with(g, &kernels, outputs, &mopts);
+    let summary = summarize(g, outputs, &kernels, &plan, opts.top_values);
+    Ok(Planned { kernels, plan, summary })
+}
+
+/// The bytes of [`plan_graph`]'s plan; see [`PlanSummary`].
+pub fn plan_summary(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<PlanSummary> {
+    Ok(plan_graph(g, outputs, opts)?.summary)
+}
+
+fn summarize(g: &Graph, outputs: &[NodeId], kernels: &[Kernel], plan: &MemoryPlan, top: usize) -> PlanSummary {
+    let staging_bytes: u64 =
+        outputs.iter().map(|o| plan.locations.get(o).map_or_else(|| value_bytes(g, *o), |l| l.size)).sum();
+    let per_step = live_bytes_per_step(&plan.intervals);
+    let peak_step = per_step.iter().enumerate().fold(0, |best, (s, &b)| if b > per_step[best] { s } else { best });
+    let mut peak_values: Vec<LiveValue> = plan
+        .intervals
+        .iter()
+        .filter(|(_, ivs)| ivs.iter().any(|iv| iv.start <= peak_step && peak_step <= iv.end))
+        .map(|(&node, ivs)| {
+            let n = g.node(node);
+            LiveValue { node, bytes: ivs[0].bytes, op: n.op.name(), name: n.name.clone() }
+        })
+        .collect();
+    peak_values.sort_by_key(|v| (std::cmp::Reverse(v.bytes), v.node));
+    peak_values.truncate(top);
+    PlanSummary {
+        persistent_bytes: plan.persistent_bytes,
+        arena_bytes: plan.arena_bytes,
+        staging_bytes,
+        total_bytes: plan.persistent_bytes + plan.arena_bytes + staging_bytes,
+        lower_bound_bytes: plan.lower_bound_bytes,
+        naive_bytes: plan.naive_bytes,
+        kernels: kernels.len(),
+        peak_step,
+        peak_values,
+    }
+}
+
+/// The largest batch in `1..=max_batch` whose planned `total_bytes` is at most `limit_bytes`,
+/// found by doubling then bisection (assuming memory grows with the batch); `None` if batch 1
+/// does not fit. `build(batch)` returns the graph and its outputs. Plans only; no device.
+pub fn largest_batch(
+    build: impl Fn(usize) -> Result<(Graph, Vec<NodeId>)>,
+    limit_bytes: u64,
+    opts: &PlanOptions,
+    max_batch: usize,
+) -> Result<Option<usize>> {
+    let fits = |batch: usize| -> Result<bool> {
+        let (g, outputs) = build(batch)?;
+        Ok(plan_summary(&g, &outputs, opts)?.total_bytes <= limit_bytes)
+    };
+    if max_batch == 0 || !fits(1)? {
+        return Ok(None);
+    }
+    let mut lo = 1;
+    let mut hi = None;
+    while lo < max_batch {
+        let next = lo.saturating_mul(2).min(max_batch);
+        if fits(next)? {
+            lo = next;
+        } else {
+            hi = Some(next);
+            break;
+        }
+    }
+    let Some(mut hi) = hi else { return Ok(Some(lo)) };
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some(lo))
+}

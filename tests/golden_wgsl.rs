@@ -1,0 +1,49 @@
+//! Golden WGSL: a handful of representative fused kernels, diffed against files in
+//! `tests/wgsl/` so unintended changes to the generated code show up in review
+//! (`UPDATE_EXPECT=1 cargo test --test golden_wgsl` rewrites them). Each is also validated
+//! by naga.
+
+mod common;
+
+use common::{composite_builders, CaseBuilder};
+use fusegraph::crates::passes::{fuse, FusionOptions};
+use fusegraph::crates::wgsl::{lower, validate, LowerOptions};
+use fusegraph::DType;
+
+fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectFile) {
+    let (_, build) = composite_builders().into_iter().find(|(n, _)| *n == name).unwrap();
+    let mut c = CaseBuilder::new(1);
+    let outs = build(&mut c, dtype);
+    let case = c.finish(name, &outs.iter().collect::<Vec<_>>());
+    let f = fuse(&case.graph, &case.outputs, &FusionOptions { max_bindings: 32, ..Default::default() }).unwrap();
+    let text: Vec<String> = f
+        .kernels
+        .iter()
+        .map(|k| {
+            let src = lower(&case.graph, k, &LowerOptions { f16_native });
+            validate(&src.wgsl).unwrap();
+            format!("// kernel {} ({} workgroups)\n{}", src.label, src.workgroups, src.wgsl)
+        })
+        .collect();
+    file.assert_eq(&text.join("\n"));
+}
+
+#[test]
+fn softmax_row_kernel() {
+    golden("softmax_last", DType::F32, false, expect_test::expect_file!["wgsl/softmax_last.wgsl"]);
+}
+
+#[test]
+fn layer_norm_row_kernel_packed_f16() {
+    golden("layer_norm", DType::F16, false, expect_test::expect_file!["wgsl/layer_norm_f16_packed.wgsl"]);
+}
+
+#[test]
+fn matmul_with_fused_epilogue() {
+    golden("gelu_relu_matmul_bias", DType::F32, false, expect_test::expect_file!["wgsl/gelu_relu_matmul_bias.wgsl"]);
+}
+
+#[test]
+fn elementwise_chain_native_f16() {
+    golden("chain20", DType::F16, true, expect_test::expect_file!["wgsl/chain20_f16_native.wgsl"]);
+}
