@@ -41,3 +41,19 @@ fn unknown_command_is_usage_error() {
     let out = fusegraph(&["frobnicate"], None);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn dot_draws_one_cluster_per_kernel() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/softmax.ir");
+    let fused = fusegraph(&["dot", path], None);
+    assert!(fused.status.success(), "{}", String::from_utf8_lossy(&fused.stderr));
+    let text = String::from_utf8(fused.stdout).unwrap();
+    assert!(text.starts_with("digraph"));
+    assert_eq!(text.matches("subgraph cluster_").count(), 1, "{text}");
+    let unfused = fusegraph(&["dot", path, "--unfused"], None);
+    let text = String::from_utf8(unfused.stdout).unwrap();
+    assert_eq!(text.matches("subgraph cluster_").count(), 7, "{text}");
+    let missing = fusegraph(&["dot", "/nonexistent.ir"], None);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read /nonexistent.ir"));
+}

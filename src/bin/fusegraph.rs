@@ -9,6 +9,9 @@ const USAGE: &str = "usage: fusegraph <command>
 
 commands:
   info [--json]    the adapter fusegraph chooses: backend, driver, limits, features
+  dot FILE [--unfused]
+                   read a graph in fusegraph's text form, simplify and fuse it (no device
+                   needed), and print it as Graphviz DOT with one cluster per kernel
   help             this text
 
 environment:
@@ -72,10 +75,36 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
     Ok(())
 }
 
+fn dot(args: &[String]) -> Result<(), String> {
+    use fusegraph::crates::passes::{fuse, partition, simplify, FusionMode, FusionOptions};
+    let path = args.iter().find(|a| !a.starts_with("--")).ok_or("dot: give a FILE in fusegraph's text form")?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("dot: cannot read {path}: {e}"))?;
+    let mut g = fusegraph::text::parse(&text).map_err(|e| format!("dot: {path}: {e}"))?;
+    // Outputs: the nodes nothing uses.
+    let mut outs: Vec<fusegraph::NodeId> = g.node_ids().into_iter().filter(|&n| g.users(n).is_empty()).collect();
+    let kernels = if args.iter().any(|a| a == "--unfused") {
+        partition(&g, &outs, FusionMode::Off).map_err(|e| e.to_string())?
+    } else {
+        simplify(&mut g, &mut outs).map_err(|e| e.to_string())?;
+        fuse(&g, &outs, &FusionOptions { max_bindings: 32, ..Default::default() }).map_err(|e| e.to_string())?.kernels
+    };
+    let clusters: Vec<Vec<fusegraph::NodeId>> = kernels.iter().map(|k| k.members.clone()).collect();
+    print!("{}", fusegraph::dot::to_dot(&g, &clusters));
+    eprintln!("{} kernels", kernels.len());
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("info") => info(args.iter().any(|a| a == "--json")),
+        Some("dot") => match dot(&args[1..]) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                eprintln!("fusegraph: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{USAGE}");
             Ok(())

@@ -183,6 +183,32 @@ mod tests {
     }
 
     #[test]
+    fn random_graphs_stay_valid_and_never_grow() {
+        let mut rng = crate::testing::XorShift::new(0xdead_beef);
+        let mut copies = 0;
+        for case in 0..30 {
+            let (g, outs) = crate::testing::random_graph(&mut rng, 8 + case % 16);
+            for mode in [FusionMode::Off, FusionMode::On] {
+                let kernels = partition(&g, &outs, mode).unwrap();
+                let before = plan_memory(&g, &kernels, &outs, 256);
+                let remat = rematerialize(&g, kernels.clone(), &outs, 0, 256);
+                copies += remat.len() - kernels.len();
+                assert_eq!(first_unready(&g, &remat), None, "case {case} {mode:?}");
+                let after = plan_memory(&g, &remat, &outs, 256);
+                assert!(after.arena_bytes <= before.arena_bytes, "case {case} {mode:?}");
+                assert_eq!(check_plan(&after, &after.intervals), Ok(()));
+                for (i, k) in remat.iter().enumerate() {
+                    if remat[..i].iter().any(|p| p.outputs.iter().any(|o| k.outputs.contains(o))) {
+                        assert!(k.members.iter().all(|&m| !is_expensive(&g.node(m).op)));
+                    }
+                }
+            }
+        }
+        eprintln!("random graphs: {copies} recomputations inserted");
+        assert!(copies > 0);
+    }
+
+    #[test]
     fn never_recomputes_expensive_kernels() {
         let b = fusegraph_ir::GraphBuilder::new();
         let x = b.input("x", fusegraph_ir::DType::F32, vec![32, 32]).unwrap();

@@ -222,6 +222,20 @@ mod tests {
     }
 
     #[test]
+    fn runs_a_branch_to_its_end_before_starting_the_next() {
+        // Id order computes both wide branches before reducing either: 3 wide values live.
+        let b = fusegraph_ir::GraphBuilder::new();
+        let x = b.input("x", fusegraph_ir::DType::F32, vec![64, 64]).unwrap();
+        let (a1, b1) = (x.exp().unwrap(), x.tanh().unwrap());
+        let y = a1.sum(&[1], true).unwrap().add(&b1.sum(&[1], true).unwrap()).unwrap();
+        let (g, outs) = (b.graph(), vec![y.id()]);
+        let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
+        let before = peak_live_bytes(&intervals(&g, &kernels, &outs));
+        let after = peak_live_bytes(&intervals(&g, &schedule(&g, kernels, &outs), &outs));
+        assert_eq!((before, after), (3 * 16384, 2 * 16384 + 256));
+    }
+
+    #[test]
     fn first_unready_finds_a_kernel_before_its_producer() {
         let mut rng = XorShift::new(7);
         let (g, outs) = random_graph(&mut rng, 10);

@@ -3,10 +3,11 @@
 
 use fusegraph_ir::{Graph, NodeId};
 use fusegraph_passes::liveness::{intervals, peak_live_bytes};
-use fusegraph_passes::testing::{conv_net, elementwise_chain, mlp, transformer_block};
+use fusegraph_passes::schedule::first_unready;
+use fusegraph_passes::testing::{conv_net, elementwise_chain, mlp, remat_graph, transformer_block};
 use fusegraph_passes::{
-    check_plan, largest_batch, partition, plan_memory, plan_memory_with, plan_summary, schedule, FusionMode,
-    MemoryOptions, PlanOptions,
+    check_plan, largest_batch, partition, plan_graph, plan_memory, plan_memory_with, plan_summary, schedule,
+    FusionMode, MemoryOptions, PlanOptions,
 };
 
 const ALIGN: u64 = 256;
@@ -96,6 +97,23 @@ fn plan_summary_adds_up_and_names_the_peak() {
     // Unknown outputs are an error, not a panic.
     let (_, other_outs) = mlp(1).unwrap();
     assert!(plan_summary(&Graph::new(), &other_outs, &PlanOptions::default()).is_err());
+}
+
+#[test]
+fn planner_rematerializes_to_a_budget() {
+    let (g, outs) = remat_graph();
+    let opts = PlanOptions { fusion: FusionMode::Off, ..Default::default() };
+    let plain = plan_graph(&g, &outs, &opts).unwrap();
+    let budget = 14 * 1024;
+    let remat = plan_graph(&g, &outs, &PlanOptions { remat_budget: Some(budget), ..opts }).unwrap();
+    eprintln!(
+        "remat via planner: arena {} -> {} (budget {budget}), kernels {} -> {}",
+        plain.summary.arena_bytes, remat.summary.arena_bytes, plain.summary.kernels, remat.summary.kernels
+    );
+    assert_eq!(plain.summary.arena_bytes, 16 * 1024);
+    assert!(remat.summary.arena_bytes <= budget);
+    assert_eq!(first_unready(&g, &remat.kernels), None);
+    check_plan(&remat.plan, &remat.plan.intervals).unwrap();
 }
 
 #[test]

@@ -82,6 +82,7 @@ pub struct Executable {
     staging: wgpu::Buffer,
     stats: ExecutableStats,
     plan: MemoryPlan,
+    graph: Graph,
 }
 
 fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
@@ -263,6 +264,7 @@ impl Device {
             staging,
             stats,
             plan,
+            graph: graph.clone(),
         })
     }
 }
@@ -271,6 +273,18 @@ impl Executable {
     /// Kernel count, members and bytes moved.
     pub fn stats(&self) -> &ExecutableStats {
         &self.stats
+    }
+
+    /// The graph after simplification, as compiled.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The compiled graph as Graphviz DOT, one cluster per kernel, so a user can see what
+    /// fused.
+    pub fn to_dot(&self) -> String {
+        let clusters: Vec<Vec<NodeId>> = self.stats.kernels.iter().map(|k| k.members.clone()).collect();
+        fusegraph_ir::dot::to_dot(&self.graph, &clusters)
     }
 
     /// The memory plan the executable runs with.
