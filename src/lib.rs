@@ -19,6 +19,8 @@
 
 #![warn(missing_docs)]
 
+pub mod workloads;
+
 pub use fusegraph_ir::{
     dot, f16, op, text, verify, BinaryOp, DType, Element, Graph, GraphBuilder, HostData, HostTensor, IrError, Node,
     NodeId, Op, PoolKind, ReduceKind, Shape, Tensor, TensorType, UnaryOp,

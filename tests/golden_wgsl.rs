@@ -20,7 +20,7 @@ fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectF
         .kernels
         .iter()
         .map(|k| {
-            let src = lower(&case.graph, k, &LowerOptions { f16_native });
+            let src = lower(&case.graph, k, &LowerOptions { f16_native, cpu: false });
             validate(&src.wgsl).unwrap();
             format!("// kernel {} ({} workgroups)\n{}", src.label, src.workgroups, src.wgsl)
         })

@@ -7,18 +7,19 @@ use fusegraph::crates::passes::{partition, FusionMode};
 use fusegraph::crates::wgsl::{lower, validate, LowerOptions};
 
 #[test]
-fn every_catalog_kernel_validates_in_both_f16_forms() {
+fn every_catalog_kernel_validates_in_both_f16_forms_and_both_row_strategies() {
     let mut cases = common::catalog(1);
+    cases.extend(common::composite_cases());
     cases.extend(common::large_cases());
     let mut shaders = 0;
     for case in &cases {
         for mode in [FusionMode::Off, FusionMode::On] {
             let kernels = partition(&case.graph, &case.outputs, mode).unwrap();
             for k in &kernels {
-                for f16_native in [false, true] {
-                    let src = lower(&case.graph, k, &LowerOptions { f16_native });
+                for (f16_native, cpu) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let src = lower(&case.graph, k, &LowerOptions { f16_native, cpu });
                     if let Err(e) = validate(&src.wgsl) {
-                        panic!("case {} kernel {} (f16_native={f16_native}): {e}", case.name, src.label);
+                        panic!("case {} kernel {} (f16_native={f16_native}, cpu={cpu}): {e}", case.name, src.label);
                     }
                     shaders += 1;
                 }

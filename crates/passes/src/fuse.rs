@@ -452,16 +452,24 @@ fn try_fuse(
     let mut recompute = 0.0;
     for &t in &targets {
         let outs = ctx.group_outputs(&candidate[t], &candidate);
-        if let Err(v) = ctx.analyze(&candidate[t], &outs) {
-            return Some(v);
-        }
+        let kind = match ctx.analyze(&candidate[t], &outs) {
+            Ok(kind) => kind,
+            Err(v) => return Some(v),
+        };
         let k = make_kernel(g, candidate[t].iter().copied().collect(), ctx.outputs, &ctx.live);
         let needed = k.inputs.len() + outs.len();
         if needed > ctx.opts.max_bindings {
             return Some(Veto::TooManyBindings { needed, limit: ctx.opts.max_bindings });
         }
-        let m = ctx.multiplicity(&candidate[t], &outs);
-        recompute += m.get(&p).copied().unwrap_or(1.0);
+        recompute += match kind {
+            KernelKind::Loop => ctx.multiplicity(&candidate[t], &outs).get(&p).copied().unwrap_or(1.0),
+            // A row kernel computes each reduction once per row and evaluates everything else
+            // once per pass over the row: one pass per reduction plus the output pass.
+            KernelKind::Row { .. } if matches!(g.node(p).op, Op::Reduce { .. }) => 1.0,
+            KernelKind::Row { .. } => {
+                1.0 + candidate[t].iter().filter(|&&n| matches!(g.node(n).op, Op::Reduce { .. })).count() as f64
+            }
+        };
     }
     // Benefit: one dispatch fewer, and the producer is neither written nor read back; cost:
     // its arithmetic repeated where it is recomputed, and its operands read once per copy.

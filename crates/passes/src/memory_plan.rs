@@ -143,7 +143,7 @@ fn align_up(x: u64, a: u64) -> u64 {
 }
 
 /// Plans memory for `kernels` run in order (from [`crate::partition`], possibly reordered by
-/// [`crate::schedule`] or [`crate::rematerialize`]): every kernel input and output, and every
+/// [`crate::schedule()`] or [`crate::rematerialize`]): every kernel input and output, and every
 /// graph output, gets a location. In-place reuse is on; see [`plan_memory_with`].
 pub fn plan_memory(g: &Graph, kernels: &[Kernel], outputs: &[NodeId], alignment: u64) -> MemoryPlan {
     plan_memory_with(g, kernels, outputs, &MemoryOptions { alignment, in_place: true })
@@ -207,7 +207,8 @@ pub fn plan_memory_with(g: &Graph, kernels: &[Kernel], outputs: &[NodeId], opts:
             variants.push(pairs);
         }
     }
-    let mut best: Option<(u64, BTreeMap<NodeId, u64>, BTreeMap<NodeId, NodeId>)> = None;
+    type Offsets = BTreeMap<NodeId, u64>;
+    let mut best: Option<(u64, Offsets, BTreeMap<NodeId, NodeId>)> = None;
     for pairs in variants {
         let (items, owner) = build_items(g, &arena_values, &live, &pairs);
         let (arena, item_offsets) = best_of_orders(&items, alignment);

@@ -160,7 +160,7 @@ impl<'a> Dag<'a> {
     }
 }
 
-/// Reorders `kernels` (a valid order from [`crate::partition`] or [`crate::fuse`]) into the
+/// Reorders `kernels` (a valid order from [`crate::partition`] or [`crate::fuse()`]) into the
 /// candidate topological order with the lowest peak of live bytes; see the module docs.
 pub fn schedule(g: &Graph, kernels: Vec<Kernel>, outputs: &[NodeId]) -> Vec<Kernel> {
     if kernels.len() < 2 {

@@ -34,6 +34,12 @@ impl XorShift {
 /// A random graph of about `ops` ops on `[8, 8]` f32 values (unary, binary, transpose,
 /// matmul, row sums broadcast back), with one to three outputs.
 pub fn random_graph(rng: &mut XorShift, ops: usize) -> (Graph, Vec<NodeId>) {
+    random_graph_with(rng, ops, false)
+}
+
+/// [`random_graph`]; with `keep_inputs` the last output also adds every input, so inputs live
+/// to the end and cheap functions of them are rematerialization candidates.
+pub fn random_graph_with(rng: &mut XorShift, ops: usize, keep_inputs: bool) -> (Graph, Vec<NodeId>) {
     let b = GraphBuilder::new();
     let mut pool: Vec<Tensor> = (0..2 + rng.below(2))
         .map(|i| b.input(&format!("x{i}"), DType::F32, vec![8, 8]).expect("valid input"))
@@ -55,7 +61,13 @@ pub fn random_graph(rng: &mut XorShift, ops: usize) -> (Graph, Vec<NodeId>) {
         };
         pool.push(t.expect("shapes agree"));
     }
-    let mut outs = vec![pool.last().expect("non-empty").id()];
+    let mut last = pool.last().expect("non-empty").clone();
+    if keep_inputs {
+        for x in &pool[..inputs] {
+            last = last.add(x).expect("shapes agree");
+        }
+    }
+    let mut outs = vec![last.id()];
     for _ in 0..rng.below(3) {
         let o = pool[inputs + rng.below(pool.len() - inputs)].id();
         if !outs.contains(&o) {

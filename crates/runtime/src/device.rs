@@ -121,6 +121,8 @@ impl Device {
         if f16_native {
             features |= wgpu::Features::SHADER_F16;
         }
+        // GPU timestamps around the compute pass, for benchmarks, where the adapter has them.
+        features |= adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
         let limits = adapter.limits();
         let desc = wgpu::DeviceDescriptor {
             label: Some("fusegraph"),
@@ -161,6 +163,11 @@ impl Device {
     /// The features enabled on the device.
     pub fn features(&self) -> wgpu::Features {
         self.features
+    }
+
+    /// Whether GPU timestamp queries are enabled (benchmarks then time the GPU work itself).
+    pub fn has_timestamps(&self) -> bool {
+        self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
     }
 
     /// Whether f16 is stored as WGSL `f16` (else packed two per u32).

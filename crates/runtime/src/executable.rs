@@ -29,6 +29,32 @@ impl CompileOptions {
     }
 }
 
+/// Times of repeated runs, in milliseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timing {
+    /// One entry per timed run.
+    pub ms: Vec<f64>,
+    /// Whether the times are GPU timestamps (else wall time around submit and wait).
+    pub gpu_timestamps: bool,
+}
+
+impl Timing {
+    /// The `q`-quantile (0..=1) of the run times, by nearest rank.
+    pub fn quantile(&self, q: f64) -> f64 {
+        let mut v = self.ms.clone();
+        v.sort_by(|a, b| a.total_cmp(b));
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v[((v.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize]
+    }
+
+    /// The median run time.
+    pub fn median(&self) -> f64 {
+        self.quantile(0.5)
+    }
+}
+
 /// What one kernel of an executable does.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelStats {
@@ -134,7 +160,8 @@ impl Device {
                 fuse(graph, outputs, &fopts)?.kernels
             }
         };
-        let lower_opts = LowerOptions { f16_native: self.f16_native() };
+        let lower_opts =
+            LowerOptions { f16_native: self.f16_native(), cpu: self.info().device_type == wgpu::DeviceType::Cpu };
         let sources: Vec<_> = kernels.iter().map(|k| lower(graph, k, &lower_opts)).collect();
         for s in &sources {
             if s.bindings.len() > limits.max_storage_buffers_per_shader_stage as usize {
@@ -328,6 +355,90 @@ impl Executable {
         Ok(())
     }
 
+    /// Records every dispatch into one compute pass, with timestamps at its ends if given.
+    pub(crate) fn encode(&self, encoder: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>) {
+        let timestamp_writes = timestamps.map(|q| wgpu::ComputePassTimestampWrites {
+            query_set: q,
+            beginning_of_pass_write_index: Some(0),
+            end_of_pass_write_index: Some(1),
+        });
+        let mut pass = encoder
+            .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("fusegraph kernels"), timestamp_writes });
+        for k in &self.kernels {
+            if k.workgroups[0] == 0 {
+                continue;
+            }
+            pass.set_pipeline(&k.pipeline.0);
+            pass.set_bind_group(0, &k.bind_group, &[]);
+            pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
+        }
+    }
+
+    /// Uploads `feeds` once, then times `runs` executions of the kernels (after `warmup`
+    /// untimed ones), each submitted and waited for on its own. With GPU timestamps the time
+    /// is the compute pass on the GPU; otherwise wall time from submit to completion.
+    pub fn time(&self, feeds: &[(&str, &HostTensor)], warmup: usize, runs: usize) -> Result<Timing> {
+        self.run(feeds)?;
+        let d = &self.device;
+        let ts = d.has_timestamps().then(|| {
+            let set = d.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("fusegraph timing"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2,
+            });
+            let resolve =
+                buffer(d, "fusegraph timestamps", 16, wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC);
+            let read = buffer(
+                d,
+                "fusegraph timestamps readback",
+                16,
+                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            );
+            (set, resolve, read)
+        });
+        let wait = || {
+            d.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| RuntimeError::Wgpu { during: "waiting for a timed run".into(), detail: e.to_string() })
+        };
+        let mut ms = Vec::with_capacity(runs);
+        for i in 0..warmup + runs {
+            let mut encoder =
+                d.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph timed run") });
+            self.encode(&mut encoder, ts.as_ref().map(|t| &t.0));
+            if let Some((set, resolve, read)) = &ts {
+                encoder.resolve_query_set(set, 0..2, resolve, 0);
+                encoder.copy_buffer_to_buffer(resolve, 0, read, 0, 16);
+            }
+            let start = std::time::Instant::now();
+            d.queue.submit([encoder.finish()]);
+            wait()?;
+            let wall = start.elapsed().as_secs_f64() * 1e3;
+            let value = match &ts {
+                Some((_, _, read)) => {
+                    read.map_async(wgpu::MapMode::Read, .., |_| {});
+                    wait()?;
+                    let t = {
+                        let view = read.get_mapped_range(..).map_err(|e| RuntimeError::Wgpu {
+                            during: "reading timestamps".into(),
+                            detail: e.to_string(),
+                        })?;
+                        let a = u64::from_le_bytes(view[0..8].try_into().expect("8 bytes"));
+                        let b = u64::from_le_bytes(view[8..16].try_into().expect("8 bytes"));
+                        b.saturating_sub(a) as f64 * d.queue.get_timestamp_period() as f64 / 1e6
+                    };
+                    read.unmap();
+                    t
+                }
+                None => wall,
+            };
+            if i >= warmup {
+                ms.push(value);
+            }
+        }
+        Ok(Timing { ms, gpu_timestamps: ts.is_some() })
+    }
+
     /// Runs once with `feeds` (one per input, by name) and returns the outputs in the order
     /// they were given to `compile`. All kernels go in one command buffer and one submit.
     /// Errors (missing, unknown or mis-typed feeds, unset parameters) come before anything is
@@ -367,20 +478,7 @@ impl Executable {
         let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder =
             d.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph run") });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("fusegraph kernels"),
-                timestamp_writes: None,
-            });
-            for k in &self.kernels {
-                if k.workgroups[0] == 0 {
-                    continue;
-                }
-                pass.set_pipeline(&k.pipeline.0);
-                pass.set_bind_group(0, &k.bind_group, &[]);
-                pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
-            }
-        }
+        self.encode(&mut encoder, None);
         for (slot, staging_offset) in &self.outputs {
             let src = if slot.loc.region == Region::Persistent { &self.persistent } else { &self.arena };
             encoder.copy_buffer_to_buffer(src, slot.loc.offset, &self.staging, *staging_offset, slot.loc.size);

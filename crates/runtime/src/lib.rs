@@ -13,7 +13,7 @@ mod executable;
 
 pub use device::{Backend, Device, DeviceOptions};
 pub use error::{Result, RuntimeError};
-pub use executable::{CompileOptions, Executable, ExecutableStats, KernelStats};
+pub use executable::{CompileOptions, Executable, ExecutableStats, KernelStats, Timing};
 pub use fusegraph_passes::FusionMode;
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;

@@ -18,6 +18,10 @@ pub struct LowerOptions {
     /// Use WGSL `f16` storage (the adapter has `SHADER_F16`); otherwise f16 values are
     /// stored two to a `u32` and converted with `pack2x16float`/`unpack2x16float`.
     pub f16_native: bool,
+    /// The adapter is a CPU (lavapipe, llvmpipe): workgroup barriers are expensive there
+    /// (each one switches between the workgroup's SIMD batches), so row kernels prefer one
+    /// invocation per row looping serially over a workgroup-wide tree.
+    pub cpu: bool,
 }
 
 /// One storage binding of a kernel.
@@ -227,6 +231,9 @@ fn row_main(
     let row_len: usize = axes.iter().map(|&a| shape[a]).product();
     let full: usize = shape.iter().product();
     let rows = full.checked_div(row_len).unwrap_or(0);
+    // Many rows (or a CPU adapter): one invocation per row, no barriers. Few long rows: a
+    // workgroup per row with a tree in workgroup memory.
+    let per_thread = (opts.cpu && rows >= 16) || (!opts.cpu && rows >= 8192 && row_len <= 256);
     let wg = row_len.next_power_of_two().clamp(32, WORKGROUP_SIZE as usize);
     let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
     // fg_elem(row, e): the linear index in `shape` of element `e` of row `row`.
@@ -243,6 +250,9 @@ fn row_main(
         coords[a] = ec[n].clone();
     }
     let _ = writeln!(body, "    return {};\n}}\n", ravel(&coords, shape));
+    if per_thread {
+        return row_main_per_thread(g, bindings, reduces, rows, row_len, full, opts, body);
+    }
     for (k, &r) in reduces.iter().enumerate() {
         let _ = writeln!(body, "var<workgroup> fg_red{k}: array<{}, {wg}>;", vty(g.ty(r).dtype));
     }
@@ -293,4 +303,55 @@ fn row_main(
     }
     main.push_str("}\n");
     (main, rows as u64)
+}
+
+/// The row kernel with one invocation per row: each reduction is a serial loop whose result
+/// stays in a private variable; no workgroup memory, no barriers.
+#[allow(clippy::too_many_arguments)]
+fn row_main_per_thread(
+    g: &Graph,
+    bindings: &[Binding],
+    reduces: &[NodeId],
+    rows: usize,
+    row_len: usize,
+    full: usize,
+    opts: &LowerOptions,
+    body: &mut String,
+) -> (String, u64) {
+    for (k, &r) in reduces.iter().enumerate() {
+        let _ = writeln!(body, "var<private> fg_red{k}: array<{}, 1>;", vty(g.ty(r).dtype));
+    }
+    let mut main = String::new();
+    let _ = writeln!(main, "@compute @workgroup_size({WORKGROUP_SIZE})");
+    let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
+    let _ = writeln!(main, "    let row = (wid.y * nwg.x + wid.x) * {WORKGROUP_SIZE}u + lid;");
+    let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
+    for (k, &r) in reduces.iter().enumerate() {
+        let Op::Reduce { kind, .. } = g.node(r).op else { unreachable!("row reductions are reduces") };
+        let dt = g.ty(r).dtype;
+        let input = format!("v{}", g.operands(r)[0].index());
+        let _ = writeln!(main, "    {{");
+        let _ = writeln!(main, "        var acc: {} = {};", vty(dt), reduce_identity(kind, dt));
+        let _ = writeln!(main, "        for (var e = 0u; e < {row_len}u; e = e + 1u) {{");
+        let _ = writeln!(main, "            acc = {};", combine(kind, "acc", &format!("{input}(fg_elem(row, e))")));
+        let _ = writeln!(main, "        }}");
+        let _ = writeln!(main, "        fg_red{k}[0] = acc;");
+        let _ = writeln!(main, "    }}");
+    }
+    let outs: Vec<(usize, &Binding)> = bindings.iter().enumerate().filter(|(_, b)| b.output).collect();
+    let (full_outs, row_outs): (Vec<_>, Vec<_>) =
+        outs.into_iter().partition(|(_, b)| g.ty(b.node).shape.numel() == full && full != rows);
+    if !full_outs.is_empty() {
+        let _ = writeln!(main, "    for (var e = 0u; e < {row_len}u; e = e + 1u) {{");
+        let _ = writeln!(main, "        let idx = fg_elem(row, e);");
+        for (k, b) in full_outs {
+            row_store(&mut main, k, g.ty(b.node).dtype, "idx", &format!("e{}(idx)", b.node.index()), opts, "        ");
+        }
+        let _ = writeln!(main, "    }}");
+    }
+    for (k, b) in row_outs {
+        row_store(&mut main, k, g.ty(b.node).dtype, "row", &format!("e{}(row)", b.node.index()), opts, "    ");
+    }
+    main.push_str("}\n");
+    (main, (rows as u64).div_ceil(WORKGROUP_SIZE as u64))
 }

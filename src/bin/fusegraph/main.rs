@@ -2,6 +2,8 @@
 //!
 //! `fusegraph info [--json]` prints the chosen adapter, backend, driver, limits and features.
 
+mod bench;
+
 use fusegraph::{Device, DeviceOptions};
 use std::process::ExitCode;
 
@@ -9,6 +11,9 @@ const USAGE: &str = "usage: fusegraph <command>
 
 commands:
   info [--json]    the adapter fusegraph chooses: backend, driver, limits, features
+  bench [--quick] [--workload NAME] [--runs N] [--json PATH]
+                   compile every workload fused and unfused, check they agree, time them,
+                   and print kernels, bytes moved, memory and speedup
   dot FILE [--unfused]
                    read a graph in fusegraph's text form, simplify and fuse it (no device
                    needed), and print it as Graphviz DOT with one cluster per kernel
@@ -98,6 +103,13 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("info") => info(args.iter().any(|a| a == "--json")),
+        Some("bench") => match bench::BenchArgs::parse(&args[1..]).and_then(|a| bench::run(&a)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                eprintln!("fusegraph: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
         Some("dot") => match dot(&args[1..]) {
             Ok(()) => Ok(()),
             Err(e) => {

@@ -1,0 +1,36 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use fusegraph_ir::{GraphBuilder, HostTensor, Tensor};
+use fusegraph_nn::Params;
+use std::collections::BTreeMap;
+
+/// Evaluates `outputs` on the CPU reference with `feeds` and the values in `params`.
+pub fn eval(b: &GraphBuilder, p: &Params, outputs: &[&Tensor], feeds: &[(&str, HostTensor)]) -> Vec<HostTensor> {
+    let feeds: BTreeMap<String, HostTensor> = feeds.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
+    let ids: Vec<_> = outputs.iter().map(|t| t.id()).collect();
+    fusegraph_reference::evaluate(&b.graph(), &ids, &feeds, p.as_map()).expect("reference evaluation")
+}
+
+/// Deterministic pseudo-random f32 values in [-1, 1).
+pub fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).max(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f64 / u32::MAX as f64 * 2.0 - 1.0) as f32
+        })
+        .collect()
+}
+
+/// An f32 host tensor of `shape` filled with [`values`].
+pub fn random(shape: &[usize], seed: u32) -> HostTensor {
+    HostTensor::new(shape, values(shape.iter().product(), seed)).unwrap()
+}
+
+/// The elements of an f32 tensor.
+pub fn f32s(t: &HostTensor) -> Vec<f32> {
+    t.as_slice::<f32>().expect("f32 tensor").to_vec()
+}

@@ -1,0 +1,173 @@
+//! `fusegraph bench`: every workload compiled fused and unfused, checked equal, timed.
+
+use fusegraph::crates::reference::assert_close;
+use fusegraph::workloads::{self, Workload};
+use fusegraph::{CompileOptions, Device, Executable, RuntimeError};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// Command-line options of `bench`.
+pub struct BenchArgs {
+    pub quick: bool,
+    pub workload: Option<String>,
+    pub json: Option<String>,
+    pub runs: usize,
+}
+
+impl BenchArgs {
+    pub fn parse(args: &[String]) -> Result<Self, String> {
+        let mut out = BenchArgs { quick: false, workload: None, json: None, runs: 0 };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--quick" => out.quick = true,
+                "--workload" => out.workload = Some(it.next().ok_or("--workload needs a NAME")?.clone()),
+                "--json" => out.json = Some(it.next().ok_or("--json needs a PATH")?.clone()),
+                "--runs" => {
+                    let v = it.next().ok_or("--runs needs a number")?;
+                    out.runs = v.parse().map_err(|_| format!("--runs: `{v}` is not a number"))?;
+                }
+                other => return Err(format!("bench: unknown option `{other}`")),
+            }
+        }
+        if out.runs == 0 {
+            out.runs = if out.quick { 5 } else { 20 };
+        }
+        Ok(out)
+    }
+}
+
+/// One measured line of the table.
+pub struct Record {
+    pub workload: String,
+    pub mode: &'static str,
+    pub kernels: usize,
+    pub bytes_moved: u64,
+    pub naive_bytes: u64,
+    pub peak_bytes: u64,
+    pub lower_bound_bytes: u64,
+    pub median_ms: f64,
+    pub p10_ms: f64,
+    pub p90_ms: f64,
+    pub timer: &'static str,
+}
+
+fn compile(device: &Arc<Device>, w: &Workload, opts: &CompileOptions) -> Result<Executable, RuntimeError> {
+    let mut exe = device.compile(&w.graph, &w.outputs, opts)?;
+    for (name, value) in &w.params {
+        exe.set_parameter(name, value)?;
+    }
+    Ok(exe)
+}
+
+fn measure(w: &Workload, mode: &'static str, exe: &Executable, runs: usize) -> Result<Record, String> {
+    let t = exe.time(&w.feed_refs(), 2, runs).map_err(|e| e.to_string())?;
+    let plan = exe.memory_plan();
+    let s = exe.stats();
+    Ok(Record {
+        workload: w.name.clone(),
+        mode,
+        kernels: s.kernels.len(),
+        bytes_moved: s.bytes_moved,
+        naive_bytes: plan.naive_bytes + s.persistent_bytes + s.staging_bytes,
+        peak_bytes: s.arena_bytes + s.persistent_bytes + s.staging_bytes,
+        lower_bound_bytes: plan.lower_bound_bytes + s.persistent_bytes + s.staging_bytes,
+        median_ms: t.median(),
+        p10_ms: t.quantile(0.1),
+        p90_ms: t.quantile(0.9),
+        timer: if t.gpu_timestamps { "gpu" } else { "wall" },
+    })
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.2}", b as f64 / (1024.0 * 1024.0))
+}
+
+fn json_str(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+pub fn run(args: &BenchArgs) -> Result<(), String> {
+    let device = Device::shared().map_err(|e| e.to_string())?;
+    let info = device.info().clone();
+    eprintln!("device: {}", device.describe());
+    let all = workloads::micro(args.quick);
+    let selected: Vec<Workload> =
+        all.into_iter().filter(|w| args.workload.as_ref().is_none_or(|n| w.name.starts_with(n.as_str()))).collect();
+    if selected.is_empty() {
+        return Err(format!(
+            "bench: no workload matches `{}` (have: {})",
+            args.workload.clone().unwrap_or_default(),
+            workloads::names(args.quick).join(", ")
+        ));
+    }
+    let mut records = Vec::new();
+    let total = selected.len();
+    for (i, w) in selected.iter().enumerate() {
+        eprintln!("[{}/{total}] {}: compiling fused and unfused", i + 1, w.name);
+        let fused = compile(&device, w, &CompileOptions::default()).map_err(|e| format!("{}: {e}", w.name))?;
+        let unfused = compile(&device, w, &CompileOptions::unfused()).map_err(|e| format!("{}: {e}", w.name))?;
+        let a = fused.run(&w.feed_refs()).map_err(|e| e.to_string())?;
+        let b = unfused.run(&w.feed_refs()).map_err(|e| e.to_string())?;
+        for (x, y) in a.iter().zip(&b) {
+            assert_close(x, y, 1e-4, 1e-4).map_err(|e| format!("{}: fused and unfused differ: {e}", w.name))?;
+        }
+        eprintln!("[{}/{total}] {}: outputs agree; timing {} runs each", i + 1, w.name, args.runs);
+        let rf = measure(w, "fused", &fused, args.runs)?;
+        let ru = measure(w, "unfused", &unfused, args.runs)?;
+        records.push((ru, rf));
+    }
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "{:<28} {:<8} {:>7} {:>12} {:>10} {:>11} {:>10} {:>10} {:>8}",
+        "workload", "mode", "kernels", "moved MiB", "peak MiB", "bound MiB", "naive MiB", "median ms", "speedup"
+    );
+    for (u, f) in &records {
+        for r in [u, f] {
+            let speedup = if r.mode == "fused" { format!("{:.2}x", u.median_ms / f.median_ms) } else { String::new() };
+            let _ = writeln!(
+                table,
+                "{:<28} {:<8} {:>7} {:>12} {:>10} {:>11} {:>10} {:>10.3} {:>8}",
+                r.workload,
+                r.mode,
+                r.kernels,
+                mib(r.bytes_moved),
+                mib(r.peak_bytes),
+                mib(r.lower_bound_bytes),
+                mib(r.naive_bytes),
+                r.median_ms,
+                speedup
+            );
+        }
+    }
+    print!("{table}");
+    println!("timer: {}; adapter: {} ({:?})", records.first().map_or("-", |r| r.1.timer), info.name, info.backend);
+    if let Some(path) = &args.json {
+        let lines: Vec<String> = records
+            .iter()
+            .flat_map(|(u, f)| [u, f])
+            .map(|r| {
+                format!(
+                    "  {{\"workload\": {}, \"mode\": {}, \"kernels\": {}, \"bytes_moved\": {}, \"naive_bytes\": {}, \"peak_bytes\": {}, \"lower_bound_bytes\": {}, \"median_ms\": {}, \"p10_ms\": {}, \"p90_ms\": {}, \"timer\": {}, \"adapter\": {}, \"backend\": {}}}",
+                    json_str(&r.workload),
+                    json_str(r.mode),
+                    r.kernels,
+                    r.bytes_moved,
+                    r.naive_bytes,
+                    r.peak_bytes,
+                    r.lower_bound_bytes,
+                    r.median_ms,
+                    r.p10_ms,
+                    r.p90_ms,
+                    json_str(r.timer),
+                    json_str(&info.name),
+                    json_str(&format!("{:?}", info.backend))
+                )
+            })
+            .collect();
+        std::fs::write(path, format!("[\n{}\n]\n", lines.join(",\n"))).map_err(|e| format!("--json {path}: {e}"))?;
+        eprintln!("wrote {path}");
+    }
+    Ok(())
+}
