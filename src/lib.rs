@@ -32,6 +32,7 @@ pub use fusegraph_runtime::{
 /// The crates behind the facade, for users who need their full APIs.
 pub mod crates {
     pub use fusegraph_ir as ir;
+    pub use fusegraph_nn as nn;
     pub use fusegraph_passes as passes;
     pub use fusegraph_reference as reference;
     pub use fusegraph_runtime as runtime;

@@ -116,6 +116,61 @@ pub fn softmax(n: usize, axis: usize) -> Workload {
     r.finish(format!("softmax_axis{axis}_{n}"), &[&y])
 }
 
+fn from_model(name: String, b: GraphBuilder, p: fusegraph_nn::Params, input: Tensor, out: Tensor) -> Workload {
+    let n = input.shape().numel();
+    let x = HostTensor::new(input.dims().to_vec(), random_values(7, n)).expect("sizes agree");
+    let params = p.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    Workload { name, graph: b.graph(), outputs: vec![out.id()], feeds: vec![("x".into(), x)], params }
+}
+
+/// The `mlp` example network: 784-1024-1024-10 with ReLU and softmax at `batch`
+/// (784-256-256-10 with `quick`).
+pub fn mlp(batch: usize, quick: bool) -> Result<Workload, fusegraph_nn::NnError> {
+    let dims: &[usize] = if quick { &[784, 256, 256, 10] } else { &[784, 1024, 1024, 10] };
+    let b = GraphBuilder::new();
+    let mut p = fusegraph_nn::Params::new(1);
+    let (x, y) = fusegraph_nn::models::mlp(&b, &mut p, batch, dims)?;
+    Ok(from_model(format!("mlp_b{batch}"), b, p, x, y))
+}
+
+/// The `cnn` example network: a ResNet-style net on 3×32×32 inputs (channels 16-32-64, or
+/// 8-16-32 with `quick`), 10 classes.
+pub fn cnn(batch: usize, quick: bool) -> Result<Workload, fusegraph_nn::NnError> {
+    let channels = if quick { [8, 16, 32] } else { [16, 32, 64] };
+    let b = GraphBuilder::new();
+    let mut p = fusegraph_nn::Params::new(2);
+    let (x, y) = fusegraph_nn::models::resnet(&b, &mut p, batch, channels, 10)?;
+    Ok(from_model(format!("cnn_b{batch}"), b, p, x, y))
+}
+
+/// The `transformer` example network: GPT-2-small-shaped decoder blocks (d_model 768, 12
+/// heads, MLP 3072, causal) at sequence `seq`, batch 1; with `quick` d_model 128, 4 heads,
+/// MLP 512.
+pub fn transformer(seq: usize, layers: usize, quick: bool) -> Result<Workload, fusegraph_nn::NnError> {
+    let (d, heads, mlp) = if quick { (128, 4, 512) } else { (768, 12, 3072) };
+    let b = GraphBuilder::new();
+    let mut p = fusegraph_nn::Params::new(3);
+    let (x, y) = fusegraph_nn::models::gpt(&b, &mut p, 1, seq, d, heads, mlp, layers, None)?;
+    Ok(from_model(format!("transformer_s{seq}_l{layers}"), b, p, x, y))
+}
+
+/// The example networks at their bench sizes (small with `quick`).
+pub fn networks(quick: bool) -> Vec<Workload> {
+    let built = if quick {
+        vec![mlp(16, true), cnn(2, true), transformer(32, 1, true)]
+    } else {
+        vec![mlp(256, false), cnn(32, false), transformer(256, 1, false)]
+    };
+    built.into_iter().map(|w| w.expect("the example networks are well formed")).collect()
+}
+
+/// Every workload: the micro ones, then the networks.
+pub fn all(quick: bool) -> Vec<Workload> {
+    let mut out = micro(quick);
+    out.extend(networks(quick));
+    out
+}
+
 /// The micro workloads, small with `quick`.
 pub fn micro(quick: bool) -> Vec<Workload> {
     let (chain, mm, rows, sm): (usize, &[usize], usize, usize) =
@@ -130,5 +185,5 @@ pub fn micro(quick: bool) -> Vec<Workload> {
 
 /// Every workload's name, for `--workload` (a prefix of a name selects it).
 pub fn names(quick: bool) -> Vec<String> {
-    micro(quick).into_iter().map(|w| w.name).collect()
+    all(quick).into_iter().map(|w| w.name).collect()
 }

@@ -14,7 +14,11 @@ fn check(device: &Arc<Device>, case: &Case, fusion: FusionMode) -> Result<(), St
     let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
     let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).map_err(|e| format!("reference: {e}"))?;
     let exe = device
-        .compile(&case.graph, &case.outputs, &CompileOptions { fusion, simplify: fusion == FusionMode::On })
+        .compile(
+            &case.graph,
+            &case.outputs,
+            &CompileOptions { fusion, simplify: fusion == FusionMode::On, ..Default::default() },
+        )
         .map_err(|e| format!("compile: {e}"))?;
     let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;

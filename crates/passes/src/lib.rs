@@ -1,6 +1,11 @@
 //! fusegraph's graph passes, one per file: partitioning a graph into kernels ([`partition`]),
 //! and planning device memory for them ([`memory_plan`]).
 //!
+//! Memory: [`schedule()`] reorders kernels for a low peak of live bytes, [`plan_memory`]
+//! lets values whose live ranges do not overlap share arena bytes (and reuses an input's
+//! bytes in place where that is safe), [`rematerialize`] recomputes cheap values to meet a
+//! budget, and [`planner`] answers "how many bytes" and "which batch fits" without a device.
+//!
 //! Invariants: passes are pure functions of a verified graph; they never touch wgpu; their
 //! output is deterministic (ordered maps, fixed tie-breaks).
 
@@ -22,7 +27,10 @@ pub use fuse::{fuse, Decision, Fusion, FusionOptions, SiblingDecision, Veto};
 pub use kernel::{partition, FusionMode, Kernel, KernelKind};
 pub use memory_plan::{check_plan, plan_memory_with, MemoryOptions, PlanError};
 pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};
-pub use planner::{largest_batch, plan_graph, plan_summary, LiveValue, PlanOptions, PlanSummary, Planned};
+pub use planner::{
+    largest_batch, plan_graph, plan_summary, plan_summary_within, plan_within, LiveValue, PlanOptions, PlanSummary,
+    Planned,
+};
 pub use remat::{rematerialize, rematerialize_with};
 pub use schedule::schedule;
 pub use simplify::{simplify, SimplifyStats};

@@ -31,6 +31,12 @@ pub struct PlanOptions {
     pub remat_budget: Option<u64>,
     /// How many of the largest values live at the peak to report.
     pub top_values: usize,
+    /// Simplify a copy of the graph first (as the runtime's default compile does); used by
+    /// [`plan_summary`] and [`largest_batch`].
+    pub simplify: bool,
+    /// In [`plan_within`] (and so [`largest_batch`]), rematerialize when the plan exceeds the
+    /// limit.
+    pub remat: bool,
 }
 
 impl Default for PlanOptions {
@@ -43,6 +49,8 @@ impl Default for PlanOptions {
             schedule: true,
             remat_budget: None,
             top_values: 8,
+            simplify: true,
+            remat: true,
         }
     }
 }
@@ -120,9 +128,40 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
     Ok(Planned { kernels, plan, summary })
 }
 
-/// The bytes of [`plan_graph`]'s plan; see [`PlanSummary`].
+/// Plans as [`plan_graph`]; if the total exceeds `limit` and `opts.remat` is set, plans again
+/// with rematerialization toward an arena budget of what the limit leaves after the
+/// persistent and staging bytes. The caller compares the result's total with the limit.
+pub fn plan_within(g: &Graph, outputs: &[NodeId], opts: &PlanOptions, limit: Option<u64>) -> Result<Planned> {
+    let planned = plan_graph(g, outputs, opts)?;
+    let Some(limit) = limit else { return Ok(planned) };
+    let fixed = planned.summary.persistent_bytes + planned.summary.staging_bytes;
+    if planned.summary.total_bytes <= limit || !opts.remat || limit <= fixed || opts.remat_budget.is_some() {
+        return Ok(planned);
+    }
+    let with_budget = PlanOptions { remat_budget: Some(limit - fixed), ..opts.clone() };
+    plan_graph(g, outputs, &with_budget)
+}
+
+/// The bytes of the plan of `outputs` (simplified first if `opts.simplify`), with
+/// rematerialization toward `limit` if given; see [`PlanSummary`].
+pub fn plan_summary_within(
+    g: &Graph,
+    outputs: &[NodeId],
+    opts: &PlanOptions,
+    limit: Option<u64>,
+) -> Result<PlanSummary> {
+    if opts.simplify {
+        let (mut g2, mut outs) = (g.clone(), outputs.to_vec());
+        crate::simplify(&mut g2, &mut outs)?;
+        return Ok(plan_within(&g2, &outs, opts, limit)?.summary);
+    }
+    Ok(plan_within(g, outputs, opts, limit)?.summary)
+}
+
+/// The bytes of the plan of `outputs` (simplified first if `opts.simplify`); see
+/// [`PlanSummary`].
 pub fn plan_summary(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<PlanSummary> {
-    Ok(plan_graph(g, outputs, opts)?.summary)
+    plan_summary_within(g, outputs, opts, None)
 }
 
 fn summarize(g: &Graph, outputs: &[NodeId], kernels: &[Kernel], plan: &MemoryPlan, top: usize) -> PlanSummary {
@@ -165,7 +204,7 @@ pub fn largest_batch(
 ) -> Result<Option<usize>> {
     let fits = |batch: usize| -> Result<bool> {
         let (g, outputs) = build(batch)?;
-        Ok(plan_summary(&g, &outputs, opts)?.total_bytes <= limit_bytes)
+        Ok(plan_summary_within(&g, &outputs, opts, Some(limit_bytes))?.total_bytes <= limit_bytes)
     };
     if max_batch == 0 || !fits(1)? {
         return Ok(None);

@@ -51,6 +51,10 @@ pub struct DeviceOptions {
     /// Force f16 storage: `Some(true)` native WGSL `f16` (needs `SHADER_F16`), `Some(false)`
     /// packed in u32; `None` uses native where the adapter has it.
     pub f16_native: Option<bool>,
+    /// A hard cap on the device memory fusegraph allocates (parameters, arenas, staging of
+    /// every executable, plus cached buffers), like TensorFlow's `memory_limit`. `None` is
+    /// growth mode: allocate on demand.
+    pub memory_limit: Option<u64>,
 }
 
 type PipelineEntry = Arc<(wgpu::ComputePipeline, wgpu::BindGroupLayout)>;
@@ -64,6 +68,7 @@ pub struct Device {
     features: wgpu::Features,
     f16_native: bool,
     pipelines: Mutex<HashMap<String, PipelineEntry>>,
+    pub(crate) pool: crate::memory::Pool,
 }
 
 impl std::fmt::Debug for Device {
@@ -135,7 +140,16 @@ impl Device {
         // Errors are caught with error scopes where they can occur; anything else is logged
         // rather than aborting the process (wgpu's default handler panics).
         device.on_uncaptured_error(Arc::new(|e| eprintln!("fusegraph: uncaptured wgpu error: {e}")));
-        Ok(Device { device, queue, info, limits, features, f16_native, pipelines: Mutex::new(HashMap::new()) })
+        Ok(Device {
+            device,
+            queue,
+            info,
+            limits,
+            features,
+            f16_native,
+            pipelines: Mutex::new(HashMap::new()),
+            pool: crate::memory::Pool::new(opts.memory_limit),
+        })
     }
 
     /// A device shared by everything in the process that does not need its own, opened

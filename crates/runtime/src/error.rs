@@ -91,6 +91,40 @@ pub enum RuntimeError {
         /// The limit.
         limit: u64,
     },
+    /// The plan does not fit the memory limit, even after rematerialization. Nothing was
+    /// allocated or dispatched.
+    #[error("{}", resource_exhausted_message(.graph, *.needed, *.persistent, *.arena, *.staging, *.limit, *.lower_bound, .largest))]
+    ResourceExhausted {
+        /// What was being compiled.
+        graph: String,
+        /// Bytes the plan needs: persistent + arena + staging.
+        needed: u64,
+        /// Parameters and constants.
+        persistent: u64,
+        /// Inputs and intermediates.
+        arena: u64,
+        /// Readback.
+        staging: u64,
+        /// The limit in force.
+        limit: u64,
+        /// The peak of live arena bytes of the schedule (no plan of this schedule's arena can
+        /// be smaller without rematerialization).
+        lower_bound: u64,
+        /// The largest tensors live at the peak: (description, bytes).
+        largest: Vec<(String, u64)>,
+    },
+    /// The device's memory limit would be exceeded by an allocation.
+    #[error("OOM: allocating {bytes} bytes for {what} would exceed the device memory limit of {limit} bytes ({allocated} already allocated)")]
+    DeviceMemory {
+        /// What was being allocated.
+        what: String,
+        /// Bytes requested.
+        bytes: u64,
+        /// Bytes allocated by live executables.
+        allocated: u64,
+        /// The device limit.
+        limit: u64,
+    },
     /// wgpu reported an error (a bug in fusegraph if it ever appears).
     #[error("wgpu error during {during}: {detail}")]
     Wgpu {
@@ -103,3 +137,21 @@ pub enum RuntimeError {
 
 /// Result with [`RuntimeError`].
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+#[allow(clippy::too_many_arguments)] // One per field of the error it formats.
+fn resource_exhausted_message(
+    graph: &str,
+    needed: u64,
+    persistent: u64,
+    arena: u64,
+    staging: u64,
+    limit: u64,
+    lower_bound: u64,
+    largest: &[(String, u64)],
+) -> String {
+    let tensors: Vec<String> = largest.iter().map(|(d, b)| format!("{d} ({b} bytes)")).collect();
+    format!(
+        "OOM when allocating the plan for {graph}: needs {needed} bytes (parameters {persistent}, arena {arena}, staging {staging}), limit {limit}; lower bound {lower_bound}; largest live tensors at the peak: {}",
+        if tensors.is_empty() { "none".to_string() } else { tensors.join(", ") }
+    )
+}

@@ -1,8 +1,11 @@
 //! Compilation of a graph into an [`Executable`] and its execution.
 
+use crate::memory::{Allocation, Kind};
 use crate::{Device, Result, RuntimeError};
 use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
-use fusegraph_passes::{fuse, partition, plan_memory, FusionMode, FusionOptions, Location, MemoryPlan, Region};
+use fusegraph_passes::{
+    plan_summary_within, plan_within, FusionMode, Location, MemoryPlan, PlanOptions, PlanSummary, Region,
+};
 use fusegraph_wgsl::{lower, LowerOptions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,18 +17,25 @@ pub struct CompileOptions {
     pub fusion: FusionMode,
     /// Run the simplification passes (folding, CSE, DCE, batch-norm folding) first (default).
     pub simplify: bool,
+    /// The most device memory this executable may hold (parameters + arena + staging).
+    /// Combined with the device's own limit, if any.
+    pub memory_limit: Option<u64>,
+    /// Recompute cheap values where memory peaks to meet the limit (default on).
+    pub remat: bool,
+    /// A name for messages (`OOM when allocating the plan for <name>`).
+    pub name: Option<String>,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { fusion: FusionMode::On, simplify: true }
+        CompileOptions { fusion: FusionMode::On, simplify: true, memory_limit: None, remat: true, name: None }
     }
 }
 
 impl CompileOptions {
     /// One kernel per primitive op and no simplification: the baseline of comparisons.
     pub fn unfused() -> Self {
-        CompileOptions { fusion: FusionMode::Off, simplify: false }
+        CompileOptions { fusion: FusionMode::Off, simplify: false, ..Default::default() }
     }
 }
 
@@ -81,6 +91,13 @@ pub struct ExecutableStats {
     pub persistent_bytes: u64,
     /// Bytes of the readback staging buffer.
     pub staging_bytes: u64,
+    /// The peak of live arena bytes over the schedule.
+    pub lower_bound_bytes: u64,
+    /// The arena if every value had its own buffer.
+    pub naive_bytes: u64,
+    /// Bytes of the device buffers the executable holds (arena, persistent, staging, as
+    /// allocated; a reused cached buffer may be up to 25% larger than planned).
+    pub device_bytes: u64,
 }
 
 struct CompiledKernel {
@@ -103,9 +120,9 @@ pub struct Executable {
     declared_inputs: BTreeMap<String, TensorType>,
     declared_params: BTreeMap<String, TensorType>,
     outputs: Vec<(Slot, u64)>,
-    arena: wgpu::Buffer,
-    persistent: wgpu::Buffer,
-    staging: wgpu::Buffer,
+    arena: Allocation,
+    persistent: Allocation,
+    staging: Allocation,
     stats: ExecutableStats,
     plan: MemoryPlan,
     graph: Graph,
@@ -121,6 +138,45 @@ fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::BufferUsages) ->
 }
 
 impl Device {
+    /// Planner options matching this device's limits and `opts`.
+    fn plan_options(&self, opts: &CompileOptions) -> PlanOptions {
+        let limits = self.limits();
+        PlanOptions {
+            fusion: opts.fusion,
+            max_bindings: limits.max_storage_buffers_per_shader_stage as usize,
+            alignment: (limits.min_storage_buffer_offset_alignment as u64).max(4),
+            simplify: opts.simplify,
+            remat: opts.remat,
+            ..Default::default()
+        }
+    }
+
+    /// The limit in force for a compile: its own, and what the device limit leaves free.
+    fn limit_for(&self, opts: &CompileOptions) -> Option<u64> {
+        match (opts.memory_limit, self.pool.available()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The memory `compile` would plan for `outputs` of `graph` under `opts` (simplification,
+    /// fusion, schedule, rematerialization toward the limit), without allocating anything.
+    pub fn plan(&self, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<PlanSummary> {
+        Ok(plan_summary_within(graph, outputs, &self.plan_options(opts), self.limit_for(opts))?)
+    }
+
+    /// The largest batch in `1..=max_batch` whose plan fits `limit` bytes on this device,
+    /// asking the planner only (no allocation, no dispatch); `None` if batch 1 does not fit.
+    pub fn largest_batch(
+        &self,
+        build: impl Fn(usize) -> fusegraph_ir::Result<(Graph, Vec<NodeId>)>,
+        limit: u64,
+        opts: &CompileOptions,
+        max_batch: usize,
+    ) -> Result<Option<usize>> {
+        Ok(fusegraph_passes::largest_batch(build, limit, &self.plan_options(opts), max_batch)?)
+    }
+
     /// Compiles `outputs` of `graph` into an executable on this device. Nothing is
     /// dispatched; a graph that does not fit the adapter's limits fails here.
     pub fn compile(self: &Arc<Self>, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<Executable> {
@@ -150,16 +206,30 @@ impl Device {
         }
         let (graph, outputs) = (&simplified, outs_vec.as_slice());
         let limits = self.limits();
-        let kernels = match opts.fusion {
-            FusionMode::Off => partition(graph, outputs, FusionMode::Off)?,
-            FusionMode::On => {
-                let fopts = FusionOptions {
-                    max_bindings: limits.max_storage_buffers_per_shader_stage as usize,
-                    ..Default::default()
-                };
-                fuse(graph, outputs, &fopts)?.kernels
+        let mut popts = self.plan_options(opts);
+        let limit = self.limit_for(opts);
+        popts.remat = opts.remat;
+        let planned = plan_within(graph, outputs, &popts, limit)?;
+        if let Some(limit) = limit {
+            let s = &planned.summary;
+            if s.total_bytes > limit {
+                return Err(RuntimeError::ResourceExhausted {
+                    graph: opts.name.clone().unwrap_or_else(|| format!("a graph of {} nodes", graph.len())),
+                    needed: s.total_bytes,
+                    persistent: s.persistent_bytes,
+                    arena: s.arena_bytes,
+                    staging: s.staging_bytes,
+                    limit,
+                    lower_bound: s.lower_bound_bytes,
+                    largest: s
+                        .peak_values
+                        .iter()
+                        .map(|v| (format!("{v_node} {} {}", v.op, graph.ty(v.node), v_node = v.node), v.bytes))
+                        .collect(),
+                });
             }
-        };
+        }
+        let (kernels, plan) = (planned.kernels, planned.plan);
         let lower_opts =
             LowerOptions { f16_native: self.f16_native(), cpu: self.info().device_type == wgpu::DeviceType::Cpu };
         let sources: Vec<_> = kernels.iter().map(|k| lower(graph, k, &lower_opts)).collect();
@@ -172,7 +242,6 @@ impl Device {
                 });
             }
         }
-        let plan = plan_memory(graph, &kernels, outputs, limits.min_storage_buffer_offset_alignment as u64);
         let max_binding = limits.max_storage_buffer_binding_size;
         for (id, loc) in &plan.locations {
             if loc.size > max_binding {
@@ -188,9 +257,14 @@ impl Device {
                 return Err(RuntimeError::TooLarge { what: what.into(), bytes, limit: limits.max_buffer_size });
             }
         }
-        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
-        let arena = buffer(self, "fusegraph arena", plan.arena_bytes, usage);
-        let persistent = buffer(self, "fusegraph persistent", plan.persistent_bytes, usage);
+        let mut staging_bytes = 0;
+        for &o in outputs {
+            staging_bytes += plan.locations[&o].size;
+        }
+        let arena_alloc = self.allocate(Kind::Storage, plan.arena_bytes, "the arena")?;
+        let persistent_alloc = self.allocate(Kind::Storage, plan.persistent_bytes, "the persistent region")?;
+        let staging_alloc = self.allocate(Kind::Staging, staging_bytes, "the staging buffer")?;
+        let (arena, persistent) = (arena_alloc.buffer(), persistent_alloc.buffer());
 
         let mut inputs = BTreeMap::new();
         let mut params = BTreeMap::new();
@@ -206,24 +280,18 @@ impl Device {
                 }
                 Op::Constant { values } => {
                     let host = HostTensor::from_f64(node.ty.dtype, node.ty.shape.clone(), values)?;
-                    self.queue.write_buffer(&persistent, loc.offset, &host.to_bytes());
+                    self.queue.write_buffer(persistent, loc.offset, &host.to_bytes());
                 }
                 _ => {}
             }
         }
-        let mut staging_bytes = 0;
         let mut outs = Vec::new();
+        let mut staging_offset = 0;
         for &o in outputs {
             let loc = plan.locations[&o];
-            outs.push((Slot { ty: graph.ty(o).clone(), loc }, staging_bytes));
-            staging_bytes += loc.size;
+            outs.push((Slot { ty: graph.ty(o).clone(), loc }, staging_offset));
+            staging_offset += loc.size;
         }
-        let staging = buffer(
-            self,
-            "fusegraph staging",
-            staging_bytes,
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        );
 
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut compiled = Vec::new();
@@ -236,7 +304,7 @@ impl Device {
                 .enumerate()
                 .map(|(b, binding)| {
                     let loc = plan.locations[&binding.node];
-                    let buf = if loc.region == Region::Persistent { &persistent } else { &arena };
+                    let buf = if loc.region == Region::Persistent { persistent } else { arena };
                     wgpu::BindGroupEntry {
                         binding: b as u32,
                         resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -277,6 +345,9 @@ impl Device {
             arena_bytes: plan.arena_bytes,
             persistent_bytes: plan.persistent_bytes,
             staging_bytes,
+            lower_bound_bytes: plan.lower_bound_bytes,
+            naive_bytes: plan.naive_bytes,
+            device_bytes: arena_alloc.size + persistent_alloc.size + staging_alloc.size,
         };
         Ok(Executable {
             device: self.clone(),
@@ -286,9 +357,9 @@ impl Device {
             declared_inputs,
             declared_params,
             outputs: outs,
-            arena,
-            persistent,
-            staging,
+            arena: arena_alloc,
+            persistent: persistent_alloc,
+            staging: staging_alloc,
             stats,
             plan,
             graph: graph.clone(),
@@ -349,7 +420,7 @@ impl Executable {
         }
         // A parameter the outputs do not need was removed by simplification: nothing to upload.
         if let Some((slot, loaded)) = self.params.get_mut(name) {
-            self.device.queue.write_buffer(&self.persistent, slot.loc.offset, &value.to_bytes());
+            self.device.queue.write_buffer(self.persistent.buffer(), slot.loc.offset, &value.to_bytes());
             *loaded = true;
         }
         Ok(())
@@ -472,7 +543,7 @@ impl Executable {
         let d = &self.device;
         for (name, value) in feeds {
             if let Some(slot) = self.inputs.get(*name) {
-                d.queue.write_buffer(&self.arena, slot.loc.offset, &value.to_bytes());
+                d.queue.write_buffer(self.arena.buffer(), slot.loc.offset, &value.to_bytes());
             }
         }
         let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -480,12 +551,13 @@ impl Executable {
             d.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph run") });
         self.encode(&mut encoder, None);
         for (slot, staging_offset) in &self.outputs {
-            let src = if slot.loc.region == Region::Persistent { &self.persistent } else { &self.arena };
-            encoder.copy_buffer_to_buffer(src, slot.loc.offset, &self.staging, *staging_offset, slot.loc.size);
+            let src =
+                if slot.loc.region == Region::Persistent { self.persistent.buffer() } else { self.arena.buffer() };
+            encoder.copy_buffer_to_buffer(src, slot.loc.offset, self.staging.buffer(), *staging_offset, slot.loc.size);
         }
         d.queue.submit([encoder.finish()]);
         let (tx, rx) = std::sync::mpsc::channel();
-        self.staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        self.staging.buffer().map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
         });
         d.device
@@ -498,7 +570,7 @@ impl Executable {
             .map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })?
             .map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })?;
         let result = {
-            let view = self.staging.get_mapped_range(..).map_err(|e| RuntimeError::Wgpu {
+            let view = self.staging.buffer().get_mapped_range(..).map_err(|e| RuntimeError::Wgpu {
                 during: "reading the staging buffer".into(),
                 detail: e.to_string(),
             })?;
@@ -509,7 +581,7 @@ impl Executable {
                 })
                 .collect::<std::result::Result<Vec<_>, _>>()
         };
-        self.staging.unmap();
+        self.staging.buffer().unmap();
         Ok(result?)
     }
 }

@@ -10,6 +10,7 @@
 mod device;
 mod error;
 mod executable;
+mod memory;
 
 pub use device::{Backend, Device, DeviceOptions};
 pub use error::{Result, RuntimeError};

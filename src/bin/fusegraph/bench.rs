@@ -91,7 +91,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let device = Device::shared().map_err(|e| e.to_string())?;
     let info = device.info().clone();
     eprintln!("device: {}", device.describe());
-    let all = workloads::micro(args.quick);
+    let all = workloads::all(args.quick);
     let selected: Vec<Workload> =
         all.into_iter().filter(|w| args.workload.as_ref().is_none_or(|n| w.name.starts_with(n.as_str()))).collect();
     if selected.is_empty() {

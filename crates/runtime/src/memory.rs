@@ -1,0 +1,169 @@
+//! Device memory accounting: every buffer an executable holds comes from the device's pool,
+//! which tracks allocated, reserved and peak bytes (the numbers users know from
+//! `torch.cuda.memory_allocated()` and friends), enforces the device's `memory_limit`, and
+//! caches released buffers for reuse until [`Device::empty_cache`].
+
+use crate::{Device, Result, RuntimeError};
+use std::sync::{Arc, Mutex};
+
+/// Which usage a pooled buffer was created with; only equal kinds are reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// STORAGE | COPY_DST | COPY_SRC: arenas and persistent regions.
+    Storage,
+    /// MAP_READ | COPY_DST: readback.
+    Staging,
+}
+
+impl Kind {
+    fn usage(self) -> wgpu::BufferUsages {
+        match self {
+            Kind::Storage => wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            Kind::Staging => wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    allocated: u64,
+    peak: u64,
+    cache: Vec<(Kind, u64, wgpu::Buffer)>,
+}
+
+impl State {
+    fn cached(&self) -> u64 {
+        self.cache.iter().map(|(_, s, _)| s).sum()
+    }
+}
+
+/// The pool of one device.
+#[derive(Default)]
+pub(crate) struct Pool {
+    limit: Option<u64>,
+    state: Mutex<State>,
+}
+
+/// A buffer held by an executable; it returns to the pool's cache when dropped.
+pub(crate) struct Allocation {
+    pub(crate) buffer: Option<wgpu::Buffer>,
+    pub(crate) size: u64,
+    kind: Kind,
+    device: Arc<Device>,
+}
+
+impl Allocation {
+    pub(crate) fn buffer(&self) -> &wgpu::Buffer {
+        self.buffer.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            let mut st = self.device.pool.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.allocated -= self.size;
+            st.cache.push((self.kind, self.size, buffer));
+        }
+    }
+}
+
+impl Pool {
+    pub(crate) fn new(limit: Option<u64>) -> Self {
+        Pool { limit, state: Mutex::new(State::default()) }
+    }
+
+    pub(crate) fn limit(&self) -> Option<u64> {
+        self.limit
+    }
+
+    /// Bytes still allocatable under the limit (cache counts as free: it can be released).
+    pub(crate) fn available(&self) -> Option<u64> {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.limit.map(|l| l.saturating_sub(st.allocated))
+    }
+}
+
+impl Device {
+    /// Takes a buffer of at least `size` bytes (4 minimum) from the cache, or creates one,
+    /// releasing cached buffers first if the limit requires it.
+    pub(crate) fn allocate(self: &Arc<Self>, kind: Kind, size: u64, label: &str) -> Result<Allocation> {
+        let size = size.max(4);
+        let mut st = self.pool.state.lock().unwrap_or_else(|p| p.into_inner());
+        // Best fit among cached buffers of this kind no more than 25% larger.
+        let pick = st
+            .cache
+            .iter()
+            .enumerate()
+            .filter(|(_, (k, s, _))| *k == kind && *s >= size && *s <= size + size / 4)
+            .min_by_key(|(_, (_, s, _))| *s)
+            .map(|(i, _)| i);
+        let (size, buffer) = match pick {
+            Some(i) => {
+                let (_, s, b) = st.cache.swap_remove(i);
+                (s, b)
+            }
+            None => {
+                if let Some(limit) = self.pool.limit {
+                    if st.allocated + size > limit {
+                        return Err(RuntimeError::DeviceMemory {
+                            what: label.into(),
+                            bytes: size,
+                            allocated: st.allocated,
+                            limit,
+                        });
+                    }
+                    // Release cached buffers, largest first, until the new one fits.
+                    st.cache.sort_by_key(|(_, s, _)| *s);
+                    while st.allocated + st.cached() + size > limit {
+                        st.cache.pop();
+                    }
+                }
+                let b = self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size,
+                    usage: kind.usage(),
+                    mapped_at_creation: false,
+                });
+                (size, b)
+            }
+        };
+        st.allocated += size;
+        st.peak = st.peak.max(st.allocated);
+        Ok(Allocation { buffer: Some(buffer), size, kind, device: self.clone() })
+    }
+
+    /// Bytes of device memory held by live executables (like `memory_allocated`).
+    pub fn memory_allocated(&self) -> u64 {
+        self.pool.state.lock().unwrap_or_else(|p| p.into_inner()).allocated
+    }
+
+    /// Bytes held by live executables plus released buffers kept for reuse (like
+    /// `memory_reserved`).
+    pub fn memory_reserved(&self) -> u64 {
+        let st = self.pool.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.allocated + st.cached()
+    }
+
+    /// The highest [`Self::memory_allocated`] since the device opened or the last
+    /// [`Self::reset_peak_memory_stats`] (like `max_memory_allocated`).
+    pub fn max_memory_allocated(&self) -> u64 {
+        self.pool.state.lock().unwrap_or_else(|p| p.into_inner()).peak
+    }
+
+    /// Resets the peak to the current allocation.
+    pub fn reset_peak_memory_stats(&self) {
+        let mut st = self.pool.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.peak = st.allocated;
+    }
+
+    /// Releases every cached buffer no executable uses (like `empty_cache`).
+    pub fn empty_cache(&self) {
+        self.pool.state.lock().unwrap_or_else(|p| p.into_inner()).cache.clear();
+    }
+
+    /// The device's memory limit, if one was set.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.pool.limit()
+    }
+}
