@@ -187,3 +187,85 @@ pub fn micro(quick: bool) -> Vec<Workload> {
 pub fn names(quick: bool) -> Vec<String> {
     all(quick).into_iter().map(|w| w.name).collect()
 }
+
+/// What an example run measured.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// Kernels per run (fused).
+    pub kernels: usize,
+    /// Kernels with fusion off, for comparison.
+    pub unfused_kernels: usize,
+    /// Device bytes the executable holds (parameters + arena + staging).
+    pub device_bytes: u64,
+    /// The arena if every value had its own buffer, plus parameters and staging.
+    pub naive_bytes: u64,
+    /// The peak of live bytes plus parameters and staging.
+    pub lower_bound_bytes: u64,
+    /// Median time of one run, ms.
+    pub median_ms: f64,
+    /// Whether the time is from GPU timestamps.
+    pub gpu_timer: bool,
+    /// Largest |fused − reference| over the outputs.
+    pub max_abs_error: f64,
+}
+
+/// Compiles `w` fused on `device`, runs it, checks every output against the CPU reference
+/// (error if they differ beyond f32 tolerance scaled by the output's magnitude), and times
+/// `runs` runs.
+pub fn run_example(device: &std::sync::Arc<crate::Device>, w: &Workload, runs: usize) -> Result<Report, String> {
+    use crate::crates::reference;
+    let mut exe = device.compile(&w.graph, &w.outputs, &crate::CompileOptions::default()).map_err(|e| e.to_string())?;
+    for (name, value) in &w.params {
+        exe.set_parameter(name, value).map_err(|e| e.to_string())?;
+    }
+    let got = exe.run(&w.feed_refs()).map_err(|e| e.to_string())?;
+    let feeds = w.feeds.iter().cloned().collect();
+    let params = w.params.iter().cloned().collect();
+    let want = reference::evaluate(&w.graph, &w.outputs, &feeds, &params).map_err(|e| e.to_string())?;
+    let mut max_abs_error = 0.0f64;
+    for (g, r) in got.iter().zip(&want) {
+        let scale = r.to_f64().iter().fold(1.0f64, |m, v| m.max(v.abs()));
+        reference::assert_close(g, r, 1e-4, 1e-4 * scale)
+            .map_err(|e| format!("{}: does not match the reference: {e}", w.name))?;
+        for (a, b) in g.to_f64().iter().zip(r.to_f64()) {
+            max_abs_error = max_abs_error.max((a - b).abs());
+        }
+    }
+    let t = exe.time(&w.feed_refs(), 1, runs).map_err(|e| e.to_string())?;
+    let unfused_kernels =
+        device.plan(&w.graph, &w.outputs, &crate::CompileOptions::unfused()).map_err(|e| e.to_string())?.kernels;
+    let s = exe.stats();
+    let fixed = s.persistent_bytes + s.staging_bytes;
+    Ok(Report {
+        kernels: s.kernels.len(),
+        unfused_kernels,
+        device_bytes: s.device_bytes,
+        naive_bytes: s.naive_bytes + fixed,
+        lower_bound_bytes: s.lower_bound_bytes + fixed,
+        median_ms: t.median(),
+        gpu_timer: t.gpu_timestamps,
+        max_abs_error,
+    })
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        writeln!(f, "kernels      {} fused ({} unfused)", self.kernels, self.unfused_kernels)?;
+        writeln!(
+            f,
+            "memory       {:.2} MiB on the device; lower bound {:.2} MiB; naive {:.2} MiB ({:.1}x more)",
+            mib(self.device_bytes),
+            mib(self.lower_bound_bytes),
+            mib(self.naive_bytes),
+            self.naive_bytes as f64 / self.device_bytes.max(1) as f64
+        )?;
+        writeln!(
+            f,
+            "time         {:.3} ms per run (median, {})",
+            self.median_ms,
+            if self.gpu_timer { "GPU timestamps" } else { "wall" }
+        )?;
+        write!(f, "reference    matches (max |error| {:.2e})", self.max_abs_error)
+    }
+}

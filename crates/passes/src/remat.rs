@@ -67,9 +67,15 @@ pub fn rematerialize_with(
         type Score = (u64, u64, usize);
         let mut chosen: Option<(Score, NodeId, Vec<Kernel>)> = None;
         for &peak in steps.iter().take(PEAK_STEPS) {
-            for (value, at, copy) in candidates(g, &kernels, outputs, &live, peak) {
+            let inserts = candidates(g, &kernels, outputs, &live, peak).into_iter().map(|(v, at, k)| (v, at, k, false));
+            let folds = fold_candidates(g, &kernels, &live, peak).into_iter().map(|(v, at, k)| (v, at, k, true));
+            for (value, at, copy, replace) in inserts.chain(folds) {
                 let mut trial = kernels.clone();
-                trial.insert(at, copy);
+                if replace {
+                    trial[at] = copy;
+                } else {
+                    trial.insert(at, copy);
+                }
                 let k = score(&trial);
                 if k < key && chosen.as_ref().is_none_or(|(b, v, _)| (k, value) < (*b, *v)) {
                     chosen = Some((k, value, trial));
@@ -119,6 +125,52 @@ fn candidates(
             };
             if copy.inputs.iter().all(|&i| !is_arena(g, i) || alive_at(i, at)) {
                 out.push((v, at, copy));
+            }
+        }
+    }
+    out
+}
+
+/// Values read at step `peak` (or live across it) that a later loop kernel reading them could
+/// recompute itself: the kernel absorbs the cheap members that compute the value, so the
+/// value need not stay in memory until then. Returns (value, consumer step, the new
+/// consumer). Only where every reader inside the consumer reads the value at the same index
+/// (no recomputation per element), and the consumer needs no new bindings (the producer's
+/// inputs are already its inputs).
+fn fold_candidates(
+    g: &Graph,
+    kernels: &[Kernel],
+    live: &BTreeMap<NodeId, Vec<Interval>>,
+    peak: usize,
+) -> Vec<(NodeId, usize, Kernel)> {
+    let mut out = Vec::new();
+    for (&v, ivs) in live {
+        for iv in ivs {
+            if !(iv.start < peak && peak <= iv.end) {
+                continue;
+            }
+            let producer = &kernels[iv.start];
+            if !producer.outputs.contains(&v) {
+                continue;
+            }
+            let Some(copy) = recompute_kernel(g, producer, v) else { continue };
+            for c in peak..=iv.end.min(kernels.len() - 1) {
+                let k = &kernels[c];
+                if k.kind != KernelKind::Loop || !k.inputs.contains(&v) || k.outputs.contains(&v) {
+                    continue;
+                }
+                let same_index_only = k
+                    .members
+                    .iter()
+                    .filter(|&&m| g.operands(m).contains(&v))
+                    .all(|&m| crate::kernel::same_index_operands(g, m).contains(&v));
+                if !same_index_only || !copy.inputs.iter().all(|i| k.inputs.contains(i)) {
+                    continue;
+                }
+                let mut members = copy.members.clone();
+                members.extend(k.members.iter().copied().filter(|m| !copy.members.contains(m)));
+                let inputs: Vec<NodeId> = k.inputs.iter().copied().filter(|&i| i != v).collect();
+                out.push((v, c, Kernel { kind: KernelKind::Loop, members, outputs: k.outputs.clone(), inputs }));
             }
         }
     }

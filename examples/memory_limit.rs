@@ -1,0 +1,93 @@
+//! The memory-limit example: one network compiled under a shrinking memory limit. The plan
+//! is known before anything runs: first it fits, then rematerialization recomputes cheap
+//! values to fit (more kernels, same results), then compilation fails with the typed
+//! out-of-memory error. Last, the planner answers "what is the largest batch that fits".
+//! `cargo run --release --example memory_limit [-- --quick]`
+
+use fusegraph::crates::nn::{Linear, Params};
+use fusegraph::workloads::{random_values, Workload};
+use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor, RuntimeError};
+
+/// `y = x + s + f(s)` with `s = gelu(x)` and `f` narrow → wide → narrow → wide linear layers:
+/// the wide activation `s` is needed at the start and again at the end, so it is live across
+/// the wide middle, where memory peaks. Recomputing it from `x` (live to the end anyway)
+/// inside the last kernel frees its bytes in between: the textbook case for
+/// rematerialization.
+fn wide_residual_mlp(batch: usize, wide: usize) -> Result<Workload, Box<dyn std::error::Error>> {
+    let b = GraphBuilder::new();
+    let mut p = Params::new(11);
+    let x = b.input("x", DType::F32, [batch, wide])?;
+    let s = x.gelu()?;
+    let h = Linear::new(&b, &mut p, "down1", wide, 64, true)?.forward(&s)?.relu()?;
+    let m = Linear::new(&b, &mut p, "up1", 64, wide, true)?.forward(&h)?.relu()?;
+    let h = Linear::new(&b, &mut p, "down2", wide, 64, true)?.forward(&m)?.relu()?;
+    let up = Linear::new(&b, &mut p, "up2", 64, wide, true)?.forward(&h)?;
+    let y = x.add(&s)?.add(&up)?;
+    let feeds = vec![("x".to_string(), HostTensor::new([batch, wide], random_values(3, batch * wide))?)];
+    let params = p.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    Ok(Workload { name: format!("wide_residual_mlp_b{batch}"), graph: b.graph(), outputs: vec![y.id()], feeds, params })
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let device = Device::shared()?;
+    let w = wide_residual_mlp(if quick { 64 } else { 256 }, if quick { 1024 } else { 4096 })?;
+    let base = CompileOptions { name: Some(w.name.clone()), ..Default::default() };
+    let plain = device.plan(&w.graph, &w.outputs, &base)?;
+    println!("{} on {}", w.name, device.describe());
+    println!(
+        "no limit: {} bytes ({} kernels, lower bound of the arena {} bytes)",
+        plain.total_bytes, plain.kernels, plain.lower_bound_bytes
+    );
+
+    let reference = {
+        let mut exe = device.compile(&w.graph, &w.outputs, &base)?;
+        for (n, v) in &w.params {
+            exe.set_parameter(n, v)?;
+        }
+        exe.run(&w.feed_refs())?
+    };
+    let fixed = plain.persistent_bytes + plain.staging_bytes;
+    let mut arena = plain.arena_bytes;
+    loop {
+        let limit = fixed + arena;
+        let opts = CompileOptions { memory_limit: Some(limit), ..base.clone() };
+        match device.compile(&w.graph, &w.outputs, &opts) {
+            Ok(mut exe) => {
+                for (n, v) in &w.params {
+                    exe.set_parameter(n, v)?;
+                }
+                let out = exe.run(&w.feed_refs())?;
+                let s = exe.stats();
+                let same = out == reference;
+                println!(
+                    "limit {limit:>9}: fits in {:>9} bytes, {} kernels{}; outputs {}",
+                    s.arena_bytes + s.persistent_bytes + s.staging_bytes,
+                    s.kernels.len(),
+                    if s.kernels.len() > plain.kernels { " (rematerialized)" } else { "" },
+                    if same { "identical" } else { "DIFFER" }
+                );
+                if !same {
+                    return Err("rematerialized outputs differ".into());
+                }
+            }
+            Err(e @ RuntimeError::ResourceExhausted { .. }) => {
+                println!("limit {limit:>9}: {e}");
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        arena = arena * 95 / 100;
+    }
+
+    let budget = if quick { 4 << 20 } else { 64 << 20 };
+    let build = |batch: usize| -> Result<(fusegraph::Graph, Vec<fusegraph::NodeId>), fusegraph::IrError> {
+        let w = fusegraph::workloads::mlp(batch, quick).map_err(|e| fusegraph::IrError::ty("mlp", e.to_string()))?;
+        Ok((w.graph, w.outputs))
+    };
+    match device.largest_batch(build, budget, &CompileOptions::default(), 1 << 16)? {
+        Some(b) => println!("largest mlp batch within {budget} bytes: {b} (asked the planner; nothing ran)"),
+        None => println!("not even batch 1 of the mlp fits {budget} bytes"),
+    }
+    Ok(())
+}

@@ -1,0 +1,13 @@
+//! The MLP example: 784-1024-1024-10 with ReLU and softmax, batch 256, fused, checked
+//! against the CPU reference. `cargo run --release --example mlp [-- --quick]`
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let batch = if quick { 16 } else { 256 };
+    let w = fusegraph::workloads::mlp(batch, quick)?;
+    let device = fusegraph::Device::shared()?;
+    println!("mlp: batch {batch} on {}", device.describe());
+    let report = fusegraph::workloads::run_example(&device, &w, if quick { 3 } else { 10 })?;
+    println!("{report}");
+    Ok(())
+}

@@ -1,0 +1,22 @@
+//! The transformer example: GPT-2-small-shaped decoder blocks (d_model 768, 12 heads, MLP
+//! 3072, causal attention, layer norms, GELU), sequence 256, batch 1, fused, checked against
+//! the CPU reference. `cargo run --release --example transformer [-- --layers N] [--seq S] [--quick]`
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let flag = |name: &str, default: usize| -> Result<usize, String> {
+        match args.iter().position(|a| a == name) {
+            Some(i) => args.get(i + 1).and_then(|v| v.parse().ok()).ok_or(format!("{name} needs a number")),
+            None => Ok(default),
+        }
+    };
+    let layers = flag("--layers", 1)?;
+    let seq = flag("--seq", if quick { 32 } else { 256 })?;
+    let w = fusegraph::workloads::transformer(seq, layers, quick)?;
+    let device = fusegraph::Device::shared()?;
+    println!("transformer: {layers} layer(s), sequence {seq} on {}", device.describe());
+    let report = fusegraph::workloads::run_example(&device, &w, if quick { 3 } else { 3 })?;
+    println!("{report}");
+    Ok(())
+}
