@@ -64,7 +64,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     "limit {limit:>9}: fits in {:>9} bytes, {} kernels{}; outputs {}",
                     s.arena_bytes + s.persistent_bytes + s.staging_bytes,
                     s.kernels.len(),
-                    if s.kernels.len() > plain.kernels { " (rematerialized)" } else { "" },
+                    if s.arena_bytes < plain.arena_bytes {
+                        " (rematerialized: arena smaller than the plain plan's)"
+                    } else {
+                        ""
+                    },
                     if same { "identical" } else { "DIFFER" }
                 );
                 if !same {

@@ -19,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod plot;
 pub mod workloads;
 
 pub use fusegraph_ir::{

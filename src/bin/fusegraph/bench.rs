@@ -11,18 +11,20 @@ pub struct BenchArgs {
     pub quick: bool,
     pub workload: Option<String>,
     pub json: Option<String>,
+    pub plot: Option<String>,
     pub runs: usize,
 }
 
 impl BenchArgs {
     pub fn parse(args: &[String]) -> Result<Self, String> {
-        let mut out = BenchArgs { quick: false, workload: None, json: None, runs: 0 };
+        let mut out = BenchArgs { quick: false, workload: None, json: None, plot: None, runs: 0 };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--quick" => out.quick = true,
                 "--workload" => out.workload = Some(it.next().ok_or("--workload needs a NAME")?.clone()),
                 "--json" => out.json = Some(it.next().ok_or("--json needs a PATH")?.clone()),
+                "--plot" => out.plot = Some(it.next().ok_or("--plot needs a DIR")?.clone()),
                 "--runs" => {
                     let v = it.next().ok_or("--runs needs a number")?;
                     out.runs = v.parse().map_err(|_| format!("--runs: `{v}` is not a number"))?;
@@ -87,6 +89,28 @@ fn json_str(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
+/// Writes the memory timelines of both plans as SVG and the fused graph as DOT (and SVG when
+/// Graphviz's `dot` is installed).
+fn plot(dir: &str, w: &Workload, fused: &Executable, unfused: &Executable) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("--plot {dir}: {e}"))?;
+    for (mode, exe) in [("fused", fused), ("unfused", unfused)] {
+        let svg = fusegraph::plot::memory_timeline_svg(exe.memory_plan(), &format!("{} ({mode})", w.name), None);
+        let path = format!("{dir}/{}_{mode}_memory.svg", w.name);
+        std::fs::write(&path, svg).map_err(|e| format!("{path}: {e}"))?;
+    }
+    let dot_path = format!("{dir}/{}_fused.dot", w.name);
+    std::fs::write(&dot_path, fused.to_dot()).map_err(|e| format!("{dot_path}: {e}"))?;
+    let svg_path = format!("{dir}/{}_fused_graph.svg", w.name);
+    let rendered = std::process::Command::new("dot")
+        .args(["-Tsvg", &dot_path, "-o", &svg_path])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !rendered {
+        eprintln!("(Graphviz `dot` not found: wrote {dot_path} only)");
+    }
+    Ok(())
+}
+
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     let device = Device::shared().map_err(|e| e.to_string())?;
     let info = device.info().clone();
@@ -113,6 +137,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             assert_close(x, y, 1e-4, 1e-4).map_err(|e| format!("{}: fused and unfused differ: {e}", w.name))?;
         }
         eprintln!("[{}/{total}] {}: outputs agree; timing {} runs each", i + 1, w.name, args.runs);
+        if let Some(dir) = &args.plot {
+            plot(dir, w, &fused, &unfused)?;
+        }
         let rf = measure(w, "fused", &fused, args.runs)?;
         let ru = measure(w, "unfused", &unfused, args.runs)?;
         records.push((ru, rf));

@@ -11,9 +11,10 @@ const USAGE: &str = "usage: fusegraph <command>
 
 commands:
   info [--json]    the adapter fusegraph chooses: backend, driver, limits, features
-  bench [--quick] [--workload NAME] [--runs N] [--json PATH]
+  bench [--quick] [--workload NAME] [--runs N] [--json PATH] [--plot DIR]
                    compile every workload fused and unfused, check they agree, time them,
-                   and print kernels, bytes moved, memory and speedup
+                   and print kernels, bytes moved, memory and speedup; --plot writes SVG
+                   memory timelines and the fused graphs as DOT
   dot FILE [--unfused]
                    read a graph in fusegraph's text form, simplify and fuse it (no device
                    needed), and print it as Graphviz DOT with one cluster per kernel
