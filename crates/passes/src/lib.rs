@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod autodiff;
 pub mod cost;
 pub mod fuse;
 pub mod kernel;
@@ -23,6 +24,7 @@ pub mod simplify;
 #[doc(hidden)]
 pub mod testing;
 
+pub use autodiff::{grad, GradError};
 pub use fuse::{fuse, Decision, Fusion, FusionOptions, SiblingDecision, Veto};
 pub use kernel::{partition, FusionMode, Kernel, KernelKind};
 pub use memory_plan::{check_plan, plan_memory_with, MemoryOptions, PlanError};

@@ -154,8 +154,7 @@ fn fold_candidates(
                 continue;
             }
             let Some(copy) = recompute_kernel(g, producer, v) else { continue };
-            for c in peak..=iv.end.min(kernels.len() - 1) {
-                let k = &kernels[c];
+            for (c, k) in kernels.iter().enumerate().take(iv.end + 1).skip(peak) {
                 if k.kind != KernelKind::Loop || !k.inputs.contains(&v) || k.outputs.contains(&v) {
                     continue;
                 }

@@ -163,7 +163,12 @@ pub(super) fn binary(
 
 /// `select(cond, t, f)`: the cotangent goes to `t` where `cond` holds and to `f` elsewhere;
 /// the condition (bool) gets none.
-pub(super) fn select(e: &mut Emit<'_>, xs: &[NodeId], gy: NodeId, want: &[bool]) -> Result<Vec<Option<NodeId>>, IrError> {
+pub(super) fn select(
+    e: &mut Emit<'_>,
+    xs: &[NodeId],
+    gy: NodeId,
+    want: &[bool],
+) -> Result<Vec<Option<NodeId>>, IrError> {
     let cond = xs[0];
     let zero = e.full_like(gy, 0.0)?;
     let dt = if want[1] { Some(e.select(cond, gy, zero)?) } else { None };

@@ -11,8 +11,8 @@
 //! nodes that lie on a path from some `wrt` node to the loss receive cotangents, so the
 //! gradient of an unrelated subgraph is never built.
 //!
-//! Rules, by file: [`elementwise`] (unary, binary, select, cast), [`layout`] (broadcast,
-//! reshape, transpose, slice, concat, pad, gather, reduce) and [`contraction`] (matmul,
+//! Rules, by file: `elementwise.rs` (unary, binary, select, cast), `layout.rs` (broadcast,
+//! reshape, transpose, slice, concat, pad, gather, reduce) and `contraction.rs` (matmul,
 //! conv2d, pool). Every op whose result is integer or bool (comparisons, `and`, `or`, `not`,
 //! `argmax`, casts to integers) and every op with a zero derivative (`floor`, `ceil`, `sign`)
 //! stops the gradient without an error; only an integer or bool `wrt` node is an error.
@@ -172,11 +172,13 @@ fn vjp(
         Op::Reduce { kind, axes, .. } => one(layout::reduce(e, *kind, axes, xs[0], y, gy)),
         Op::MatMul => Ok(contraction::matmul(e, xs, gy, want)?),
         Op::Conv2d { stride, padding, dilation, groups } => {
-            let geom = contraction::ConvGeom { stride: *stride, padding: *padding, dilation: *dilation, groups: *groups };
+            let geom =
+                contraction::ConvGeom { stride: *stride, padding: *padding, dilation: *dilation, groups: *groups };
             Ok(contraction::conv2d(e, xs, gy, geom, want)?)
         }
         Op::Pool { kind, window, stride, padding } => {
-            one(contraction::pool(e, *kind, *window, *stride, *padding, xs[0], y, gy))
+            let geom = contraction::PoolGeom { kind: *kind, window: *window, stride: *stride, padding: *padding };
+            one(contraction::pool(e, geom, xs[0], y, gy))
         }
         // Integer results never carry cotangents; leaves have no operands.
         Op::ArgMax { .. }
