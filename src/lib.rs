@@ -40,6 +40,16 @@ pub mod crates {
     pub use fusegraph_wgsl as wgsl;
 }
 
+/// Reverse-mode gradients of the scalar `loss` with respect to each of `wrt`, appended to
+/// their graph as ordinary ops (so fusion and memory planning see forward and backward
+/// together). Each gradient has its `wrt` tensor's type.
+pub fn grad(loss: &Tensor, wrt: &[&Tensor]) -> Result<Vec<Tensor>, fusegraph_passes::GradError> {
+    let ids: Vec<NodeId> = wrt.iter().map(|t| t.id()).collect();
+    let b = loss.builder();
+    let grads = b.edit(|g| fusegraph_passes::grad(g, loss.id(), &ids))?;
+    Ok(grads.into_iter().map(|id| b.tensor(id).expect("grad returns nodes of this graph")).collect())
+}
+
 /// Compiles `outputs` of `graph` on the process-wide shared device ([`Device::shared`]).
 pub fn compile(graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<Executable, RuntimeError> {
     Device::shared()?.compile(graph, outputs, opts)

@@ -68,6 +68,12 @@ impl GraphBuilder {
         self.leaf(Op::Iota { axis }, dtype, shape)
     }
 
+    /// Runs `f` on the graph being recorded, for passes that append to it (autodiff).
+    /// Existing handles stay valid: passes may add nodes but must not remove any.
+    pub fn edit<R>(&self, f: impl FnOnce(&mut Graph) -> R) -> R {
+        f(&mut self.graph.borrow_mut())
+    }
+
     /// A handle to an existing node of this builder's graph.
     pub fn tensor(&self, id: NodeId) -> Result<Tensor> {
         let g = self.graph.borrow();

@@ -71,6 +71,14 @@ pub enum RuntimeError {
         /// The name given.
         name: String,
     },
+    /// A parameter update or read names a parameter the compiled graph does not read.
+    #[error(
+        "parameter `{name}` is not used by the compiled graph (nothing reads it), so it cannot be updated or read"
+    )]
+    UnusedUpdate {
+        /// The parameter name.
+        name: String,
+    },
     /// A kernel needs more storage bindings than the adapter allows.
     #[error("kernel `{kernel}` needs {needed} storage buffers; the adapter allows {limit} per shader stage")]
     TooManyBindings {

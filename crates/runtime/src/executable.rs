@@ -6,7 +6,7 @@ use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
 use fusegraph_passes::{
     plan_summary_within, plan_within, FusionMode, Location, MemoryPlan, PlanOptions, PlanSummary, Region,
 };
-use fusegraph_wgsl::{lower, LowerOptions};
+use fusegraph_wgsl::{lower_with, LowerOptions, Strategy};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -24,11 +24,22 @@ pub struct CompileOptions {
     pub remat: bool,
     /// A name for messages (`OOM when allocating the plan for <name>`).
     pub name: Option<String>,
+    /// Parameter updates: after each run, parameter `name` takes the value node `NodeId`
+    /// computed in that run (a training step's new weights and optimizer state). The copy
+    /// happens on the device, after every kernel, in the same submit.
+    pub updates: Vec<(String, NodeId)>,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { fusion: FusionMode::On, simplify: true, memory_limit: None, remat: true, name: None }
+        CompileOptions {
+            fusion: FusionMode::On,
+            simplify: true,
+            memory_limit: None,
+            remat: true,
+            name: None,
+            updates: vec![],
+        }
     }
 }
 
@@ -120,6 +131,8 @@ pub struct Executable {
     declared_inputs: BTreeMap<String, TensorType>,
     declared_params: BTreeMap<String, TensorType>,
     outputs: Vec<(Slot, u64)>,
+    /// Copies from an update value to its parameter after every run.
+    updates: Vec<(Location, Location)>,
     arena: Allocation,
     persistent: Allocation,
     staging: Allocation,
@@ -199,17 +212,36 @@ impl Device {
                 _ => {}
             }
         }
+        for (name, node) in &opts.updates {
+            graph.check(*node)?;
+            let declared =
+                declared_params.get(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.clone() })?;
+            if graph.ty(*node) != declared {
+                return Err(RuntimeError::WrongType {
+                    what: "parameter update",
+                    name: name.clone(),
+                    expected: declared.clone(),
+                    got: graph.ty(*node).clone(),
+                });
+            }
+        }
+        // Update values are outputs of the plan (kept alive to the end) but not returned.
+        let user_outputs = outputs.len();
         let mut simplified = graph.clone();
         let mut outs_vec = outputs.to_vec();
+        outs_vec.extend(opts.updates.iter().map(|(_, n)| *n));
         if opts.simplify {
             fusegraph_passes::simplify(&mut simplified, &mut outs_vec)?;
         }
-        let (graph, outputs) = (&simplified, outs_vec.as_slice());
+        let update_nodes = outs_vec.split_off(user_outputs);
+        let mut plan_outputs = outs_vec.clone();
+        plan_outputs.extend(update_nodes.iter().copied());
+        let (graph, outputs, plan_outputs) = (&simplified, outs_vec.as_slice(), plan_outputs.as_slice());
         let limits = self.limits();
         let mut popts = self.plan_options(opts);
         let limit = self.limit_for(opts);
         popts.remat = opts.remat;
-        let planned = plan_within(graph, outputs, &popts, limit)?;
+        let planned = plan_within(graph, plan_outputs, &popts, limit)?;
         if let Some(limit) = limit {
             let s = &planned.summary;
             if s.total_bytes > limit {
@@ -232,7 +264,9 @@ impl Device {
         let (kernels, plan) = (planned.kernels, planned.plan);
         let lower_opts =
             LowerOptions { f16_native: self.f16_native(), cpu: self.info().device_type == wgpu::DeviceType::Cpu };
-        let sources: Vec<_> = kernels.iter().map(|k| lower(graph, k, &lower_opts)).collect();
+        // FUSEGRAPH_NAIVE_MATMUL=1: the naive matmul lowering (for comparisons).
+        let strategy = Strategy { tiled_matmul: !std::env::var("FUSEGRAPH_NAIVE_MATMUL").is_ok_and(|v| v == "1") };
+        let sources: Vec<_> = kernels.iter().map(|k| lower_with(graph, k, &lower_opts, &strategy)).collect();
         for s in &sources {
             if s.bindings.len() > limits.max_storage_buffers_per_shader_stage as usize {
                 return Err(RuntimeError::TooManyBindings {
@@ -291,6 +325,17 @@ impl Device {
             let loc = plan.locations[&o];
             outs.push((Slot { ty: graph.ty(o).clone(), loc }, staging_offset));
             staging_offset += loc.size;
+        }
+        let mut updates = Vec::new();
+        for ((name, _), &node) in opts.updates.iter().zip(&update_nodes) {
+            let from = plan.locations[&node];
+            let to = params
+                .get(name)
+                .map(|(slot, _): &(Slot, bool)| slot.loc)
+                .ok_or_else(|| RuntimeError::UnusedUpdate { name: name.clone() })?;
+            if from != to {
+                updates.push((from, to));
+            }
         }
 
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -357,6 +402,7 @@ impl Device {
             declared_inputs,
             declared_params,
             outputs: outs,
+            updates,
             arena: arena_alloc,
             persistent: persistent_alloc,
             staging: staging_alloc,
@@ -426,6 +472,62 @@ impl Executable {
         Ok(())
     }
 
+    fn region(&self, r: Region) -> &wgpu::Buffer {
+        match r {
+            Region::Persistent => self.persistent.buffer(),
+            Region::Arena => self.arena.buffer(),
+        }
+    }
+
+    /// Records the parameter updates: copies after every kernel has run.
+    fn encode_updates(&self, encoder: &mut wgpu::CommandEncoder) {
+        for (from, to) in &self.updates {
+            encoder.copy_buffer_to_buffer(
+                self.region(from.region),
+                from.offset,
+                self.region(to.region),
+                to.offset,
+                from.size,
+            );
+        }
+    }
+
+    /// Reads a parameter's current value back from the device (after updates, if any).
+    pub fn parameter(&self, name: &str) -> Result<HostTensor> {
+        let declared =
+            self.declared_params.get(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.into() })?;
+        let Some((slot, loaded)) = self.params.get(name) else {
+            return Err(RuntimeError::UnusedUpdate { name: name.into() });
+        };
+        if !loaded {
+            return Err(RuntimeError::MissingParameter { name: name.into(), ty: declared.clone() });
+        }
+        let d = &self.device;
+        let read = d.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("fusegraph parameter readback"),
+            size: slot.loc.size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = d
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph read parameter") });
+        encoder.copy_buffer_to_buffer(self.persistent.buffer(), slot.loc.offset, &read, 0, slot.loc.size);
+        d.queue.submit([encoder.finish()]);
+        read.map_async(wgpu::MapMode::Read, .., |_| {});
+        d.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| RuntimeError::Wgpu { during: "reading a parameter".into(), detail: e.to_string() })?;
+        let value = {
+            let view = read
+                .get_mapped_range(..)
+                .map_err(|e| RuntimeError::Wgpu { during: "reading a parameter".into(), detail: e.to_string() })?;
+            HostTensor::from_bytes(&slot.ty, &view)?
+        };
+        read.unmap();
+        Ok(value)
+    }
+
     /// Records every dispatch into one compute pass, with timestamps at its ends if given.
     pub(crate) fn encode(&self, encoder: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>) {
         let timestamp_writes = timestamps.map(|q| wgpu::ComputePassTimestampWrites {
@@ -477,6 +579,7 @@ impl Executable {
             let mut encoder =
                 d.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph timed run") });
             self.encode(&mut encoder, ts.as_ref().map(|t| &t.0));
+            self.encode_updates(&mut encoder);
             if let Some((set, resolve, read)) = &ts {
                 encoder.resolve_query_set(set, 0..2, resolve, 0);
                 encoder.copy_buffer_to_buffer(resolve, 0, read, 0, 16);
@@ -555,6 +658,8 @@ impl Executable {
                 if slot.loc.region == Region::Persistent { self.persistent.buffer() } else { self.arena.buffer() };
             encoder.copy_buffer_to_buffer(src, slot.loc.offset, self.staging.buffer(), *staging_offset, slot.loc.size);
         }
+        // Parameters change last, so outputs hold this run's values whatever they alias.
+        self.encode_updates(&mut encoder);
         d.queue.submit([encoder.finish()]);
         let (tx, rx) = std::sync::mpsc::channel();
         self.staging.buffer().map_async(wgpu::MapMode::Read, .., move |r| {
