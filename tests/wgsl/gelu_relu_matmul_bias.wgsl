@@ -146,6 +146,26 @@ fn e19(i: u32) -> f32 {
     return x19;
 }
 
+fn e19_acc(i: u32, acc: f32) -> f32 {
+    let x3 = acc;
+    let x5 = v5(i);
+    let x6 = max(x3, x5);
+    let x7 = v7(i);
+    let x8 = (x6 + x7);
+    let x10 = v10(i);
+    let x11 = (x8 * x10);
+    let x12 = fg_erf(x11);
+    let x14 = v14(i);
+    let x15 = (x12 + x14);
+    let x16 = (x8 * x15);
+    let x18 = v18(i);
+    let x19 = (x16 * x18);
+    return x19;
+}
+
+var<workgroup> fg_tile_a: array<vec4<f32>, 512>;
+var<workgroup> fg_tile_b: array<vec4<f32>, 512>;
+
 // The error function (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7).
 fn fg_erf(x: f32) -> f32 {
     let a = abs(x);
@@ -156,6 +176,91 @@ fn fg_erf(x: f32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let t = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (t < 180u) { b3[t] = e19(t); }
+    let wg = wid.y * nwg.x + wid.x;
+    if (wg >= 1u) { return; }
+    let tile_col = wg % 1u;
+    let tile_row = (wg / 1u) % 1u;
+    let bt = wg / 1u;
+    let a_base = 0u;
+    let b_base = 0u;
+    let o_base = bt * 180u;
+    let row0 = tile_row * 64u;
+    let col0 = tile_col * 64u;
+    let tx = lid % 16u;
+    let ty = lid / 16u;
+    var acc0_0 = vec4<f32>();
+    var acc1_0 = vec4<f32>();
+    var acc2_0 = vec4<f32>();
+    var acc3_0 = vec4<f32>();
+    for (var k0 = 0u; k0 < 33u; k0 = k0 + 32u) {
+        for (var l = 0u; l < 2u; l = l + 1u) {
+            let e = l * 256u + lid;
+            let r = row0 + (e / 32u) * 4u;
+            let kk = e % 32u;
+            let gk = k0 + kk;
+            var x = vec4<f32>();
+            if (gk < 33u && true) {
+                if (r + 0u < 9u) { x.x = v0(a_base + (r + 0u) * 33u + gk); }
+                if (r + 1u < 9u) { x.y = v0(a_base + (r + 1u) * 33u + gk); }
+                if (r + 2u < 9u) { x.z = v0(a_base + (r + 2u) * 33u + gk); }
+                if (r + 3u < 9u) { x.w = v0(a_base + (r + 3u) * 33u + gk); }
+            }
+            fg_tile_a[kk * 16u + e / 32u] = x;
+        }
+        for (var l = 0u; l < 2u; l = l + 1u) {
+            let e = l * 256u + lid;
+            let gk = k0 + e / 16u;
+            let c = col0 + (e % 16u) * 4u;
+            var x = vec4<f32>();
+            if (gk < 33u && true) {
+                if (c + 0u < 20u) { x.x = v1(b_base + gk * 20u + c + 0u); }
+                if (c + 1u < 20u) { x.y = v1(b_base + gk * 20u + c + 1u); }
+                if (c + 2u < 20u) { x.z = v1(b_base + gk * 20u + c + 2u); }
+                if (c + 3u < 20u) { x.w = v1(b_base + gk * 20u + c + 3u); }
+            }
+            fg_tile_b[e] = x;
+        }
+        workgroupBarrier();
+        for (var k1 = 0u; k1 < 32u; k1 = k1 + 1u) {
+            {
+            let kk = k1 + 0u;
+            let a0 = fg_tile_a[kk * 16u + ty * 1u + 0u];
+            let b0 = fg_tile_b[kk * 16u + tx * 1u + 0u];
+            acc0_0 = acc0_0 + a0.x * b0;
+            acc1_0 = acc1_0 + a0.y * b0;
+            acc2_0 = acc2_0 + a0.z * b0;
+            acc3_0 = acc3_0 + a0.w * b0;
+            }
+        }
+        workgroupBarrier();
+    }
+    let gc = col0 + tx * 4u;
+    if (row0 + ty * 4u + 0u < 9u) {
+        let idx = o_base + (row0 + ty * 4u + 0u) * 20u + gc;
+        if (gc + 0u < 20u) { b3[idx + 0u] = e19_acc(idx + 0u, acc0_0.x); }
+        if (gc + 1u < 20u) { b3[idx + 1u] = e19_acc(idx + 1u, acc0_0.y); }
+        if (gc + 2u < 20u) { b3[idx + 2u] = e19_acc(idx + 2u, acc0_0.z); }
+        if (gc + 3u < 20u) { b3[idx + 3u] = e19_acc(idx + 3u, acc0_0.w); }
+    }
+    if (row0 + ty * 4u + 1u < 9u) {
+        let idx = o_base + (row0 + ty * 4u + 1u) * 20u + gc;
+        if (gc + 0u < 20u) { b3[idx + 0u] = e19_acc(idx + 0u, acc1_0.x); }
+        if (gc + 1u < 20u) { b3[idx + 1u] = e19_acc(idx + 1u, acc1_0.y); }
+        if (gc + 2u < 20u) { b3[idx + 2u] = e19_acc(idx + 2u, acc1_0.z); }
+        if (gc + 3u < 20u) { b3[idx + 3u] = e19_acc(idx + 3u, acc1_0.w); }
+    }
+    if (row0 + ty * 4u + 2u < 9u) {
+        let idx = o_base + (row0 + ty * 4u + 2u) * 20u + gc;
+        if (gc + 0u < 20u) { b3[idx + 0u] = e19_acc(idx + 0u, acc2_0.x); }
+        if (gc + 1u < 20u) { b3[idx + 1u] = e19_acc(idx + 1u, acc2_0.y); }
+        if (gc + 2u < 20u) { b3[idx + 2u] = e19_acc(idx + 2u, acc2_0.z); }
+        if (gc + 3u < 20u) { b3[idx + 3u] = e19_acc(idx + 3u, acc2_0.w); }
+    }
+    if (row0 + ty * 4u + 3u < 9u) {
+        let idx = o_base + (row0 + ty * 4u + 3u) * 20u + gc;
+        if (gc + 0u < 20u) { b3[idx + 0u] = e19_acc(idx + 0u, acc3_0.x); }
+        if (gc + 1u < 20u) { b3[idx + 1u] = e19_acc(idx + 1u, acc3_0.y); }
+        if (gc + 2u < 20u) { b3[idx + 2u] = e19_acc(idx + 2u, acc3_0.z); }
+        if (gc + 3u < 20u) { b3[idx + 3u] = e19_acc(idx + 3u, acc3_0.w); }
+    }
 }

@@ -4,6 +4,8 @@
 //! WGSL function `vN(i)` per node that computes element `i` of node `N` (members compute,
 //! inputs load), and a `main` that runs one invocation per output element (per packed word
 //! for f16 without `SHADER_F16`). Fused kernels are the same thing with more members.
+//! Loop kernels computing a matmul (with its fused prologue and epilogue) instead use a tiled,
+//! register-blocked `main` (see `matmul.rs`) that reuses the same element functions.
 //!
 //! Invariants: this crate never touches wgpu; `lower` of a kernel of a verified graph never
 //! fails on types, and every shader it produces passes naga validation (tested).
@@ -12,8 +14,10 @@
 
 mod body;
 mod lower;
+mod matmul;
 mod validate;
 mod writer;
 
-pub use lower::{lower, Binding, KernelSource, LowerOptions, WORKGROUP_SIZE};
+pub use lower::{lower, lower_with, Binding, KernelSource, LowerOptions, Strategy, WORKGROUP_SIZE};
+pub use matmul::{TK, TM, TN};
 pub use validate::{validate, ValidateError};

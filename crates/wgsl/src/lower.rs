@@ -55,12 +55,32 @@ fn storage_elem(dtype: DType, opts: &LowerOptions) -> &'static str {
     }
 }
 
-fn packed_f16(dtype: DType, opts: &LowerOptions) -> bool {
+pub(crate) fn packed_f16(dtype: DType, opts: &LowerOptions) -> bool {
     dtype == DType::F16 && !opts.f16_native
 }
 
-/// Lowers `kernel` of `g` to WGSL.
+/// Code-generation choices that do not depend on the adapter; the default is the fast code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Strategy {
+    /// Lower loop kernels whose output region holds a matmul with the tiled, register-blocked
+    /// kernel (workgroup tiles staged in workgroup memory); otherwise one invocation per output
+    /// element loops over `k` (the naive lowering, kept for comparisons).
+    pub tiled_matmul: bool,
+}
+
+impl Default for Strategy {
+    fn default() -> Self {
+        Strategy { tiled_matmul: true }
+    }
+}
+
+/// Lowers `kernel` of `g` to WGSL with the default [`Strategy`].
 pub fn lower(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> KernelSource {
+    lower_with(g, kernel, opts, &Strategy::default())
+}
+
+/// Lowers `kernel` of `g` to WGSL with explicit code-generation choices.
+pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strategy) -> KernelSource {
     let mut bindings: Vec<Binding> = kernel.inputs.iter().map(|&node| Binding { node, output: false }).collect();
     bindings.extend(kernel.outputs.iter().map(|&node| Binding { node, output: true }));
 
@@ -110,37 +130,19 @@ pub fn lower(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> KernelSource {
 
     // Each output's region (its same-index chain) is computed once per element, in
     // registers, by `eN`; values reached through index changes are function calls.
-    for (o, region) in regions(g, kernel) {
-        let _ = writeln!(body, "fn e{}(i: u32) -> {} {{", o.index(), vty(g.ty(o).dtype));
-        for &n in &region {
-            let node = g.node(n);
-            let same = same_index_operands(g, n);
-            let expr = if node.op.is_elementwise() || matches!(node.op, Op::Reshape { .. }) {
-                let args: Vec<String> = g
-                    .operands(n)
-                    .iter()
-                    .map(|&p| {
-                        if same.contains(&p) && region.contains(&p) {
-                            format!("x{}", p.index())
-                        } else {
-                            format!("v{}(i)", p.index())
-                        }
-                    })
-                    .collect();
-                if node.op.is_elementwise() {
-                    elementwise_expr(g, n, &args)
-                } else {
-                    args[0].clone()
-                }
-            } else {
-                format!("v{}(i)", n.index())
-            };
-            let _ = writeln!(body, "    let x{} = {expr};", n.index());
-        }
-        let _ = writeln!(body, "    return x{};\n}}\n", o.index());
+    let regs = regions(g, kernel);
+    for (o, region) in &regs {
+        write_region(g, *o, region, None, &mut body);
     }
+    let tiled = match kernel.kind {
+        KernelKind::Loop if strategy.tiled_matmul => crate::matmul::plan(g, kernel, &regs, opts),
+        _ => None,
+    };
     let (main, workgroups) = match &kernel.kind {
-        KernelKind::Loop => loop_main(g, &bindings, opts),
+        KernelKind::Loop => match &tiled {
+            Some(t) => crate::matmul::tiled_main(g, &bindings, t, &regs, opts, &mut body),
+            None => loop_main(g, &bindings, opts),
+        },
         KernelKind::Row { shape, axes } => row_main(g, &bindings, &row_reduces, shape, axes, opts, &mut body),
     };
     let mut wgsl = String::new();
@@ -161,7 +163,50 @@ pub fn lower(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> KernelSource {
     KernelSource { wgsl, bindings, workgroups, label }
 }
 
-const MAIN_ARGS: &str =
+/// Writes `fn eO(i) -> T`, output `o`'s region computed once per element. With
+/// `acc = Some(m)` it writes `fn eO_acc(i, acc) -> T` instead, the same region with member
+/// `m`'s value given as `acc` (the tiled matmul's accumulator).
+pub(crate) fn write_region(g: &Graph, o: NodeId, region: &[NodeId], acc: Option<NodeId>, body: &mut String) {
+    let t = vty(g.ty(o).dtype);
+    match acc {
+        Some(m) => {
+            let _ = writeln!(body, "fn e{}_acc(i: u32, acc: {}) -> {t} {{", o.index(), vty(g.ty(m).dtype));
+        }
+        None => {
+            let _ = writeln!(body, "fn e{}(i: u32) -> {t} {{", o.index());
+        }
+    }
+    for &n in region {
+        let node = g.node(n);
+        let same = same_index_operands(g, n);
+        let expr = if Some(n) == acc {
+            "acc".to_string()
+        } else if node.op.is_elementwise() || matches!(node.op, Op::Reshape { .. }) {
+            let args: Vec<String> = g
+                .operands(n)
+                .iter()
+                .map(|&p| {
+                    if same.contains(&p) && region.contains(&p) {
+                        format!("x{}", p.index())
+                    } else {
+                        format!("v{}(i)", p.index())
+                    }
+                })
+                .collect();
+            if node.op.is_elementwise() {
+                elementwise_expr(g, n, &args)
+            } else {
+                args[0].clone()
+            }
+        } else {
+            format!("v{}(i)", n.index())
+        };
+        let _ = writeln!(body, "    let x{} = {expr};", n.index());
+    }
+    let _ = writeln!(body, "    return x{};\n}}\n", o.index());
+}
+
+pub(crate) const MAIN_ARGS: &str =
     "@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32";
 
 /// One invocation per output element (per word for packed f16).
@@ -193,7 +238,7 @@ fn loop_main(g: &Graph, bindings: &[Binding], opts: &LowerOptions) -> (String, u
     (main, invocations.div_ceil(WORKGROUP_SIZE as u64))
 }
 
-fn store_value(dtype: DType, v: &str) -> String {
+pub(crate) fn store_value(dtype: DType, v: &str) -> String {
     match dtype {
         DType::Bool => format!("select(0u, 1u, {v})"),
         DType::F16 => format!("f16({v})"),

@@ -1,0 +1,250 @@
+//! The tiled, register-blocked matmul lowering.
+//!
+//! A loop kernel with one output whose region (see [`regions`]) holds a matmul `M` of the
+//! output's element count is lowered as a classic GEMM instead of one invocation per
+//! element: each workgroup of 16×16 invocations computes a [`TM`]×[`TN`] tile of one batch
+//! entry of `M`, each invocation a 4×4 block of it, stepping over `k` in tiles of [`TK`]
+//! staged in workgroup memory. Tiles are loaded through `M`'s operand functions `vL(i)` and
+//! `vR(i)`, so fused prologues (transposes, casts, broadcasts) work unchanged; after the
+//! accumulation the fused epilogue runs per output element as `eO_acc(i, acc)`, the output's
+//! region with `M`'s value replaced by the accumulator, and is stored like a loop kernel
+//! stores. Out-of-range tile elements are zero (ragged `m`, `n`, `k`); only in-range outputs
+//! are stored. Every invocation runs the same loops, so the barriers are in uniform control
+//! flow.
+//!
+//! Packed f16 outputs (two halves per `u32` word) are written a whole word at a time: an
+//! invocation's four columns start at a multiple of 4, so with `n` even both halves of every
+//! word belong to it. With `n` odd a word can straddle two rows; such kernels keep the naive
+//! lowering.
+//!
+//! [`regions`]: fusegraph_passes::kernel::regions
+
+use crate::lower::{packed_f16, store_value, write_region, Binding, LowerOptions, MAIN_ARGS};
+use crate::writer::{ravel, unravel, vty};
+use fusegraph_ir::{Graph, NodeId, Op};
+use fusegraph_passes::Kernel;
+use std::fmt::Write;
+
+/// Output rows per workgroup tile.
+pub const TM: usize = 64;
+/// Output columns per workgroup tile.
+pub const TN: usize = 64;
+/// The `k` extent of the tiles staged in workgroup memory (2 × 64 × 32 × 4 bytes = 16 KiB,
+/// WebGPU's default limit of workgroup storage).
+pub const TK: usize = 32;
+
+/// The shape of the tiling: a `gx`×`gy` grid of invocations, each computing `bm`×`bn`
+/// outputs (multiples of 4), stepping over `k` by `tk`.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    gx: usize,
+    gy: usize,
+    bm: usize,
+    bn: usize,
+    tk: usize,
+}
+
+impl Geometry {
+    fn get() -> Geometry {
+        // EXPERIMENT
+        if let Ok(v) = std::env::var("FG_GEOM") {
+            let p: Vec<usize> = v.split(',').map(|x| x.parse().unwrap()).collect();
+            return Geometry { gx: p[0], gy: p[1], bm: p[2], bn: p[3], tk: p[4] };
+        }
+        Geometry { gx: 16, gy: 16, bm: 4, bn: 4, tk: TK }
+    }
+}
+
+/// What the tiled lowering of a kernel needs: the matmul and the output it feeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TiledPlan {
+    /// The matmul member whose value the accumulators hold.
+    pub matmul: NodeId,
+    /// The kernel's single output, whose region contains `matmul`.
+    pub output: NodeId,
+}
+
+/// Whether `kernel` (a loop kernel) takes the tiled lowering, and with which matmul.
+pub fn plan(g: &Graph, kernel: &Kernel, regions: &[(NodeId, Vec<NodeId>)], opts: &LowerOptions) -> Option<TiledPlan> {
+    let [(output, region)] = regions else { return None };
+    let out_ty = g.ty(*output);
+    let numel = out_ty.shape.numel();
+    if numel == 0 || kernel.outputs.len() != 1 {
+        return None;
+    }
+    // Among several candidates, the one with the longest `k` saves the most.
+    let matmul = region
+        .iter()
+        .copied()
+        .filter(|&m| matches!(g.node(m).op, Op::MatMul))
+        .filter(|&m| g.ty(m).shape.numel() == numel && g.ty(m).shape.rank() >= 2)
+        .max_by_key(|&m| {
+            let l = g.ty(g.operands(m)[0]);
+            l.shape.dims()[l.shape.rank() - 1]
+        })?;
+    let dims = g.ty(matmul).shape.dims();
+    let n = dims[dims.len() - 1];
+    if packed_f16(out_ty.dtype, opts) && n % 2 == 1 {
+        return None;
+    }
+    Some(TiledPlan { matmul, output: *output })
+}
+
+/// Writes `eO_acc` and the workgroup tiles into `body` and returns `main` and the number of
+/// workgroups (one per output tile per batch entry).
+pub fn tiled_main(
+    g: &Graph,
+    bindings: &[Binding],
+    plan: &TiledPlan,
+    regions: &[(NodeId, Vec<NodeId>)],
+    opts: &LowerOptions,
+    body: &mut String,
+) -> (String, u64) {
+    let TiledPlan { matmul: mm, output } = *plan;
+    let region = &regions.iter().find(|(o, _)| *o == output).expect("the output has a region").1;
+    write_region(g, output, region, Some(mm), body);
+
+    let ops = g.operands(mm);
+    let (lhs, rhs) = (ops[0], ops[1]);
+    let (ld, rd) = (g.ty(lhs).shape.dims(), g.ty(rhs).shape.dims());
+    let dims = g.ty(mm).shape.dims();
+    let rank = dims.len();
+    let (m, n, k) = (dims[rank - 2], dims[rank - 1], ld[ld.len() - 1]);
+    let batch: usize = dims[..rank - 2].iter().product();
+    let geo = Geometry::get();
+    let Geometry { gx, gy, bm, bn, tk } = geo;
+    let (tm, tn, wgs) = (gy * bm, gx * bn, gx * gy);
+    let (tiles_m, tiles_n) = (m.div_ceil(tm), n.div_ceil(tn));
+    let workgroups = (batch * tiles_m * tiles_n) as u64;
+    let t = vty(g.ty(mm).dtype);
+    let (k_out, out_b) = bindings.iter().enumerate().find(|(_, b)| b.output).expect("one output");
+    let out_dt = g.ty(out_b.node).dtype;
+    const XYZW: [&str; 4] = ["x", "y", "z", "w"];
+
+    // Tiles of vec4s: fg_tile_a[kk * TM/4 + q] holds rows 4q..4q+3 of the lhs tile at `kk`,
+    // fg_tile_b[kk * TN/4 + q] columns 4q..4q+3 of the rhs tile (one load per 4 values).
+    let _ = writeln!(body, "var<workgroup> fg_tile_a: array<vec4<{t}>, {}>;", tk * tm / 4);
+    let _ = writeln!(body, "var<workgroup> fg_tile_b: array<vec4<{t}>, {}>;\n", tk * tn / 4);
+
+    let mut s = String::new();
+    let w = |s: &mut String, indent: usize, line: String| {
+        let _ = writeln!(s, "{:indent$}{line}", "", indent = indent * 4);
+    };
+    w(&mut s, 0, format!("@compute @workgroup_size({wgs})"));
+    w(&mut s, 0, format!("fn main({MAIN_ARGS}) {{"));
+    w(&mut s, 1, "let wg = wid.y * nwg.x + wid.x;".into());
+    // The 2-D grid may round the count up; the test is uniform across the workgroup.
+    w(&mut s, 1, format!("if (wg >= {workgroups}u) {{ return; }}"));
+    w(&mut s, 1, format!("let tile_col = wg % {tiles_n}u;"));
+    w(&mut s, 1, format!("let tile_row = (wg / {tiles_n}u) % {tiles_m}u;"));
+    w(&mut s, 1, format!("let bt = wg / {}u;", tiles_m * tiles_n));
+    // Batch coordinates of the result, mapped onto each operand's (broadcast) batch dims.
+    let bc = unravel(&mut s, &dims[..rank - 2], "bt", "bc");
+    let operand_batch = |od: &[usize]| -> String {
+        let off = rank - od.len();
+        let coords: Vec<String> =
+            (0..od.len() - 2).map(|q| if od[q] == 1 { "0u".into() } else { bc[q + off].clone() }).collect();
+        ravel(&coords, &od[..od.len() - 2])
+    };
+    for (name, od, size) in [("a_base", ld, m * k), ("b_base", rd, k * n)] {
+        let b = operand_batch(od);
+        let base = if b == "0u" { b } else { format!("({b}) * {size}u") };
+        w(&mut s, 1, format!("let {name} = {base};"));
+    }
+    w(&mut s, 1, format!("let o_base = bt * {}u;", m * n));
+    w(&mut s, 1, format!("let row0 = tile_row * {tm}u;"));
+    w(&mut s, 1, format!("let col0 = tile_col * {tn}u;"));
+    w(&mut s, 1, format!("let tx = lid % {gx}u;"));
+    w(&mut s, 1, if gy == 1 { "let ty = 0u;".into() } else { format!("let ty = lid / {gx}u;") });
+    for r in 0..bm {
+        for p in 0..bn / 4 {
+            w(&mut s, 1, format!("var acc{r}_{p} = vec4<{t}>();"));
+        }
+    }
+    let xp = std::env::var("FG_XP").unwrap_or_default();
+    w(&mut s, 1, format!("for (var k0 = 0u; k0 < {k}u; k0 = k0 + {tk}u) {{"));
+    // Load phase: each invocation loads four values of a column of the lhs tile (or a row of
+    // the rhs tile) through the operand functions and stores them as one vec4.
+    let (lv, rv) = (format!("v{}", lhs.index()), format!("v{}", rhs.index()));
+    w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tm * tk / 4 / wgs));
+    w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
+    w(&mut s, 3, format!("let r = row0 + (e / {tk}u) * 4u;"));
+    w(&mut s, 3, format!("let kk = e % {tk}u;"));
+    w(&mut s, 3, "let gk = k0 + kk;".into());
+    w(&mut s, 3, format!("var x = vec4<{t}>();"));
+    w(&mut s, 3, format!("if (gk < {k}u && {}) {{", if xp == "nol" { "false" } else { "true" }));
+    for (q, comp) in XYZW.iter().enumerate() {
+        w(&mut s, 4, format!("if (r + {q}u < {m}u) {{ x.{comp} = {lv}(a_base + (r + {q}u) * {k}u + gk); }}"));
+    }
+    w(&mut s, 3, "}".into());
+    w(&mut s, 3, format!("fg_tile_a[kk * {}u + e / {tk}u] = x;", tm / 4));
+    w(&mut s, 2, "}".into());
+    w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tk * tn / 4 / wgs));
+    w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
+    w(&mut s, 3, format!("let gk = k0 + e / {}u;", tn / 4));
+    w(&mut s, 3, format!("let c = col0 + (e % {}u) * 4u;", tn / 4));
+    w(&mut s, 3, format!("var x = vec4<{t}>();"));
+    w(&mut s, 3, format!("if (gk < {k}u && {}) {{", if xp == "nol" { "false" } else { "true" }));
+    for (q, comp) in XYZW.iter().enumerate() {
+        w(&mut s, 4, format!("if (c + {q}u < {n}u) {{ x.{comp} = {rv}(b_base + gk * {n}u + c + {q}u); }}"));
+    }
+    w(&mut s, 3, "}".into());
+    w(&mut s, 3, "fg_tile_b[e] = x;".into());
+    w(&mut s, 2, "}".into());
+    w(&mut s, 2, "workgroupBarrier();".into());
+    // Compute phase: rows ty*bm.., columns tx*bn.. of the tile.
+    let unroll: usize = std::env::var("FG_UNROLL").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    w(&mut s, 2, format!("for (var k1 = 0u; k1 < {tk}u; k1 = k1 + {unroll}u) {{"));
+    for u in 0..unroll {
+        w(&mut s, 3, "{".into());
+        w(&mut s, 3, format!("let kk = k1 + {u}u;"));
+        for q in 0..bm / 4 {
+            w(&mut s, 3, format!("let a{q} = fg_tile_a[kk * {}u + ty * {}u + {q}u];", tm / 4, bm / 4));
+        }
+        for p in 0..bn / 4 {
+            w(&mut s, 3, format!("let b{p} = fg_tile_b[kk * {}u + tx * {}u + {p}u];", tn / 4, bn / 4));
+        }
+        for r in 0..bm {
+            for p in 0..bn / 4 {
+                w(&mut s, 3, format!("acc{r}_{p} = acc{r}_{p} + a{}.{} * b{p};", r / 4, XYZW[r % 4]));
+            }
+        }
+        w(&mut s, 3, "}".into());
+    }
+    w(&mut s, 2, "}".into());
+    w(&mut s, 2, "workgroupBarrier();".into());
+    w(&mut s, 1, "}".into());
+
+    // Epilogue and store, in-range outputs only.
+    let e = format!("e{}_acc", output.index());
+    w(&mut s, 1, format!("let gc = col0 + tx * {bn}u;"));
+    for r in 0..bm {
+        w(&mut s, 1, format!("if (row0 + ty * {bm}u + {r}u < {m}u) {{"));
+        w(&mut s, 2, format!("let idx = o_base + (row0 + ty * {bm}u + {r}u) * {n}u + gc;"));
+        for c in 0..bn {
+            let acc = |c: usize| format!("acc{r}_{}.{}", c / 4, XYZW[c % 4]);
+            if packed_f16(out_dt, opts) {
+                // `n` is even and `gc` a multiple of 4: both halves of each word are ours.
+                if c % 2 == 0 {
+                    w(
+                        &mut s,
+                        2,
+                        format!(
+                            "if (gc + {c}u < {n}u) {{ b{k_out}[(idx + {c}u) >> 1u] = \
+                             pack2x16float(vec2<f32>({e}(idx + {c}u, {}), {e}(idx + {}u, {}))); }}",
+                            acc(c),
+                            c + 1,
+                            acc(c + 1)
+                        ),
+                    );
+                }
+            } else {
+                let value = store_value(out_dt, &format!("{e}(idx + {c}u, {})", acc(c)));
+                w(&mut s, 2, format!("if (gc + {c}u < {n}u) {{ b{k_out}[idx + {c}u] = {value}; }}"));
+            }
+        }
+        w(&mut s, 1, "}".into());
+    }
+    w(&mut s, 0, "}".into());
+    (s, workgroups)
+}

@@ -1,0 +1,198 @@
+//! The tiled matmul lowering: naga validation of its shaders (every dtype and f16 form,
+//! ragged and batched shapes, transposed operands, fused epilogues), a device sweep against
+//! the CPU reference, and (ignored) a GFLOP/s comparison with the naive lowering.
+
+mod common;
+
+use common::{Case, CaseBuilder, Domain};
+use fusegraph::crates::passes::{partition, FusionMode};
+use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
+use fusegraph::crates::wgsl::{lower, lower_with, validate, LowerOptions, Strategy};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const SHAPES: [(usize, usize, usize); 6] =
+    [(1, 1, 1), (7, 33, 5), (64, 64, 64), (65, 17, 129), (100, 1000, 7), (128, 256, 64)];
+
+/// The shader marker of the tiled lowering.
+const TILED: &str = "var<workgroup> fg_tile_a";
+
+/// A matmul case: plain 2-D, or batched lhs [2,1,m,k] (transposed when `transposed`) times
+/// rhs [3,k,n], with the epilogue `relu(x + bias)` when `epilogue`.
+fn case(dt: DType, (m, k, n): (usize, usize, usize), batched: bool, transposed: bool, epilogue: bool) -> Case {
+    let mut c = CaseBuilder::new((m * 131 + k * 7 + n) as u64 + dt as u64);
+    let lb: &[usize] = if batched { &[2, 1] } else { &[] };
+    let rb: &[usize] = if batched { &[3] } else { &[] };
+    let a = if transposed {
+        c.input(dt, &[lb, &[k, m]].concat(), Domain::Any).t().unwrap()
+    } else {
+        c.input(dt, &[lb, &[m, k]].concat(), Domain::Any)
+    };
+    let b = c.input(dt, &[rb, &[k, n]].concat(), Domain::Any);
+    let mut y = a.matmul(&b).unwrap();
+    if epilogue {
+        let bias = c.input(dt, &[n], Domain::Any);
+        y = y.add(&bias).unwrap().relu().unwrap();
+    }
+    let name = format!("matmul_{dt}_{m}x{k}x{n}_b{batched}_t{transposed}_e{epilogue}");
+    let mut case = c.finish(name, &[&y]);
+    // Long f32 accumulations round differently in another order.
+    case.atol = 1e-3 * (k as f64 / 1000.0).max(0.1);
+    case.f16_tol = 1e-2;
+    case
+}
+
+fn sweep(dtypes: &[DType]) -> Vec<Case> {
+    let mut out = Vec::new();
+    for &dt in dtypes {
+        for shape in SHAPES {
+            out.push(case(dt, shape, false, false, false));
+            out.push(case(dt, shape, true, true, true));
+            out.push(case(dt, shape, true, false, true));
+        }
+    }
+    out
+}
+
+/// Whether the lowering of `case`'s kernels (fused) takes the tiled path.
+fn tiled(case: &Case, opts: &LowerOptions) -> bool {
+    let kernels = partition(&case.graph, &case.outputs, FusionMode::On).unwrap();
+    kernels.iter().any(|k| lower(&case.graph, k, opts).wgsl.contains(TILED))
+}
+
+#[test]
+fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
+    let mut shaders = 0;
+    for case in sweep(&[DType::F32, DType::F16, DType::I32, DType::U32]) {
+        for mode in [FusionMode::Off, FusionMode::On] {
+            for k in &partition(&case.graph, &case.outputs, mode).unwrap() {
+                for f16_native in [false, true] {
+                    for cpu in [false, true] {
+                        let opts = LowerOptions { f16_native, cpu };
+                        for strategy in [Strategy::default(), Strategy { tiled_matmul: false }] {
+                            let src = lower_with(&case.graph, k, &opts, &strategy);
+                            if let Err(e) = validate(&src.wgsl) {
+                                panic!("{} kernel {} ({opts:?}, {strategy:?}): {e}", case.name, src.label);
+                            }
+                            assert!(strategy.tiled_matmul || !src.wgsl.contains(TILED));
+                            shaders += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // The tiled path is taken except for packed f16 outputs with an odd row length.
+        let n = case.graph.ty(case.outputs[0]).shape.dims().last().copied().unwrap();
+        let packed_odd = case.graph.ty(case.outputs[0]).dtype == DType::F16 && n % 2 == 1;
+        assert!(tiled(&case, &LowerOptions { f16_native: true, cpu: true }), "{} not tiled", case.name);
+        assert_eq!(tiled(&case, &LowerOptions { f16_native: false, cpu: true }), !packed_odd, "{}", case.name);
+    }
+    assert!(shaders > 500, "only {shaders} shaders validated");
+}
+
+#[test]
+fn tiled_kernel_workgroups_cover_every_tile_of_every_batch_entry() {
+    let c = case(DType::F32, (65, 17, 129), true, false, true);
+    let kernels = partition(&c.graph, &c.outputs, FusionMode::On).unwrap();
+    let src = kernels.iter().map(|k| lower(&c.graph, k, &LowerOptions::default())).find(|s| s.wgsl.contains(TILED));
+    // Batch 2×3, 2 row tiles, 3 column tiles.
+    assert_eq!(src.expect("a tiled kernel").workgroups, 6 * 2 * 3);
+}
+
+fn check(device: &Arc<Device>, case: &Case) -> Result<(), String> {
+    let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
+    let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).map_err(|e| format!("reference: {e}"))?;
+    let exe = device.compile(&case.graph, &case.outputs, &CompileOptions::default()).map_err(|e| format!("{e}"))?;
+    let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
+    for (g, w) in got.iter().zip(&want) {
+        let (mut rtol, atol) = tolerance(w.dtype());
+        let mut atol = if w.dtype().is_float() { atol.max(case.atol) } else { atol };
+        if w.dtype() == DType::F16 {
+            // The reference rounds the matmul to f16 before the epilogue; the kernel does not.
+            let scale = w.to_f64().iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            rtol = rtol.max(case.f16_tol);
+            atol = atol.max(case.f16_tol * scale);
+        }
+        assert_close(g, w, rtol, atol)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn tiled_matmul_matches_the_reference() {
+    let mut devices = Vec::new();
+    let native = Device::new(&DeviceOptions { f16_native: Some(true), ..Default::default() }).expect("a device");
+    if native.f16_native() {
+        devices.push(("native f16", Arc::new(native)));
+    }
+    let packed = Device::new(&DeviceOptions { f16_native: Some(false), ..Default::default() }).expect("a device");
+    devices.push(("packed f16", Arc::new(packed)));
+    let cases = sweep(&[DType::F32, DType::F16, DType::I32]);
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for (form, device) in &devices {
+        eprintln!("device: {} ({form})", device.describe());
+        for case in &cases {
+            // The other f16 form changes nothing for f32 and i32.
+            if *form == "packed f16" && devices.len() > 1 && case.graph.ty(case.outputs[0]).dtype != DType::F16 {
+                continue;
+            }
+            let opts = LowerOptions { f16_native: device.f16_native(), cpu: true };
+            let out = case.graph.ty(case.outputs[0]);
+            let packed_odd =
+                out.dtype == DType::F16 && !device.f16_native() && out.shape.dims()[out.shape.rank() - 1] % 2 == 1;
+            if tiled(case, &opts) == packed_odd {
+                failures.push(format!("{} [{form}]: not tiled", case.name));
+            }
+            ran += 1;
+            if let Err(e) = check(device, case) {
+                failures.push(format!("{} [{form}]: {e}", case.name));
+            }
+        }
+    }
+    eprintln!("{ran} device checks, {} failed", failures.len());
+    assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// `cargo test --test matmul_tiled -- --ignored --nocapture gflops`: f32 1024³, tiled vs naive
+/// (`FUSEGRAPH_NAIVE_MATMUL=1`, read by the runtime when it lowers).
+#[test]
+#[ignore]
+fn gflops_tiled_vs_naive() {
+    let size: usize = std::env::var("FUSEGRAPH_MATMUL_SIZE").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
+    let runs: usize = std::env::var("FUSEGRAPH_MATMUL_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let mut c = CaseBuilder::new(5);
+    let a = c.input(DType::F32, &[size, size], Domain::Any);
+    let b = c.input(DType::F32, &[size, size], Domain::Any);
+    let y = a.matmul(&b).unwrap();
+    let case = c.finish("gflops", &[&y]);
+    let device = Arc::new(Device::new(&DeviceOptions::default()).expect("a device"));
+    eprintln!("device: {}", device.describe());
+    let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let flops = 2.0 * (size * size * size) as f64;
+    let mut outs = Vec::new();
+    for naive in [false, true] {
+        if naive {
+            std::env::set_var("FUSEGRAPH_NAIVE_MATMUL", "1");
+        }
+        let exe = device.compile(&case.graph, &case.outputs, &CompileOptions::default()).unwrap();
+        std::env::remove_var("FUSEGRAPH_NAIVE_MATMUL");
+        let t = exe.time(&refs, 1, runs).unwrap();
+        let ms = t.median();
+        let name = if naive { "naive" } else { "tiled" };
+        eprintln!(
+            "{name}: {size}^3 f32, median {ms:.2} ms (min {:.2}) of {runs} ({}), {:.2} GFLOP/s (best {:.2}), \
+             workgroups {:?}",
+            t.quantile(0.0),
+            if t.gpu_timestamps { "GPU timestamps" } else { "wall time" },
+            flops / (ms * 1e6),
+            flops / (t.quantile(0.0) * 1e6),
+            exe.stats().kernels.iter().map(|k| k.workgroups).collect::<Vec<_>>()
+        );
+        outs.push(exe.run(&refs).unwrap().remove(0));
+    }
+    // Both lowerings agree.
+    assert_close(&outs[0], &outs[1], 1e-4, 1e-3).unwrap();
+}
