@@ -1,6 +1,19 @@
 #!/usr/bin/env bash
-# The main job: the adapter, then the example networks. Extra args go to the examples.
+# The main job: the adapter, the fused-vs-unfused comparison of every workload (including
+# the example networks), then the example networks themselves, each checked against the
+# CPU reference. `--quick` runs small sizes (what CI runs); other args go to `bench`
+# (e.g. --json results.json, --plot plots/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo run --release -- info
-cargo run --release --example quickstart
+quick=()
+for a in "$@"; do
+    if [ "$a" = "--quick" ]; then quick=(--quick); fi
+done
+cargo build --release --bins --examples
+./target/release/fusegraph info
+./target/release/fusegraph bench "$@"
+for example in mlp cnn transformer memory_limit; do
+    echo
+    echo "== example: $example"
+    "./target/release/examples/$example" "${quick[@]}"
+done

@@ -17,6 +17,7 @@ pub mod fuse;
 pub mod kernel;
 pub mod liveness;
 pub mod memory_plan;
+pub mod mixed_precision;
 pub mod planner;
 pub mod remat;
 pub mod schedule;

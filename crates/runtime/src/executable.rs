@@ -24,6 +24,9 @@ pub struct CompileOptions {
     pub remat: bool,
     /// A name for messages (`OOM when allocating the plan for <name>`).
     pub name: Option<String>,
+    /// Store every f32 activation (and weight, at its uses) as f16, accumulating in f32;
+    /// outputs keep their types. Halves activation memory.
+    pub mixed_precision: bool,
     /// Parameter updates: after each run, parameter `name` takes the value node `NodeId`
     /// computed in that run (a training step's new weights and optimizer state). The copy
     /// happens on the device, after every kernel, in the same submit.
@@ -39,6 +42,7 @@ impl Default for CompileOptions {
             remat: true,
             name: None,
             updates: vec![],
+            mixed_precision: false,
         }
     }
 }
@@ -175,6 +179,10 @@ impl Device {
     /// The memory `compile` would plan for `outputs` of `graph` under `opts` (simplification,
     /// fusion, schedule, rematerialization toward the limit), without allocating anything.
     pub fn plan(&self, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<PlanSummary> {
+        if opts.mixed_precision {
+            let (g, outs) = fusegraph_passes::mixed_precision::to_mixed_precision(graph, outputs)?;
+            return Ok(plan_summary_within(&g, &outs, &self.plan_options(opts), self.limit_for(opts))?);
+        }
         Ok(plan_summary_within(graph, outputs, &self.plan_options(opts), self.limit_for(opts))?)
     }
 
@@ -227,9 +235,12 @@ impl Device {
         }
         // Update values are outputs of the plan (kept alive to the end) but not returned.
         let user_outputs = outputs.len();
-        let mut simplified = graph.clone();
         let mut outs_vec = outputs.to_vec();
         outs_vec.extend(opts.updates.iter().map(|(_, n)| *n));
+        let mut simplified = graph.clone();
+        if opts.mixed_precision {
+            (simplified, outs_vec) = fusegraph_passes::mixed_precision::to_mixed_precision(graph, &outs_vec)?;
+        }
         if opts.simplify {
             fusegraph_passes::simplify(&mut simplified, &mut outs_vec)?;
         }
