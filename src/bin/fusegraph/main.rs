@@ -3,6 +3,7 @@
 //! `fusegraph info [--json]` prints the chosen adapter, backend, driver, limits and features.
 
 mod bench;
+mod roofline;
 
 use fusegraph::{Device, DeviceOptions};
 use std::process::ExitCode;
@@ -15,6 +16,9 @@ commands:
                    compile every workload fused and unfused, check they agree, time them,
                    and print kernels, bytes moved, memory and speedup; --plot writes SVG
                    memory timelines and the fused graphs as DOT
+  roofline [--quick] [--json PATH]
+                   achieved GB/s and GFLOP/s per kernel family next to ceilings measured
+                   in the same run (a streaming copy, the best matmul)
   dot FILE [--unfused]
                    read a graph in fusegraph's text form, simplify and fuse it (no device
                    needed), and print it as Graphviz DOT with one cluster per kernel
@@ -105,6 +109,13 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("info") => info(args.iter().any(|a| a == "--json")),
         Some("bench") => match bench::BenchArgs::parse(&args[1..]).and_then(|a| bench::run(&a)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                eprintln!("fusegraph: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        Some("roofline") => match roofline::RooflineArgs::parse(&args[1..]).and_then(|a| roofline::run(&a)) {
             Ok(()) => Ok(()),
             Err(e) => {
                 eprintln!("fusegraph: {e}");

@@ -1,0 +1,163 @@
+//! `fusegraph roofline`: achieved GB/s and GFLOP/s per kernel family next to ceilings
+//! measured on the same adapter in the same run (a streaming copy kernel for bandwidth, the
+//! best matmul for arithmetic), in the llm.c manner.
+
+use fusegraph::{CompileOptions, DType, Device, Executable, GraphBuilder, HostTensor, NodeId, Tensor};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+pub struct RooflineArgs {
+    pub quick: bool,
+    pub json: Option<String>,
+}
+
+impl RooflineArgs {
+    pub fn parse(args: &[String]) -> Result<Self, String> {
+        let mut out = RooflineArgs { quick: false, json: None };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--quick" => out.quick = true,
+                "--json" => out.json = Some(it.next().ok_or("--json needs a PATH")?.clone()),
+                other => return Err(format!("roofline: unknown option `{other}`")),
+            }
+        }
+        Ok(out)
+    }
+}
+
+struct Row {
+    kernel: String,
+    shape: String,
+    dtype: DType,
+    ms: f64,
+    gflops: f64,
+    gbps: f64,
+}
+
+fn feed(t: &Tensor, seed: u64) -> (String, HostTensor) {
+    let n = t.shape().numel();
+    let v = fusegraph::workloads::random_values(seed, n).into_iter().map(f64::from).collect::<Vec<_>>();
+    (format!("x{seed}"), HostTensor::from_f64(t.dtype(), t.dims().to_vec(), &v).expect("sizes agree"))
+}
+
+/// Compiles and times a graph; returns (median ms, the executable).
+fn time(
+    device: &Arc<Device>,
+    b: &GraphBuilder,
+    outs: &[NodeId],
+    feeds: &[(String, HostTensor)],
+    runs: usize,
+) -> Result<(f64, Executable), String> {
+    let exe = device.compile(&b.graph(), outs, &CompileOptions::default()).map_err(|e| e.to_string())?;
+    let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let t = exe.time(&refs, 2, runs).map_err(|e| e.to_string())?;
+    Ok((t.median(), exe))
+}
+
+fn inputs(b: &GraphBuilder, dtype: DType, shapes: &[&[usize]]) -> (Vec<Tensor>, Vec<(String, HostTensor)>) {
+    let mut ts = Vec::new();
+    let mut fs = Vec::new();
+    for (i, s) in shapes.iter().enumerate() {
+        let t = b.input(&format!("x{}", i + 1), dtype, s.to_vec()).expect("valid input");
+        fs.push(feed(&t, i as u64 + 1));
+        ts.push(t);
+    }
+    (ts, fs)
+}
+
+pub fn run(args: &RooflineArgs) -> Result<(), String> {
+    let device = Device::shared().map_err(|e| e.to_string())?;
+    let info = device.info().clone();
+    eprintln!("device: {}", device.describe());
+    let n: usize = if args.quick { 1 << 20 } else { 1 << 24 };
+    let mm: &[usize] = if args.quick { &[256] } else { &[512, 1024] };
+    let runs = if args.quick { 5 } else { 10 };
+    let mut rows: Vec<Row> = Vec::new();
+    let mut measure = |kernel: &str,
+                       dtype: DType,
+                       shape: String,
+                       flops: f64,
+                       build: &dyn Fn(&GraphBuilder) -> (Vec<NodeId>, Vec<(String, HostTensor)>)|
+     -> Result<(), String> {
+        eprintln!("timing {kernel} {dtype} {shape}");
+        let b = GraphBuilder::new();
+        let (outs, feeds) = build(&b);
+        let (ms, exe) = time(&device, &b, &outs, &feeds, runs)?;
+        let bytes = exe.stats().bytes_moved as f64;
+        rows.push(Row { kernel: kernel.into(), shape, dtype, ms, gflops: flops / ms / 1e6, gbps: bytes / ms / 1e6 });
+        Ok(())
+    };
+    for dtype in [DType::F32, DType::F16] {
+        measure("copy", dtype, format!("[{n}]"), 0.0, &|b| {
+            let (x, f) = inputs(b, dtype, &[&[n]]);
+            (vec![x[0].neg().expect("neg").id()], f)
+        })?;
+        measure("elementwise_chain20", dtype, format!("[{n}]"), 20.0 * n as f64, &|b| {
+            let (x, f) = inputs(b, dtype, &[&[n], &[n]]);
+            let mut y = x[0].clone();
+            for k in 0..20 {
+                y = match k % 4 {
+                    0 => y.add(&x[1]),
+                    1 => y.mul_scalar(0.5),
+                    2 => y.tanh(),
+                    _ => y.sub(&x[1]),
+                }
+                .expect("valid op");
+            }
+            (vec![y.id()], f)
+        })?;
+        measure("reduce_sum_rows", dtype, format!("[{},1024]", n / 1024), n as f64, &|b| {
+            let (x, f) = inputs(b, dtype, &[&[n / 1024, 1024]]);
+            (vec![x[0].sum(&[1], false).expect("sum").id()], f)
+        })?;
+        measure("softmax_rows", dtype, format!("[{},1024]", n / 1024), 5.0 * n as f64, &|b| {
+            let (x, f) = inputs(b, dtype, &[&[n / 1024, 1024]]);
+            (vec![x[0].softmax(1).expect("softmax").id()], f)
+        })?;
+        for &m in mm {
+            measure("matmul", dtype, format!("{m}x{m}x{m}"), 2.0 * (m * m * m) as f64, &|b| {
+                let (x, f) = inputs(b, dtype, &[&[m, m], &[m, m]]);
+                (vec![x[0].matmul(&x[1]).expect("matmul").id()], f)
+            })?;
+        }
+    }
+    // Ceilings from this run: the best copy bandwidth and the best matmul throughput.
+    let ceiling_gbps = rows.iter().filter(|r| r.kernel == "copy").map(|r| r.gbps).fold(0.0, f64::max);
+    let ceiling_gflops = rows.iter().filter(|r| r.kernel == "matmul").map(|r| r.gflops).fold(0.0, f64::max);
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "{:<22} {:<5} {:<16} {:>10} {:>10} {:>8} {:>10} {:>8}",
+        "kernel", "dtype", "shape", "ms", "GB/s", "%copy", "GFLOP/s", "%best"
+    );
+    for r in &rows {
+        let _ = writeln!(
+            table,
+            "{:<22} {:<5} {:<16} {:>10.3} {:>10.2} {:>7.0}% {:>10.2} {:>7.0}%",
+            r.kernel,
+            r.dtype.name(),
+            r.shape,
+            r.ms,
+            r.gbps,
+            100.0 * r.gbps / ceiling_gbps,
+            r.gflops,
+            if r.gflops > 0.0 { 100.0 * r.gflops / ceiling_gflops } else { 0.0 }
+        );
+    }
+    print!("{table}");
+    println!("ceilings (measured in this run): copy {ceiling_gbps:.2} GB/s, matmul {ceiling_gflops:.2} GFLOP/s; adapter {} ({:?})", info.name, info.backend);
+    if let Some(path) = &args.json {
+        let lines: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "  {{\"kernel\": \"{}\", \"shape\": \"{}\", \"dtype\": \"{}\", \"ms\": {}, \"gflops\": {}, \"gbps\": {}, \"ceiling_gbps\": {}, \"ceiling_gflops\": {}, \"adapter\": \"{}\", \"backend\": \"{:?}\"}}",
+                    r.kernel, r.shape, r.dtype.name(), r.ms, r.gflops, r.gbps, ceiling_gbps, ceiling_gflops, info.name.replace('"', "'"), info.backend
+                )
+            })
+            .collect();
+        std::fs::write(path, format!("[\n{}\n]\n", lines.join(",\n"))).map_err(|e| format!("--json {path}: {e}"))?;
+    }
+    Ok(())
+}
