@@ -45,6 +45,9 @@ pub fn flops_per_element(g: &Graph, id: NodeId) -> f64 {
     }
 }
 
+/// The output tile edge of the tiled matmul lowering (fusegraph-wgsl's `matmul.rs`).
+pub const MATMUL_TILE: usize = 64;
+
 /// How many times, per element of the result, an op reads each element of operand `pos`
 /// (on average). Elementwise and layout ops read at most once; broadcasts and contractions
 /// read an operand element many times.
@@ -55,8 +58,16 @@ pub fn reads_per_operand_element(g: &Graph, id: NodeId, pos: usize) -> f64 {
     let inp = g.ty(ops[pos]).shape.numel().max(1) as f64;
     match &node.op {
         Op::MatMul => {
-            let l = g.ty(ops[0]).shape.dims();
-            out * l[l.len() - 1] as f64 / inp
+            // The tiled lowering loads each operand element once per 64-wide tile of the
+            // other dimension: lhs elements once per 64 columns of the result, rhs elements
+            // once per 64 rows (batch broadcasting multiplies that).
+            let d = node.ty.shape.dims();
+            let (m, n) = (d[d.len() - 2], d[d.len() - 1]);
+            let other = if pos == 0 { n } else { m };
+            let batch_out: usize = d[..d.len() - 2].iter().product();
+            let od = g.ty(ops[pos]).shape.dims();
+            let batch_in: usize = od[..od.len() - 2].iter().product();
+            (other.div_ceil(MATMUL_TILE) * batch_out / batch_in.max(1)) as f64
         }
         Op::Conv2d { .. } => {
             let w = g.ty(ops[1]).shape.dims();

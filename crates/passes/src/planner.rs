@@ -15,12 +15,14 @@ use crate::schedule::schedule;
 use fusegraph_ir::{verify, Graph, NodeId, Result};
 
 /// Knobs of the planner.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PlanOptions {
     /// Fusion on or off.
     pub fusion: FusionMode,
     /// Storage bindings a kernel may use (the adapter's `max_storage_buffers_per_shader_stage`).
     pub max_bindings: usize,
+    /// Device figures for fusion's benefit estimate (measured by the runtime on a device).
+    pub cost: crate::cost::CostModel,
     /// Offset alignment (the adapter's `min_storage_buffer_offset_alignment`).
     pub alignment: u64,
     /// Allow in-place reuse in the memory plan.
@@ -44,6 +46,7 @@ impl Default for PlanOptions {
         PlanOptions {
             fusion: FusionMode::On,
             max_bindings: FusionOptions::default().max_bindings,
+            cost: crate::cost::CostModel::default(),
             alignment: 256,
             in_place: true,
             schedule: true,
@@ -112,7 +115,7 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
     let mut kernels = match opts.fusion {
         FusionMode::Off => partition(g, outputs, FusionMode::Off)?,
         FusionMode::On => {
-            let fopts = FusionOptions { max_bindings: opts.max_bindings, ..Default::default() };
+            let fopts = FusionOptions { max_bindings: opts.max_bindings, cost: opts.cost, ..Default::default() };
             fuse(g, outputs, &fopts)?.kernels
         }
     };

@@ -69,6 +69,7 @@ pub struct Device {
     f16_native: bool,
     pipelines: Mutex<HashMap<String, PipelineEntry>>,
     pub(crate) pool: crate::memory::Pool,
+    pub(crate) cost: std::sync::OnceLock<fusegraph_passes::cost::CostModel>,
 }
 
 impl std::fmt::Debug for Device {
@@ -149,6 +150,7 @@ impl Device {
             f16_native,
             pipelines: Mutex::new(HashMap::new()),
             pool: crate::memory::Pool::new(opts.memory_limit),
+            cost: std::sync::OnceLock::new(),
         })
     }
 

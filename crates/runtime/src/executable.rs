@@ -27,6 +27,9 @@ pub struct CompileOptions {
     /// Store every f32 activation (and weight, at its uses) as f16, accumulating in f32;
     /// outputs keep their types. Halves activation memory.
     pub mixed_precision: bool,
+    /// Set while measuring the cost model itself: plan with the default cost model.
+    #[doc(hidden)]
+    pub calibrating: bool,
     /// Parameter updates: after each run, parameter `name` takes the value node `NodeId`
     /// computed in that run (a training step's new weights and optimizer state). The copy
     /// happens on the device, after every kernel, in the same submit.
@@ -43,6 +46,7 @@ impl Default for CompileOptions {
             name: None,
             updates: vec![],
             mixed_precision: false,
+            calibrating: false,
         }
     }
 }
@@ -155,11 +159,16 @@ fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::BufferUsages) ->
 }
 
 impl Device {
-    /// Planner options matching this device's limits and `opts`.
-    fn plan_options(&self, opts: &CompileOptions) -> PlanOptions {
+    /// Planner options matching this device's limits, cost model and `opts`.
+    fn plan_options(self: &Arc<Self>, opts: &CompileOptions) -> PlanOptions {
         let limits = self.limits();
         PlanOptions {
             fusion: opts.fusion,
+            cost: if opts.fusion == FusionMode::On && !opts.calibrating {
+                self.cost_model()
+            } else {
+                Default::default()
+            },
             max_bindings: limits.max_storage_buffers_per_shader_stage as usize,
             alignment: (limits.min_storage_buffer_offset_alignment as u64).max(4),
             simplify: opts.simplify,
@@ -178,7 +187,7 @@ impl Device {
 
     /// The memory `compile` would plan for `outputs` of `graph` under `opts` (simplification,
     /// fusion, schedule, rematerialization toward the limit), without allocating anything.
-    pub fn plan(&self, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<PlanSummary> {
+    pub fn plan(self: &Arc<Self>, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<PlanSummary> {
         if opts.mixed_precision {
             let (g, outs) = fusegraph_passes::mixed_precision::to_mixed_precision(graph, outputs)?;
             return Ok(plan_summary_within(&g, &outs, &self.plan_options(opts), self.limit_for(opts))?);
@@ -189,7 +198,7 @@ impl Device {
     /// The largest batch in `1..=max_batch` whose plan fits `limit` bytes on this device,
     /// asking the planner only (no allocation, no dispatch); `None` if batch 1 does not fit.
     pub fn largest_batch(
-        &self,
+        self: &Arc<Self>,
         build: impl Fn(usize) -> fusegraph_ir::Result<(Graph, Vec<NodeId>)>,
         limit: u64,
         opts: &CompileOptions,

@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+mod calibrate;
 mod device;
 mod error;
 mod executable;
