@@ -26,6 +26,9 @@ impl RooflineArgs {
     }
 }
 
+/// Records a workload into a builder: its outputs and feeds.
+type Build<'a> = &'a dyn Fn(&GraphBuilder) -> (Vec<NodeId>, Vec<(String, HostTensor)>);
+
 struct Row {
     kernel: String,
     shape: String,
@@ -74,12 +77,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     let mm: &[usize] = if args.quick { &[256] } else { &[512, 1024] };
     let runs = if args.quick { 5 } else { 10 };
     let mut rows: Vec<Row> = Vec::new();
-    let mut measure = |kernel: &str,
-                       dtype: DType,
-                       shape: String,
-                       flops: f64,
-                       build: &dyn Fn(&GraphBuilder) -> (Vec<NodeId>, Vec<(String, HostTensor)>)|
-     -> Result<(), String> {
+    let mut measure = |kernel: &str, dtype: DType, shape: String, flops: f64, build: Build| -> Result<(), String> {
         eprintln!("timing {kernel} {dtype} {shape}");
         let b = GraphBuilder::new();
         let (outs, feeds) = build(&b);
