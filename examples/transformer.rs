@@ -16,7 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let w = fusegraph::workloads::transformer(seq, layers, quick)?;
     let device = fusegraph::Device::shared()?;
     println!("transformer: {layers} layer(s), sequence {seq} on {}", device.describe());
-    let report = fusegraph::workloads::run_example(&device, &w, if quick { 3 } else { 3 })?;
+    let report = fusegraph::workloads::run_example(&device, &w, 3)?;
     println!("{report}");
     Ok(())
 }
