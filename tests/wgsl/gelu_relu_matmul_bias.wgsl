@@ -129,23 +129,6 @@ fn v19(i: u32) -> f32 {
     return (v16(i) * v18(i));
 }
 
-fn e19(i: u32) -> f32 {
-    let x3 = v3(i);
-    let x5 = v5(i);
-    let x6 = max(x3, x5);
-    let x7 = v7(i);
-    let x8 = (x6 + x7);
-    let x10 = v10(i);
-    let x11 = (x8 * x10);
-    let x12 = fg_erf(x11);
-    let x14 = v14(i);
-    let x15 = (x12 + x14);
-    let x16 = (x8 * x15);
-    let x18 = v18(i);
-    let x19 = (x16 * x18);
-    return x19;
-}
-
 fn e19_acc(i: u32, acc: f32) -> f32 {
     let x3 = acc;
     let x5 = v5(i);
@@ -199,7 +182,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let kk = e % 32u;
             let gk = k0 + kk;
             var x = vec4<f32>();
-            if (gk < 33u && true) {
+            if (gk < 33u) {
                 if (r + 0u < 9u) { x.x = v0(a_base + (r + 0u) * 33u + gk); }
                 if (r + 1u < 9u) { x.y = v0(a_base + (r + 1u) * 33u + gk); }
                 if (r + 2u < 9u) { x.z = v0(a_base + (r + 2u) * 33u + gk); }
@@ -212,7 +195,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let gk = k0 + e / 16u;
             let c = col0 + (e % 16u) * 4u;
             var x = vec4<f32>();
-            if (gk < 33u && true) {
+            if (gk < 33u) {
                 if (c + 0u < 20u) { x.x = v1(b_base + gk * 20u + c + 0u); }
                 if (c + 1u < 20u) { x.y = v1(b_base + gk * 20u + c + 1u); }
                 if (c + 2u < 20u) { x.z = v1(b_base + gk * 20u + c + 2u); }
@@ -221,16 +204,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             fg_tile_b[e] = x;
         }
         workgroupBarrier();
-        for (var k1 = 0u; k1 < 32u; k1 = k1 + 1u) {
-            {
-            let kk = k1 + 0u;
+        for (var kk = 0u; kk < 32u; kk = kk + 1u) {
             let a0 = fg_tile_a[kk * 16u + ty * 1u + 0u];
             let b0 = fg_tile_b[kk * 16u + tx * 1u + 0u];
             acc0_0 = acc0_0 + a0.x * b0;
             acc1_0 = acc1_0 + a0.y * b0;
             acc2_0 = acc2_0 + a0.z * b0;
             acc3_0 = acc3_0 + a0.w * b0;
-            }
         }
         workgroupBarrier();
     }

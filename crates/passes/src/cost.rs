@@ -45,7 +45,8 @@ pub fn flops_per_element(g: &Graph, id: NodeId) -> f64 {
     }
 }
 
-/// The output tile edge of the tiled matmul lowering (fusegraph-wgsl's `matmul.rs`).
+/// The smaller output tile edge of the tiled matmul lowering (fusegraph-wgsl's `matmul.rs`;
+/// it uses twice this when both result dimensions allow).
 pub const MATMUL_TILE: usize = 64;
 
 /// How many times, per element of the result, an op reads each element of operand `pos`
@@ -64,10 +65,12 @@ pub fn reads_per_operand_element(g: &Graph, id: NodeId, pos: usize) -> f64 {
             let d = node.ty.shape.dims();
             let (m, n) = (d[d.len() - 2], d[d.len() - 1]);
             let other = if pos == 0 { n } else { m };
+            // 128-wide tiles when both result dims are at least 128 (see the lowering).
+            let tile = if m >= 2 * MATMUL_TILE && n >= 2 * MATMUL_TILE { 2 * MATMUL_TILE } else { MATMUL_TILE };
             let batch_out: usize = d[..d.len() - 2].iter().product();
             let od = g.ty(ops[pos]).shape.dims();
             let batch_in: usize = od[..od.len() - 2].iter().product();
-            (other.div_ceil(MATMUL_TILE) * batch_out / batch_in.max(1)) as f64
+            (other.div_ceil(tile) * batch_out / batch_in.max(1)) as f64
         }
         Op::Conv2d { .. } => {
             let w = g.ty(ops[1]).shape.dims();

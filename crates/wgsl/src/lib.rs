@@ -19,5 +19,4 @@ mod validate;
 mod writer;
 
 pub use lower::{lower, lower_with, Binding, KernelSource, LowerOptions, Strategy, WORKGROUP_SIZE};
-pub use matmul::{TK, TM, TN};
 pub use validate::{validate, ValidateError};

@@ -130,14 +130,15 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
 
     // Each output's region (its same-index chain) is computed once per element, in
     // registers, by `eN`; values reached through index changes are function calls.
+    // A tiled matmul kernel computes its output's region as `eO_acc` instead (matmul.rs).
     let regs = regions(g, kernel);
-    for (o, region) in &regs {
-        write_region(g, *o, region, None, &mut body);
-    }
     let tiled = match kernel.kind {
         KernelKind::Loop if strategy.tiled_matmul => crate::matmul::plan(g, kernel, &regs, opts),
         _ => None,
     };
+    for (o, region) in regs.iter().filter(|(o, _)| tiled.is_none_or(|t| t.output != *o)) {
+        write_region(g, *o, region, None, &mut body);
+    }
     let (main, workgroups) = match &kernel.kind {
         KernelKind::Loop => match &tiled {
             Some(t) => crate::matmul::tiled_main(g, &bindings, t, &regs, opts, &mut body),

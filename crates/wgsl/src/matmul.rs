@@ -2,19 +2,20 @@
 //!
 //! A loop kernel with one output whose region (see [`regions`]) holds a matmul `M` of the
 //! output's element count is lowered as a classic GEMM instead of one invocation per
-//! element: each workgroup of 16×16 invocations computes a [`TM`]×[`TN`] tile of one batch
-//! entry of `M`, each invocation a 4×4 block of it, stepping over `k` in tiles of [`TK`]
-//! staged in workgroup memory. Tiles are loaded through `M`'s operand functions `vL(i)` and
+//! element: each workgroup of 16×16 invocations computes one output tile of one batch entry
+//! of `M` (64×64, each invocation a 4×4 block, or 128×128 and 8×8 blocks when `m` and `n`
+//! are both at least 128), stepping over `k` in slices staged in workgroup memory (16 KiB,
+//! WebGPU's default limit). Tiles are loaded through `M`'s operand functions `vL(i)` and
 //! `vR(i)`, so fused prologues (transposes, casts, broadcasts) work unchanged; after the
 //! accumulation the fused epilogue runs per output element as `eO_acc(i, acc)`, the output's
 //! region with `M`'s value replaced by the accumulator, and is stored like a loop kernel
 //! stores. Out-of-range tile elements are zero (ragged `m`, `n`, `k`); only in-range outputs
 //! are stored. Every invocation runs the same loops, so the barriers are in uniform control
-//! flow.
+//! flow. Values are accumulated in the compute type (f32 for f16; i32/u32 wrap).
 //!
 //! Packed f16 outputs (two halves per `u32` word) are written a whole word at a time: an
-//! invocation's four columns start at a multiple of 4, so with `n` even both halves of every
-//! word belong to it. With `n` odd a word can straddle two rows; such kernels keep the naive
+//! invocation's columns start at a multiple of 4, so with `n` even both halves of every word
+//! belong to it. With `n` odd a word can straddle two rows; such kernels keep the naive
 //! lowering.
 //!
 //! [`regions`]: fusegraph_passes::kernel::regions
@@ -25,17 +26,9 @@ use fusegraph_ir::{Graph, NodeId, Op};
 use fusegraph_passes::Kernel;
 use std::fmt::Write;
 
-/// Output rows per workgroup tile.
-pub const TM: usize = 64;
-/// Output columns per workgroup tile.
-pub const TN: usize = 64;
-/// The `k` extent of the tiles staged in workgroup memory (2 × 64 × 32 × 4 bytes = 16 KiB,
-/// WebGPU's default limit of workgroup storage).
-pub const TK: usize = 32;
-
-/// The shape of the tiling: a `gx`×`gy` grid of invocations, each computing `bm`×`bn`
-/// outputs (multiples of 4), stepping over `k` by `tk`.
-#[derive(Clone, Copy, Debug)]
+/// The shape of a tiling: a `gx`×`gy` grid of invocations, each computing a `bm`×`bn` block
+/// (multiples of 4) of the workgroup's `gy·bm`×`gx·bn` output tile, stepping over `k` by `tk`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Geometry {
     gx: usize,
     gy: usize,
@@ -44,14 +37,22 @@ struct Geometry {
     tk: usize,
 }
 
+/// 64×64 tiles, 4×4 per invocation: 2 × 64 × 32 × 4 bytes = 16 KiB of workgroup storage,
+/// WebGPU's default limit.
+const SMALL: Geometry = Geometry { gx: 16, gy: 16, bm: 4, bn: 4, tk: 32 };
+/// 128×128 tiles, 8×8 per invocation (2 × 128 × 16 × 4 bytes = 16 KiB): half the workgroup
+/// loads per multiply-add of [`SMALL`]; about 1.5× faster on lavapipe at 1024³, where every
+/// workgroup-memory load is a loop over the SIMD lanes.
+const LARGE: Geometry = Geometry { gx: 16, gy: 16, bm: 8, bn: 8, tk: 16 };
+
 impl Geometry {
-    fn get() -> Geometry {
-        // EXPERIMENT
-        if let Ok(v) = std::env::var("FG_GEOM") {
-            let p: Vec<usize> = v.split(',').map(|x| x.parse().unwrap()).collect();
-            return Geometry { gx: p[0], gy: p[1], bm: p[2], bn: p[3], tk: p[4] };
+    /// [`LARGE`] where both `m` and `n` fill its tiles, else [`SMALL`] (less padding).
+    fn for_shape(m: usize, n: usize) -> Geometry {
+        if m >= 128 && n >= 128 {
+            LARGE
+        } else {
+            SMALL
         }
-        Geometry { gx: 16, gy: 16, bm: 4, bn: 4, tk: TK }
     }
 }
 
@@ -111,8 +112,7 @@ pub fn tiled_main(
     let rank = dims.len();
     let (m, n, k) = (dims[rank - 2], dims[rank - 1], ld[ld.len() - 1]);
     let batch: usize = dims[..rank - 2].iter().product();
-    let geo = Geometry::get();
-    let Geometry { gx, gy, bm, bn, tk } = geo;
+    let Geometry { gx, gy, bm, bn, tk } = Geometry::for_shape(m, n);
     let (tm, tn, wgs) = (gy * bm, gx * bn, gx * gy);
     let (tiles_m, tiles_n) = (m.div_ceil(tm), n.div_ceil(tn));
     let workgroups = (batch * tiles_m * tiles_n) as u64;
@@ -121,8 +121,8 @@ pub fn tiled_main(
     let out_dt = g.ty(out_b.node).dtype;
     const XYZW: [&str; 4] = ["x", "y", "z", "w"];
 
-    // Tiles of vec4s: fg_tile_a[kk * TM/4 + q] holds rows 4q..4q+3 of the lhs tile at `kk`,
-    // fg_tile_b[kk * TN/4 + q] columns 4q..4q+3 of the rhs tile (one load per 4 values).
+    // Tiles of vec4s: fg_tile_a[kk * tm/4 + q] holds rows 4q..4q+3 of the lhs tile at `kk`,
+    // fg_tile_b[kk * tn/4 + q] columns 4q..4q+3 of the rhs tile (one load per 4 values).
     let _ = writeln!(body, "var<workgroup> fg_tile_a: array<vec4<{t}>, {}>;", tk * tm / 4);
     let _ = writeln!(body, "var<workgroup> fg_tile_b: array<vec4<{t}>, {}>;\n", tk * tn / 4);
 
@@ -155,13 +155,12 @@ pub fn tiled_main(
     w(&mut s, 1, format!("let row0 = tile_row * {tm}u;"));
     w(&mut s, 1, format!("let col0 = tile_col * {tn}u;"));
     w(&mut s, 1, format!("let tx = lid % {gx}u;"));
-    w(&mut s, 1, if gy == 1 { "let ty = 0u;".into() } else { format!("let ty = lid / {gx}u;") });
+    w(&mut s, 1, format!("let ty = lid / {gx}u;"));
     for r in 0..bm {
         for p in 0..bn / 4 {
             w(&mut s, 1, format!("var acc{r}_{p} = vec4<{t}>();"));
         }
     }
-    let xp = std::env::var("FG_XP").unwrap_or_default();
     w(&mut s, 1, format!("for (var k0 = 0u; k0 < {k}u; k0 = k0 + {tk}u) {{"));
     // Load phase: each invocation loads four values of a column of the lhs tile (or a row of
     // the rhs tile) through the operand functions and stores them as one vec4.
@@ -172,7 +171,7 @@ pub fn tiled_main(
     w(&mut s, 3, format!("let kk = e % {tk}u;"));
     w(&mut s, 3, "let gk = k0 + kk;".into());
     w(&mut s, 3, format!("var x = vec4<{t}>();"));
-    w(&mut s, 3, format!("if (gk < {k}u && {}) {{", if xp == "nol" { "false" } else { "true" }));
+    w(&mut s, 3, format!("if (gk < {k}u) {{"));
     for (q, comp) in XYZW.iter().enumerate() {
         w(&mut s, 4, format!("if (r + {q}u < {m}u) {{ x.{comp} = {lv}(a_base + (r + {q}u) * {k}u + gk); }}"));
     }
@@ -184,7 +183,7 @@ pub fn tiled_main(
     w(&mut s, 3, format!("let gk = k0 + e / {}u;", tn / 4));
     w(&mut s, 3, format!("let c = col0 + (e % {}u) * 4u;", tn / 4));
     w(&mut s, 3, format!("var x = vec4<{t}>();"));
-    w(&mut s, 3, format!("if (gk < {k}u && {}) {{", if xp == "nol" { "false" } else { "true" }));
+    w(&mut s, 3, format!("if (gk < {k}u) {{"));
     for (q, comp) in XYZW.iter().enumerate() {
         w(&mut s, 4, format!("if (c + {q}u < {n}u) {{ x.{comp} = {rv}(b_base + gk * {n}u + c + {q}u); }}"));
     }
@@ -192,24 +191,19 @@ pub fn tiled_main(
     w(&mut s, 3, "fg_tile_b[e] = x;".into());
     w(&mut s, 2, "}".into());
     w(&mut s, 2, "workgroupBarrier();".into());
-    // Compute phase: rows ty*bm.., columns tx*bn.. of the tile.
-    let unroll: usize = std::env::var("FG_UNROLL").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
-    w(&mut s, 2, format!("for (var k1 = 0u; k1 < {tk}u; k1 = k1 + {unroll}u) {{"));
-    for u in 0..unroll {
-        w(&mut s, 3, "{".into());
-        w(&mut s, 3, format!("let kk = k1 + {u}u;"));
-        for q in 0..bm / 4 {
-            w(&mut s, 3, format!("let a{q} = fg_tile_a[kk * {}u + ty * {}u + {q}u];", tm / 4, bm / 4));
-        }
+    // Compute phase: rows ty*bm.., columns tx*bn.. of the tile; (bm + bn) / 4 vec4 loads
+    // per bm × bn multiply-adds.
+    w(&mut s, 2, format!("for (var kk = 0u; kk < {tk}u; kk = kk + 1u) {{"));
+    for q in 0..bm / 4 {
+        w(&mut s, 3, format!("let a{q} = fg_tile_a[kk * {}u + ty * {}u + {q}u];", tm / 4, bm / 4));
+    }
+    for p in 0..bn / 4 {
+        w(&mut s, 3, format!("let b{p} = fg_tile_b[kk * {}u + tx * {}u + {p}u];", tn / 4, bn / 4));
+    }
+    for r in 0..bm {
         for p in 0..bn / 4 {
-            w(&mut s, 3, format!("let b{p} = fg_tile_b[kk * {}u + tx * {}u + {p}u];", tn / 4, bn / 4));
+            w(&mut s, 3, format!("acc{r}_{p} = acc{r}_{p} + a{}.{} * b{p};", r / 4, XYZW[r % 4]));
         }
-        for r in 0..bm {
-            for p in 0..bn / 4 {
-                w(&mut s, 3, format!("acc{r}_{p} = acc{r}_{p} + a{}.{} * b{p};", r / 4, XYZW[r % 4]));
-            }
-        }
-        w(&mut s, 3, "}".into());
     }
     w(&mut s, 2, "}".into());
     w(&mut s, 2, "workgroupBarrier();".into());
@@ -247,4 +241,26 @@ pub fn tiled_main(
     }
     w(&mut s, 0, "}".into());
     (s, workgroups)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometries_fit_the_loops_and_webgpu_limits() {
+        for geo in [SMALL, LARGE] {
+            let Geometry { gx, gy, bm, bn, tk } = geo;
+            let (tm, tn, wgs) = (gy * bm, gx * bn, gx * gy);
+            assert_eq!(wgs, 256);
+            assert!(bm % 4 == 0 && bn % 4 == 0, "vec4 blocks");
+            // Every invocation loads the same number of vec4s of each tile.
+            assert_eq!(tm * tk / 4 % wgs, 0);
+            assert_eq!(tk * tn / 4 % wgs, 0);
+            // WebGPU's default maxComputeWorkgroupStorageSize.
+            assert!((tm + tn) * tk * 4 <= 16384);
+        }
+        assert_eq!(Geometry::for_shape(128, 128), LARGE);
+        assert_eq!(Geometry::for_shape(127, 1000), SMALL);
+    }
 }
