@@ -204,6 +204,8 @@ fn e31(i: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let t = (wid.y * nwg.x + wid.x) * 256u + lid;
-    if (t < 1000u) { b2[t] = f16(e31(t)); }
+    let stride = nwg.x * nwg.y * 256u;
+    for (var t = (wid.y * nwg.x + wid.x) * 256u + lid; t < 1000u; t = t + stride) {
+        if (t < 1000u) { b2[t] = f16(e31(t)); }
+    }
 }
