@@ -35,6 +35,11 @@ fn v5(i: u32) -> f32 {
 
 // mul : f16[8,1]
 fn v6(i: u32) -> f32 {
+    return fg_rs0;
+}
+
+var<private> fg_rs0: f32;
+fn c6(i: u32) -> f32 {
     return (v3(i) * v5(i));
 }
 
@@ -76,6 +81,11 @@ fn v12(i: u32) -> f32 {
 
 // mul : f16[8,1]
 fn v13(i: u32) -> f32 {
+    return fg_rs1;
+}
+
+var<private> fg_rs1: f32;
+fn c13(i: u32) -> f32 {
     return (v10(i) * v12(i));
 }
 
@@ -93,11 +103,21 @@ fn v15(i: u32) -> f32 {
 
 // add : f16[8,1]
 fn v16(i: u32) -> f32 {
+    return fg_rs2;
+}
+
+var<private> fg_rs2: f32;
+fn c16(i: u32) -> f32 {
     return (v13(i) + v15(i));
 }
 
 // rsqrt : f16[8,1]
 fn v17(i: u32) -> f32 {
+    return fg_rs3;
+}
+
+var<private> fg_rs3: f32;
+fn c17(i: u32) -> f32 {
     return inverseSqrt(v16(i));
 }
 
@@ -181,6 +201,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             workgroupBarrier();
         }
     }
+    fg_rs0 = c6(row);
     {
         var acc: f32 = 0.0f;
         for (var e = lid; e < 96u; e = e + 128u) {
@@ -193,6 +214,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             workgroupBarrier();
         }
     }
+    fg_rs1 = c13(row);
+    fg_rs2 = c16(row);
+    fg_rs3 = c17(row);
     for (var e = lid; e < 96u; e = e + 128u) {
         let idx = fg_elem(row, e);
         {

@@ -462,10 +462,16 @@ fn try_fuse(
             return Some(Veto::TooManyBindings { needed, limit: ctx.opts.max_bindings });
         }
         recompute += match kind {
+            // A per-row value computed from a reduction (layer norm's rsqrt(var + eps)) is
+            // recomputed per element only until its reduction joins the kernel, which then
+            // becomes a row kernel computing it once per row: judge it as that.
+            KernelKind::Loop if per_row_of_reduction(g, p) => 1.0,
             KernelKind::Loop => ctx.multiplicity(&candidate[t], &outs).get(&p).copied().unwrap_or(1.0),
             // A row kernel computes each reduction once per row and evaluates everything else
             // once per pass over the row: one pass per reduction plus the output pass.
             KernelKind::Row { .. } if matches!(g.node(p).op, Op::Reduce { .. }) => 1.0,
+            // Per-row values (mean, rsqrt(var + eps)) are computed once per row.
+            KernelKind::Row { ref shape, .. } if g.ty(p).shape.numel() < shape.iter().product::<usize>() => 1.0,
             KernelKind::Row { .. } => {
                 1.0 + candidate[t].iter().filter(|&&n| matches!(g.node(n).op, Op::Reduce { .. })).count() as f64
             }
@@ -530,7 +536,11 @@ fn merge_siblings(ctx: &Ctx, groups: &mut [BTreeSet<NodeId>], peak: &mut u64) ->
                 }
                 let (ii, ij) = (inputs_of(&groups[i]), inputs_of(&groups[j]));
                 let shared = groups[i].iter().any(|m| groups[j].contains(m)) || ii.iter().any(|x| ij.contains(x));
-                if !shared {
+                // Contraction kernels lower to a tiled kernel with one output; merging two
+                // (q, k, v projections of one input) would lose that.
+                let contraction =
+                    |gr: &BTreeSet<NodeId>| gr.iter().any(|&m| matches!(g.node(m).op, Op::MatMul | Op::Conv2d { .. }));
+                if !shared || contraction(&groups[i]) || contraction(&groups[j]) {
                     continue;
                 }
                 let (a, b) = (*groups[i].first().expect("non-empty"), *groups[j].first().expect("non-empty"));
@@ -568,4 +578,24 @@ fn merge_siblings(ctx: &Ctx, groups: &mut [BTreeSet<NodeId>], peak: &mut u64) ->
         }
     }
     decisions
+}
+
+/// Whether `p` is a cheap value computed (through elementwise ops, reshapes and broadcasts)
+/// from a reduction's result: a per-row statistic that a row kernel computes once per row.
+fn per_row_of_reduction(g: &Graph, p: NodeId) -> bool {
+    let mut stack = vec![p];
+    let mut seen = BTreeSet::new();
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n) || seen.len() > 32 {
+            continue;
+        }
+        let op = &g.node(n).op;
+        if matches!(op, Op::Reduce { .. }) {
+            return n != p && g.ty(p).shape.numel() <= g.ty(n).shape.numel();
+        }
+        if op.is_elementwise() || matches!(op, Op::Reshape { .. } | Op::Broadcast { .. }) {
+            stack.extend(g.operands(n));
+        }
+    }
+    false
 }

@@ -115,6 +115,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
         }
         KernelKind::Loop => Vec::new(),
     };
+    let row_scalars = row_scalars(g, kernel, &row_reduces);
     for &m in &kernel.members {
         let ty = g.ty(m);
         let _ = writeln!(body, "// {} : {}", g.node(m).op.name(), ty);
@@ -122,6 +123,13 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
         if let Some(k) = row_reduces.iter().position(|&r| r == m) {
             // The workgroup reduced this row already; every use inside the kernel is in it.
             let _ = writeln!(body, "    return fg_red{k}[0];");
+        } else if let Some(j) = row_scalars.iter().position(|&(s, _)| s == m) {
+            // A per-row value computed from the row's reductions: computed once per row (in
+            // `main`, right after the reductions it needs) instead of once per element.
+            let _ = writeln!(body, "    return fg_rs{j};\n}}\n");
+            let _ = writeln!(body, "var<private> fg_rs{j}: {};", vty(ty.dtype));
+            let _ = writeln!(body, "fn c{}(i: u32) -> {} {{", m.index(), vty(ty.dtype));
+            write_body(g, m, &mut body);
         } else {
             write_body(g, m, &mut body);
         }
@@ -144,7 +152,9 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             Some(t) => crate::matmul::tiled_main(g, &bindings, t, &regs, opts, &mut body),
             None => loop_main(g, &bindings, opts),
         },
-        KernelKind::Row { shape, axes } => row_main(g, &bindings, &row_reduces, shape, axes, opts, &mut body),
+        KernelKind::Row { shape, axes } => {
+            row_main(g, &bindings, &row_reduces, &row_scalars, shape, axes, opts, &mut body)
+        }
     };
     let mut wgsl = String::new();
     let uses_f16 = opts.f16_native && bindings.iter().any(|b| g.ty(b.node).dtype == DType::F16);
@@ -229,7 +239,8 @@ fn loop_main(g: &Graph, bindings: &[Binding], opts: &LowerOptions) -> (String, u
             let _ = writeln!(body, "        }}");
         } else {
             invocations = invocations.max(n);
-            let _ = writeln!(body, "        if (t < {n}u) {{ b{k}[t] = {}; }}", store_value(ty.dtype, &format!("{f}(t)")));
+            let _ =
+                writeln!(body, "        if (t < {n}u) {{ b{k}[t] = {}; }}", store_value(ty.dtype, &format!("{f}(t)")));
         }
     }
     // A grid-stride loop: with one invocation per element it runs once; it also lets a
@@ -240,7 +251,10 @@ fn loop_main(g: &Graph, bindings: &[Binding], opts: &LowerOptions) -> (String, u
     let _ = writeln!(main, "@compute @workgroup_size({WORKGROUP_SIZE})");
     let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
     let _ = writeln!(main, "    let stride = nwg.x * nwg.y * {WORKGROUP_SIZE}u;");
-    let _ = writeln!(main, "    for (var t = (wid.y * nwg.x + wid.x) * {WORKGROUP_SIZE}u + lid; t < {invocations}u; t = t + stride) {{");
+    let _ = writeln!(
+        main,
+        "    for (var t = (wid.y * nwg.x + wid.x) * {WORKGROUP_SIZE}u + lid; t < {invocations}u; t = t + stride) {{"
+    );
     main.push_str(&body);
     main.push_str("    }\n}\n");
     (main, workgroups)
@@ -272,10 +286,12 @@ fn row_store(main: &mut String, k: usize, dtype: DType, idx: &str, value: &str, 
 /// One workgroup per row of `shape` reduced over `axes`: each reduction in turn is
 /// accumulated by the workgroup's invocations and combined by a tree in workgroup memory;
 /// then the row's outputs are written.
+#[allow(clippy::too_many_arguments)]
 fn row_main(
     g: &Graph,
     bindings: &[Binding],
     reduces: &[NodeId],
+    scalars: &[(NodeId, usize)],
     shape: &[usize],
     axes: &[usize],
     opts: &LowerOptions,
@@ -304,7 +320,7 @@ fn row_main(
     }
     let _ = writeln!(body, "    return {};\n}}\n", ravel(&coords, shape));
     if per_thread {
-        return row_main_per_thread(g, bindings, reduces, rows, row_len, full, opts, body);
+        return row_main_per_thread(g, bindings, reduces, scalars, rows, row_len, full, opts, body);
     }
     for (k, &r) in reduces.iter().enumerate() {
         let _ = writeln!(body, "var<workgroup> fg_red{k}: array<{}, {wg}>;", vty(g.ty(r).dtype));
@@ -335,6 +351,7 @@ fn row_main(
         let _ = writeln!(main, "            workgroupBarrier();");
         let _ = writeln!(main, "        }}");
         let _ = writeln!(main, "    }}");
+        write_row_scalars(&mut main, scalars, k);
     }
     let outs: Vec<(usize, &Binding)> = bindings.iter().enumerate().filter(|(_, b)| b.output).collect();
     let (full_outs, row_outs): (Vec<_>, Vec<_>) =
@@ -365,6 +382,7 @@ fn row_main_per_thread(
     g: &Graph,
     bindings: &[Binding],
     reduces: &[NodeId],
+    scalars: &[(NodeId, usize)],
     rows: usize,
     row_len: usize,
     full: usize,
@@ -374,10 +392,13 @@ fn row_main_per_thread(
     for (k, &r) in reduces.iter().enumerate() {
         let _ = writeln!(body, "var<private> fg_red{k}: array<{}, 1>;", vty(g.ty(r).dtype));
     }
+    // Small workgroups, so that even a few hundred rows spread over every thread of a CPU
+    // adapter (at least 16 workgroups where there are rows for them).
+    let wg = (rows / 16).clamp(8, WORKGROUP_SIZE as usize).next_power_of_two().min(WORKGROUP_SIZE as usize);
     let mut main = String::new();
-    let _ = writeln!(main, "@compute @workgroup_size({WORKGROUP_SIZE})");
+    let _ = writeln!(main, "@compute @workgroup_size({wg})");
     let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
-    let _ = writeln!(main, "    let row = (wid.y * nwg.x + wid.x) * {WORKGROUP_SIZE}u + lid;");
+    let _ = writeln!(main, "    let row = (wid.y * nwg.x + wid.x) * {wg}u + lid;");
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
     for (k, &r) in reduces.iter().enumerate() {
         let Op::Reduce { kind, .. } = g.node(r).op else { unreachable!("row reductions are reduces") };
@@ -390,6 +411,7 @@ fn row_main_per_thread(
         let _ = writeln!(main, "        }}");
         let _ = writeln!(main, "        fg_red{k}[0] = acc;");
         let _ = writeln!(main, "    }}");
+        write_row_scalars(&mut main, scalars, k);
     }
     let outs: Vec<(usize, &Binding)> = bindings.iter().enumerate().filter(|(_, b)| b.output).collect();
     let (full_outs, row_outs): (Vec<_>, Vec<_>) =
@@ -406,5 +428,42 @@ fn row_main_per_thread(
         row_store(&mut main, k, g.ty(b.node).dtype, "row", &format!("e{}(row)", b.node.index()), opts, "    ");
     }
     main.push_str("}\n");
-    (main, (rows as u64).div_ceil(WORKGROUP_SIZE as u64))
+    (main, (rows as u64).div_ceil(wg as u64))
+}
+
+/// Members of a row kernel that hold one value per row and depend on the kernel's
+/// reductions (mean, `rsqrt(var + eps)`, …), each with the index of the last reduction it
+/// needs, in member (topological) order.
+fn row_scalars(g: &Graph, kernel: &Kernel, reduces: &[NodeId]) -> Vec<(NodeId, usize)> {
+    let KernelKind::Row { shape, axes } = &kernel.kind else { return Vec::new() };
+    let row_len: usize = axes.iter().map(|&a| shape[a]).product();
+    let rows = shape.iter().product::<usize>().checked_div(row_len).unwrap_or(0);
+    if row_len <= 1 {
+        return Vec::new();
+    }
+    let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a) && shape[*a] != 1).map(|a| shape[a]).collect();
+    // For every member: the last reduction it depends on inside the kernel, if any.
+    let mut last: std::collections::BTreeMap<NodeId, usize> = std::collections::BTreeMap::new();
+    let mut out = Vec::new();
+    for &m in &kernel.members {
+        let own = reduces.iter().position(|&r| r == m);
+        let dep = g.operands(m).iter().filter_map(|o| last.get(o).copied()).max();
+        if let Some(k) = own.or(dep) {
+            last.insert(m, own.map_or(k, |o| o.max(dep.unwrap_or(0))));
+        }
+        let dims: Vec<usize> = g.ty(m).shape.dims().iter().copied().filter(|&d| d != 1).collect();
+        if own.is_none() && dep.is_some() && g.ty(m).shape.numel() == rows && dims == kept {
+            out.push((m, last[&m]));
+        }
+    }
+    out
+}
+
+/// Computes, right after reduction `k`, the row scalars that need it last.
+fn write_row_scalars(main: &mut String, scalars: &[(NodeId, usize)], k: usize) {
+    for (j, &(m, after)) in scalars.iter().enumerate() {
+        if after == k {
+            let _ = writeln!(main, "    fg_rs{j} = c{}(row);", m.index());
+        }
+    }
 }
