@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod plot;
+pub mod train;
 pub mod workloads;
 
 pub use fusegraph_ir::{

@@ -36,6 +36,7 @@ mod error;
 mod init;
 mod layers;
 pub mod models;
+pub mod optim;
 mod params;
 
 pub use attention::MultiHeadAttention;
@@ -43,4 +44,5 @@ pub use blocks::{Mlp, ResidualBlock, TransformerBlock};
 pub use error::{NnError, Result};
 pub use init::Init;
 pub use layers::{Activation, BatchNorm2d, Conv2d, Embedding, LayerNorm, Linear, RmsNorm};
+pub use optim::{Adam, Optimizer, Sgd};
 pub use params::Params;

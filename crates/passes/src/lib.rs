@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod autodiff;
+pub mod checkpoint;
 pub mod cost;
 pub mod fuse;
 pub mod kernel;

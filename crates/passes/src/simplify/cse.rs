@@ -1,4 +1,5 @@
-//! Common subexpression elimination: a node with the same op, attributes, type and operands
+//! Common subexpression elimination: a node with the same op, attributes, type, operands and
+//! debug name (checkpoint clones are named apart so they are not merged back)
 //! as an earlier node is replaced by it. Inputs and parameters with the same name and type
 //! are the same value and merge too.
 
@@ -13,7 +14,7 @@ pub fn cse(g: &mut Graph, outputs: &mut [NodeId]) -> Result<usize> {
     for id in g.topo_order()? {
         let node = g.node(id);
         // The Debug form of an op spells every attribute exactly (f64 via `{:?}` round-trips).
-        let key = format!("{:?}|{}|{:?}", node.op, node.ty, g.operands(id));
+        let key = format!("{:?}|{}|{:?}|{:?}", node.op, node.ty, g.operands(id), node.name);
         match seen.get(&key) {
             Some(&first) => {
                 replace(g, outputs, id, first);

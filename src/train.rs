@@ -1,0 +1,1108 @@
+//! Training: one executable per training step — forward, backward ([`crate::grad`]) and the
+//! optimizer update — with parameters and optimizer state kept on the device between runs
+//! (`CompileOptions::updates`).
+//!
+//! [`build_step`] records the step into the model's builder and returns a [`TrainStep`] (a
+//! graph, its loss output and its parameter updates; planning needs no device), and
+//! [`Trainer`] compiles it and runs it, feeding the bookkeeping inputs. On top of a plain
+//! step it offers, all in the graph and without host round trips:
+//!
+//! - **gradient accumulation** over `accumulate` micro-batches: accumulator parameters
+//!   `"{param}.grad_acc"` collect each run's gradient; an input scalar `"apply"` (1 on the
+//!   last micro-batch of a window, else 0) masks the optimizer update and resets the
+//!   accumulators, and the update uses the mean `(acc + g)/N`. The effective batch is `N×`
+//!   the micro-batch at the micro-batch's activation memory.
+//! - **mixed precision** ([`LossScaling`]): f32 master weights; the forward pass up to the
+//!   model output is rewritten to f16 by [`autocast`] (weights and f32 inputs cast at use),
+//!   and the loss head runs in f32 on the output cast back. Dynamic loss scaling: gradients
+//!   are taken of `loss · loss_scale` (a scalar parameter `"loss_scale"`) and unscaled in
+//!   f32; if any gradient element is not finite the update is skipped (masked like
+//!   `apply`) and the scale halved; after `growth_interval` good steps in a row (counter
+//!   parameter `"good_steps"`) it doubles.
+//! - **gradient checkpointing**: explicit, per forward segment recorded with
+//!   [`record_segment`] (`fusegraph_passes::checkpoint::checkpoint` recomputes the segment's
+//!   inner values in the backward pass), and automatic, with
+//!   [`TrainOptions::memory_limit`] (the planner rematerializes toward the limit).
+//!
+//! The finite test is `|g| ≤ f32::MAX` (false for ±inf and NaN), not `(g − g) == 0`: Mesa's
+//! lavapipe folds `g − g` to 0 in shaders (WGSL lets implementations assume finite floats),
+//! which makes the latter always true there; the comparison form is checked on the device by
+//! `tests/train_mixed_precision.rs`.
+//!
+//! ```no_run
+//! use fusegraph::train::{build_step, cross_entropy, Adam, Forward, Trainer, TrainOptions};
+//! use fusegraph::crates::nn::{Linear, Params};
+//! use fusegraph::{DType, Device, GraphBuilder, HostTensor};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let b = GraphBuilder::new();
+//! let mut params = Params::new(0);
+//! let x = b.input("x", DType::F32, [8, 4])?;
+//! let y = b.input("y", DType::I32, [8])?;
+//! let logits = Linear::new(&b, &mut params, "fc", 4, 3, true)?.forward(&x)?;
+//! let loss = cross_entropy(&logits, &y)?;
+//! let forward = Forward { output: logits, loss, segments: vec![] };
+//! let step = build_step(&b, &mut params, &forward, &Adam::new(1e-2), &TrainOptions::default())?;
+//! let mut trainer = Trainer::new(&Device::shared()?, step, &params)?;
+//! let xv = HostTensor::new([8, 4], vec![0.5f32; 32])?;
+//! let yv = HostTensor::new([8], vec![1i32; 8])?;
+//! let out = trainer.step(&[("x", &xv), ("y", &yv)])?;
+//! println!("loss {}", out.loss);
+//! # Ok(()) }
+//! ```
+
+use crate::{grad, CompileOptions, DType, Device, Executable, FusionMode, Graph, GraphBuilder, HostTensor, NodeId};
+use crate::{IrError, Op, RuntimeError, Tensor, TensorType};
+use fusegraph_nn::{Init, NnError, Params};
+use fusegraph_passes::checkpoint::checkpoint;
+use fusegraph_passes::{GradError, PlanOptions, PlanSummary};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+
+pub use fusegraph_nn::optim::{Adam, Optimizer, Sgd};
+
+/// The name of the micro-batch mask input (with `accumulate > 1`).
+pub const APPLY: &str = "apply";
+/// The name of the loss-scale parameter (mixed precision).
+pub const LOSS_SCALE: &str = "loss_scale";
+/// The name of the good-steps counter parameter (mixed precision).
+pub const GOOD_STEPS: &str = "good_steps";
+/// The name of the "some micro-batch of this window overflowed" flag parameter (mixed
+/// precision with accumulation).
+pub const OVERFLOW_SEEN: &str = "overflow_seen";
+
+/// An error building or running a training step.
+#[derive(Debug)]
+pub enum TrainError {
+    /// Recording an op failed.
+    Ir(IrError),
+    /// A layer, parameter or optimizer error.
+    Nn(NnError),
+    /// Differentiation failed.
+    Grad(GradError),
+    /// Compiling or running on the device failed.
+    Runtime(RuntimeError),
+    /// The training configuration is inconsistent (message says how).
+    Config(String),
+}
+
+impl fmt::Display for TrainError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrainError::Ir(e) => write!(f, "{e}"),
+            TrainError::Nn(e) => write!(f, "{e}"),
+            TrainError::Grad(e) => write!(f, "{e}"),
+            TrainError::Runtime(e) => write!(f, "{e}"),
+            TrainError::Config(m) => write!(f, "training: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for TrainError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TrainError::Ir(e) => Some(e),
+            TrainError::Nn(e) => Some(e),
+            TrainError::Grad(e) => Some(e),
+            TrainError::Runtime(e) => Some(e),
+            TrainError::Config(_) => None,
+        }
+    }
+}
+
+impl From<IrError> for TrainError {
+    fn from(e: IrError) -> Self {
+        TrainError::Ir(e)
+    }
+}
+impl From<NnError> for TrainError {
+    fn from(e: NnError) -> Self {
+        TrainError::Nn(e)
+    }
+}
+impl From<GradError> for TrainError {
+    fn from(e: GradError) -> Self {
+        TrainError::Grad(e)
+    }
+}
+impl From<RuntimeError> for TrainError {
+    fn from(e: RuntimeError) -> Self {
+        TrainError::Runtime(e)
+    }
+}
+
+/// Result with [`TrainError`].
+pub type Result<T> = std::result::Result<T, TrainError>;
+
+fn config(msg: impl Into<String>) -> TrainError {
+    TrainError::Config(msg.into())
+}
+
+/// Dynamic loss scaling for mixed precision.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossScaling {
+    /// The initial scale (finite, > 0), used when `"loss_scale"` has no value yet.
+    pub init_scale: f64,
+    /// Good steps in a row after which the scale doubles (≥ 1).
+    pub growth_interval: u32,
+    /// The scale never halves below this (finite, > 0).
+    pub min_scale: f64,
+}
+
+impl Default for LossScaling {
+    /// Scale 2¹², doubling after 100 good steps, never below 1.
+    fn default() -> Self {
+        LossScaling { init_scale: 4096.0, growth_interval: 100, min_scale: 1.0 }
+    }
+}
+
+/// How [`build_step`] builds and [`Trainer`] compiles a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainOptions {
+    /// Micro-batches per optimizer step (≥ 1; 1 = no accumulation).
+    pub accumulate: usize,
+    /// Mixed precision with dynamic loss scaling; `None` = f32 throughout.
+    pub mixed_precision: Option<LossScaling>,
+    /// Recompute the inner values of [`Forward::segments`] in the backward pass.
+    pub checkpoint: bool,
+    /// Device memory limit of the step executable; over it the planner rematerializes
+    /// (automatic checkpointing) or compilation fails with `ResourceExhausted`.
+    pub memory_limit: Option<u64>,
+    /// Kernel fusion (default on).
+    pub fusion: FusionMode,
+}
+
+impl Default for TrainOptions {
+    /// No accumulation, f32, no checkpointing, no limit, fusion on.
+    fn default() -> Self {
+        TrainOptions {
+            accumulate: 1,
+            mixed_precision: None,
+            checkpoint: false,
+            memory_limit: None,
+            fusion: FusionMode::On,
+        }
+    }
+}
+
+/// The forward pass of a model to train, recorded in a builder.
+#[derive(Clone, Debug)]
+pub struct Forward {
+    /// The model output (logits): with mixed precision everything it depends on runs in f16.
+    pub output: Tensor,
+    /// The scalar f32 loss, computed from `output` (and targets); with mixed precision the
+    /// nodes between `output` and `loss` run in f32.
+    pub loss: Tensor,
+    /// Forward segments (e.g. one per layer, from [`record_segment`]) for explicit
+    /// checkpointing.
+    pub segments: Vec<Vec<NodeId>>,
+}
+
+/// Runs `f` and returns its result with the nodes it recorded in `b` (a forward segment for
+/// [`Forward::segments`]).
+pub fn record_segment<R>(b: &GraphBuilder, f: impl FnOnce() -> R) -> (R, Vec<NodeId>) {
+    let before: BTreeSet<NodeId> = b.edit(|g| g.node_ids().into_iter().collect());
+    let r = f();
+    let seg = b.edit(|g| g.node_ids().into_iter().filter(|id| !before.contains(id)).collect());
+    (r, seg)
+}
+
+/// Mean cross-entropy of `logits: f[..., C]` against class indices `targets: i32[...]`
+/// (`log_softmax` over the last axis, the target's log-probability picked with a one-hot
+/// mask built in the graph). Returns a rank-0 tensor of the logits' dtype.
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let rank = logits.rank();
+    if rank == 0 || targets.dims() != &logits.dims()[..rank - 1] || !matches!(targets.dtype(), DType::I32) {
+        return Err(config(format!(
+            "cross_entropy: targets {} must be i32 with the logits' {} leading dims",
+            targets.ty(),
+            logits.ty()
+        )));
+    }
+    let b = logits.builder();
+    let axis = rank - 1;
+    let logp = logits.log_softmax(axis)?;
+    let classes = b.iota(DType::I32, logits.dims().to_vec(), axis)?;
+    let t = targets.broadcast_in_dim(logits.dims().to_vec(), (0..axis).collect())?;
+    let onehot = t.eq(&classes)?.cast(logits.dtype())?;
+    let count: usize = logits.dims()[..axis].iter().product();
+    let all: Vec<usize> = (0..rank).collect();
+    Ok(logp.mul(&onehot)?.sum(&all, false)?.mul_scalar(-1.0 / count.max(1) as f64)?)
+}
+
+/// Records a copy of everything `output` depends on computed in `dtype` (f16 for mixed
+/// precision): f32 parameters, inputs and iotas are cast at use, f32 constants and fills
+/// become `dtype` constants (finite values clamped to its range), casts to f32 become casts to
+/// `dtype`, and every other op is re-recorded on the converted operands. Nodes whose
+/// operands do not change are reused. Returns the converted output and the map from each
+/// original node to its converted node. The originals stay in the graph (dead once unused).
+pub fn autocast(output: &Tensor, dtype: DType) -> Result<(Tensor, BTreeMap<NodeId, NodeId>)> {
+    if !dtype.is_float() {
+        return Err(config(format!("autocast: {dtype} is not a float dtype")));
+    }
+    let b = output.builder();
+    let limit = if dtype == DType::F16 { 65504.0 } else { f64::MAX };
+    let clamp = |v: f64| if v.is_finite() { v.clamp(-limit, limit) } else { v };
+    let map = b.edit(|g| -> Result<BTreeMap<NodeId, NodeId>> {
+        let mut map = BTreeMap::new();
+        for id in g.reachable(&[output.id()])? {
+            let node = g.node(id).clone();
+            let to_dtype = |ty: &TensorType| TensorType::new(dtype, ty.shape.clone());
+            let new = if node.op.is_leaf() {
+                if node.ty.dtype != DType::F32 {
+                    id
+                } else {
+                    match &node.op {
+                        Op::Constant { values } => {
+                            let values = values.iter().map(|&v| clamp(v)).collect();
+                            g.add_leaf(Op::Constant { values }, to_dtype(&node.ty))?
+                        }
+                        Op::Full { value } => g.add_leaf(Op::Full { value: clamp(*value) }, to_dtype(&node.ty))?,
+                        _ => g.add_op(Op::Cast { to: dtype }, &[id])?,
+                    }
+                }
+            } else {
+                let old_operands = g.operands(id);
+                let operands: Vec<NodeId> = old_operands.iter().map(|o| map.get(o).copied().unwrap_or(*o)).collect();
+                match &node.op {
+                    Op::Cast { to: DType::F32 } => {
+                        if g.ty(operands[0]).dtype == dtype {
+                            operands[0]
+                        } else {
+                            g.add_op(Op::Cast { to: dtype }, &operands)?
+                        }
+                    }
+                    _ if operands == old_operands => id,
+                    op => g.add_op(op.clone(), &operands)?,
+                }
+            };
+            if new != id {
+                if let Some(name) = &node.name {
+                    g.set_name(new, name.clone());
+                }
+            }
+            map.insert(id, new);
+        }
+        Ok(map)
+    })?;
+    let out = b.tensor(map[&output.id()])?;
+    Ok((out, map))
+}
+
+/// Re-records the nodes between `from` and `to` (those that depend on `from` and that `to`
+/// depends on) with `from` replaced by `with`; returns the copy of `to`.
+fn replay(b: &GraphBuilder, from: &Tensor, with: &Tensor, to: &Tensor) -> Result<Tensor> {
+    if from.id() == to.id() {
+        return Ok(with.clone());
+    }
+    let id = b.edit(|g| -> Result<NodeId> {
+        let mut map = BTreeMap::from([(from.id(), with.id())]);
+        for id in g.reachable(&[to.id()])? {
+            let operands = g.operands(id);
+            if !operands.iter().any(|o| map.contains_key(o)) {
+                continue;
+            }
+            let operands: Vec<NodeId> = operands.iter().map(|o| map.get(o).copied().unwrap_or(*o)).collect();
+            let node = g.node(id).clone();
+            let new = g.add_op(node.op, &operands)?;
+            if let Some(name) = node.name {
+                g.set_name(new, name);
+            }
+            map.insert(id, new);
+        }
+        map.get(&to.id()).copied().ok_or_else(|| config("the loss does not depend on the model output"))
+    })?;
+    Ok(b.tensor(id)?)
+}
+
+/// A training step recorded as a graph: run it with [`Trainer`], or ask the planner about it
+/// with [`TrainStep::plan_summary`].
+#[derive(Clone, Debug)]
+pub struct TrainStep {
+    /// The whole step: forward, backward, update.
+    pub graph: Graph,
+    /// The (unscaled) f32 loss of the micro-batch: the executable's first output.
+    pub loss: NodeId,
+    /// With masking (accumulation or mixed precision): an f32 scalar, 1 when this run applied
+    /// an optimizer update; the second output.
+    pub applied: Option<NodeId>,
+    /// `(parameter name, new value)` for the weights, optimizer state, accumulators and
+    /// loss-scaling state: `CompileOptions::updates`.
+    pub updates: Vec<(String, NodeId)>,
+    /// The names of the trained parameters, sorted.
+    pub trained: Vec<String>,
+    /// Forward nodes cloned for recomputation by explicit checkpointing.
+    pub recomputed: usize,
+    /// The options it was built with.
+    pub options: TrainOptions,
+}
+
+impl TrainStep {
+    /// The executable's outputs: the loss, then the `applied` flag if any.
+    pub fn outputs(&self) -> Vec<NodeId> {
+        std::iter::once(self.loss).chain(self.applied).collect()
+    }
+
+    /// The outputs plus every update value: what the planner must keep alive (the runtime
+    /// plans these for a compile with updates).
+    pub fn plan_outputs(&self) -> Vec<NodeId> {
+        self.outputs().into_iter().chain(self.updates.iter().map(|(_, n)| *n)).collect()
+    }
+
+    /// The compile options of the step: fusion and memory limit from [`TrainStep::options`],
+    /// the updates, and a name for messages.
+    pub fn compile_options(&self) -> CompileOptions {
+        CompileOptions {
+            fusion: self.options.fusion,
+            memory_limit: self.options.memory_limit,
+            name: Some("training step".into()),
+            updates: self.updates.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// The planner's figures for this step without a device (default adapter limits,
+    /// simplified first, rematerialized toward the memory limit if one is set).
+    ///
+    /// The update values are planned as outputs (alive to the end of the run, as the runtime
+    /// keeps them), but the staging bytes — and so the total — count only the step's real
+    /// outputs, since the runtime copies updates on the device instead of reading them back.
+    pub fn plan_summary(&self) -> Result<PlanSummary> {
+        let opts = PlanOptions { fusion: self.options.fusion, ..Default::default() };
+        let limit = self.options.memory_limit;
+        let s = fusegraph_passes::plan_summary_within(&self.graph, &self.plan_outputs(), &opts, limit)?;
+        Ok(self.without_update_staging(s))
+    }
+
+    /// [`TrainStep::plan_summary`] with `device`'s limits and alignment.
+    pub fn plan(&self, device: &Arc<Device>) -> Result<PlanSummary> {
+        let opts = CompileOptions {
+            fusion: self.options.fusion,
+            memory_limit: self.options.memory_limit,
+            ..Default::default()
+        };
+        Ok(self.without_update_staging(device.plan(&self.graph, &self.plan_outputs(), &opts)?))
+    }
+
+    fn without_update_staging(&self, mut s: PlanSummary) -> PlanSummary {
+        s.staging_bytes = self.outputs().iter().map(|&o| self.graph.ty(o).buffer_bytes() as u64).sum();
+        s.total_bytes = s.persistent_bytes + s.arena_bytes + s.staging_bytes;
+        s
+    }
+}
+
+/// Records a training step for `forward` into `b` (the builder the model was recorded in):
+/// mixed-precision rewrite, gradients of every f32 parameter the loss depends on, explicit
+/// checkpointing, loss scaling, accumulation and `optimizer`'s update. Optimizer and training
+/// state is created in `params` (zero-initialized; `"loss_scale"` at
+/// [`LossScaling::init_scale`]) unless it is there already.
+///
+/// Errors: a loss that is not a rank-0 f32, `accumulate` of 0, bad loss-scaling values, a
+/// parameter without a value in `params`, and any error recording the ops.
+pub fn build_step(
+    b: &GraphBuilder,
+    params: &mut Params,
+    forward: &Forward,
+    optimizer: &dyn Optimizer,
+    opts: &TrainOptions,
+) -> Result<TrainStep> {
+    if forward.loss.ty() != &TensorType::new(DType::F32, Vec::<usize>::new()) {
+        return Err(config(format!("the loss is {}; it must be a rank-0 f32", forward.loss.ty())));
+    }
+    if opts.accumulate == 0 {
+        return Err(config("accumulate must be ≥ 1"));
+    }
+    if let Some(s) = &opts.mixed_precision {
+        let ok = |v: f64| v.is_finite() && v > 0.0;
+        if !ok(s.init_scale) || !ok(s.min_scale) || s.growth_interval == 0 {
+            return Err(config(format!(
+                "loss scaling {s:?}: init_scale and min_scale must be finite and > 0, growth_interval ≥ 1"
+            )));
+        }
+    }
+    // Mixed precision: the model in f16, the loss head in f32 on the output cast back.
+    let (loss, segments) = match opts.mixed_precision {
+        Some(_) => {
+            let (out16, map) = autocast(&forward.output, DType::F16)?;
+            let out32 = out16.cast(forward.output.dtype())?;
+            let loss = replay(b, &forward.output, &out32, &forward.loss)?;
+            let segments = forward
+                .segments
+                .iter()
+                .map(|s| s.iter().filter_map(|id| map.get(id).copied()).filter(|id| !s.contains(id)).collect())
+                .collect();
+            (loss, segments)
+        }
+        None => (forward.loss.clone(), forward.segments.clone()),
+    };
+
+    // The trained parameters: every f32 parameter the loss reads, by name.
+    let mut nodes_of: BTreeMap<String, Vec<NodeId>> = BTreeMap::new();
+    b.edit(|g| -> Result<()> {
+        for id in g.reachable(&[loss.id()])? {
+            if let Op::Parameter { name } = &g.node(id).op {
+                if g.ty(id).dtype == DType::F32 {
+                    nodes_of.entry(name.clone()).or_default().push(id);
+                }
+            }
+        }
+        Ok(())
+    })?;
+    if nodes_of.is_empty() {
+        return Err(config("the loss depends on no f32 parameter"));
+    }
+    for name in nodes_of.keys() {
+        if params.get(name).is_none() {
+            return Err(config(format!("parameter `{name}` has no value in Params")));
+        }
+    }
+
+    let scale = match &opts.mixed_precision {
+        Some(s) => Some(state(b, params, LOSS_SCALE, s.init_scale)?),
+        None => None,
+    };
+    let objective = match &scale {
+        Some(s) => loss.mul(s)?,
+        None => loss.clone(),
+    };
+    let forward_nodes: BTreeSet<NodeId> = b.edit(|g| g.node_ids().into_iter().collect());
+    let wrt: Vec<Tensor> =
+        nodes_of.values().flatten().map(|&id| b.tensor(id)).collect::<std::result::Result<_, _>>()?;
+    let wrt_refs: Vec<&Tensor> = wrt.iter().collect();
+    let mut grad_ids: Vec<NodeId> = grad(&objective, &wrt_refs)?.iter().map(|t| t.id()).collect();
+
+    let mut recomputed = 0;
+    if opts.checkpoint {
+        let mut clones = BTreeSet::new();
+        for seg in &segments {
+            let done = b.edit(|g| checkpoint(g, seg, |u| !forward_nodes.contains(&u) && !clones.contains(&u)))?;
+            recomputed += done.clones.len();
+            clones.extend(done.clones.iter().map(|(_, c)| *c));
+            for id in &mut grad_ids {
+                *id = done.map(*id);
+            }
+        }
+    }
+    // One gradient per name (a name recorded as several nodes gets their sum).
+    let mut grads = Vec::new();
+    let mut k = 0;
+    for ids in nodes_of.values() {
+        let mut total = b.tensor(grad_ids[k])?;
+        for &id in &grad_ids[k + 1..k + ids.len()] {
+            total = total.add(&b.tensor(id)?)?;
+        }
+        k += ids.len();
+        grads.push(total);
+    }
+    let named: Vec<(String, Tensor)> =
+        nodes_of.iter().map(|(n, ids)| Ok((n.clone(), b.tensor(ids[0])?))).collect::<Result<_>>()?;
+
+    let mut updates: Vec<(String, Tensor)> = Vec::new();
+    // Loss scaling: finite check on the scaled gradients, then unscale in f32.
+    let finite = match &scale {
+        Some(s) => {
+            let max = b.scalar(DType::F32, f32::MAX as f64)?;
+            let mut all: Option<Tensor> = None;
+            for g in &grads {
+                let ok = g.abs()?.le(&max)?.cast(DType::F32)?;
+                let axes: Vec<usize> = (0..g.rank()).collect();
+                let ok = if axes.is_empty() { ok } else { ok.min(&axes, false)? };
+                all = Some(match all {
+                    Some(a) => a.minimum(&ok)?,
+                    None => ok,
+                });
+            }
+            let inv = s.recip()?;
+            let finite = all.ok_or_else(|| config("no gradients"))?.gt(&b.scalar(DType::F32, 0.5)?)?;
+            let zero = b.scalar(DType::F32, 0.0)?;
+            grads = grads.iter().map(|g| finite.select(&g.mul(&inv)?, &zero)).collect::<std::result::Result<_, _>>()?;
+            Some(finite)
+        }
+        None => None,
+    };
+    // Accumulation.
+    let n = opts.accumulate;
+    let window_end = if n > 1 {
+        let apply = b.input(APPLY, DType::F32, Vec::<usize>::new())?;
+        Some(apply.gt(&b.scalar(DType::F32, 0.5)?)?)
+    } else {
+        None
+    };
+    if let Some(end) = &window_end {
+        let zero = b.scalar(DType::F32, 0.0)?;
+        for ((name, w), g) in named.iter().zip(grads.iter_mut()) {
+            let acc_name = format!("{name}.grad_acc");
+            let acc = params.parameter(b, &acc_name, DType::F32, w.dims(), Init::Zeros)?;
+            let total = acc.add(g)?;
+            updates.push((acc_name, end.select(&zero, &total)?));
+            *g = total.mul_scalar(1.0 / n as f64)?;
+        }
+    }
+    // Whether this window's steps were all finite.
+    let window_ok = match (&finite, &window_end) {
+        (Some(f), Some(end)) => {
+            let seen = state(b, params, OVERFLOW_SEEN, 0.0)?;
+            let bad = f.select(&b.scalar(DType::F32, 0.0)?, &b.scalar(DType::F32, 1.0)?)?;
+            let seen_now = seen.maximum(&bad)?;
+            updates.push((OVERFLOW_SEEN.into(), end.select(&b.scalar(DType::F32, 0.0)?, &seen_now)?));
+            Some(seen_now.lt(&b.scalar(DType::F32, 0.5)?)?)
+        }
+        (Some(f), None) => Some(f.clone()),
+        _ => None,
+    };
+    let apply = match (&window_end, &window_ok) {
+        (Some(e), Some(ok)) => Some(e.and(ok)?),
+        (Some(e), None) => Some(e.clone()),
+        (None, Some(ok)) => Some(ok.clone()),
+        (None, None) => None,
+    };
+    updates.extend(optimizer.step(b, params, &named, &grads, apply.as_ref())?);
+    // Dynamic loss scale: on each window end, halve on overflow, double after K good steps.
+    if let (Some(s), Some(ok), Some(cfg)) = (&scale, &window_ok, &opts.mixed_precision) {
+        let good = state(b, params, GOOD_STEPS, 0.0)?;
+        let zero = b.scalar(DType::F32, 0.0)?;
+        let good_next = good.add_scalar(1.0)?;
+        let grow = good_next.ge(&b.scalar(DType::F32, cfg.growth_interval as f64)?)?;
+        let halved = s.mul_scalar(0.5)?.maximum(&b.scalar(DType::F32, cfg.min_scale)?)?;
+        let new_scale = ok.select(&grow.select(&s.mul_scalar(2.0)?, s)?, &halved)?;
+        let new_good = ok.select(&grow.select(&zero, &good_next)?, &zero)?;
+        let (new_scale, new_good) = match &window_end {
+            Some(end) => (end.select(&new_scale, s)?, end.select(&new_good, &good)?),
+            None => (new_scale, new_good),
+        };
+        updates.push((LOSS_SCALE.into(), new_scale));
+        updates.push((GOOD_STEPS.into(), new_good));
+    }
+    let mut seen = BTreeSet::new();
+    for (name, _) in &updates {
+        if !seen.insert(name.clone()) {
+            return Err(config(format!("parameter `{name}` is updated twice (a name clash with training state)")));
+        }
+    }
+    let applied = match &apply {
+        Some(a) => Some(a.cast(DType::F32)?.id()),
+        None => None,
+    };
+    Ok(TrainStep {
+        graph: b.graph(),
+        loss: loss.id(),
+        applied,
+        updates: updates.into_iter().map(|(n, t)| (n, t.id())).collect(),
+        trained: nodes_of.into_keys().collect(),
+        recomputed,
+        options: opts.clone(),
+    })
+}
+
+/// A scalar f32 state parameter `name`, set to `init` if `params` has no value for it yet.
+fn state(b: &GraphBuilder, params: &mut Params, name: &str, init: f64) -> Result<Tensor> {
+    let fresh = params.get(name).is_none();
+    let t = params.parameter(b, name, DType::F32, &[], Init::Zeros)?;
+    if fresh {
+        params.insert(name, HostTensor::from_f64(DType::F32, Vec::<usize>::new(), &[init])?);
+    }
+    Ok(t)
+}
+
+/// What one [`Trainer::step`] did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepResult {
+    /// The micro-batch's loss (unscaled, f32).
+    pub loss: f32,
+    /// Whether this run ended an accumulation window (always true without accumulation).
+    pub window_end: bool,
+    /// Whether the optimizer update was applied (false inside a window and on overflow).
+    pub applied: bool,
+}
+
+/// A compiled training step: parameters and optimizer state live on the device; each
+/// [`Trainer::step`] runs forward, backward and update in one submit.
+pub struct Trainer {
+    exe: Executable,
+    step: TrainStep,
+    micro: usize,
+}
+
+impl Trainer {
+    /// Compiles `step` on `device` and uploads every parameter it declares from `params`
+    /// (which [`build_step`] filled with the optimizer and training state).
+    pub fn new(device: &Arc<Device>, step: TrainStep, params: &Params) -> Result<Trainer> {
+        let mut exe = device.compile(&step.graph, &step.outputs(), &step.compile_options())?;
+        for (name, _) in exe.parameters() {
+            let value =
+                params.get(&name).ok_or_else(|| config(format!("parameter `{name}` has no value in Params")))?;
+            exe.set_parameter(&name, value)?;
+        }
+        Ok(Trainer { exe, step, micro: 0 })
+    }
+
+    /// Runs one micro-batch (one optimizer step without accumulation) with `feeds` (every
+    /// model input; the `"apply"` input is fed here).
+    pub fn step(&mut self, feeds: &[(&str, &HostTensor)]) -> Result<StepResult> {
+        let n = self.step.options.accumulate;
+        let window_end = self.micro + 1 == n;
+        let apply = HostTensor::new(Vec::<usize>::new(), vec![if window_end { 1.0f32 } else { 0.0 }])?;
+        let mut all: Vec<(&str, &HostTensor)> = feeds.to_vec();
+        if n > 1 {
+            all.push((APPLY, &apply));
+        }
+        let out = self.exe.run(&all)?;
+        self.micro = if window_end { 0 } else { self.micro + 1 };
+        let scalar = |t: &HostTensor| t.to_f64().first().copied().unwrap_or(f64::NAN);
+        let loss = scalar(&out[0]) as f32;
+        let applied = match out.get(1) {
+            Some(t) => scalar(t) > 0.5,
+            None => true,
+        };
+        Ok(StepResult { loss, window_end, applied })
+    }
+
+    /// The current value of a parameter (weights, optimizer or training state) on the device.
+    pub fn parameter(&self, name: &str) -> Result<HostTensor> {
+        Ok(self.exe.parameter(name)?)
+    }
+
+    /// Overwrites a parameter on the device.
+    pub fn set_parameter(&mut self, name: &str, value: &HostTensor) -> Result<()> {
+        Ok(self.exe.set_parameter(name, value)?)
+    }
+
+    /// The current loss scale (mixed precision), read from the device.
+    pub fn loss_scale(&self) -> Result<Option<f32>> {
+        if self.step.options.mixed_precision.is_none() {
+            return Ok(None);
+        }
+        let t = self.exe.parameter(LOSS_SCALE)?;
+        Ok(t.to_f64().first().map(|&v| v as f32))
+    }
+
+    /// Copies every parameter's device value into `params` (to save a checkpoint).
+    /// Parameters that simplification removed (the step does not read them) keep their
+    /// host values.
+    pub fn read_params(&self, params: &mut Params) -> Result<()> {
+        for (name, _) in self.exe.parameters() {
+            match self.exe.parameter(&name) {
+                Ok(v) => params.insert(&name, v),
+                Err(RuntimeError::UnusedUpdate { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The step's planned device bytes: persistent (parameters, state, constants) + arena +
+    /// staging, as compiled.
+    pub fn planned_bytes(&self) -> u64 {
+        let s = self.exe.stats();
+        s.persistent_bytes + s.arena_bytes + s.staging_bytes
+    }
+
+    /// The compiled executable (stats, memory plan, DOT).
+    pub fn executable(&self) -> &Executable {
+        &self.exe
+    }
+
+    /// The step it runs.
+    pub fn train_step(&self) -> &TrainStep {
+        &self.step
+    }
+}
+
+/// The training demo behind `examples/train.rs` and the training tests: an MLP classifier on
+/// Gaussian blobs and a small GPT-style character language model on text from a tiny
+/// grammar, both generated in-process from a seed (no downloads), trained with Adam.
+pub mod demo {
+    use super::{build_step, cross_entropy, record_segment, Adam, Forward, Result, TrainOptions, TrainStep, Trainer};
+    use crate::{DType, Device, GraphBuilder, HostTensor};
+    use fusegraph_nn::{Embedding, Init, LayerNorm, Linear, Params, TransformerBlock};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    /// Which model to train.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Task {
+        /// An MLP classifier on Gaussian blobs.
+        Mlp,
+        /// A GPT-style character language model on grammar text.
+        Lm,
+    }
+
+    impl Task {
+        /// `"mlp"` or `"lm"`.
+        pub fn name(self) -> &'static str {
+            match self {
+                Task::Mlp => "mlp",
+                Task::Lm => "lm",
+            }
+        }
+    }
+
+    /// A demo run's configuration.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct Config {
+        /// The model and task.
+        pub task: Task,
+        /// Optimizer steps (each `options.accumulate` micro-batches).
+        pub steps: usize,
+        /// Small sizes (seconds on a CPU adapter).
+        pub quick: bool,
+        /// Accumulation, mixed precision, checkpointing, memory limit.
+        pub options: TrainOptions,
+        /// Adam's learning rate.
+        pub lr: f64,
+        /// Seed of the data and the initial parameters.
+        pub seed: u64,
+    }
+
+    impl Config {
+        /// Defaults for `task`: 60 (quick) or 300 steps for the MLP, 80 or 300 for the LM, Adam
+        /// at 1e-2 (MLP) or 3e-3 (LM), seed 1.
+        pub fn new(task: Task, quick: bool) -> Self {
+            let (steps, lr) = match (task, quick) {
+                (Task::Mlp, true) => (60, 1e-2),
+                (Task::Mlp, false) => (300, 1e-2),
+                (Task::Lm, true) => (80, 3e-3),
+                (Task::Lm, false) => (300, 3e-3),
+            };
+            Config { task, steps, quick, options: TrainOptions::default(), lr, seed: 1 }
+        }
+    }
+
+    /// A built (not yet compiled) demo: the step, the parameters and the data.
+    pub struct Setup {
+        /// The training step.
+        pub step: TrainStep,
+        /// Initial parameters and state.
+        pub params: Params,
+        data: Data,
+    }
+
+    enum Data {
+        Blobs { x: Vec<f32>, y: Vec<i32>, dim: usize, batch: usize },
+        Text { tokens: Vec<i32>, seq: usize, batch: usize, seed: u64 },
+    }
+
+    /// xorshift64* with Box–Muller normals, for the data.
+    struct Rng(u64);
+
+    impl Rng {
+        fn new(seed: u64) -> Self {
+            Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        }
+        fn next_u64(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn uniform(&mut self) -> f64 {
+            (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next_u64() % n.max(1) as u64) as usize
+        }
+        fn normal(&mut self) -> f64 {
+            let (u1, u2) = (1.0 - self.uniform(), self.uniform());
+            (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+        }
+    }
+
+    /// Sizes of the MLP task: `(input dim, hidden, hidden layers, classes, batch)`.
+    fn mlp_sizes(quick: bool) -> (usize, usize, usize, usize, usize) {
+        if quick {
+            (16, 64, 2, 4, 64)
+        } else {
+            (32, 256, 3, 8, 256)
+        }
+    }
+
+    /// Sizes of the LM: `(vocab, seq, d_model, heads, d_mlp, layers, batch)`.
+    fn lm_sizes(quick: bool) -> (usize, usize, usize, usize, usize, usize, usize) {
+        if quick {
+            (32, 16, 32, 2, 64, 2, 8)
+        } else {
+            (32, 32, 64, 4, 256, 4, 16)
+        }
+    }
+
+    /// The blobs: `n` samples of `classes` Gaussian clusters (centers `N(0, 0.6²)` per
+    /// coordinate, unit noise), overlapping enough that the loss levels off above zero.
+    /// Returns the row-major `[n, dim]` points and their classes.
+    pub fn blobs(seed: u64, n: usize, dim: usize, classes: usize) -> (Vec<f32>, Vec<i32>) {
+        let mut r = Rng::new(seed);
+        let centers: Vec<f64> = (0..classes * dim).map(|_| 0.6 * r.normal()).collect();
+        let (mut x, mut y) = (Vec::with_capacity(n * dim), Vec::with_capacity(n));
+        for _ in 0..n {
+            let c = r.below(classes);
+            y.push(c as i32);
+            x.extend((0..dim).map(|d| (centers[c * dim + d] + r.normal()) as f32));
+        }
+        (x, y)
+    }
+
+    /// Sentences from a tiny grammar ("the cat sees a fish. ..."), as characters.
+    fn grammar_text(seed: u64, chars: usize) -> String {
+        let subjects = ["the cat", "a dog", "my bird", "the fox"];
+        let verbs = ["sees", "eats", "likes", "hides"];
+        let objects = ["a fish", "the seeds", "some milk", "an egg"];
+        let mut r = Rng::new(seed);
+        let mut s = String::new();
+        while s.len() < chars {
+            s.push_str(subjects[r.below(4)]);
+            s.push(' ');
+            s.push_str(verbs[r.below(4)]);
+            s.push(' ');
+            s.push_str(objects[r.below(4)]);
+            s.push_str(". ");
+        }
+        s
+    }
+
+    /// Token ids of `text`: letters a–z as 0–25, space 26, '.' 27, anything else 28.
+    fn tokenize(text: &str) -> Vec<i32> {
+        text.bytes()
+            .map(|c| match c {
+                b'a'..=b'z' => (c - b'a') as i32,
+                b' ' => 26,
+                b'.' => 27,
+                _ => 28,
+            })
+            .collect()
+    }
+
+    /// An MLP classifier to train: inputs `"x"` f32 `[batch, dims[0]]` and `"y"` i32
+    /// `[batch]` (class indices), linear layers `"fc{i}"` with ReLU between them (each hidden
+    /// layer one checkpoint segment), and the cross-entropy of the logits. `dims` needs at
+    /// least two entries.
+    pub fn mlp(b: &GraphBuilder, params: &mut Params, batch: usize, dims: &[usize]) -> Result<Forward> {
+        if dims.len() < 2 {
+            return Err(super::config(format!("mlp: dims {dims:?} needs an input and an output width")));
+        }
+        let x = b.input("x", DType::F32, [batch, dims[0]])?;
+        let y = b.input("y", DType::I32, [batch])?;
+        let mut h = x;
+        let mut segments = Vec::new();
+        let last = dims.len() - 2;
+        for i in 0..last {
+            let (r, seg) = record_segment(b, || -> Result<_> {
+                Ok(Linear::new(b, params, &format!("fc{i}"), dims[i], dims[i + 1], true)?.forward(&h)?.relu()?)
+            });
+            h = r?;
+            segments.push(seg);
+        }
+        let logits = Linear::new(b, params, &format!("fc{last}"), dims[last], dims[last + 1], true)?.forward(&h)?;
+        let loss = cross_entropy(&logits, &y)?;
+        Ok(Forward { output: logits, loss, segments })
+    }
+
+    /// A GPT-2 style character LM to train (as `fusegraph_nn::models::gpt` with a vocabulary,
+    /// with each transformer block one checkpoint segment): inputs `"ids"` and `"targets"`
+    /// i32 `[batch, seq]`, embeddings `"wte"`/`"wpe"`, `layers` causal blocks `"h.{i}"`, a
+    /// final layer norm, tied output weights, and the cross-entropy over the vocabulary.
+    #[allow(clippy::too_many_arguments)]
+    pub fn lm(
+        b: &GraphBuilder,
+        params: &mut Params,
+        batch: usize,
+        seq: usize,
+        vocab: usize,
+        d: usize,
+        heads: usize,
+        d_mlp: usize,
+        layers: usize,
+    ) -> Result<Forward> {
+        let ids = b.input("ids", DType::I32, [batch, seq])?;
+        let targets = b.input("targets", DType::I32, [batch, seq])?;
+        let table = params.parameter(b, "wte.weight", DType::F32, &[vocab, d], Init::Normal(0.02))?;
+        let wpe = params.parameter(b, "wpe.weight", DType::F32, &[seq, d], Init::Normal(0.01))?;
+        let mut h = Embedding { table: table.clone() }.forward(&ids)?.add(&wpe)?;
+        let mut segments = Vec::new();
+        for i in 0..layers {
+            let (r, seg) = record_segment(b, || -> Result<_> {
+                let block = TransformerBlock::new(b, params, &format!("h.{i}"), d, heads, d_mlp, true)?;
+                Ok(block.forward(&h)?)
+            });
+            h = r?;
+            segments.push(seg);
+        }
+        let h = LayerNorm::new(b, params, "ln_f", d)?.forward(&h)?;
+        let logits = h.reshape([batch * seq, d])?.matmul(&table.t()?)?.reshape([batch, seq, vocab])?;
+        let loss = cross_entropy(&logits, &targets)?;
+        Ok(Forward { output: logits, loss, segments })
+    }
+
+    /// Records the model, loss and step for `cfg` (no device needed).
+    pub fn build(cfg: &Config) -> Result<Setup> {
+        let b = GraphBuilder::new();
+        let mut params = Params::new(cfg.seed);
+        let (forward, data) = match cfg.task {
+            Task::Mlp => {
+                let (dim, hidden, layers, classes, batch) = mlp_sizes(cfg.quick);
+                let mut dims = vec![dim];
+                dims.extend(std::iter::repeat_n(hidden, layers));
+                dims.push(classes);
+                let forward = mlp(&b, &mut params, batch, &dims)?;
+                let (x, y) = blobs(cfg.seed, 4096, dim, classes);
+                (forward, Data::Blobs { x, y, dim, batch })
+            }
+            Task::Lm => {
+                let (vocab, seq, d, heads, d_mlp, layers, batch) = lm_sizes(cfg.quick);
+                let forward = lm(&b, &mut params, batch, seq, vocab, d, heads, d_mlp, layers)?;
+                let tokens = tokenize(&grammar_text(cfg.seed, 8192));
+                (forward, Data::Text { tokens, seq, batch, seed: cfg.seed })
+            }
+        };
+        let step = build_step(&b, &mut params, &forward, &Adam::new(cfg.lr), &cfg.options)?;
+        Ok(Setup { step, params, data })
+    }
+
+    impl Setup {
+        /// The feeds of micro-batch `i` (deterministic in `i`).
+        pub fn feeds(&self, i: usize) -> Result<Vec<(String, HostTensor)>> {
+            match &self.data {
+                Data::Blobs { x, y, dim, batch } => {
+                    let n = y.len();
+                    let rows: Vec<usize> = (0..*batch).map(|r| (i * batch + r) % n).collect();
+                    let xs: Vec<f32> = rows.iter().flat_map(|&r| x[r * dim..(r + 1) * dim].iter().copied()).collect();
+                    let ys: Vec<i32> = rows.iter().map(|&r| y[r]).collect();
+                    Ok(vec![
+                        ("x".into(), HostTensor::new([*batch, *dim], xs)?),
+                        ("y".into(), HostTensor::new([*batch], ys)?),
+                    ])
+                }
+                Data::Text { tokens, seq, batch, seed } => {
+                    let mut r = Rng::new(seed.wrapping_add(1 + i as u64));
+                    let (mut ids, mut targets) = (Vec::new(), Vec::new());
+                    for _ in 0..*batch {
+                        let start = r.below(tokens.len() - seq - 1);
+                        ids.extend_from_slice(&tokens[start..start + seq]);
+                        targets.extend_from_slice(&tokens[start + 1..start + seq + 1]);
+                    }
+                    Ok(vec![
+                        ("ids".into(), HostTensor::new([*batch, *seq], ids)?),
+                        ("targets".into(), HostTensor::new([*batch, *seq], targets)?),
+                    ])
+                }
+            }
+        }
+    }
+
+    /// The figures of a demo run.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct Report {
+        /// `"mlp"` or `"lm"`.
+        pub model: String,
+        /// Mean loss over the first optimizer step's micro-batches.
+        pub first_loss: f64,
+        /// Mean loss over the last tenth of the optimizer steps (at least one), which smooths
+        /// the micro-batch noise.
+        pub last_loss: f64,
+        /// Every micro-batch's loss.
+        pub losses: Vec<f32>,
+        /// Optimizer steps run.
+        pub steps: usize,
+        /// Optimizer steps skipped (loss-scale overflow).
+        pub skipped: usize,
+        /// Planned device bytes of the step executable (parameters and state + arena +
+        /// staging).
+        pub peak_bytes: u64,
+        /// The arena part of it (activations, gradients, update values).
+        pub arena_bytes: u64,
+        /// Kernels per run.
+        pub kernels: usize,
+        /// Median wall time of one optimizer step (all its micro-batches: upload, run,
+        /// readback), in ms.
+        pub median_step_ms: f64,
+        /// Micro-batches per step.
+        pub accumulate: usize,
+        /// Mixed precision on.
+        pub mixed_precision: bool,
+        /// Explicit checkpointing on.
+        pub checkpoint: bool,
+        /// Forward nodes recomputed by checkpointing.
+        pub recomputed: usize,
+        /// The final loss scale (mixed precision).
+        pub loss_scale: Option<f32>,
+    }
+
+    impl Report {
+        /// The report as a JSON object with the keys `model`, `first_loss`, `last_loss`,
+        /// `steps`, `peak_bytes`, `median_step_ms`, `accumulate`, `mixed_precision`,
+        /// `checkpoint` (and `arena_bytes`, `kernels`, `skipped`, `recomputed`).
+        pub fn to_json(&self) -> String {
+            let num = |v: f64| if v.is_finite() { format!("{v}") } else { "null".into() };
+            format!(
+                "{{\"model\":\"{}\",\"first_loss\":{},\"last_loss\":{},\"steps\":{},\"peak_bytes\":{},\
+                 \"median_step_ms\":{},\"accumulate\":{},\"mixed_precision\":{},\"checkpoint\":{},\
+                 \"arena_bytes\":{},\"kernels\":{},\"skipped\":{},\"recomputed\":{}}}",
+                self.model,
+                num(self.first_loss),
+                num(self.last_loss),
+                self.steps,
+                self.peak_bytes,
+                num(self.median_step_ms),
+                self.accumulate,
+                self.mixed_precision,
+                self.checkpoint,
+                self.arena_bytes,
+                self.kernels,
+                self.skipped,
+                self.recomputed
+            )
+        }
+    }
+
+    /// Progress of a run: `(step, steps, last loss, steps per second)` after each optimizer
+    /// step.
+    pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, f32, f64);
+
+    /// Builds, compiles and trains `cfg` on `device`, calling `progress` after each optimizer
+    /// step.
+    pub fn run(cfg: &Config, device: &Arc<Device>, progress: Progress<'_>) -> Result<Report> {
+        let setup = build(cfg)?;
+        let mut trainer = Trainer::new(device, setup.step.clone(), &setup.params)?;
+        let n = cfg.options.accumulate;
+        let (mut losses, mut times, mut skipped) = (Vec::new(), Vec::new(), 0);
+        let start = Instant::now();
+        for step in 0..cfg.steps {
+            let t0 = Instant::now();
+            for m in 0..n {
+                let feeds = setup.feeds(step * n + m)?;
+                let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(k, v)| (k.as_str(), v)).collect();
+                let out = trainer.step(&refs)?;
+                losses.push(out.loss);
+                if out.window_end && !out.applied {
+                    skipped += 1;
+                }
+            }
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+            let rate = (step + 1) as f64 / start.elapsed().as_secs_f64().max(1e-9);
+            progress(step + 1, cfg.steps, losses.last().copied().unwrap_or(f32::NAN), rate);
+        }
+        let window_mean = |w: &[f32]| w.iter().map(|&v| v as f64).sum::<f64>() / w.len().max(1) as f64;
+        let first = window_mean(&losses[..n.min(losses.len())]);
+        let tail = n * (cfg.steps / 10).max(1);
+        let last = window_mean(&losses[losses.len().saturating_sub(tail)..]);
+        times.sort_by(|a, b| a.total_cmp(b));
+        let median = times.get(times.len() / 2).copied().unwrap_or(f64::NAN);
+        let stats = trainer.executable().stats();
+        Ok(Report {
+            model: cfg.task.name().into(),
+            first_loss: first,
+            last_loss: last,
+            losses,
+            steps: cfg.steps,
+            skipped,
+            peak_bytes: trainer.planned_bytes(),
+            arena_bytes: stats.arena_bytes,
+            kernels: stats.kernels.len(),
+            median_step_ms: median,
+            accumulate: n,
+            mixed_precision: cfg.options.mixed_precision.is_some(),
+            checkpoint: cfg.options.checkpoint,
+            recomputed: setup.step.recomputed,
+            loss_scale: trainer.loss_scale()?,
+        })
+    }
+}
