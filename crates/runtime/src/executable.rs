@@ -261,7 +261,16 @@ impl Device {
         let mut popts = self.plan_options(opts);
         let limit = self.limit_for(opts);
         popts.remat = opts.remat;
-        let planned = plan_within(graph, plan_outputs, &popts, limit)?;
+        let mut planned = plan_within(graph, plan_outputs, &popts, limit)?;
+        // The planner counts every output it was given as staging; update values stay on the
+        // device and are never read back.
+        let update_staging: u64 = update_nodes
+            .iter()
+            .filter(|u| !outputs.contains(u))
+            .map(|u| planned.plan.locations.get(u).map_or(0, |l| l.size))
+            .sum();
+        planned.summary.staging_bytes -= update_staging.min(planned.summary.staging_bytes);
+        planned.summary.total_bytes -= update_staging.min(planned.summary.total_bytes);
         if let Some(limit) = limit {
             let s = &planned.summary;
             if s.total_bytes > limit {
