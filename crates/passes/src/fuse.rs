@@ -489,7 +489,18 @@ fn try_fuse(
     if saved <= extra {
         return Some(Veto::NoBenefit);
     }
-    if ctx.opts.memory_aware {
+    // Fusing `p` frees its buffer and keeps its operands alive until the consumers instead;
+    // when the operands held in memory are no larger than `p`, no step can rise, so the
+    // (whole-plan) peak need not be recomputed.
+    let held: u64 =
+        g.operands(p).iter().filter(|&&o| !ctx.const_like.contains(&o)).map(|&o| g.ty(o).buffer_bytes() as u64).sum();
+    if !(ctx.opts.memory_aware && held > g.ty(p).buffer_bytes() as u64) {
+        // The accepted fusion may lower the peak: recompute the baseline when next needed.
+        *peak = u64::MAX;
+    } else {
+        if *peak == u64::MAX {
+            *peak = ctx.peak(groups);
+        }
         let after = ctx.peak(&candidate);
         // Rises within 1/64 of the peak are noise from tiny values (per-channel scales)
         // changing their live ranges; the veto is for real rises, such as a cast fused
@@ -564,6 +575,9 @@ fn merge_siblings(ctx: &Ctx, groups: &mut [BTreeSet<NodeId>], peak: &mut u64) ->
                     continue;
                 }
                 if ctx.opts.memory_aware {
+                    if *peak == u64::MAX {
+                        *peak = ctx.peak(groups);
+                    }
                     let after = ctx.peak(&candidate);
                     if after > *peak + *peak / 64 {
                         decide(Some(Veto::PeakMemory { before: *peak, after }));
