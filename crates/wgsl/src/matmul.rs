@@ -77,14 +77,10 @@ pub fn plan(g: &Graph, kernel: &Kernel, regions: &[(NodeId, Vec<NodeId>)], opts:
     let matmul = region
         .iter()
         .copied()
-        .filter(|&m| matches!(g.node(m).op, Op::MatMul))
+        .filter(|&m| matches!(g.node(m).op, Op::MatMul | Op::Conv2d { groups: 1, .. }))
         .filter(|&m| g.ty(m).shape.numel() == numel && g.ty(m).shape.rank() >= 2)
-        .max_by_key(|&m| {
-            let l = g.ty(g.operands(m)[0]);
-            l.shape.dims()[l.shape.rank() - 1]
-        })?;
-    let dims = g.ty(matmul).shape.dims();
-    let n = dims[dims.len() - 1];
+        .max_by_key(|&m| gemm_dims(g, m).3)?;
+    let n = gemm_dims(g, matmul).2;
     if packed_f16(out_ty.dtype, opts) && n % 2 == 1 {
         return None;
     }
@@ -106,12 +102,14 @@ pub fn tiled_main(
     write_region(g, output, region, Some(mm), body);
 
     let ops = g.operands(mm);
-    let (lhs, rhs) = (ops[0], ops[1]);
+    let conv = matches!(g.node(mm).op, Op::Conv2d { .. });
+    // A convolution is an implicit GEMM: the weights [o, c·kh·kw] times the image patches
+    // [c·kh·kw, oh·ow] of each image, patches gathered on the fly by `fg_im2col`.
+    let (lhs, rhs) = if conv { (ops[1], ops[0]) } else { (ops[0], ops[1]) };
+    let (batch, m, n, k) = gemm_dims(g, mm);
     let (ld, rd) = (g.ty(lhs).shape.dims(), g.ty(rhs).shape.dims());
     let dims = g.ty(mm).shape.dims();
     let rank = dims.len();
-    let (m, n, k) = (dims[rank - 2], dims[rank - 1], ld[ld.len() - 1]);
-    let batch: usize = dims[..rank - 2].iter().product();
     let Geometry { gx, gy, bm, bn, tk } = Geometry::for_shape(m, n);
     let (tm, tn, wgs) = (gy * bm, gx * bn, gx * gy);
     let (tiles_m, tiles_n) = (m.div_ceil(tm), n.div_ceil(tn));
@@ -138,18 +136,23 @@ pub fn tiled_main(
     w(&mut s, 1, format!("let tile_col = wg % {tiles_n}u;"));
     w(&mut s, 1, format!("let tile_row = (wg / {tiles_n}u) % {tiles_m}u;"));
     w(&mut s, 1, format!("let bt = wg / {}u;", tiles_m * tiles_n));
-    // Batch coordinates of the result, mapped onto each operand's (broadcast) batch dims.
-    let bc = unravel(&mut s, &dims[..rank - 2], "bt", "bc");
-    let operand_batch = |od: &[usize]| -> String {
-        let off = rank - od.len();
-        let coords: Vec<String> =
-            (0..od.len() - 2).map(|q| if od[q] == 1 { "0u".into() } else { bc[q + off].clone() }).collect();
-        ravel(&coords, &od[..od.len() - 2])
-    };
-    for (name, od, size) in [("a_base", ld, m * k), ("b_base", rd, k * n)] {
-        let b = operand_batch(od);
-        let base = if b == "0u" { b } else { format!("({b}) * {size}u") };
-        w(&mut s, 1, format!("let {name} = {base};"));
+    if conv {
+        write_im2col(g, mm, body);
+        w(&mut s, 1, "let a_base = 0u;".into());
+    } else {
+        // Batch coordinates of the result, mapped onto each operand's (broadcast) batch dims.
+        let bc = unravel(&mut s, &dims[..rank - 2], "bt", "bc");
+        let operand_batch = |od: &[usize]| -> String {
+            let off = rank - od.len();
+            let coords: Vec<String> =
+                (0..od.len() - 2).map(|q| if od[q] == 1 { "0u".into() } else { bc[q + off].clone() }).collect();
+            ravel(&coords, &od[..od.len() - 2])
+        };
+        for (name, od, size) in [("a_base", ld, m * k), ("b_base", rd, k * n)] {
+            let b = operand_batch(od);
+            let base = if b == "0u" { b } else { format!("({b}) * {size}u") };
+            w(&mut s, 1, format!("let {name} = {base};"));
+        }
     }
     w(&mut s, 1, format!("let o_base = bt * {}u;", m * n));
     w(&mut s, 1, format!("let row0 = tile_row * {tm}u;"));
@@ -185,7 +188,9 @@ pub fn tiled_main(
     w(&mut s, 3, format!("var x = vec4<{t}>();"));
     w(&mut s, 3, format!("if (gk < {k}u) {{"));
     for (q, comp) in XYZW.iter().enumerate() {
-        w(&mut s, 4, format!("if (c + {q}u < {n}u) {{ x.{comp} = {rv}(b_base + gk * {n}u + c + {q}u); }}"));
+        let load =
+            if conv { format!("fg_im2col(bt, gk, c + {q}u)") } else { format!("{rv}(b_base + gk * {n}u + c + {q}u)") };
+        w(&mut s, 4, format!("if (c + {q}u < {n}u) {{ x.{comp} = {load}; }}"));
     }
     w(&mut s, 3, "}".into());
     w(&mut s, 3, "fg_tile_b[e] = x;".into());
@@ -241,6 +246,52 @@ pub fn tiled_main(
     }
     w(&mut s, 0, "}".into());
     (s, workgroups)
+}
+
+/// (batch, m, n, k) of a matmul, or of a convolution seen as an implicit GEMM per image
+/// (m = output channels, n = output pixels, k = input channels × kernel pixels).
+fn gemm_dims(g: &Graph, mm: NodeId) -> (usize, usize, usize, usize) {
+    let dims = g.ty(mm).shape.dims();
+    let rank = dims.len();
+    match g.node(mm).op {
+        Op::Conv2d { .. } => {
+            let wd = g.ty(g.operands(mm)[1]).shape.dims();
+            (dims[0], dims[1], dims[2] * dims[3], wd[1] * wd[2] * wd[3])
+        }
+        _ => {
+            let ld = g.ty(g.operands(mm)[0]).shape.dims();
+            (dims[..rank - 2].iter().product(), dims[rank - 2], dims[rank - 1], ld[ld.len() - 1])
+        }
+    }
+}
+
+/// `fg_im2col(bt, gk, col)`: element (gk, col) of image `bt`'s patch matrix — input channel
+/// and kernel offset from `gk`, output pixel from `col` — or zero in the padding.
+fn write_im2col(g: &Graph, conv: NodeId, body: &mut String) {
+    let Op::Conv2d { stride, padding, dilation, .. } = g.node(conv).op else { unreachable!("a convolution") };
+    let ops = g.operands(conv);
+    let (x, xd, wd) = (ops[0], g.ty(ops[0]).shape.dims(), g.ty(ops[1]).shape.dims());
+    let od = g.ty(conv).shape.dims();
+    let (c, h, wi) = (xd[1], xd[2], xd[3]);
+    let (kh, kw, ow) = (wd[2], wd[3], od[3]);
+    let t = vty(g.ty(conv).dtype);
+    let _ = writeln!(body, "fn fg_im2col(bt: u32, gk: u32, col: u32) -> {t} {{");
+    let _ = writeln!(body, "    let ci = gk / {}u;", kh * kw);
+    let _ = writeln!(body, "    let ky = (gk / {kw}u) % {kh}u;");
+    let _ = writeln!(body, "    let kx = gk % {kw}u;");
+    let _ =
+        writeln!(body, "    let iy = i32((col / {ow}u) * {}u + ky * {}u) - {}i;", stride[0], dilation[0], padding[0]);
+    let _ =
+        writeln!(body, "    let ix = i32((col % {ow}u) * {}u + kx * {}u) - {}i;", stride[1], dilation[1], padding[1]);
+    let _ = writeln!(body, "    if (iy < 0i || iy >= {h}i || ix < 0i || ix >= {wi}i) {{ return {t}(); }}");
+    let _ = writeln!(
+        body,
+        "    return v{}(bt * {}u + ci * {}u + u32(iy) * {wi}u + u32(ix));",
+        x.index(),
+        c * h * wi,
+        h * wi
+    );
+    let _ = writeln!(body, "}}\n");
 }
 
 #[cfg(test)]
