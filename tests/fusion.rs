@@ -234,3 +234,20 @@ fn fusion_off_is_one_kernel_per_op() {
         .count();
     assert_eq!(ks.len(), ops);
 }
+
+#[test]
+fn veto_a_second_contraction_in_one_kernel() {
+    // A residual block's shortcut: conv(x) + conv1x1(x). Each convolution keeps its own
+    // tiled kernel; the add joins one of them.
+    let mut c = CaseBuilder::new(1);
+    let x = c.input(DType::F32, &[1, 4, 8, 8], Domain::Any);
+    let w1 = c.input(DType::F32, &[8, 4, 3, 3], Domain::Any);
+    let w2 = c.input(DType::F32, &[8, 4, 1, 1], Domain::Any);
+    let a = x.conv2d(&w1, [1, 1], [1, 1], [1, 1], 1).unwrap();
+    let s = x.conv2d(&w2, [1, 1], [0, 0], [1, 1], 1).unwrap();
+    let y = a.add(&s).unwrap();
+    let g = c.b.graph();
+    let f = fuse(&g, &[y.id()], &options()).unwrap();
+    assert_eq!(f.kernels.len(), 2);
+    assert!(f.log.iter().any(|d| d.veto == Some(Veto::SecondContraction)), "{:?}", f.log);
+}

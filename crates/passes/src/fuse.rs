@@ -64,6 +64,9 @@ pub enum Veto {
     },
     /// A reduction's result is used in a way a row kernel cannot express.
     RowShape,
+    /// A second matmul or convolution would join a kernel that already has one: the tiled
+    /// lowering computes one contraction per kernel, so the other would run naively.
+    SecondContraction,
     /// Arithmetic would be recomputed in the prologue of a matmul, conv or pooling, which
     /// reads each operand element many times; only data movement fuses there.
     Prologue,
@@ -236,8 +239,11 @@ impl Ctx<'_> {
         let reduce_after_expensive = reduces
             .iter()
             .any(|r| self.dependents(members, &expensive).contains(r) || self.upstream(members, *r, &expensive));
+        let contractions = members.iter().filter(|&&n| matches!(g.node(n).op, Op::MatMul | Op::Conv2d { .. })).count();
         let loop_kind = if self.arithmetic_prologue(members) {
             Err(Veto::Prologue)
+        } else if contractions > 1 {
+            Err(Veto::SecondContraction)
         } else if !loop_ok {
             Err(Veto::DuplicatesExpensive)
         } else if reduce_after_expensive {
