@@ -2,7 +2,7 @@
 
 use crate::body::{combine, elementwise_expr, reduce_identity, write_body};
 use crate::writer::{ravel, unravel, vty};
-use fusegraph_ir::{DType, Graph, NodeId, Op};
+use fusegraph_ir::{DType, Graph, NodeId, Op, ReduceKind};
 use fusegraph_passes::kernel::{regions, same_index_operands};
 use fusegraph_passes::{Kernel, KernelKind};
 use std::fmt::Write;
@@ -332,14 +332,7 @@ fn row_main(
     let _ = writeln!(main, "    let row = wid.y * nwg.x + wid.x;");
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
     for (k, &r) in reduces.iter().enumerate() {
-        let Op::Reduce { kind, .. } = g.node(r).op else { unreachable!("row reductions are reduces") };
-        let dt = g.ty(r).dtype;
-        let input = format!("v{}", g.operands(r)[0].index());
-        let _ = writeln!(main, "    {{");
-        let _ = writeln!(main, "        var acc: {} = {};", vty(dt), reduce_identity(kind, dt));
-        let _ = writeln!(main, "        for (var e = lid; e < {row_len}u; e = e + {wg}u) {{");
-        let _ = writeln!(main, "            acc = {};", combine(kind, "acc", &format!("{input}(fg_elem(row, e))")));
-        let _ = writeln!(main, "        }}");
+        let kind = accumulate(&mut main, g, r, row_len, "lid", &wg.to_string());
         let _ = writeln!(main, "        fg_red{k}[lid] = acc;");
         let _ = writeln!(main, "        workgroupBarrier();");
         let _ = writeln!(main, "        for (var w = {}u; w > 0u; w = w >> 1u) {{", wg / 2);
@@ -353,24 +346,7 @@ fn row_main(
         let _ = writeln!(main, "    }}");
         write_row_scalars(&mut main, scalars, k);
     }
-    let outs: Vec<(usize, &Binding)> = bindings.iter().enumerate().filter(|(_, b)| b.output).collect();
-    let (full_outs, row_outs): (Vec<_>, Vec<_>) =
-        outs.into_iter().partition(|(_, b)| g.ty(b.node).shape.numel() == full && full != rows);
-    if !full_outs.is_empty() {
-        let _ = writeln!(main, "    for (var e = lid; e < {row_len}u; e = e + {wg}u) {{");
-        let _ = writeln!(main, "        let idx = fg_elem(row, e);");
-        for (k, b) in full_outs {
-            row_store(&mut main, k, g.ty(b.node).dtype, "idx", &format!("e{}(idx)", b.node.index()), opts, "        ");
-        }
-        let _ = writeln!(main, "    }}");
-    }
-    if !row_outs.is_empty() {
-        let _ = writeln!(main, "    if (lid == 0u) {{");
-        for (k, b) in row_outs {
-            row_store(&mut main, k, g.ty(b.node).dtype, "row", &format!("e{}(row)", b.node.index()), opts, "        ");
-        }
-        let _ = writeln!(main, "    }}");
-    }
+    write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("lid", &wg.to_string(), true), opts);
     main.push_str("}\n");
     (main, rows as u64)
 }
@@ -401,32 +377,12 @@ fn row_main_per_thread(
     let _ = writeln!(main, "    let row = (wid.y * nwg.x + wid.x) * {wg}u + lid;");
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
     for (k, &r) in reduces.iter().enumerate() {
-        let Op::Reduce { kind, .. } = g.node(r).op else { unreachable!("row reductions are reduces") };
-        let dt = g.ty(r).dtype;
-        let input = format!("v{}", g.operands(r)[0].index());
-        let _ = writeln!(main, "    {{");
-        let _ = writeln!(main, "        var acc: {} = {};", vty(dt), reduce_identity(kind, dt));
-        let _ = writeln!(main, "        for (var e = 0u; e < {row_len}u; e = e + 1u) {{");
-        let _ = writeln!(main, "            acc = {};", combine(kind, "acc", &format!("{input}(fg_elem(row, e))")));
-        let _ = writeln!(main, "        }}");
+        accumulate(&mut main, g, r, row_len, "0u", "1");
         let _ = writeln!(main, "        fg_red{k}[0] = acc;");
         let _ = writeln!(main, "    }}");
         write_row_scalars(&mut main, scalars, k);
     }
-    let outs: Vec<(usize, &Binding)> = bindings.iter().enumerate().filter(|(_, b)| b.output).collect();
-    let (full_outs, row_outs): (Vec<_>, Vec<_>) =
-        outs.into_iter().partition(|(_, b)| g.ty(b.node).shape.numel() == full && full != rows);
-    if !full_outs.is_empty() {
-        let _ = writeln!(main, "    for (var e = 0u; e < {row_len}u; e = e + 1u) {{");
-        let _ = writeln!(main, "        let idx = fg_elem(row, e);");
-        for (k, b) in full_outs {
-            row_store(&mut main, k, g.ty(b.node).dtype, "idx", &format!("e{}(idx)", b.node.index()), opts, "        ");
-        }
-        let _ = writeln!(main, "    }}");
-    }
-    for (k, b) in row_outs {
-        row_store(&mut main, k, g.ty(b.node).dtype, "row", &format!("e{}(row)", b.node.index()), opts, "    ");
-    }
+    write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("0u", "1", false), opts);
     main.push_str("}\n");
     (main, (rows as u64).div_ceil(wg as u64))
 }
@@ -464,6 +420,55 @@ fn write_row_scalars(main: &mut String, scalars: &[(NodeId, usize)], k: usize) {
     for (j, &(m, after)) in scalars.iter().enumerate() {
         if after == k {
             let _ = writeln!(main, "    fg_rs{j} = c{}(row);", m.index());
+        }
+    }
+}
+
+/// Opens a block that accumulates reduction `r` over this invocation's share of the row
+/// (`e` from `start` in steps of `step`) into `acc`; returns the reduction kind.
+fn accumulate(main: &mut String, g: &Graph, r: NodeId, row_len: usize, start: &str, step: &str) -> ReduceKind {
+    let Op::Reduce { kind, .. } = g.node(r).op else { unreachable!("row reductions are reduces") };
+    let dt = g.ty(r).dtype;
+    let input = format!("v{}", g.operands(r)[0].index());
+    let _ = writeln!(main, "    {{");
+    let _ = writeln!(main, "        var acc: {} = {};", vty(dt), reduce_identity(kind, dt));
+    let _ = writeln!(main, "        for (var e = {start}; e < {row_len}u; e = e + {step}u) {{");
+    let _ = writeln!(main, "            acc = {};", combine(kind, "acc", &format!("{input}(fg_elem(row, e))")));
+    let _ = writeln!(main, "        }}");
+    kind
+}
+
+/// Writes the row's outputs: full-shape outputs element by element (`e` from `start` in
+/// steps of `step`), per-row outputs once (by invocation 0 when a workgroup shares the row).
+fn write_row_outputs(
+    main: &mut String,
+    g: &Graph,
+    bindings: &[Binding],
+    (rows, row_len, full): (usize, usize, usize),
+    (start, step, shared): (&str, &str, bool),
+    opts: &LowerOptions,
+) {
+    let outs: Vec<(usize, &Binding)> = bindings.iter().enumerate().filter(|(_, b)| b.output).collect();
+    let (full_outs, row_outs): (Vec<_>, Vec<_>) =
+        outs.into_iter().partition(|(_, b)| g.ty(b.node).shape.numel() == full && full != rows);
+    if !full_outs.is_empty() {
+        let _ = writeln!(main, "    for (var e = {start}; e < {row_len}u; e = e + {step}u) {{");
+        let _ = writeln!(main, "        let idx = fg_elem(row, e);");
+        for (k, b) in full_outs {
+            row_store(main, k, g.ty(b.node).dtype, "idx", &format!("e{}(idx)", b.node.index()), opts, "        ");
+        }
+        let _ = writeln!(main, "    }}");
+    }
+    if !row_outs.is_empty() {
+        let indent = if shared { "        " } else { "    " };
+        if shared {
+            let _ = writeln!(main, "    if (lid == 0u) {{");
+        }
+        for (k, b) in row_outs {
+            row_store(main, k, g.ty(b.node).dtype, "row", &format!("e{}(row)", b.node.index()), opts, indent);
+        }
+        if shared {
+            let _ = writeln!(main, "    }}");
         }
     }
 }
