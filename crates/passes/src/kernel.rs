@@ -72,7 +72,7 @@ pub fn make_kernel(g: &Graph, members: Vec<NodeId>, graph_outputs: &[NodeId], li
 }
 
 /// Partitions the nodes that `outputs` depend on into kernels, in a valid execution order:
-/// one per op with [`FusionMode::Off`], fused by [`crate::fuse`] with default options
+/// one per op with [`FusionMode::Off`], fused by [`crate::fuse()`] with default options
 /// otherwise.
 pub fn partition(g: &Graph, outputs: &[NodeId], mode: FusionMode) -> Result<Vec<Kernel>> {
     if mode == FusionMode::On {
