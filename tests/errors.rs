@@ -80,12 +80,8 @@ fn unknown_backend_is_typed() {
     // one, so it does not depend on the environment.
     let d = Device::new(&DeviceOptions { backend: Some(Backend::Gl), ..Default::default() });
     if let Ok(d) = d {
-        assert_eq!(d.info().backend, wgpu_backend_gl());
+        assert_eq!(d.info().backend, fusegraph::crates::runtime::WgpuBackend::Gl);
     }
-}
-
-fn wgpu_backend_gl() -> fusegraph::crates::runtime::WgpuBackend {
-    fusegraph::crates::runtime::WgpuBackend::Gl
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use fusegraph::crates::passes::testing;
 use fusegraph::crates::reference::{assert_close, evaluate};
-use fusegraph::{CompileOptions, DType, Device, DeviceOptions, FusionMode, GraphBuilder, HostTensor, RuntimeError};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor, RuntimeError};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -154,5 +154,4 @@ fn largest_batch_that_fits_is_a_planner_query() {
     let limited = CompileOptions { memory_limit: Some(limit), ..opts };
     assert!(device.compile(&g, &outs, &limited).is_ok());
     assert!(matches!(device.compile(&g1, &outs1, &limited), Err(RuntimeError::ResourceExhausted { .. })));
-    let _ = FusionMode::On;
 }

@@ -240,7 +240,7 @@ pub fn elementwise_expr(g: &Graph, id: NodeId, args: &[String]) -> String {
     let node = g.node(id);
     let ops = g.operands(id);
     match &node.op {
-        Op::Unary(u) => unary(*u, node.ty.dtype, &args[0]),
+        Op::Unary(u) => unary(*u, &args[0]),
         Op::Binary(b) => binary(*b, g.ty(ops[0]).dtype, &args[0], &args[1]),
         Op::Select => format!("select({}, {}, {})", args[2], args[1], args[0]),
         Op::Cast { to } => cast(g.ty(ops[0]).dtype, *to, &args[0]),
@@ -248,7 +248,7 @@ pub fn elementwise_expr(g: &Graph, id: NodeId, args: &[String]) -> String {
     }
 }
 
-fn unary(u: UnaryOp, dtype: DType, x: &str) -> String {
+fn unary(u: UnaryOp, x: &str) -> String {
     match u {
         UnaryOp::Neg => format!("-({x})"),
         UnaryOp::Abs => format!("abs({x})"),
@@ -265,10 +265,7 @@ fn unary(u: UnaryOp, dtype: DType, x: &str) -> String {
         UnaryOp::Cos => format!("cos({x})"),
         UnaryOp::Floor => format!("floor({x})"),
         UnaryOp::Ceil => format!("ceil({x})"),
-        UnaryOp::Sign => match dtype {
-            DType::I32 => format!("sign({x})"),
-            _ => format!("sign({x})"),
-        },
+        UnaryOp::Sign => format!("sign({x})"),
         UnaryOp::Not => format!("!({x})"),
     }
 }
