@@ -13,10 +13,12 @@
 //! softmax and layer norm, and large plain reductions).
 
 use crate::cost::{flops_per_element, is_data_movement, is_expensive, reads_per_operand_element, CostModel};
-use crate::kernel::{is_memory_leaf, make_kernel, regions, same_index_operands, Kernel, KernelKind};
-use crate::liveness::{intervals, peak_live_bytes};
+use crate::kernel::{is_memory_leaf, regions, same_index_operands, Kernel, KernelKind};
+use crate::liveness;
 use fusegraph_ir::{Graph, NodeId, Op, Result};
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 /// Knobs of the fusion pass.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -106,40 +108,267 @@ pub struct SiblingDecision {
     pub veto: Option<Veto>,
 }
 
+/// The groups being formed, and for each node the groups that compute it (a cheap producer
+/// may be duplicated into several). Changes are made in place and undone on a veto, so a
+/// decision costs what it touches rather than a copy of every group.
+struct Groups {
+    sets: Vec<BTreeSet<NodeId>>,
+    owner: BTreeMap<NodeId, BTreeSet<usize>>,
+    /// Each group's kernel as liveness sees it, kept until a change could alter it.
+    summaries: RefCell<Vec<Option<Summary>>>,
+}
+
+/// What liveness needs of a kernel: where it sits in graph order, what it stores and reads.
+#[derive(Clone)]
+struct Summary {
+    root: usize,
+    outputs: Vec<NodeId>,
+    inputs: Vec<NodeId>,
+}
+
+impl Groups {
+    fn singletons(nodes: &[NodeId]) -> Groups {
+        let sets = nodes.iter().map(|&n| BTreeSet::from([n])).collect();
+        let owner = nodes.iter().enumerate().map(|(i, &n)| (n, BTreeSet::from([i]))).collect();
+        Groups { sets, owner, summaries: RefCell::new(vec![None; nodes.len()]) }
+    }
+
+    /// Forgets the summaries that moving `n` (with `operands`) in or out of group `gi` can
+    /// change: `gi`'s, those of the other groups computing `n` (whether they store it depends
+    /// on where its users are computed), and those of groups computing an operand of `n`.
+    fn invalidate(&mut self, gi: usize, n: NodeId, operands: &[NodeId]) {
+        let s = self.summaries.get_mut();
+        s[gi] = None;
+        for o in std::iter::once(&n).chain(operands) {
+            for &k in self.owner.get(o).into_iter().flatten() {
+                s[k] = None;
+            }
+        }
+    }
+
+    fn insert(&mut self, gi: usize, n: NodeId, operands: &[NodeId]) {
+        self.invalidate(gi, n, operands);
+        self.sets[gi].insert(n);
+        self.owner.entry(n).or_default().insert(gi);
+    }
+
+    fn remove(&mut self, gi: usize, n: NodeId, operands: &[NodeId]) {
+        self.invalidate(gi, n, operands);
+        self.sets[gi].remove(&n);
+        if let Some(o) = self.owner.get_mut(&n) {
+            o.remove(&gi);
+        }
+    }
+
+    /// The groups that compute `n`.
+    fn of(&self, n: NodeId) -> impl Iterator<Item = usize> + '_ {
+        self.owner.get(&n).into_iter().flatten().copied()
+    }
+}
+
+/// Reachability for cycle checks, one bit set per node (indexed by position in graph order)
+/// holding its strict ancestors: a cycle check costs a few bit tests instead of a walk up
+/// the graph. Kept only up to [`Ancestors::MAX_NODES`] nodes (32 MiB); above that the checks
+/// walk the graph.
+struct Ancestors {
+    words: usize,
+    bits: Vec<u64>,
+}
+
+impl Ancestors {
+    const MAX_NODES: usize = 16_384;
+
+    fn new(order: &[NodeId], operands: &BTreeMap<NodeId, Vec<NodeId>>) -> Option<Ancestors> {
+        let n = order.len();
+        if n > Self::MAX_NODES {
+            return None;
+        }
+        let words = n.div_ceil(64);
+        let pos: BTreeMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let mut bits = vec![0u64; n * words];
+        for (i, node) in order.iter().enumerate() {
+            for o in &operands[node] {
+                let j = pos[o];
+                // Operands come earlier in graph order: row `j` is complete and before row `i`.
+                let (done, rest) = bits.split_at_mut(i * words);
+                let (src, dst) = (&done[j * words..(j + 1) * words], &mut rest[..words]);
+                for (d, s) in dst.iter_mut().zip(src) {
+                    *d |= s;
+                }
+                dst[j / 64] |= 1 << (j % 64);
+            }
+        }
+        Some(Ancestors { words, bits })
+    }
+
+    /// Whether the node at position `to` is a strict ancestor of the one at `from`.
+    fn contains(&self, from: usize, to: usize) -> bool {
+        self.bits[from * self.words + to / 64] & (1 << (to % 64)) != 0
+    }
+}
+
 struct Ctx<'a> {
     /// Cheap values computed from `full`/`iota` alone: inlined wherever used, never stored
     /// once fusion is done, so they do not count toward peak memory.
     const_like: BTreeSet<NodeId>,
     g: &'a Graph,
     outputs: &'a [NodeId],
-    live: BTreeSet<NodeId>,
+    output_set: BTreeSet<NodeId>,
     pos: BTreeMap<NodeId, usize>,
+    /// One past the largest node index (arrays indexed by node).
+    index_bound: usize,
+    /// Whether each node (by index) is an arena value ([`liveness::is_arena`]).
+    arena: Vec<bool>,
+    /// Strict ancestors of every reachable node, where the graph is small enough to hold them.
+    ancestors: Option<Ancestors>,
+    /// Operands and live users of every reachable node (the graph sorts edges on each call).
+    operands: BTreeMap<NodeId, Vec<NodeId>>,
+    users: BTreeMap<NodeId, Vec<NodeId>>,
     opts: &'a FusionOptions,
 }
 
+impl<'a> Ctx<'a> {
+    /// The context of fusing what `outputs` need, and those nodes in graph order.
+    fn new(g: &'a Graph, outputs: &'a [NodeId], opts: &'a FusionOptions) -> Result<(Ctx<'a>, Vec<NodeId>)> {
+        let order = g.reachable(outputs)?;
+        let operands: BTreeMap<NodeId, Vec<NodeId>> = order.iter().map(|&n| (n, g.operands(n))).collect();
+        let mut users: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
+        for (&n, ops) in &operands {
+            for &o in ops {
+                let us = users.entry(o).or_default();
+                if us.last() != Some(&n) {
+                    us.push(n);
+                }
+            }
+        }
+        let index_bound = order.iter().map(|n| n.index() + 1).max().unwrap_or(0);
+        let mut arena = vec![false; index_bound];
+        for &n in &order {
+            arena[n.index()] = liveness::is_arena(g, n);
+        }
+        let mut const_like = BTreeSet::new();
+        for &n in &order {
+            let op = &g.node(n).op;
+            if !is_memory_leaf(op) && !is_expensive(op) && operands[&n].iter().all(|o| const_like.contains(o)) {
+                const_like.insert(n);
+            }
+        }
+        let ctx = Ctx {
+            const_like,
+            g,
+            outputs,
+            output_set: outputs.iter().copied().collect(),
+            pos: order.iter().enumerate().map(|(i, &n)| (n, i)).collect(),
+            index_bound,
+            arena,
+            ancestors: Ancestors::new(&order, &operands),
+            operands,
+            users,
+            opts,
+        };
+        Ok((ctx, order))
+    }
+}
+
 impl Ctx<'_> {
-    fn peak(&self, groups: &[BTreeSet<NodeId>]) -> u64 {
-        let mut live = intervals(self.g, &self.kernels(groups), self.outputs);
-        live.retain(|n, _| !self.const_like.contains(n) || self.outputs.contains(n));
-        peak_live_bytes(&live)
+    /// The peak of live bytes of the kernels `groups` form, run in [`Ctx::order`]: what
+    /// [`liveness::intervals`] and [`liveness::peak_live_bytes`] give for those kernels, computed over arrays
+    /// indexed by node (this runs once per memory-relevant decision).
+    fn peak(&self, groups: &Groups) -> u64 {
+        let mut cache = groups.summaries.borrow_mut();
+        for (gi, gr) in groups.sets.iter().enumerate() {
+            if !gr.is_empty() && cache[gi].is_none() {
+                cache[gi] = Some(self.summary(gr, groups));
+            }
+        }
+        let ks: Vec<&Summary> = cache.iter().flatten().collect();
+        let order = self.order(&ks);
+        let last = order.len().saturating_sub(1);
+        const UNSEEN: usize = usize::MAX;
+        let mut start = vec![UNSEEN; self.index_bound];
+        let mut end = vec![0; self.index_bound];
+        let mut values = Vec::new();
+        for (step, &k) in order.iter().enumerate() {
+            for o in &ks[k].outputs {
+                if start[o.index()] == UNSEEN {
+                    (start[o.index()], end[o.index()]) = (step, step);
+                    values.push(*o);
+                }
+            }
+            for i in ks[k].inputs.iter().filter(|i| self.arena[i.index()]) {
+                if start[i.index()] == UNSEEN {
+                    (start[i.index()], end[i.index()]) = (0, step);
+                    values.push(*i);
+                }
+                end[i.index()] = end[i.index()].max(step);
+            }
+        }
+        for o in self.outputs.iter().filter(|o| self.arena[o.index()]) {
+            if start[o.index()] == UNSEEN {
+                start[o.index()] = 0;
+                values.push(*o);
+            }
+            end[o.index()] = last;
+        }
+        let mut delta = vec![0i64; order.len() + 2];
+        for v in values.into_iter().filter(|v| !self.const_like.contains(v) || self.output_set.contains(v)) {
+            let bytes = liveness::value_bytes(self.g, v) as i64;
+            delta[start[v.index()]] += bytes;
+            delta[end[v.index()] + 1] -= bytes;
+        }
+        let (mut cur, mut peak) = (0i64, 0i64);
+        for d in delta {
+            cur += d;
+            peak = peak.max(cur);
+        }
+        peak as u64
+    }
+
+    fn summary(&self, gr: &BTreeSet<NodeId>, groups: &Groups) -> Summary {
+        let root = gr.iter().map(|n| self.pos[n]).max().unwrap_or(0);
+        let mut members: Vec<NodeId> = gr.iter().copied().collect();
+        members.sort_by_key(|n| self.pos[n]);
+        let mut inputs = Vec::new();
+        let mut seen = BTreeSet::new();
+        for &m in &members {
+            for &o in self.operands(m) {
+                if !gr.contains(&o) && seen.insert(o) {
+                    inputs.push(o);
+                }
+            }
+        }
+        Summary { root, outputs: self.group_outputs(gr, groups), inputs }
     }
 
     fn users(&self, id: NodeId) -> Vec<NodeId> {
-        self.g.users(id).into_iter().filter(|u| self.live.contains(u)).collect()
+        self.users.get(&id).cloned().unwrap_or_default()
     }
 
-    fn group_outputs(&self, members: &BTreeSet<NodeId>, all: &[BTreeSet<NodeId>]) -> Vec<NodeId> {
+    /// Storage bindings of a kernel of `members` storing `outs`: its inputs plus outputs.
+    fn bindings(&self, members: &BTreeSet<NodeId>, outs: &[NodeId]) -> usize {
+        let inputs: BTreeSet<NodeId> =
+            members.iter().flat_map(|&m| self.operands(m).iter().copied()).filter(|o| !members.contains(o)).collect();
+        inputs.len() + outs.len()
+    }
+
+    fn operands(&self, id: NodeId) -> &[NodeId] {
+        self.operands.get(&id).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    fn group_outputs(&self, members: &BTreeSet<NodeId>, groups: &Groups) -> Vec<NodeId> {
         // A member is stored if it is a graph output or some user outside this group (in a
         // kernel that does not compute it itself) needs it.
         members
             .iter()
             .copied()
             .filter(|&m| {
-                self.outputs.contains(&m)
+                self.output_set.contains(&m)
                     || self
-                        .users(m)
-                        .iter()
-                        .any(|u| !members.contains(u) && all.iter().any(|gr| gr.contains(u) && !gr.contains(&m)))
+                        .users
+                        .get(&m)
+                        .into_iter()
+                        .flatten()
+                        .any(|&u| !members.contains(&u) && groups.of(u).any(|gi| !groups.sets[gi].contains(&m)))
             })
             .collect()
     }
@@ -169,7 +398,7 @@ impl Ctx<'_> {
             let mut total = 0.0;
             for u in self.users(n).into_iter().filter(|u| members.contains(u)) {
                 let same = same_index_operands(self.g, u).contains(&n);
-                for (p, o) in self.g.operands(u).into_iter().enumerate() {
+                for (p, &o) in self.operands(u).iter().enumerate() {
                     if o != n {
                         continue;
                     }
@@ -209,7 +438,7 @@ impl Ctx<'_> {
             if pred(n) {
                 return true;
             }
-            stack.extend(self.g.operands(n));
+            stack.extend_from_slice(self.operands(n));
         }
         false
     }
@@ -220,7 +449,7 @@ impl Ctx<'_> {
         order.sort_by_key(|n| self.pos[n]);
         let mut dep: BTreeSet<NodeId> = BTreeSet::new();
         for n in order {
-            if self.g.operands(n).iter().any(|o| roots.contains(o) || dep.contains(o)) {
+            if self.operands(n).iter().any(|o| roots.contains(o) || dep.contains(o)) {
                 dep.insert(n);
             }
         }
@@ -269,7 +498,7 @@ impl Ctx<'_> {
     }
 
     fn upstream(&self, members: &BTreeSet<NodeId>, from: NodeId, targets: &BTreeSet<NodeId>) -> bool {
-        let mut stack = self.g.operands(from);
+        let mut stack = self.operands(from).to_vec();
         let mut seen = BTreeSet::new();
         while let Some(n) = stack.pop() {
             if !members.contains(&n) || !seen.insert(n) {
@@ -278,7 +507,7 @@ impl Ctx<'_> {
             if targets.contains(&n) {
                 return true;
             }
-            stack.extend(self.g.operands(n));
+            stack.extend_from_slice(self.operands(n));
         }
         false
     }
@@ -346,124 +575,183 @@ impl Ctx<'_> {
     /// Whether putting `p` into `group` would make the group depend on itself: some operand
     /// of `p` outside the group is reachable from a member of the group.
     fn creates_cycle(&self, group: &BTreeSet<NodeId>, p: NodeId) -> bool {
-        let min = group.iter().map(|n| self.pos[n]).min().unwrap_or(0);
-        let mut stack: Vec<NodeId> = self.g.operands(p).into_iter().filter(|o| !group.contains(o)).collect();
+        let outside: Vec<NodeId> = self.operands(p).iter().copied().filter(|o| !group.contains(o)).collect();
+        self.reaches_any(outside, group)
+    }
+
+    /// Whether some member of `targets` is an operand, direct or not, of a node in `from`.
+    fn reaches_any(&self, from: Vec<NodeId>, targets: &BTreeSet<NodeId>) -> bool {
+        if let Some(anc) = &self.ancestors {
+            return from.iter().any(|&f| targets.iter().any(|&t| anc.contains(self.pos[&f], self.pos[&t])));
+        }
+        let min = targets.iter().map(|n| self.pos[n]).min().unwrap_or(0);
+        let mut stack: Vec<NodeId> = from.iter().flat_map(|&f| self.operands(f).iter().copied()).collect();
         let mut seen = BTreeSet::new();
         while let Some(n) = stack.pop() {
             if self.pos.get(&n).is_none_or(|&q| q < min) || !seen.insert(n) {
                 continue;
             }
-            if group.contains(&n) {
+            if targets.contains(&n) {
                 return true;
             }
-            stack.extend(self.g.operands(n));
+            stack.extend_from_slice(self.operands(n));
         }
         false
     }
 
-    fn kernels(&self, groups: &[BTreeSet<NodeId>]) -> Vec<Kernel> {
-        let groups: Vec<&BTreeSet<NodeId>> = groups.iter().filter(|g| !g.is_empty()).collect();
-        let owned: Vec<BTreeSet<NodeId>> = groups.iter().map(|g| (*g).clone()).collect();
-        let mut ks: Vec<(usize, Kernel)> = groups
-            .iter()
-            .map(|gr| {
-                let mut members: Vec<NodeId> = gr.iter().copied().collect();
-                members.sort_by_key(|n| self.pos[n]);
-                let outs = self.group_outputs(gr, &owned);
-                let kind = self.analyze(gr, &outs).unwrap_or(KernelKind::Loop);
-                let mut k = make_kernel(self.g, members, self.outputs, &self.live);
-                k.outputs = outs;
-                k.kind = kind;
-                let root = k.members.iter().map(|n| self.pos[n]).max().unwrap_or(0);
-                (root, k)
-            })
-            .collect();
-        // Kahn's algorithm over kernel dependencies, earliest root first.
-        ks.sort_by_key(|(r, _)| *r);
-        let mut done: BTreeSet<NodeId> = BTreeSet::new();
+    /// An execution order of kernels: Kahn's algorithm over their dependencies, the ready
+    /// kernel with the earliest root (last member in graph order) first.
+    fn order(&self, ks: &[&Summary]) -> Vec<usize> {
+        let mut by_root: Vec<usize> = (0..ks.len()).collect();
+        by_root.sort_by_key(|&i| ks[i].root);
+        // Usually every kernel's inputs are stored by kernels with earlier roots; then that
+        // order is the one Kahn's algorithm below would pick.
+        let mut stored = vec![false; self.index_bound];
+        let in_root_order = by_root.iter().all(|&i| {
+            let ready = ks[i].inputs.iter().all(|v| stored[v.index()] || is_memory_leaf(&self.g.node(*v).op));
+            for o in &ks[i].outputs {
+                stored[o.index()] = true;
+            }
+            ready
+        });
+        if in_root_order {
+            return by_root;
+        }
+        let mut rank = vec![0; ks.len()];
+        for (r, &i) in by_root.iter().enumerate() {
+            rank[i] = r;
+        }
+        // Each kernel waits for one producer of every stored input.
+        let mut waiting: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
+        let mut missing: Vec<usize> = vec![0; ks.len()];
+        for (i, k) in ks.iter().enumerate() {
+            for &v in k.inputs.iter().filter(|&&v| !is_memory_leaf(&self.g.node(v).op)) {
+                waiting.entry(v).or_default().push(i);
+                missing[i] += 1;
+            }
+        }
+        let mut ready: BinaryHeap<Reverse<usize>> =
+            (0..ks.len()).filter(|&i| missing[i] == 0).map(|i| Reverse(rank[i])).collect();
+        let mut taken = vec![false; ks.len()];
         let mut order = Vec::with_capacity(ks.len());
-        while !ks.is_empty() {
-            let ready = ks
-                .iter()
-                .position(|(_, k)| k.inputs.iter().all(|i| is_memory_leaf(&self.g.node(*i).op) || done.contains(i)))
-                .unwrap_or(0);
-            let (_, k) = ks.remove(ready);
-            done.extend(k.outputs.iter().copied());
-            order.push(k);
+        while order.len() < ks.len() {
+            // A kernel whose inputs no kernel produces cannot happen in a valid grouping; take
+            // the earliest remaining one rather than loop forever.
+            let i = match ready.pop() {
+                Some(Reverse(r)) if !taken[by_root[r]] => by_root[r],
+                Some(_) => continue,
+                None => *by_root.iter().find(|&&i| !taken[i]).expect("a kernel remains"),
+            };
+            taken[i] = true;
+            for o in &ks[i].outputs {
+                for w in waiting.remove(o).unwrap_or_default() {
+                    missing[w] -= 1;
+                    if missing[w] == 0 {
+                        ready.push(Reverse(rank[w]));
+                    }
+                }
+            }
+            order.push(i);
         }
         order
+    }
+
+    /// The kernels of `groups` in execution order ([`Ctx::order`]).
+    fn kernels(&self, groups: &Groups) -> Vec<Kernel> {
+        let sets: Vec<&BTreeSet<NodeId>> = groups.sets.iter().filter(|gr| !gr.is_empty()).collect();
+        let summaries: Vec<Summary> = sets.iter().map(|gr| self.summary(gr, groups)).collect();
+        let order = self.order(&summaries.iter().collect::<Vec<_>>());
+        order
+            .into_iter()
+            .map(|i| {
+                let mut members: Vec<NodeId> = sets[i].iter().copied().collect();
+                members.sort_by_key(|n| self.pos[n]);
+                let Summary { outputs, inputs, .. } = summaries[i].clone();
+                let kind = self.analyze(sets[i], &outputs).unwrap_or(KernelKind::Loop);
+                Kernel { kind, members, outputs, inputs }
+            })
+            .collect()
     }
 }
 
 /// Fuses the nodes `outputs` depend on into kernels.
 pub fn fuse(g: &Graph, outputs: &[NodeId], opts: &FusionOptions) -> Result<Fusion> {
-    let order = g.reachable(outputs)?;
-    let mut const_like = BTreeSet::new();
-    for &n in &order {
-        let op = &g.node(n).op;
-        if !is_memory_leaf(op) && !is_expensive(op) && g.operands(n).iter().all(|o| const_like.contains(o)) {
-            const_like.insert(n);
-        }
-    }
-    let ctx = Ctx {
-        const_like,
-        g,
-        outputs,
-        live: order.iter().copied().collect(),
-        pos: order.iter().enumerate().map(|(i, &n)| (n, i)).collect(),
-        opts,
-    };
+    let (ctx, order) = Ctx::new(g, outputs, opts)?;
     let compute: Vec<NodeId> = order.iter().copied().filter(|&n| !is_memory_leaf(&g.node(n).op)).collect();
-    let mut groups: Vec<BTreeSet<NodeId>> = compute.iter().map(|&n| BTreeSet::from([n])).collect();
+    let mut groups = Groups::singletons(&compute);
     let own: BTreeMap<NodeId, usize> = compute.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let mut log = Vec::new();
     let mut peak = if opts.memory_aware { ctx.peak(&groups) } else { 0 };
 
     for &p in compute.iter().rev() {
-        let veto = try_fuse(&ctx, &mut groups, &own, p, &mut peak);
+        let veto = try_fuse(&ctx, &mut groups, own[&p], p, &mut peak);
         log.push(Decision { producer: p, veto });
     }
     let siblings = merge_siblings(&ctx, &mut groups, &mut peak);
     Ok(Fusion { kernels: ctx.kernels(&groups), log, siblings })
 }
 
-fn try_fuse(
-    ctx: &Ctx,
-    groups: &mut [BTreeSet<NodeId>],
-    own: &BTreeMap<NodeId, usize>,
-    p: NodeId,
-    peak: &mut u64,
-) -> Option<Veto> {
+/// Tries to move producer `p` out of its own group `home` into every group that uses it;
+/// leaves `groups` unchanged and names the reason on a veto.
+fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u64) -> Option<Veto> {
     let g = ctx.g;
-    if ctx.outputs.contains(&p) {
+    if ctx.output_set.contains(&p) {
         return Some(Veto::GraphOutput);
     }
-    let users = ctx.users(p);
-    let targets: Vec<usize> =
-        (0..groups.len()).filter(|&i| i != own[&p] && users.iter().any(|u| groups[i].contains(u))).collect();
+    let targets: BTreeSet<usize> = ctx.users(p).into_iter().flat_map(|u| groups.of(u)).filter(|&i| i != home).collect();
     if targets.is_empty() {
         return Some(Veto::NoBenefit);
     }
     if is_expensive(&g.node(p).op) && targets.len() > 1 {
         return Some(Veto::DuplicatesExpensive);
     }
-    let mut candidate: Vec<BTreeSet<NodeId>> = groups.to_vec();
-    candidate[own[&p]].remove(&p);
-    for &t in &targets {
-        if ctx.creates_cycle(&groups[t], p) {
-            return Some(Veto::Cycle);
-        }
-        candidate[t].insert(p);
+    if targets.iter().any(|&t| ctx.creates_cycle(&groups.sets[t], p)) {
+        return Some(Veto::Cycle);
     }
-    let mut recompute = 0.0;
+    // Fusing `p` frees its buffer and keeps its operands alive until the consumers instead;
+    // when the operands held in memory are no larger than `p`, no step can rise, so the
+    // (whole-plan) peak need not be recomputed.
+    let held: u64 =
+        ctx.operands(p).iter().filter(|o| !ctx.const_like.contains(o)).map(|&o| g.ty(o).buffer_bytes() as u64).sum();
+    let check_peak = ctx.opts.memory_aware && held > g.ty(p).buffer_bytes() as u64;
+    if check_peak && *peak == u64::MAX {
+        *peak = ctx.peak(groups);
+    }
+    groups.remove(home, p, ctx.operands(p));
     for &t in &targets {
-        let outs = ctx.group_outputs(&candidate[t], &candidate);
-        let kind = match ctx.analyze(&candidate[t], &outs) {
+        groups.insert(t, p, ctx.operands(p));
+    }
+    let veto = judge_fusion(ctx, groups, &targets, p, check_peak, peak);
+    if veto.is_some() {
+        for &t in &targets {
+            groups.remove(t, p, ctx.operands(p));
+        }
+        groups.insert(home, p, ctx.operands(p));
+    }
+    veto
+}
+
+/// The verdict on `groups` with `p` just moved into `targets`: each target must still be one
+/// valid kernel within the binding limit, the cost model must see a gain, and (with
+/// `check_peak`) the plan's peak must not rise. Updates `peak` on acceptance.
+fn judge_fusion(
+    ctx: &Ctx,
+    groups: &Groups,
+    targets: &BTreeSet<usize>,
+    p: NodeId,
+    check_peak: bool,
+    peak: &mut u64,
+) -> Option<Veto> {
+    let g = ctx.g;
+    let mut recompute = 0.0;
+    for &t in targets {
+        let members = &groups.sets[t];
+        let outs = ctx.group_outputs(members, groups);
+        let kind = match ctx.analyze(members, &outs) {
             Ok(kind) => kind,
             Err(v) => return Some(v),
         };
-        let k = make_kernel(g, candidate[t].iter().copied().collect(), ctx.outputs, &ctx.live);
-        let needed = k.inputs.len() + outs.len();
+        let needed = ctx.bindings(members, &outs);
         if needed > ctx.opts.max_bindings {
             return Some(Veto::TooManyBindings { needed, limit: ctx.opts.max_bindings });
         }
@@ -472,14 +760,14 @@ fn try_fuse(
             // recomputed per element only until its reduction joins the kernel, which then
             // becomes a row kernel computing it once per row: judge it as that.
             KernelKind::Loop if per_row_of_reduction(g, p) => 1.0,
-            KernelKind::Loop => ctx.multiplicity(&candidate[t], &outs).get(&p).copied().unwrap_or(1.0),
+            KernelKind::Loop => ctx.multiplicity(members, &outs).get(&p).copied().unwrap_or(1.0),
             // A row kernel computes each reduction once per row and evaluates everything else
             // once per pass over the row: one pass per reduction plus the output pass.
             KernelKind::Row { .. } if matches!(g.node(p).op, Op::Reduce { .. }) => 1.0,
             // Per-row values (mean, rsqrt(var + eps)) are computed once per row.
             KernelKind::Row { ref shape, .. } if g.ty(p).shape.numel() < shape.iter().product::<usize>() => 1.0,
             KernelKind::Row { .. } => {
-                1.0 + candidate[t].iter().filter(|&&n| matches!(g.node(n).op, Op::Reduce { .. })).count() as f64
+                1.0 + members.iter().filter(|&&n| matches!(g.node(n).op, Op::Reduce { .. })).count() as f64
             }
         };
     }
@@ -487,7 +775,7 @@ fn try_fuse(
     // its arithmetic repeated where it is recomputed, and its operands read once per copy.
     let c = &ctx.opts.cost;
     let bytes = g.ty(p).buffer_bytes() as f64;
-    let operand_bytes: f64 = g.operands(p).iter().map(|&o| g.ty(o).buffer_bytes() as f64).sum();
+    let operand_bytes: f64 = ctx.operands(p).iter().map(|&o| g.ty(o).buffer_bytes() as f64).sum();
     let saved = c.dispatch_s + bytes * (1.0 + targets.len() as f64) / c.bandwidth;
     let extra_flops = (recompute - 1.0).max(0.0) * flops_per_element(g, p) * g.ty(p).shape.numel() as f64;
     let cached = if is_data_movement(&g.node(p).op) { 0.25 } else { 1.0 };
@@ -495,109 +783,124 @@ fn try_fuse(
     if saved <= extra {
         return Some(Veto::NoBenefit);
     }
-    // Fusing `p` frees its buffer and keeps its operands alive until the consumers instead;
-    // when the operands held in memory are no larger than `p`, no step can rise, so the
-    // (whole-plan) peak need not be recomputed.
-    let held: u64 =
-        g.operands(p).iter().filter(|&&o| !ctx.const_like.contains(&o)).map(|&o| g.ty(o).buffer_bytes() as u64).sum();
-    if !(ctx.opts.memory_aware && held > g.ty(p).buffer_bytes() as u64) {
+    if !check_peak {
         // The accepted fusion may lower the peak: recompute the baseline when next needed.
         *peak = u64::MAX;
-    } else {
-        if *peak == u64::MAX {
-            *peak = ctx.peak(groups);
-        }
-        let after = ctx.peak(&candidate);
-        // Rises within 1/64 of the peak are noise from tiny values (per-channel scales)
-        // changing their live ranges; the veto is for real rises, such as a cast fused
-        // into a late consumer that keeps the wide input alive.
-        if after > *peak + *peak / 64 {
-            return Some(Veto::PeakMemory { before: *peak, after });
-        }
-        *peak = after;
+        return None;
     }
-    groups.clone_from_slice(&candidate);
+    let after = ctx.peak(groups);
+    // Rises within 1/64 of the peak are noise from tiny values (per-channel scales) changing
+    // their live ranges; the veto is for real rises, such as a cast fused into a late
+    // consumer that keeps the wide input alive.
+    if after > *peak + *peak / 64 {
+        return Some(Veto::PeakMemory { before: *peak, after });
+    }
+    *peak = after;
     None
 }
 
 /// Sibling (multi-output) fusion: kernels that read a common value, or recompute a common
 /// producer, and do not depend on each other merge into one kernel when the result is still
 /// a valid kernel (for example two reductions of one input become one row kernel).
-fn merge_siblings(ctx: &Ctx, groups: &mut [BTreeSet<NodeId>], peak: &mut u64) -> Vec<SiblingDecision> {
+fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<SiblingDecision> {
     let mut decisions = Vec::new();
     let g = ctx.g;
     let inputs_of = |gr: &BTreeSet<NodeId>| -> BTreeSet<NodeId> {
-        gr.iter().flat_map(|&m| g.operands(m)).filter(|o| !gr.contains(o)).collect()
+        gr.iter().flat_map(|&m| ctx.operands(m).iter().copied()).filter(|o| !gr.contains(o)).collect()
     };
+    // Whether `b` reads (through any path) a value of `a`; nodes before `a`'s first member in
+    // graph order cannot lead there.
     let depends = |a: &BTreeSet<NodeId>, b: &BTreeSet<NodeId>| -> bool {
-        let mut stack: Vec<NodeId> = inputs_of(b).into_iter().collect();
-        let mut seen = BTreeSet::new();
-        while let Some(n) = stack.pop() {
-            if !seen.insert(n) {
-                continue;
-            }
-            if a.contains(&n) {
-                return true;
-            }
-            stack.extend(g.operands(n));
-        }
-        false
+        let inputs = inputs_of(b);
+        inputs.iter().any(|x| a.contains(x)) || ctx.reaches_any(inputs.into_iter().collect(), a)
     };
+    // Contraction kernels lower to a tiled kernel with one output; merging two (q, k, v
+    // projections of one input) would lose that.
+    let contraction =
+        |gr: &BTreeSet<NodeId>| gr.iter().any(|&m| matches!(g.node(m).op, Op::MatMul | Op::Conv2d { .. }));
     let mut changed = true;
     while changed {
         changed = false;
-        for i in 0..groups.len() {
-            for j in i + 1..groups.len() {
-                if groups[i].is_empty() || groups[j].is_empty() {
-                    continue;
+        for i in 0..groups.sets.len() {
+            let mut j = i;
+            loop {
+                if groups.sets[i].is_empty() || contraction(&groups.sets[i]) {
+                    break;
                 }
-                let (ii, ij) = (inputs_of(&groups[i]), inputs_of(&groups[j]));
-                let shared = groups[i].iter().any(|m| groups[j].contains(m)) || ii.iter().any(|x| ij.contains(x));
-                // Contraction kernels lower to a tiled kernel with one output; merging two
-                // (q, k, v projections of one input) would lose that.
-                let contraction =
-                    |gr: &BTreeSet<NodeId>| gr.iter().any(|&m| matches!(g.node(m).op, Op::MatMul | Op::Conv2d { .. }));
-                if !shared || contraction(&groups[i]) || contraction(&groups[j]) {
-                    continue;
-                }
-                let (a, b) = (*groups[i].first().expect("non-empty"), *groups[j].first().expect("non-empty"));
+                // Groups that compute a member of `i` or read one of its inputs: the only
+                // candidates for sharing something with it.
+                let ii = inputs_of(&groups.sets[i]);
+                let near: BTreeSet<usize> = groups.sets[i]
+                    .iter()
+                    .flat_map(|&m| groups.of(m))
+                    .chain(ii.iter().flat_map(|&x| ctx.users(x)).flat_map(|u| groups.of(u)))
+                    .filter(|&k| k > j)
+                    .collect();
+                let Some(&next) = near.iter().find(|&&k| {
+                    let gk = &groups.sets[k];
+                    !gk.is_empty()
+                        && !contraction(gk)
+                        && (groups.sets[i].iter().any(|m| gk.contains(m))
+                            || inputs_of(gk).iter().any(|x| ii.contains(x)))
+                }) else {
+                    break;
+                };
+                j = next;
+                let (a, b) = (*groups.sets[i].first().expect("non-empty"), *groups.sets[j].first().expect("non-empty"));
                 let mut decide = |veto: Option<Veto>| decisions.push(SiblingDecision { a, b, veto });
-                if depends(&groups[i], &groups[j]) || depends(&groups[j], &groups[i]) {
+                if depends(&groups.sets[i], &groups.sets[j]) || depends(&groups.sets[j], &groups.sets[i]) {
                     decide(Some(Veto::Cycle));
                     continue;
                 }
-                let mut candidate = groups.to_vec();
-                let moved = std::mem::take(&mut candidate[j]);
-                candidate[i].extend(moved);
-                let outs = ctx.group_outputs(&candidate[i], &candidate);
-                if let Err(v) = ctx.analyze(&candidate[i], &outs) {
-                    decide(Some(v));
-                    continue;
+                if ctx.opts.memory_aware && *peak == u64::MAX {
+                    *peak = ctx.peak(groups);
                 }
-                let k = make_kernel(g, candidate[i].iter().copied().collect(), ctx.outputs, &ctx.live);
-                let needed = k.inputs.len() + outs.len();
-                if needed > ctx.opts.max_bindings {
-                    decide(Some(Veto::TooManyBindings { needed, limit: ctx.opts.max_bindings }));
-                    continue;
+                let moved: Vec<NodeId> = groups.sets[j].iter().copied().collect();
+                let added: Vec<NodeId> = moved.iter().copied().filter(|m| !groups.sets[i].contains(m)).collect();
+                for &m in &moved {
+                    groups.remove(j, m, ctx.operands(m));
                 }
-                if ctx.opts.memory_aware {
-                    if *peak == u64::MAX {
-                        *peak = ctx.peak(groups);
+                for &m in &added {
+                    groups.insert(i, m, ctx.operands(m));
+                }
+                let veto = judge_merge(ctx, groups, i, peak);
+                if veto.is_some() {
+                    for &m in &added {
+                        groups.remove(i, m, ctx.operands(m));
                     }
-                    let after = ctx.peak(&candidate);
-                    if after > *peak + *peak / 64 {
-                        decide(Some(Veto::PeakMemory { before: *peak, after }));
-                        continue;
+                    for &m in &moved {
+                        groups.insert(j, m, ctx.operands(m));
                     }
-                    *peak = after.max(*peak);
+                } else {
+                    changed = true;
                 }
-                decide(None);
-                groups.clone_from_slice(&candidate);
-                changed = true;
+                decide(veto);
             }
         }
     }
     decisions
+}
+
+/// The verdict on group `i` just grown by a sibling: one valid kernel within the binding
+/// limit, and no rise of the plan's peak. Updates `peak` on acceptance.
+fn judge_merge(ctx: &Ctx, groups: &Groups, i: usize, peak: &mut u64) -> Option<Veto> {
+    let members = &groups.sets[i];
+    let outs = ctx.group_outputs(members, groups);
+    if let Err(v) = ctx.analyze(members, &outs) {
+        return Some(v);
+    }
+    let needed = ctx.bindings(members, &outs);
+    if needed > ctx.opts.max_bindings {
+        return Some(Veto::TooManyBindings { needed, limit: ctx.opts.max_bindings });
+    }
+    if ctx.opts.memory_aware {
+        let after = ctx.peak(groups);
+        if after > *peak + *peak / 64 {
+            return Some(Veto::PeakMemory { before: *peak, after });
+        }
+        *peak = after.max(*peak);
+    }
+    None
 }
 
 /// Whether `p` is a cheap value computed (through elementwise ops, reshapes and broadcasts)
@@ -618,4 +921,34 @@ fn per_row_of_reduction(g: &Graph, p: NodeId) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{random_graph, XorShift};
+
+    #[test]
+    fn ancestor_bits_agree_with_walking_the_graph() {
+        let mut rng = XorShift::new(3);
+        let opts = FusionOptions::default();
+        let (mut reached, mut checks) = (0, 0);
+        for _ in 0..20 {
+            let (g, outs) = random_graph(&mut rng, 60);
+            let (with, order) = Ctx::new(&g, &outs, &opts).expect("valid graph");
+            let (mut walking, _) = Ctx::new(&g, &outs, &opts).expect("valid graph");
+            assert!(with.ancestors.is_some());
+            walking.ancestors = None;
+            for _ in 0..200 {
+                let from = vec![order[rng.below(order.len())]];
+                let targets: BTreeSet<NodeId> = (0..2).map(|_| order[rng.below(order.len())]).collect();
+                let r = with.reaches_any(from.clone(), &targets);
+                assert_eq!(r, walking.reaches_any(from, &targets));
+                reached += r as usize;
+                checks += 1;
+            }
+        }
+        // Both answers occur, so the agreement means something.
+        assert!(reached > checks / 10 && reached < checks * 9 / 10, "{reached} of {checks}");
+    }
 }
