@@ -28,7 +28,8 @@ pub use fusegraph_ir::{
     NodeId, Op, PoolKind, ReduceKind, Shape, Tensor, TensorType, UnaryOp,
 };
 pub use fusegraph_runtime::{
-    Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FusionMode, KernelStats, RuntimeError,
+    Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FusionMode, GemmShape, KernelStats,
+    MatmulTiling, RuntimeError, TunedTiling,
 };
 
 /// The crates behind the facade, for users who need their full APIs.

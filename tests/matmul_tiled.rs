@@ -8,7 +8,7 @@ use common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
 use fusegraph::crates::wgsl::{lower, lower_with, validate, LowerOptions, Strategy};
-use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor, MatmulTiling};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -71,7 +71,7 @@ fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
                 for f16_native in [false, true] {
                     for cpu in [false, true] {
                         let opts = LowerOptions { f16_native, cpu };
-                        for strategy in [Strategy::default(), Strategy { tiled_matmul: false }] {
+                        for strategy in [Strategy::default(), Strategy { tiled_matmul: false, ..Default::default() }] {
                             let src = lower_with(&case.graph, k, &opts, &strategy);
                             if let Err(e) = validate(&src.wgsl) {
                                 panic!("{} kernel {} ({opts:?}, {strategy:?}): {e}", case.name, src.label);
@@ -93,6 +93,63 @@ fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
 }
 
 #[test]
+fn every_candidate_tiling_validates() {
+    let mut shaders = 0;
+    for case in sweep(&[DType::F32, DType::F16, DType::I32]) {
+        // The f16 storage form only matters for f16.
+        let f16 = case.graph.ty(case.outputs[0]).dtype == DType::F16;
+        for k in &partition(&case.graph, &case.outputs, FusionMode::On).unwrap() {
+            for f16_native in if f16 { vec![false, true] } else { vec![true] } {
+                let opts = LowerOptions { f16_native, cpu: true };
+                for tiling in MatmulTiling::CANDIDATES {
+                    let strategy = Strategy { matmul_tiling: Some(tiling), ..Default::default() };
+                    let src = lower_with(&case.graph, k, &opts, &strategy);
+                    if let Err(e) = validate(&src.wgsl) {
+                        panic!("{} kernel {} ({opts:?}, {tiling}): {e}", case.name, src.label);
+                    }
+                    shaders += src.wgsl.contains(TILED) as usize;
+                }
+            }
+        }
+    }
+    assert!(shaders > 400, "only {shaders} tiled shaders validated");
+}
+
+/// Each candidate an autotuner may pick computes what the reference does, over the sweep of
+/// ragged, batched, transposed and fused shapes (f32; f16 and i32 plain).
+#[test]
+fn every_candidate_tiling_matches_the_reference() {
+    let device = Device::shared().expect("a device");
+    let cases: Vec<Case> = sweep(&[DType::F32])
+        .into_iter()
+        .chain(
+            SHAPES
+                .iter()
+                .flat_map(|&s| [case(DType::F16, s, false, false, false), case(DType::I32, s, false, false, false)]),
+        )
+        .collect();
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for tiling in MatmulTiling::CANDIDATES {
+        let opts = CompileOptions { matmul_tiling: Some(tiling), ..Default::default() };
+        for case in &cases {
+            let n = case.graph.ty(case.outputs[0]).shape.dims().last().copied().unwrap();
+            let packed_odd = case.graph.ty(case.outputs[0]).dtype == DType::F16 && !device.f16_native() && n % 2 == 1;
+            if packed_odd {
+                continue;
+            }
+            ran += 1;
+            if let Err(e) = check_with(&device, case, &opts) {
+                failures.push(format!("{} [{tiling}]: {e}", case.name));
+            }
+        }
+    }
+    eprintln!("{ran} device checks, {} failed", failures.len());
+    assert!(ran >= 6 * 25, "only {ran} checks");
+    assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
 fn tiled_kernel_workgroups_cover_every_tile_of_every_batch_entry() {
     // (shape, workgroups for batch 2×3, whether 8×8 blocks per invocation are used)
     for (shape, workgroups, large) in [((65, 17, 129), 6 * 2 * 3, false), ((130, 40, 258), 6 * 2 * 3, true)] {
@@ -109,9 +166,19 @@ fn tiled_kernel_workgroups_cover_every_tile_of_every_batch_entry() {
 }
 
 fn check(device: &Arc<Device>, case: &Case) -> Result<(), String> {
+    check_with(device, case, &CompileOptions::default())
+}
+
+fn check_with(device: &Arc<Device>, case: &Case, opts: &CompileOptions) -> Result<(), String> {
     let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
     let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).map_err(|e| format!("reference: {e}"))?;
-    let exe = device.compile(&case.graph, &case.outputs, &CompileOptions::default()).map_err(|e| format!("{e}"))?;
+    let exe = device.compile(&case.graph, &case.outputs, opts).map_err(|e| format!("{e}"))?;
+    if let Some(forced) = opts.matmul_tiling {
+        let used: Vec<_> = exe.stats().kernels.iter().filter_map(|k| k.matmul_tiling).collect();
+        if used.is_empty() || used.iter().any(|&t| t != forced) {
+            return Err(format!("tilings {used:?}, forced {forced}"));
+        }
+    }
     let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
     for (g, w) in got.iter().zip(&want) {

@@ -9,7 +9,9 @@ use fusegraph_ir::{DType, GraphBuilder, HostTensor, NodeId};
 use fusegraph_passes::cost::CostModel;
 use std::sync::Arc;
 
-fn cache_path(device: &Device) -> Option<std::path::PathBuf> {
+/// `~/.cache/fusegraph/{stem}-{adapter, backend and driver}.txt` (or under
+/// `$XDG_CACHE_HOME`): where measurements of this adapter are kept between runs.
+pub(crate) fn cache_file(device: &Device, stem: &str) -> Option<std::path::PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
@@ -18,7 +20,11 @@ fn cache_path(device: &Device) -> Option<std::path::PathBuf> {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    Some(base.join("fusegraph").join(format!("cost-v1-{key}.txt")))
+    Some(base.join("fusegraph").join(format!("{stem}-{key}.txt")))
+}
+
+fn cache_path(device: &Device) -> Option<std::path::PathBuf> {
+    cache_file(device, "cost-v1")
 }
 
 fn parse(text: &str) -> Option<CostModel> {

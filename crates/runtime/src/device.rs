@@ -55,6 +55,11 @@ pub struct DeviceOptions {
     /// every executable, plus cached buffers), like TensorFlow's `memory_limit`. `None` is
     /// growth mode: allocate on demand.
     pub memory_limit: Option<u64>,
+    /// Time the tiled matmul's candidate tilings per shape class and keep the fastest
+    /// (cached on disk per adapter and driver). `None` reads `FUSEGRAPH_AUTOTUNE` (`off`, `0`
+    /// or `false` turn it off) and is on otherwise; off, every kernel takes the default
+    /// tiling for its shape, for reproducible runs.
+    pub autotune: Option<bool>,
 }
 
 type PipelineEntry = Arc<(wgpu::ComputePipeline, wgpu::BindGroupLayout)>;
@@ -70,6 +75,8 @@ pub struct Device {
     pipelines: Mutex<HashMap<String, PipelineEntry>>,
     pub(crate) pool: crate::memory::Pool,
     pub(crate) cost: std::sync::OnceLock<fusegraph_passes::cost::CostModel>,
+    pub(crate) autotune: bool,
+    pub(crate) tuner: Mutex<crate::autotune::Tuner>,
 }
 
 impl std::fmt::Debug for Device {
@@ -151,6 +158,10 @@ impl Device {
             pipelines: Mutex::new(HashMap::new()),
             pool: crate::memory::Pool::new(opts.memory_limit),
             cost: std::sync::OnceLock::new(),
+            autotune: opts.autotune.unwrap_or_else(|| {
+                !std::env::var("FUSEGRAPH_AUTOTUNE").is_ok_and(|v| matches!(v.trim(), "off" | "0" | "false"))
+            }),
+            tuner: Mutex::new(Default::default()),
         })
     }
 

@@ -6,7 +6,7 @@ use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
 use fusegraph_passes::{
     plan_summary_within, plan_within, FusionMode, Location, MemoryPlan, PlanOptions, PlanSummary, Region,
 };
-use fusegraph_wgsl::{lower_with, LowerOptions, Strategy};
+use fusegraph_wgsl::{gemm_shape, lower_with, LowerOptions, MatmulTiling, Strategy};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -34,6 +34,9 @@ pub struct CompileOptions {
     /// computed in that run (a training step's new weights and optimizer state). The copy
     /// happens on the device, after every kernel, in the same submit.
     pub updates: Vec<(String, NodeId)>,
+    /// Force this tiling on every tiled matmul kernel (experiments, tests of each
+    /// candidate); `None` takes the device's autotuned choice, or the default for the shape.
+    pub matmul_tiling: Option<MatmulTiling>,
 }
 
 impl Default for CompileOptions {
@@ -47,6 +50,7 @@ impl Default for CompileOptions {
             updates: vec![],
             mixed_precision: false,
             calibrating: false,
+            matmul_tiling: None,
         }
     }
 }
@@ -95,6 +99,9 @@ pub struct KernelStats {
     pub bytes_moved: u64,
     /// Workgroups dispatched `(x, y, z)`.
     pub workgroups: [u32; 3],
+    /// The tiling of a tiled matmul kernel (forced, autotuned or the default for its shape);
+    /// `None` for every other kernel.
+    pub matmul_tiling: Option<MatmulTiling>,
 }
 
 /// Introspection of a compiled executable.
@@ -294,8 +301,28 @@ impl Device {
         let lower_opts =
             LowerOptions { f16_native: self.f16_native(), cpu: self.info().device_type == wgpu::DeviceType::Cpu };
         // FUSEGRAPH_NAIVE_MATMUL=1: the naive matmul lowering (for comparisons).
-        let strategy = Strategy { tiled_matmul: !std::env::var("FUSEGRAPH_NAIVE_MATMUL").is_ok_and(|v| v == "1") };
-        let sources: Vec<_> = kernels.iter().map(|k| lower_with(graph, k, &lower_opts, &strategy)).collect();
+        let strategy = Strategy {
+            tiled_matmul: !std::env::var("FUSEGRAPH_NAIVE_MATMUL").is_ok_and(|v| v == "1"),
+            ..Default::default()
+        };
+        // Each tiled matmul kernel takes the forced tiling, else the tuned one for its shape
+        // class, else the default for its shape.
+        let tilings: Vec<Option<MatmulTiling>> = kernels
+            .iter()
+            .map(|k| {
+                let (shape, dtype) = gemm_shape(graph, k, &lower_opts).filter(|_| strategy.tiled_matmul)?;
+                Some(
+                    opts.matmul_tiling
+                        .or_else(|| self.tuned_tiling(&shape, dtype))
+                        .unwrap_or(MatmulTiling::default_for(shape.m, shape.n)),
+                )
+            })
+            .collect();
+        let sources: Vec<_> = kernels
+            .iter()
+            .zip(&tilings)
+            .map(|(k, &matmul_tiling)| lower_with(graph, k, &lower_opts, &Strategy { matmul_tiling, ..strategy }))
+            .collect();
         for s in &sources {
             if s.bindings.len() > limits.max_storage_buffers_per_shader_stage as usize {
                 return Err(RuntimeError::TooManyBindings {
@@ -370,7 +397,7 @@ impl Device {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut compiled = Vec::new();
         let mut kstats = Vec::new();
-        for (k, src) in kernels.iter().zip(&sources) {
+        for ((k, src), &matmul_tiling) in kernels.iter().zip(&sources).zip(&tilings) {
             let pipeline = self.pipeline(&src.wgsl, src.bindings.len(), &src.label)?;
             let entries: Vec<wgpu::BindGroupEntry> = src
                 .bindings
@@ -407,7 +434,13 @@ impl Device {
             }
             let workgroups = [x as u32, y as u32, 1];
             let bytes_moved = src.bindings.iter().map(|b| plan.locations[&b.node].size).sum();
-            kstats.push(KernelStats { label: src.label.clone(), members: k.members.clone(), bytes_moved, workgroups });
+            kstats.push(KernelStats {
+                label: src.label.clone(),
+                members: k.members.clone(),
+                bytes_moved,
+                workgroups,
+                matmul_tiling,
+            });
             compiled.push(CompiledKernel { pipeline, bind_group, workgroups });
         }
         if let Some(e) = pollster::block_on(scope.pop()) {

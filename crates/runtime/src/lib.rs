@@ -7,15 +7,18 @@
 
 #![warn(missing_docs)]
 
+mod autotune;
 mod calibrate;
 mod device;
 mod error;
 mod executable;
 mod memory;
 
+pub use autotune::{TunedTiling, MAX_TIMED_MACS, MIN_TUNED_MACS};
 pub use device::{Backend, Device, DeviceOptions};
 pub use error::{Result, RuntimeError};
 pub use executable::{CompileOptions, Executable, ExecutableStats, KernelStats, Timing};
 pub use fusegraph_passes::FusionMode;
+pub use fusegraph_wgsl::{GemmShape, MatmulTiling};
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;

@@ -19,4 +19,5 @@ mod validate;
 mod writer;
 
 pub use lower::{lower, lower_with, Binding, KernelSource, LowerOptions, Strategy, WORKGROUP_SIZE};
+pub use matmul::{gemm_shape, GemmShape, MatmulTiling};
 pub use validate::{validate, ValidateError};

@@ -1,6 +1,7 @@
 //! Assembles one kernel's shader: bindings, load functions, element functions, `main`.
 
 use crate::body::{combine, elementwise_expr, reduce_identity, write_body};
+use crate::matmul::MatmulTiling;
 use crate::writer::{ravel, unravel, vty};
 use fusegraph_ir::{DType, Graph, NodeId, Op, ReduceKind};
 use fusegraph_passes::kernel::{regions, same_index_operands};
@@ -66,11 +67,14 @@ pub struct Strategy {
     /// kernel (workgroup tiles staged in workgroup memory); otherwise one invocation per output
     /// element loops over `k` (the naive lowering, kept for comparisons).
     pub tiled_matmul: bool,
+    /// The tiling of a tiled matmul kernel (an autotuner's choice); `None` (or a tiling that
+    /// is not [`MatmulTiling::is_valid`]) picks [`MatmulTiling::default_for`] its shape.
+    pub matmul_tiling: Option<MatmulTiling>,
 }
 
 impl Default for Strategy {
     fn default() -> Self {
-        Strategy { tiled_matmul: true }
+        Strategy { tiled_matmul: true, matmul_tiling: None }
     }
 }
 
@@ -149,7 +153,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     }
     let (main, workgroups) = match &kernel.kind {
         KernelKind::Loop => match &tiled {
-            Some(t) => crate::matmul::tiled_main(g, &bindings, t, &regs, opts, &mut body),
+            Some(t) => crate::matmul::tiled_main(g, &bindings, t, &regs, opts, strategy.matmul_tiling, &mut body),
             None => loop_main(g, &bindings, opts),
         },
         KernelKind::Row { shape, axes } => {

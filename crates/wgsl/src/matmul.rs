@@ -28,32 +28,128 @@ use std::fmt::Write;
 
 /// The shape of a tiling: a `gx`×`gy` grid of invocations, each computing a `bm`×`bn` block
 /// (multiples of 4) of the workgroup's `gy·bm`×`gx·bn` output tile, stepping over `k` by `tk`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Geometry {
-    gx: usize,
-    gy: usize,
-    bm: usize,
-    bn: usize,
-    tk: usize,
+/// [`MatmulTiling::CANDIDATES`] are the tilings an autotuner chooses among;
+/// [`MatmulTiling::default_for`] is the choice without measuring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MatmulTiling {
+    /// Invocations along the output's columns.
+    pub gx: usize,
+    /// Invocations along the output's rows.
+    pub gy: usize,
+    /// Rows of each invocation's block.
+    pub bm: usize,
+    /// Columns of each invocation's block.
+    pub bn: usize,
+    /// The `k` slice staged in workgroup memory per step.
+    pub tk: usize,
 }
 
 /// 64×64 tiles, 4×4 per invocation: 2 × 64 × 32 × 4 bytes = 16 KiB of workgroup storage,
 /// WebGPU's default limit.
-const SMALL: Geometry = Geometry { gx: 16, gy: 16, bm: 4, bn: 4, tk: 32 };
+const SMALL: MatmulTiling = MatmulTiling { gx: 16, gy: 16, bm: 4, bn: 4, tk: 32 };
 /// 128×128 tiles, 8×8 per invocation (2 × 128 × 16 × 4 bytes = 16 KiB): half the workgroup
 /// loads per multiply-add of [`SMALL`]; about 1.5× faster on lavapipe at 1024³, where every
 /// workgroup-memory load is a loop over the SIMD lanes.
-const LARGE: Geometry = Geometry { gx: 16, gy: 16, bm: 8, bn: 8, tk: 16 };
+const LARGE: MatmulTiling = MatmulTiling { gx: 16, gy: 16, bm: 8, bn: 8, tk: 16 };
 
-impl Geometry {
-    /// [`LARGE`] where both `m` and `n` fill its tiles, else [`SMALL`] (less padding).
-    fn for_shape(m: usize, n: usize) -> Geometry {
+impl MatmulTiling {
+    /// The tilings an autotuner times: [`SMALL`] and [`LARGE`]; 64×64 tiles of 8×8 blocks
+    /// by 64 invocations; 64×128 tiles by 128 invocations; 32×32 tiles of 4×4 blocks with a
+    /// 64-deep `k` slice (small matrices, batched attention); and 16×64 tiles (few rows).
+    pub const CANDIDATES: [MatmulTiling; 6] = [
+        SMALL,
+        LARGE,
+        MatmulTiling { gx: 8, gy: 8, bm: 8, bn: 8, tk: 32 },
+        MatmulTiling { gx: 16, gy: 8, bm: 8, bn: 8, tk: 16 },
+        MatmulTiling { gx: 8, gy: 8, bm: 4, bn: 4, tk: 64 },
+        MatmulTiling { gx: 16, gy: 4, bm: 4, bn: 4, tk: 32 },
+    ];
+
+    /// The untuned choice: [`LARGE`] where both `m` and `n` fill its tiles, else [`SMALL`]
+    /// (less padding).
+    pub fn default_for(m: usize, n: usize) -> MatmulTiling {
         if m >= 128 && n >= 128 {
             LARGE
         } else {
             SMALL
         }
     }
+
+    /// Rows × columns of the workgroup's output tile.
+    pub fn tile(&self) -> (usize, usize) {
+        (self.gy * self.bm, self.gx * self.bn)
+    }
+
+    /// Whether the lowering can use it: vec4 blocks, at most 256 invocations, every
+    /// invocation loading the same number of vec4s of each tile, and both tiles within
+    /// WebGPU's default 16 KiB of workgroup storage.
+    pub fn is_valid(&self) -> bool {
+        let (tm, tn) = self.tile();
+        let wgs = self.gx * self.gy;
+        self.bm.is_multiple_of(4)
+            && self.bn.is_multiple_of(4)
+            && self.bm > 0
+            && self.bn > 0
+            && self.tk > 0
+            && (1..=256).contains(&wgs)
+            && (tm * self.tk / 4).is_multiple_of(wgs)
+            && (self.tk * tn / 4).is_multiple_of(wgs)
+            && (tm + tn) * self.tk * 4 <= 16384
+    }
+}
+
+impl std::fmt::Display for MatmulTiling {
+    /// `gx×gy/bm×bn/tk`, e.g. `16x16/8x8/16`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}/{}x{}/{}", self.gx, self.gy, self.bm, self.bn, self.tk)
+    }
+}
+
+impl std::str::FromStr for MatmulTiling {
+    type Err = String;
+
+    /// Parses the [`Display`](std::fmt::Display) form; rejects tilings that are not
+    /// [`MatmulTiling::is_valid`].
+    fn from_str(s: &str) -> Result<Self, String> {
+        let v: Vec<usize> =
+            s.split(['x', '/']).map(|t| t.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|e| {
+                format!("matmul tiling `{s}`: {e} (expected gx x gy / bm x bn / tk, such as 16x16/8x8/16)")
+            })?;
+        let [gx, gy, bm, bn, tk] = v[..] else {
+            return Err(format!("matmul tiling `{s}`: expected five numbers gx x gy / bm x bn / tk"));
+        };
+        let t = MatmulTiling { gx, gy, bm, bn, tk };
+        if !t.is_valid() {
+            return Err(format!("matmul tiling `{s}` is not usable (vec4 blocks, ≤ 256 invocations, ≤ 16 KiB)"));
+        }
+        Ok(t)
+    }
+}
+
+/// The problem a tiled kernel solves: `batch` products of `m`×`k` by `k`×`n` (a convolution
+/// as its implicit GEMM per image).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GemmShape {
+    /// Independent products (batch entries, images).
+    pub batch: usize,
+    /// Rows of the result.
+    pub m: usize,
+    /// Columns of the result.
+    pub n: usize,
+    /// The contracted length.
+    pub k: usize,
+}
+
+/// The GEMM that `kernel` computes if it takes the tiled lowering under `opts`, with its
+/// element type; `None` for every other kernel.
+pub fn gemm_shape(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Option<(GemmShape, fusegraph_ir::DType)> {
+    if kernel.kind != fusegraph_passes::KernelKind::Loop {
+        return None;
+    }
+    let regs = fusegraph_passes::kernel::regions(g, kernel);
+    let p = plan(g, kernel, &regs, opts)?;
+    let (batch, m, n, k) = gemm_dims(g, p.matmul);
+    Some((GemmShape { batch, m, n, k }, g.ty(p.matmul).dtype))
 }
 
 /// What the tiled lowering of a kernel needs: the matmul and the output it feeds.
@@ -89,12 +185,14 @@ pub fn plan(g: &Graph, kernel: &Kernel, regions: &[(NodeId, Vec<NodeId>)], opts:
 
 /// Writes `eO_acc` and the workgroup tiles into `body` and returns `main` and the number of
 /// workgroups (one per output tile per batch entry).
+#[allow(clippy::too_many_arguments)]
 pub fn tiled_main(
     g: &Graph,
     bindings: &[Binding],
     plan: &TiledPlan,
     regions: &[(NodeId, Vec<NodeId>)],
     opts: &LowerOptions,
+    tiling: Option<MatmulTiling>,
     body: &mut String,
 ) -> (String, u64) {
     let TiledPlan { matmul: mm, output } = *plan;
@@ -110,7 +208,8 @@ pub fn tiled_main(
     let (ld, rd) = (g.ty(lhs).shape.dims(), g.ty(rhs).shape.dims());
     let dims = g.ty(mm).shape.dims();
     let rank = dims.len();
-    let Geometry { gx, gy, bm, bn, tk } = Geometry::for_shape(m, n);
+    let MatmulTiling { gx, gy, bm, bn, tk } =
+        tiling.filter(MatmulTiling::is_valid).unwrap_or(MatmulTiling::default_for(m, n));
     let (tm, tn, wgs) = (gy * bm, gx * bn, gx * gy);
     let (tiles_m, tiles_n) = (m.div_ceil(tm), n.div_ceil(tn));
     let workgroups = (batch * tiles_m * tiles_n) as u64;
@@ -299,19 +398,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn geometries_fit_the_loops_and_webgpu_limits() {
-        for geo in [SMALL, LARGE] {
-            let Geometry { gx, gy, bm, bn, tk } = geo;
-            let (tm, tn, wgs) = (gy * bm, gx * bn, gx * gy);
-            assert_eq!(wgs, 256);
-            assert!(bm % 4 == 0 && bn % 4 == 0, "vec4 blocks");
-            // Every invocation loads the same number of vec4s of each tile.
-            assert_eq!(tm * tk / 4 % wgs, 0);
-            assert_eq!(tk * tn / 4 % wgs, 0);
-            // WebGPU's default maxComputeWorkgroupStorageSize.
-            assert!((tm + tn) * tk * 4 <= 16384);
+    fn candidate_tilings_fit_the_loops_and_webgpu_limits() {
+        for t in MatmulTiling::CANDIDATES {
+            assert!(t.is_valid(), "{t}");
+            assert_eq!(t.to_string().parse::<MatmulTiling>(), Ok(t));
         }
-        assert_eq!(Geometry::for_shape(128, 128), LARGE);
-        assert_eq!(Geometry::for_shape(127, 1000), SMALL);
+        assert_eq!(MatmulTiling::default_for(128, 128), LARGE);
+        assert_eq!(MatmulTiling::default_for(127, 1000), SMALL);
+        // 6 × 4 blocks are not whole vec4s; 32 × 32 invocations are too many; 128×128 tiles
+        // 32 deep need 32 KiB.
+        for bad in ["16x16/6x4/16", "32x32/4x4/16", "16x16/8x8/32", "16x16/8x8", "a"] {
+            assert!(bad.parse::<MatmulTiling>().is_err(), "{bad}");
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! measured on the same adapter in the same run (a streaming copy kernel for bandwidth, the
 //! best matmul for arithmetic), in the llm.c manner.
 
-use fusegraph::{CompileOptions, DType, Device, Executable, GraphBuilder, HostTensor, NodeId, Tensor};
+use fusegraph::{CompileOptions, DType, Device, Executable, GraphBuilder, HostTensor, MatmulTiling, NodeId, Tensor};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -51,8 +51,9 @@ fn time(
     outs: &[NodeId],
     feeds: &[(String, HostTensor)],
     runs: usize,
+    opts: &CompileOptions,
 ) -> Result<(f64, Executable), String> {
-    let exe = device.compile(&b.graph(), outs, &CompileOptions::default()).map_err(|e| e.to_string())?;
+    let exe = device.compile(&b.graph(), outs, opts).map_err(|e| e.to_string())?;
     let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let t = exe.time(&refs, 2, runs).map_err(|e| e.to_string())?;
     Ok((t.median(), exe))
@@ -77,21 +78,33 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     let mm: &[usize] = if args.quick { &[256] } else { &[512, 1024] };
     let runs = if args.quick { 5 } else { 10 };
     let mut rows: Vec<Row> = Vec::new();
-    let mut measure = |kernel: &str, dtype: DType, shape: String, flops: f64, build: Build| -> Result<(), String> {
+    let mut measure_with = |kernel: &str,
+                            dtype: DType,
+                            shape: String,
+                            flops: f64,
+                            opts: &CompileOptions,
+                            build: Build|
+     -> Result<(), String> {
         eprintln!("timing {kernel} {dtype} {shape}");
         let b = GraphBuilder::new();
         let (outs, feeds) = build(&b);
-        let (ms, exe) = time(&device, &b, &outs, &feeds, runs)?;
+        let (ms, exe) = time(&device, &b, &outs, &feeds, runs, opts)?;
         let bytes = exe.stats().bytes_moved as f64;
-        rows.push(Row { kernel: kernel.into(), shape, dtype, ms, gflops: flops / ms / 1e6, gbps: bytes / ms / 1e6 });
+        // A tiled matmul is named with its tiling (autotuned, or the default for its shape).
+        let kernel = match exe.stats().kernels.iter().find_map(|k| k.matmul_tiling) {
+            Some(t) => format!("{kernel} {t}"),
+            None => kernel.to_string(),
+        };
+        rows.push(Row { kernel, shape, dtype, ms, gflops: flops / ms / 1e6, gbps: bytes / ms / 1e6 });
         Ok(())
     };
+    let plain = CompileOptions::default();
     for dtype in [DType::F32, DType::F16] {
-        measure("copy", dtype, format!("[{n}]"), 0.0, &|b| {
+        measure_with("copy", dtype, format!("[{n}]"), 0.0, &plain, &|b| {
             let (x, f) = inputs(b, dtype, &[&[n]]);
             (vec![x[0].neg().expect("neg").id()], f)
         })?;
-        measure("elementwise_chain20", dtype, format!("[{n}]"), 20.0 * n as f64, &|b| {
+        measure_with("elementwise_chain20", dtype, format!("[{n}]"), 20.0 * n as f64, &plain, &|b| {
             let (x, f) = inputs(b, dtype, &[&[n], &[n]]);
             let mut y = x[0].clone();
             for k in 0..20 {
@@ -105,24 +118,31 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
             }
             (vec![y.id()], f)
         })?;
-        measure("reduce_sum_rows", dtype, format!("[{},1024]", n / 1024), n as f64, &|b| {
+        measure_with("reduce_sum_rows", dtype, format!("[{},1024]", n / 1024), n as f64, &plain, &|b| {
             let (x, f) = inputs(b, dtype, &[&[n / 1024, 1024]]);
             (vec![x[0].sum(&[1], false).expect("sum").id()], f)
         })?;
-        measure("softmax_rows", dtype, format!("[{},1024]", n / 1024), 5.0 * n as f64, &|b| {
+        measure_with("softmax_rows", dtype, format!("[{},1024]", n / 1024), 5.0 * n as f64, &plain, &|b| {
             let (x, f) = inputs(b, dtype, &[&[n / 1024, 1024]]);
             (vec![x[0].softmax(1).expect("softmax").id()], f)
         })?;
         for &m in mm {
-            measure("matmul", dtype, format!("{m}x{m}x{m}"), 2.0 * (m * m * m) as f64, &|b| {
+            let build: Build = &|b| {
                 let (x, f) = inputs(b, dtype, &[&[m, m], &[m, m]]);
                 (vec![x[0].matmul(&x[1]).expect("matmul").id()], f)
-            })?;
+            };
+            let flops = 2.0 * (m * m * m) as f64;
+            measure_with("matmul", dtype, format!("{m}x{m}x{m}"), flops, &plain, build)?;
+            if device.autotune() {
+                // The untuned choice beside the tuned one.
+                let untuned = CompileOptions { matmul_tiling: Some(MatmulTiling::default_for(m, m)), ..plain.clone() };
+                measure_with("matmul untuned", dtype, format!("{m}x{m}x{m}"), flops, &untuned, build)?;
+            }
         }
     }
     // Ceilings from this run: the best copy bandwidth and the best matmul throughput.
     let ceiling_gbps = rows.iter().filter(|r| r.kernel == "copy").map(|r| r.gbps).fold(0.0, f64::max);
-    let ceiling_gflops = rows.iter().filter(|r| r.kernel == "matmul").map(|r| r.gflops).fold(0.0, f64::max);
+    let ceiling_gflops = rows.iter().filter(|r| r.kernel.starts_with("matmul")).map(|r| r.gflops).fold(0.0, f64::max);
     let mut table = String::new();
     let _ = writeln!(
         table,

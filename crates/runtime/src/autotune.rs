@@ -1,0 +1,194 @@
+//! Autotuning of the tiled matmul: for each class of GEMM shape a kernel computes, every
+//! candidate tiling ([`MatmulTiling::CANDIDATES`]) is timed once on this adapter and the
+//! fastest kept: in memory, and on disk (`~/.cache/fusegraph/tiling-v1-<adapter>.txt`, keyed
+//! by adapter and driver) so the next run reuses it. Off with
+//! [`DeviceOptions::autotune`](crate::DeviceOptions::autotune) or `FUSEGRAPH_AUTOTUNE=off`
+//! (every kernel then takes [`MatmulTiling::default_for`] its shape, for reproducible runs).
+//!
+//! A class is the element type, whether there is a batch, and `m`, `n`, `k` rounded up to
+//! powers of two (from 16 to 4096). Products below [`MIN_TUNED_MACS`] multiply-adds are not
+//! tuned: dispatch cost dominates them and timing them says little. Each candidate runs the
+//! class's representative product (the first shape seen, scaled down to at most
+//! [`MAX_TIMED_MACS`]) once to warm up and three times timed; the median decides.
+
+use crate::{CompileOptions, Device, FusionMode, Result};
+use fusegraph_ir::{DType, GraphBuilder, HostTensor};
+use fusegraph_wgsl::{GemmShape, MatmulTiling};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Products smaller than this many multiply-adds keep the default tiling.
+pub const MIN_TUNED_MACS: usize = 1 << 21;
+/// The timed product of a class is scaled down to at most this many multiply-adds.
+pub const MAX_TIMED_MACS: usize = 1 << 26;
+
+/// One tuned class: what was chosen, and whether it was measured in this process or read
+/// from the disk cache.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunedTiling {
+    /// The shape class, e.g. `f32 b1 m256 n1024 k1024`.
+    pub class: String,
+    /// The fastest candidate.
+    pub tiling: MatmulTiling,
+    /// Median milliseconds of each candidate that ran, when measured in this process; empty
+    /// when read from the cache.
+    pub timings: Vec<(MatmulTiling, f64)>,
+}
+
+/// The autotuner's state on a device.
+#[derive(Default)]
+pub(crate) struct Tuner {
+    loaded: bool,
+    chosen: BTreeMap<String, TunedTiling>,
+}
+
+fn bucket(x: usize) -> usize {
+    x.clamp(16, 4096).next_power_of_two()
+}
+
+fn class(shape: &GemmShape, dtype: DType) -> String {
+    let t = match dtype {
+        DType::F32 | DType::F16 => dtype.to_string(),
+        _ => "int".to_string(),
+    };
+    let b = if shape.batch > 1 { "batched" } else { "b1" };
+    format!("{t} {b} m{} n{} k{}", bucket(shape.m), bucket(shape.n), bucket(shape.k))
+}
+
+/// The representative product timed for a class: `shape` with its largest dimensions halved
+/// until it is at most [`MAX_TIMED_MACS`] multiply-adds (a batch first drops to 4).
+fn timed_shape(shape: &GemmShape) -> GemmShape {
+    let mut s = GemmShape { batch: shape.batch.min(4), ..*shape };
+    while s.batch * s.m * s.n * s.k > MAX_TIMED_MACS {
+        let largest = s.m.max(s.n).max(s.k);
+        if s.m == largest {
+            s.m = s.m.div_ceil(2);
+        } else if s.n == largest {
+            s.n = s.n.div_ceil(2);
+        } else {
+            s.k = s.k.div_ceil(2);
+        }
+    }
+    s
+}
+
+fn parse_line(line: &str) -> Option<(String, MatmulTiling)> {
+    let (class, tiling) = line.rsplit_once(" = ")?;
+    Some((class.trim().to_string(), tiling.trim().parse().ok()?))
+}
+
+impl Device {
+    /// The tiling for a tiled matmul kernel computing `shape` in `dtype`: the tuned choice of
+    /// its class (measured now if this device has not seen the class and the disk cache has
+    /// not either), or `None` where autotuning is off or the product is too small to tune.
+    pub(crate) fn tuned_tiling(self: &Arc<Self>, shape: &GemmShape, dtype: DType) -> Option<MatmulTiling> {
+        if !self.autotune || shape.batch * shape.m * shape.n * shape.k < MIN_TUNED_MACS {
+            return None;
+        }
+        let key = class(shape, dtype);
+        {
+            let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
+            if !tuner.loaded {
+                tuner.loaded = true;
+                let text =
+                    crate::calibrate::cache_file(self, "tiling-v1").and_then(|p| std::fs::read_to_string(p).ok());
+                for (class, tiling) in text.iter().flat_map(|t| t.lines()).filter_map(parse_line) {
+                    tuner.chosen.insert(class.clone(), TunedTiling { class, tiling, timings: vec![] });
+                }
+            }
+            if let Some(t) = tuner.chosen.get(&key) {
+                return Some(t.tiling);
+            }
+        }
+        // Measured outside the lock: timing compiles and runs executables on this device.
+        let tuned = match self.measure_tilings(&key, &timed_shape(shape), dtype) {
+            Ok(t) => t,
+            // A candidate that cannot run here (limits) leaves the default in place.
+            Err(_) => return None,
+        };
+        let tiling = tuned.tiling;
+        let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
+        tuner.chosen.insert(key, tuned);
+        if let Some(path) = crate::calibrate::cache_file(self, "tiling-v1") {
+            let text: String = tuner.chosen.values().map(|t| format!("{} = {}\n", t.class, t.tiling)).collect();
+            // Written aside and renamed, so a reader never sees half a file.
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            let _ = std::fs::create_dir_all(path.parent().expect("a file in a folder"));
+            if std::fs::write(&tmp, text).is_ok() {
+                let _ = std::fs::rename(&tmp, &path);
+            }
+        }
+        Some(tiling)
+    }
+
+    /// Times every candidate tiling on `shape` (f32 stands in for f16 where the device has
+    /// no f16 storage of its own; the integer class runs i32).
+    fn measure_tilings(self: &Arc<Self>, class: &str, shape: &GemmShape, dtype: DType) -> Result<TunedTiling> {
+        let dt = match dtype {
+            DType::F32 | DType::F16 => dtype,
+            _ => DType::I32,
+        };
+        let GemmShape { batch, m, n, k } = *shape;
+        let b = GraphBuilder::new();
+        let lead: Vec<usize> = if batch > 1 { vec![batch] } else { vec![] };
+        let x = b.input("a", dt, [lead.clone(), vec![m, k]].concat())?;
+        let y = b.input("b", dt, [lead.clone(), vec![k, n]].concat())?;
+        let out = x.matmul(&y)?;
+        let (a_host, b_host) = (
+            HostTensor::from_f64(dt, x.ty().shape.clone(), &pattern(batch * m * k, 1))?,
+            HostTensor::from_f64(dt, y.ty().shape.clone(), &pattern(batch * k * n, 5))?,
+        );
+        let mut timings = Vec::new();
+        for tiling in MatmulTiling::CANDIDATES {
+            let opts = CompileOptions {
+                fusion: FusionMode::Off,
+                simplify: false,
+                matmul_tiling: Some(tiling),
+                name: Some(format!("autotuning {class} with {tiling}")),
+                ..Default::default()
+            };
+            let exe = self.compile(&b.graph(), &[out.id()], &opts)?;
+            let t = exe.time(&[("a", &a_host), ("b", &b_host)], 1, 3)?;
+            timings.push((tiling, t.median()));
+        }
+        let tiling = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0).expect("candidates");
+        Ok(TunedTiling { class: class.to_string(), tiling, timings })
+    }
+
+    /// The tilings tuned so far on this device (measured or read from the disk cache), by
+    /// class.
+    pub fn tuned_tilings(&self) -> Vec<TunedTiling> {
+        self.tuner.lock().unwrap_or_else(|p| p.into_inner()).chosen.values().cloned().collect()
+    }
+
+    /// Whether matmul autotuning is on for this device.
+    pub fn autotune(&self) -> bool {
+        self.autotune
+    }
+}
+
+/// Values in [-0.5, 0.5) that vary along the buffer (not zeros, so timing sees real data).
+fn pattern(len: usize, seed: usize) -> Vec<f64> {
+    (0..len).map(|i| ((i * 7 + seed) % 13) as f64 / 13.0 - 0.5).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_round_up_to_powers_of_two_and_timed_shapes_shrink() {
+        let s = GemmShape { batch: 1, m: 300, n: 1000, k: 7 };
+        assert_eq!(class(&s, DType::F32), "f32 b1 m512 n1024 k16");
+        assert_eq!(class(&GemmShape { batch: 12, ..s }, DType::I32), "int batched m512 n1024 k16");
+        let big = GemmShape { batch: 48, m: 4096, n: 4096, k: 4096 };
+        let t = timed_shape(&big);
+        assert!(t.batch * t.m * t.n * t.k <= MAX_TIMED_MACS, "{t:?}");
+        assert_eq!(t.batch, 4);
+        assert_eq!(
+            parse_line("f32 b1 m512 n1024 k16 = 16x16/8x8/16").map(|p| p.1.to_string()).as_deref(),
+            Some("16x16/8x8/16")
+        );
+        assert_eq!(parse_line("f32 b1 m512 = 16x16/8x8/64"), None, "not a usable tiling");
+    }
+}

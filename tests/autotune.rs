@@ -1,0 +1,82 @@
+//! Matmul autotuning on the device: a shape class is measured once, the choice is written to
+//! the disk cache, a second device on the same adapter reads it back instead of measuring,
+//! the off switch keeps the default tiling, and every choice computes what the reference
+//! does. One test function: it points `XDG_CACHE_HOME` at a fresh folder for this process.
+
+mod common;
+
+use common::{CaseBuilder, Domain};
+use fusegraph::crates::reference::{assert_close, evaluate};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor, MatmulTiling};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[test]
+fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
+    let dir = std::env::temp_dir().join(format!("fusegraph-autotune-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::env::set_var("XDG_CACHE_HOME", &dir);
+
+    // 256 × 256 × 64: above the tuning threshold, small enough to time quickly.
+    let mut c = CaseBuilder::new(11);
+    let a = c.input(DType::F32, &[256, 64], Domain::Any);
+    let b = c.input(DType::F32, &[64, 256], Domain::Any);
+    let y = a.matmul(&b).unwrap().relu().unwrap();
+    let case = c.finish("autotune", &[&y]);
+    let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
+    let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).unwrap();
+    let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let run = |device: &Arc<Device>| -> Option<MatmulTiling> {
+        let exe = device.compile(&case.graph, &case.outputs, &CompileOptions::default()).unwrap();
+        let got = exe.run(&refs).unwrap();
+        assert_close(&got[0], &want[0], 1e-4, 1e-3).unwrap();
+        let tilings: Vec<MatmulTiling> = exe.stats().kernels.iter().filter_map(|k| k.matmul_tiling).collect();
+        assert_eq!(tilings.len(), 1, "one tiled kernel");
+        Some(tilings[0])
+    };
+
+    let first = Arc::new(Device::new(&DeviceOptions { autotune: Some(true), ..Default::default() }).unwrap());
+    let chosen = run(&first).unwrap();
+    let tuned = first.tuned_tilings();
+    assert_eq!(tuned.len(), 1, "{tuned:?}");
+    assert_eq!(tuned[0].class, "f32 b1 m256 n256 k64");
+    assert_eq!(tuned[0].tiling, chosen);
+    // Every candidate ran, and the choice is the fastest of them.
+    assert_eq!(tuned[0].timings.len(), MatmulTiling::CANDIDATES.len());
+    let best = tuned[0].timings.iter().min_by(|x, y| x.1.total_cmp(&y.1)).unwrap().0;
+    assert_eq!(best, chosen);
+    eprintln!("timings: {:?}", tuned[0].timings.iter().map(|(t, ms)| format!("{t} {ms:.2} ms")).collect::<Vec<_>>());
+    let files: Vec<_> = std::fs::read_dir(dir.join("fusegraph")).unwrap().flatten().map(|e| e.path()).collect();
+    let cache = files.iter().find(|p| p.to_string_lossy().contains("tiling-v1")).expect("a tiling cache file");
+    let text = std::fs::read_to_string(cache).unwrap();
+    assert_eq!(text.trim(), format!("f32 b1 m256 n256 k64 = {chosen}"));
+
+    // A second device on the same adapter reads the choice back: nothing is measured.
+    let second = Arc::new(Device::new(&DeviceOptions { autotune: Some(true), ..Default::default() }).unwrap());
+    assert_eq!(run(&second).unwrap(), chosen);
+    let tuned = second.tuned_tilings();
+    assert_eq!(tuned.len(), 1);
+    assert!(tuned[0].timings.is_empty(), "read from the cache, not measured: {tuned:?}");
+
+    // A damaged cache line is ignored and the class measured again.
+    std::fs::write(cache, "f32 b1 m256 n256 k64 = 99x99/3x3/1\n").unwrap();
+    let third = Arc::new(Device::new(&DeviceOptions { autotune: Some(true), ..Default::default() }).unwrap());
+    run(&third).unwrap();
+    assert_eq!(third.tuned_tilings()[0].timings.len(), MatmulTiling::CANDIDATES.len());
+
+    // Off: the default tiling for the shape, nothing tuned.
+    let off = Arc::new(Device::new(&DeviceOptions { autotune: Some(false), ..Default::default() }).unwrap());
+    assert!(!off.autotune());
+    assert_eq!(run(&off).unwrap(), MatmulTiling::default_for(256, 256));
+    assert!(off.tuned_tilings().is_empty());
+
+    // Small products keep the default without measuring.
+    let mut c = CaseBuilder::new(12);
+    let a = c.input(DType::F32, &[33, 7], Domain::Any);
+    let b = c.input(DType::F32, &[7, 65], Domain::Any);
+    let small = c.finish("small", &[&a.matmul(&b).unwrap()]);
+    let exe = second.compile(&small.graph, &small.outputs, &CompileOptions::default()).unwrap();
+    assert_eq!(exe.stats().kernels[0].matmul_tiling, Some(MatmulTiling::default_for(33, 65)));
+    assert_eq!(second.tuned_tilings().len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
