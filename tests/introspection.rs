@@ -19,3 +19,35 @@ fn stats_and_dot_of_a_fused_softmax() {
     let dot = fused.to_dot();
     assert_eq!(dot.matches("subgraph cluster_").count(), 1);
 }
+
+#[test]
+fn profile_times_every_kernel_and_leaves_results_unchanged() {
+    use fusegraph::HostTensor;
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [64, 256]).unwrap();
+    let w = b.input("w", DType::F32, [256, 128]).unwrap();
+    let h = x.matmul(&w).unwrap().relu().unwrap();
+    let y = h.softmax(1).unwrap();
+    let device = Device::shared().unwrap();
+    let xv =
+        HostTensor::new([64, 256], (0..64 * 256).map(|i| ((i * 37 % 101) as f32) / 101.0 - 0.5).collect()).unwrap();
+    let wv =
+        HostTensor::new([256, 128], (0..256 * 128).map(|i| ((i * 53 % 97) as f32) / 97.0 - 0.5).collect()).unwrap();
+    let feeds = [("x", &xv), ("w", &wv)];
+    for opts in [CompileOptions::default(), CompileOptions::unfused()] {
+        let exe = device.compile(&b.graph(), &[y.id()], &opts).unwrap();
+        let before = exe.run(&feeds).unwrap();
+        let p = exe.profile(&feeds, 1, 3).unwrap();
+        let stats = exe.stats();
+        assert_eq!(p.kernels.len(), stats.kernels.len());
+        for (i, k) in p.kernels.iter().enumerate() {
+            assert_eq!(k.index, i);
+            assert_eq!(k.label, stats.kernels[i].label);
+            assert!(k.median_ms.is_finite() && k.median_ms > 0.0, "{k:?}");
+        }
+        assert_eq!(p.slowest(2).len(), 2.min(p.kernels.len()));
+        assert!(p.slowest(3).windows(2).all(|w| w[0].median_ms >= w[1].median_ms));
+        // Profiling re-runs the kernels on the same inputs: the outputs are unchanged.
+        assert_eq!(exe.run(&feeds).unwrap(), before);
+    }
+}

@@ -126,10 +126,10 @@ pub struct ExecutableStats {
     pub device_bytes: u64,
 }
 
-struct CompiledKernel {
-    pipeline: Arc<(wgpu::ComputePipeline, wgpu::BindGroupLayout)>,
-    bind_group: wgpu::BindGroup,
-    workgroups: [u32; 3],
+pub(crate) struct CompiledKernel {
+    pub(crate) pipeline: Arc<(wgpu::ComputePipeline, wgpu::BindGroupLayout)>,
+    pub(crate) bind_group: wgpu::BindGroup,
+    pub(crate) workgroups: [u32; 3],
 }
 
 struct Slot {
@@ -139,8 +139,8 @@ struct Slot {
 
 /// A compiled graph: kernels, pipelines, bind groups and buffers, ready to run many times.
 pub struct Executable {
-    device: Arc<Device>,
-    kernels: Vec<CompiledKernel>,
+    pub(crate) device: Arc<Device>,
+    pub(crate) kernels: Vec<CompiledKernel>,
     inputs: BTreeMap<String, Slot>,
     params: BTreeMap<String, (Slot, bool)>,
     declared_inputs: BTreeMap<String, TensorType>,
@@ -156,7 +156,7 @@ pub struct Executable {
     graph: Graph,
 }
 
-fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+pub(crate) fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
     device.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
         size: size.max(4),

@@ -13,6 +13,7 @@ mod device;
 mod error;
 mod executable;
 mod memory;
+mod profile;
 
 pub use autotune::{TunedTiling, MAX_TIMED_MACS, MIN_TUNED_MACS};
 pub use device::{Backend, Device, DeviceOptions};
@@ -20,5 +21,6 @@ pub use error::{Result, RuntimeError};
 pub use executable::{CompileOptions, Executable, ExecutableStats, KernelStats, Timing};
 pub use fusegraph_passes::FusionMode;
 pub use fusegraph_wgsl::{GemmShape, MatmulTiling};
+pub use profile::{KernelTime, Profile};
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;

@@ -13,15 +13,18 @@ pub struct BenchArgs {
     pub json: Option<String>,
     pub plot: Option<String>,
     pub runs: usize,
+    /// Print each workload's slowest kernels (fused and unfused) after its timing.
+    pub profile: bool,
 }
 
 impl BenchArgs {
     pub fn parse(args: &[String]) -> Result<Self, String> {
-        let mut out = BenchArgs { quick: false, workload: None, json: None, plot: None, runs: 0 };
+        let mut out = BenchArgs { quick: false, workload: None, json: None, plot: None, runs: 0, profile: false };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--quick" => out.quick = true,
+                "--profile" => out.profile = true,
                 "--workload" => out.workload = Some(it.next().ok_or("--workload needs a NAME")?.clone()),
                 "--json" => out.json = Some(it.next().ok_or("--json needs a PATH")?.clone()),
                 "--plot" => out.plot = Some(it.next().ok_or("--plot needs a DIR")?.clone()),
@@ -111,6 +114,24 @@ fn plot(dir: &str, w: &Workload, fused: &Executable, unfused: &Executable) -> Re
     Ok(())
 }
 
+/// The slowest kernels of one executable: time, share of the profiled total, label.
+fn profile_table(w: &Workload, mode: &str, exe: &Executable, runs: usize) -> Result<String, String> {
+    let p = exe.profile(&w.feed_refs(), 1, runs.clamp(1, 5)).map_err(|e| e.to_string())?;
+    let total = p.total_ms();
+    let timer = if p.gpu_timestamps { "GPU timestamps per kernel" } else { "wall time per kernel" };
+    let mut out = format!("{} {mode}: {} kernels, {total:.3} ms in all ({timer}); slowest:\n", w.name, p.kernels.len());
+    for k in p.slowest(8) {
+        let mut label = k.label.clone();
+        if label.len() > 90 {
+            label.truncate(87);
+            label.push_str("...");
+        }
+        let _ =
+            writeln!(out, "  #{:<4} {:>10.3} ms {:>5.1}%  {label}", k.index, k.median_ms, 100.0 * k.median_ms / total);
+    }
+    Ok(out)
+}
+
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     let device = Device::shared().map_err(|e| e.to_string())?;
     let info = device.info().clone();
@@ -142,6 +163,11 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         }
         let rf = measure(w, "fused", &fused, args.runs)?;
         let ru = measure(w, "unfused", &unfused, args.runs)?;
+        if args.profile {
+            for (mode, exe) in [("fused", &fused), ("unfused", &unfused)] {
+                print!("{}", profile_table(w, mode, exe, args.runs)?);
+            }
+        }
         records.push((ru, rf));
     }
     let mut table = String::new();

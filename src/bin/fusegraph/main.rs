@@ -12,10 +12,11 @@ const USAGE: &str = "usage: fusegraph <command>
 
 commands:
   info [--json]    the adapter fusegraph chooses: backend, driver, limits, features
-  bench [--quick] [--workload NAME] [--runs N] [--json PATH] [--plot DIR]
+  bench [--quick] [--workload NAME] [--runs N] [--json PATH] [--plot DIR] [--profile]
                    compile every workload fused and unfused, check they agree, time them,
                    and print kernels, bytes moved, memory and speedup; --plot writes SVG
-                   memory timelines and the fused graphs as DOT
+                   memory timelines and the fused graphs as DOT; --profile prints each
+                   executable's slowest kernels, timed one by one
   roofline [--quick] [--json PATH]
                    achieved GB/s and GFLOP/s per kernel family next to ceilings measured
                    in the same run (a streaming copy, the best matmul)
@@ -25,7 +26,9 @@ commands:
   help             this text
 
 environment:
-  FUSEGRAPH_BACKEND=vulkan|gl|metal|dx12   force a backend";
+  FUSEGRAPH_BACKEND=vulkan|gl|metal|dx12   force a backend
+  FUSEGRAPH_AUTOTUNE=off                   default matmul tilings (no timing, reproducible)
+  FUSEGRAPH_COST_MODEL=default             fusion's device-free cost model (no measuring)";
 
 fn json_str(s: &str) -> String {
     let mut out = String::from("\"");
