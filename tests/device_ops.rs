@@ -81,3 +81,52 @@ fn every_op_matches_the_reference_fused() {
     cases.extend(common::composite_cases());
     run_all(&cases, FusionMode::On);
 }
+
+/// Few long rows: each row is shared by a workgroup (the tree strategy), reduced within
+/// subgroups where the device has them. Sum, max, min and product in f32, f16 and i32, and
+/// the softmax and layer-norm row kernels, against the reference.
+#[test]
+fn rows_shared_by_a_workgroup_match_the_reference() {
+    use common::{CaseBuilder, Domain};
+    use fusegraph::crates::passes::partition;
+    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::{DType, ReduceKind};
+    let mut cases = Vec::new();
+    for (i, dt) in [DType::F32, DType::F16, DType::I32].into_iter().enumerate() {
+        for kind in [ReduceKind::Sum, ReduceKind::Max, ReduceKind::Min, ReduceKind::Prod] {
+            // Products stay finite over 64 values in [0.25, 3] (integers: small values wrap
+            // identically on both sides).
+            let (len, domain) = if kind == ReduceKind::Prod { (64, Domain::Positive) } else { (1000, Domain::Any) };
+            let mut c = CaseBuilder::new(40 + i as u64);
+            let x = c.input(dt, &[3, len], domain);
+            let y = x.reduce(kind, &[1], false).unwrap();
+            cases.push(c.finish(format!("rows_{kind:?}_{dt}"), &[&y]));
+        }
+        let mut c = CaseBuilder::new(50 + i as u64);
+        if dt.is_float() {
+            let x = c.input(dt, &[5, 777], Domain::Any);
+            let s = x.softmax(1).unwrap();
+            let n = x.layer_norm(&[1], 1e-5).unwrap();
+            cases.push(c.finish(format!("rows_softmax_layer_norm_{dt}"), &[&s, &n]));
+        }
+    }
+    let device = Device::shared().expect("a device");
+    let opts = LowerOptions {
+        f16_native: device.f16_native(),
+        cpu: device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu,
+        subgroups: device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP),
+    };
+    let mut failures = Vec::new();
+    for case in &cases {
+        // The fused kernels share rows among a workgroup; with subgroups they use them.
+        let kernels = partition(&case.graph, &case.outputs, FusionMode::On).unwrap();
+        let wgsl: String = kernels.iter().map(|k| lower(&case.graph, k, &opts).wgsl).collect();
+        assert!(wgsl.contains("var<workgroup> fg_red0"), "{}: not a shared-row kernel", case.name);
+        assert_eq!(wgsl.contains("subgroup_id"), opts.subgroups, "{}", case.name);
+        if let Err(e) = check(&device, case, FusionMode::On) {
+            failures.push(format!("{}: {e}", case.name));
+        }
+    }
+    eprintln!("{} cases on {} (subgroups: {})", cases.len(), device.describe(), opts.subgroups);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -11,6 +11,10 @@ use fusegraph::crates::wgsl::{lower, validate, LowerOptions};
 use fusegraph::DType;
 
 fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectFile) {
+    golden_with(name, dtype, LowerOptions { f16_native, cpu: false, subgroups: false }, file);
+}
+
+fn golden_with(name: &str, dtype: DType, opts: LowerOptions, file: expect_test::ExpectFile) {
     let (_, build) = composite_builders().into_iter().find(|(n, _)| *n == name).unwrap();
     let mut c = CaseBuilder::new(1);
     let outs = build(&mut c, dtype);
@@ -20,7 +24,7 @@ fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectF
         .kernels
         .iter()
         .map(|k| {
-            let src = lower(&case.graph, k, &LowerOptions { f16_native, cpu: false });
+            let src = lower(&case.graph, k, &opts);
             validate(&src.wgsl).unwrap();
             format!("// kernel {} ({} workgroups)\n{}", src.label, src.workgroups, src.wgsl)
         })
@@ -31,6 +35,13 @@ fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectF
 #[test]
 fn softmax_row_kernel() {
     golden("softmax_last", DType::F32, false, expect_test::expect_file!["wgsl/softmax_last.wgsl"]);
+}
+
+/// The same row kernel with subgroup reductions (one partial per subgroup, no tree).
+#[test]
+fn softmax_row_kernel_with_subgroups() {
+    let opts = LowerOptions { f16_native: false, cpu: false, subgroups: true };
+    golden_with("softmax_last", DType::F32, opts, expect_test::expect_file!["wgsl/softmax_last_subgroups.wgsl"]);
 }
 
 #[test]

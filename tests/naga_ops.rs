@@ -7,7 +7,7 @@ use fusegraph::crates::passes::{partition, FusionMode};
 use fusegraph::crates::wgsl::{lower, validate, LowerOptions};
 
 #[test]
-fn every_catalog_kernel_validates_in_both_f16_forms_and_both_row_strategies() {
+fn every_catalog_kernel_validates_in_both_f16_forms_and_every_row_strategy() {
     let mut cases = common::catalog(1);
     cases.extend(common::composite_cases());
     cases.extend(common::large_cases());
@@ -16,10 +16,20 @@ fn every_catalog_kernel_validates_in_both_f16_forms_and_both_row_strategies() {
         for mode in [FusionMode::Off, FusionMode::On] {
             let kernels = partition(&case.graph, &case.outputs, mode).unwrap();
             for k in &kernels {
-                for (f16_native, cpu) in [(false, false), (true, false), (false, true), (true, true)] {
-                    let src = lower(&case.graph, k, &LowerOptions { f16_native, cpu });
+                for (f16_native, cpu, subgroups) in [
+                    (false, false, false),
+                    (true, false, false),
+                    (false, true, false),
+                    (true, true, false),
+                    (false, false, true),
+                    (true, false, true),
+                ] {
+                    let src = lower(&case.graph, k, &LowerOptions { f16_native, cpu, subgroups });
                     if let Err(e) = validate(&src.wgsl) {
-                        panic!("case {} kernel {} (f16_native={f16_native}, cpu={cpu}): {e}", case.name, src.label);
+                        panic!(
+                            "case {} kernel {} (f16_native={f16_native}, cpu={cpu}, subgroups={subgroups}): {e}",
+                            case.name, src.label
+                        );
                     }
                     shaders += 1;
                 }

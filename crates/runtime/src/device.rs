@@ -134,8 +134,9 @@ impl Device {
         if f16_native {
             features |= wgpu::Features::SHADER_F16;
         }
-        // GPU timestamps around the compute pass, for benchmarks, where the adapter has them.
-        features |= adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
+        // GPU timestamps around the compute pass, for benchmarks, where the adapter has them;
+        // subgroup operations for row reductions.
+        features |= adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP);
         let limits = adapter.limits();
         let desc = wgpu::DeviceDescriptor {
             label: Some("fusegraph"),

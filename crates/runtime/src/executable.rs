@@ -298,8 +298,11 @@ impl Device {
             }
         }
         let (kernels, plan) = (planned.kernels, planned.plan);
-        let lower_opts =
-            LowerOptions { f16_native: self.f16_native(), cpu: self.info().device_type == wgpu::DeviceType::Cpu };
+        let lower_opts = LowerOptions {
+            f16_native: self.f16_native(),
+            cpu: self.info().device_type == wgpu::DeviceType::Cpu,
+            subgroups: self.features().contains(wgpu::Features::SUBGROUP),
+        };
         // FUSEGRAPH_NAIVE_MATMUL=1: the naive matmul lowering (for comparisons).
         let strategy = Strategy {
             tiled_matmul: !std::env::var("FUSEGRAPH_NAIVE_MATMUL").is_ok_and(|v| v == "1"),

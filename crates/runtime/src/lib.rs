@@ -24,3 +24,7 @@ pub use fusegraph_wgsl::{GemmShape, MatmulTiling};
 pub use profile::{KernelTime, Profile};
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;
+/// wgpu's adapter type, as reported in [`Device::info`].
+pub use wgpu::DeviceType as WgpuDeviceType;
+/// wgpu's feature flags, as reported by [`Device::features`].
+pub use wgpu::Features as WgpuFeatures;

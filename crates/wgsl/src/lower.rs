@@ -23,6 +23,12 @@ pub struct LowerOptions {
     /// (each one switches between the workgroup's SIMD batches), so row kernels prefer one
     /// invocation per row looping serially over a workgroup-wide tree.
     pub cpu: bool,
+    /// The device has subgroup operations (`wgpu::Features::SUBGROUP`): a row kernel that
+    /// shares a row among a workgroup reduces within each subgroup with `subgroupAdd` (…Max,
+    /// …Min, …Mul) and combines one partial per subgroup, instead of a tree with a barrier
+    /// per level. No subgroup size is assumed: the partials are indexed by `subgroup_id` and
+    /// counted by `num_subgroups`.
+    pub subgroups: bool,
 }
 
 /// One storage binding of a kernel.
@@ -331,12 +337,45 @@ fn row_main(
     }
 
     let mut main = String::new();
+    // Subgroup arithmetic exists for f32, f16, i32 and u32 (not bool).
+    let subgroups = opts.subgroups && reduces.iter().all(|&r| g.ty(r).dtype != DType::Bool);
     let _ = writeln!(main, "@compute @workgroup_size({wg})");
-    let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
+    if subgroups {
+        let _ = writeln!(
+            main,
+            "fn main({MAIN_ARGS}, @builtin(subgroup_id) sg_id: u32, @builtin(num_subgroups) sg_count: u32, \
+             @builtin(subgroup_invocation_id) sg_lane: u32) {{"
+        );
+    } else {
+        let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
+    }
     let _ = writeln!(main, "    let row = wid.y * nwg.x + wid.x;");
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
     for (k, &r) in reduces.iter().enumerate() {
         let kind = accumulate(&mut main, g, r, row_len, "lid", &wg.to_string());
+        if subgroups {
+            // One partial per subgroup, then invocation 0 combines them: two barriers in all.
+            let op = match kind {
+                ReduceKind::Sum => "subgroupAdd",
+                ReduceKind::Prod => "subgroupMul",
+                ReduceKind::Max => "subgroupMax",
+                ReduceKind::Min => "subgroupMin",
+            };
+            let _ = writeln!(main, "        let part = {op}(acc);");
+            let _ = writeln!(main, "        if (sg_lane == 0u) {{ fg_red{k}[sg_id] = part; }}");
+            let _ = writeln!(main, "        workgroupBarrier();");
+            let _ = writeln!(main, "        if (lid == 0u) {{");
+            let _ = writeln!(main, "            var total = fg_red{k}[0];");
+            let _ = writeln!(main, "            for (var j = 1u; j < sg_count; j = j + 1u) {{");
+            let _ = writeln!(main, "                total = {};", combine(kind, "total", &format!("fg_red{k}[j]")));
+            let _ = writeln!(main, "            }}");
+            let _ = writeln!(main, "            fg_red{k}[0] = total;");
+            let _ = writeln!(main, "        }}");
+            let _ = writeln!(main, "        workgroupBarrier();");
+            let _ = writeln!(main, "    }}");
+            write_row_scalars(&mut main, scalars, k);
+            continue;
+        }
         let _ = writeln!(main, "        fg_red{k}[lid] = acc;");
         let _ = writeln!(main, "        workgroupBarrier();");
         let _ = writeln!(main, "        for (var w = {}u; w > 0u; w = w >> 1u) {{", wg / 2);

@@ -1,0 +1,113 @@
+// kernel reduce+broadcast+sub+exp+reduce+broadcast+div (13 workgroups)
+@group(0) @binding(0) var<storage, read_write> b0: array<f32>;
+@group(0) @binding(1) var<storage, read_write> b1: array<f32>;
+
+fn v0(i: u32) -> f32 {
+    return b0[i];
+}
+
+// reduce : f32[13,1]
+fn v1(i: u32) -> f32 {
+    return fg_red0[0];
+}
+
+// broadcast : f32[13,100]
+fn v2(i: u32) -> f32 {
+    var cr = i;
+    let c1 = cr % 100u;
+    cr = cr / 100u;
+    let c0 = cr;
+    return v1(c0);
+}
+
+// sub : f32[13,100]
+fn v3(i: u32) -> f32 {
+    return (v0(i) - v2(i));
+}
+
+// exp : f32[13,100]
+fn v4(i: u32) -> f32 {
+    return exp(v3(i));
+}
+
+// reduce : f32[13,1]
+fn v5(i: u32) -> f32 {
+    return fg_red1[0];
+}
+
+// broadcast : f32[13,100]
+fn v6(i: u32) -> f32 {
+    var cr = i;
+    let c1 = cr % 100u;
+    cr = cr / 100u;
+    let c0 = cr;
+    return v5(c0);
+}
+
+// div : f32[13,100]
+fn v7(i: u32) -> f32 {
+    return (v4(i) / v6(i));
+}
+
+fn e7(i: u32) -> f32 {
+    let x2 = v2(i);
+    let x3 = (v0(i) - x2);
+    let x4 = exp(x3);
+    let x6 = v6(i);
+    let x7 = (x4 / x6);
+    return x7;
+}
+
+fn fg_elem(row: u32, e: u32) -> u32 {
+    var rr = row;
+    let r0 = rr;
+    var qr = e;
+    let q0 = qr;
+    return r0 * 100u + q0;
+}
+
+var<workgroup> fg_red0: array<f32, 128>;
+var<workgroup> fg_red1: array<f32, 128>;
+@compute @workgroup_size(128)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32, @builtin(num_subgroups) sg_count: u32, @builtin(subgroup_invocation_id) sg_lane: u32) {
+    let row = wid.y * nwg.x + wid.x;
+    if (row >= 13u) { return; }
+    {
+        var acc: f32 = bitcast<f32>(0xff800000u);
+        for (var e = lid; e < 100u; e = e + 128u) {
+            acc = max(acc, v0(fg_elem(row, e)));
+        }
+        let part = subgroupMax(acc);
+        if (sg_lane == 0u) { fg_red0[sg_id] = part; }
+        workgroupBarrier();
+        if (lid == 0u) {
+            var total = fg_red0[0];
+            for (var j = 1u; j < sg_count; j = j + 1u) {
+                total = max(total, fg_red0[j]);
+            }
+            fg_red0[0] = total;
+        }
+        workgroupBarrier();
+    }
+    {
+        var acc: f32 = 0.0f;
+        for (var e = lid; e < 100u; e = e + 128u) {
+            acc = acc + v4(fg_elem(row, e));
+        }
+        let part = subgroupAdd(acc);
+        if (sg_lane == 0u) { fg_red1[sg_id] = part; }
+        workgroupBarrier();
+        if (lid == 0u) {
+            var total = fg_red1[0];
+            for (var j = 1u; j < sg_count; j = j + 1u) {
+                total = total + fg_red1[j];
+            }
+            fg_red1[0] = total;
+        }
+        workgroupBarrier();
+    }
+    for (var e = lid; e < 100u; e = e + 128u) {
+        let idx = fg_elem(row, e);
+        b1[idx] = e7(idx);
+    }
+}
