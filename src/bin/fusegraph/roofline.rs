@@ -146,13 +146,13 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "{:<22} {:<5} {:<16} {:>10} {:>10} {:>8} {:>10} {:>8}",
+        "{:<28} {:<5} {:<16} {:>10} {:>10} {:>8} {:>10} {:>8}",
         "kernel", "dtype", "shape", "ms", "GB/s", "%copy", "GFLOP/s", "%best"
     );
     for r in &rows {
         let _ = writeln!(
             table,
-            "{:<22} {:<5} {:<16} {:>10.3} {:>10.2} {:>7.0}% {:>10.2} {:>7.0}%",
+            "{:<28} {:<5} {:<16} {:>10.3} {:>10.2} {:>7.0}% {:>10.2} {:>7.0}%",
             r.kernel,
             r.dtype.name(),
             r.shape,
