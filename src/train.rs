@@ -369,7 +369,9 @@ impl TrainStep {
     /// keeps them), but the staging bytes — and so the total — count only the step's real
     /// outputs, since the runtime copies updates on the device instead of reading them back.
     pub fn plan_summary(&self) -> Result<PlanSummary> {
-        let opts = PlanOptions { fusion: self.options.fusion, ..Default::default() };
+        let first = self.outputs().len();
+        let updates = self.updates.iter().enumerate().map(|(i, (name, _))| (name.clone(), first + i)).collect();
+        let opts = PlanOptions { fusion: self.options.fusion, updates, ..Default::default() };
         let limit = self.options.memory_limit;
         let s = fusegraph_passes::plan_summary_within(&self.graph, &self.plan_outputs(), &opts, limit)?;
         Ok(self.without_update_staging(s))
@@ -380,9 +382,10 @@ impl TrainStep {
         let opts = CompileOptions {
             fusion: self.options.fusion,
             memory_limit: self.options.memory_limit,
+            updates: self.updates.clone(),
             ..Default::default()
         };
-        Ok(self.without_update_staging(device.plan(&self.graph, &self.plan_outputs(), &opts)?))
+        Ok(self.without_update_staging(device.plan(&self.graph, &self.outputs(), &opts)?))
     }
 
     fn without_update_staging(&self, mut s: PlanSummary) -> PlanSummary {

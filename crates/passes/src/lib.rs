@@ -29,7 +29,7 @@ pub mod testing;
 pub use autodiff::{grad, GradError};
 pub use fuse::{fuse, Decision, Fusion, FusionOptions, SiblingDecision, Veto};
 pub use kernel::{partition, FusionMode, Kernel, KernelKind};
-pub use memory_plan::{check_plan, plan_memory_with, MemoryOptions, PlanError};
+pub use memory_plan::{check_plan, plan_memory_updating, plan_memory_with, MemoryOptions, PlanError};
 pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};
 pub use planner::{
     largest_batch, plan_graph, plan_summary, plan_summary_within, plan_within, LiveValue, PlanOptions, PlanSummary,

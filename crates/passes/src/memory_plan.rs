@@ -67,6 +67,10 @@ pub struct MemoryPlan {
     pub in_place: BTreeMap<NodeId, NodeId>,
     /// The live ranges of every arena value the plan was made for.
     pub intervals: BTreeMap<NodeId, Vec<Interval>>,
+    /// Parameter updates done in place: new value → the parameter whose persistent slot it
+    /// is written into (see [`plan_memory_updating`]). Such a value takes no arena bytes and
+    /// needs no copy after the run.
+    pub updated_in_place: BTreeMap<NodeId, NodeId>,
 }
 
 /// Knobs of [`plan_memory_with`].
@@ -170,6 +174,28 @@ impl Item {
 
 /// Plans memory with explicit options: see [`plan_memory`] and the module docs.
 pub fn plan_memory_with(g: &Graph, kernels: &[Kernel], outputs: &[NodeId], opts: &MemoryOptions) -> MemoryPlan {
+    plan_memory_updating(g, kernels, outputs, opts, &[])
+}
+
+/// Plans memory as [`plan_memory_with`], writing parameter updates in place where that is
+/// safe. `updates` pairs a parameter node with the node of its new value (a training step's
+/// weights and optimizer state); such a value is stored straight into the parameter's
+/// persistent slot when
+///
+/// - one kernel produces it, a loop kernel, and the value is not f16 (packed halves);
+/// - no later kernel reads the parameter, and the parameter is not a graph output;
+/// - inside that kernel, the parameter is read only on same-index paths from the value and
+///   from any other (non-f16) output that reads it: invocation `t` reads element `t` of the
+///   parameter, computes every output of element `t`, then stores them.
+///
+/// Otherwise the value stays in the arena and the runtime copies it after the run.
+pub fn plan_memory_updating(
+    g: &Graph,
+    kernels: &[Kernel],
+    outputs: &[NodeId],
+    opts: &MemoryOptions,
+    updates: &[(NodeId, NodeId)],
+) -> MemoryPlan {
     let alignment = opts.alignment.max(4);
     let mut values: Vec<NodeId> = Vec::new();
     for k in kernels {
@@ -197,6 +223,13 @@ pub fn plan_memory_with(g: &Graph, kernels: &[Kernel], outputs: &[NodeId], opts:
             locations.insert(id, Location { region: Region::Persistent, offset, size });
         }
     }
+    let updated_in_place: BTreeMap<NodeId, NodeId> =
+        in_place_updates(g, kernels, outputs, updates).into_iter().filter(|(_, p)| locations.contains_key(p)).collect();
+    for (&u, p) in &updated_in_place {
+        locations.insert(u, locations[p]);
+        live.remove(&u);
+    }
+    arena_values.retain(|v| !updated_in_place.contains_key(v));
     let naive: u64 = arena_values.iter().map(|&id| align_up(value_bytes(g, id), alignment)).sum();
 
     // Candidates: without in-place first (ties keep it: no aliasing unless it pays), then with.
@@ -230,6 +263,7 @@ pub fn plan_memory_with(g: &Graph, kernels: &[Kernel], outputs: &[NodeId], opts:
         alignment,
         in_place,
         intervals: live,
+        updated_in_place,
     };
     #[cfg(debug_assertions)]
     if let Err(e) = check_plan(&plan, &plan.intervals) {
@@ -316,6 +350,60 @@ fn best_fit(items: &[Item], order: &[usize], alignment: u64) -> (u64, Vec<u64>) 
         placed.push(i);
     }
     (align_up(top, alignment), offsets)
+}
+
+/// The `(parameter, value)` updates that may write the value into the parameter's slot, as
+/// value → parameter (the rules are on [`plan_memory_updating`]).
+fn in_place_updates(
+    g: &Graph,
+    kernels: &[Kernel],
+    outputs: &[NodeId],
+    updates: &[(NodeId, NodeId)],
+) -> BTreeMap<NodeId, NodeId> {
+    let mut out = BTreeMap::new();
+    for &(p, u) in updates {
+        if !matches!(g.node(p).op, fusegraph_ir::Op::Parameter { .. })
+            || g.ty(p) != g.ty(u)
+            || g.ty(u).dtype == DType::F16
+            || outputs.contains(&p)
+            || out.values().any(|&q| q == p)
+        {
+            continue;
+        }
+        let producers: Vec<usize> = (0..kernels.len()).filter(|&s| kernels[s].outputs.contains(&u)).collect();
+        let [step] = producers[..] else { continue };
+        let k = &kernels[step];
+        if k.kind != KernelKind::Loop || kernels[step + 1..].iter().any(|later| later.inputs.contains(&p)) {
+            continue;
+        }
+        let reads_p = |o: NodeId| -> bool {
+            let members: BTreeSet<NodeId> = k.members.iter().copied().collect();
+            let mut stack = vec![o];
+            let mut seen = BTreeSet::new();
+            while let Some(n) = stack.pop() {
+                for q in g.operands(n) {
+                    if q == p {
+                        return true;
+                    }
+                    if members.contains(&q) && seen.insert(q) {
+                        stack.push(q);
+                    }
+                }
+            }
+            false
+        };
+        // The code generator computes every output of element `t` before storing any (see
+        // `loop_main` in fusegraph-wgsl); with packed f16 outputs that order is not kept.
+        let others_ok = k
+            .outputs
+            .iter()
+            .all(|&o| o == u || !reads_p(o) || (g.ty(o).dtype != DType::F16 && reads_only_same_index(g, k, o, p)));
+        let safe_inside = !k.inputs.contains(&p) || (reads_only_same_index(g, k, u, p) && others_ok);
+        if safe_inside {
+            out.insert(u, p);
+        }
+    }
+    out
 }
 
 /// Output → input pairs that may share bytes (see the module docs).
@@ -525,5 +613,36 @@ mod tests {
         let plan = plan_memory(&g, &kernels, &outs, 4);
         assert!(plan.in_place.is_empty());
         assert_eq!(plan.arena_bytes, 2 * 128);
+    }
+
+    #[test]
+    fn parameter_updates_go_in_place_only_when_nothing_later_reads_the_old_value() {
+        let b = GraphBuilder::new();
+        let p = b.parameter("p", DType::F32, [64]).unwrap();
+        let g = b.input("g", DType::F32, [64]).unwrap();
+        let u = p.sub(&g.mul_scalar(0.1).unwrap()).unwrap();
+        let z = p.add(&u).unwrap();
+        let graph = b.graph();
+        let opts = MemoryOptions::default();
+        // Alone: `u` is written into `p`'s slot and takes no arena bytes.
+        let outs = [u.id()];
+        let ks = partition(&graph, &outs, FusionMode::Off).unwrap();
+        let plan = plan_memory_updating(&graph, &ks, &outs, &opts, &[(p.id(), u.id())]);
+        assert_eq!(plan.updated_in_place, BTreeMap::from([(u.id(), p.id())]));
+        assert_eq!(plan.locations[&u.id()], plan.locations[&p.id()]);
+        assert!(!plan.intervals.contains_key(&u.id()));
+        let copy = plan_memory_with(&graph, &ks, &outs, &opts);
+        assert_eq!(plan.naive_bytes + 256, copy.naive_bytes, "one arena value fewer");
+        assert!(plan.arena_bytes <= copy.arena_bytes);
+        // A later kernel reads the old `p`: the update stays in the arena (copied after the run).
+        let outs = [u.id(), z.id()];
+        let ks = partition(&graph, &outs, FusionMode::Off).unwrap();
+        let plan = plan_memory_updating(&graph, &ks, &outs, &opts, &[(p.id(), u.id())]);
+        assert!(plan.updated_in_place.is_empty());
+        assert_eq!(plan.locations[&u.id()].region, Region::Arena);
+        // A parameter that is itself an output keeps its value for the readback.
+        let outs = [u.id(), p.id()];
+        let ks = partition(&graph, &outs, FusionMode::Off).unwrap();
+        assert!(plan_memory_updating(&graph, &ks, &outs, &opts, &[(p.id(), u.id())]).updated_in_place.is_empty());
     }
 }

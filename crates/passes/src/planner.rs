@@ -1,7 +1,7 @@
 //! The planner query: how much device memory a graph needs, without a device.
 //!
 //! [`plan_graph`] runs the memory pipeline the runtime uses: partition or fuse → [`schedule`]
-//! → [`plan_memory_with`] → [`rematerialize_with`] when a budget is given. [`plan_summary`]
+//! → [`plan_memory_updating`] → [`rematerialize_with`] when a budget is given. [`plan_summary`]
 //! reports its bytes (persistent, arena, staging, total, lower bound, naive) and the largest
 //! values live at the peak step, for out-of-memory messages. [`largest_batch`] searches the
 //! largest batch size whose plan fits a byte limit.
@@ -9,7 +9,7 @@
 use crate::fuse::{fuse, FusionOptions};
 use crate::kernel::{partition, FusionMode, Kernel};
 use crate::liveness::{live_bytes_per_step, value_bytes};
-use crate::memory_plan::{plan_memory_with, MemoryOptions, MemoryPlan};
+use crate::memory_plan::{plan_memory_updating, MemoryOptions, MemoryPlan};
 use crate::remat::rematerialize_with;
 use crate::schedule::schedule;
 use fusegraph_ir::{verify, Graph, NodeId, Result};
@@ -39,6 +39,10 @@ pub struct PlanOptions {
     /// In [`plan_within`] (and so [`largest_batch`]), rematerialize when the plan exceeds the
     /// limit.
     pub remat: bool,
+    /// Parameter updates, as (parameter name, index into the outputs of its new value): the
+    /// plan writes each in place where [`plan_memory_updating`] finds it safe. Indices rather
+    /// than nodes, so they survive simplification of a copy of the graph.
+    pub updates: Vec<(String, usize)>,
 }
 
 impl Default for PlanOptions {
@@ -54,6 +58,7 @@ impl Default for PlanOptions {
             top_values: 8,
             simplify: true,
             remat: true,
+            updates: Vec::new(),
         }
     }
 }
@@ -126,9 +131,30 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
     if let Some(budget) = opts.remat_budget {
         kernels = rematerialize_with(g, kernels, outputs, budget, &mopts);
     }
-    let plan = plan_memory_with(g, &kernels, outputs, &mopts);
+    let plan = plan_memory_updating(g, &kernels, outputs, &mopts, &update_pairs(g, outputs, &opts.updates)?);
     let summary = summarize(g, outputs, &kernels, &plan, opts.top_values);
     Ok(Planned { kernels, plan, summary })
+}
+
+/// `(parameter node, value node)` of each update whose parameter name is one reachable
+/// parameter node and whose index names an output.
+fn update_pairs(g: &Graph, outputs: &[NodeId], updates: &[(String, usize)]) -> Result<Vec<(NodeId, NodeId)>> {
+    if updates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut by_name: std::collections::BTreeMap<&str, Vec<NodeId>> = Default::default();
+    for id in g.reachable(outputs)? {
+        if let fusegraph_ir::Op::Parameter { name } = &g.node(id).op {
+            by_name.entry(name.as_str()).or_default().push(id);
+        }
+    }
+    Ok(updates
+        .iter()
+        .filter_map(|(name, i)| match (by_name.get(name.as_str()).map(Vec::as_slice), outputs.get(*i)) {
+            (Some([p]), Some(&u)) => Some((*p, u)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// Plans as [`plan_graph`]; if the total exceeds `limit` and `opts.remat` is set, plans again

@@ -194,12 +194,21 @@ impl Device {
 
     /// The memory `compile` would plan for `outputs` of `graph` under `opts` (simplification,
     /// fusion, schedule, rematerialization toward the limit), without allocating anything.
+    ///
+    /// With `opts.updates`, their values are planned after `outputs` as `compile` plans them
+    /// (in place where safe); the summary's staging then counts them too.
     pub fn plan(self: &Arc<Self>, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<PlanSummary> {
-        if opts.mixed_precision {
-            let (g, outs) = fusegraph_passes::mixed_precision::to_mixed_precision(graph, outputs)?;
-            return Ok(plan_summary_within(&g, &outs, &self.plan_options(opts), self.limit_for(opts))?);
+        let mut popts = self.plan_options(opts);
+        let mut outs = outputs.to_vec();
+        for (i, (name, node)) in opts.updates.iter().enumerate() {
+            popts.updates.push((name.clone(), outputs.len() + i));
+            outs.push(*node);
         }
-        Ok(plan_summary_within(graph, outputs, &self.plan_options(opts), self.limit_for(opts))?)
+        if opts.mixed_precision {
+            let (g, outs) = fusegraph_passes::mixed_precision::to_mixed_precision(graph, &outs)?;
+            return Ok(plan_summary_within(&g, &outs, &popts, self.limit_for(opts))?);
+        }
+        Ok(plan_summary_within(graph, &outs, &popts, self.limit_for(opts))?)
     }
 
     /// The largest batch in `1..=max_batch` whose plan fits `limit` bytes on this device,
@@ -268,6 +277,9 @@ impl Device {
         let mut popts = self.plan_options(opts);
         let limit = self.limit_for(opts);
         popts.remat = opts.remat;
+        // Updates are planned in place where safe (their values follow the user's outputs).
+        popts.updates =
+            opts.updates.iter().enumerate().map(|(i, (name, _))| (name.clone(), user_outputs + i)).collect();
         let mut planned = plan_within(graph, plan_outputs, &popts, limit)?;
         // The planner counts every output it was given as staging; update values stay on the
         // device and are never read back.

@@ -237,7 +237,19 @@ pub(crate) const MAIN_ARGS: &str =
 fn loop_main(g: &Graph, bindings: &[Binding], opts: &LowerOptions) -> (String, u64) {
     let mut invocations = 0u64;
     let mut body = String::new();
-    for (k, b) in bindings.iter().enumerate().filter(|(_, b)| b.output) {
+    let outputs: Vec<(usize, &Binding)> = bindings.iter().enumerate().filter(|(_, b)| b.output).collect();
+    // Several plain outputs: every value of element `t` is computed before any is stored, so
+    // an output written over an input it shares the element with (a parameter updated in
+    // place) cannot change what another output reads.
+    let two_phase = outputs.iter().filter(|(_, b)| !packed_f16(g.ty(b.node).dtype, opts)).count() > 1;
+    if two_phase {
+        for (k, b) in outputs.iter().filter(|(_, b)| !packed_f16(g.ty(b.node).dtype, opts)) {
+            let ty = g.ty(b.node);
+            let _ = writeln!(body, "        var r{k}: {};", vty(ty.dtype));
+            let _ = writeln!(body, "        if (t < {}u) {{ r{k} = e{}(t); }}", ty.shape.numel(), b.node.index());
+        }
+    }
+    for (k, b) in outputs {
         let ty = g.ty(b.node);
         let n = ty.shape.numel() as u64;
         let f = format!("e{}", b.node.index());
@@ -252,8 +264,8 @@ fn loop_main(g: &Graph, bindings: &[Binding], opts: &LowerOptions) -> (String, u
             let _ = writeln!(body, "        }}");
         } else {
             invocations = invocations.max(n);
-            let _ =
-                writeln!(body, "        if (t < {n}u) {{ b{k}[t] = {}; }}", store_value(ty.dtype, &format!("{f}(t)")));
+            let value = if two_phase { format!("r{k}") } else { format!("{f}(t)") };
+            let _ = writeln!(body, "        if (t < {n}u) {{ b{k}[t] = {}; }}", store_value(ty.dtype, &value));
         }
     }
     // A grid-stride loop: on a GPU one invocation per element, so it runs once. A CPU
