@@ -166,8 +166,10 @@ pub struct TrainOptions {
     pub mixed_precision: Option<LossScaling>,
     /// Recompute the inner values of [`Forward::segments`] in the backward pass.
     pub checkpoint: bool,
-    /// Device memory limit of the step executable; over it the planner rematerializes
-    /// (automatic checkpointing) or compilation fails with `ResourceExhausted`.
+    /// Device memory limit of the step executable: over it the planner rematerializes cheap
+    /// values, then [`build_step`] checkpoints every forward segment (automatic
+    /// checkpointing); a step that still does not fit fails to compile with
+    /// `ResourceExhausted`.
     pub memory_limit: Option<u64>,
     /// Kernel fusion (default on).
     pub fusion: FusionMode,
@@ -401,9 +403,32 @@ impl TrainStep {
 /// state is created in `params` (zero-initialized; `"loss_scale"` at
 /// [`LossScaling::init_scale`]) unless it is there already.
 ///
+/// **Automatic checkpointing**: with a `memory_limit`, no explicit `checkpoint` and recorded
+/// [`Forward::segments`], a step whose plan ([`TrainStep::plan_summary`], rematerialized
+/// toward the limit) still exceeds the limit is recorded again with every segment
+/// checkpointed; [`TrainStep::options`] then says `checkpoint: true` and
+/// [`TrainStep::recomputed`] counts the cloned nodes. The first recording stays in the
+/// builder, unreachable from the step's outputs (compilation drops it).
+///
 /// Errors: a loss that is not a rank-0 f32, `accumulate` of 0, bad loss-scaling values, a
 /// parameter without a value in `params`, and any error recording the ops.
 pub fn build_step(
+    b: &GraphBuilder,
+    params: &mut Params,
+    forward: &Forward,
+    optimizer: &dyn Optimizer,
+    opts: &TrainOptions,
+) -> Result<TrainStep> {
+    let step = record_step(b, params, forward, optimizer, opts)?;
+    let Some(limit) = opts.memory_limit else { return Ok(step) };
+    if opts.checkpoint || forward.segments.iter().all(Vec::is_empty) || step.plan_summary()?.total_bytes <= limit {
+        return Ok(step);
+    }
+    record_step(b, params, forward, optimizer, &TrainOptions { checkpoint: true, ..opts.clone() })
+}
+
+/// [`build_step`] without the automatic choice: records exactly what `opts` says.
+fn record_step(
     b: &GraphBuilder,
     params: &mut Params,
     forward: &Forward,
@@ -469,7 +494,6 @@ pub fn build_step(
         Some(s) => loss.mul(s)?,
         None => loss.clone(),
     };
-    let forward_nodes: BTreeSet<NodeId> = b.edit(|g| g.node_ids().into_iter().collect());
     let wrt: Vec<Tensor> =
         nodes_of.values().flatten().map(|&id| b.tensor(id)).collect::<std::result::Result<_, _>>()?;
     let wrt_refs: Vec<&Tensor> = wrt.iter().collect();
@@ -477,9 +501,14 @@ pub fn build_step(
 
     let mut recomputed = 0;
     if opts.checkpoint {
+        // Forward = what the objective is computed from. Every other user of a segment value
+        // may be rewired to the clones: the backward pass, and the dead backward nodes of an
+        // earlier recording of this step (automatic checkpointing records a step twice),
+        // which would otherwise pin the segment's values as outputs.
+        let forward: BTreeSet<NodeId> = b.edit(|g| g.reachable(&[objective.id()]))?.into_iter().collect();
         let mut clones = BTreeSet::new();
         for seg in &segments {
-            let done = b.edit(|g| checkpoint(g, seg, |u| !forward_nodes.contains(&u) && !clones.contains(&u)))?;
+            let done = b.edit(|g| checkpoint(g, seg, |u| !forward.contains(&u) && !clones.contains(&u)))?;
             recomputed += done.clones.len();
             clones.extend(done.clones.iter().map(|(_, c)| *c));
             for id in &mut grad_ids {

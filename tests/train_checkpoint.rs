@@ -60,3 +60,29 @@ fn checkpointing_lowers_the_planned_peak_and_keeps_the_losses() {
     }
     assert!(la[3] < la[0], "the loss falls: {la:?}");
 }
+
+fn step_with(opts: &TrainOptions) -> TrainStep {
+    let b = GraphBuilder::new();
+    let mut p = Params::new(3);
+    let fwd = mlp(&b, &mut p, BATCH, &DIMS).unwrap();
+    build_step(&b, &mut p, &fwd, &Sgd { lr: 0.1, momentum: 0.9, weight_decay: 0.0 }, opts).unwrap()
+}
+
+#[test]
+fn a_memory_limit_the_plain_step_misses_turns_checkpointing_on() {
+    let plain = step_with(&TrainOptions::default()).plan_summary().unwrap().total_bytes;
+    let ck = step_with(&TrainOptions { checkpoint: true, ..Default::default() }).plan_summary().unwrap().total_bytes;
+    assert!(ck < plain);
+    // Room for the checkpointed step only: the plain one (rematerialized toward the limit
+    // too) does not fit, so every segment is checkpointed.
+    let tight = step_with(&TrainOptions { memory_limit: Some(ck), ..Default::default() });
+    assert!(tight.options.checkpoint, "checkpointing chosen");
+    assert!(tight.recomputed > 0);
+    let s = tight.plan_summary().unwrap();
+    assert!(s.total_bytes <= ck, "{} within {ck}", s.total_bytes);
+    // Room for the plain step: nothing is recomputed.
+    let roomy = step_with(&TrainOptions { memory_limit: Some(plain), ..Default::default() });
+    assert!(!roomy.options.checkpoint);
+    assert_eq!(roomy.recomputed, 0);
+    eprintln!("plain {plain} B, checkpointed {ck} B");
+}
