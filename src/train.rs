@@ -1050,7 +1050,7 @@ pub mod demo {
         pub accumulate: usize,
         /// Mixed precision on.
         pub mixed_precision: bool,
-        /// Explicit checkpointing on.
+        /// Checkpointing on (asked for, or chosen automatically under the memory limit).
         pub checkpoint: bool,
         /// Forward nodes recomputed by checkpointing.
         pub recomputed: usize,
@@ -1132,7 +1132,7 @@ pub mod demo {
             median_step_ms: median,
             accumulate: n,
             mixed_precision: cfg.options.mixed_precision.is_some(),
-            checkpoint: cfg.options.checkpoint,
+            checkpoint: setup.step.options.checkpoint,
             recomputed: setup.step.recomputed,
             loss_scale: trainer.loss_scale()?,
         })
