@@ -121,8 +121,9 @@ impl Device {
         Some(tiling)
     }
 
-    /// Times every candidate tiling on `shape` (f32 stands in for f16 where the device has
-    /// no f16 storage of its own; the integer class runs i32).
+    /// Times every candidate tiling on `shape` in `dtype` (the integer class runs i32). Any
+    /// error (a candidate over the device's limits or memory limit) abandons the class,
+    /// which then keeps the default tiling.
     fn measure_tilings(self: &Arc<Self>, class: &str, shape: &GemmShape, dtype: DType) -> Result<TunedTiling> {
         let dt = match dtype {
             DType::F32 | DType::F16 => dtype,
