@@ -57,7 +57,6 @@ use fusegraph_nn::{Init, NnError, Params};
 use fusegraph_passes::checkpoint::checkpoint;
 use fusegraph_passes::{GradError, PlanOptions, PlanSummary};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::sync::Arc;
 
 pub use fusegraph_nn::optim::{Adam, Optimizer, Sgd};
@@ -73,63 +72,23 @@ pub const GOOD_STEPS: &str = "good_steps";
 pub const OVERFLOW_SEEN: &str = "overflow_seen";
 
 /// An error building or running a training step.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum TrainError {
     /// Recording an op failed.
-    Ir(IrError),
+    #[error("{0}")]
+    Ir(#[from] IrError),
     /// A layer, parameter or optimizer error.
-    Nn(NnError),
+    #[error("{0}")]
+    Nn(#[from] NnError),
     /// Differentiation failed.
-    Grad(GradError),
+    #[error("{0}")]
+    Grad(#[from] GradError),
     /// Compiling or running on the device failed.
-    Runtime(RuntimeError),
+    #[error("{0}")]
+    Runtime(#[from] RuntimeError),
     /// The training configuration is inconsistent (message says how).
+    #[error("training: {0}")]
     Config(String),
-}
-
-impl fmt::Display for TrainError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TrainError::Ir(e) => write!(f, "{e}"),
-            TrainError::Nn(e) => write!(f, "{e}"),
-            TrainError::Grad(e) => write!(f, "{e}"),
-            TrainError::Runtime(e) => write!(f, "{e}"),
-            TrainError::Config(m) => write!(f, "training: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for TrainError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            TrainError::Ir(e) => Some(e),
-            TrainError::Nn(e) => Some(e),
-            TrainError::Grad(e) => Some(e),
-            TrainError::Runtime(e) => Some(e),
-            TrainError::Config(_) => None,
-        }
-    }
-}
-
-impl From<IrError> for TrainError {
-    fn from(e: IrError) -> Self {
-        TrainError::Ir(e)
-    }
-}
-impl From<NnError> for TrainError {
-    fn from(e: NnError) -> Self {
-        TrainError::Nn(e)
-    }
-}
-impl From<GradError> for TrainError {
-    fn from(e: GradError) -> Self {
-        TrainError::Grad(e)
-    }
-}
-impl From<RuntimeError> for TrainError {
-    fn from(e: RuntimeError) -> Self {
-        TrainError::Runtime(e)
-    }
 }
 
 /// Result with [`TrainError`].

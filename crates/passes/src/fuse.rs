@@ -178,13 +178,16 @@ struct Ancestors {
 impl Ancestors {
     const MAX_NODES: usize = 16_384;
 
-    fn new(order: &[NodeId], operands: &BTreeMap<NodeId, Vec<NodeId>>) -> Option<Ancestors> {
+    fn new(
+        order: &[NodeId],
+        pos: &BTreeMap<NodeId, usize>,
+        operands: &BTreeMap<NodeId, Vec<NodeId>>,
+    ) -> Option<Ancestors> {
         let n = order.len();
         if n > Self::MAX_NODES {
             return None;
         }
         let words = n.div_ceil(64);
-        let pos: BTreeMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
         let mut bits = vec![0u64; n * words];
         for (i, node) in order.iter().enumerate() {
             for o in &operands[node] {
@@ -253,15 +256,16 @@ impl<'a> Ctx<'a> {
                 const_like.insert(n);
             }
         }
+        let pos: BTreeMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
         let ctx = Ctx {
             const_like,
             g,
             outputs,
             output_set: outputs.iter().copied().collect(),
-            pos: order.iter().enumerate().map(|(i, &n)| (n, i)).collect(),
+            ancestors: Ancestors::new(&order, &pos, &operands),
+            pos,
             index_bound,
             arena,
-            ancestors: Ancestors::new(&order, &operands),
             operands,
             users,
             opts,

@@ -165,6 +165,12 @@ pub(crate) fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::Buffe
     })
 }
 
+/// `opts.updates` as the planner takes them: each parameter's name with the index of its new
+/// value among the planned outputs, where the values follow the `first` user outputs.
+fn planned_updates(opts: &CompileOptions, first: usize) -> Vec<(String, usize)> {
+    opts.updates.iter().enumerate().map(|(i, (name, _))| (name.clone(), first + i)).collect()
+}
+
 impl Device {
     /// Planner options matching this device's limits, cost model and `opts`.
     fn plan_options(self: &Arc<Self>, opts: &CompileOptions) -> PlanOptions {
@@ -199,11 +205,9 @@ impl Device {
     /// (in place where safe); the summary's staging then counts them too.
     pub fn plan(self: &Arc<Self>, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<PlanSummary> {
         let mut popts = self.plan_options(opts);
+        popts.updates = planned_updates(opts, outputs.len());
         let mut outs = outputs.to_vec();
-        for (i, (name, node)) in opts.updates.iter().enumerate() {
-            popts.updates.push((name.clone(), outputs.len() + i));
-            outs.push(*node);
-        }
+        outs.extend(opts.updates.iter().map(|(_, node)| *node));
         if opts.mixed_precision {
             let (g, outs) = fusegraph_passes::mixed_precision::to_mixed_precision(graph, &outs)?;
             return Ok(plan_summary_within(&g, &outs, &popts, self.limit_for(opts))?);
@@ -278,8 +282,7 @@ impl Device {
         let limit = self.limit_for(opts);
         popts.remat = opts.remat;
         // Updates are planned in place where safe (their values follow the user's outputs).
-        popts.updates =
-            opts.updates.iter().enumerate().map(|(i, (name, _))| (name.clone(), user_outputs + i)).collect();
+        popts.updates = planned_updates(opts, user_outputs);
         let mut planned = plan_within(graph, plan_outputs, &popts, limit)?;
         // The planner counts every output it was given as staging; update values stay on the
         // device and are never read back.
