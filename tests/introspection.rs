@@ -51,3 +51,24 @@ fn profile_times_every_kernel_and_leaves_results_unchanged() {
         assert_eq!(exe.run(&feeds).unwrap(), before);
     }
 }
+
+#[test]
+fn dump_wgsl_writes_each_kernel_in_dispatch_order() {
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [8, 128]).unwrap();
+    let y = x.softmax(1).unwrap().exp().unwrap();
+    let device = Device::shared().unwrap();
+    let dir = std::env::temp_dir().join(format!("fusegraph-dump-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let opts = CompileOptions { dump_wgsl: Some(dir.clone()), ..CompileOptions::unfused() };
+    let exe = device.compile(&b.graph(), &[y.id()], &opts).unwrap();
+    let n = exe.stats().kernels.len();
+    for (k, stats) in exe.stats().kernels.iter().enumerate() {
+        let text = std::fs::read_to_string(dir.join(format!("k{k:03}.wgsl"))).unwrap();
+        assert!(text.contains("@compute"), "k{k:03}");
+        // The kernel's label heads its source: the files follow the dispatch order.
+        assert!(text.starts_with(&format!("// kernel {}", stats.label)), "k{k:03}: {}", &text[..60.min(text.len())]);
+    }
+    assert!(!dir.join(format!("k{n:03}.wgsl")).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -37,6 +37,10 @@ pub struct CompileOptions {
     /// Force this tiling on every tiled matmul kernel (experiments, tests of each
     /// candidate); `None` takes the device's autotuned choice, or the default for the shape.
     pub matmul_tiling: Option<MatmulTiling>,
+    /// Writes every kernel's WGSL into this folder as `k000.wgsl`, `k001.wgsl`, … in
+    /// dispatch order, each headed by `// kernel LABEL (N workgroups)` (the environment variable `FUSEGRAPH_DUMP_WGSL=DIR` does the same for
+    /// every compile). Best effort: a folder that cannot be written is skipped.
+    pub dump_wgsl: Option<std::path::PathBuf>,
 }
 
 impl Default for CompileOptions {
@@ -51,6 +55,7 @@ impl Default for CompileOptions {
             mixed_precision: false,
             calibrating: false,
             matmul_tiling: None,
+            dump_wgsl: None,
         }
     }
 }
@@ -154,6 +159,10 @@ pub struct Executable {
     stats: ExecutableStats,
     plan: MemoryPlan,
     graph: Graph,
+    /// Held by each run (and timing, profiling) from writing the feeds to reading the
+    /// outputs: runs share the arena and the staging buffer, so runs of one executable from
+    /// several threads take turns.
+    running: std::sync::Mutex<()>,
 }
 
 pub(crate) fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
@@ -341,6 +350,15 @@ impl Device {
             .zip(&tilings)
             .map(|(k, &matmul_tiling)| lower_with(graph, k, &lower_opts, &Strategy { matmul_tiling, ..strategy }))
             .collect();
+        let dump = opts.dump_wgsl.clone().or_else(|| std::env::var_os("FUSEGRAPH_DUMP_WGSL").map(Into::into));
+        if let Some(dir) = dump {
+            if std::fs::create_dir_all(&dir).is_ok() {
+                for (k, s) in sources.iter().enumerate() {
+                    let text = format!("// kernel {} ({} workgroups)\n{}", s.label, s.workgroups, s.wgsl);
+                    let _ = std::fs::write(dir.join(format!("k{k:03}.wgsl")), text);
+                }
+            }
+        }
         for s in &sources {
             if s.bindings.len() > limits.max_storage_buffers_per_shader_stage as usize {
                 return Err(RuntimeError::TooManyBindings {
@@ -489,6 +507,7 @@ impl Device {
             stats,
             plan,
             graph: graph.clone(),
+            running: std::sync::Mutex::new(()),
         })
     }
 }
@@ -631,7 +650,8 @@ impl Executable {
     /// untimed ones), each submitted and waited for on its own. With GPU timestamps the time
     /// is the compute pass on the GPU; otherwise wall time from submit to completion.
     pub fn time(&self, feeds: &[(&str, &HostTensor)], warmup: usize, runs: usize) -> Result<Timing> {
-        self.run(feeds)?;
+        let _running = self.take_turn();
+        self.run_in_turn(feeds)?;
         let d = &self.device;
         let ts = d.has_timestamps().then(|| {
             let set = d.device.create_query_set(&wgpu::QuerySetDescriptor {
@@ -698,6 +718,17 @@ impl Executable {
     /// Errors (missing, unknown or mis-typed feeds, unset parameters) come before anything is
     /// written or dispatched.
     pub fn run(&self, feeds: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        let _running = self.take_turn();
+        self.run_in_turn(feeds)
+    }
+
+    /// Waits until no other thread runs this executable; runs hold the guard throughout.
+    pub(crate) fn take_turn(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// [`Executable::run`], for a caller holding [`Executable::take_turn`]'s guard.
+    pub(crate) fn run_in_turn(&self, feeds: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
         let names = || self.inputs.keys().cloned().collect::<Vec<_>>().join(", ");
         for (name, value) in feeds {
             let slot = self

@@ -51,7 +51,8 @@ impl Executable {
     /// does), then times each kernel over `runs` repetitions after `warmup` untimed ones.
     /// Parameter updates are not applied by the repetitions.
     pub fn profile(&self, feeds: &[(&str, &HostTensor)], warmup: usize, runs: usize) -> Result<Profile> {
-        self.run(feeds)?;
+        let _running = self.take_turn();
+        self.run_in_turn(feeds)?;
         let d = &self.device;
         let active: Vec<usize> = (0..self.kernels.len()).filter(|&i| self.kernels[i].workgroups[0] > 0).collect();
         let stats = self.stats();
