@@ -174,31 +174,33 @@ fn v31(i: u32) -> f32 {
 }
 
 fn e31(i: u32) -> f32 {
-    let x2 = (v0(i) + v1(i));
+    let y0 = v0(i);
+    let y1 = v1(i);
+    let x2 = (y0 + y1);
     let x4 = v4(i);
     let x5 = (x2 * x4);
     let x6 = tanh(clamp(x5, -15.0f, 15.0f));
-    let x7 = (x6 - v1(i));
-    let x8 = (x7 + v1(i));
+    let x7 = (x6 - y1);
+    let x8 = (x7 + y1);
     let x10 = v10(i);
     let x11 = (x8 * x10);
     let x12 = tanh(clamp(x11, -15.0f, 15.0f));
-    let x13 = (x12 - v1(i));
-    let x14 = (x13 + v1(i));
+    let x13 = (x12 - y1);
+    let x14 = (x13 + y1);
     let x16 = v16(i);
     let x17 = (x14 * x16);
     let x18 = tanh(clamp(x17, -15.0f, 15.0f));
-    let x19 = (x18 - v1(i));
-    let x20 = (x19 + v1(i));
+    let x19 = (x18 - y1);
+    let x20 = (x19 + y1);
     let x22 = v22(i);
     let x23 = (x20 * x22);
     let x24 = tanh(clamp(x23, -15.0f, 15.0f));
-    let x25 = (x24 - v1(i));
-    let x26 = (x25 + v1(i));
+    let x25 = (x24 - y1);
+    let x26 = (x25 + y1);
     let x28 = v28(i);
     let x29 = (x26 * x28);
     let x30 = tanh(clamp(x29, -15.0f, 15.0f));
-    let x31 = (x30 - v1(i));
+    let x31 = (x30 - y1);
     return x31;
 }
 

@@ -165,7 +165,8 @@ fn v23(i: u32) -> f32 {
 
 fn e23(i: u32) -> f32 {
     let x7 = v7(i);
-    let x8 = (v0(i) - x7);
+    let y0 = v0(i);
+    let x8 = (y0 - x7);
     let x18 = v18(i);
     let x19 = (x8 * x18);
     let x20 = v20(i);

@@ -51,7 +51,8 @@ fn v7(i: u32) -> f32 {
 
 fn e7(i: u32) -> f32 {
     let x2 = v2(i);
-    let x3 = (v0(i) - x2);
+    let y0 = v0(i);
+    let x3 = (y0 - x2);
     let x4 = exp(x3);
     let x6 = v6(i);
     let x7 = (x4 / x6);

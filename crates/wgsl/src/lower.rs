@@ -197,6 +197,11 @@ pub(crate) fn write_region(g: &Graph, o: NodeId, region: &[NodeId], acc: Option<
             let _ = writeln!(body, "fn e{}(i: u32) -> {t} {{", o.index());
         }
     }
+    // Element `i` of a value outside the region (a loaded input, a broadcast, a reduction)
+    // is read once and named `y{p}`, however many region members use it: each call is a
+    // load, and a driver may not merge loads from a read-write buffer (lavapipe: 11 loads of
+    // the 20-op chain's two inputs per element become 2).
+    let mut read: Vec<NodeId> = Vec::new();
     for &n in region {
         let node = g.node(n);
         let same = same_index_operands(g, n);
@@ -210,7 +215,11 @@ pub(crate) fn write_region(g: &Graph, o: NodeId, region: &[NodeId], acc: Option<
                     if same.contains(&p) && region.contains(&p) {
                         format!("x{}", p.index())
                     } else {
-                        format!("v{}(i)", p.index())
+                        if !read.contains(&p) {
+                            read.push(p);
+                            let _ = writeln!(body, "    let y{0} = v{0}(i);", p.index());
+                        }
+                        format!("y{}", p.index())
                     }
                 })
                 .collect();
