@@ -125,7 +125,10 @@ fn every_candidate_tiling_validates() {
 }
 
 /// Each candidate an autotuner may pick computes what the reference does, over the sweep of
-/// ragged, batched, transposed and fused shapes (f32; f16 and i32 plain).
+/// ragged, batched, transposed and fused shapes (f32; f16 and i32 plain). Candidates with 256
+/// or more outputs per invocation take seconds each to compile on lavapipe; they run a
+/// subset that still has every edge ragged, batches, a transposed operand, an epilogue,
+/// f16 and i32.
 #[test]
 fn every_candidate_tiling_matches_the_reference() {
     let device = Device::shared().expect("a device");
@@ -141,7 +144,9 @@ fn every_candidate_tiling_matches_the_reference() {
     let mut ran = 0;
     for tiling in MatmulTiling::CANDIDATES {
         let opts = CompileOptions { matmul_tiling: Some(tiling), ..Default::default() };
-        for case in &cases {
+        let heavy = tiling.bm * tiling.bn >= 256;
+        let subset = ["_7x33x5_bfalse", "_65x17x129_", "_130x40x258_btrue_tfalse", "_100x1000x7_bfalse"];
+        for case in cases.iter().filter(|c| !heavy || subset.iter().any(|s| c.name.contains(s))) {
             let n = case.graph.ty(case.outputs[0]).shape.dims().last().copied().unwrap();
             let packed_odd = case.graph.ty(case.outputs[0]).dtype == DType::F16 && !device.f16_native() && n % 2 == 1;
             if packed_odd {
@@ -154,7 +159,7 @@ fn every_candidate_tiling_matches_the_reference() {
         }
     }
     eprintln!("{ran} device checks, {} failed", failures.len());
-    assert!(ran >= 6 * 25, "only {ran} checks");
+    assert!(ran >= 6 * 25 + 3 * 8, "only {ran} checks");
     assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
 }
 

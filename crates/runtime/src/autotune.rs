@@ -1,6 +1,6 @@
 //! Autotuning of the tiled matmul: for each class of GEMM shape a kernel computes, every
 //! candidate tiling ([`MatmulTiling::CANDIDATES`]) is timed once on this adapter and the
-//! fastest kept: in memory, and on disk (`~/.cache/fusegraph/tiling-v1-<adapter>.txt`, keyed
+//! fastest kept: in memory, and on disk (`~/.cache/fusegraph/tiling-v2-<adapter>.txt`, keyed
 //! by adapter and driver) so the next run reuses it. Off with
 //! [`DeviceOptions::autotune`](crate::DeviceOptions::autotune) or `FUSEGRAPH_AUTOTUNE=off`
 //! (every kernel then takes [`MatmulTiling::default_for`] its shape, for reproducible runs).
@@ -91,7 +91,7 @@ impl Device {
             if !tuner.loaded {
                 tuner.loaded = true;
                 let text =
-                    crate::calibrate::cache_file(self, "tiling-v1").and_then(|p| std::fs::read_to_string(p).ok());
+                    crate::calibrate::cache_file(self, "tiling-v2").and_then(|p| std::fs::read_to_string(p).ok());
                 for (class, tiling) in text.iter().flat_map(|t| t.lines()).filter_map(parse_line) {
                     tuner.chosen.insert(class.clone(), TunedTiling { class, tiling, timings: vec![] });
                 }
@@ -109,7 +109,7 @@ impl Device {
         let tiling = tuned.tiling;
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
         tuner.chosen.insert(key, tuned);
-        if let Some(path) = crate::calibrate::cache_file(self, "tiling-v1") {
+        if let Some(path) = crate::calibrate::cache_file(self, "tiling-v2") {
             let text: String = tuner.chosen.values().map(|t| format!("{} = {}\n", t.class, t.tiling)).collect();
             // Written aside and renamed, so a reader never sees half a file.
             let tmp = path.with_extension(format!("tmp{}", std::process::id()));

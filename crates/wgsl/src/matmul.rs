@@ -51,18 +51,32 @@ const SMALL: MatmulTiling = MatmulTiling { gx: 16, gy: 16, bm: 4, bn: 4, tk: 32 
 /// loads per multiply-add of [`SMALL`]; about 1.5× faster on lavapipe at 1024³, where every
 /// workgroup-memory load is a loop over the SIMD lanes.
 const LARGE: MatmulTiling = MatmulTiling { gx: 16, gy: 16, bm: 8, bn: 8, tk: 16 };
+/// 128×128 tiles, 16×16 per invocation by 64 invocations: twice [`LARGE`]'s multiply-adds
+/// per workgroup-memory load. 256 accumulators would spill on a GPU; on a CPU adapter, where
+/// an accumulator is a SIMD register or a stack slot and each workgroup-memory load a loop
+/// over the lanes, it measured 1.2–1.6× [`LARGE`] on lavapipe (1024³ and the transformer's
+/// 256×768×3072). Not a default: lavapipe takes about 2 s to compile it (0.4 s for
+/// [`LARGE`]), which only a long run pays back; the autotuner decides.
+const CPU_LARGE: MatmulTiling = MatmulTiling { gx: 8, gy: 8, bm: 16, bn: 16, tk: 16 };
 
 impl MatmulTiling {
     /// The tilings an autotuner times: [`SMALL`] and [`LARGE`]; 64×64 tiles of 8×8 blocks
     /// by 64 invocations; 64×128 tiles by 128 invocations; 32×32 tiles of 4×4 blocks with a
-    /// 64-deep `k` slice (small matrices, batched attention); and 16×64 tiles (few rows).
-    pub const CANDIDATES: [MatmulTiling; 6] = [
+    /// 64-deep `k` slice (small matrices, batched attention); 16×64 tiles (few rows); and
+    /// for CPU adapters, blocks of 256 and 512 outputs per invocation: [`CPU_LARGE`], 64×128
+    /// tiles of 16×32 blocks, 128×128 tiles of 32×16 blocks 8 deep (on lavapipe these won 21
+    /// of the 27 shape classes the test suite and benchmarks tuned, but take 2–4.5 s each to
+    /// compile).
+    pub const CANDIDATES: [MatmulTiling; 9] = [
         SMALL,
         LARGE,
         MatmulTiling { gx: 8, gy: 8, bm: 8, bn: 8, tk: 32 },
         MatmulTiling { gx: 16, gy: 8, bm: 8, bn: 8, tk: 16 },
         MatmulTiling { gx: 8, gy: 8, bm: 4, bn: 4, tk: 64 },
         MatmulTiling { gx: 16, gy: 4, bm: 4, bn: 4, tk: 32 },
+        CPU_LARGE,
+        MatmulTiling { gx: 4, gy: 4, bm: 16, bn: 32, tk: 16 },
+        MatmulTiling { gx: 8, gy: 4, bm: 32, bn: 16, tk: 8 },
     ];
 
     /// The untuned choice: [`LARGE`] where both `m` and `n` fill its tiles, else [`SMALL`]
