@@ -165,6 +165,15 @@ pub struct Executable {
     running: std::sync::Mutex<()>,
 }
 
+/// Unmaps a buffer when dropped.
+struct Unmap<'a>(&'a wgpu::Buffer);
+
+impl Drop for Unmap<'_> {
+    fn drop(&mut self) {
+        self.0.unmap();
+    }
+}
+
 pub(crate) fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
     device.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
@@ -779,12 +788,19 @@ impl Executable {
         d.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| RuntimeError::Wgpu { during: "waiting for the run".into(), detail: e.to_string() })?;
+        let mapped = rx
+            .recv()
+            .map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })
+            .and_then(|r| {
+                r.map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })
+            });
+        // Once mapped, the staging buffer is unmapped on every way out, errors included: a
+        // buffer left mapped would fail every later run of this executable.
+        let _unmap = mapped.is_ok().then(|| Unmap(self.staging.buffer()));
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(RuntimeError::Wgpu { during: "encoding the run".into(), detail: e.to_string() });
         }
-        rx.recv()
-            .map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })?
-            .map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })?;
+        mapped?;
         let result = {
             let view = self.staging.buffer().get_mapped_range(..).map_err(|e| RuntimeError::Wgpu {
                 during: "reading the staging buffer".into(),
@@ -797,7 +813,6 @@ impl Executable {
                 })
                 .collect::<std::result::Result<Vec<_>, _>>()
         };
-        self.staging.buffer().unmap();
         Ok(result?)
     }
 }
