@@ -38,8 +38,9 @@ pub struct CompileOptions {
     /// candidate); `None` takes the device's autotuned choice, or the default for the shape.
     pub matmul_tiling: Option<MatmulTiling>,
     /// Writes every kernel's WGSL into this folder as `k000.wgsl`, `k001.wgsl`, … in
-    /// dispatch order, each headed by `// kernel LABEL (N workgroups)` (the environment variable `FUSEGRAPH_DUMP_WGSL=DIR` does the same for
-    /// every compile). Best effort: a folder that cannot be written is skipped.
+    /// dispatch order, each headed by `// kernel LABEL (N workgroups)` (the environment
+    /// variable `FUSEGRAPH_DUMP_WGSL=DIR` does the same for every compile). Best effort: a
+    /// folder that cannot be written is skipped.
     pub dump_wgsl: Option<std::path::PathBuf>,
 }
 
