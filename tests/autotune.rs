@@ -1,12 +1,15 @@
 //! Matmul autotuning on the device: a shape class is measured once, the choice is written to
 //! the disk cache, a second device on the same adapter reads it back instead of measuring,
 //! the off switch keeps the default tiling, and every choice computes what the reference
-//! does. One test function: it points `XDG_CACHE_HOME` at a fresh folder for this process.
+//! does. One test function for all that: it points `XDG_CACHE_HOME` at a fresh folder for
+//! this process. A second test checks the default per adapter kind (off on llvmpipe through
+//! GL) without compiling anything.
 
 mod common;
 
 use common::{CaseBuilder, Domain};
 use fusegraph::crates::reference::{assert_close, evaluate};
+use fusegraph::crates::runtime::{Backend, WgpuBackend, WgpuDeviceType};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor, MatmulTiling};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -79,4 +82,25 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     assert_eq!(exe.stats().kernels[0].matmul_tiling, Some(MatmulTiling::default_for(33, 65)));
     assert_eq!(second.tuned_tilings().len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn autotuning_is_on_by_default_except_on_llvmpipe_through_gl() {
+    let env = std::env::var("FUSEGRAPH_AUTOTUNE").ok();
+    let mut opened = 0;
+    for backend in [Backend::Vulkan, Backend::Gl] {
+        // A machine may lack one of the two; CI has both (lavapipe and llvmpipe).
+        let Ok(d) = Device::new(&DeviceOptions { backend: Some(backend), ..Default::default() }) else { continue };
+        opened += 1;
+        let slow_compiles = d.info().backend == WgpuBackend::Gl && d.info().device_type == WgpuDeviceType::Cpu;
+        let expected = match env.as_deref().map(str::trim) {
+            Some("off" | "0" | "false") => false,
+            Some("on" | "1" | "true") => true,
+            _ => !slow_compiles,
+        };
+        assert_eq!(d.autotune(), expected, "{} with FUSEGRAPH_AUTOTUNE={env:?}", d.describe());
+        let forced = Device::new(&DeviceOptions { backend: Some(backend), autotune: Some(true), ..Default::default() });
+        assert!(forced.unwrap().autotune(), "the option overrides the default");
+    }
+    assert!(opened > 0, "no Vulkan or GL adapter");
 }

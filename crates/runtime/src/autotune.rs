@@ -3,7 +3,8 @@
 //! fastest kept: in memory, and on disk (`~/.cache/fusegraph/tiling-v2-<adapter>.txt`, keyed
 //! by adapter and driver) so the next run reuses it. Off with
 //! [`DeviceOptions::autotune`](crate::DeviceOptions::autotune) or `FUSEGRAPH_AUTOTUNE=off`
-//! (every kernel then takes [`MatmulTiling::default_for`] its shape, for reproducible runs).
+//! (every kernel then takes [`MatmulTiling::default_for`] its shape, for reproducible runs),
+//! and off by default on llvmpipe through GL, where each candidate takes seconds to compile.
 //!
 //! A class is the element type, whether there is a batch, and `m`, `n`, `k` rounded up to
 //! powers of two (from 16 to 4096). Products below [`MIN_TUNED_MACS`] multiply-adds are not

@@ -57,8 +57,10 @@ pub struct DeviceOptions {
     pub memory_limit: Option<u64>,
     /// Time the tiled matmul's candidate tilings per shape class and keep the fastest
     /// (cached on disk per adapter and driver). `None` reads `FUSEGRAPH_AUTOTUNE` (`off`, `0`
-    /// or `false` turn it off) and is on otherwise; off, every kernel takes the default
-    /// tiling for its shape, for reproducible runs.
+    /// or `false` turn it off, `on`, `1` or `true` on); unset, it is on except on a CPU
+    /// adapter through GL (llvmpipe), where compiling each candidate takes 7–31 s (against
+    /// 0.3–4.5 s through Vulkan), minutes per shape class. Off, every kernel takes the
+    /// default tiling for its shape, for reproducible runs.
     pub autotune: Option<bool>,
 }
 
@@ -149,6 +151,12 @@ impl Device {
         // Errors are caught with error scopes where they can occur; anything else is logged
         // rather than aborting the process (wgpu's default handler panics).
         device.on_uncaptured_error(Arc::new(|e| eprintln!("fusegraph: uncaptured wgpu error: {e}")));
+        let autotune =
+            opts.autotune.unwrap_or_else(|| match std::env::var("FUSEGRAPH_AUTOTUNE").as_deref().map(str::trim) {
+                Ok("off" | "0" | "false") => false,
+                Ok("on" | "1" | "true") => true,
+                _ => !(info.backend == wgpu::Backend::Gl && info.device_type == wgpu::DeviceType::Cpu),
+            });
         Ok(Device {
             device,
             queue,
@@ -159,9 +167,7 @@ impl Device {
             pipelines: Mutex::new(HashMap::new()),
             pool: crate::memory::Pool::new(opts.memory_limit),
             cost: std::sync::OnceLock::new(),
-            autotune: opts.autotune.unwrap_or_else(|| {
-                !std::env::var("FUSEGRAPH_AUTOTUNE").is_ok_and(|v| matches!(v.trim(), "off" | "0" | "false"))
-            }),
+            autotune,
             tuner: Mutex::new(Default::default()),
         })
     }
