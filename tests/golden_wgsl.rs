@@ -26,7 +26,7 @@ fn golden_with(name: &str, dtype: DType, opts: LowerOptions, file: expect_test::
         .map(|k| {
             let src = lower(&case.graph, k, &opts);
             validate(&src.wgsl).unwrap();
-            format!("// kernel {} ({} workgroups)\n{}", src.label, src.workgroups, src.wgsl)
+            src.annotated()
         })
         .collect();
     file.assert_eq(&text.join("\n"));

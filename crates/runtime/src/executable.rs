@@ -364,8 +364,7 @@ impl Device {
         if let Some(dir) = dump {
             if std::fs::create_dir_all(&dir).is_ok() {
                 for (k, s) in sources.iter().enumerate() {
-                    let text = format!("// kernel {} ({} workgroups)\n{}", s.label, s.workgroups, s.wgsl);
-                    let _ = std::fs::write(dir.join(format!("k{k:03}.wgsl")), text);
+                    let _ = std::fs::write(dir.join(format!("k{k:03}.wgsl")), s.annotated());
                 }
             }
         }

@@ -53,6 +53,14 @@ pub struct KernelSource {
     pub label: String,
 }
 
+impl KernelSource {
+    /// The WGSL headed by a comment line naming the kernel and its workgroup count, as the
+    /// golden files and WGSL dumps hold it.
+    pub fn annotated(&self) -> String {
+        format!("// kernel {} ({} workgroups)\n{}", self.label, self.workgroups, self.wgsl)
+    }
+}
+
 fn storage_elem(dtype: DType, opts: &LowerOptions) -> &'static str {
     match dtype {
         DType::F32 => "f32",

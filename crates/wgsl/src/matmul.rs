@@ -54,7 +54,7 @@ const LARGE: MatmulTiling = MatmulTiling { gx: 16, gy: 16, bm: 8, bn: 8, tk: 16 
 /// 128×128 tiles, 16×16 per invocation by 64 invocations: twice [`LARGE`]'s multiply-adds
 /// per workgroup-memory load. 256 accumulators would spill on a GPU; on a CPU adapter, where
 /// an accumulator is a SIMD register or a stack slot and each workgroup-memory load a loop
-/// over the lanes, it measured 1.2–1.6× [`LARGE`] on lavapipe (1024³ and the transformer's
+/// over the lanes, it measured 1.1–1.6× [`LARGE`] on lavapipe (1024³ and the transformer's
 /// 256×768×3072). Not a default: lavapipe takes about 2 s to compile it (0.4 s for
 /// [`LARGE`]), which only a long run pays back; the autotuner decides.
 const CPU_LARGE: MatmulTiling = MatmulTiling { gx: 8, gy: 8, bm: 16, bn: 16, tk: 16 };
