@@ -10,6 +10,29 @@ fn fg_erf(x: f32) -> f32 {
     return sign(x) * (1.0f - poly * exp(-a * a));
 }
 
+// fn fg_tanh
+// tanh as a rational minimax fit on [-7.9053, 7.9053] (the f32 coefficients Eigen and XLA's
+// CPU backend use; relative error below 3e-7 over [-12, 12], where it is ±1 to f32 beyond),
+// and x itself where |x| < 4e-4 and for NaN. Nine fused multiply-adds and one division,
+// written as `fma` (a driver may not fuse `a * b + c` itself: lavapipe does not). Drivers
+// may lower the builtin to two exponentials and a division (lavapipe: about 40 instructions).
+fn fg_tanh(x: f32) -> f32 {
+    let c = clamp(x, -7.90531110763549805f, 7.90531110763549805f);
+    let c2 = c * c;
+    var p = fma(c2, -2.76076847742355e-16f, 2.00018790482477e-13f);
+    p = fma(p, c2, -8.60467152213735e-11f);
+    p = fma(p, c2, 5.12229709037114e-8f);
+    p = fma(p, c2, 1.48572235717979e-5f);
+    p = fma(p, c2, 6.37261928875436e-4f);
+    p = fma(p, c2, 4.89352455891786e-3f);
+    var q = fma(c2, 1.19825839466702e-6f, 1.18534705686654e-4f);
+    q = fma(q, c2, 2.26843463243900e-3f);
+    q = fma(q, c2, 4.89352518554385e-3f);
+    // NaN by its bits: a compiler may fold `x != x` to false (WGSL lets it assume no NaNs).
+    let nan = (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+    return select(c * p / q, x, abs(x) < 4e-4f || nan);
+}
+
 // fn fg_div_i32
 // Integer division with WGSL's rules made explicit: x / 0 = x and MIN / -1 = MIN.
 fn fg_div_i32(a: i32, b: i32) -> i32 {

@@ -130,3 +130,38 @@ fn rows_shared_by_a_workgroup_match_the_reference() {
     eprintln!("{} cases on {} (subgroups: {})", cases.len(), device.describe(), opts.subgroups);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// `tanh` is a rational fit, not the driver's builtin (`fg_tanh`): within 1e-6 of the f64
+/// value over [-20, 20] (past the fit's clamp at ±7.9 it is ±1), tiny arguments (returned
+/// as is) and ±0, ±∞ and NaN. 40 001 elements: a ragged tail for the kernels that compute
+/// several elements per invocation on a CPU adapter; fused (one chained kernel) and not.
+#[test]
+fn tanh_matches_f64_over_its_whole_range() {
+    use fusegraph::{DType, GraphBuilder};
+    let mut xs: Vec<f32> = (0..40_001).map(|k| -20.0 + 40.0 * k as f32 / 40_000.0).collect();
+    let specials = [0.0, -0.0, 1e-30, -3e-5, 3.9e-4, 4.1e-4, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 7.9, 7.91];
+    xs[..specials.len()].copy_from_slice(&specials);
+    let n = xs.len();
+    let device = Device::shared().expect("a device");
+    for fusion in [FusionMode::Off, FusionMode::On] {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [n]).unwrap();
+        // tanh(x) and, in a chain, tanh(tanh(x) * 8) (arguments past the clamp again).
+        let t = x.tanh().unwrap();
+        let t2 = t.mul_scalar(8.0).unwrap().tanh().unwrap();
+        let exe =
+            device.compile(&b.graph(), &[t.id(), t2.id()], &CompileOptions { fusion, ..Default::default() }).unwrap();
+        let got = exe.run(&[("x", &HostTensor::new([n], xs.clone()).unwrap())]).unwrap();
+        let (g1, g2) = (got[0].to_f64(), got[1].to_f64());
+        for (k, &x) in xs.iter().enumerate() {
+            let want1 = (x as f64).tanh();
+            let want2 = ((want1 as f32 * 8.0) as f64).tanh();
+            for (got, want, what) in [(g1[k], want1, "tanh(x)"), (g2[k], want2, "tanh(8 tanh(x))")] {
+                let ok = if want.is_nan() { got.is_nan() } else { (got - want).abs() <= 1e-6 * want.abs().max(1e-3) };
+                assert!(ok, "{what} at x = {x:e} ({fusion:?}): got {got:e}, want {want:e}");
+            }
+        }
+        // -0 keeps its sign.
+        assert!(g1[1] == 0.0 && g1[1].is_sign_negative(), "tanh(-0) = {:e}", g1[1]);
+    }
+}

@@ -58,3 +58,11 @@ fn matmul_with_fused_epilogue() {
 fn elementwise_chain_native_f16() {
     golden("chain20", DType::F16, true, expect_test::expect_file!["wgsl/chain20_f16_native.wgsl"]);
 }
+
+/// The same chain for a CPU adapter: four elements per grid-stride step, loaded first and
+/// computed statement by statement side by side (`CPU_INTERLEAVE`).
+#[test]
+fn elementwise_chain_interleaved_for_cpu() {
+    let opts = LowerOptions { f16_native: false, cpu: true, subgroups: false };
+    golden_with("chain20", DType::F32, opts, expect_test::expect_file!["wgsl/chain20_cpu_interleaved.wgsl"]);
+}

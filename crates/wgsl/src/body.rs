@@ -257,8 +257,9 @@ fn unary(u: UnaryOp, x: &str) -> String {
         UnaryOp::Sqrt => format!("sqrt({x})"),
         UnaryOp::Rsqrt => format!("inverseSqrt({x})"),
         UnaryOp::Recip => format!("(1.0f / {x})"),
-        // Clamped: some drivers return NaN for tanh of large arguments; tanh(±15) is ±1 in f32.
-        UnaryOp::Tanh => format!("tanh(clamp({x}, -15.0f, 15.0f))"),
+        // Not the builtin: some drivers return NaN for large arguments, some lower it to two
+        // exponentials and a division (see `fg_tanh` in shaders/helpers.wgsl).
+        UnaryOp::Tanh => format!("fg_tanh({x})"),
         UnaryOp::Sigmoid => format!("(1.0f / (1.0f + exp(-({x}))))"),
         UnaryOp::Erf => format!("fg_erf({x})"),
         UnaryOp::Sin => format!("sin({x})"),
