@@ -132,8 +132,8 @@ fn rows_shared_by_a_workgroup_match_the_reference() {
 }
 
 /// `tanh` is a rational fit, not the driver's builtin (`fg_tanh`): within 1e-6 of the f64
-/// value over [-20, 20] (past the fit's clamp at ±7.9 it is ±1), tiny arguments (returned
-/// as is) and ±0, ±∞ and NaN. 40 001 elements: a ragged tail for the kernels that compute
+/// value over [-20, 20] (past the fit's clamp at ±7.9 it is ±1), for tiny arguments and for
+/// ±0, ±∞ and NaN. 40 001 elements: a ragged tail for the kernels that compute
 /// several elements per invocation on a CPU adapter; fused (one chained kernel) and not.
 #[test]
 fn tanh_matches_f64_over_its_whole_range() {
