@@ -1,6 +1,7 @@
 //! `fusegraph roofline`: achieved GB/s and GFLOP/s per kernel family next to ceilings
-//! measured on the same adapter in the same run (a streaming copy kernel for bandwidth, the
-//! best matmul for arithmetic), in the llm.c manner.
+//! measured on the same adapter in the same run (a streaming copy kernel for bandwidth, run
+//! in turn with every kernel so both see the same load; the best matmul for arithmetic), in
+//! the llm.c manner.
 
 use fusegraph::{CompileOptions, DType, Device, Executable, GraphBuilder, HostTensor, MatmulTiling, NodeId, Tensor};
 use std::fmt::Write as _;
@@ -44,7 +45,28 @@ fn feed(t: &Tensor, seed: u64) -> (String, HostTensor) {
     (format!("x{seed}"), HostTensor::from_f64(t.dtype(), t.dims().to_vec(), &v).expect("sizes agree"))
 }
 
-/// Compiles and times a graph; returns (median ms, the executable).
+/// The f32 copy that sets the bandwidth ceiling, timed in turn with every kernel of the run.
+struct Ceiling {
+    exe: Executable,
+    feeds: Vec<(String, HostTensor)>,
+    /// Its run times, one per round of every kernel's timing.
+    ms: Vec<f64>,
+}
+
+fn refs(feeds: &[(String, HostTensor)]) -> Vec<(&str, &HostTensor)> {
+    feeds.iter().map(|(n, t)| (n.as_str(), t)).collect()
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Compiles a graph and times it in `runs` rounds of one run each, every round followed by
+/// one run of the ceiling's copy, so that a kernel and the ceiling it is compared with see
+/// the same machine (on a shared CPU box the load drifts by ±20% within a minute); returns
+/// (median ms, the executable).
 fn time(
     device: &Arc<Device>,
     b: &GraphBuilder,
@@ -52,11 +74,18 @@ fn time(
     feeds: &[(String, HostTensor)],
     runs: usize,
     opts: &CompileOptions,
+    ceiling: &mut Ceiling,
 ) -> Result<(f64, Executable), String> {
     let exe = device.compile(&b.graph(), outs, opts).map_err(|e| e.to_string())?;
-    let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let t = exe.time(&refs, 2, runs).map_err(|e| e.to_string())?;
-    Ok((t.median(), exe))
+    let refs = refs(feeds);
+    exe.time(&refs, 2, 1).map_err(|e| e.to_string())?;
+    let mut ms = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        ms.push(exe.time(&refs, 0, 1).map_err(|e| e.to_string())?.median());
+        let t = ceiling.exe.time(&self::refs(&ceiling.feeds), 0, 1).map_err(|e| e.to_string())?;
+        ceiling.ms.push(t.median());
+    }
+    Ok((median(&ms), exe))
 }
 
 fn inputs(b: &GraphBuilder, dtype: DType, shapes: &[&[usize]]) -> (Vec<Tensor>, Vec<(String, HostTensor)>) {
@@ -78,6 +107,16 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     let mm: &[usize] = if args.quick { &[256] } else { &[512, 1024] };
     let runs = if args.quick { 5 } else { 10 };
     let mut rows: Vec<Row> = Vec::new();
+    // The bandwidth ceiling: an f32 copy (`neg`: each element read once and written once),
+    // run once after every timed run of every kernel.
+    let mut ceiling = {
+        let b = GraphBuilder::new();
+        let (x, feeds) = inputs(&b, DType::F32, &[&[n]]);
+        let y = x[0].neg().expect("neg");
+        let exe = device.compile(&b.graph(), &[y.id()], &CompileOptions::default()).map_err(|e| e.to_string())?;
+        exe.time(&refs(&feeds), 2, 1).map_err(|e| e.to_string())?;
+        Ceiling { exe, feeds, ms: Vec::new() }
+    };
     let mut measure_with = |kernel: &str,
                             dtype: DType,
                             shape: String,
@@ -88,7 +127,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         eprintln!("timing {kernel} {dtype} {shape}");
         let b = GraphBuilder::new();
         let (outs, feeds) = build(&b);
-        let (ms, exe) = time(&device, &b, &outs, &feeds, runs, opts)?;
+        let (ms, exe) = time(&device, &b, &outs, &feeds, runs, opts, &mut ceiling)?;
         let bytes = exe.stats().bytes_moved as f64;
         // A tiled matmul is named with its tiling (autotuned, or the default for its shape).
         let kernel = match exe.stats().kernels.iter().find_map(|k| k.matmul_tiling) {
@@ -140,8 +179,9 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
             }
         }
     }
-    // Ceilings from this run: the best copy bandwidth and the best matmul throughput.
-    let ceiling_gbps = rows.iter().filter(|r| r.kernel == "copy").map(|r| r.gbps).fold(0.0, f64::max);
+    // Ceilings from this run: the copy's median bandwidth over all rounds and the best
+    // matmul throughput.
+    let ceiling_gbps = ceiling.exe.stats().bytes_moved as f64 / median(&ceiling.ms) / 1e6;
     let ceiling_gflops = rows.iter().filter(|r| r.kernel.starts_with("matmul")).map(|r| r.gflops).fold(0.0, f64::max);
     let mut table = String::new();
     let _ = writeln!(
