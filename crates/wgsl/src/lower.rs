@@ -361,14 +361,7 @@ fn loop_main(g: &Graph, bindings: &[Binding], regions: &[(NodeId, Vec<NodeId>)],
     // within noise of each other).
     let cap = if opts.cpu { CPU_LOOP_WORKGROUPS } else { u64::MAX };
     let workgroups = invocations.div_ceil(WORKGROUP_SIZE as u64).min(cap);
-    let mut main = String::new();
-    let _ = writeln!(main, "@compute @workgroup_size({WORKGROUP_SIZE})");
-    let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
-    let _ = writeln!(main, "    let stride = nwg.x * nwg.y * {WORKGROUP_SIZE}u;");
-    let _ = writeln!(
-        main,
-        "    for (var t = (wid.y * nwg.x + wid.x) * {WORKGROUP_SIZE}u + lid; t < {invocations}u; t = t + stride) {{"
-    );
+    let mut main = grid_stride_main(invocations, "stride");
     main.push_str(&body);
     main.push_str("    }\n}\n");
     (main, workgroups)
@@ -410,14 +403,7 @@ fn interleaved_main(
         return None;
     }
     let workgroups = n.div_ceil(WORKGROUP_SIZE as u64 * ilp as u64).min(CPU_LOOP_WORKGROUPS);
-    let mut main = String::new();
-    let _ = writeln!(main, "@compute @workgroup_size({WORKGROUP_SIZE})");
-    let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
-    let _ = writeln!(main, "    let stride = nwg.x * nwg.y * {WORKGROUP_SIZE}u;");
-    let _ = writeln!(
-        main,
-        "    for (var t = (wid.y * nwg.x + wid.x) * {WORKGROUP_SIZE}u + lid; t < {n}u; t = t + {ilp}u * stride) {{"
-    );
+    let mut main = grid_stride_main(n, &format!("{ilp}u * stride"));
     for u in 0..ilp {
         let _ = writeln!(main, "        let i_{u} = min(t + {u}u * stride, {}u);", n - 1);
     }
@@ -437,6 +423,20 @@ fn interleaved_main(
     }
     main.push_str("    }\n}\n");
     Some((main, workgroups))
+}
+
+/// The head of a loop kernel's `main`: a grid-stride loop over `t` below `end`, advancing by
+/// `step` (an expression in `stride`, the invocations of the whole dispatch), left open.
+fn grid_stride_main(end: u64, step: &str) -> String {
+    let mut main = String::new();
+    let _ = writeln!(main, "@compute @workgroup_size({WORKGROUP_SIZE})");
+    let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
+    let _ = writeln!(main, "    let stride = nwg.x * nwg.y * {WORKGROUP_SIZE}u;");
+    let _ = writeln!(
+        main,
+        "    for (var t = (wid.y * nwg.x + wid.x) * {WORKGROUP_SIZE}u + lid; t < {end}u; t = t + {step}) {{"
+    );
+    main
 }
 
 pub(crate) fn store_value(dtype: DType, v: &str) -> String {
@@ -682,5 +682,23 @@ fn write_row_outputs(
         if shared {
             let _ = writeln!(main, "    }}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::suffix_names;
+
+    #[test]
+    fn suffixes_region_names_but_not_literals_or_functions() {
+        assert_eq!(
+            suffix_names("select(fg_tanh((x12 * y3)), v7(i), (x2 < 1e-4f))", "_3"),
+            "select(fg_tanh((x12_3 * y3_3)), v7(i_3), (x2_3 < 1e-4f))"
+        );
+        // Hex and float literals, types and builtins keep their spelling.
+        assert_eq!(
+            suffix_names("bitcast<i32>(0x80000000u) + i32(x5) * 2.0f + vec4<f32>(y10).x", "_0"),
+            "bitcast<i32>(0x80000000u) + i32(x5_0) * 2.0f + vec4<f32>(y10_0).x"
+        );
     }
 }
