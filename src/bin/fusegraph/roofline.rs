@@ -37,6 +37,8 @@ struct Row {
     ms: f64,
     gflops: f64,
     gbps: f64,
+    /// The copy's bandwidth over the rounds it ran in turn with this kernel.
+    ceiling_gbps: f64,
 }
 
 fn feed(t: &Tensor, seed: u64) -> (String, HostTensor) {
@@ -66,7 +68,7 @@ fn median(v: &[f64]) -> f64 {
 /// Compiles a graph and times it in `runs` rounds of one run each, every round followed by
 /// one run of the ceiling's copy, so that a kernel and the ceiling it is compared with see
 /// the same machine (on a shared CPU box the load drifts by ±20% within a minute); returns
-/// (median ms, the executable).
+/// (median ms, the executable, the copy's GB/s over these rounds).
 fn time(
     device: &Arc<Device>,
     b: &GraphBuilder,
@@ -75,17 +77,20 @@ fn time(
     runs: usize,
     opts: &CompileOptions,
     ceiling: &mut Ceiling,
-) -> Result<(f64, Executable), String> {
+) -> Result<(f64, Executable, f64), String> {
     let exe = device.compile(&b.graph(), outs, opts).map_err(|e| e.to_string())?;
     let refs = refs(feeds);
     exe.time(&refs, 2, 1).map_err(|e| e.to_string())?;
     let mut ms = Vec::with_capacity(runs);
+    let mut copy_ms = Vec::with_capacity(runs);
     for _ in 0..runs {
         ms.push(exe.time(&refs, 0, 1).map_err(|e| e.to_string())?.median());
         let t = ceiling.exe.time(&self::refs(&ceiling.feeds), 0, 1).map_err(|e| e.to_string())?;
+        copy_ms.push(t.median());
         ceiling.ms.push(t.median());
     }
-    Ok((median(&ms), exe))
+    let copy_gbps = ceiling.exe.stats().bytes_moved as f64 / median(&copy_ms) / 1e6;
+    Ok((median(&ms), exe, copy_gbps))
 }
 
 fn inputs(b: &GraphBuilder, dtype: DType, shapes: &[&[usize]]) -> (Vec<Tensor>, Vec<(String, HostTensor)>) {
@@ -127,14 +132,14 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         eprintln!("timing {kernel} {dtype} {shape}");
         let b = GraphBuilder::new();
         let (outs, feeds) = build(&b);
-        let (ms, exe) = time(&device, &b, &outs, &feeds, runs, opts, &mut ceiling)?;
+        let (ms, exe, ceiling_gbps) = time(&device, &b, &outs, &feeds, runs, opts, &mut ceiling)?;
         let bytes = exe.stats().bytes_moved as f64;
         // A tiled matmul is named with its tiling (autotuned, or the default for its shape).
         let kernel = match exe.stats().kernels.iter().find_map(|k| k.matmul_tiling) {
             Some(t) => format!("{kernel} {t}"),
             None => kernel.to_string(),
         };
-        rows.push(Row { kernel, shape, dtype, ms, gflops: flops / ms / 1e6, gbps: bytes / ms / 1e6 });
+        rows.push(Row { kernel, shape, dtype, ms, gflops: flops / ms / 1e6, gbps: bytes / ms / 1e6, ceiling_gbps });
         Ok(())
     };
     let plain = CompileOptions::default();
@@ -179,8 +184,9 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
             }
         }
     }
-    // Ceilings from this run: the copy's median bandwidth over all rounds and the best
-    // matmul throughput.
+    // Ceilings from this run: a row's "% of copy" is against the copy runs of its own rounds
+    // (the same minute of machine load); the summary gives the copy's median over all
+    // rounds, and the best matmul throughput.
     let ceiling_gbps = ceiling.exe.stats().bytes_moved as f64 / median(&ceiling.ms) / 1e6;
     let ceiling_gflops = rows.iter().filter(|r| r.kernel.starts_with("matmul")).map(|r| r.gflops).fold(0.0, f64::max);
     let mut table = String::new();
@@ -198,7 +204,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
             r.shape,
             r.ms,
             r.gbps,
-            100.0 * r.gbps / ceiling_gbps,
+            100.0 * r.gbps / r.ceiling_gbps,
             r.gflops,
             if r.gflops > 0.0 { 100.0 * r.gflops / ceiling_gflops } else { 0.0 }
         );
@@ -211,7 +217,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
             .map(|r| {
                 format!(
                     "  {{\"kernel\": \"{}\", \"shape\": \"{}\", \"dtype\": \"{}\", \"ms\": {}, \"gflops\": {}, \"gbps\": {}, \"ceiling_gbps\": {}, \"ceiling_gflops\": {}, \"adapter\": \"{}\", \"backend\": \"{:?}\"}}",
-                    r.kernel, r.shape, r.dtype.name(), r.ms, r.gflops, r.gbps, ceiling_gbps, ceiling_gflops, info.name.replace('"', "'"), info.backend
+                    r.kernel, r.shape, r.dtype.name(), r.ms, r.gflops, r.gbps, r.ceiling_gbps, ceiling_gflops, info.name.replace('"', "'"), info.backend
                 )
             })
             .collect();
