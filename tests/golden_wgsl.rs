@@ -66,3 +66,16 @@ fn elementwise_chain_interleaved_for_cpu() {
     let opts = LowerOptions { f16_native: false, cpu: true, subgroups: false };
     golden_with("chain20", DType::F32, opts, expect_test::expect_file!["wgsl/chain20_cpu_interleaved.wgsl"]);
 }
+
+/// Two outputs of one loop kernel on a CPU adapter: both regions computed for four elements
+/// side by side (names `_j_u`), every value before any store.
+#[test]
+fn two_outputs_interleaved_for_cpu() {
+    let opts = LowerOptions { f16_native: false, cpu: true, subgroups: false };
+    golden_with(
+        "two_elementwise_outputs",
+        DType::F32,
+        opts,
+        expect_test::expect_file!["wgsl/two_outputs_cpu_interleaved.wgsl"],
+    );
+}

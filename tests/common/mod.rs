@@ -401,6 +401,16 @@ pub fn composite_builders() -> Vec<(&'static str, Builder)> {
             let s = q.matmul(&k.t().unwrap()).unwrap().mul_scalar(0.35).unwrap().softmax(2).unwrap();
             vec![s.matmul(&v).unwrap()]
         }),
+        // Two independent chains over the same inputs: sibling fusion makes them one loop
+        // kernel with two outputs (on a CPU adapter both are computed for several elements
+        // side by side before either is stored).
+        ("two_elementwise_outputs", |c, dt| {
+            let x = c.input(dt, &[37, 29], Domain::Any);
+            let y = c.input(dt, &[37, 29], Domain::Any);
+            let a = x.mul(&y).unwrap().tanh().unwrap();
+            let b = x.sub(&y).unwrap().mul_scalar(3.0).unwrap().tanh().unwrap();
+            vec![a, b]
+        }),
         ("shared_producer_two_consumers", |c, dt| {
             let x = c.input(dt, &[40, 30], Domain::Any);
             let e = x.exp().unwrap();

@@ -220,6 +220,14 @@ enum RegionStmt {
 }
 
 impl RegionStmt {
+    /// The value the statement names: (whether it is a read, the node).
+    fn defines(&self) -> (bool, NodeId) {
+        match self {
+            RegionStmt::Read(p) => (true, *p),
+            RegionStmt::Def(n, _) => (false, *n),
+        }
+    }
+
     /// The statement with every name it defines or uses (`xN`, `yP`, `i`) suffixed by `sfx`,
     /// so that several elements can be computed side by side.
     fn text(&self, sfx: &str) -> String {
@@ -378,11 +386,11 @@ fn loop_main(g: &Graph, bindings: &[Binding], regions: &[(NodeId, Vec<NodeId>)],
 /// it keeps one element per invocation.
 pub const CPU_INTERLEAVE: usize = 4;
 
-/// A loop kernel with one (unpacked) output for a CPU adapter, computing `ilp` elements
-/// `t, t + stride, …` per grid-stride step: every value they read from outside the region is
-/// loaded first, then the region's statements run for each element in turn, then the
-/// in-range elements are stored. Elements past the end are computed on the last element's
-/// index (every load in range) and not stored.
+/// A loop kernel for a CPU adapter whose outputs are unpacked and of one length, computing
+/// `ilp` elements `t, t + stride, …` of each per grid-stride step: every value the regions
+/// read from outside is loaded first, then each region statement runs for the elements in
+/// turn, then the in-range elements are stored. Elements past the end are computed on the
+/// last element's index (every load in range) and not stored.
 fn interleaved_main(
     g: &Graph,
     bindings: &[Binding],
@@ -391,35 +399,51 @@ fn interleaved_main(
     ilp: usize,
 ) -> Option<(String, u64)> {
     let outs: Vec<(usize, &Binding)> = bindings.iter().enumerate().filter(|(_, b)| b.output).collect();
-    let [(k, b)] = outs[..] else { return None };
-    let ty = g.ty(b.node);
-    if packed_f16(ty.dtype, opts) {
-        return None;
-    }
-    let region = &regions.iter().find(|(o, _)| *o == b.node)?.1;
-    let stmts = region_stmts(g, region, None);
-    let n = ty.shape.numel() as u64;
+    let n = g.ty(outs.first()?.1.node).shape.numel() as u64;
     if n == 0 {
         return None;
+    }
+    // Every output unpacked and of the same length (the plain form guards each store by
+    // its own length), each with its region.
+    let mut parts = Vec::new();
+    for &(k, b) in &outs {
+        let ty = g.ty(b.node);
+        if packed_f16(ty.dtype, opts) || ty.shape.numel() as u64 != n {
+            return None;
+        }
+        let region = &regions.iter().find(|(o, _)| *o == b.node)?.1;
+        parts.push((k, b.node, ty.dtype, region_stmts(g, region, None)));
+    }
+    // All outputs have one length, so element `i` of a value is the same in every region:
+    // a value read or a member shared by several regions is loaded or computed once.
+    let mut reads: Vec<&RegionStmt> = Vec::new();
+    let mut defs: Vec<&RegionStmt> = Vec::new();
+    for (.., stmts) in &parts {
+        for stmt in stmts {
+            let list = if matches!(stmt, RegionStmt::Read(_)) { &mut reads } else { &mut defs };
+            if !list.iter().any(|s| s.defines() == stmt.defines()) {
+                list.push(stmt);
+            }
+        }
     }
     let workgroups = n.div_ceil(WORKGROUP_SIZE as u64 * ilp as u64).min(CPU_LOOP_WORKGROUPS);
     let mut main = grid_stride_main(n, &format!("{ilp}u * stride"));
     for u in 0..ilp {
         let _ = writeln!(main, "        let i_{u} = min(t + {u}u * stride, {}u);", n - 1);
     }
-    for stmt in stmts.iter().filter(|s| matches!(s, RegionStmt::Read(_))) {
+    for stmt in reads.iter().chain(&defs) {
         for u in 0..ilp {
             let _ = writeln!(main, "        {}", stmt.text(&format!("_{u}")));
         }
     }
-    for stmt in stmts.iter().filter(|s| matches!(s, RegionStmt::Def(..))) {
+    // Every value is computed before any is stored, so an output written over an input it
+    // shares the element with (a parameter updated in place) cannot change what another
+    // output reads.
+    for (k, node, dtype, _) in &parts {
         for u in 0..ilp {
-            let _ = writeln!(main, "        {}", stmt.text(&format!("_{u}")));
+            let v = store_value(*dtype, &format!("x{}_{u}", node.index()));
+            let _ = writeln!(main, "        if (t + {u}u * stride < {n}u) {{ b{k}[i_{u}] = {v}; }}");
         }
-    }
-    for u in 0..ilp {
-        let v = store_value(ty.dtype, &format!("x{}_{u}", b.node.index()));
-        let _ = writeln!(main, "        if (t + {u}u * stride < {n}u) {{ b{k}[i_{u}] = {v}; }}");
     }
     main.push_str("    }\n}\n");
     Some((main, workgroups))
