@@ -401,6 +401,16 @@ pub fn composite_builders() -> Vec<(&'static str, Builder)> {
             let s = q.matmul(&k.t().unwrap()).unwrap().mul_scalar(0.35).unwrap().softmax(2).unwrap();
             vec![s.matmul(&v).unwrap()]
         }),
+        // Many rows of a ragged length: on a CPU adapter each row is reduced by one
+        // invocation with several partial results side by side, plus a remainder.
+        ("many_ragged_rows", |c, dt| {
+            let x = c.input(dt, &[40, 103], Domain::Any);
+            vec![
+                x.softmax(1).unwrap(),
+                x.layer_norm(&[1], 1e-5).unwrap(),
+                x.reduce(ReduceKind::Max, &[1], false).unwrap(),
+            ]
+        }),
         // Two independent chains over the same inputs: sibling fusion makes them one loop
         // kernel with two outputs (on a CPU adapter both are computed for several elements
         // side by side before either is stored).

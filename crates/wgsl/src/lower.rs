@@ -613,7 +613,11 @@ fn row_main_per_thread(
     let _ = writeln!(main, "    let row = (wid.y * nwg.x + wid.x) * {wg}u + lid;");
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
     for (k, &r) in reduces.iter().enumerate() {
-        accumulate(&mut main, g, r, row_len, "0u", "1");
+        if opts.cpu {
+            accumulate_interleaved(&mut main, g, r, row_len, CPU_INTERLEAVE);
+        } else {
+            accumulate(&mut main, g, r, row_len, "0u", "1");
+        }
         let _ = writeln!(main, "        fg_red{k}[0] = acc;");
         let _ = writeln!(main, "    }}");
         write_row_scalars(&mut main, scalars, k);
@@ -658,6 +662,38 @@ fn write_row_scalars(main: &mut String, scalars: &[(NodeId, usize)], k: usize) {
             let _ = writeln!(main, "    fg_rs{j} = c{}(row);", m.index());
         }
     }
+}
+
+/// Like [`accumulate`] over a whole row, for a CPU adapter: `ilp` partial results of
+/// elements `e, e + 1, …` side by side (their values computed before any is combined), then
+/// the remainder, then the partials combined; a serial chain of combines is bound by its
+/// latency there (see [`CPU_INTERLEAVE`]). Float sums and products are rounded in a
+/// different order than the serial loop.
+fn accumulate_interleaved(main: &mut String, g: &Graph, r: NodeId, row_len: usize, ilp: usize) {
+    let Op::Reduce { kind, .. } = g.node(r).op else { unreachable!("row reductions are reduces") };
+    let dt = g.ty(r).dtype;
+    let input = format!("v{}", g.operands(r)[0].index());
+    let _ = writeln!(main, "    {{");
+    for u in 0..ilp {
+        let _ = writeln!(main, "        var acc{u}: {} = {};", vty(dt), reduce_identity(kind, dt));
+    }
+    let _ = writeln!(main, "        var e = 0u;");
+    let _ = writeln!(main, "        for (; e + {}u < {row_len}u; e = e + {ilp}u) {{", ilp - 1);
+    for u in 0..ilp {
+        let _ = writeln!(main, "            let x{u} = {input}(fg_elem(row, e + {u}u));");
+    }
+    for u in 0..ilp {
+        let _ = writeln!(main, "            acc{u} = {};", combine(kind, &format!("acc{u}"), &format!("x{u}")));
+    }
+    let _ = writeln!(main, "        }}");
+    let _ = writeln!(main, "        for (; e < {row_len}u; e = e + 1u) {{");
+    let _ = writeln!(main, "            acc0 = {};", combine(kind, "acc0", &format!("{input}(fg_elem(row, e))")));
+    let _ = writeln!(main, "        }}");
+    let mut acc = "acc0".to_string();
+    for u in 1..ilp {
+        acc = combine(kind, &format!("({acc})"), &format!("acc{u}"));
+    }
+    let _ = writeln!(main, "        let acc = {acc};");
 }
 
 /// Opens a block that accumulates reduction `r` over this invocation's share of the row
