@@ -220,11 +220,11 @@ enum RegionStmt {
 }
 
 impl RegionStmt {
-    /// The value the statement names: (whether it is a read, the node).
-    fn defines(&self) -> (bool, NodeId) {
+    /// The node whose element the statement names (`yP` or `xN`).
+    fn node(&self) -> NodeId {
         match self {
-            RegionStmt::Read(p) => (true, *p),
-            RegionStmt::Def(n, _) => (false, *n),
+            RegionStmt::Read(p) => *p,
+            RegionStmt::Def(n, _) => *n,
         }
     }
 
@@ -256,13 +256,13 @@ fn suffix_names(expr: &str, sfx: &str) -> String {
             }
             let word = &expr[start..k];
             out.push_str(word);
+            // Digits belong to the word, so a literal (`1e-4f`, `0x80000000u`) is one word
+            // and never a name.
             let named = word == "i"
                 || (word.len() > 1
                     && (word.starts_with('x') || word.starts_with('y'))
                     && word[1..].bytes().all(|d| d.is_ascii_digit()));
-            // A word directly after a digit or '.' is part of a literal (`1e5`, `2.0f`).
-            let in_literal = start > 0 && (b[start - 1].is_ascii_digit() || b[start - 1] == b'.');
-            if named && !in_literal {
+            if named {
                 out.push_str(sfx);
             }
         } else {
@@ -421,7 +421,7 @@ fn interleaved_main(
     for (.., stmts) in &parts {
         for stmt in stmts {
             let list = if matches!(stmt, RegionStmt::Read(_)) { &mut reads } else { &mut defs };
-            if !list.iter().any(|s| s.defines() == stmt.defines()) {
+            if !list.iter().any(|s| s.node() == stmt.node()) {
                 list.push(stmt);
             }
         }
@@ -664,15 +664,19 @@ fn write_row_scalars(main: &mut String, scalars: &[(NodeId, usize)], k: usize) {
     }
 }
 
+/// Reduction `r`'s kind, element type and input function (`vN`).
+fn reduce_parts(g: &Graph, r: NodeId) -> (ReduceKind, DType, String) {
+    let Op::Reduce { kind, .. } = g.node(r).op else { unreachable!("row reductions are reduces") };
+    (kind, g.ty(r).dtype, format!("v{}", g.operands(r)[0].index()))
+}
+
 /// Like [`accumulate`] over a whole row, for a CPU adapter: `ilp` partial results of
 /// elements `e, e + 1, …` side by side (their values computed before any is combined), then
 /// the remainder, then the partials combined; a serial chain of combines is bound by its
 /// latency there (see [`CPU_INTERLEAVE`]). Float sums and products are rounded in a
 /// different order than the serial loop.
 fn accumulate_interleaved(main: &mut String, g: &Graph, r: NodeId, row_len: usize, ilp: usize) {
-    let Op::Reduce { kind, .. } = g.node(r).op else { unreachable!("row reductions are reduces") };
-    let dt = g.ty(r).dtype;
-    let input = format!("v{}", g.operands(r)[0].index());
+    let (kind, dt, input) = reduce_parts(g, r);
     let _ = writeln!(main, "    {{");
     for u in 0..ilp {
         let _ = writeln!(main, "        var acc{u}: {} = {};", vty(dt), reduce_identity(kind, dt));
@@ -699,9 +703,7 @@ fn accumulate_interleaved(main: &mut String, g: &Graph, r: NodeId, row_len: usiz
 /// Opens a block that accumulates reduction `r` over this invocation's share of the row
 /// (`e` from `start` in steps of `step`) into `acc`; returns the reduction kind.
 fn accumulate(main: &mut String, g: &Graph, r: NodeId, row_len: usize, start: &str, step: &str) -> ReduceKind {
-    let Op::Reduce { kind, .. } = g.node(r).op else { unreachable!("row reductions are reduces") };
-    let dt = g.ty(r).dtype;
-    let input = format!("v{}", g.operands(r)[0].index());
+    let (kind, dt, input) = reduce_parts(g, r);
     let _ = writeln!(main, "    {{");
     let _ = writeln!(main, "        var acc: {} = {};", vty(dt), reduce_identity(kind, dt));
     let _ = writeln!(main, "        for (var e = {start}; e < {row_len}u; e = e + {step}u) {{");
