@@ -115,6 +115,7 @@ fn rows_shared_by_a_workgroup_match_the_reference() {
         f16_native: device.f16_native(),
         cpu: device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu,
         subgroups: device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP),
+        subgroup_size: None,
     };
     let mut failures = Vec::new();
     for case in &cases {

@@ -11,7 +11,7 @@ use fusegraph::crates::wgsl::{lower, validate, LowerOptions};
 use fusegraph::DType;
 
 fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectFile) {
-    golden_with(name, dtype, LowerOptions { f16_native, cpu: false, subgroups: false }, file);
+    golden_with(name, dtype, LowerOptions { f16_native, cpu: false, subgroups: false, subgroup_size: None }, file);
 }
 
 fn golden_with(name: &str, dtype: DType, opts: LowerOptions, file: expect_test::ExpectFile) {
@@ -40,7 +40,7 @@ fn softmax_row_kernel() {
 /// The same row kernel with subgroup reductions (one partial per subgroup, no tree).
 #[test]
 fn softmax_row_kernel_with_subgroups() {
-    let opts = LowerOptions { f16_native: false, cpu: false, subgroups: true };
+    let opts = LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None };
     golden_with("softmax_last", DType::F32, opts, expect_test::expect_file!["wgsl/softmax_last_subgroups.wgsl"]);
 }
 
@@ -63,7 +63,7 @@ fn elementwise_chain_native_f16() {
 /// computed statement by statement side by side (`CPU_INTERLEAVE`).
 #[test]
 fn elementwise_chain_interleaved_for_cpu() {
-    let opts = LowerOptions { f16_native: false, cpu: true, subgroups: false };
+    let opts = LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None };
     golden_with("chain20", DType::F32, opts, expect_test::expect_file!["wgsl/chain20_cpu_interleaved.wgsl"]);
 }
 
@@ -71,7 +71,7 @@ fn elementwise_chain_interleaved_for_cpu() {
 /// side by side (names `_j_u`), every value before any store.
 #[test]
 fn two_outputs_interleaved_for_cpu() {
-    let opts = LowerOptions { f16_native: false, cpu: true, subgroups: false };
+    let opts = LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None };
     golden_with(
         "two_elementwise_outputs",
         DType::F32,

@@ -70,7 +70,7 @@ fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
             for k in &partition(&case.graph, &case.outputs, mode).unwrap() {
                 for f16_native in [false, true] {
                     for cpu in [false, true] {
-                        let opts = LowerOptions { f16_native, cpu, subgroups: false };
+                        let opts = LowerOptions { f16_native, cpu, subgroups: false, subgroup_size: None };
                         for strategy in [Strategy::default(), Strategy { tiled_matmul: false, ..Default::default() }] {
                             let src = lower_with(&case.graph, k, &opts, &strategy);
                             if let Err(e) = validate(&src.wgsl) {
@@ -87,12 +87,12 @@ fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
         let n = case.graph.ty(case.outputs[0]).shape.dims().last().copied().unwrap();
         let packed_odd = case.graph.ty(case.outputs[0]).dtype == DType::F16 && n % 2 == 1;
         assert!(
-            tiled(&case, &LowerOptions { f16_native: true, cpu: true, subgroups: false }),
+            tiled(&case, &LowerOptions { f16_native: true, cpu: true, subgroups: false, subgroup_size: None }),
             "{} not tiled",
             case.name
         );
         assert_eq!(
-            tiled(&case, &LowerOptions { f16_native: false, cpu: true, subgroups: false }),
+            tiled(&case, &LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None }),
             !packed_odd,
             "{}",
             case.name
@@ -109,7 +109,7 @@ fn every_candidate_tiling_validates() {
         let f16 = case.graph.ty(case.outputs[0]).dtype == DType::F16;
         for k in &partition(&case.graph, &case.outputs, FusionMode::On).unwrap() {
             for f16_native in if f16 { vec![false, true] } else { vec![true] } {
-                let opts = LowerOptions { f16_native, cpu: true, subgroups: false };
+                let opts = LowerOptions { f16_native, cpu: true, subgroups: false, subgroup_size: None };
                 for tiling in MatmulTiling::CANDIDATES {
                     let strategy = Strategy { matmul_tiling: Some(tiling), ..Default::default() };
                     let src = lower_with(&case.graph, k, &opts, &strategy);
@@ -228,7 +228,8 @@ fn tiled_matmul_matches_the_reference() {
             if *form == "packed f16" && devices.len() > 1 && case.graph.ty(case.outputs[0]).dtype != DType::F16 {
                 continue;
             }
-            let opts = LowerOptions { f16_native: device.f16_native(), cpu: true, subgroups: false };
+            let opts =
+                LowerOptions { f16_native: device.f16_native(), cpu: true, subgroups: false, subgroup_size: None };
             let out = case.graph.ty(case.outputs[0]);
             let packed_odd =
                 out.dtype == DType::F16 && !device.f16_native() && out.shape.dims()[out.shape.rank() - 1] % 2 == 1;

@@ -23,8 +23,12 @@ fn every_catalog_kernel_validates_in_both_f16_forms_and_every_row_strategy() {
                     (true, true, false),
                     (false, false, true),
                     (true, false, true),
+                    (false, true, true),
                 ] {
-                    let src = lower(&case.graph, k, &LowerOptions { f16_native, cpu, subgroups });
+                    // A CPU adapter with subgroups of 8 (lavapipe): matmuls take the subgroup kernel.
+                    let subgroup_size = (cpu && subgroups).then_some(8);
+                    let opts = LowerOptions { f16_native, cpu, subgroups, subgroup_size };
+                    let src = lower(&case.graph, k, &opts);
                     if let Err(e) = validate(&src.wgsl) {
                         panic!(
                             "case {} kernel {} (f16_native={f16_native}, cpu={cpu}, subgroups={subgroups}): {e}",

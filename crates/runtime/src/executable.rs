@@ -6,7 +6,7 @@ use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
 use fusegraph_passes::{
     plan_summary_within, plan_within, FusionMode, Location, MemoryPlan, PlanOptions, PlanSummary, Region,
 };
-use fusegraph_wgsl::{gemm_shape, lower_with, LowerOptions, MatmulTiling, Strategy};
+use fusegraph_wgsl::{gemm_shape, lower_with, subgroup_matmul, LowerOptions, MatmulTiling, Strategy};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -336,10 +336,19 @@ impl Device {
             f16_native: self.f16_native(),
             cpu: self.info().device_type == wgpu::DeviceType::Cpu,
             subgroups: self.features().contains(wgpu::Features::SUBGROUP),
+            subgroup_size: {
+                let info = self.info();
+                (info.subgroup_min_size == info.subgroup_max_size && info.subgroup_min_size > 0)
+                    .then_some(info.subgroup_min_size)
+            },
         };
         // FUSEGRAPH_NAIVE_MATMUL=1: the naive matmul lowering (for comparisons).
         let strategy = Strategy {
             tiled_matmul: !std::env::var("FUSEGRAPH_NAIVE_MATMUL").is_ok_and(|v| v == "1"),
+            // A forced tiling asks for the workgroup-tiled kernel; so does
+            // FUSEGRAPH_SUBGROUP_MATMUL=off (for comparisons).
+            subgroup_matmul: opts.matmul_tiling.is_none()
+                && !std::env::var("FUSEGRAPH_SUBGROUP_MATMUL").is_ok_and(|v| v == "off"),
             ..Default::default()
         };
         // Each tiled matmul kernel takes the forced tiling, else the tuned one for its shape
@@ -348,6 +357,9 @@ impl Device {
             .iter()
             .map(|k| {
                 let (shape, dtype) = gemm_shape(graph, k, &lower_opts).filter(|_| strategy.tiled_matmul)?;
+                if strategy.subgroup_matmul && subgroup_matmul(graph, k, &lower_opts).is_some() {
+                    return None;
+                }
                 Some(
                     opts.matmul_tiling
                         .or_else(|| self.tuned_tiling(&shape, dtype))

@@ -16,8 +16,10 @@ mod body;
 mod lower;
 mod matmul;
 mod validate;
+mod view;
 mod writer;
 
 pub use lower::{lower, lower_with, Binding, KernelSource, LowerOptions, Strategy, WORKGROUP_SIZE};
-pub use matmul::{gemm_shape, GemmShape, MatmulTiling};
+pub use matmul::{gemm_shape, subgroup_matmul, GemmShape, MatmulTiling, SubgroupPlan};
 pub use validate::{validate, ValidateError};
+pub use view::{reshape_strides, strided_view, StridedView};

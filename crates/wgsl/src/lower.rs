@@ -29,6 +29,11 @@ pub struct LowerOptions {
     /// per level. No subgroup size is assumed: the partials are indexed by `subgroup_id` and
     /// counted by `num_subgroups`.
     pub subgroups: bool,
+    /// The adapter's subgroup size where it is fixed (its minimum and maximum agree, as on
+    /// lavapipe: 8); `None` where it varies or is unknown. With `cpu` and `subgroups`, a
+    /// matmul whose operands are plain strided views takes the subgroup lowering
+    /// (`matmul::subgroup_main`), which needs the size at compile time.
+    pub subgroup_size: Option<u32>,
 }
 
 /// One storage binding of a kernel.
@@ -84,11 +89,15 @@ pub struct Strategy {
     /// The tiling of a tiled matmul kernel (an autotuner's choice); `None` (or a tiling that
     /// is not [`MatmulTiling::is_valid`]) picks [`MatmulTiling::default_for`] its shape.
     pub matmul_tiling: Option<MatmulTiling>,
+    /// With `tiled_matmul`, lower a matmul by [`crate::matmul::subgroup_main`] where
+    /// [`subgroup_matmul`](crate::subgroup_matmul) says it can (CPU adapters); otherwise
+    /// the workgroup-tiled kernel with `matmul_tiling`.
+    pub subgroup_matmul: bool,
 }
 
 impl Default for Strategy {
     fn default() -> Self {
-        Strategy { tiled_matmul: true, matmul_tiling: None }
+        Strategy { tiled_matmul: true, matmul_tiling: None, subgroup_matmul: true }
     }
 }
 
@@ -102,12 +111,26 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     let mut bindings: Vec<Binding> = kernel.inputs.iter().map(|&node| Binding { node, output: false }).collect();
     bindings.extend(kernel.outputs.iter().map(|&node| Binding { node, output: true }));
 
+    let regs = regions(g, kernel);
+    let tiled = match kernel.kind {
+        KernelKind::Loop if strategy.tiled_matmul => crate::matmul::plan(g, kernel, &regs, opts),
+        _ => None,
+    };
+    let subgroup =
+        tiled.filter(|_| strategy.subgroup_matmul).and_then(|t| crate::matmul::subgroup_plan(g, kernel, &t, opts));
+    // The subgroup matmul reads its operands' bindings as vec4s.
+    let vec4 = |node: NodeId| {
+        subgroup.as_ref().is_some_and(|p| [&p.lhs, &p.rhs].iter().any(|v| v.as_ref().is_some_and(|v| v.leaf == node)))
+    };
+
     let mut body = String::new();
     for (k, b) in bindings.iter().enumerate() {
         let dt = g.ty(b.node).dtype;
         let elem = if b.output && packed_f16(dt, opts) && matches!(kernel.kind, KernelKind::Row { .. }) {
             // Rows write single halves of shared words from different workgroups.
             "atomic<u32>"
+        } else if !b.output && vec4(b.node) {
+            "vec4<f32>"
         } else {
             storage_elem(dt, opts)
         };
@@ -122,6 +145,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             DType::F16 => {
                 format!("select(unpack2x16float(b{k}[i >> 1u]).x, unpack2x16float(b{k}[i >> 1u]).y, (i & 1u) == 1u)")
             }
+            _ if vec4(b.node) => format!("b{k}[i >> 2u][i & 3u]"),
             _ => format!("b{k}[i]"),
         };
         let _ =
@@ -157,18 +181,16 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     // Each output's region (its same-index chain) is computed once per element, in
     // registers, by `eN`; values reached through index changes are function calls.
     // A tiled matmul kernel computes its output's region as `eO_acc` instead (matmul.rs).
-    let regs = regions(g, kernel);
-    let tiled = match kernel.kind {
-        KernelKind::Loop if strategy.tiled_matmul => crate::matmul::plan(g, kernel, &regs, opts),
-        _ => None,
-    };
     for (o, region) in regs.iter().filter(|(o, _)| tiled.is_none_or(|t| t.output != *o)) {
         write_region(g, *o, region, None, &mut body);
     }
     let (main, workgroups) = match &kernel.kind {
-        KernelKind::Loop => match &tiled {
-            Some(t) => crate::matmul::tiled_main(g, &bindings, t, &regs, opts, strategy.matmul_tiling, &mut body),
-            None => loop_main(g, &bindings, &regs, opts),
+        KernelKind::Loop => match (&tiled, &subgroup) {
+            (Some(t), Some(p)) => crate::matmul::subgroup_main(g, &bindings, t, p, &regs, &mut body),
+            (Some(t), None) => {
+                crate::matmul::tiled_main(g, &bindings, t, &regs, opts, strategy.matmul_tiling, &mut body)
+            }
+            (None, _) => loop_main(g, &bindings, &regs, opts),
         },
         KernelKind::Row { shape, axes } => {
             row_main(g, &bindings, &row_reduces, &row_scalars, shape, axes, opts, &mut body)

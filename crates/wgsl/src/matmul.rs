@@ -21,8 +21,9 @@
 //! [`regions`]: fusegraph_passes::kernel::regions
 
 use crate::lower::{packed_f16, store_value, write_region, Binding, LowerOptions, MAIN_ARGS};
+use crate::view::{strided_view, StridedView};
 use crate::writer::{ravel, unravel, vty};
-use fusegraph_ir::{Graph, NodeId, Op};
+use fusegraph_ir::{DType, Graph, NodeId, Op};
 use fusegraph_passes::Kernel;
 use std::fmt::Write;
 
@@ -166,6 +167,16 @@ pub fn gemm_shape(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Option<(Ge
     Some((GemmShape { batch, m, n, k }, g.ty(p.matmul).dtype))
 }
 
+/// How `kernel` is lowered by the subgroup matmul under `opts` (see [`subgroup_plan`]), or
+/// `None` where it is not (no matmul, another adapter, operands that are not plain views).
+pub fn subgroup_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Option<SubgroupPlan> {
+    if kernel.kind != fusegraph_passes::KernelKind::Loop {
+        return None;
+    }
+    let regs = fusegraph_passes::kernel::regions(g, kernel);
+    subgroup_plan(g, kernel, &plan(g, kernel, &regs, opts)?, opts)
+}
+
 /// What the tiled lowering of a kernel needs: the matmul and the output it feeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TiledPlan {
@@ -253,16 +264,9 @@ pub fn tiled_main(
         write_im2col(g, mm, body);
         w(&mut s, 1, "let a_base = 0u;".into());
     } else {
-        // Batch coordinates of the result, mapped onto each operand's (broadcast) batch dims.
         let bc = unravel(&mut s, &dims[..rank - 2], "bt", "bc");
-        let operand_batch = |od: &[usize]| -> String {
-            let off = rank - od.len();
-            let coords: Vec<String> =
-                (0..od.len() - 2).map(|q| if od[q] == 1 { "0u".into() } else { bc[q + off].clone() }).collect();
-            ravel(&coords, &od[..od.len() - 2])
-        };
         for (name, od, size) in [("a_base", ld, m * k), ("b_base", rd, k * n)] {
-            let b = operand_batch(od);
+            let b = operand_batch(&bc, od);
             let base = if b == "0u" { b } else { format!("({b}) * {size}u") };
             w(&mut s, 1, format!("let {name} = {base};"));
         }
@@ -359,6 +363,239 @@ pub fn tiled_main(
     }
     w(&mut s, 0, "}".into());
     (s, workgroups)
+}
+
+/// How a subgroup matmul (see [`subgroup_main`]) reads its operands: an operand that is a
+/// strided view of an f32 binding ([`StridedView`]) is loaded as vec4s straight from the
+/// binding, which the kernel declares as `array<vec4<f32>>` (the lhs along `k`, the rhs
+/// along `n`, or along `k` where `rhs_transposed`); any other operand (a fused prologue, a
+/// view that merges axes) through its element function, four calls per vec4.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubgroupPlan {
+    /// The lhs `[.., m, k]` as a view of its binding (`k` contiguous), if it is one.
+    pub lhs: Option<StridedView>,
+    /// The rhs `[.., k, n]` as a view of its binding, if it is one.
+    pub rhs: Option<StridedView>,
+    /// The rhs view is contiguous along `k` (a transposed operand, `Q·Kᵀ`), not along `n`.
+    pub rhs_transposed: bool,
+    /// The adapter's (fixed) subgroup size: the invocations of a workgroup.
+    pub lanes: usize,
+    /// Output rows per workgroup (a multiple of `lanes`: lane `l` loads rows `l`, `l + lanes`…).
+    pub rows: usize,
+}
+
+impl SubgroupPlan {
+    /// Output columns per workgroup: each lane owns 4.
+    pub fn cols(&self) -> usize {
+        4 * self.lanes
+    }
+}
+
+/// Whether the tiled matmul `plan` of `kernel` can take the subgroup lowering under `opts`:
+/// a CPU adapter with subgroup operations of a fixed size, an f32 product (no convolution)
+/// with `k` a multiple of 4 and an output that is not packed f16. Operands that are strided
+/// views of f32 bindings, contiguous along `k` (lhs) or along `n` or `k` (rhs, `n` a multiple
+/// of 4 for the former), with every other stride and the offset multiples of 4, are read as
+/// aligned vec4s; others through their element functions.
+pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerOptions) -> Option<SubgroupPlan> {
+    let lanes = opts.subgroup_size? as usize;
+    if !(opts.cpu && opts.subgroups && (4..=64).contains(&lanes) && lanes.is_power_of_two()) {
+        return None;
+    }
+    let mm = plan.matmul;
+    let ops = g.operands(mm);
+    let f32s = [mm, ops[0], ops[1]].iter().all(|&n| g.ty(n).dtype == DType::F32);
+    let ranks = ops.iter().all(|&o| g.ty(o).shape.rank() >= 2);
+    if !matches!(g.node(mm).op, Op::MatMul) || !f32s || !ranks || packed_f16(g.ty(plan.output).dtype, opts) {
+        return None;
+    }
+    let (_, m, n, k) = gemm_dims(g, mm);
+    if !k.is_multiple_of(4) {
+        return None;
+    }
+    // Contiguous along axis `unit`; every other stride and the offset in whole vec4s.
+    let aligned = |v: &StridedView, unit: usize| {
+        v.offset.is_multiple_of(4)
+            && v.strides.iter().enumerate().all(|(a, &s)| a == unit || s.is_multiple_of(4))
+            && v.strides[unit] == 1
+            && g.ty(v.leaf).shape.numel().is_multiple_of(4)
+    };
+    let lhs = strided_view(g, kernel, ops[0]).filter(|v| aligned(v, v.strides.len() - 1));
+    let (rhs, rhs_transposed) = match strided_view(g, kernel, ops[1]) {
+        Some(v) if n.is_multiple_of(4) && aligned(&v, v.strides.len() - 1) => (Some(v), false),
+        Some(v) if aligned(&v, v.strides.len() - 2) => (Some(v), true),
+        _ => (None, false),
+    };
+    let rows = if m >= 64 { 64 } else { m.div_ceil(lanes) * lanes };
+    Some(SubgroupPlan { lhs, rhs, rhs_transposed, lanes, rows })
+}
+
+/// `main` of a subgroup matmul, and its workgroup count: one subgroup per workgroup computes
+/// a `rows`×`4·lanes` output tile. Per step of 4 along `k`, lane `l` loads one vec4 of each
+/// lhs row `l + lanes·q` it is responsible for and the vec4 of the rhs that holds its 4
+/// columns at each of the 4 `k`; `subgroupBroadcast` hands every lane each row's value, and
+/// each lane updates its `rows` vec4 accumulators, one row at a time (each accumulator's
+/// four updates back to back, so that a CPU compiler keeps few of them in registers at once).
+///
+/// This is the matmul for CPU adapters: there every storage or workgroup load a lane makes
+/// is a loop over the SIMD lanes (lavapipe), so the kernel loads each operand element once,
+/// as part of a vec4, from its binding, and never stages it in workgroup memory; a
+/// broadcast within the subgroup is a register shuffle. Out-of-range rows and columns are
+/// clamped on load and skipped on store (ragged `m` and `n`).
+pub fn subgroup_main(
+    g: &Graph,
+    bindings: &[Binding],
+    plan: &TiledPlan,
+    sg: &SubgroupPlan,
+    regions: &[(NodeId, Vec<NodeId>)],
+    body: &mut String,
+) -> (String, u64) {
+    let TiledPlan { matmul: mm, output } = *plan;
+    let region = &regions.iter().find(|(o, _)| *o == output).expect("the output has a region").1;
+    write_region(g, output, region, Some(mm), body);
+    let (batch, m, n, k) = gemm_dims(g, mm);
+    let dims = g.ty(mm).shape.dims();
+    let rank = dims.len();
+    let SubgroupPlan { lanes, rows, rhs_transposed, .. } = *sg;
+    let cols = sg.cols();
+    let (tiles_m, tiles_n) = (m.div_ceil(rows), n.div_ceil(cols));
+    let workgroups = (batch * tiles_m * tiles_n) as u64;
+    // The binding of an operand read as a view.
+    let slot = |op: NodeId, view: &Option<StridedView>| {
+        let leaf = view.as_ref().map_or(op, |v| v.leaf);
+        bindings.iter().position(|b| b.node == leaf && !b.output).expect("an input binding")
+    };
+    let (k_out, out_b) = bindings.iter().enumerate().find(|(_, b)| b.output).expect("one output");
+    let out_dt = g.ty(out_b.node).dtype;
+    const XYZW: [&str; 4] = ["x", "y", "z", "w"];
+
+    let mut s = String::new();
+    let w = |s: &mut String, indent: usize, line: String| {
+        let _ = writeln!(s, "{:indent$}{line}", "", indent = indent * 4);
+    };
+    w(&mut s, 0, format!("@compute @workgroup_size({lanes})"));
+    w(&mut s, 0, format!("fn main({MAIN_ARGS}, @builtin(subgroup_invocation_id) lane: u32) {{"));
+    w(&mut s, 1, "let wg = wid.y * nwg.x + wid.x;".into());
+    w(&mut s, 1, format!("if (wg >= {workgroups}u) {{ return; }}"));
+    w(&mut s, 1, format!("let tile_col = wg % {tiles_n}u;"));
+    w(&mut s, 1, format!("let tile_row = (wg / {tiles_n}u) % {tiles_m}u;"));
+    w(&mut s, 1, format!("let bt = wg / {}u;", tiles_m * tiles_n));
+    // Batch coordinates of the result, then each operand's base: in vec4s of its binding
+    // for a view, else in elements of the operand.
+    let bc = unravel(&mut s, &dims[..rank - 2], "bt", "bc");
+    let ops = g.operands(mm);
+    for (name, view, op, size) in [("a_base", &sg.lhs, ops[0], m * k), ("b_base", &sg.rhs, ops[1], k * n)] {
+        let base = match view {
+            Some(v) => {
+                let r = v.strides.len();
+                let mut terms = vec![format!("{}u", v.offset / 4)];
+                for (q, &st) in v.strides[..r - 2].iter().enumerate().filter(|(_, &st)| st != 0) {
+                    terms.push(format!("{} * {}u", bc[q + rank - r], st / 4));
+                }
+                terms.join(" + ")
+            }
+            None => match operand_batch(&bc, g.ty(op).shape.dims()).as_str() {
+                "0u" => "0u".to_string(),
+                b => format!("({b}) * {size}u"),
+            },
+        };
+        w(&mut s, 1, format!("let {name} = {base};"));
+    }
+    w(&mut s, 1, format!("let row0 = tile_row * {rows}u;"));
+    w(&mut s, 1, format!("let col0 = tile_col * {cols}u;"));
+    // The lhs rows this lane loads, clamped to the last row.
+    let row_stride = sg.lhs.as_ref().map_or(format!("{k}u"), |v| format!("{}u", v.strides[v.strides.len() - 2] / 4));
+    for q in 0..rows / lanes {
+        w(&mut s, 1, format!("let ar{q} = a_base + min(row0 + {}u + lane, {}u) * {row_stride};", q * lanes, m - 1));
+    }
+    match &sg.rhs {
+        Some(v) if rhs_transposed => {
+            // Column `col0 + lanes·c + lane` of component c: its vec4s along k start here.
+            let sb_n = v.strides[v.strides.len() - 1] / 4;
+            for c in 0..4 {
+                w(&mut s, 1, format!("let bn{c} = b_base + min(col0 + {}u + lane, {}u) * {sb_n}u;", c * lanes, n - 1));
+            }
+        }
+        Some(_) => {
+            // The vec4 of columns col0 + 4·lane ...
+            w(&mut s, 1, format!("let bcol = b_base + min(col0 / 4u + lane, {}u);", n / 4 - 1));
+        }
+        None => {
+            for c in 0..4 {
+                w(&mut s, 1, format!("let bn{c} = min(col0 + lane * 4u + {c}u, {}u);", n - 1));
+            }
+        }
+    }
+    for r in 0..rows {
+        w(&mut s, 1, format!("var acc{r} = vec4<f32>();"));
+    }
+    w(&mut s, 1, format!("for (var k4 = 0u; k4 < {}u; k4 = k4 + 1u) {{", k / 4));
+    let vec4_of = |f: &dyn Fn(usize) -> String| format!("vec4<f32>({}, {}, {}, {})", f(0), f(1), f(2), f(3));
+    for q in 0..rows / lanes {
+        let a = match sg.lhs {
+            Some(_) => format!("b{}[ar{q} + k4]", slot(ops[0], &sg.lhs)),
+            None => vec4_of(&|c| format!("v{}(ar{q} + k4 * 4u + {c}u)", ops[0].index())),
+        };
+        w(&mut s, 2, format!("let a{q} = {a};"));
+    }
+    match &sg.rhs {
+        Some(_) if rhs_transposed => {
+            for c in 0..4 {
+                w(&mut s, 2, format!("let t{c} = b{}[bn{c} + k4];", slot(ops[1], &sg.rhs)));
+            }
+            for (kk, comp) in XYZW.iter().enumerate() {
+                w(&mut s, 2, format!("let w{kk} = vec4<f32>(t0.{comp}, t1.{comp}, t2.{comp}, t3.{comp});"));
+            }
+        }
+        Some(v) => {
+            let sb_k = v.strides[v.strides.len() - 2] / 4;
+            for kk in 0..4 {
+                w(&mut s, 2, format!("let w{kk} = b{}[bcol + (k4 * 4u + {kk}u) * {sb_k}u];", slot(ops[1], &sg.rhs)));
+            }
+        }
+        None => {
+            for kk in 0..4 {
+                let row = format!("b_base + (k4 * 4u + {kk}u) * {n}u");
+                let wv = vec4_of(&|c| format!("v{}({row} + bn{c})", ops[1].index()));
+                w(&mut s, 2, format!("let w{kk} = {wv};"));
+            }
+        }
+    }
+    for r in 0..rows {
+        let (q, l) = (r / lanes, r % lanes);
+        for (kk, comp) in XYZW.iter().enumerate() {
+            w(&mut s, 2, format!("acc{r} = fma(vec4<f32>(subgroupBroadcast(a{q}.{comp}, {l}u)), w{kk}, acc{r});"));
+        }
+    }
+    w(&mut s, 1, "}".into());
+
+    // Epilogue and store, in-range outputs only.
+    let e = format!("e{}_acc", output.index());
+    for c in 0..4 {
+        let col =
+            if rhs_transposed { format!("col0 + {}u + lane", c * lanes) } else { format!("col0 + lane * 4u + {c}u") };
+        w(&mut s, 1, format!("let gc{c} = {col};"));
+    }
+    for r in 0..rows {
+        w(&mut s, 1, format!("if (row0 + {r}u < {m}u) {{"));
+        w(&mut s, 2, format!("let idx = bt * {}u + (row0 + {r}u) * {n}u;", m * n));
+        for (c, comp) in XYZW.iter().enumerate() {
+            let value = store_value(out_dt, &format!("{e}(idx + gc{c}, acc{r}.{comp})"));
+            w(&mut s, 2, format!("if (gc{c} < {n}u) {{ b{k_out}[idx + gc{c}] = {value}; }}"));
+        }
+        w(&mut s, 1, "}".into());
+    }
+    w(&mut s, 0, "}".into());
+    (s, workgroups)
+}
+
+/// The flat batch index of an operand with dims `od` (`[.., rows, cols]`) at the result's
+/// batch coordinates `bc`: its batch dims are the result's last ones, broadcast where 1.
+fn operand_batch(bc: &[String], od: &[usize]) -> String {
+    let off = bc.len() + 2 - od.len();
+    let coords: Vec<String> =
+        (0..od.len() - 2).map(|q| if od[q] == 1 { "0u".into() } else { bc[q + off].clone() }).collect();
+    ravel(&coords, &od[..od.len() - 2])
 }
 
 /// (batch, m, n, k) of a matmul, or of a convolution seen as an implicit GEMM per image

@@ -1,0 +1,207 @@
+//! The subgroup matmul (CPU adapters with a fixed subgroup size): naga validation of its
+//! shaders at several subgroup sizes, which operands it reads as vec4 views, and a device
+//! sweep against the CPU reference (ragged, batched and broadcast shapes, transposed, sliced
+//! and reshaped operands, fused epilogues, attention's head views).
+
+mod common;
+
+use common::{Case, CaseBuilder, Domain};
+use fusegraph::crates::passes::{partition, FusionMode};
+use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
+use fusegraph::crates::wgsl::{lower, subgroup_matmul, validate, LowerOptions};
+use fusegraph::{CompileOptions, DType, Device, HostTensor, Tensor};
+use std::collections::BTreeMap;
+
+const MARK: &str = "subgroupBroadcast(";
+
+fn cpu_opts(lanes: u32) -> LowerOptions {
+    LowerOptions { f16_native: false, cpu: true, subgroups: true, subgroup_size: Some(lanes) }
+}
+
+/// How each operand of a case's matmul is laid out in memory.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Layout {
+    /// Row-major `[.., rows, cols]`.
+    Plain,
+    /// Stored `[.., cols, rows]` and transposed.
+    Transposed,
+    /// Columns 4.. of a wider row-major matrix (an offset view).
+    Sliced,
+    /// Every other row of a taller matrix (a row stride of 2 rows).
+    Strided,
+}
+
+fn operand(c: &mut CaseBuilder, batch: &[usize], rows: usize, cols: usize, layout: Layout) -> Tensor {
+    let dims = |r: usize, cc: usize| [batch, &[r, cc]].concat();
+    let b = batch.len();
+    let zeros = vec![0; b];
+    let ones = vec![1; b];
+    match layout {
+        Layout::Plain => c.input(DType::F32, &dims(rows, cols), Domain::Any),
+        Layout::Transposed => c.input(DType::F32, &dims(cols, rows), Domain::Any).t().unwrap(),
+        Layout::Sliced => {
+            let x = c.input(DType::F32, &dims(rows, cols + 8), Domain::Any);
+            let start = [zeros.clone(), vec![0, 4]].concat();
+            let limit = [batch.to_vec(), vec![rows, cols + 4]].concat();
+            x.slice(&start, &limit, &[ones.clone(), vec![1, 1]].concat()).unwrap()
+        }
+        Layout::Strided => {
+            let x = c.input(DType::F32, &dims(2 * rows, cols), Domain::Any);
+            let limit = [batch.to_vec(), vec![2 * rows, cols]].concat();
+            x.slice(&[zeros, vec![0, 0]].concat(), &limit, &[ones, vec![2, 1]].concat()).unwrap()
+        }
+    }
+}
+
+/// `a · b` (+ bias, relu when `epilogue`), a batched over [2, 1] and b over [3] when `batched`.
+fn case((m, k, n): (usize, usize, usize), batched: bool, la: Layout, lb: Layout, epilogue: bool) -> Case {
+    let mut c = CaseBuilder::new((m * 131 + k * 7 + n) as u64 + la as u64 * 3 + lb as u64);
+    let (ba, bb): (&[usize], &[usize]) = if batched { (&[2, 1], &[3]) } else { (&[], &[]) };
+    let a = operand(&mut c, ba, m, k, la);
+    let b = operand(&mut c, bb, k, n, lb);
+    let mut y = a.matmul(&b).unwrap();
+    if epilogue {
+        let bias = c.input(DType::F32, &[n], Domain::Any);
+        y = y.add(&bias).unwrap().relu().unwrap();
+    }
+    let mut case = c.finish(format!("sg_{m}x{k}x{n}_b{batched}_{la:?}_{lb:?}_e{epilogue}"), &[&y]);
+    case.atol = 1e-3 * (k as f64 / 1000.0).max(0.1);
+    case
+}
+
+/// Attention's two products on head views of one fused `qkv` projection `[t, 3·h·d]`:
+/// scores `Q·Kᵀ` (rhs contiguous along k), then `P·V` (rhs a strided view), then the heads
+/// merged back by transpose + reshape into an output projection (an lhs that is no view).
+fn attention_case(t: usize, h: usize, d: usize) -> Case {
+    let mut c = CaseBuilder::new((t * 31 + h * 7 + d) as u64);
+    let qkv = c.input(DType::F32, &[t, 3 * h * d], Domain::Any);
+    let split = qkv.reshape(vec![t, 3, h, d]).unwrap();
+    let part = |i: usize| {
+        split.slice(&[0, i, 0, 0], &[t, i + 1, h, d], &[1, 1, 1, 1]).unwrap().reshape(vec![t, h, d]).unwrap()
+    };
+    let q = part(0).transpose(&[1, 0, 2]).unwrap();
+    let kt = part(1).transpose(&[1, 2, 0]).unwrap();
+    let v = part(2).transpose(&[1, 0, 2]).unwrap();
+    let scores = q.matmul(&kt).unwrap().tanh().unwrap();
+    let heads = scores.matmul(&v).unwrap();
+    let merged = heads.transpose(&[1, 0, 2]).unwrap().reshape(vec![t, h * d]).unwrap();
+    let w = c.input(DType::F32, &[h * d, h * d], Domain::Any);
+    let y = merged.matmul(&w).unwrap();
+    let mut case = c.finish(format!("sg_attention_t{t}_h{h}_d{d}"), &[&y]);
+    case.atol = 2e-3 * (t.max(h * d) as f64 / 100.0).max(1.0);
+    case
+}
+
+fn sweep() -> Vec<Case> {
+    use Layout::*;
+    let mut out = Vec::new();
+    for shape in [(1, 4, 4), (7, 32, 36), (65, 64, 33), (130, 256, 100), (8, 12, 1000), (64, 8, 64)] {
+        out.push(case(shape, false, Plain, Plain, false));
+        out.push(case(shape, true, Plain, Plain, true));
+        out.push(case(shape, true, Plain, Transposed, false));
+        out.push(case(shape, false, Transposed, Sliced, true));
+        out.push(case(shape, false, Sliced, Strided, false));
+        out.push(case(shape, true, Strided, Transposed, true));
+    }
+    out.push(attention_case(40, 3, 16));
+    out.push(attention_case(9, 2, 8));
+    out
+}
+
+/// Every kernel of every case validates at subgroup sizes 4 to 32; every matmul kernel takes
+/// the subgroup lowering (k is a multiple of 4 throughout the sweep), reading operands that
+/// are aligned views as vec4s; a `k` that is not a multiple of 4 keeps the tiled kernel.
+#[test]
+fn subgroup_kernels_validate_and_read_views_as_vec4() {
+    let mut shaders = 0;
+    let mut vec4_operands = 0;
+    for case in sweep() {
+        for mode in [FusionMode::Off, FusionMode::On] {
+            for k in &partition(&case.graph, &case.outputs, mode).unwrap() {
+                for lanes in [4, 8, 16, 32] {
+                    let opts = cpu_opts(lanes);
+                    let src = lower(&case.graph, k, &opts);
+                    if let Err(e) = validate(&src.wgsl) {
+                        panic!("{} kernel {} ({lanes} lanes): {e}\n{}", case.name, src.label, src.wgsl);
+                    }
+                    // k = t in attention's P·V: not always a multiple of 4.
+                    let has_matmul = k.members.iter().any(|&m| {
+                        let k_len = || case.graph.ty(case.graph.operands(m)[0]).shape.dims().last().copied();
+                        case.graph.node(m).op.name() == "matmul" && k_len().is_some_and(|k| k % 4 == 0)
+                    });
+                    assert_eq!(src.wgsl.contains(MARK), has_matmul, "{} kernel {}", case.name, src.label);
+                    if let Some(plan) = subgroup_matmul(&case.graph, k, &opts) {
+                        // One vec4 binding per distinct binding the views read.
+                        let leaves: std::collections::BTreeSet<_> =
+                            [&plan.lhs, &plan.rhs].into_iter().flatten().map(|v| v.leaf).collect();
+                        assert_eq!(src.wgsl.matches("array<vec4<f32>>").count(), leaves.len(), "{}", case.name);
+                        vec4_operands += plan.lhs.is_some() as usize + plan.rhs.is_some() as usize;
+                        shaders += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(shaders >= 4 * 70, "only {shaders} subgroup shaders");
+    assert!(vec4_operands >= shaders, "only {vec4_operands} vec4 operands in {shaders} shaders");
+    // Plain row-major operands are both views; k = 5 is not a multiple of 4.
+    let plain = case((33, 16, 40), false, Layout::Plain, Layout::Plain, false);
+    let k = &partition(&plain.graph, &plain.outputs, FusionMode::On).unwrap()[0];
+    let plan = subgroup_matmul(&plain.graph, k, &cpu_opts(8)).expect("a subgroup matmul");
+    assert!(plan.lhs.is_some() && plan.rhs.is_some() && !plan.rhs_transposed);
+    assert_eq!((plan.rows, plan.cols()), (40, 32));
+    let transposed = case((33, 16, 40), false, Layout::Plain, Layout::Transposed, false);
+    let k = &partition(&transposed.graph, &transposed.outputs, FusionMode::On).unwrap()[0];
+    assert!(subgroup_matmul(&transposed.graph, k, &cpu_opts(8)).expect("a subgroup matmul").rhs_transposed);
+    let odd = case((33, 5, 40), false, Layout::Plain, Layout::Plain, false);
+    let k = &partition(&odd.graph, &odd.outputs, FusionMode::On).unwrap()[0];
+    assert!(subgroup_matmul(&odd.graph, k, &cpu_opts(8)).is_none());
+    assert!(!lower(&odd.graph, k, &cpu_opts(8)).wgsl.contains(MARK));
+    // Not on GPUs, nor without a fixed subgroup size.
+    let gpu = LowerOptions { cpu: false, ..cpu_opts(32) };
+    assert!(subgroup_matmul(&plain.graph, k, &gpu).is_none());
+    assert!(subgroup_matmul(&plain.graph, k, &LowerOptions { subgroup_size: None, ..cpu_opts(8) }).is_none());
+}
+
+/// On the test device, fused and unfused, every case matches the reference; where the device
+/// is a CPU adapter with a fixed subgroup size (lavapipe) its matmuls take the subgroup
+/// lowering (checked in the WGSL the executable compiled).
+#[test]
+fn subgroup_matmul_matches_the_reference() {
+    let device = Device::shared().expect("a device");
+    let info = device.info();
+    let expect_sg = info.device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu
+        && info.subgroup_min_size == info.subgroup_max_size
+        && device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP);
+    eprintln!("device: {} (subgroup matmul expected: {expect_sg})", device.describe());
+    let dir = std::env::temp_dir().join(format!("fusegraph_sg_{}", std::process::id()));
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for case in sweep() {
+        let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
+        let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).expect("reference");
+        let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        for fusion in [true, false] {
+            let _ = std::fs::remove_dir_all(&dir);
+            let fusion = if fusion { FusionMode::On } else { FusionMode::Off };
+            let opts = CompileOptions { fusion, dump_wgsl: Some(dir.clone()), ..Default::default() };
+            let exe = device.compile(&case.graph, &case.outputs, &opts).expect("compiles");
+            let sg = std::fs::read_dir(&dir)
+                .expect("dumped WGSL")
+                .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                .any(|w| w.contains(MARK));
+            if sg != expect_sg {
+                failures.push(format!("{} ({fusion:?}): subgroup matmul {sg}, expected {expect_sg}", case.name));
+            }
+            let got = exe.run(&refs).expect("runs");
+            let (rtol, atol) = tolerance(DType::F32);
+            if let Err(e) = assert_close(&got[0], &want[0], rtol, atol.max(case.atol)) {
+                failures.push(format!("{} ({fusion:?}): {e}", case.name));
+            }
+            checked += 1;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(checked, 2 * sweep().len());
+    assert!(failures.is_empty(), "{} of {checked} failed:\n{}", failures.len(), failures.join("\n"));
+}
