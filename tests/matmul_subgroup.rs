@@ -157,6 +157,17 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
     let k = &partition(&odd.graph, &odd.outputs, FusionMode::On).unwrap()[0];
     assert!(subgroup_matmul(&odd.graph, k, &cpu_opts(8)).is_none());
     assert!(!lower(&odd.graph, k, &cpu_opts(8)).wgsl.contains(MARK));
+    // Attention's heads merged back ([h, t, d] → [t, h, d] → [t, h·d]) feed the output
+    // projection as a view whose k is two axes of the binding: (h, t·d) and (d, 1).
+    let att = attention_case(40, 3, 16);
+    let split: Vec<_> = partition(&att.graph, &att.outputs, FusionMode::On)
+        .unwrap()
+        .iter()
+        .filter_map(|k| subgroup_matmul(&att.graph, k, &cpu_opts(8)))
+        .filter(|p| p.lhs_k_axes.len() > 1)
+        .map(|p| p.lhs_k_axes)
+        .collect();
+    assert_eq!(split, vec![vec![(3, 40 * 16), (16, 1)]]);
     // Not on GPUs, nor without a fixed subgroup size.
     let gpu = LowerOptions { cpu: false, ..cpu_opts(32) };
     assert!(subgroup_matmul(&plain.graph, k, &gpu).is_none());

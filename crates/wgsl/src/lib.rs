@@ -22,4 +22,4 @@ mod writer;
 pub use lower::{lower, lower_with, Binding, KernelSource, LowerOptions, Strategy, WORKGROUP_SIZE};
 pub use matmul::{gemm_shape, subgroup_matmul, GemmShape, MatmulTiling, SubgroupPlan};
 pub use validate::{validate, ValidateError};
-pub use view::{reshape_strides, strided_view, StridedView};
+pub use view::{reshape_strides, split_last_axis_view, strided_view, StridedView};

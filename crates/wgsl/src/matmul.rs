@@ -21,7 +21,7 @@
 //! [`regions`]: fusegraph_passes::kernel::regions
 
 use crate::lower::{packed_f16, store_value, write_region, Binding, LowerOptions, MAIN_ARGS};
-use crate::view::{strided_view, StridedView};
+use crate::view::{split_last_axis_view, strided_view, StridedView};
 use crate::writer::{ravel, unravel, vty};
 use fusegraph_ir::{DType, Graph, NodeId, Op};
 use fusegraph_passes::Kernel;
@@ -374,6 +374,10 @@ pub fn tiled_main(
 pub struct SubgroupPlan {
     /// The lhs `[.., m, k]` as a view of its binding (`k` contiguous), if it is one.
     pub lhs: Option<StridedView>,
+    /// The axes of the lhs binding that make up `k`, (length, stride) outermost first: one
+    /// for a plain view, several where a reshape merged them (see
+    /// [`split_last_axis_view`]); the innermost is contiguous and a multiple of 4 long.
+    pub lhs_k_axes: Vec<(usize, usize)>,
     /// The rhs `[.., k, n]` as a view of its binding, if it is one.
     pub rhs: Option<StridedView>,
     /// The rhs view is contiguous along `k` (a transposed operand, `Q·Kᵀ`), not along `n`.
@@ -420,14 +424,23 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
             && v.strides[unit] == 1
             && g.ty(v.leaf).shape.numel().is_multiple_of(4)
     };
-    let lhs = strided_view(g, kernel, ops[0]).filter(|v| aligned(v, v.strides.len() - 1));
+    let (lhs, lhs_k_axes) = match split_last_axis_view(g, kernel, ops[0]) {
+        Some((v, axes))
+            if aligned(&v, v.strides.len() - 1)
+                && axes.last().is_some_and(|&(d, _)| d.is_multiple_of(4))
+                && axes.iter().rev().skip(1).all(|&(_, s)| s.is_multiple_of(4)) =>
+        {
+            (Some(v), axes)
+        }
+        _ => (None, Vec::new()),
+    };
     let (rhs, rhs_transposed) = match strided_view(g, kernel, ops[1]) {
         Some(v) if n.is_multiple_of(4) && aligned(&v, v.strides.len() - 1) => (Some(v), false),
         Some(v) if aligned(&v, v.strides.len() - 2) => (Some(v), true),
         _ => (None, false),
     };
     let rows = if m >= 64 { 64 } else { m.div_ceil(lanes) * lanes };
-    Some(SubgroupPlan { lhs, rhs, rhs_transposed, lanes, rows })
+    Some(SubgroupPlan { lhs, lhs_k_axes, rhs, rhs_transposed, lanes, rows })
 }
 
 /// `main` of a subgroup matmul, and its workgroup count: one subgroup per workgroup computes
@@ -531,9 +544,19 @@ pub fn subgroup_main(
     }
     w(&mut s, 1, format!("for (var k4 = 0u; k4 < {}u; k4 = k4 + 1u) {{", k / 4));
     let vec4_of = |f: &dyn Fn(usize) -> String| format!("vec4<f32>({}, {}, {}, {})", f(0), f(1), f(2), f(3));
+    if sg.lhs_k_axes.len() > 1 {
+        // k spans several axes of the lhs binding: the vec4 offset of k = 4·k4 along them.
+        let (kd, ks): (Vec<usize>, Vec<usize>) = sg.lhs_k_axes.iter().copied().unzip();
+        let _ = writeln!(body, "fn fg_lhs_k(k: u32) -> u32 {{");
+        let kc = unravel(body, &kd, "k", "kc");
+        let terms: Vec<String> = kc.iter().zip(&ks).map(|(c, s)| format!("{c} * {s}u")).collect();
+        let _ = writeln!(body, "    return ({}) >> 2u;\n}}\n", terms.join(" + "));
+        w(&mut s, 2, "let ka = fg_lhs_k(k4 * 4u);".into());
+    }
+    let ka = if sg.lhs_k_axes.len() > 1 { "ka" } else { "k4" };
     for q in 0..rows / lanes {
         let a = match sg.lhs {
-            Some(_) => format!("b{}[ar{q} + k4]", slot(ops[0], &sg.lhs)),
+            Some(_) => format!("b{}[ar{q} + {ka}]", slot(ops[0], &sg.lhs)),
             None => vec4_of(&|c| format!("v{}(ar{q} + k4 * 4u + {c}u)", ops[0].index())),
         };
         w(&mut s, 2, format!("let a{q} = {a};"));

@@ -58,6 +58,40 @@ pub fn strided_view(g: &Graph, kernel: &Kernel, node: NodeId) -> Option<StridedV
     Some(StridedView { leaf: inner.leaf, offset, strides: zero_unit(strides) })
 }
 
+/// `node` as a view whose last axis is one or more axes of its binding: `(view, axes)` with
+/// `axes` the (length, stride) of each, outermost first; the view's last stride is the
+/// innermost axis's. Where `node` is a [`strided_view`] that is its one axis; else `node`
+/// may be a reshape that merges axes which are not evenly spaced in memory into its last
+/// axis, such as attention's heads merged back (`[t, h, d] → [t, h·d]` after a transpose).
+pub fn split_last_axis_view(g: &Graph, kernel: &Kernel, node: NodeId) -> Option<(StridedView, Vec<(usize, usize)>)> {
+    let dims = g.ty(node).shape.dims();
+    let last = *dims.last()?;
+    if let Some(v) = strided_view(g, kernel, node) {
+        let s = *v.strides.last()?;
+        return Some((v, vec![(last, s)]));
+    }
+    if !kernel.members.contains(&node) || !matches!(g.node(node).op, Op::Reshape { .. }) {
+        return None;
+    }
+    let input = g.operands(node)[0];
+    let inner = strided_view(g, kernel, input)?;
+    let din = g.ty(input).shape.dims();
+    // The shortest suffix of the input's axes that makes up the last axis.
+    let (mut p, mut prod) = (din.len(), 1);
+    while prod < last && p > 0 {
+        p -= 1;
+        prod *= din[p];
+    }
+    if prod != last {
+        return None;
+    }
+    let mut strides = reshape_strides(&din[..p], &inner.strides[..p], &dims[..dims.len() - 1])?;
+    let axes: Vec<(usize, usize)> =
+        din[p..].iter().copied().zip(inner.strides[p..].iter().copied()).filter(|&(d, _)| d != 1).collect();
+    strides.push(axes.last()?.1);
+    Some((StridedView { leaf: inner.leaf, offset: inner.offset, strides }, axes))
+}
+
 /// The strides of `to_dims` viewing the elements that `dims` with `strides` view, in
 /// row-major order, or `None` where that needs a copy (merging axes that are not contiguous
 /// with each other). Axes of length 1 take stride 0.
