@@ -201,8 +201,13 @@ fn subgroup_matmul_matches_the_reference() {
                 .expect("dumped WGSL")
                 .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
                 .any(|w| w.contains(MARK));
-            if sg != expect_sg {
-                failures.push(format!("{} ({fusion:?}): subgroup matmul {sg}, expected {expect_sg}", case.name));
+            // The executable's statistics say the same as its WGSL.
+            let stats_sg = exe.stats().kernels.iter().any(|k| k.subgroup_matmul && k.matmul_tiling.is_none());
+            if sg != expect_sg || stats_sg != sg {
+                failures.push(format!(
+                    "{} ({fusion:?}): subgroup matmul {sg} (stats {stats_sg}), expected {expect_sg}",
+                    case.name
+                ));
             }
             let got = exe.run(&refs).expect("runs");
             let (rtol, atol) = tolerance(DType::F32);

@@ -258,7 +258,8 @@ fn process_cpu_seconds() -> f64 {
     ticks / 100.0
 }
 
-/// `cargo test --test matmul_tiled -- --ignored --nocapture gflops`: f32 1024³, tiled vs naive
+/// `cargo test --test matmul_tiled -- --ignored --nocapture gflops`: f32 1024³, the default
+/// lowering (tiled, or the subgroup matmul on CPU adapters) vs naive
 /// (`FUSEGRAPH_NAIVE_MATMUL=1`, read by the runtime when it lowers).
 #[test]
 #[ignore]
@@ -287,7 +288,11 @@ fn gflops_tiled_vs_naive() {
         // `time` runs once, then warms up once, then times `runs` runs.
         let cpu_ms = (process_cpu_seconds() - cpu0) * 1e3 / (runs + 2) as f64;
         let ms = t.median();
-        let name = if naive { "naive" } else { "tiled" };
+        let name = match (naive, exe.stats().kernels.iter().any(|k| k.subgroup_matmul)) {
+            (true, _) => "naive",
+            (false, true) => "subgroup",
+            (false, false) => "tiled",
+        };
         eprintln!(
             "{name}: {size}^3 f32, median {ms:.2} ms (min {:.2}) of {runs} ({}), {:.2} GFLOP/s (best {:.2}), \
              CPU time {cpu_ms:.1} ms/run, workgroups {:?}",

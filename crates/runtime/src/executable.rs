@@ -108,6 +108,9 @@ pub struct KernelStats {
     /// The tiling of a tiled matmul kernel (forced, autotuned or the default for its shape);
     /// `None` for every other kernel.
     pub matmul_tiling: Option<MatmulTiling>,
+    /// A matmul kernel lowered by the subgroup matmul (CPU adapters with a fixed subgroup
+    /// size; see `fusegraph_wgsl::subgroup_matmul`) rather than the workgroup-tiled one.
+    pub subgroup_matmul: bool,
 }
 
 /// Introspection of a compiled executable.
@@ -351,13 +354,21 @@ impl Device {
                 && !std::env::var("FUSEGRAPH_SUBGROUP_MATMUL").is_ok_and(|v| v == "off"),
             ..Default::default()
         };
+        // Matmul kernels that take the subgroup lowering (CPU adapters): not tuned.
+        let subgroup: Vec<bool> = kernels
+            .iter()
+            .map(|k| {
+                strategy.tiled_matmul && strategy.subgroup_matmul && subgroup_matmul(graph, k, &lower_opts).is_some()
+            })
+            .collect();
         // Each tiled matmul kernel takes the forced tiling, else the tuned one for its shape
         // class, else the default for its shape.
         let tilings: Vec<Option<MatmulTiling>> = kernels
             .iter()
-            .map(|k| {
+            .zip(&subgroup)
+            .map(|(k, &subgroup)| {
                 let (shape, dtype) = gemm_shape(graph, k, &lower_opts).filter(|_| strategy.tiled_matmul)?;
-                if strategy.subgroup_matmul && subgroup_matmul(graph, k, &lower_opts).is_some() {
+                if subgroup {
                     return None;
                 }
                 Some(
@@ -454,7 +465,8 @@ impl Device {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut compiled = Vec::new();
         let mut kstats = Vec::new();
-        for ((k, src), &matmul_tiling) in kernels.iter().zip(&sources).zip(&tilings) {
+        for (((k, src), &matmul_tiling), &subgroup_matmul) in kernels.iter().zip(&sources).zip(&tilings).zip(&subgroup)
+        {
             let pipeline = self.pipeline(&src.wgsl, src.bindings.len(), &src.label)?;
             let entries: Vec<wgpu::BindGroupEntry> = src
                 .bindings
@@ -497,6 +509,7 @@ impl Device {
                 bytes_moved,
                 workgroups,
                 matmul_tiling,
+                subgroup_matmul,
             });
             compiled.push(CompiledKernel { pipeline, bind_group, workgroups });
         }

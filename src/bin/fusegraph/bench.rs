@@ -1,6 +1,7 @@
 //! `fusegraph bench`: every workload compiled fused and unfused, checked equal, timed.
 
 use fusegraph::crates::reference::assert_close;
+use fusegraph::crates::runtime::Timing;
 use fusegraph::workloads::{self, Workload};
 use fusegraph::{CompileOptions, Device, Executable, RuntimeError};
 use std::fmt::Write as _;
@@ -65,8 +66,25 @@ fn compile(device: &Arc<Device>, w: &Workload, opts: &CompileOptions) -> Result<
     Ok(exe)
 }
 
-fn measure(w: &Workload, mode: &'static str, exe: &Executable, runs: usize) -> Result<Record, String> {
-    let t = exe.time(&w.feed_refs(), 2, runs).map_err(|e| e.to_string())?;
+/// Times `fused` and `unfused` in turn, one run of each per round after two warm-up runs of
+/// each, so that both see the same minutes of a machine whose speed drifts (a shared VM here
+/// swung 2× within minutes; timed one after the other, a ratio caught the drift instead).
+fn time_in_turn(w: &Workload, fused: &Executable, unfused: &Executable, runs: usize) -> Result<[Timing; 2], String> {
+    let feeds = w.feed_refs();
+    let mut out = [Timing { ms: Vec::new(), gpu_timestamps: false }, Timing { ms: Vec::new(), gpu_timestamps: false }];
+    for round in 0..=runs {
+        for (exe, t) in [fused, unfused].into_iter().zip(out.iter_mut()) {
+            let one = exe.time(&feeds, if round == 0 { 2 } else { 0 }, 1).map_err(|e| e.to_string())?;
+            if round > 0 {
+                t.ms.extend(one.ms);
+            }
+            t.gpu_timestamps = one.gpu_timestamps;
+        }
+    }
+    Ok(out)
+}
+
+fn measure(w: &Workload, mode: &'static str, exe: &Executable, t: Timing) -> Result<Record, String> {
     let plan = exe.memory_plan();
     let s = exe.stats();
     Ok(Record {
@@ -120,7 +138,7 @@ fn profile_table(w: &Workload, mode: &str, exe: &Executable, runs: usize) -> Res
     let total = p.total_ms();
     let timer = if p.gpu_timestamps { "GPU timestamps per kernel" } else { "wall time per kernel" };
     let mut out = format!("{} {mode}: {} kernels, {total:.3} ms in all ({timer}); slowest:\n", w.name, p.kernels.len());
-    for k in p.slowest(8) {
+    for k in p.slowest(12) {
         let mut label = k.label.clone();
         if label.len() > 90 {
             label.truncate(87);
@@ -161,8 +179,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         if let Some(dir) = &args.plot {
             plot(dir, w, &fused, &unfused)?;
         }
-        let rf = measure(w, "fused", &fused, args.runs)?;
-        let ru = measure(w, "unfused", &unfused, args.runs)?;
+        let [tf, tu] = time_in_turn(w, &fused, &unfused, args.runs)?;
+        let rf = measure(w, "fused", &fused, tf)?;
+        let ru = measure(w, "unfused", &unfused, tu)?;
         if args.profile {
             for (mode, exe) in [("fused", &fused), ("unfused", &unfused)] {
                 print!("{}", profile_table(w, mode, exe, args.runs)?);

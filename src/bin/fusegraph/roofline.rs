@@ -134,9 +134,12 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         let (outs, feeds) = build(&b);
         let (ms, exe, ceiling_gbps) = time(&device, &b, &outs, &feeds, runs, opts, &mut ceiling)?;
         let bytes = exe.stats().bytes_moved as f64;
-        // A tiled matmul is named with its tiling (autotuned, or the default for its shape).
-        let kernel = match exe.stats().kernels.iter().find_map(|k| k.matmul_tiling) {
+        // A tiled matmul is named with its tiling (autotuned, or the default for its shape),
+        // a subgroup matmul as such.
+        let stats = exe.stats();
+        let kernel = match stats.kernels.iter().find_map(|k| k.matmul_tiling) {
             Some(t) => format!("{kernel} {t}"),
+            None if stats.kernels.iter().any(|k| k.subgroup_matmul) => format!("{kernel} subgroup"),
             None => kernel.to_string(),
         };
         rows.push(Row { kernel, shape, dtype, ms, gflops: flops / ms / 1e6, gbps: bytes / ms / 1e6, ceiling_gbps });
@@ -177,8 +180,8 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
             };
             let flops = 2.0 * (m * m * m) as f64;
             measure_with("matmul", dtype, format!("{m}x{m}x{m}"), flops, &plain, build)?;
-            if device.autotune() {
-                // The untuned choice beside the tuned one.
+            if device.autotune() || device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu {
+                // The tiled kernel's untuned choice beside the tuned one (or the subgroup one).
                 let untuned = CompileOptions { matmul_tiling: Some(MatmulTiling::default_for(m, m)), ..plain.clone() };
                 measure_with("matmul untuned", dtype, format!("{m}x{m}x{m}"), flops, &untuned, build)?;
             }
