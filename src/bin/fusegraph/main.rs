@@ -28,6 +28,7 @@ commands:
 environment:
   FUSEGRAPH_BACKEND=vulkan|gl|metal|dx12   force a backend
   FUSEGRAPH_AUTOTUNE=off                   default matmul tilings (no timing, reproducible)
+  FUSEGRAPH_SUBGROUP_MATMUL=off            the tiled matmul on CPU adapters too (comparisons)
   FUSEGRAPH_COST_MODEL=default             fusion's device-free cost model (no measuring)";
 
 fn json_str(s: &str) -> String {
