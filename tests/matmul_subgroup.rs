@@ -92,6 +92,32 @@ fn attention_case(t: usize, h: usize, d: usize) -> Case {
     case
 }
 
+/// A convolution (an implicit GEMM: weights [o, c·kh·kw] times each image's patches) of
+/// `c` input channels, with bias and relu when `epilogue`.
+fn conv_case(
+    c: usize,
+    o: usize,
+    hw: usize,
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+    dil: usize,
+    epilogue: bool,
+) -> Case {
+    let mut b = CaseBuilder::new((c * 31 + o * 7 + hw + kernel * 3 + stride + pad + dil) as u64);
+    let x = b.input(DType::F32, &[2, c, hw, hw + 1], Domain::Any);
+    let w = b.input(DType::F32, &[o, c, kernel, kernel], Domain::Any);
+    let mut y = x.conv2d(&w, [stride, stride], [pad, pad], [dil, dil], 1).unwrap();
+    if epilogue {
+        let oh = y.ty().shape.dims()[2];
+        let bias = b.input(DType::F32, &[o, 1, 1], Domain::Any);
+        y = y.add(&bias.broadcast_to(vec![2, o, oh, y.ty().shape.dims()[3]]).unwrap()).unwrap().relu().unwrap();
+    }
+    let mut case = b.finish(format!("sg_conv_c{c}_o{o}_hw{hw}_k{kernel}_s{stride}_p{pad}_d{dil}_e{epilogue}"), &[&y]);
+    case.atol = 1e-4 * (c * kernel * kernel) as f64;
+    case
+}
+
 fn sweep() -> Vec<Case> {
     use Layout::*;
     let mut out = Vec::new();
@@ -105,6 +131,10 @@ fn sweep() -> Vec<Case> {
     }
     out.push(attention_case(40, 3, 16));
     out.push(attention_case(9, 2, 8));
+    out.push(conv_case(4, 8, 9, 3, 1, 1, 1, true));
+    out.push(conv_case(8, 70, 12, 3, 2, 1, 1, false));
+    out.push(conv_case(16, 5, 7, 1, 1, 0, 1, true));
+    out.push(conv_case(4, 12, 11, 3, 1, 2, 2, false));
     out
 }
 
@@ -126,8 +156,12 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
                     }
                     // k = t in attention's P·V: not always a multiple of 4.
                     let has_matmul = k.members.iter().any(|&m| {
-                        let k_len = || case.graph.ty(case.graph.operands(m)[0]).shape.dims().last().copied();
-                        case.graph.node(m).op.name() == "matmul" && k_len().is_some_and(|k| k % 4 == 0)
+                        let dims = |i: usize| case.graph.ty(case.graph.operands(m)[i]).shape.dims().to_vec();
+                        match case.graph.node(m).op.name() {
+                            "matmul" => dims(0).last().is_some_and(|k| k % 4 == 0),
+                            "conv2d" => dims(1)[1..].iter().product::<usize>() % 4 == 0,
+                            _ => false,
+                        }
                     });
                     assert_eq!(src.wgsl.contains(MARK), has_matmul, "{} kernel {}", case.name, src.label);
                     if let Some(plan) = subgroup_matmul(&case.graph, k, &opts) {
@@ -168,6 +202,16 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
         .map(|p| p.lhs_k_axes)
         .collect();
     assert_eq!(split, vec![vec![(3, 40 * 16), (16, 1)]]);
+    // A convolution over 3 channels of 3×3 (k = 27) keeps the tiled kernel; over 4 (k = 36)
+    // it takes the subgroup one, its weights read as vec4s.
+    for (c, sg) in [(3, false), (4, true)] {
+        let conv = conv_case(c, 8, 9, 3, 1, 1, 1, false);
+        let k = &partition(&conv.graph, &conv.outputs, FusionMode::On).unwrap()[0];
+        let plan = subgroup_matmul(&conv.graph, k, &cpu_opts(8));
+        assert_eq!(plan.is_some(), sg, "c = {c}");
+        assert!(plan.is_none_or(|p| p.lhs.is_some() && p.rhs.is_none()), "c = {c}");
+        assert_eq!(lower(&conv.graph, k, &cpu_opts(8)).wgsl.contains(MARK), sg);
+    }
     // Not on GPUs, nor without a fixed subgroup size.
     let gpu = LowerOptions { cpu: false, ..cpu_opts(32) };
     assert!(subgroup_matmul(&plain.graph, k, &gpu).is_none());

@@ -21,7 +21,7 @@
 //! [`regions`]: fusegraph_passes::kernel::regions
 
 use crate::lower::{packed_f16, store_value, write_region, Binding, LowerOptions, MAIN_ARGS};
-use crate::view::{split_last_axis_view, strided_view, StridedView};
+use crate::view::{reshape_strides, split_last_axis_view, strided_view, StridedView};
 use crate::writer::{ravel, unravel, vty};
 use fusegraph_ir::{DType, Graph, NodeId, Op};
 use fusegraph_passes::Kernel;
@@ -410,7 +410,8 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
     let ops = g.operands(mm);
     let f32s = [mm, ops[0], ops[1]].iter().all(|&n| g.ty(n).dtype == DType::F32);
     let ranks = ops.iter().all(|&o| g.ty(o).shape.rank() >= 2);
-    if !matches!(g.node(mm).op, Op::MatMul) || !f32s || !ranks || packed_f16(g.ty(plan.output).dtype, opts) {
+    let conv = matches!(g.node(mm).op, Op::Conv2d { groups: 1, .. });
+    if !(conv || matches!(g.node(mm).op, Op::MatMul)) || !f32s || !ranks || packed_f16(g.ty(plan.output).dtype, opts) {
         return None;
     }
     let (_, m, n, k) = gemm_dims(g, mm);
@@ -424,7 +425,17 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
             && v.strides[unit] == 1
             && g.ty(v.leaf).shape.numel().is_multiple_of(4)
     };
-    let (lhs, lhs_k_axes) = match split_last_axis_view(g, kernel, ops[0]) {
+    // A convolution's lhs is its weights [o, c, kh, kw] as [o, c·kh·kw], shared by every
+    // image; its rhs the image patches, gathered by `fg_im2col`.
+    let lhs_view = if conv {
+        strided_view(g, kernel, ops[1]).and_then(|v| {
+            let strides = reshape_strides(g.ty(ops[1]).shape.dims(), &v.strides, &[m, k])?;
+            Some((StridedView { strides, ..v }, vec![(k, 1)]))
+        })
+    } else {
+        split_last_axis_view(g, kernel, ops[0])
+    };
+    let (lhs, lhs_k_axes) = match lhs_view {
         Some((v, axes))
             if aligned(&v, v.strides.len() - 1)
                 && axes.last().is_some_and(|&(d, _)| d.is_multiple_of(4))
@@ -434,7 +445,7 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
         }
         _ => (None, Vec::new()),
     };
-    let (rhs, rhs_transposed) = match strided_view(g, kernel, ops[1]) {
+    let (rhs, rhs_transposed) = match strided_view(g, kernel, ops[1]).filter(|_| !conv) {
         Some(v) if n.is_multiple_of(4) && aligned(&v, v.strides.len() - 1) => (Some(v), false),
         Some(v) if aligned(&v, v.strides.len() - 2) => (Some(v), true),
         _ => (None, false),
@@ -494,11 +505,19 @@ pub fn subgroup_main(
     w(&mut s, 1, format!("let tile_row = (wg / {tiles_n}u) % {tiles_m}u;"));
     w(&mut s, 1, format!("let bt = wg / {}u;", tiles_m * tiles_n));
     // Batch coordinates of the result, then each operand's base: in vec4s of its binding
-    // for a view, else in elements of the operand.
-    let bc = unravel(&mut s, &dims[..rank - 2], "bt", "bc");
+    // for a view, else in elements of the operand. A convolution's batch is its images: the
+    // weights are shared, the patches gathered per image.
+    let conv = matches!(g.node(mm).op, Op::Conv2d { .. });
     let ops = g.operands(mm);
-    for (name, view, op, size) in [("a_base", &sg.lhs, ops[0], m * k), ("b_base", &sg.rhs, ops[1], k * n)] {
+    let (lhs_op, rhs_op) = if conv { (ops[1], ops[0]) } else { (ops[0], ops[1]) };
+    if conv {
+        write_im2col(g, mm, body);
+    }
+    let bc = if conv { Vec::new() } else { unravel(&mut s, &dims[..rank - 2], "bt", "bc") };
+    for (name, view, op, size) in [("a_base", &sg.lhs, lhs_op, m * k), ("b_base", &sg.rhs, rhs_op, k * n)] {
         let base = match view {
+            Some(v) if conv => format!("{}u", v.offset / 4),
+            None if conv => "0u".to_string(),
             Some(v) => {
                 let r = v.strides.len();
                 let mut terms = vec![format!("{}u", v.offset / 4)];
@@ -556,15 +575,15 @@ pub fn subgroup_main(
     let ka = if sg.lhs_k_axes.len() > 1 { "ka" } else { "k4" };
     for q in 0..rows / lanes {
         let a = match sg.lhs {
-            Some(_) => format!("b{}[ar{q} + {ka}]", slot(ops[0], &sg.lhs)),
-            None => vec4_of(&|c| format!("v{}(ar{q} + k4 * 4u + {c}u)", ops[0].index())),
+            Some(_) => format!("b{}[ar{q} + {ka}]", slot(lhs_op, &sg.lhs)),
+            None => vec4_of(&|c| format!("v{}(ar{q} + k4 * 4u + {c}u)", lhs_op.index())),
         };
         w(&mut s, 2, format!("let a{q} = {a};"));
     }
     match &sg.rhs {
         Some(_) if rhs_transposed => {
             for c in 0..4 {
-                w(&mut s, 2, format!("let t{c} = b{}[bn{c} + k4];", slot(ops[1], &sg.rhs)));
+                w(&mut s, 2, format!("let t{c} = b{}[bn{c} + k4];", slot(rhs_op, &sg.rhs)));
             }
             for (kk, comp) in XYZW.iter().enumerate() {
                 w(&mut s, 2, format!("let w{kk} = vec4<f32>(t0.{comp}, t1.{comp}, t2.{comp}, t3.{comp});"));
@@ -573,13 +592,17 @@ pub fn subgroup_main(
         Some(v) => {
             let sb_k = v.strides[v.strides.len() - 2] / 4;
             for kk in 0..4 {
-                w(&mut s, 2, format!("let w{kk} = b{}[bcol + (k4 * 4u + {kk}u) * {sb_k}u];", slot(ops[1], &sg.rhs)));
+                w(&mut s, 2, format!("let w{kk} = b{}[bcol + (k4 * 4u + {kk}u) * {sb_k}u];", slot(rhs_op, &sg.rhs)));
             }
         }
         None => {
             for kk in 0..4 {
-                let row = format!("b_base + (k4 * 4u + {kk}u) * {n}u");
-                let wv = vec4_of(&|c| format!("v{}({row} + bn{c})", ops[1].index()));
+                let wv = if conv {
+                    vec4_of(&|c| format!("fg_im2col(bt, k4 * 4u + {kk}u, bn{c})"))
+                } else {
+                    let row = format!("b_base + (k4 * 4u + {kk}u) * {n}u");
+                    vec4_of(&|c| format!("v{}({row} + bn{c})", rhs_op.index()))
+                };
                 w(&mut s, 2, format!("let w{kk} = {wv};"));
             }
         }
