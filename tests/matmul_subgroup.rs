@@ -93,15 +93,14 @@ fn attention_case(t: usize, h: usize, d: usize) -> Case {
 }
 
 /// A convolution (an implicit GEMM: weights [o, c·kh·kw] times each image's patches) of
-/// `c` input channels, with bias and relu when `epilogue`.
+/// `c` input channels (stride, padding, dilation as given), with bias and relu when
+/// `epilogue`.
 fn conv_case(
     c: usize,
     o: usize,
     hw: usize,
     kernel: usize,
-    stride: usize,
-    pad: usize,
-    dil: usize,
+    (stride, pad, dil): (usize, usize, usize),
     epilogue: bool,
 ) -> Case {
     let mut b = CaseBuilder::new((c * 31 + o * 7 + hw + kernel * 3 + stride + pad + dil) as u64);
@@ -131,10 +130,10 @@ fn sweep() -> Vec<Case> {
     }
     out.push(attention_case(40, 3, 16));
     out.push(attention_case(9, 2, 8));
-    out.push(conv_case(4, 8, 9, 3, 1, 1, 1, true));
-    out.push(conv_case(8, 70, 12, 3, 2, 1, 1, false));
-    out.push(conv_case(16, 5, 7, 1, 1, 0, 1, true));
-    out.push(conv_case(4, 12, 11, 3, 1, 2, 2, false));
+    out.push(conv_case(4, 8, 9, 3, (1, 1, 1), true));
+    out.push(conv_case(8, 70, 12, 3, (2, 1, 1), false));
+    out.push(conv_case(16, 5, 7, 1, (1, 0, 1), true));
+    out.push(conv_case(4, 12, 11, 3, (1, 2, 2), false));
     out
 }
 
@@ -205,7 +204,7 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
     // A convolution over 3 channels of 3×3 (k = 27) keeps the tiled kernel; over 4 (k = 36)
     // it takes the subgroup one, its weights read as vec4s.
     for (c, sg) in [(3, false), (4, true)] {
-        let conv = conv_case(c, 8, 9, 3, 1, 1, 1, false);
+        let conv = conv_case(c, 8, 9, 3, (1, 1, 1), false);
         let k = &partition(&conv.graph, &conv.outputs, FusionMode::On).unwrap()[0];
         let plan = subgroup_matmul(&conv.graph, k, &cpu_opts(8));
         assert_eq!(plan.is_some(), sg, "c = {c}");
