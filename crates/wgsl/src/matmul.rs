@@ -396,11 +396,12 @@ impl SubgroupPlan {
 }
 
 /// Whether the tiled matmul `plan` of `kernel` can take the subgroup lowering under `opts`:
-/// a CPU adapter with subgroup operations of a fixed size, an f32 product (no convolution)
-/// with `k` a multiple of 4 and an output that is not packed f16. Operands that are strided
-/// views of f32 bindings, contiguous along `k` (lhs) or along `n` or `k` (rhs, `n` a multiple
-/// of 4 for the former), with every other stride and the offset multiples of 4, are read as
-/// aligned vec4s; others through their element functions.
+/// a CPU adapter with subgroup operations of a fixed size, an f32 matmul or ungrouped
+/// convolution with `k` a multiple of 4 and an output that is not packed f16. Operands that
+/// are strided views of f32 bindings, contiguous along `k` (lhs) or along `n` or `k` (rhs,
+/// `n` a multiple of 4 for the former), with every other stride and the offset multiples of
+/// 4, are read as aligned vec4s; others through their element functions (a convolution's
+/// patches through `fg_im2col`).
 pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerOptions) -> Option<SubgroupPlan> {
     let lanes = opts.subgroup_size? as usize;
     if !(opts.cpu && opts.subgroups && (4..=64).contains(&lanes) && lanes.is_power_of_two()) {
