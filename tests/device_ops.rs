@@ -166,3 +166,49 @@ fn tanh_matches_f64_over_its_whole_range() {
         assert!(g1[1] == 0.0 && g1[1].is_sign_negative(), "tanh(-0) = {:e}", g1[1]);
     }
 }
+
+/// Softmax rows on a CPU adapter take the max and the sum of `exp(x - max)` in one pass (the
+/// online softmax). Checked against the reference on rows with masked (−∞) elements ahead of
+/// and between finite ones, an all-masked row, +∞ and NaN (NaN rows where the reference has
+/// them), ragged rows (37, not a multiple of the 4 partials), fused; and the pass is in the
+/// generated code for a CPU adapter.
+#[test]
+fn softmax_rows_in_one_pass_match_the_reference_with_masks_and_infinities() {
+    use fusegraph::crates::passes::partition;
+    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    let (rows, cols) = (24, 37);
+    let mut rng = common::Rng::new(77);
+    let mut v: Vec<f32> = (0..rows * cols).map(|_| rng.uniform(-6.0, 6.0) as f32).collect();
+    let ninf = f32::NEG_INFINITY;
+    v[..5].fill(ninf); // row 0: masked ahead of the first finite element
+    for e in 0..cols {
+        v[cols + e] = ninf; // row 1: all masked
+        if e % 2 == 1 {
+            v[4 * cols + e] = ninf; // row 4: every other element masked
+        }
+        if e + 1 < cols {
+            v[5 * cols + e] = ninf; // row 5: only the last element finite
+        }
+    }
+    v[2 * cols + 17] = f32::INFINITY; // row 2
+    v[3 * cols + 9] = f32::NAN; // row 3
+    let x = HostTensor::new(vec![rows, cols], v).unwrap();
+    let b = fusegraph::GraphBuilder::new();
+    let xi = b.input("x", fusegraph::DType::F32, vec![rows, cols]).unwrap();
+    let y = xi.softmax(1).unwrap();
+    let g = b.graph();
+    let feeds: BTreeMap<String, HostTensor> = [("x".to_string(), x.clone())].into();
+    let want = evaluate(&g, &[y.id()], &feeds, &BTreeMap::new()).unwrap();
+    let device = Device::shared().expect("a device");
+    let exe = device.compile(&g, &[y.id()], &CompileOptions::default()).unwrap();
+    let got = exe.run(&[("x", &x)]).unwrap();
+    assert_close(&got[0], &want[0], 1e-5, 1e-6).unwrap();
+    // Rows 1 and 2 are NaN in the reference; row 0's masked elements are 0, row 5 is one-hot.
+    let w = want[0].to_f64();
+    assert!(w[cols].is_nan() && w[2 * cols].is_nan() && w[0] == 0.0 && w[6 * cols - 1] == 1.0);
+    let kernels = partition(&g, &[y.id()], FusionMode::On).unwrap();
+    let opts = LowerOptions { f16_native: false, cpu: true, subgroups: true, subgroup_size: Some(8) };
+    let wgsl = lower(&g, &kernels[0], &opts).wgsl;
+    assert_eq!(kernels.len(), 1);
+    assert!(wgsl.contains("let n0 = max(m0, x0);") && wgsl.matches("exp(").count() >= 4, "{wgsl}");
+}

@@ -2,8 +2,8 @@
 
 use crate::body::{combine, elementwise_expr, reduce_identity, write_body};
 use crate::matmul::MatmulTiling;
-use crate::writer::{ravel, unravel, vty};
-use fusegraph_ir::{DType, Graph, NodeId, Op, ReduceKind};
+use crate::writer::{literal, ravel, unravel, vty};
+use fusegraph_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
 use fusegraph_passes::kernel::{regions, same_index_operands};
 use fusegraph_passes::{Kernel, KernelKind};
 use std::fmt::Write;
@@ -634,7 +634,20 @@ fn row_main_per_thread(
     let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
     let _ = writeln!(main, "    let row = (wid.y * nwg.x + wid.x) * {wg}u + lid;");
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
-    for (k, &r) in reduces.iter().enumerate() {
+    let mut k = 0;
+    while k < reduces.len() {
+        // A softmax's max and sum of exp(x - max): both in one pass over the row.
+        if let Some(x) = reduces.get(k + 1).and_then(|&b| softmax_pair(g, reduces[k], b)) {
+            online_softmax(&mut main, x, row_len, if opts.cpu { CPU_INTERLEAVE } else { 1 });
+            let _ = writeln!(main, "        fg_red{k}[0] = m;");
+            let _ = writeln!(main, "        fg_red{}[0] = s;", k + 1);
+            let _ = writeln!(main, "    }}");
+            write_row_scalars(&mut main, scalars, k);
+            write_row_scalars(&mut main, scalars, k + 1);
+            k += 2;
+            continue;
+        }
+        let r = reduces[k];
         if opts.cpu {
             accumulate_interleaved(&mut main, g, r, row_len, CPU_INTERLEAVE);
         } else {
@@ -643,6 +656,7 @@ fn row_main_per_thread(
         let _ = writeln!(main, "        fg_red{k}[0] = acc;");
         let _ = writeln!(main, "    }}");
         write_row_scalars(&mut main, scalars, k);
+        k += 1;
     }
     write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("0u", "1", false), opts);
     main.push_str("}\n");
@@ -684,6 +698,72 @@ fn write_row_scalars(main: &mut String, scalars: &[(NodeId, usize)], k: usize) {
             let _ = writeln!(main, "    fg_rs{j} = c{}(row);", m.index());
         }
     }
+}
+
+/// `Some(x)` where row reductions `a` then `b` are a softmax's: `a` the max of `x` and `b`
+/// the sum of `exp(x - a)` (`a` broadcast back over the row), both f32 over the same axes.
+fn softmax_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<NodeId> {
+    let (Op::Reduce { kind: ReduceKind::Max, axes: xa, .. }, Op::Reduce { kind: ReduceKind::Sum, axes: xb, .. }) =
+        (&g.node(a).op, &g.node(b).op)
+    else {
+        return None;
+    };
+    if xa != xb || g.ty(a).dtype != DType::F32 || g.ty(b).dtype != DType::F32 {
+        return None;
+    }
+    let x = g.operands(a)[0];
+    let e = g.operands(b)[0];
+    let d = *g.operands(e).first()?;
+    if !matches!(g.node(e).op, Op::Unary(UnaryOp::Exp))
+        || !matches!(g.node(d).op, Op::Binary(BinaryOp::Sub))
+        || g.operands(d)[0] != x
+    {
+        return None;
+    }
+    let mut m = g.operands(d)[1];
+    while matches!(g.node(m).op, Op::Broadcast { .. } | Op::Reshape { .. }) {
+        m = g.operands(m)[0];
+    }
+    (m == a).then_some(x)
+}
+
+/// Opens a block that computes a softmax's row max `m` and `s = Σ exp(x - m)` in one pass
+/// (the online softmax): each of `ilp` partials keeps its running max and its sum relative
+/// to it, rescaled by `exp(old - new)` when the max grows; the partials are combined the same
+/// way. While a partial's max is still −∞ its sum stays 0 (no `exp(−∞ − −∞)`), so masked
+/// elements ahead of the first finite one cost nothing and an all-masked row gives the
+/// reference's `0/0`; a +∞ or NaN gives NaN as in two passes.
+fn online_softmax(main: &mut String, x: NodeId, row_len: usize, ilp: usize) {
+    let neg_inf = literal(DType::F32, f64::NEG_INFINITY);
+    let step = |main: &mut String, u: usize, value: &str, indent: &str| {
+        let _ = writeln!(main, "{indent}let x{u} = {value};");
+        let _ = writeln!(main, "{indent}let n{u} = max(m{u}, x{u});");
+        let _ = writeln!(
+            main,
+            "{indent}s{u} = select(s{u} * exp(m{u} - n{u}) + exp(x{u} - n{u}), s{u}, n{u} == {neg_inf});"
+        );
+        let _ = writeln!(main, "{indent}m{u} = n{u};");
+    };
+    let _ = writeln!(main, "    {{");
+    for u in 0..ilp {
+        let _ = writeln!(main, "        var m{u}: f32 = {neg_inf};");
+        let _ = writeln!(main, "        var s{u}: f32 = 0.0f;");
+    }
+    let _ = writeln!(main, "        var e = 0u;");
+    let _ = writeln!(main, "        for (; e + {}u < {row_len}u; e = e + {ilp}u) {{", ilp - 1);
+    for u in 0..ilp {
+        step(main, u, &format!("v{}(fg_elem(row, e + {u}u))", x.index()), "            ");
+    }
+    let _ = writeln!(main, "        }}");
+    let _ = writeln!(main, "        for (; e < {row_len}u; e = e + 1u) {{");
+    step(main, 0, &format!("v{}(fg_elem(row, e))", x.index()), "            ");
+    let _ = writeln!(main, "        }}");
+    let ms: Vec<String> = (0..ilp).map(|u| format!("m{u}")).collect();
+    let m = ms[1..].iter().fold(ms[0].clone(), |acc, mu| format!("max({acc}, {mu})"));
+    let _ = writeln!(main, "        let m = {m};");
+    let terms: Vec<String> =
+        (0..ilp).map(|u| format!("select(s{u} * exp(m{u} - m), 0.0f, m{u} == {neg_inf})")).collect();
+    let _ = writeln!(main, "        let s = {};", terms.join(" + "));
 }
 
 /// Reduction `r`'s kind, element type and input function (`vN`).
