@@ -735,35 +735,52 @@ fn softmax_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<NodeId> {
 /// reference's `0/0`; a +∞ or NaN gives NaN as in two passes.
 fn online_softmax(main: &mut String, x: NodeId, row_len: usize, ilp: usize) {
     let neg_inf = literal(DType::F32, f64::NEG_INFINITY);
-    let step = |main: &mut String, u: usize, value: &str, indent: &str| {
-        let _ = writeln!(main, "{indent}let x{u} = {value};");
-        let _ = writeln!(main, "{indent}let n{u} = max(m{u}, x{u});");
-        let _ = writeln!(
-            main,
-            "{indent}s{u} = select(s{u} * exp(m{u} - n{u}) + exp(x{u} - n{u}), s{u}, n{u} == {neg_inf});"
-        );
-        let _ = writeln!(main, "{indent}m{u} = n{u};");
+    let init = |u: usize| format!("var m{u}: f32 = {neg_inf};\n        var s{u}: f32 = 0.0f;");
+    let update = |u: usize| {
+        format!(
+            "let n{u} = max(m{u}, x{u});\n            \
+             s{u} = select(s{u} * exp(m{u} - n{u}) + exp(x{u} - n{u}), s{u}, n{u} == {neg_inf});\n            \
+             m{u} = n{u};"
+        )
     };
-    let _ = writeln!(main, "    {{");
-    for u in 0..ilp {
-        let _ = writeln!(main, "        var m{u}: f32 = {neg_inf};");
-        let _ = writeln!(main, "        var s{u}: f32 = 0.0f;");
-    }
-    let _ = writeln!(main, "        var e = 0u;");
-    let _ = writeln!(main, "        for (; e + {}u < {row_len}u; e = e + {ilp}u) {{", ilp - 1);
-    for u in 0..ilp {
-        step(main, u, &format!("v{}(fg_elem(row, e + {u}u))", x.index()), "            ");
-    }
-    let _ = writeln!(main, "        }}");
-    let _ = writeln!(main, "        for (; e < {row_len}u; e = e + 1u) {{");
-    step(main, 0, &format!("v{}(fg_elem(row, e))", x.index()), "            ");
-    let _ = writeln!(main, "        }}");
+    row_pass(main, &format!("v{}", x.index()), row_len, ilp, &init, &update);
     let ms: Vec<String> = (0..ilp).map(|u| format!("m{u}")).collect();
     let m = ms[1..].iter().fold(ms[0].clone(), |acc, mu| format!("max({acc}, {mu})"));
     let _ = writeln!(main, "        let m = {m};");
     let terms: Vec<String> =
         (0..ilp).map(|u| format!("select(s{u} * exp(m{u} - m), 0.0f, m{u} == {neg_inf})")).collect();
     let _ = writeln!(main, "        let s = {};", terms.join(" + "));
+}
+
+/// Opens a block with `ilp` partial states (`init(u)`) and passes over the row: per step the
+/// values `xU` of elements `e + U` (`input(fg_elem(row, …))`) are all loaded before any
+/// `update(U)` runs; the remainder goes through partial 0. Left open for the caller to
+/// combine the partials.
+fn row_pass(
+    main: &mut String,
+    input: &str,
+    row_len: usize,
+    ilp: usize,
+    init: &dyn Fn(usize) -> String,
+    update: &dyn Fn(usize) -> String,
+) {
+    let _ = writeln!(main, "    {{");
+    for u in 0..ilp {
+        let _ = writeln!(main, "        {}", init(u));
+    }
+    let _ = writeln!(main, "        var e = 0u;");
+    let _ = writeln!(main, "        for (; e + {}u < {row_len}u; e = e + {ilp}u) {{", ilp - 1);
+    for u in 0..ilp {
+        let _ = writeln!(main, "            let x{u} = {input}(fg_elem(row, e + {u}u));");
+    }
+    for u in 0..ilp {
+        let _ = writeln!(main, "            {}", update(u));
+    }
+    let _ = writeln!(main, "        }}");
+    let _ = writeln!(main, "        for (; e < {row_len}u; e = e + 1u) {{");
+    let _ = writeln!(main, "            let x0 = {input}(fg_elem(row, e));");
+    let _ = writeln!(main, "            {}", update(0));
+    let _ = writeln!(main, "        }}");
 }
 
 /// Reduction `r`'s kind, element type and input function (`vN`).
@@ -779,22 +796,9 @@ fn reduce_parts(g: &Graph, r: NodeId) -> (ReduceKind, DType, String) {
 /// different order than the serial loop.
 fn accumulate_interleaved(main: &mut String, g: &Graph, r: NodeId, row_len: usize, ilp: usize) {
     let (kind, dt, input) = reduce_parts(g, r);
-    let _ = writeln!(main, "    {{");
-    for u in 0..ilp {
-        let _ = writeln!(main, "        var acc{u}: {} = {};", vty(dt), reduce_identity(kind, dt));
-    }
-    let _ = writeln!(main, "        var e = 0u;");
-    let _ = writeln!(main, "        for (; e + {}u < {row_len}u; e = e + {ilp}u) {{", ilp - 1);
-    for u in 0..ilp {
-        let _ = writeln!(main, "            let x{u} = {input}(fg_elem(row, e + {u}u));");
-    }
-    for u in 0..ilp {
-        let _ = writeln!(main, "            acc{u} = {};", combine(kind, &format!("acc{u}"), &format!("x{u}")));
-    }
-    let _ = writeln!(main, "        }}");
-    let _ = writeln!(main, "        for (; e < {row_len}u; e = e + 1u) {{");
-    let _ = writeln!(main, "            acc0 = {};", combine(kind, "acc0", &format!("{input}(fg_elem(row, e))")));
-    let _ = writeln!(main, "        }}");
+    let init = |u: usize| format!("var acc{u}: {} = {};", vty(dt), reduce_identity(kind, dt));
+    let update = |u: usize| format!("acc{u} = {};", combine(kind, &format!("acc{u}"), &format!("x{u}")));
+    row_pass(main, &input, row_len, ilp, &init, &update);
     let mut acc = "acc0".to_string();
     for u in 1..ilp {
         acc = combine(kind, &format!("({acc})"), &format!("acc{u}"));

@@ -252,23 +252,14 @@ pub fn tiled_main(
     let w = |s: &mut String, indent: usize, line: String| {
         let _ = writeln!(s, "{:indent$}{line}", "", indent = indent * 4);
     };
-    w(&mut s, 0, format!("@compute @workgroup_size({wgs})"));
-    w(&mut s, 0, format!("fn main({MAIN_ARGS}) {{"));
-    w(&mut s, 1, "let wg = wid.y * nwg.x + wid.x;".into());
-    // The 2-D grid may round the count up; the test is uniform across the workgroup.
-    w(&mut s, 1, format!("if (wg >= {workgroups}u) {{ return; }}"));
-    w(&mut s, 1, format!("let tile_col = wg % {tiles_n}u;"));
-    w(&mut s, 1, format!("let tile_row = (wg / {tiles_n}u) % {tiles_m}u;"));
-    w(&mut s, 1, format!("let bt = wg / {}u;", tiles_m * tiles_n));
+    s.push_str(&tile_head(wgs, "", workgroups, tiles_m, tiles_n));
     if conv {
         write_im2col(g, mm, body);
         w(&mut s, 1, "let a_base = 0u;".into());
     } else {
         let bc = unravel(&mut s, &dims[..rank - 2], "bt", "bc");
         for (name, od, size) in [("a_base", ld, m * k), ("b_base", rd, k * n)] {
-            let b = operand_batch(&bc, od);
-            let base = if b == "0u" { b } else { format!("({b}) * {size}u") };
-            w(&mut s, 1, format!("let {name} = {base};"));
+            w(&mut s, 1, format!("let {name} = {};", operand_base(&bc, od, size)));
         }
     }
     w(&mut s, 1, format!("let o_base = bt * {}u;", m * n));
@@ -498,13 +489,7 @@ pub fn subgroup_main(
     let w = |s: &mut String, indent: usize, line: String| {
         let _ = writeln!(s, "{:indent$}{line}", "", indent = indent * 4);
     };
-    w(&mut s, 0, format!("@compute @workgroup_size({lanes})"));
-    w(&mut s, 0, format!("fn main({MAIN_ARGS}, @builtin(subgroup_invocation_id) lane: u32) {{"));
-    w(&mut s, 1, "let wg = wid.y * nwg.x + wid.x;".into());
-    w(&mut s, 1, format!("if (wg >= {workgroups}u) {{ return; }}"));
-    w(&mut s, 1, format!("let tile_col = wg % {tiles_n}u;"));
-    w(&mut s, 1, format!("let tile_row = (wg / {tiles_n}u) % {tiles_m}u;"));
-    w(&mut s, 1, format!("let bt = wg / {}u;", tiles_m * tiles_n));
+    s.push_str(&tile_head(lanes, ", @builtin(subgroup_invocation_id) lane: u32", workgroups, tiles_m, tiles_n));
     // Batch coordinates of the result, then each operand's base: in vec4s of its binding
     // for a view, else in elements of the operand. A convolution's batch is its images: the
     // weights are shared, the patches gathered per image.
@@ -527,10 +512,7 @@ pub fn subgroup_main(
                 }
                 terms.join(" + ")
             }
-            None => match operand_batch(&bc, g.ty(op).shape.dims()).as_str() {
-                "0u" => "0u".to_string(),
-                b => format!("({b}) * {size}u"),
-            },
+            None => operand_base(&bc, g.ty(op).shape.dims(), size),
         };
         w(&mut s, 1, format!("let {name} = {base};"));
     }
@@ -636,13 +618,31 @@ pub fn subgroup_main(
     (s, workgroups)
 }
 
-/// The flat batch index of an operand with dims `od` (`[.., rows, cols]`) at the result's
-/// batch coordinates `bc`: its batch dims are the result's last ones, broadcast where 1.
-fn operand_batch(bc: &[String], od: &[usize]) -> String {
+/// The element offset of an operand's batch entry at the result's batch coordinates `bc`,
+/// for an operand with dims `od` (`[.., rows, cols]`, `size` = rows·cols elements per entry):
+/// its batch dims are the result's last ones, broadcast where 1.
+fn operand_base(bc: &[String], od: &[usize], size: usize) -> String {
     let off = bc.len() + 2 - od.len();
     let coords: Vec<String> =
         (0..od.len() - 2).map(|q| if od[q] == 1 { "0u".into() } else { bc[q + off].clone() }).collect();
-    ravel(&coords, &od[..od.len() - 2])
+    match ravel(&coords, &od[..od.len() - 2]).as_str() {
+        "0u" => "0u".to_string(),
+        b => format!("({b}) * {size}u"),
+    }
+}
+
+/// The head of a matmul kernel's `main` (workgroups of `wg_size`, `extra_args` after the
+/// usual builtins): one output tile per workgroup, `tile_col` fastest, then `tile_row`, then
+/// the batch entry `bt`. The 2-D grid may round the count up; the early return is uniform
+/// across the workgroup.
+fn tile_head(wg_size: usize, extra_args: &str, workgroups: u64, tiles_m: usize, tiles_n: usize) -> String {
+    format!(
+        "@compute @workgroup_size({wg_size})\nfn main({MAIN_ARGS}{extra_args}) {{\n    \
+         let wg = wid.y * nwg.x + wid.x;\n    if (wg >= {workgroups}u) {{ return; }}\n    \
+         let tile_col = wg % {tiles_n}u;\n    let tile_row = (wg / {tiles_n}u) % {tiles_m}u;\n    \
+         let bt = wg / {}u;\n",
+        tiles_m * tiles_n
+    )
 }
 
 /// (batch, m, n, k) of a matmul, or of a convolution seen as an implicit GEMM per image
