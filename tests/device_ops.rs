@@ -212,3 +212,78 @@ fn softmax_rows_in_one_pass_match_the_reference_with_masks_and_infinities() {
     assert_eq!(kernels.len(), 1);
     assert!(wgsl.contains("let n0 = max(m0, x0);") && wgsl.matches("exp(").count() >= 4, "{wgsl}");
 }
+
+/// A layer norm's two sums (of `x`, then of `(x - mean)²`) take one pass over each row
+/// (Welford's updates, partials combined by Chan's rule), in the one-invocation-per-row form
+/// (many rows; on a CPU adapter four partials side by side, here also rows shorter than
+/// that) and the workgroup form (few rows; most invocations own no element of a 3-long
+/// row). The rows sit at 1e4 with a spread of 1: a one-pass `Σx² - n·mean²` in f32 would
+/// lose the variance to cancellation. A difference from a value that varies along the row
+/// (a per-column vector) is not a variance and keeps its own pass.
+#[test]
+fn variance_rows_in_one_pass_match_the_reference_far_from_zero() {
+    use fusegraph::crates::passes::partition;
+    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::DType;
+    let device = Device::shared().expect("a device");
+    let opts = LowerOptions {
+        f16_native: false,
+        cpu: device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu,
+        subgroups: device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP),
+        subgroup_size: None,
+    };
+    let mut rng = common::Rng::new(91);
+    for (rows, cols) in [(40, 103), (33, 2), (20, 3), (3, 777), (2, 3)] {
+        let v: Vec<f32> = (0..rows * cols).map(|_| (1e4 + rng.uniform(-1.0, 1.0)) as f32).collect();
+        let c: Vec<f32> = (0..cols).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+        let x = HostTensor::new(vec![rows, cols], v).unwrap();
+        let col = HostTensor::new(vec![cols], c).unwrap();
+        let what = format!("{rows}x{cols}");
+        for by_column in [false, true] {
+            let b = fusegraph::GraphBuilder::new();
+            let xi = b.input("x", DType::F32, vec![rows, cols]).unwrap();
+            let ci = b.input("c", DType::F32, vec![cols]).unwrap();
+            let y = if by_column {
+                // Σ x and Σ (x - c)² with `c` varying along the row.
+                let d = xi.sub(&ci.add_scalar(1e4).unwrap()).unwrap();
+                xi.sum(&[1], false).unwrap().add(&d.mul(&d).unwrap().sum(&[1], false).unwrap()).unwrap()
+            } else {
+                xi.layer_norm(&[1], 1e-5).unwrap().add(&ci).unwrap()
+            };
+            let g = b.graph();
+            let feeds: BTreeMap<String, HostTensor> =
+                [("x".to_string(), x.clone()), ("c".to_string(), col.clone())].into();
+            let want = evaluate(&g, &[y.id()], &feeds, &BTreeMap::new()).unwrap();
+            let exe = device.compile(&g, &[y.id()], &CompileOptions::default()).unwrap();
+            let got = exe.run(&[("x", &x), ("c", &col)]).unwrap();
+            let kernels = partition(&g, &[y.id()], FusionMode::On).unwrap();
+            let wgsl: String = kernels.iter().map(|k| lower(&g, k, &opts).wgsl).collect();
+            assert_eq!(kernels.len(), 1, "{what}");
+            assert_eq!(wgsl.contains("m0 = m0 + d0 / n0;"), !by_column, "{what} by column {by_column}:\n{wgsl}");
+            if by_column {
+                assert_close(&got[0], &want[0], 1e-5, 1e-3).map_err(|e| format!("{what} by column: {e}")).unwrap();
+                continue;
+            }
+            // Against the layer norm in f64 of the same f32 inputs (the reference sums in
+            // f32, whose mean at 1e4 is off by up to 3e-3 here). Near 1e4 an f32 step is
+            // 1e-3, and a running mean gathers a few steps of rounding: within 3.5 steps of
+            // the row's spread (a variance lost to cancellation would be off by whole units).
+            let cs = col.to_f64();
+            let got = got[0].to_f64();
+            for (r, row) in x.to_f64().chunks(cols).enumerate() {
+                let mean = row.iter().sum::<f64>() / cols as f64;
+                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / cols as f64;
+                let std = (var + 1e-5).sqrt();
+                for (e, v) in row.iter().enumerate() {
+                    let want = (v - mean) / std + cs[e];
+                    let tol = 3.5e-3 / std * ((v - mean) / std).abs().max(1.0);
+                    let g = got[r * cols + e];
+                    assert!(
+                        (g - want).abs() <= tol,
+                        "{what} layer norm at [{r}, {e}]: got {g}, want {want} (tol {tol})"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -79,3 +79,12 @@ fn two_outputs_interleaved_for_cpu() {
         expect_test::expect_file!["wgsl/two_outputs_cpu_interleaved.wgsl"],
     );
 }
+
+/// An f32 layer norm whose rows a workgroup shares: one pass over the row for both of its
+/// sums (each invocation's Welford mean and squared deviations, then a subgroup sum of
+/// `n * mean` and one of `ssd + n * (mean - t)²`), then the outputs.
+#[test]
+fn layer_norm_rows_in_one_pass_with_subgroups() {
+    let opts = LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None };
+    golden_with("layer_norm", DType::F32, opts, expect_test::expect_file!["wgsl/layer_norm_subgroups.wgsl"]);
+}

@@ -191,10 +191,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row = wid.y * nwg.x + wid.x;
     if (row >= 8u) { return; }
     {
-        var acc: f32 = 0.0f;
-        for (var e = lid; e < 96u; e = e + 128u) {
-            acc = acc + v0(fg_elem(row, e));
+        var acc0: f32 = 0.0f;
+        var e = lid;
+        for (; e < 96u; e = e + 128u) {
+            let x0 = v0(fg_elem(row, e));
+            acc0 = acc0 + x0;
         }
+        let acc = acc0;
         fg_red0[lid] = acc;
         workgroupBarrier();
         for (var w = 64u; w > 0u; w = w >> 1u) {
@@ -204,10 +207,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     fg_rs0 = c6(row);
     {
-        var acc: f32 = 0.0f;
-        for (var e = lid; e < 96u; e = e + 128u) {
-            acc = acc + v9(fg_elem(row, e));
+        var acc0: f32 = 0.0f;
+        var e = lid;
+        for (; e < 96u; e = e + 128u) {
+            let x0 = v9(fg_elem(row, e));
+            acc0 = acc0 + x0;
         }
+        let acc = acc0;
         fg_red1[lid] = acc;
         workgroupBarrier();
         for (var w = 64u; w > 0u; w = w >> 1u) {

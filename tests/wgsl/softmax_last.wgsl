@@ -74,27 +74,35 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row = wid.y * nwg.x + wid.x;
     if (row >= 13u) { return; }
     {
-        var acc: f32 = bitcast<f32>(0xff800000u);
-        for (var e = lid; e < 100u; e = e + 128u) {
-            acc = max(acc, v0(fg_elem(row, e)));
+        var m0: f32 = bitcast<f32>(0xff800000u);
+        var s0: f32 = 0.0f;
+        var e = lid;
+        for (; e < 100u; e = e + 128u) {
+            let x0 = v0(fg_elem(row, e));
+            let n0 = max(m0, x0);
+            s0 = select(s0 * exp(m0 - n0) + exp(x0 - n0), s0, n0 == bitcast<f32>(0xff800000u));
+            m0 = n0;
         }
-        fg_red0[lid] = acc;
-        workgroupBarrier();
-        for (var w = 64u; w > 0u; w = w >> 1u) {
-            if (lid < w) { fg_red0[lid] = max(fg_red0[lid], fg_red0[lid + w]); }
+        let m = m0;
+        let s = s0;
+        {
+            let acc = m;
+            fg_red0[lid] = acc;
             workgroupBarrier();
+            for (var w = 64u; w > 0u; w = w >> 1u) {
+                if (lid < w) { fg_red0[lid] = max(fg_red0[lid], fg_red0[lid + w]); }
+                workgroupBarrier();
+            }
         }
-    }
-    {
-        var acc: f32 = 0.0f;
-        for (var e = lid; e < 100u; e = e + 128u) {
-            acc = acc + v4(fg_elem(row, e));
-        }
-        fg_red1[lid] = acc;
-        workgroupBarrier();
-        for (var w = 64u; w > 0u; w = w >> 1u) {
-            if (lid < w) { fg_red1[lid] = fg_red1[lid] + fg_red1[lid + w]; }
+        let row_max = fg_red0[0];
+        {
+            let acc = select(s * exp(m - row_max), 0.0f, m == bitcast<f32>(0xff800000u));
+            fg_red1[lid] = acc;
             workgroupBarrier();
+            for (var w = 64u; w > 0u; w = w >> 1u) {
+                if (lid < w) { fg_red1[lid] = fg_red1[lid] + fg_red1[lid + w]; }
+                workgroupBarrier();
+            }
         }
     }
     for (var e = lid; e < 100u; e = e + 128u) {

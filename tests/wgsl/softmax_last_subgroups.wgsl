@@ -74,38 +74,46 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row = wid.y * nwg.x + wid.x;
     if (row >= 13u) { return; }
     {
-        var acc: f32 = bitcast<f32>(0xff800000u);
-        for (var e = lid; e < 100u; e = e + 128u) {
-            acc = max(acc, v0(fg_elem(row, e)));
+        var m0: f32 = bitcast<f32>(0xff800000u);
+        var s0: f32 = 0.0f;
+        var e = lid;
+        for (; e < 100u; e = e + 128u) {
+            let x0 = v0(fg_elem(row, e));
+            let n0 = max(m0, x0);
+            s0 = select(s0 * exp(m0 - n0) + exp(x0 - n0), s0, n0 == bitcast<f32>(0xff800000u));
+            m0 = n0;
         }
-        let part = subgroupMax(acc);
-        if (sg_lane == 0u) { fg_red0[sg_id] = part; }
-        workgroupBarrier();
-        if (lid == 0u) {
-            var total = fg_red0[0];
-            for (var j = 1u; j < sg_count; j = j + 1u) {
-                total = max(total, fg_red0[j]);
+        let m = m0;
+        let s = s0;
+        {
+            let acc = m;
+            let part = subgroupMax(acc);
+            if (sg_lane == 0u) { fg_red0[sg_id] = part; }
+            workgroupBarrier();
+            if (lid == 0u) {
+                var total = fg_red0[0];
+                for (var j = 1u; j < sg_count; j = j + 1u) {
+                    total = max(total, fg_red0[j]);
+                }
+                fg_red0[0] = total;
             }
-            fg_red0[0] = total;
+            workgroupBarrier();
         }
-        workgroupBarrier();
-    }
-    {
-        var acc: f32 = 0.0f;
-        for (var e = lid; e < 100u; e = e + 128u) {
-            acc = acc + v4(fg_elem(row, e));
-        }
-        let part = subgroupAdd(acc);
-        if (sg_lane == 0u) { fg_red1[sg_id] = part; }
-        workgroupBarrier();
-        if (lid == 0u) {
-            var total = fg_red1[0];
-            for (var j = 1u; j < sg_count; j = j + 1u) {
-                total = total + fg_red1[j];
+        let row_max = fg_red0[0];
+        {
+            let acc = select(s * exp(m - row_max), 0.0f, m == bitcast<f32>(0xff800000u));
+            let part = subgroupAdd(acc);
+            if (sg_lane == 0u) { fg_red1[sg_id] = part; }
+            workgroupBarrier();
+            if (lid == 0u) {
+                var total = fg_red1[0];
+                for (var j = 1u; j < sg_count; j = j + 1u) {
+                    total = total + fg_red1[j];
+                }
+                fg_red1[0] = total;
             }
-            fg_red1[0] = total;
+            workgroupBarrier();
         }
-        workgroupBarrier();
     }
     for (var e = lid; e < 100u; e = e + 128u) {
         let idx = fg_elem(row, e);

@@ -566,44 +566,9 @@ fn row_main(
     }
     let _ = writeln!(main, "    let row = wid.y * nwg.x + wid.x;");
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
-    for (k, &r) in reduces.iter().enumerate() {
-        let kind = accumulate(&mut main, g, r, row_len, "lid", &wg.to_string());
-        if subgroups {
-            // One partial per subgroup, then invocation 0 combines them: two barriers in all.
-            let op = match kind {
-                ReduceKind::Sum => "subgroupAdd",
-                ReduceKind::Prod => "subgroupMul",
-                ReduceKind::Max => "subgroupMax",
-                ReduceKind::Min => "subgroupMin",
-            };
-            let _ = writeln!(main, "        let part = {op}(acc);");
-            let _ = writeln!(main, "        if (sg_lane == 0u) {{ fg_red{k}[sg_id] = part; }}");
-            let _ = writeln!(main, "        workgroupBarrier();");
-            let _ = writeln!(main, "        if (lid == 0u) {{");
-            let _ = writeln!(main, "            var total = fg_red{k}[0];");
-            let _ = writeln!(main, "            for (var j = 1u; j < sg_count; j = j + 1u) {{");
-            let _ = writeln!(main, "                total = {};", combine(kind, "total", &format!("fg_red{k}[j]")));
-            let _ = writeln!(main, "            }}");
-            let _ = writeln!(main, "            fg_red{k}[0] = total;");
-            let _ = writeln!(main, "        }}");
-            let _ = writeln!(main, "        workgroupBarrier();");
-            let _ = writeln!(main, "    }}");
-            write_row_scalars(&mut main, scalars, k);
-            continue;
-        }
-        let _ = writeln!(main, "        fg_red{k}[lid] = acc;");
-        let _ = writeln!(main, "        workgroupBarrier();");
-        let _ = writeln!(main, "        for (var w = {}u; w > 0u; w = w >> 1u) {{", wg / 2);
-        let _ = writeln!(
-            main,
-            "            if (lid < w) {{ fg_red{k}[lid] = {}; }}",
-            combine(kind, &format!("fg_red{k}[lid]"), &format!("fg_red{k}[lid + w]"))
-        );
-        let _ = writeln!(main, "            workgroupBarrier();");
-        let _ = writeln!(main, "        }}");
-        let _ = writeln!(main, "    }}");
-        write_row_scalars(&mut main, scalars, k);
-    }
+    let walk = RowWalk { len: row_len, start: "lid", step: wg, ilp: 1 };
+    let inputs: Vec<NodeId> = bindings.iter().filter(|b| !b.output).map(|b| b.node).collect();
+    row_reductions(&mut main, g, reduces, scalars, &inputs, walk, Some(subgroups));
     write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("lid", &wg.to_string(), true), opts);
     main.push_str("}\n");
     (main, rows as u64)
@@ -634,33 +599,157 @@ fn row_main_per_thread(
     let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
     let _ = writeln!(main, "    let row = (wid.y * nwg.x + wid.x) * {wg}u + lid;");
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
-    let mut k = 0;
-    while k < reduces.len() {
-        // A softmax's max and sum of exp(x - max): both in one pass over the row.
-        if let Some(x) = reduces.get(k + 1).and_then(|&b| softmax_pair(g, reduces[k], b)) {
-            online_softmax(&mut main, x, row_len, if opts.cpu { CPU_INTERLEAVE } else { 1 });
-            let _ = writeln!(main, "        fg_red{k}[0] = m;");
-            let _ = writeln!(main, "        fg_red{}[0] = s;", k + 1);
-            let _ = writeln!(main, "    }}");
-            write_row_scalars(&mut main, scalars, k);
-            write_row_scalars(&mut main, scalars, k + 1);
-            k += 2;
-            continue;
-        }
-        let r = reduces[k];
-        if opts.cpu {
-            accumulate_interleaved(&mut main, g, r, row_len, CPU_INTERLEAVE);
-        } else {
-            accumulate(&mut main, g, r, row_len, "0u", "1");
-        }
-        let _ = writeln!(main, "        fg_red{k}[0] = acc;");
-        let _ = writeln!(main, "    }}");
-        write_row_scalars(&mut main, scalars, k);
-        k += 1;
-    }
+    let walk = RowWalk { len: row_len, start: "0u", step: 1, ilp: if opts.cpu { CPU_INTERLEAVE } else { 1 } };
+    let inputs: Vec<NodeId> = bindings.iter().filter(|b| !b.output).map(|b| b.node).collect();
+    row_reductions(&mut main, g, reduces, scalars, &inputs, walk, None);
     write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("0u", "1", false), opts);
     main.push_str("}\n");
     (main, (rows as u64).div_ceil(wg as u64))
+}
+
+/// How an invocation of a row kernel walks its row: elements `start, start + step, …`,
+/// `ilp` of them side by side (each into its own partial).
+#[derive(Clone, Copy)]
+struct RowWalk<'a> {
+    /// The row's length.
+    len: usize,
+    start: &'a str,
+    step: usize,
+    ilp: usize,
+}
+
+/// Computes a row kernel's reductions into `fg_red{k}[0]` in turn, each followed by the row
+/// scalars that need it. `workgroup`: `None` where one invocation owns the row, otherwise
+/// whether the invocations sharing it combine their results with subgroup operations.
+///
+/// Two shapes of reduction pair take one pass over the row instead of two: a softmax's max
+/// and sum of `exp(x - max)` (running max, rescaled sum) and a variance's sum of `x` and sum
+/// of `(x - t)²` (Welford's mean and squared deviations). Each invocation's partial state
+/// becomes the reductions' values by two ordinary combines, so the workgroup form needs no
+/// second pass either: the maxima, then the sums rescaled to the row's max; the sums of `x`,
+/// then `ssd + n (mean - t)²` (which sums to `Σ (x - t)²` for any `t`).
+fn row_reductions(
+    main: &mut String,
+    g: &Graph,
+    reduces: &[NodeId],
+    scalars: &[(NodeId, usize)],
+    inputs: &[NodeId],
+    walk: RowWalk,
+    workgroup: Option<bool>,
+) {
+    let finish = |main: &mut String, kind: ReduceKind, k: usize, value: &str| match workgroup {
+        None => {
+            let _ = writeln!(main, "        fg_red{k}[0] = {value};");
+        }
+        Some(subgroups) => workgroup_combine(main, kind, k, value, walk.step, subgroups),
+    };
+    // A pair's second reduction may come later in member order (other reductions between);
+    // it is computed with the first, and its row scalars still come in order.
+    let mut done = vec![false; reduces.len()];
+    let neg_inf = literal(DType::F32, f64::NEG_INFINITY);
+    for k in 0..reduces.len() {
+        if done[k] {
+            write_row_scalars(main, scalars, k);
+            continue;
+        }
+        done[k] = true;
+        let open = |done: &[bool]| (k + 1..reduces.len()).filter(|&j| !done[j]).collect::<Vec<_>>();
+        let softmax = open(&done).into_iter().find_map(|j| Some((j, softmax_pair(g, reduces[k], reduces[j])?)));
+        // `t` is read right after reduction `k`, so it may need no later one.
+        let centered = open(&done).into_iter().find_map(|j| {
+            let (x, t) = centered_pair(g, reduces[k], reduces[j])?;
+            last_reduction(g, t, reduces, inputs).is_none_or(|r| r <= k).then_some((j, x, t))
+        });
+        if let Some((j, x)) = softmax {
+            online_softmax(main, x, walk);
+            finish(main, ReduceKind::Max, k, "m");
+            let _ = writeln!(main, "        let row_max = fg_red{k}[0];");
+            finish(main, ReduceKind::Sum, j, &format!("select(s * exp(m - row_max), 0.0f, m == {neg_inf})"));
+            let _ = writeln!(main, "    }}");
+            done[j] = true;
+            write_row_scalars(main, scalars, k);
+        } else if let Some((j, x, t)) = centered {
+            welford(main, x, walk);
+            finish(main, ReduceKind::Sum, k, "n * mean");
+            let mut inner = String::new();
+            write_row_scalars(&mut inner, scalars, k);
+            for line in inner.lines() {
+                let _ = writeln!(main, "    {line}");
+            }
+            let _ = writeln!(main, "        let t = v{}(fg_elem(row, 0u));", t.index());
+            finish(main, ReduceKind::Sum, j, "ssd + n * (mean - t) * (mean - t)");
+            let _ = writeln!(main, "    }}");
+            done[j] = true;
+        } else {
+            let kind = reduce_partials(main, g, reduces[k], walk);
+            finish(main, kind, k, "acc");
+            let _ = writeln!(main, "    }}");
+            write_row_scalars(main, scalars, k);
+        }
+    }
+}
+
+/// The index of the last of `reduces` that `node`'s value depends on inside its kernel
+/// (`inputs`: the kernel's input bindings, read from memory), if any.
+fn last_reduction(g: &Graph, node: NodeId, reduces: &[NodeId], inputs: &[NodeId]) -> Option<usize> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut stack = vec![node];
+    let mut last = None;
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n) || inputs.contains(&n) {
+            continue;
+        }
+        match reduces.iter().position(|&r| r == n) {
+            Some(k) => last = last.max(Some(k)),
+            None => stack.extend(g.operands(n).iter().copied()),
+        }
+    }
+    last
+}
+
+/// Combines each invocation's `value` of reduction `k` over the `wg` invocations sharing a
+/// row into `fg_red{k}[0]`, visible to all of them afterwards: by subgroup operations and
+/// one partial per subgroup (two barriers), or by a tree in workgroup memory.
+fn workgroup_combine(main: &mut String, kind: ReduceKind, k: usize, value: &str, wg: usize, subgroups: bool) {
+    let mut lines = Vec::new();
+    if subgroups {
+        let op = match kind {
+            ReduceKind::Sum => "subgroupAdd",
+            ReduceKind::Prod => "subgroupMul",
+            ReduceKind::Max => "subgroupMax",
+            ReduceKind::Min => "subgroupMin",
+        };
+        lines.push(format!("let part = {op}(acc);"));
+        lines.push(format!("if (sg_lane == 0u) {{ fg_red{k}[sg_id] = part; }}"));
+        lines.push("workgroupBarrier();".into());
+        lines.push("if (lid == 0u) {".into());
+        lines.push(format!("    var total = fg_red{k}[0];"));
+        lines.push("    for (var j = 1u; j < sg_count; j = j + 1u) {".into());
+        lines.push(format!("        total = {};", combine(kind, "total", &format!("fg_red{k}[j]"))));
+        lines.push("    }".into());
+        lines.push(format!("    fg_red{k}[0] = total;"));
+        lines.push("}".into());
+        lines.push("workgroupBarrier();".into());
+    } else {
+        lines.push(format!("fg_red{k}[lid] = acc;"));
+        lines.push("workgroupBarrier();".into());
+        lines.push(format!("for (var w = {}u; w > 0u; w = w >> 1u) {{", wg / 2));
+        let sum = combine(kind, &format!("fg_red{k}[lid]"), &format!("fg_red{k}[lid + w]"));
+        lines.push(format!("    if (lid < w) {{ fg_red{k}[lid] = {sum}; }}"));
+        lines.push("    workgroupBarrier();".into());
+        lines.push("}".into());
+    }
+    // `acc` is the plain reduction's own name; other values get a block of their own.
+    let indent = if value == "acc" { "        " } else { "            " };
+    if value != "acc" {
+        let _ = writeln!(main, "        {{\n            let acc = {value};");
+    }
+    for line in lines {
+        let _ = writeln!(main, "{indent}{line}");
+    }
+    if value != "acc" {
+        let _ = writeln!(main, "        }}");
+    }
 }
 
 /// Members of a row kernel that hold one value per row and depend on the kernel's
@@ -727,13 +816,70 @@ fn softmax_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<NodeId> {
     (m == a).then_some(x)
 }
 
-/// Opens a block that computes a softmax's row max `m` and `s = Σ exp(x - m)` in one pass
-/// (the online softmax): each of `ilp` partials keeps its running max and its sum relative
-/// to it, rescaled by `exp(old - new)` when the max grows; the partials are combined the same
-/// way. While a partial's max is still −∞ its sum stays 0 (no `exp(−∞ − −∞)`), so masked
-/// elements ahead of the first finite one cost nothing and an all-masked row gives the
-/// reference's `0/0`; a +∞ or NaN gives NaN as in two passes.
-fn online_softmax(main: &mut String, x: NodeId, row_len: usize, ilp: usize) {
+/// `Some((x, t))` where row reductions `a` then `b` are the two sums of a variance: `a` the
+/// sum of `x` and `b` the sum of `(x - t) * (x - t)`, `t` a broadcast constant along the
+/// reduced axes (each operand axis longer than 1 lands on a kept axis), all f32 over the
+/// same axes. `t` may depend on `a` (a mean) but, coming before `b`, on no later reduction.
+fn centered_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<(NodeId, NodeId)> {
+    let (Op::Reduce { kind: ReduceKind::Sum, axes: xa, .. }, Op::Reduce { kind: ReduceKind::Sum, axes: xb, .. }) =
+        (&g.node(a).op, &g.node(b).op)
+    else {
+        return None;
+    };
+    if xa != xb || g.ty(a).dtype != DType::F32 || g.ty(b).dtype != DType::F32 {
+        return None;
+    }
+    let x = g.operands(a)[0];
+    let sq = g.operands(b)[0];
+    let ops = g.operands(sq);
+    if !matches!(g.node(sq).op, Op::Binary(BinaryOp::Mul)) || ops[0] != ops[1] {
+        return None;
+    }
+    let d = ops[0];
+    if !matches!(g.node(d).op, Op::Binary(BinaryOp::Sub)) || g.operands(d)[0] != x {
+        return None;
+    }
+    let t = g.operands(d)[1];
+    let Op::Broadcast { dims, .. } = &g.node(t).op else { return None };
+    let from = &g.ty(g.operands(t)[0]).shape;
+    let along_rows = dims.iter().zip(from.dims()).all(|(d, &len)| len == 1 || !xa.contains(d));
+    along_rows.then_some((x, t))
+}
+
+/// Opens a block that computes this invocation's `n` (element count), `mean` and
+/// `ssd = Σ (x - mean)²` of its elements in one pass (Welford's updates): each of the walk's
+/// partials keeps its own, combined by Chan's rule. Unlike `Σx²` minus `n·mean²`, no
+/// catastrophic cancellation when the mean is large against the spread.
+fn welford(main: &mut String, x: NodeId, walk: RowWalk) {
+    let init = |u: usize| format!("var n{u} = 0.0f;\n        var m{u} = 0.0f;\n        var q{u} = 0.0f;");
+    let update = |u: usize| {
+        format!(
+            "n{u} = n{u} + 1.0f;\n            \
+             let d{u} = x{u} - m{u};\n            \
+             m{u} = m{u} + d{u} / n{u};\n            \
+             q{u} = q{u} + d{u} * (x{u} - m{u});"
+        )
+    };
+    row_pass(main, &format!("v{}", x.index()), walk, &init, &update);
+    let _ = writeln!(main, "        var n = n0;\n        var mean = m0;\n        var ssd = q0;");
+    for u in 1..walk.ilp {
+        // A partial with no elements (rows shorter than `ilp`) adds nothing.
+        let _ = writeln!(
+            main,
+            "        {{\n            let nn = n + n{u};\n            let d = m{u} - mean;\n            \
+             let w = select(n{u} / nn, 0.0f, nn == 0.0f);\n            \
+             mean = mean + d * w;\n            ssd = ssd + q{u} + d * d * n * w;\n            n = nn;\n        }}"
+        );
+    }
+}
+
+/// Opens a block that computes the max `m` of this invocation's elements and
+/// `s = Σ exp(x - m)` in one pass (the online softmax): each of the walk's partials keeps its
+/// running max and its sum relative to it, rescaled by `exp(old - new)` when the max grows;
+/// the partials are combined the same way. While a partial's max is still −∞ its sum stays 0
+/// (no `exp(−∞ − −∞)`), so masked elements ahead of the first finite one cost nothing and an
+/// all-masked row gives the reference's `0/0`; a +∞ or NaN gives NaN as in two passes.
+fn online_softmax(main: &mut String, x: NodeId, walk: RowWalk) {
     let neg_inf = literal(DType::F32, f64::NEG_INFINITY);
     let init = |u: usize| format!("var m{u}: f32 = {neg_inf};\n        var s{u}: f32 = 0.0f;");
     let update = |u: usize| {
@@ -743,78 +889,70 @@ fn online_softmax(main: &mut String, x: NodeId, row_len: usize, ilp: usize) {
              m{u} = n{u};"
         )
     };
-    row_pass(main, &format!("v{}", x.index()), row_len, ilp, &init, &update);
-    let ms: Vec<String> = (0..ilp).map(|u| format!("m{u}")).collect();
+    row_pass(main, &format!("v{}", x.index()), walk, &init, &update);
+    if walk.ilp == 1 {
+        let _ = writeln!(main, "        let m = m0;\n        let s = s0;");
+        return;
+    }
+    let ms: Vec<String> = (0..walk.ilp).map(|u| format!("m{u}")).collect();
     let m = ms[1..].iter().fold(ms[0].clone(), |acc, mu| format!("max({acc}, {mu})"));
     let _ = writeln!(main, "        let m = {m};");
     let terms: Vec<String> =
-        (0..ilp).map(|u| format!("select(s{u} * exp(m{u} - m), 0.0f, m{u} == {neg_inf})")).collect();
+        (0..walk.ilp).map(|u| format!("select(s{u} * exp(m{u} - m), 0.0f, m{u} == {neg_inf})")).collect();
     let _ = writeln!(main, "        let s = {};", terms.join(" + "));
 }
 
-/// Opens a block with `ilp` partial states (`init(u)`) and passes over the row: per step the
-/// values `xU` of elements `e + U` (`input(fg_elem(row, …))`) are all loaded before any
-/// `update(U)` runs; the remainder goes through partial 0. Left open for the caller to
-/// combine the partials.
+/// Opens a block with the walk's partial states (`init(u)`) and passes over this
+/// invocation's elements of the row: per step the values `xU` of `ilp` elements
+/// (`input(fg_elem(row, …))`) are all loaded before any `update(U)` runs; the remainder goes
+/// through partial 0. Left open for the caller to combine the partials.
 fn row_pass(
     main: &mut String,
     input: &str,
-    row_len: usize,
-    ilp: usize,
+    walk: RowWalk,
     init: &dyn Fn(usize) -> String,
     update: &dyn Fn(usize) -> String,
 ) {
+    let RowWalk { len: row_len, start, step, ilp } = walk;
     let _ = writeln!(main, "    {{");
     for u in 0..ilp {
         let _ = writeln!(main, "        {}", init(u));
     }
-    let _ = writeln!(main, "        var e = 0u;");
-    let _ = writeln!(main, "        for (; e + {}u < {row_len}u; e = e + {ilp}u) {{", ilp - 1);
+    let _ = writeln!(main, "        var e = {start};");
+    let last = if ilp > 1 { format!(" + {}u", (ilp - 1) * step) } else { String::new() };
+    let _ = writeln!(main, "        for (; e{last} < {row_len}u; e = e + {}u) {{", ilp * step);
     for u in 0..ilp {
-        let _ = writeln!(main, "            let x{u} = {input}(fg_elem(row, e + {u}u));");
+        let at = if u > 0 { format!("e + {}u", u * step) } else { "e".to_string() };
+        let _ = writeln!(main, "            let x{u} = {input}(fg_elem(row, {at}));");
     }
     for u in 0..ilp {
         let _ = writeln!(main, "            {}", update(u));
     }
     let _ = writeln!(main, "        }}");
-    let _ = writeln!(main, "        for (; e < {row_len}u; e = e + 1u) {{");
-    let _ = writeln!(main, "            let x0 = {input}(fg_elem(row, e));");
-    let _ = writeln!(main, "            {}", update(0));
-    let _ = writeln!(main, "        }}");
+    if ilp > 1 {
+        let _ = writeln!(main, "        for (; e < {row_len}u; e = e + {step}u) {{");
+        let _ = writeln!(main, "            let x0 = {input}(fg_elem(row, e));");
+        let _ = writeln!(main, "            {}", update(0));
+        let _ = writeln!(main, "        }}");
+    }
 }
 
-/// Reduction `r`'s kind, element type and input function (`vN`).
-fn reduce_parts(g: &Graph, r: NodeId) -> (ReduceKind, DType, String) {
+/// Opens a block that accumulates reduction `r` over this invocation's elements of the row
+/// into `acc`, returning the reduction's kind. With `ilp` > 1 (a CPU adapter, where a serial
+/// chain of combines is bound by its latency: see [`CPU_INTERLEAVE`]) the partials are
+/// combined at the end, so float sums and products are rounded in another order than one
+/// serial loop's.
+fn reduce_partials(main: &mut String, g: &Graph, r: NodeId, walk: RowWalk) -> ReduceKind {
     let Op::Reduce { kind, .. } = g.node(r).op else { unreachable!("row reductions are reduces") };
-    (kind, g.ty(r).dtype, format!("v{}", g.operands(r)[0].index()))
-}
-
-/// Like [`accumulate`] over a whole row, for a CPU adapter: `ilp` partial results of
-/// elements `e, e + 1, …` side by side (their values computed before any is combined), then
-/// the remainder, then the partials combined; a serial chain of combines is bound by its
-/// latency there (see [`CPU_INTERLEAVE`]). Float sums and products are rounded in a
-/// different order than the serial loop.
-fn accumulate_interleaved(main: &mut String, g: &Graph, r: NodeId, row_len: usize, ilp: usize) {
-    let (kind, dt, input) = reduce_parts(g, r);
+    let dt = g.ty(r).dtype;
     let init = |u: usize| format!("var acc{u}: {} = {};", vty(dt), reduce_identity(kind, dt));
     let update = |u: usize| format!("acc{u} = {};", combine(kind, &format!("acc{u}"), &format!("x{u}")));
-    row_pass(main, &input, row_len, ilp, &init, &update);
+    row_pass(main, &format!("v{}", g.operands(r)[0].index()), walk, &init, &update);
     let mut acc = "acc0".to_string();
-    for u in 1..ilp {
+    for u in 1..walk.ilp {
         acc = combine(kind, &format!("({acc})"), &format!("acc{u}"));
     }
     let _ = writeln!(main, "        let acc = {acc};");
-}
-
-/// Opens a block that accumulates reduction `r` over this invocation's share of the row
-/// (`e` from `start` in steps of `step`) into `acc`; returns the reduction kind.
-fn accumulate(main: &mut String, g: &Graph, r: NodeId, row_len: usize, start: &str, step: &str) -> ReduceKind {
-    let (kind, dt, input) = reduce_parts(g, r);
-    let _ = writeln!(main, "    {{");
-    let _ = writeln!(main, "        var acc: {} = {};", vty(dt), reduce_identity(kind, dt));
-    let _ = writeln!(main, "        for (var e = {start}; e < {row_len}u; e = e + {step}u) {{");
-    let _ = writeln!(main, "            acc = {};", combine(kind, "acc", &format!("{input}(fg_elem(row, e))")));
-    let _ = writeln!(main, "        }}");
     kind
 }
 
