@@ -287,3 +287,56 @@ fn variance_rows_in_one_pass_match_the_reference_far_from_zero() {
         }
     }
 }
+
+/// On a CPU adapter a loop kernel whose outputs are of one length divisible by 4 walks four
+/// adjacent elements per step and moves whole `vec4`s: of its f32 and i32 outputs and of
+/// the inputs it reads at their own index. The same input read through a transpose, and a
+/// bool output, go element by element in the same kernel. Against the reference, with the
+/// WGSL checked for those forms (a 63-element variant keeps the strided form).
+#[test]
+fn loop_kernels_move_vec4s_on_a_cpu_adapter() {
+    use fusegraph::crates::passes::partition;
+    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::DType;
+    let device = Device::shared().expect("a device");
+    let opts = LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None };
+    let mut rng = common::Rng::new(5);
+    for (rows, cols) in [(12, 12), (9, 7)] {
+        let n = rows * cols;
+        let xv: Vec<f32> = (0..n).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+        let kv: Vec<i32> = (0..n).map(|_| rng.uniform(-50.0, 50.0) as i32).collect();
+        let x = HostTensor::new(vec![rows, cols], xv).unwrap();
+        let k = HostTensor::new(vec![rows, cols], kv).unwrap();
+        let b = fusegraph::GraphBuilder::new();
+        let xi = b.input("x", DType::F32, vec![rows, cols]).unwrap();
+        let ki = b.input("k", DType::I32, vec![rows, cols]).unwrap();
+        // The transpose needs a square x (the 9x7 case reads x twice at its own index).
+        let other = if rows == cols { xi.t().unwrap() } else { xi.neg().unwrap() };
+        let a = xi.mul(&other).unwrap().tanh().unwrap().add_scalar(1.0).unwrap();
+        let p = xi.gt(&other).unwrap();
+        let c = ki.add(&ki).unwrap().mul(&xi.mul_scalar(10.0).unwrap().cast(DType::I32).unwrap()).unwrap();
+        let outs = [a.id(), c.id(), p.id()];
+        let g = b.graph();
+        let feeds: BTreeMap<String, HostTensor> = [("x".to_string(), x.clone()), ("k".to_string(), k.clone())].into();
+        let want = evaluate(&g, &outs, &feeds, &BTreeMap::new()).unwrap();
+        let exe = device.compile(&g, &outs, &CompileOptions::default()).unwrap();
+        let got = exe.run(&[("x", &x), ("k", &k)]).unwrap();
+        for (o, (gv, wv)) in got.iter().zip(&want).enumerate() {
+            let (rtol, atol) = tolerance(wv.dtype());
+            assert_close(gv, wv, rtol, atol).map_err(|e| format!("{rows}x{cols} output {o}: {e}")).unwrap();
+        }
+        let kernels = partition(&g, &outs, FusionMode::On).unwrap();
+        let labels: Vec<String> = kernels.iter().map(|k| lower(&g, k, &opts).label).collect();
+        assert_eq!(kernels.len(), 1, "{rows}x{cols}: one loop kernel: {labels:?}");
+        let wgsl = lower(&g, &kernels[0], &opts).wgsl;
+        let quads = wgsl.matches("array<vec4<").count();
+        if n % 4 == 0 {
+            // x, k, and the f32 and i32 outputs; the bool output stays u32.
+            assert_eq!(quads, 4, "{wgsl}");
+            assert!(wgsl.contains("= vec4<f32>(") && wgsl.contains("= vec4<i32>("), "{wgsl}");
+            assert!(wgsl.contains("[i >> 2u][i & 3u]"), "the transposed read goes by element:\n{wgsl}");
+        } else {
+            assert_eq!(quads, 0, "{wgsl}");
+        }
+    }
+}

@@ -1,14 +1,14 @@
 // kernel add+full+broadcast+mul+tanh+sub+add+full+broadcast+mul+tanh+sub+add+full+broadcast+mul+tanh+sub+add+full+broadcast+mul+tanh+sub+add+full+broadcast+mul+tanh+sub (1 workgroups)
-@group(0) @binding(0) var<storage, read_write> b0: array<f32>;
-@group(0) @binding(1) var<storage, read_write> b1: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
+@group(0) @binding(0) var<storage, read_write> b0: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> b1: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> b2: array<vec4<f32>>;
 
 fn v0(i: u32) -> f32 {
-    return b0[i];
+    return b0[i >> 2u][i & 3u];
 }
 
 fn v1(i: u32) -> f32 {
-    return b1[i];
+    return b1[i >> 2u][i & 3u];
 }
 
 // add : f32[1000]
@@ -227,19 +227,21 @@ fn fg_tanh(x: f32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let stride = nwg.x * nwg.y * 256u;
-    for (var t = (wid.y * nwg.x + wid.x) * 256u + lid; t < 1000u; t = t + 4u * stride) {
-        let i_0 = min(t + 0u * stride, 999u);
-        let i_1 = min(t + 1u * stride, 999u);
-        let i_2 = min(t + 2u * stride, 999u);
-        let i_3 = min(t + 3u * stride, 999u);
-        let y0_0 = v0(i_0);
-        let y0_1 = v0(i_1);
-        let y0_2 = v0(i_2);
-        let y0_3 = v0(i_3);
-        let y1_0 = v1(i_0);
-        let y1_1 = v1(i_1);
-        let y1_2 = v1(i_2);
-        let y1_3 = v1(i_3);
+    for (var t = (wid.y * nwg.x + wid.x) * 256u + lid; t < 250u; t = t + stride) {
+        let i_0 = 4u * t + 0u;
+        let i_1 = 4u * t + 1u;
+        let i_2 = 4u * t + 2u;
+        let i_3 = 4u * t + 3u;
+        let q0 = b0[t];
+        let y0_0 = q0[0u];
+        let y0_1 = q0[1u];
+        let y0_2 = q0[2u];
+        let y0_3 = q0[3u];
+        let q1 = b1[t];
+        let y1_0 = q1[0u];
+        let y1_1 = q1[1u];
+        let y1_2 = q1[2u];
+        let y1_3 = q1[3u];
         let x2_0 = (y0_0 + y1_0);
         let x2_1 = (y0_1 + y1_1);
         let x2_2 = (y0_2 + y1_2);
@@ -340,9 +342,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let x31_1 = (x30_1 - y1_1);
         let x31_2 = (x30_2 - y1_2);
         let x31_3 = (x30_3 - y1_3);
-        if (t + 0u * stride < 1000u) { b2[i_0] = x31_0; }
-        if (t + 1u * stride < 1000u) { b2[i_1] = x31_1; }
-        if (t + 2u * stride < 1000u) { b2[i_2] = x31_2; }
-        if (t + 3u * stride < 1000u) { b2[i_3] = x31_3; }
+        b2[t] = vec4<f32>(x31_0, x31_1, x31_2, x31_3);
     }
 }

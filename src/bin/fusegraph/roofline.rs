@@ -173,6 +173,10 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
             let (x, f) = inputs(b, dtype, &[&[n / 1024, 1024]]);
             (vec![x[0].softmax(1).expect("softmax").id()], f)
         })?;
+        measure_with("layer_norm_rows", dtype, format!("[{},1024]", n / 1024), 8.0 * n as f64, &plain, &|b| {
+            let (x, f) = inputs(b, dtype, &[&[n / 1024, 1024]]);
+            (vec![x[0].layer_norm(&[1], 1e-5).expect("layer_norm").id()], f)
+        })?;
         for &m in mm {
             let build: Build = &|b| {
                 let (x, f) = inputs(b, dtype, &[&[m, m], &[m, m]]);
