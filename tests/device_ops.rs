@@ -340,3 +340,70 @@ fn loop_kernels_move_vec4s_on_a_cpu_adapter() {
         }
     }
 }
+
+/// On a CPU adapter, a row kernel with one invocation per row whose rows are contiguous
+/// and of a length divisible by 4 walks each row four adjacent elements per step in every
+/// pass: the reductions' inputs and the full outputs' regions computed side by side, `vec4`
+/// inputs read whole, f32 full outputs written whole; a broadcast read and a bool output go
+/// element by element. A layer norm of a residual sum with a per-column scale, a softmax and
+/// a comparison with the row mean, each one row kernel, against the reference; rows of 36
+/// and of 34 (the strided form).
+#[test]
+fn row_kernels_move_vec4s_on_a_cpu_adapter() {
+    use fusegraph::crates::passes::partition;
+    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::DType;
+    let device = Device::shared().expect("a device");
+    let opts = LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None };
+    let mut rng = common::Rng::new(17);
+    for cols in [36, 34] {
+        let rows = 20;
+        let mut t = |shape: &[usize]| {
+            let n = shape.iter().product();
+            HostTensor::new(shape.to_vec(), (0..n).map(|_| rng.uniform(-3.0, 3.0) as f32).collect::<Vec<f32>>())
+                .unwrap()
+        };
+        let (x, r, gamma) = (t(&[rows, cols]), t(&[rows, cols]), t(&[cols]));
+        for which in ["layer_norm", "softmax", "above_mean"] {
+            let b = fusegraph::GraphBuilder::new();
+            let xi = b.input("x", DType::F32, vec![rows, cols]).unwrap();
+            let ri = b.input("r", DType::F32, vec![rows, cols]).unwrap();
+            let gi = || b.input("g", DType::F32, vec![cols]).unwrap();
+            let h = xi.add(&ri).unwrap();
+            let y = match which {
+                "layer_norm" => h.layer_norm(&[1], 1e-5).unwrap().mul(&gi()).unwrap().add_scalar(0.5).unwrap(),
+                "softmax" => h.softmax(1).unwrap(),
+                _ => {
+                    let shift = gi().reshape(vec![1, cols]).unwrap().sum(&[1], true).unwrap();
+                    h.gt(&h.mean(&[1], true).unwrap().add(&shift).unwrap()).unwrap()
+                }
+            };
+            let g = b.graph();
+            let mut feeds: BTreeMap<String, HostTensor> =
+                [("x".to_string(), x.clone()), ("r".to_string(), r.clone())].into();
+            if which != "softmax" {
+                feeds.insert("g".to_string(), gamma.clone());
+            }
+            let want = evaluate(&g, &[y.id()], &feeds, &BTreeMap::new()).unwrap();
+            let exe = device.compile(&g, &[y.id()], &CompileOptions::default()).unwrap();
+            let used: Vec<String> = exe.inputs().into_iter().map(|(n, _)| n).collect();
+            let feeds: Vec<(&str, &HostTensor)> = [("x", &x), ("r", &r), ("g", &gamma)]
+                .into_iter()
+                .filter(|(n, _)| used.iter().any(|u| u == n))
+                .collect();
+            let got = exe.run(&feeds).unwrap();
+            let (rtol, atol) = tolerance(want[0].dtype());
+            assert_close(&got[0], &want[0], rtol, atol).map_err(|e| format!("{which}, rows of {cols}: {e}")).unwrap();
+            let kernels = partition(&g, &[y.id()], FusionMode::On).unwrap();
+            let wgsl: Vec<String> = kernels.iter().map(|k| lower(&g, k, &opts).wgsl).collect();
+            let all = wgsl.join("\n");
+            let quads = wgsl.iter().filter(|w| w.contains("let i_0 = fg_elem(row, e);")).count();
+            if cols % 4 == 0 {
+                assert!(quads == 1 && all.contains("let vq"), "{which}: {all}");
+                assert_eq!(all.contains("[i_0 >> 2u] = vec4<f32>("), which != "above_mean", "{which}: {all}");
+            } else {
+                assert_eq!(quads, 0, "{which}: {all}");
+            }
+        }
+    }
+}

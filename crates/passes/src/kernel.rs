@@ -103,21 +103,24 @@ pub fn same_index_operands(g: &Graph, id: NodeId) -> Vec<NodeId> {
 /// The region of each output of a kernel: the members reachable from it through
 /// same-index edges, in topological (member) order, the output last.
 pub fn regions(g: &Graph, kernel: &Kernel) -> Vec<(NodeId, Vec<NodeId>)> {
+    kernel.outputs.iter().map(|&o| (o, region_of(g, kernel, o))).collect()
+}
+
+/// The members of `kernel` reachable from `root` through same-index edges (`root` itself
+/// when it is one), in member order: the values computed at `root`'s element index.
+pub fn region_of(g: &Graph, kernel: &Kernel, root: NodeId) -> Vec<NodeId> {
     let members: BTreeSet<NodeId> = kernel.members.iter().copied().collect();
-    kernel
-        .outputs
-        .iter()
-        .map(|&o| {
-            let mut set = BTreeSet::from([o]);
-            let mut stack = vec![o];
-            while let Some(n) = stack.pop() {
-                for p in same_index_operands(g, n) {
-                    if members.contains(&p) && set.insert(p) {
-                        stack.push(p);
-                    }
-                }
+    if !members.contains(&root) {
+        return Vec::new();
+    }
+    let mut set = BTreeSet::from([root]);
+    let mut stack = vec![root];
+    while let Some(n) = stack.pop() {
+        for p in same_index_operands(g, n) {
+            if members.contains(&p) && set.insert(p) {
+                stack.push(p);
             }
-            (o, kernel.members.iter().copied().filter(|m| set.contains(m)).collect())
-        })
-        .collect()
+        }
+    }
+    kernel.members.iter().copied().filter(|m| set.contains(m)).collect()
 }

@@ -4,7 +4,7 @@ use crate::body::{combine, elementwise_expr, reduce_identity, write_body};
 use crate::matmul::MatmulTiling;
 use crate::writer::{literal, ravel, unravel, vty};
 use fusegraph_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
-use fusegraph_passes::kernel::{regions, same_index_operands};
+use fusegraph_passes::kernel::{region_of, regions, same_index_operands};
 use fusegraph_passes::{Kernel, KernelKind};
 use std::fmt::Write;
 
@@ -124,10 +124,13 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
         KernelKind::Loop if tiled.is_none() && opts.cpu => vec4_loop(g, &bindings, &regs, opts),
         _ => None,
     };
+    // So does a row kernel with one invocation per row on a CPU adapter, where it can.
+    let row_vec4 = row_quads(g, kernel, &bindings, &regs, opts);
     // The subgroup matmul reads its operands' bindings as vec4s.
     let vec4 = |node: NodeId| {
         subgroup.as_ref().is_some_and(|p| [&p.lhs, &p.rhs].iter().any(|v| v.as_ref().is_some_and(|v| v.leaf == node)))
             || loop_vec4.as_ref().is_some_and(|v| v.contains(&node))
+            || row_vec4.as_ref().is_some_and(|v| v.contains(&node))
     };
 
     let mut body = String::new();
@@ -198,7 +201,8 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             (None, _) => loop_main(g, &bindings, &regs, opts, loop_vec4.as_deref()),
         },
         KernelKind::Row { shape, axes } => {
-            row_main(g, &bindings, &row_reduces, &row_scalars, shape, axes, opts, &mut body)
+            let quads = row_vec4.as_deref().map(|vec4| RowQuads { kernel, bindings: &bindings, regions: &regs, vec4 });
+            row_main(g, &bindings, &row_reduces, &row_scalars, shape, axes, opts, quads, &mut body)
         }
     };
     let mut wgsl = String::new();
@@ -528,22 +532,8 @@ fn interleaved_main(
         let _ = writeln!(main, "        let i_{u} = {i};");
     }
     let quad = |node: NodeId| vec4.is_some_and(|v| v.contains(&node));
-    let binding = |node: NodeId| bindings.iter().position(|b| b.node == node).expect("a bound node");
-    for stmt in reads.iter().chain(&defs) {
-        if let RegionStmt::Read(p) = stmt {
-            if quad(*p) {
-                let _ = writeln!(main, "        let q{0} = b{1}[t];", p.index(), binding(*p));
-                for u in 0..ilp {
-                    let y = load_value(g.ty(*p).dtype, &format!("q{}[{u}u]", p.index()));
-                    let _ = writeln!(main, "        let y{}_{u} = {y};", p.index());
-                }
-                continue;
-            }
-        }
-        for u in 0..ilp {
-            let _ = writeln!(main, "        {}", stmt.text(&format!("_{u}")));
-        }
-    }
+    let stmts: Vec<&RegionStmt> = reads.iter().chain(&defs).copied().collect();
+    emit_elements(&mut main, g, bindings, &stmts, ilp, vec4.map(|v| ("t", v)), "        ");
     // Every value is computed before any is stored, so an output written over an input it
     // shares the element with (a parameter updated in place) cannot change what another
     // output reads.
@@ -563,6 +553,37 @@ fn interleaved_main(
     }
     main.push_str("    }\n}\n");
     Some((main, workgroups))
+}
+
+/// Emits region statements for `ilp` elements side by side (named `_0`, `_1`, …; the
+/// caller defines `i_0`, `i_1`, …). With `quad = Some((q, nodes))` the elements are four
+/// adjacent ones, `q` the index of their `vec4`, and a read of a binding in `nodes` loads
+/// that `vec4` once (`vqP`) and takes its components.
+fn emit_elements(
+    main: &mut String,
+    g: &Graph,
+    bindings: &[Binding],
+    stmts: &[&RegionStmt],
+    ilp: usize,
+    quad: Option<(&str, &[NodeId])>,
+    indent: &str,
+) {
+    for stmt in stmts {
+        if let (RegionStmt::Read(p), Some((q, nodes))) = (stmt, quad) {
+            if nodes.contains(p) {
+                let k = bindings.iter().position(|b| b.node == *p).expect("a vec4 read is of a binding");
+                let _ = writeln!(main, "{indent}let vq{} = b{k}[{q}];", p.index());
+                for u in 0..ilp {
+                    let y = load_value(g.ty(*p).dtype, &format!("vq{}[{u}u]", p.index()));
+                    let _ = writeln!(main, "{indent}let y{}_{u} = {y};", p.index());
+                }
+                continue;
+            }
+        }
+        for u in 0..ilp {
+            let _ = writeln!(main, "{indent}{}", stmt.text(&format!("_{u}")));
+        }
+    }
 }
 
 /// The head of a loop kernel's `main`: a grid-stride loop over `t` below `end`, advancing by
@@ -624,6 +645,7 @@ fn row_main(
     shape: &[usize],
     axes: &[usize],
     opts: &LowerOptions,
+    quads: Option<RowQuads>,
     body: &mut String,
 ) -> (String, u64) {
     let row_len: usize = axes.iter().map(|&a| shape[a]).product();
@@ -631,7 +653,7 @@ fn row_main(
     let rows = full.checked_div(row_len).unwrap_or(0);
     // Many rows (or a CPU adapter): one invocation per row, no barriers. Few long rows: a
     // workgroup per row with a tree in workgroup memory.
-    let per_thread = (opts.cpu && rows >= 16) || (!opts.cpu && rows >= 8192 && row_len <= 256);
+    let per_thread = rows_per_thread(opts, rows, row_len);
     let wg = row_len.next_power_of_two().clamp(32, WORKGROUP_SIZE as usize);
     let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
     // fg_elem(row, e): the linear index in `shape` of element `e` of row `row`.
@@ -649,7 +671,8 @@ fn row_main(
     }
     let _ = writeln!(body, "    return {};\n}}\n", ravel(&coords, shape));
     if per_thread {
-        return row_main_per_thread(g, bindings, reduces, scalars, rows, row_len, full, opts, body);
+        let shape = (rows, row_len, full);
+        return row_main_per_thread(g, bindings, reduces, scalars, shape, opts, quads, body);
     }
     for (k, &r) in reduces.iter().enumerate() {
         let _ = writeln!(body, "var<workgroup> fg_red{k}: array<{}, {wg}>;", vty(g.ty(r).dtype));
@@ -670,10 +693,10 @@ fn row_main(
     }
     let _ = writeln!(main, "    let row = wid.y * nwg.x + wid.x;");
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
-    let walk = RowWalk { len: row_len, start: "lid", step: wg, ilp: 1 };
+    let walk = RowWalk { len: row_len, start: "lid", step: wg, ilp: 1, quads: None };
     let inputs: Vec<NodeId> = bindings.iter().filter(|b| !b.output).map(|b| b.node).collect();
     row_reductions(&mut main, g, reduces, scalars, &inputs, walk, Some(subgroups));
-    write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("lid", &wg.to_string(), true), opts);
+    write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("lid", &wg.to_string(), true), opts, None);
     main.push_str("}\n");
     (main, rows as u64)
 }
@@ -686,10 +709,9 @@ fn row_main_per_thread(
     bindings: &[Binding],
     reduces: &[NodeId],
     scalars: &[(NodeId, usize)],
-    rows: usize,
-    row_len: usize,
-    full: usize,
+    (rows, row_len, full): (usize, usize, usize),
     opts: &LowerOptions,
+    quads: Option<RowQuads>,
     body: &mut String,
 ) -> (String, u64) {
     for (k, &r) in reduces.iter().enumerate() {
@@ -703,10 +725,11 @@ fn row_main_per_thread(
     let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
     let _ = writeln!(main, "    let row = (wid.y * nwg.x + wid.x) * {wg}u + lid;");
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
-    let walk = RowWalk { len: row_len, start: "0u", step: 1, ilp: if opts.cpu { CPU_INTERLEAVE } else { 1 } };
+    let ilp = if opts.cpu { CPU_INTERLEAVE } else { 1 };
+    let walk = RowWalk { len: row_len, start: "0u", step: 1, ilp, quads: quads.filter(|_| ilp == 4) };
     let inputs: Vec<NodeId> = bindings.iter().filter(|b| !b.output).map(|b| b.node).collect();
     row_reductions(&mut main, g, reduces, scalars, &inputs, walk, None);
-    write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("0u", "1", false), opts);
+    write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("0u", "1", false), opts, walk.quads);
     main.push_str("}\n");
     (main, (rows as u64).div_ceil(wg as u64))
 }
@@ -720,6 +743,79 @@ struct RowWalk<'a> {
     start: &'a str,
     step: usize,
     ilp: usize,
+    /// Four adjacent elements per step, read (and written) as `vec4`s where they can be.
+    quads: Option<RowQuads<'a>>,
+}
+
+/// What a row kernel walking its rows four adjacent elements at a time needs (see
+/// [`row_quads`]): the kernel (for the regions its reductions read), its bindings, its
+/// outputs' regions and the bindings read and written as `vec4`s.
+#[derive(Clone, Copy)]
+struct RowQuads<'a> {
+    kernel: &'a Kernel,
+    bindings: &'a [Binding],
+    regions: &'a [(NodeId, Vec<NodeId>)],
+    vec4: &'a [NodeId],
+}
+
+/// Whether a row kernel gives each row one invocation (many rows, and always on a CPU
+/// adapter) rather than a workgroup.
+fn rows_per_thread(opts: &LowerOptions, rows: usize, row_len: usize) -> bool {
+    (opts.cpu && rows >= 16) || (!opts.cpu && rows >= 8192 && row_len <= 256)
+}
+
+/// The statements computing `root` at an element index (its region, or a read of it when it
+/// is not a member) and the name of its value (`xN` or `yN`).
+fn stmts_at(g: &Graph, kernel: &Kernel, root: NodeId) -> (Vec<RegionStmt>, String) {
+    let region = region_of(g, kernel, root);
+    if region.is_empty() {
+        (vec![RegionStmt::Read(root)], format!("y{}", root.index()))
+    } else {
+        (region_stmts(g, &region, None), format!("x{}", root.index()))
+    }
+}
+
+/// The bindings a row kernel reads and writes as `vec4`s, where a CPU adapter gives each
+/// row one invocation and a row is contiguous (reduced over the trailing axes) with a length
+/// divisible by 4: each pass over a row then takes four adjacent elements per step (see
+/// [`interleaved_main`] for why). Inputs read at the row elements' own index by the
+/// reductions' or the full outputs' regions, and full outputs, whose dtype allows it;
+/// `None` where nothing would be.
+fn row_quads(
+    g: &Graph,
+    kernel: &Kernel,
+    bindings: &[Binding],
+    regs: &[(NodeId, Vec<NodeId>)],
+    opts: &LowerOptions,
+) -> Option<Vec<NodeId>> {
+    let KernelKind::Row { shape, axes } = &kernel.kind else { return None };
+    let row_len: usize = axes.iter().map(|&a| shape[a]).product();
+    let full: usize = shape.iter().product();
+    let rows = full.checked_div(row_len)?;
+    let trailing = axes.iter().enumerate().all(|(j, &a)| a + axes.len() == shape.len() + j);
+    if !opts.cpu || !rows_per_thread(opts, rows, row_len) || !trailing || !row_len.is_multiple_of(4) {
+        return None;
+    }
+    let full_out = |node: NodeId| g.ty(node).shape.numel() == full && full != rows;
+    let mut stmts: Vec<RegionStmt> = Vec::new();
+    for &m in &kernel.members {
+        if matches!(g.node(m).op, Op::Reduce { .. }) {
+            stmts.extend(stmts_at(g, kernel, g.operands(m)[0]).0);
+        }
+    }
+    for (_, region) in regs.iter().filter(|(o, _)| full_out(*o)) {
+        stmts.extend(region_stmts(g, region, None));
+    }
+    let mut nodes: Vec<NodeId> = Vec::new();
+    for b in bindings {
+        let ty = g.ty(b.node);
+        let vec = vec4_storage(ty.dtype, opts) && ty.shape.numel() == full;
+        let read = !b.output && stmts.iter().any(|s| matches!(s, RegionStmt::Read(p) if *p == b.node));
+        if vec && (read || (b.output && full_out(b.node))) {
+            nodes.push(b.node);
+        }
+    }
+    (!nodes.is_empty()).then_some(nodes)
 }
 
 /// Computes a row kernel's reductions into `fg_red{k}[0]` in turn, each followed by the row
@@ -765,7 +861,7 @@ fn row_reductions(
             last_reduction(g, t, reduces, inputs).is_none_or(|r| r <= k).then_some((j, x, t))
         });
         if let Some((j, x)) = softmax {
-            online_softmax(main, x, walk);
+            online_softmax(main, g, x, walk);
             finish(main, ReduceKind::Max, k, "m");
             let _ = writeln!(main, "        let row_max = fg_red{k}[0];");
             finish(main, ReduceKind::Sum, j, &format!("select(s * exp(m - row_max), 0.0f, m == {neg_inf})"));
@@ -773,7 +869,7 @@ fn row_reductions(
             done[j] = true;
             write_row_scalars(main, scalars, k);
         } else if let Some((j, x, t)) = centered {
-            welford(main, x, walk);
+            welford(main, g, x, walk);
             finish(main, ReduceKind::Sum, k, "n * mean");
             let mut inner = String::new();
             write_row_scalars(&mut inner, scalars, k);
@@ -954,7 +1050,7 @@ fn centered_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<(NodeId, NodeId)> {
 /// `ssd = Σ (x - mean)²` of its elements in one pass (Welford's updates): each of the walk's
 /// partials keeps its own, combined by Chan's rule. Unlike `Σx²` minus `n·mean²`, no
 /// catastrophic cancellation when the mean is large against the spread.
-fn welford(main: &mut String, x: NodeId, walk: RowWalk) {
+fn welford(main: &mut String, g: &Graph, x: NodeId, walk: RowWalk) {
     let init = |u: usize| format!("var n{u} = 0.0f;\n        var m{u} = 0.0f;\n        var q{u} = 0.0f;");
     let update = |u: usize| {
         format!(
@@ -964,7 +1060,7 @@ fn welford(main: &mut String, x: NodeId, walk: RowWalk) {
              q{u} = q{u} + d{u} * (x{u} - m{u});"
         )
     };
-    row_pass(main, &format!("v{}", x.index()), walk, &init, &update);
+    row_pass(main, g, x, walk, &init, &update);
     let _ = writeln!(main, "        var n = n0;\n        var mean = m0;\n        var ssd = q0;");
     for u in 1..walk.ilp {
         // A partial with no elements (rows shorter than `ilp`) adds nothing.
@@ -983,7 +1079,7 @@ fn welford(main: &mut String, x: NodeId, walk: RowWalk) {
 /// the partials are combined the same way. While a partial's max is still −∞ its sum stays 0
 /// (no `exp(−∞ − −∞)`), so masked elements ahead of the first finite one cost nothing and an
 /// all-masked row gives the reference's `0/0`; a +∞ or NaN gives NaN as in two passes.
-fn online_softmax(main: &mut String, x: NodeId, walk: RowWalk) {
+fn online_softmax(main: &mut String, g: &Graph, x: NodeId, walk: RowWalk) {
     let neg_inf = literal(DType::F32, f64::NEG_INFINITY);
     let init = |u: usize| format!("var m{u}: f32 = {neg_inf};\n        var s{u}: f32 = 0.0f;");
     let update = |u: usize| {
@@ -993,7 +1089,7 @@ fn online_softmax(main: &mut String, x: NodeId, walk: RowWalk) {
              m{u} = n{u};"
         )
     };
-    row_pass(main, &format!("v{}", x.index()), walk, &init, &update);
+    row_pass(main, g, x, walk, &init, &update);
     if walk.ilp == 1 {
         let _ = writeln!(main, "        let m = m0;\n        let s = s0;");
         return;
@@ -1007,21 +1103,43 @@ fn online_softmax(main: &mut String, x: NodeId, walk: RowWalk) {
 }
 
 /// Opens a block with the walk's partial states (`init(u)`) and passes over this
-/// invocation's elements of the row: per step the values `xU` of `ilp` elements
-/// (`input(fg_elem(row, …))`) are all loaded before any `update(U)` runs; the remainder goes
-/// through partial 0. Left open for the caller to combine the partials.
+/// invocation's elements of the row: per step the values `xU` of `ilp` elements of `x` are
+/// all computed before any `update(U)` runs; the remainder goes through partial 0. Left open
+/// for the caller to combine the partials. With the walk's `quads` the `ilp` = 4 elements
+/// are adjacent and `x`'s region is computed for them side by side, its `vec4` inputs read
+/// whole (the row's length is a multiple of 4: no remainder).
 fn row_pass(
     main: &mut String,
-    input: &str,
+    g: &Graph,
+    x: NodeId,
     walk: RowWalk,
     init: &dyn Fn(usize) -> String,
     update: &dyn Fn(usize) -> String,
 ) {
-    let RowWalk { len: row_len, start, step, ilp } = walk;
+    let RowWalk { len: row_len, start, step, ilp, quads } = walk;
     let _ = writeln!(main, "    {{");
     for u in 0..ilp {
         let _ = writeln!(main, "        {}", init(u));
     }
+    if let Some(q) = quads {
+        let _ = writeln!(main, "        for (var e = 0u; e < {row_len}u; e = e + 4u) {{");
+        let _ = writeln!(main, "            let i_0 = fg_elem(row, e);");
+        for u in 1..4 {
+            let _ = writeln!(main, "            let i_{u} = i_0 + {u}u;");
+        }
+        let (stmts, value) = stmts_at(g, q.kernel, x);
+        let refs: Vec<&RegionStmt> = stmts.iter().collect();
+        emit_elements(main, g, q.bindings, &refs, 4, Some(("i_0 >> 2u", q.vec4)), "            ");
+        for u in 0..4 {
+            let _ = writeln!(main, "            let x{u} = {value}_{u};");
+        }
+        for u in 0..4 {
+            let _ = writeln!(main, "            {}", update(u));
+        }
+        let _ = writeln!(main, "        }}");
+        return;
+    }
+    let input = format!("v{}", x.index());
     let _ = writeln!(main, "        var e = {start};");
     let last = if ilp > 1 { format!(" + {}u", (ilp - 1) * step) } else { String::new() };
     let _ = writeln!(main, "        for (; e{last} < {row_len}u; e = e + {}u) {{", ilp * step);
@@ -1051,7 +1169,7 @@ fn reduce_partials(main: &mut String, g: &Graph, r: NodeId, walk: RowWalk) -> Re
     let dt = g.ty(r).dtype;
     let init = |u: usize| format!("var acc{u}: {} = {};", vty(dt), reduce_identity(kind, dt));
     let update = |u: usize| format!("acc{u} = {};", combine(kind, &format!("acc{u}"), &format!("x{u}")));
-    row_pass(main, &format!("v{}", g.operands(r)[0].index()), walk, &init, &update);
+    row_pass(main, g, g.operands(r)[0], walk, &init, &update);
     let mut acc = "acc0".to_string();
     for u in 1..walk.ilp {
         acc = combine(kind, &format!("({acc})"), &format!("acc{u}"));
@@ -1069,11 +1187,53 @@ fn write_row_outputs(
     (rows, row_len, full): (usize, usize, usize),
     (start, step, shared): (&str, &str, bool),
     opts: &LowerOptions,
+    quads: Option<RowQuads>,
 ) {
     let outs: Vec<(usize, &Binding)> = bindings.iter().enumerate().filter(|(_, b)| b.output).collect();
     let (full_outs, row_outs): (Vec<_>, Vec<_>) =
         outs.into_iter().partition(|(_, b)| g.ty(b.node).shape.numel() == full && full != rows);
-    if !full_outs.is_empty() {
+    if let (Some(q), false) = (quads, full_outs.is_empty()) {
+        // Four adjacent elements per step, every output's region computed for them side by
+        // side (a value shared by several regions once), then stored.
+        let _ = writeln!(main, "    for (var e = 0u; e < {row_len}u; e = e + 4u) {{");
+        let _ = writeln!(main, "        let i_0 = fg_elem(row, e);");
+        for u in 1..4 {
+            let _ = writeln!(main, "        let i_{u} = i_0 + {u}u;");
+        }
+        let mut stmts: Vec<RegionStmt> = Vec::new();
+        for (_, b) in &full_outs {
+            let region = &q.regions.iter().find(|(o, _)| *o == b.node).expect("an output's region").1;
+            for stmt in region_stmts(g, region, None) {
+                if !stmts.iter().any(|s| {
+                    s.node() == stmt.node() && matches!(s, RegionStmt::Read(_)) == matches!(stmt, RegionStmt::Read(_))
+                }) {
+                    stmts.push(stmt);
+                }
+            }
+        }
+        let (reads, defs): (Vec<&RegionStmt>, Vec<&RegionStmt>) =
+            stmts.iter().partition(|s| matches!(s, RegionStmt::Read(_)));
+        let ordered: Vec<&RegionStmt> = reads.into_iter().chain(defs).collect();
+        emit_elements(main, g, q.bindings, &ordered, 4, Some(("i_0 >> 2u", q.vec4)), "        ");
+        for (k, b) in &full_outs {
+            let dtype = g.ty(b.node).dtype;
+            let values: Vec<String> = (0..4).map(|u| format!("x{}_{u}", b.node.index())).collect();
+            if q.vec4.contains(&b.node) {
+                let stored: Vec<String> = values.iter().map(|v| store_value(dtype, v)).collect();
+                let _ = writeln!(
+                    main,
+                    "        b{k}[i_0 >> 2u] = vec4<{}>({});",
+                    storage_elem(dtype, opts),
+                    stored.join(", ")
+                );
+            } else {
+                for (u, v) in values.iter().enumerate() {
+                    row_store(main, *k, dtype, &format!("i_{u}"), v, opts, "        ");
+                }
+            }
+        }
+        let _ = writeln!(main, "    }}");
+    } else if !full_outs.is_empty() {
         let _ = writeln!(main, "    for (var e = {start}; e < {row_len}u; e = e + {step}u) {{");
         let _ = writeln!(main, "        let idx = fg_elem(row, e);");
         for (k, b) in full_outs {
