@@ -339,6 +339,26 @@ fn loop_kernels_move_vec4s_on_a_cpu_adapter() {
             assert_eq!(quads, 0, "{wgsl}");
         }
     }
+    // A per-column vector broadcast along the rows is read a vec4 at a time where the rows
+    // are of a length divisible by 4 (a bias add), element by element where not.
+    for cols in [12, 7] {
+        let x =
+            HostTensor::new(vec![5, cols], (0..5 * cols).map(|_| rng.uniform(-1.0, 1.0) as f32).collect::<Vec<_>>());
+        let w = HostTensor::new(vec![cols], (0..cols).map(|_| rng.uniform(-1.0, 1.0) as f32).collect::<Vec<_>>());
+        let (x, w) = (x.unwrap(), w.unwrap());
+        let b = fusegraph::GraphBuilder::new();
+        let y = b.input("x", DType::F32, vec![5, cols]).unwrap().mul_scalar(2.0).unwrap();
+        let y = y.add(&b.input("w", DType::F32, vec![cols]).unwrap()).unwrap();
+        let g = b.graph();
+        let feeds: BTreeMap<String, HostTensor> = [("x".to_string(), x.clone()), ("w".to_string(), w.clone())].into();
+        let want = evaluate(&g, &[y.id()], &feeds, &BTreeMap::new()).unwrap();
+        let got =
+            device.compile(&g, &[y.id()], &CompileOptions::default()).unwrap().run(&[("x", &x), ("w", &w)]).unwrap();
+        assert_close(&got[0], &want[0], 1e-6, 1e-6).map_err(|e| format!("bias add over rows of {cols}: {e}")).unwrap();
+        let kernels = partition(&g, &[y.id()], FusionMode::On).unwrap();
+        let wgsl = lower(&g, &kernels[0], &opts).wgsl;
+        assert_eq!(wgsl.contains(&format!("b1[(i_0 % {cols}u) >> 2u]")), cols % 4 == 0, "{wgsl}");
+    }
 }
 
 /// On a CPU adapter, a row kernel with one invocation per row whose rows are contiguous
@@ -400,6 +420,8 @@ fn row_kernels_move_vec4s_on_a_cpu_adapter() {
             let quads = wgsl.iter().filter(|w| w.contains("let i_0 = fg_elem(row, e);")).count();
             if cols % 4 == 0 {
                 assert!(quads == 1 && all.contains("let vq"), "{which}: {all}");
+                // The per-column scale, broadcast along the rows, is read a vec4 at a time.
+                assert_eq!(all.contains("% 36u) >> 2u]"), which == "layer_norm", "{which}: {all}");
                 assert_eq!(all.contains("[i_0 >> 2u] = vec4<f32>("), which != "above_mean", "{which}: {all}");
             } else {
                 assert_eq!(quads, 0, "{which}: {all}");

@@ -232,12 +232,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let i_1 = 4u * t + 1u;
         let i_2 = 4u * t + 2u;
         let i_3 = 4u * t + 3u;
-        let vq0 = b0[t];
+        let vq0 = b0[i_0 >> 2u];
         let y0_0 = vq0[0u];
         let y0_1 = vq0[1u];
         let y0_2 = vq0[2u];
         let y0_3 = vq0[3u];
-        let vq1 = b1[t];
+        let vq1 = b1[i_0 >> 2u];
         let y1_0 = vq1[0u];
         let y1_1 = vq1[1u];
         let y1_2 = vq1[2u];

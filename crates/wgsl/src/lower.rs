@@ -2,6 +2,7 @@
 
 use crate::body::{combine, elementwise_expr, reduce_identity, write_body};
 use crate::matmul::MatmulTiling;
+use crate::view::{strided_view, StridedView};
 use crate::writer::{literal, ravel, unravel, vty};
 use fusegraph_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
 use fusegraph_passes::kernel::{region_of, regions, same_index_operands};
@@ -121,7 +122,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     // A loop kernel on a CPU adapter walks four adjacent elements per step where it can,
     // reading and writing whole vec4s of the bindings `loop_vec4` names.
     let loop_vec4 = match kernel.kind {
-        KernelKind::Loop if tiled.is_none() && opts.cpu => vec4_loop(g, &bindings, &regs, opts),
+        KernelKind::Loop if tiled.is_none() && opts.cpu => vec4_loop(g, kernel, &bindings, &regs, opts),
         _ => None,
     };
     // So does a row kernel with one invocation per row on a CPU adapter, where it can.
@@ -198,10 +199,12 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             (Some(t), None) => {
                 crate::matmul::tiled_main(g, &bindings, t, &regs, opts, strategy.matmul_tiling, &mut body)
             }
-            (None, _) => loop_main(g, &bindings, &regs, opts, loop_vec4.as_deref()),
+            (None, _) => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
         },
         KernelKind::Row { shape, axes } => {
-            let quads = row_vec4.as_deref().map(|vec4| RowQuads { kernel, bindings: &bindings, regions: &regs, vec4 });
+            let quads = row_vec4
+                .as_deref()
+                .map(|vec4| RowQuads { quads: Quads { kernel, bindings: &bindings, vec4, opts }, regions: &regs });
             row_main(g, &bindings, &row_reduces, &row_scalars, shape, axes, opts, quads, &mut body)
         }
     };
@@ -355,13 +358,14 @@ pub(crate) const MAIN_ARGS: &str =
 /// One invocation per output element (per word for packed f16).
 fn loop_main(
     g: &Graph,
+    kernel: &Kernel,
     bindings: &[Binding],
     regions: &[(NodeId, Vec<NodeId>)],
     opts: &LowerOptions,
     vec4: Option<&[NodeId]>,
 ) -> (String, u64) {
     if opts.cpu {
-        if let Some(r) = interleaved_main(g, bindings, regions, opts, CPU_INTERLEAVE, vec4) {
+        if let Some(r) = interleaved_main(g, kernel, bindings, regions, opts, CPU_INTERLEAVE, vec4) {
             return r;
         }
     }
@@ -458,12 +462,81 @@ fn vec4_storage(dtype: DType, opts: &LowerOptions) -> bool {
     matches!(dtype, DType::F32 | DType::I32 | DType::U32) || (dtype == DType::F16 && opts.f16_native)
 }
 
+/// The view of a value loaded at an element index by a region statement (a read from
+/// outside the region, or a layout member such as a broadcast), where the four adjacent
+/// elements `i … i+3` (`i` a multiple of 4) of `node` are the four adjacent elements of its
+/// binding from a multiple of 4: the last axis contiguous and of a length divisible by 4,
+/// every other stride and the offset multiples of 4, the binding's length too.
+fn quad_view(g: &Graph, kernel: &Kernel, opts: &LowerOptions, stmt: &RegionStmt) -> Option<StridedView> {
+    let node = stmt.node();
+    if let RegionStmt::Def(n, expr) = stmt {
+        if *expr != format!("v{}(i)", n.index()) {
+            return None;
+        }
+    }
+    let last = *g.ty(node).shape.dims().last()?;
+    let view = strided_view(g, kernel, node)?;
+    let (&inner, outer) = view.strides.split_last()?;
+    let leaf = g.ty(view.leaf);
+    let aligned = inner == 1
+        && last.is_multiple_of(4)
+        && view.offset.is_multiple_of(4)
+        && outer.iter().all(|s| s.is_multiple_of(4));
+    (aligned && leaf.shape.numel().is_multiple_of(4) && vec4_storage(leaf.dtype, opts)).then_some(view)
+}
+
+/// The binding index (a WGSL expression) of element `i` of a value of shape `dims` seen
+/// through `view`.
+fn view_index(view: &StridedView, dims: &[usize], i: &str) -> String {
+    let dense = fusegraph_ir::Shape::new(dims.to_vec()).strides();
+    if view.offset == 0 && dims.iter().zip(&dense).zip(&view.strides).all(|((&d, &r), &s)| s == r || d == 1) {
+        return i.to_string();
+    }
+    let mut terms = Vec::new();
+    if view.offset > 0 {
+        terms.push(format!("{}u", view.offset));
+    }
+    let mut inner = 1usize;
+    for (d, &len) in dims.iter().enumerate().rev() {
+        let s = view.strides[d];
+        if s > 0 {
+            let c = match (inner, d == 0) {
+                (1, true) => i.to_string(),
+                (1, false) => format!("({i} % {len}u)"),
+                (_, true) => format!("({i} / {inner}u)"),
+                _ => format!("(({i} / {inner}u) % {len}u)"),
+            };
+            terms.push(if s == 1 { c } else { format!("{c} * {s}u") });
+        }
+        inner *= len;
+    }
+    if terms.is_empty() {
+        "0u".to_string()
+    } else {
+        terms.join(" + ")
+    }
+}
+
+/// The input bindings whose `vec4`s a quad walk over `stmts` reads (see [`quad_view`]).
+fn quad_leaves(g: &Graph, kernel: &Kernel, opts: &LowerOptions, stmts: &[RegionStmt]) -> Vec<NodeId> {
+    let mut leaves = Vec::new();
+    for stmt in stmts {
+        if let Some(v) = quad_view(g, kernel, opts, stmt) {
+            if !leaves.contains(&v.leaf) {
+                leaves.push(v.leaf);
+            }
+        }
+    }
+    leaves
+}
+
 /// The bindings a CPU adapter's loop kernel reads and writes as `vec4`s, when its outputs
 /// are of one length divisible by 4 (see [`interleaved_main`]): every output whose dtype
 /// allows it and every input its regions read at their own element index (a value of the
 /// outputs' length, not through a broadcast or transpose). `None` where nothing would be.
 fn vec4_loop(
     g: &Graph,
+    kernel: &Kernel,
     bindings: &[Binding],
     regions: &[(NodeId, Vec<NodeId>)],
     opts: &LowerOptions,
@@ -477,12 +550,9 @@ fn vec4_loop(
         if vec4_storage(*dtype, opts) {
             nodes.push(*node);
         }
-        for stmt in stmts {
-            let RegionStmt::Read(p) = stmt else { continue };
-            let ty = g.ty(*p);
-            let input = bindings.iter().any(|b| !b.output && b.node == *p);
-            if input && ty.shape.numel() as u64 == n && vec4_storage(ty.dtype, opts) && !nodes.contains(p) {
-                nodes.push(*p);
+        for leaf in quad_leaves(g, kernel, opts, stmts) {
+            if !nodes.contains(&leaf) {
+                nodes.push(leaf);
             }
         }
     }
@@ -502,6 +572,7 @@ fn vec4_loop(
 /// end are computed on the last element's index (every load in range) and not stored.
 fn interleaved_main(
     g: &Graph,
+    kernel: &Kernel,
     bindings: &[Binding],
     regions: &[(NodeId, Vec<NodeId>)],
     opts: &LowerOptions,
@@ -533,7 +604,8 @@ fn interleaved_main(
     }
     let quad = |node: NodeId| vec4.is_some_and(|v| v.contains(&node));
     let stmts: Vec<&RegionStmt> = reads.iter().chain(&defs).copied().collect();
-    emit_elements(&mut main, g, bindings, &stmts, ilp, vec4.map(|v| ("t", v)), "        ");
+    let quads = vec4.map(|vec4| Quads { kernel, bindings, vec4, opts });
+    emit_elements(&mut main, g, &stmts, ilp, quads, "        ");
     // Every value is computed before any is stored, so an output written over an input it
     // shares the element with (a parameter updated in place) cannot change what another
     // output reads.
@@ -555,30 +627,36 @@ fn interleaved_main(
     Some((main, workgroups))
 }
 
+/// What a walk over four adjacent elements needs to read `vec4`s: the kernel (for the views
+/// of its values, see [`quad_view`]), its bindings and those declared `vec4`.
+#[derive(Clone, Copy)]
+struct Quads<'a> {
+    kernel: &'a Kernel,
+    bindings: &'a [Binding],
+    vec4: &'a [NodeId],
+    opts: &'a LowerOptions,
+}
+
 /// Emits region statements for `ilp` elements side by side (named `_0`, `_1`, …; the
-/// caller defines `i_0`, `i_1`, …). With `quad = Some((q, nodes))` the elements are four
-/// adjacent ones, `q` the index of their `vec4`, and a read of a binding in `nodes` loads
-/// that `vec4` once (`vqP`) and takes its components.
-fn emit_elements(
-    main: &mut String,
-    g: &Graph,
-    bindings: &[Binding],
-    stmts: &[&RegionStmt],
-    ilp: usize,
-    quad: Option<(&str, &[NodeId])>,
-    indent: &str,
-) {
+/// caller defines `i_0`, `i_1`, …). With `quads` the elements are four adjacent ones from a
+/// multiple of 4, and a load whose view is a `vec4` of a binding in `quads.vec4` (a read at
+/// the element's own index, or a broadcast of a row vector along the rows) loads that `vec4`
+/// once (`vqN`) and takes its components.
+fn emit_elements(main: &mut String, g: &Graph, stmts: &[&RegionStmt], ilp: usize, quads: Option<Quads>, indent: &str) {
     for stmt in stmts {
-        if let (RegionStmt::Read(p), Some((q, nodes))) = (stmt, quad) {
-            if nodes.contains(p) {
-                let k = bindings.iter().position(|b| b.node == *p).expect("a vec4 read is of a binding");
-                let _ = writeln!(main, "{indent}let vq{} = b{k}[{q}];", p.index());
-                for u in 0..ilp {
-                    let y = load_value(g.ty(*p).dtype, &format!("vq{}[{u}u]", p.index()));
-                    let _ = writeln!(main, "{indent}let y{}_{u} = {y};", p.index());
-                }
-                continue;
+        let node = stmt.node();
+        let view = quads.and_then(|q| quad_view(g, q.kernel, q.opts, stmt).filter(|v| q.vec4.contains(&v.leaf)));
+        if let (Some(q), Some(view)) = (quads, view) {
+            let k = q.bindings.iter().position(|b| b.node == view.leaf).expect("a vec4 is read from a binding");
+            let at = view_index(&view, g.ty(node).shape.dims(), "i_0");
+            let at = if at.contains(" + ") { format!("({at})") } else { at };
+            let _ = writeln!(main, "{indent}let vq{} = b{k}[{at} >> 2u];", node.index());
+            let name = if matches!(stmt, RegionStmt::Read(_)) { "y" } else { "x" };
+            for u in 0..ilp {
+                let v = load_value(g.ty(view.leaf).dtype, &format!("vq{}[{u}u]", node.index()));
+                let _ = writeln!(main, "{indent}let {name}{}_{u} = {v};", node.index());
             }
+            continue;
         }
         for u in 0..ilp {
             let _ = writeln!(main, "{indent}{}", stmt.text(&format!("_{u}")));
@@ -752,10 +830,8 @@ struct RowWalk<'a> {
 /// outputs' regions and the bindings read and written as `vec4`s.
 #[derive(Clone, Copy)]
 struct RowQuads<'a> {
-    kernel: &'a Kernel,
-    bindings: &'a [Binding],
+    quads: Quads<'a>,
     regions: &'a [(NodeId, Vec<NodeId>)],
-    vec4: &'a [NodeId],
 }
 
 /// Whether a row kernel gives each row one invocation (many rows, and always on a CPU
@@ -806,12 +882,9 @@ fn row_quads(
     for (_, region) in regs.iter().filter(|(o, _)| full_out(*o)) {
         stmts.extend(region_stmts(g, region, None));
     }
-    let mut nodes: Vec<NodeId> = Vec::new();
-    for b in bindings {
-        let ty = g.ty(b.node);
-        let vec = vec4_storage(ty.dtype, opts) && ty.shape.numel() == full;
-        let read = !b.output && stmts.iter().any(|s| matches!(s, RegionStmt::Read(p) if *p == b.node));
-        if vec && (read || (b.output && full_out(b.node))) {
+    let mut nodes = quad_leaves(g, kernel, opts, &stmts);
+    for b in bindings.iter().filter(|b| b.output && full_out(b.node)) {
+        if vec4_storage(g.ty(b.node).dtype, opts) && !packed_f16(g.ty(b.node).dtype, opts) {
             nodes.push(b.node);
         }
     }
@@ -1127,9 +1200,9 @@ fn row_pass(
         for u in 1..4 {
             let _ = writeln!(main, "            let i_{u} = i_0 + {u}u;");
         }
-        let (stmts, value) = stmts_at(g, q.kernel, x);
+        let (stmts, value) = stmts_at(g, q.quads.kernel, x);
         let refs: Vec<&RegionStmt> = stmts.iter().collect();
-        emit_elements(main, g, q.bindings, &refs, 4, Some(("i_0 >> 2u", q.vec4)), "            ");
+        emit_elements(main, g, &refs, 4, Some(q.quads), "            ");
         for u in 0..4 {
             let _ = writeln!(main, "            let x{u} = {value}_{u};");
         }
@@ -1214,11 +1287,11 @@ fn write_row_outputs(
         let (reads, defs): (Vec<&RegionStmt>, Vec<&RegionStmt>) =
             stmts.iter().partition(|s| matches!(s, RegionStmt::Read(_)));
         let ordered: Vec<&RegionStmt> = reads.into_iter().chain(defs).collect();
-        emit_elements(main, g, q.bindings, &ordered, 4, Some(("i_0 >> 2u", q.vec4)), "        ");
+        emit_elements(main, g, &ordered, 4, Some(q.quads), "        ");
         for (k, b) in &full_outs {
             let dtype = g.ty(b.node).dtype;
             let values: Vec<String> = (0..4).map(|u| format!("x{}_{u}", b.node.index())).collect();
-            if q.vec4.contains(&b.node) {
+            if q.quads.vec4.contains(&b.node) {
                 let stored: Vec<String> = values.iter().map(|v| store_value(dtype, v)).collect();
                 let _ = writeln!(
                     main,
