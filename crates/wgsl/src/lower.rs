@@ -532,8 +532,9 @@ fn quad_leaves(g: &Graph, kernel: &Kernel, opts: &LowerOptions, stmts: &[RegionS
 
 /// The bindings a CPU adapter's loop kernel reads and writes as `vec4`s, when its outputs
 /// are of one length divisible by 4 (see [`interleaved_main`]): every output whose dtype
-/// allows it and every input its regions read at their own element index (a value of the
-/// outputs' length, not through a broadcast or transpose). `None` where nothing would be.
+/// allows it and every input its regions load four adjacent elements of at a time (see
+/// [`quad_view`]: at their own index, or broadcast along the rows). `None` where nothing
+/// would be.
 fn vec4_loop(
     g: &Graph,
     kernel: &Kernel,
@@ -854,9 +855,9 @@ fn stmts_at(g: &Graph, kernel: &Kernel, root: NodeId) -> (Vec<RegionStmt>, Strin
 /// The bindings a row kernel reads and writes as `vec4`s, where a CPU adapter gives each
 /// row one invocation and a row is contiguous (reduced over the trailing axes) with a length
 /// divisible by 4: each pass over a row then takes four adjacent elements per step (see
-/// [`interleaved_main`] for why). Inputs read at the row elements' own index by the
-/// reductions' or the full outputs' regions, and full outputs, whose dtype allows it;
-/// `None` where nothing would be.
+/// [`interleaved_main`] for why). Inputs the reductions' or the full outputs' regions load
+/// four adjacent elements of at a time (see [`quad_view`]), and full outputs whose dtype
+/// allows it; `None` where nothing would be.
 fn row_quads(
     g: &Graph,
     kernel: &Kernel,
@@ -1062,17 +1063,21 @@ fn write_row_scalars(main: &mut String, scalars: &[(NodeId, usize)], k: usize) {
     }
 }
 
-/// `Some(x)` where row reductions `a` then `b` are a softmax's: `a` the max of `x` and `b`
-/// the sum of `exp(x - a)` (`a` broadcast back over the row), both f32 over the same axes.
-fn softmax_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<NodeId> {
-    let (Op::Reduce { kind: ReduceKind::Max, axes: xa, .. }, Op::Reduce { kind: ReduceKind::Sum, axes: xb, .. }) =
-        (&g.node(a).op, &g.node(b).op)
+/// The reduced axes where `a` and `b` are f32 reductions of the given kinds over the same
+/// axes.
+fn f32_pair(g: &Graph, (a, ka): (NodeId, ReduceKind), (b, kb): (NodeId, ReduceKind)) -> Option<&[usize]> {
+    let (Op::Reduce { kind: x, axes: xa, .. }, Op::Reduce { kind: y, axes: xb, .. }) = (&g.node(a).op, &g.node(b).op)
     else {
         return None;
     };
-    if xa != xb || g.ty(a).dtype != DType::F32 || g.ty(b).dtype != DType::F32 {
-        return None;
-    }
+    let f32s = g.ty(a).dtype == DType::F32 && g.ty(b).dtype == DType::F32;
+    (*x == ka && *y == kb && xa == xb && f32s).then_some(xa.as_slice())
+}
+
+/// `Some(x)` where row reductions `a` then `b` are a softmax's: `a` the max of `x` and `b`
+/// the sum of `exp(x - a)` (`a` broadcast back over the row), both f32 over the same axes.
+fn softmax_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<NodeId> {
+    f32_pair(g, (a, ReduceKind::Max), (b, ReduceKind::Sum))?;
     let x = g.operands(a)[0];
     let e = g.operands(b)[0];
     let d = *g.operands(e).first()?;
@@ -1092,16 +1097,10 @@ fn softmax_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<NodeId> {
 /// `Some((x, t))` where row reductions `a` then `b` are the two sums of a variance: `a` the
 /// sum of `x` and `b` the sum of `(x - t) * (x - t)`, `t` a broadcast constant along the
 /// reduced axes (each operand axis longer than 1 lands on a kept axis), all f32 over the
-/// same axes. `t` may depend on `a` (a mean) but, coming before `b`, on no later reduction.
+/// same axes. `t` may depend on `a` (a mean); the caller checks that it needs no later
+/// reduction.
 fn centered_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<(NodeId, NodeId)> {
-    let (Op::Reduce { kind: ReduceKind::Sum, axes: xa, .. }, Op::Reduce { kind: ReduceKind::Sum, axes: xb, .. }) =
-        (&g.node(a).op, &g.node(b).op)
-    else {
-        return None;
-    };
-    if xa != xb || g.ty(a).dtype != DType::F32 || g.ty(b).dtype != DType::F32 {
-        return None;
-    }
+    let xa = f32_pair(g, (a, ReduceKind::Sum), (b, ReduceKind::Sum))?;
     let x = g.operands(a)[0];
     let sq = g.operands(b)[0];
     let ops = g.operands(sq);
