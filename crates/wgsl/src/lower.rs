@@ -7,6 +7,7 @@ use crate::writer::{literal, ravel, unravel, vty};
 use fusegraph_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
 use fusegraph_passes::kernel::{region_of, regions, same_index_operands};
 use fusegraph_passes::{Kernel, KernelKind};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// Invocations per workgroup of every loop kernel.
@@ -166,7 +167,8 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
         }
         KernelKind::Loop => Vec::new(),
     };
-    let row_scalars = row_scalars(g, kernel, &row_reduces);
+    let row_deps = reduction_deps(g, kernel, &row_reduces);
+    let row_scalars = row_scalars(g, kernel, &row_reduces, &row_deps);
     for &m in &kernel.members {
         let ty = g.ty(m);
         let _ = writeln!(body, "// {} : {}", g.node(m).op.name(), ty);
@@ -205,7 +207,8 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             let quads = row_vec4
                 .as_deref()
                 .map(|vec4| RowQuads { quads: Quads { kernel, bindings: &bindings, vec4, opts }, regions: &regs });
-            row_main(g, &bindings, &row_reduces, &row_scalars, shape, axes, opts, quads, &mut body)
+            let reduces = RowReduces { reduces: &row_reduces, scalars: &row_scalars, deps: &row_deps };
+            row_main(g, &bindings, reduces, shape, axes, opts, quads, &mut body)
         }
     };
     let mut wgsl = String::new();
@@ -584,16 +587,7 @@ fn interleaved_main(
     let vec4 = vec4.filter(|_| ilp == 4 && n % 4 == 0);
     // All outputs have one length, so element `i` of a value is the same in every region:
     // a value read or a member shared by several regions is loaded or computed once.
-    let mut reads: Vec<&RegionStmt> = Vec::new();
-    let mut defs: Vec<&RegionStmt> = Vec::new();
-    for (.., stmts) in &parts {
-        for stmt in stmts {
-            let list = if matches!(stmt, RegionStmt::Read(_)) { &mut reads } else { &mut defs };
-            if !list.iter().any(|s| s.node() == stmt.node()) {
-                list.push(stmt);
-            }
-        }
-    }
+    let stmts = merged_stmts(parts.iter().map(|(.., stmts)| stmts.as_slice()));
     let steps = if vec4.is_some() { n / 4 } else { n };
     let workgroups = steps.div_ceil(WORKGROUP_SIZE as u64 * if vec4.is_some() { 1 } else { ilp as u64 });
     let workgroups = workgroups.min(CPU_LOOP_WORKGROUPS);
@@ -604,7 +598,6 @@ fn interleaved_main(
         let _ = writeln!(main, "        let i_{u} = {i};");
     }
     let quad = |node: NodeId| vec4.is_some_and(|v| v.contains(&node));
-    let stmts: Vec<&RegionStmt> = reads.iter().chain(&defs).copied().collect();
     let quads = vec4.map(|vec4| Quads { kernel, bindings, vec4, opts });
     emit_elements(&mut main, g, &stmts, ilp, quads, "        ");
     // Every value is computed before any is stored, so an output written over an input it
@@ -626,6 +619,30 @@ fn interleaved_main(
     }
     main.push_str("    }\n}\n");
     Some((main, workgroups))
+}
+
+/// The statements of several regions computed at one element index, each read and each
+/// member once: the reads first, then the members in region order.
+fn merged_stmts<'s>(regions: impl Iterator<Item = &'s [RegionStmt]>) -> Vec<&'s RegionStmt> {
+    let mut reads: Vec<&RegionStmt> = Vec::new();
+    let mut defs: Vec<&RegionStmt> = Vec::new();
+    for stmt in regions.flatten() {
+        let list = if matches!(stmt, RegionStmt::Read(_)) { &mut reads } else { &mut defs };
+        if !list.iter().any(|s| s.node() == stmt.node()) {
+            list.push(stmt);
+        }
+    }
+    reads.extend(defs);
+    reads
+}
+
+/// Opens a loop over a row four adjacent elements at a time, `i_0 … i_3` their indices.
+fn quad_row_step(main: &mut String, row_len: usize, indent: &str) {
+    let _ = writeln!(main, "{indent}for (var e = 0u; e < {row_len}u; e = e + 4u) {{");
+    let _ = writeln!(main, "{indent}    let i_0 = fg_elem(row, e);");
+    for u in 1..4 {
+        let _ = writeln!(main, "{indent}    let i_{u} = i_0 + {u}u;");
+    }
 }
 
 /// What a walk over four adjacent elements needs to read `vec4`s: the kernel (for the views
@@ -719,8 +736,7 @@ fn row_store(main: &mut String, k: usize, dtype: DType, idx: &str, value: &str, 
 fn row_main(
     g: &Graph,
     bindings: &[Binding],
-    reduces: &[NodeId],
-    scalars: &[(NodeId, usize)],
+    red: RowReduces,
     shape: &[usize],
     axes: &[usize],
     opts: &LowerOptions,
@@ -751,15 +767,15 @@ fn row_main(
     let _ = writeln!(body, "    return {};\n}}\n", ravel(&coords, shape));
     if per_thread {
         let shape = (rows, row_len, full);
-        return row_main_per_thread(g, bindings, reduces, scalars, shape, opts, quads, body);
+        return row_main_per_thread(g, bindings, red, shape, opts, quads, body);
     }
-    for (k, &r) in reduces.iter().enumerate() {
+    for (k, &r) in red.reduces.iter().enumerate() {
         let _ = writeln!(body, "var<workgroup> fg_red{k}: array<{}, {wg}>;", vty(g.ty(r).dtype));
     }
 
     let mut main = String::new();
     // Subgroup arithmetic exists for f32, f16, i32 and u32 (not bool).
-    let subgroups = opts.subgroups && reduces.iter().all(|&r| g.ty(r).dtype != DType::Bool);
+    let subgroups = opts.subgroups && red.reduces.iter().all(|&r| g.ty(r).dtype != DType::Bool);
     let _ = writeln!(main, "@compute @workgroup_size({wg})");
     if subgroups {
         let _ = writeln!(
@@ -773,8 +789,7 @@ fn row_main(
     let _ = writeln!(main, "    let row = wid.y * nwg.x + wid.x;");
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
     let walk = RowWalk { len: row_len, start: "lid", step: wg, ilp: 1, quads: None };
-    let inputs: Vec<NodeId> = bindings.iter().filter(|b| !b.output).map(|b| b.node).collect();
-    row_reductions(&mut main, g, reduces, scalars, &inputs, walk, Some(subgroups));
+    row_reductions(&mut main, g, red, walk, Some(subgroups));
     write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("lid", &wg.to_string(), true), opts, None);
     main.push_str("}\n");
     (main, rows as u64)
@@ -786,14 +801,13 @@ fn row_main(
 fn row_main_per_thread(
     g: &Graph,
     bindings: &[Binding],
-    reduces: &[NodeId],
-    scalars: &[(NodeId, usize)],
+    red: RowReduces,
     (rows, row_len, full): (usize, usize, usize),
     opts: &LowerOptions,
     quads: Option<RowQuads>,
     body: &mut String,
 ) -> (String, u64) {
-    for (k, &r) in reduces.iter().enumerate() {
+    for (k, &r) in red.reduces.iter().enumerate() {
         let _ = writeln!(body, "var<private> fg_red{k}: array<{}, 1>;", vty(g.ty(r).dtype));
     }
     // Small workgroups, so that even a few hundred rows spread over every thread of a CPU
@@ -806,11 +820,20 @@ fn row_main_per_thread(
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
     let ilp = if opts.cpu { CPU_INTERLEAVE } else { 1 };
     let walk = RowWalk { len: row_len, start: "0u", step: 1, ilp, quads: quads.filter(|_| ilp == 4) };
-    let inputs: Vec<NodeId> = bindings.iter().filter(|b| !b.output).map(|b| b.node).collect();
-    row_reductions(&mut main, g, reduces, scalars, &inputs, walk, None);
+    row_reductions(&mut main, g, red, walk, None);
     write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("0u", "1", false), opts, walk.quads);
     main.push_str("}\n");
     (main, (rows as u64).div_ceil(wg as u64))
+}
+
+/// A row kernel's reductions (in member order), its row scalars with the reduction each
+/// follows (see [`row_scalars`]) and, per member, the last reduction it needs (see
+/// [`reduction_deps`]).
+#[derive(Clone, Copy)]
+struct RowReduces<'a> {
+    reduces: &'a [NodeId],
+    scalars: &'a [(NodeId, usize)],
+    deps: &'a BTreeMap<NodeId, usize>,
 }
 
 /// How an invocation of a row kernel walks its row: elements `start, start + step, …`,
@@ -902,15 +925,8 @@ fn row_quads(
 /// becomes the reductions' values by two ordinary combines, so the workgroup form needs no
 /// second pass either: the maxima, then the sums rescaled to the row's max; the sums of `x`,
 /// then `ssd + n (mean - t)²` (which sums to `Σ (x - t)²` for any `t`).
-fn row_reductions(
-    main: &mut String,
-    g: &Graph,
-    reduces: &[NodeId],
-    scalars: &[(NodeId, usize)],
-    inputs: &[NodeId],
-    walk: RowWalk,
-    workgroup: Option<bool>,
-) {
+fn row_reductions(main: &mut String, g: &Graph, red: RowReduces, walk: RowWalk, workgroup: Option<bool>) {
+    let RowReduces { reduces, scalars, deps } = red;
     let finish = |main: &mut String, kind: ReduceKind, k: usize, value: &str| match workgroup {
         None => {
             let _ = writeln!(main, "        fg_red{k}[0] = {value};");
@@ -932,7 +948,7 @@ fn row_reductions(
         // `t` is read right after reduction `k`, so it may need no later one.
         let centered = open(&done).into_iter().find_map(|j| {
             let (x, t) = centered_pair(g, reduces[k], reduces[j])?;
-            last_reduction(g, t, reduces, inputs).is_none_or(|r| r <= k).then_some((j, x, t))
+            deps.get(&t).is_none_or(|&r| r <= k).then_some((j, x, t))
         });
         if let Some((j, x)) = softmax {
             online_softmax(main, g, x, walk);
@@ -961,24 +977,6 @@ fn row_reductions(
             write_row_scalars(main, scalars, k);
         }
     }
-}
-
-/// The index of the last of `reduces` that `node`'s value depends on inside its kernel
-/// (`inputs`: the kernel's input bindings, read from memory), if any.
-fn last_reduction(g: &Graph, node: NodeId, reduces: &[NodeId], inputs: &[NodeId]) -> Option<usize> {
-    let mut seen = std::collections::BTreeSet::new();
-    let mut stack = vec![node];
-    let mut last = None;
-    while let Some(n) = stack.pop() {
-        if !seen.insert(n) || inputs.contains(&n) {
-            continue;
-        }
-        match reduces.iter().position(|&r| r == n) {
-            Some(k) => last = last.max(Some(k)),
-            None => stack.extend(g.operands(n).iter().copied()),
-        }
-    }
-    last
 }
 
 /// Combines each invocation's `value` of reduction `k` over the `wg` invocations sharing a
@@ -1029,7 +1027,7 @@ fn workgroup_combine(main: &mut String, kind: ReduceKind, k: usize, value: &str,
 /// Members of a row kernel that hold one value per row and depend on the kernel's
 /// reductions (mean, `rsqrt(var + eps)`, …), each with the index of the last reduction it
 /// needs, in member (topological) order.
-fn row_scalars(g: &Graph, kernel: &Kernel, reduces: &[NodeId]) -> Vec<(NodeId, usize)> {
+fn row_scalars(g: &Graph, kernel: &Kernel, reduces: &[NodeId], deps: &BTreeMap<NodeId, usize>) -> Vec<(NodeId, usize)> {
     let KernelKind::Row { shape, axes } = &kernel.kind else { return Vec::new() };
     let row_len: usize = axes.iter().map(|&a| shape[a]).product();
     let rows = shape.iter().product::<usize>().checked_div(row_len).unwrap_or(0);
@@ -1037,21 +1035,29 @@ fn row_scalars(g: &Graph, kernel: &Kernel, reduces: &[NodeId]) -> Vec<(NodeId, u
         return Vec::new();
     }
     let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a) && shape[*a] != 1).map(|a| shape[a]).collect();
-    // For every member: the last reduction it depends on inside the kernel, if any.
-    let mut last: std::collections::BTreeMap<NodeId, usize> = std::collections::BTreeMap::new();
     let mut out = Vec::new();
     for &m in &kernel.members {
-        let own = reduces.iter().position(|&r| r == m);
-        let dep = g.operands(m).iter().filter_map(|o| last.get(o).copied()).max();
-        if let Some(k) = own.or(dep) {
-            last.insert(m, own.map_or(k, |o| o.max(dep.unwrap_or(0))));
-        }
+        let Some(&last) = deps.get(&m).filter(|_| !reduces.contains(&m)) else { continue };
         let dims: Vec<usize> = g.ty(m).shape.dims().iter().copied().filter(|&d| d != 1).collect();
-        if own.is_none() && dep.is_some() && g.ty(m).shape.numel() == rows && dims == kept {
-            out.push((m, last[&m]));
+        if g.ty(m).shape.numel() == rows && dims == kept {
+            out.push((m, last));
         }
     }
     out
+}
+
+/// For every member of a kernel that depends on one of `reduces` inside it: the index of the
+/// last such reduction (a reduction counts itself).
+fn reduction_deps(g: &Graph, kernel: &Kernel, reduces: &[NodeId]) -> BTreeMap<NodeId, usize> {
+    let mut last: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for &m in &kernel.members {
+        let own = reduces.iter().position(|&r| r == m);
+        let dep = g.operands(m).iter().filter_map(|o| last.get(o).copied()).max();
+        if let Some(k) = own.into_iter().chain(dep).max() {
+            last.insert(m, k);
+        }
+    }
+    last
 }
 
 /// Computes, right after reduction `k`, the row scalars that need it last.
@@ -1194,11 +1200,7 @@ fn row_pass(
         let _ = writeln!(main, "        {}", init(u));
     }
     if let Some(q) = quads {
-        let _ = writeln!(main, "        for (var e = 0u; e < {row_len}u; e = e + 4u) {{");
-        let _ = writeln!(main, "            let i_0 = fg_elem(row, e);");
-        for u in 1..4 {
-            let _ = writeln!(main, "            let i_{u} = i_0 + {u}u;");
-        }
+        quad_row_step(main, row_len, "        ");
         let (stmts, value) = stmts_at(g, q.quads.kernel, x);
         let refs: Vec<&RegionStmt> = stmts.iter().collect();
         emit_elements(main, g, &refs, 4, Some(q.quads), "            ");
@@ -1267,26 +1269,13 @@ fn write_row_outputs(
     if let (Some(q), false) = (quads, full_outs.is_empty()) {
         // Four adjacent elements per step, every output's region computed for them side by
         // side (a value shared by several regions once), then stored.
-        let _ = writeln!(main, "    for (var e = 0u; e < {row_len}u; e = e + 4u) {{");
-        let _ = writeln!(main, "        let i_0 = fg_elem(row, e);");
-        for u in 1..4 {
-            let _ = writeln!(main, "        let i_{u} = i_0 + {u}u;");
-        }
-        let mut stmts: Vec<RegionStmt> = Vec::new();
-        for (_, b) in &full_outs {
-            let region = &q.regions.iter().find(|(o, _)| *o == b.node).expect("an output's region").1;
-            for stmt in region_stmts(g, region, None) {
-                if !stmts.iter().any(|s| {
-                    s.node() == stmt.node() && matches!(s, RegionStmt::Read(_)) == matches!(stmt, RegionStmt::Read(_))
-                }) {
-                    stmts.push(stmt);
-                }
-            }
-        }
-        let (reads, defs): (Vec<&RegionStmt>, Vec<&RegionStmt>) =
-            stmts.iter().partition(|s| matches!(s, RegionStmt::Read(_)));
-        let ordered: Vec<&RegionStmt> = reads.into_iter().chain(defs).collect();
-        emit_elements(main, g, &ordered, 4, Some(q.quads), "        ");
+        quad_row_step(main, row_len, "    ");
+        let per_output: Vec<Vec<RegionStmt>> = full_outs
+            .iter()
+            .map(|(_, b)| region_stmts(g, &q.regions.iter().find(|(o, _)| *o == b.node).expect("a region").1, None))
+            .collect();
+        let stmts = merged_stmts(per_output.iter().map(Vec::as_slice));
+        emit_elements(main, g, &stmts, 4, Some(q.quads), "        ");
         for (k, b) in &full_outs {
             let dtype = g.ty(b.node).dtype;
             let values: Vec<String> = (0..4).map(|u| format!("x{}_{u}", b.node.index())).collect();
