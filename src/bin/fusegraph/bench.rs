@@ -58,6 +58,36 @@ pub struct Record {
     pub timer: &'static str,
 }
 
+/// Fused against unfused from runs timed in turn: `unfused[i] / fused[i]` for each round `i`,
+/// summarised by its median and 10th/90th percentiles (nearest rank). A ratio within one
+/// round compares the two modes under the same minute of machine load; the ratio of the two
+/// medians would mix a fast phase of one with a slow phase of the other.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Speedup {
+    pub median: f64,
+    pub p10: f64,
+    pub p90: f64,
+}
+
+impl Speedup {
+    /// The per-round ratios of `unfused` over `fused` (the same number of rounds, at least
+    /// one, every time positive).
+    pub fn paired(unfused: &[f64], fused: &[f64]) -> Result<Speedup, String> {
+        if unfused.len() != fused.len() || fused.is_empty() {
+            return Err(format!(
+                "speedup: {} unfused and {} fused runs, need the same number (> 0)",
+                unfused.len(),
+                fused.len()
+            ));
+        }
+        if let Some(t) = unfused.iter().chain(fused).find(|t| !(t.is_finite() && **t > 0.0)) {
+            return Err(format!("speedup: run time {t} ms is not a positive number"));
+        }
+        let ratios = Timing { ms: unfused.iter().zip(fused).map(|(u, f)| u / f).collect(), gpu_timestamps: false };
+        Ok(Speedup { median: ratios.median(), p10: ratios.quantile(0.1), p90: ratios.quantile(0.9) })
+    }
+}
+
 fn compile(device: &Arc<Device>, w: &Workload, opts: &CompileOptions) -> Result<Executable, RuntimeError> {
     let mut exe = device.compile(&w.graph, &w.outputs, opts)?;
     for (name, value) in &w.params {
@@ -180,6 +210,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             plot(dir, w, &fused, &unfused)?;
         }
         let [tf, tu] = time_in_turn(w, &fused, &unfused, args.runs)?;
+        let speedup = Speedup::paired(&tu.ms, &tf.ms).map_err(|e| format!("{}: {e}", w.name))?;
         let rf = measure(w, "fused", &fused, tf)?;
         let ru = measure(w, "unfused", &unfused, tu)?;
         if args.profile {
@@ -187,7 +218,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 print!("{}", profile_table(w, mode, exe, args.runs)?);
             }
         }
-        records.push((ru, rf));
+        records.push((ru, rf, speedup));
     }
     let mut table = String::new();
     let _ = writeln!(
@@ -195,9 +226,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         "{:<28} {:<8} {:>7} {:>12} {:>10} {:>11} {:>10} {:>10} {:>8}",
         "workload", "mode", "kernels", "moved MiB", "peak MiB", "bound MiB", "naive MiB", "median ms", "speedup"
     );
-    for (u, f) in &records {
+    for (u, f, sp) in &records {
         for r in [u, f] {
-            let speedup = if r.mode == "fused" { format!("{:.2}x", u.median_ms / f.median_ms) } else { String::new() };
+            let speedup = if r.mode == "fused" { format!("{:.2}x", sp.median) } else { String::new() };
             let _ = writeln!(
                 table,
                 "{:<28} {:<8} {:>7} {:>12} {:>10} {:>11} {:>10} {:>10.3} {:>8}",
@@ -218,10 +249,11 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     if let Some(path) = &args.json {
         let lines: Vec<String> = records
             .iter()
-            .flat_map(|(u, f)| [u, f])
-            .map(|r| {
+            .flat_map(|(u, f, sp)| [(u, None), (f, Some(sp))])
+            .map(|(r, sp)| {
+                let ratio = |x: Option<f64>| x.map_or("null".to_string(), |x| x.to_string());
                 format!(
-                    "  {{\"workload\": {}, \"mode\": {}, \"kernels\": {}, \"bytes_moved\": {}, \"naive_bytes\": {}, \"peak_bytes\": {}, \"lower_bound_bytes\": {}, \"median_ms\": {}, \"p10_ms\": {}, \"p90_ms\": {}, \"timer\": {}, \"adapter\": {}, \"backend\": {}}}",
+                    "  {{\"workload\": {}, \"mode\": {}, \"kernels\": {}, \"bytes_moved\": {}, \"naive_bytes\": {}, \"peak_bytes\": {}, \"lower_bound_bytes\": {}, \"median_ms\": {}, \"p10_ms\": {}, \"p90_ms\": {}, \"speedup\": {}, \"speedup_p10\": {}, \"speedup_p90\": {}, \"timer\": {}, \"adapter\": {}, \"backend\": {}}}",
                     json_str(&r.workload),
                     json_str(r.mode),
                     r.kernels,
@@ -232,6 +264,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                     r.median_ms,
                     r.p10_ms,
                     r.p90_ms,
+                    ratio(sp.map(|s| s.median)),
+                    ratio(sp.map(|s| s.p10)),
+                    ratio(sp.map(|s| s.p90)),
                     json_str(r.timer),
                     json_str(&info.name),
                     json_str(&format!("{:?}", info.backend))
@@ -242,4 +277,31 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         eprintln!("wrote {path}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Speedup;
+
+    #[test]
+    fn speedup_pairs_the_runs_of_one_round() {
+        // The machine slows 3× after two rounds; fused is 2× faster in every round. The
+        // ratio of the medians (4 / 6) would call fused slower.
+        let unfused = [4.0, 4.0, 12.0, 12.0, 12.0];
+        let fused = [2.0, 2.0, 6.0, 6.0, 6.0];
+        assert_eq!(Speedup::paired(&unfused, &fused), Ok(Speedup { median: 2.0, p10: 2.0, p90: 2.0 }));
+        let s = Speedup::paired(&[3.0, 8.0, 5.0, 9.0, 4.0], &[1.0, 2.0, 1.0, 3.0, 2.0]).unwrap();
+        // Ratios 3, 4, 5, 3, 2: sorted 2, 3, 3, 4, 5.
+        assert_eq!((s.median, s.p10, s.p90), (3.0, 2.0, 5.0));
+    }
+
+    #[test]
+    fn speedup_rejects_unpaired_or_bad_times() {
+        let err = Speedup::paired(&[1.0, 2.0], &[1.0]).unwrap_err();
+        assert!(err.contains("2 unfused and 1 fused"), "{err}");
+        assert!(Speedup::paired(&[], &[]).is_err());
+        let err = Speedup::paired(&[1.0, 0.0], &[1.0, 1.0]).unwrap_err();
+        assert!(err.contains("run time 0 ms"), "{err}");
+        assert!(Speedup::paired(&[1.0], &[f64::NAN]).is_err());
+    }
 }
