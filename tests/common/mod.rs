@@ -359,6 +359,14 @@ pub fn composite_builders() -> Vec<(&'static str, Builder)> {
             let beta = c.input(dt, &[96], Domain::Any);
             vec![x.layer_norm(&[1], 1e-5).unwrap().mul(&gamma).unwrap().add(&beta).unwrap()]
         }),
+        // A pre-norm block's residual stream: `h` feeds the layer norm and the residual add.
+        ("residual_layer_norm", |c, dt| {
+            let x = c.input(dt, &[12, 72], Domain::Any);
+            let r = c.input(dt, &[12, 72], Domain::Any);
+            let gamma = c.input(dt, &[72], Domain::Any);
+            let h = x.add(&r).unwrap();
+            vec![h.layer_norm(&[1], 1e-5).unwrap().mul(&gamma).unwrap().add(&h).unwrap()]
+        }),
         ("layer_norm_gelu", |c, dt| {
             vec![c.input(dt, &[4, 80], Domain::Any).layer_norm(&[1], 1e-5).unwrap().gelu().unwrap()]
         }),

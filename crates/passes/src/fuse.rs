@@ -688,7 +688,10 @@ pub fn fuse(g: &Graph, outputs: &[NodeId], opts: &FusionOptions) -> Result<Fusio
     let mut peak = if opts.memory_aware { ctx.peak(&groups) } else { 0 };
 
     for &p in compute.iter().rev() {
-        let veto = try_fuse(&ctx, &mut groups, own[&p], p, &mut peak);
+        // A producer pulled into a consumer's kernel along with a later one (see
+        // `pull_exclusive_operands`) has been decided already.
+        let veto =
+            if groups.sets[own[&p]].contains(&p) { try_fuse(&ctx, &mut groups, own[&p], p, &mut peak) } else { None };
         log.push(Decision { producer: p, veto });
     }
     let siblings = merge_siblings(&ctx, &mut groups, &mut peak);
@@ -725,7 +728,10 @@ fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u
     for &t in &targets {
         groups.insert(t, p, ctx.operands(p));
     }
-    let veto = judge_fusion(ctx, groups, &targets, p, check_peak, peak);
+    let mut veto = judge_fusion(ctx, groups, &targets, p, check_peak, peak);
+    if let (Some(v @ Veto::PeakMemory { .. }), [t]) = (&veto, Vec::from_iter(targets.iter().copied()).as_slice()) {
+        veto = pull_exclusive_operands(ctx, groups, *t, p, v.clone(), peak);
+    }
     if veto.is_some() {
         for &t in &targets {
             groups.remove(t, p, ctx.operands(p));
@@ -733,6 +739,82 @@ fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u
         groups.insert(home, p, ctx.operands(p));
     }
     veto
+}
+
+/// Retries fusing `p` into group `t` (where it has just been moved) after a peak-memory
+/// veto, together with the cheap producers of its operands that nothing outside `t` uses:
+/// the rise was often only that such an operand, consumed by `p` early before, now stays
+/// alive until `t` runs, while the operand itself would join `t` at its own turn (visited
+/// after `p`, which goes from the outputs back). The variance's `(x - mean)²` is the usual
+/// case: without this, a layer norm whose input has another user split into four kernels.
+/// Every node moved must be a fusion the pass would accept by itself (a valid kernel within
+/// the binding limit, a gain by the cost model), and the peak with all of them moved must
+/// not rise above the `vetoed` fusion's baseline; otherwise the pulled nodes go back and a
+/// veto stands.
+fn pull_exclusive_operands(
+    ctx: &Ctx,
+    groups: &mut Groups,
+    t: usize,
+    p: NodeId,
+    vetoed: Veto,
+    peak: &mut u64,
+) -> Option<Veto> {
+    let g = ctx.g;
+    let Veto::PeakMemory { before, .. } = vetoed else { return Some(vetoed) };
+    // Cheap, not yet fused (alone in their own group), every user in `t` or pulled.
+    let mut inside = groups.sets[t].clone();
+    let mut pulled: Vec<(NodeId, usize)> = Vec::new();
+    let mut stack = ctx.operands(p).to_vec();
+    while let Some(c) = stack.pop() {
+        let op = &g.node(c).op;
+        let home: Vec<usize> = groups.of(c).collect();
+        let candidate = !inside.contains(&c)
+            && !is_memory_leaf(op)
+            && !is_expensive(op)
+            && !ctx.output_set.contains(&c)
+            && !ctx.const_like.contains(&c)
+            && home.len() == 1
+            && groups.sets[home[0]].len() == 1
+            && ctx.users(c).iter().all(|u| inside.contains(u))
+            && !ctx.creates_cycle(&inside, c);
+        if candidate && pulled.len() < 16 {
+            inside.insert(c);
+            pulled.push((c, home[0]));
+            stack.extend_from_slice(ctx.operands(c));
+        }
+    }
+    if pulled.is_empty() {
+        return Some(vetoed);
+    }
+    let after = {
+        for &(c, home) in &pulled {
+            groups.remove(home, c, ctx.operands(c));
+            groups.insert(t, c, ctx.operands(c));
+        }
+        let one = BTreeSet::from([t]);
+        let each_gains = std::iter::once(p)
+            .chain(pulled.iter().map(|&(c, _)| c))
+            .all(|c| judge_fusion(ctx, groups, &one, c, false, peak).is_none());
+        if each_gains {
+            ctx.peak(groups)
+        } else {
+            u64::MAX
+        }
+    };
+    match after {
+        after if after <= before + before / 64 => {
+            *peak = after;
+            None
+        }
+        _ => {
+            for &(c, home) in &pulled {
+                groups.remove(t, c, ctx.operands(c));
+                groups.insert(home, c, ctx.operands(c));
+            }
+            *peak = before;
+            Some(if after == u64::MAX { Veto::NoBenefit } else { Veto::PeakMemory { before, after } })
+        }
+    }
 }
 
 /// The verdict on `groups` with `p` just moved into `targets`: each target must still be one
