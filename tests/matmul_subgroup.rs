@@ -53,7 +53,8 @@ fn operand(c: &mut CaseBuilder, batch: &[usize], rows: usize, cols: usize, layou
     }
 }
 
-/// `a · b` (+ bias, relu when `epilogue`), a batched over [2, 1] and b over [3] when `batched`.
+/// `a · b` (+ bias per column, relu, times a scale per row when `epilogue`), a batched over
+/// [2, 1] and b over [3] when `batched`.
 fn case((m, k, n): (usize, usize, usize), batched: bool, la: Layout, lb: Layout, epilogue: bool) -> Case {
     let mut c = CaseBuilder::new((m * 131 + k * 7 + n) as u64 + la as u64 * 3 + lb as u64);
     let (ba, bb): (&[usize], &[usize]) = if batched { (&[2, 1], &[3]) } else { (&[], &[]) };
@@ -62,7 +63,8 @@ fn case((m, k, n): (usize, usize, usize), batched: bool, la: Layout, lb: Layout,
     let mut y = a.matmul(&b).unwrap();
     if epilogue {
         let bias = c.input(DType::F32, &[n], Domain::Any);
-        y = y.add(&bias).unwrap().relu().unwrap();
+        let scale = c.input(DType::F32, &[m, 1], Domain::Any);
+        y = y.add(&bias).unwrap().relu().unwrap().mul(&scale).unwrap();
     }
     let mut case = c.finish(format!("sg_{m}x{k}x{n}_b{batched}_{la:?}_{lb:?}_e{epilogue}"), &[&y]);
     case.atol = 1e-3 * (k as f64 / 1000.0).max(0.1);
@@ -215,6 +217,39 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
     let gpu = LowerOptions { cpu: false, ..cpu_opts(32) };
     assert!(subgroup_matmul(&plain.graph, k, &gpu).is_none());
     assert!(subgroup_matmul(&plain.graph, k, &LowerOptions { subgroup_size: None, ..cpu_opts(8) }).is_none());
+}
+
+/// A fused epilogue's values that are constant along each row of the product (a scale per
+/// matmul row, a convolution's bias per output channel) are read once per row in the store
+/// loop and passed to `eO_acc`; a per-column bias is not. Both the subgroup and the tiled
+/// kernels (the device sweep checks their numbers).
+#[test]
+fn per_row_epilogue_values_are_read_once_per_row() {
+    let mm = case((65, 64, 33), true, Layout::Plain, Layout::Plain, true);
+    let conv = conv_case(3, 8, 9, 3, (1, 1, 1), true);
+    for (c, per_row) in [(&mm, 1), (&conv, 1)] {
+        let k = &partition(&c.graph, &c.outputs, FusionMode::On).unwrap()[0];
+        for opts in [cpu_opts(8), LowerOptions { cpu: false, subgroups: false, ..cpu_opts(8) }] {
+            let src = lower(&c.graph, k, &opts).wgsl;
+            validate(&src).unwrap_or_else(|e| panic!("{}: {e}\n{src}", c.name));
+            let head = src.lines().find(|l| l.contains("_acc(i: u32, acc: f32")).expect("an epilogue");
+            assert_eq!(head.matches(", h").count(), per_row, "{}: {head}", c.name);
+            // Each is read once per row of the tile, before the row's stores.
+            let reads = src.lines().filter(|l| l.trim_start().starts_with("let h")).count();
+            let rows = src.matches("let idx = ").count();
+            assert!(rows > 1 && reads == per_row * rows, "{}: {reads} reads, {rows} rows", c.name);
+        }
+    }
+    // A per-column bias alone: nothing to hoist.
+    let mut c = CaseBuilder::new(5);
+    let a = c.input(DType::F32, &[65, 64], Domain::Any);
+    let b = c.input(DType::F32, &[64, 33], Domain::Any);
+    let bias = c.input(DType::F32, &[33], Domain::Any);
+    let y = a.matmul(&b).unwrap().add(&bias).unwrap();
+    let g = c.finish("column_bias", &[&y]);
+    let k = &partition(&g.graph, &g.outputs, FusionMode::On).unwrap()[0];
+    let src = lower(&g.graph, k, &cpu_opts(8)).wgsl;
+    assert!(src.contains("_acc(i: u32, acc: f32) -> f32") && !src.contains("let h"), "{src}");
 }
 
 /// On the test device, fused and unfused, every case matches the reference; where the device

@@ -193,13 +193,17 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     // registers, by `eN`; values reached through index changes are function calls.
     // A tiled matmul kernel computes its output's region as `eO_acc` instead (matmul.rs).
     for (o, region) in regs.iter().filter(|(o, _)| tiled.is_none_or(|t| t.output != *o)) {
-        write_region(g, *o, region, None, &mut body);
+        write_region(g, *o, region, None, &[], &mut body);
     }
     let (main, workgroups) = match &kernel.kind {
         KernelKind::Loop => match (&tiled, &subgroup) {
-            (Some(t), Some(p)) => crate::matmul::subgroup_main(g, &bindings, t, p, &regs, &mut body),
+            (Some(t), Some(p)) => {
+                let per_row = crate::matmul::row_values(g, kernel, t, &regs);
+                crate::matmul::subgroup_main(g, &bindings, t, p, &regs, &per_row, &mut body)
+            }
             (Some(t), None) => {
-                crate::matmul::tiled_main(g, &bindings, t, &regs, opts, strategy.matmul_tiling, &mut body)
+                let per_row = crate::matmul::row_values(g, kernel, t, &regs);
+                crate::matmul::tiled_main(g, &bindings, t, &regs, opts, strategy.matmul_tiling, &per_row, &mut body)
             }
             (None, _) => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
         },
@@ -232,18 +236,34 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
 /// Writes `fn eO(i) -> T`, output `o`'s region computed once per element. With
 /// `acc = Some(m)` it writes `fn eO_acc(i, acc) -> T` instead, the same region with member
 /// `m`'s value given as `acc` (the tiled matmul's accumulator).
-pub(crate) fn write_region(g: &Graph, o: NodeId, region: &[NodeId], acc: Option<NodeId>, body: &mut String) {
+///
+/// `given` (with `acc` only) are values the region reads by element function that the caller
+/// passes in instead, as parameters `hN` after `acc` (see `matmul::row_values`).
+pub(crate) fn write_region(
+    g: &Graph,
+    o: NodeId,
+    region: &[NodeId],
+    acc: Option<NodeId>,
+    given: &[NodeId],
+    body: &mut String,
+) {
     let t = vty(g.ty(o).dtype);
     match acc {
         Some(m) => {
-            let _ = writeln!(body, "fn e{}_acc(i: u32, acc: {}) -> {t} {{", o.index(), vty(g.ty(m).dtype));
+            let params: String = given.iter().map(|n| format!(", h{}: {}", n.index(), vty(g.ty(*n).dtype))).collect();
+            let _ = writeln!(body, "fn e{}_acc(i: u32, acc: {}{params}) -> {t} {{", o.index(), vty(g.ty(m).dtype));
         }
         None => {
             let _ = writeln!(body, "fn e{}(i: u32) -> {t} {{", o.index());
         }
     }
     for stmt in region_stmts(g, region, acc) {
-        let _ = writeln!(body, "    {}", stmt.text(""));
+        let text = match stmt {
+            RegionStmt::Read(p) if given.contains(&p) => format!("let y{0} = h{0};", p.index()),
+            RegionStmt::Def(n, _) if given.contains(&n) => format!("let x{0} = h{0};", n.index()),
+            _ => stmt.text(""),
+        };
+        let _ = writeln!(body, "    {text}");
     }
     let _ = writeln!(body, "    return x{};\n}}\n", o.index());
 }
@@ -315,6 +335,19 @@ fn suffix_names(expr: &str, sfx: &str) -> String {
 /// its first use, and named `y{p}`, however many members use it: each call is a load, and a
 /// driver may not merge loads from a read-write buffer (lavapipe: 11 loads of the 20-op
 /// chain's two inputs per element become 2). With `acc = Some(m)`, member `m` is `acc`.
+/// The values a region reads through element functions (`vP(i)`): those it reads from
+/// outside, and its members that are not elementwise (broadcasts, views, reductions).
+pub(crate) fn region_calls(g: &Graph, region: &[NodeId], acc: Option<NodeId>) -> Vec<NodeId> {
+    region_stmts(g, region, acc)
+        .into_iter()
+        .filter_map(|s| match s {
+            RegionStmt::Read(p) => Some(p),
+            RegionStmt::Def(n, e) if e == format!("v{}(i)", n.index()) => Some(n),
+            RegionStmt::Def(..) => None,
+        })
+        .collect()
+}
+
 fn region_stmts(g: &Graph, region: &[NodeId], acc: Option<NodeId>) -> Vec<RegionStmt> {
     let mut stmts = Vec::new();
     let mut read: Vec<NodeId> = Vec::new();
