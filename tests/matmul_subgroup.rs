@@ -299,3 +299,65 @@ fn subgroup_matmul_matches_the_reference() {
     assert_eq!(checked, 2 * sweep().len());
     assert!(failures.is_empty(), "{} of {checked} failed:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// f16 storage with f32 accumulation (mixed precision's products) takes the subgroup
+/// matmul too where f16 is native: views of f16 bindings are read as `vec4<f16>` and
+/// widened; products match the reference within f16 tolerance, fused and unfused.
+#[test]
+fn f16_products_take_the_subgroup_matmul() {
+    let native = LowerOptions { f16_native: true, ..cpu_opts(8) };
+    let mut cases = Vec::new();
+    for (m, k, n, transposed) in [(65, 64, 33, false), (7, 32, 36, true), (40, 256, 12, false)] {
+        let mut c = CaseBuilder::new((m + k + n) as u64);
+        let a = c.input(DType::F16, &[m, k], Domain::Any);
+        let b = if transposed {
+            c.input(DType::F16, &[n, k], Domain::Any).t().unwrap()
+        } else {
+            c.input(DType::F16, &[k, n], Domain::Any)
+        };
+        let bias = c.input(DType::F16, &[n], Domain::Any);
+        let y = a.matmul(&b).unwrap().add(&bias).unwrap().relu().unwrap();
+        let mut case = c.finish(format!("f16_{m}x{k}x{n}_t{transposed}"), &[&y]);
+        case.atol = 2e-3 * (k as f64).sqrt();
+        cases.push(case);
+    }
+    let mut b = CaseBuilder::new(9);
+    let x = b.input(DType::F16, &[2, 4, 9, 10], Domain::Any);
+    let w = b.input(DType::F16, &[8, 4, 3, 3], Domain::Any);
+    let y = x.conv2d(&w, [1, 1], [1, 1], [1, 1], 1).unwrap();
+    let mut conv = b.finish("f16_conv", &[&y]);
+    conv.atol = 2e-3 * 6.0;
+    cases.push(conv);
+    for case in &cases {
+        let k = &partition(&case.graph, &case.outputs, FusionMode::On).unwrap()[0];
+        let src = lower(&case.graph, k, &native).wgsl;
+        validate(&src).unwrap_or_else(|e| panic!("{}: {e}\n{src}", case.name));
+        assert!(src.contains(MARK), "{}: no subgroup matmul\n{src}", case.name);
+        // Every view is of an f16 binding: declared and read as vec4<f16>.
+        assert!(src.contains("array<vec4<f16>>") && src.contains("vec4<f32>(b"), "{}\n{src}", case.name);
+        assert!(!src.contains("array<vec4<f32>>"), "{}\n{src}", case.name);
+        // Packed f16 (no native f16) keeps the tiled kernel.
+        assert!(!lower(&case.graph, k, &cpu_opts(8)).wgsl.contains(MARK), "{}", case.name);
+    }
+    let device = Device::shared().expect("a device");
+    let info = device.info();
+    let expect_sg = info.device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu
+        && info.subgroup_min_size == info.subgroup_max_size
+        && device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP)
+        && device.f16_native();
+    for case in &cases {
+        let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
+        let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).expect("reference");
+        let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        for fusion in [FusionMode::On, FusionMode::Off] {
+            let exe =
+                device.compile(&case.graph, &case.outputs, &CompileOptions { fusion, ..Default::default() }).unwrap();
+            let sg = exe.stats().kernels.iter().any(|k| k.subgroup_matmul && k.matmul_tiling.is_none());
+            assert_eq!(sg, expect_sg, "{} ({fusion:?})", case.name);
+            let got = exe.run(&refs).unwrap();
+            let (rtol, atol) = tolerance(DType::F16);
+            assert_close(&got[0], &want[0], rtol, atol.max(case.atol))
+                .unwrap_or_else(|e| panic!("{} ({fusion:?}): {e}", case.name));
+        }
+    }
+}

@@ -390,9 +390,10 @@ impl SubgroupPlan {
 }
 
 /// Whether the tiled matmul `plan` of `kernel` can take the subgroup lowering under `opts`:
-/// a CPU adapter with subgroup operations of a fixed size, an f32 matmul or ungrouped
-/// convolution with `k` a multiple of 4 and an output that is not packed f16. Operands that
-/// are strided views of f32 bindings, contiguous along `k` (lhs) or along `n` or `k` (rhs,
+/// a CPU adapter with subgroup operations of a fixed size, a matmul or ungrouped
+/// convolution in f32 or f16 (accumulated in f32) with `k` a multiple of 4 and an output
+/// that is not packed f16. Operands that are strided views of f32 or native f16 bindings
+/// (`vec4<f16>`, widened on load), contiguous along `k` (lhs) or along `n` or `k` (rhs,
 /// `n` a multiple of 4 for the former), with every other stride and the offset multiples of
 /// 4, are read as aligned vec4s; others through their element functions (a convolution's
 /// patches through `fg_im2col`).
@@ -403,19 +404,23 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
     }
     let mm = plan.matmul;
     let ops = g.operands(mm);
-    let f32s = [mm, ops[0], ops[1]].iter().all(|&n| g.ty(n).dtype == DType::F32);
+    // f32 or f16 storage (computed in f32: mixed precision's products).
+    let floats = [mm, ops[0], ops[1]].iter().all(|&n| matches!(g.ty(n).dtype, DType::F32 | DType::F16));
     let ranks = ops.iter().all(|&o| g.ty(o).shape.rank() >= 2);
     let conv = matches!(g.node(mm).op, Op::Conv2d { groups: 1, .. });
-    if !(conv || matches!(g.node(mm).op, Op::MatMul)) || !f32s || !ranks || packed_f16(g.ty(plan.output).dtype, opts) {
+    if !(conv || matches!(g.node(mm).op, Op::MatMul)) || !floats || !ranks || packed_f16(g.ty(plan.output).dtype, opts)
+    {
         return None;
     }
     let (_, m, n, k) = gemm_dims(g, mm);
     if !k.is_multiple_of(4) {
         return None;
     }
-    // Contiguous along axis `unit`; every other stride and the offset in whole vec4s.
+    // Contiguous along axis `unit`; every other stride and the offset in whole vec4s; a
+    // binding of f32 or of native f16 (`vec4<f16>`, widened on load).
     let aligned = |v: &StridedView, unit: usize| {
-        v.offset.is_multiple_of(4)
+        (g.ty(v.leaf).dtype == DType::F32 || !packed_f16(g.ty(v.leaf).dtype, opts))
+            && v.offset.is_multiple_of(4)
             && v.strides.iter().enumerate().all(|(a, &s)| a == unit || s.is_multiple_of(4))
             && v.strides[unit] == 1
             && g.ty(v.leaf).shape.numel().is_multiple_of(4)
@@ -480,11 +485,6 @@ pub fn subgroup_main(
     let cols = sg.cols();
     let (tiles_m, tiles_n) = (m.div_ceil(rows), n.div_ceil(cols));
     let workgroups = (batch * tiles_m * tiles_n) as u64;
-    // The binding of an operand read as a view.
-    let slot = |op: NodeId, view: &Option<StridedView>| {
-        let leaf = view.as_ref().map_or(op, |v| v.leaf);
-        bindings.iter().position(|b| b.node == leaf && !b.output).expect("an input binding")
-    };
     let (k_out, out_b) = bindings.iter().enumerate().find(|(_, b)| b.output).expect("one output");
     let out_dt = g.ty(out_b.node).dtype;
     const XYZW: [&str; 4] = ["x", "y", "z", "w"];
@@ -560,17 +560,25 @@ pub fn subgroup_main(
         w(&mut s, 2, "let ka = fg_lhs_k(k4 * 4u);".into());
     }
     let ka = if sg.lhs_k_axes.len() > 1 { "ka" } else { "k4" };
+    // A vec4 of a view's binding, in f32 (an f16 binding's are widened).
+    let load = |view: &StridedView, at: String| {
+        let b = bindings.iter().position(|b| b.node == view.leaf && !b.output).expect("an input binding");
+        match g.ty(view.leaf).dtype {
+            DType::F16 => format!("vec4<f32>(b{b}[{at}])"),
+            _ => format!("b{b}[{at}]"),
+        }
+    };
     for q in 0..rows / lanes {
-        let a = match sg.lhs {
-            Some(_) => format!("b{}[ar{q} + {ka}]", slot(lhs_op, &sg.lhs)),
+        let a = match &sg.lhs {
+            Some(v) => load(v, format!("ar{q} + {ka}")),
             None => vec4_of(&|c| format!("v{}(ar{q} + k4 * 4u + {c}u)", lhs_op.index())),
         };
         w(&mut s, 2, format!("let a{q} = {a};"));
     }
     match &sg.rhs {
-        Some(_) if rhs_transposed => {
+        Some(v) if rhs_transposed => {
             for c in 0..4 {
-                w(&mut s, 2, format!("let t{c} = b{}[bn{c} + k4];", slot(rhs_op, &sg.rhs)));
+                w(&mut s, 2, format!("let t{c} = {};", load(v, format!("bn{c} + k4"))));
             }
             for (kk, comp) in XYZW.iter().enumerate() {
                 w(&mut s, 2, format!("let w{kk} = vec4<f32>(t0.{comp}, t1.{comp}, t2.{comp}, t3.{comp});"));
@@ -579,7 +587,7 @@ pub fn subgroup_main(
         Some(v) => {
             let sb_k = v.strides[v.strides.len() - 2] / 4;
             for kk in 0..4 {
-                w(&mut s, 2, format!("let w{kk} = b{}[bcol + (k4 * 4u + {kk}u) * {sb_k}u];", slot(rhs_op, &sg.rhs)));
+                w(&mut s, 2, format!("let w{kk} = {};", load(v, format!("bcol + (k4 * 4u + {kk}u) * {sb_k}u"))));
             }
         }
         None => {
