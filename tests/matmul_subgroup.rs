@@ -321,6 +321,13 @@ fn f16_products_take_the_subgroup_matmul() {
         case.atol = 2e-3 * (k as f64).sqrt();
         cases.push(case);
     }
+    // Mixed precision's weights: f32, rounded to f16 on their way into the product.
+    let mut c = CaseBuilder::new(3);
+    let a = c.input(DType::F16, &[33, 48], Domain::Any);
+    let w = c.input(DType::F32, &[48, 20], Domain::Any).cast(DType::F16).unwrap();
+    let mut cast = c.finish("f16_cast_weights", &[&a.matmul(&w).unwrap()]);
+    cast.atol = 2e-3 * 7.0;
+    cases.push(cast);
     let mut b = CaseBuilder::new(9);
     let x = b.input(DType::F16, &[2, 4, 9, 10], Domain::Any);
     let w = b.input(DType::F16, &[8, 4, 3, 3], Domain::Any);
@@ -333,9 +340,12 @@ fn f16_products_take_the_subgroup_matmul() {
         let src = lower(&case.graph, k, &native).wgsl;
         validate(&src).unwrap_or_else(|e| panic!("{}: {e}\n{src}", case.name));
         assert!(src.contains(MARK), "{}: no subgroup matmul\n{src}", case.name);
-        // Every view is of an f16 binding: declared and read as vec4<f16>.
+        // Views of f16 bindings are declared and read as vec4<f16>; the f32 weights below a
+        // cast as vec4<f32>, rounded per vec4.
         assert!(src.contains("array<vec4<f16>>") && src.contains("vec4<f32>(b"), "{}\n{src}", case.name);
-        assert!(!src.contains("array<vec4<f32>>"), "{}\n{src}", case.name);
+        let cast = case.name == "f16_cast_weights";
+        assert_eq!(src.contains("array<vec4<f32>>"), cast, "{}\n{src}", case.name);
+        assert_eq!(src.contains("= quantizeToF16(b"), cast, "{}\n{src}", case.name);
         // Packed f16 (no native f16) keeps the tiled kernel.
         assert!(!lower(&case.graph, k, &cpu_opts(8)).wgsl.contains(MARK), "{}", case.name);
     }

@@ -376,6 +376,9 @@ pub struct SubgroupPlan {
     pub rhs: Option<StridedView>,
     /// The rhs view is contiguous along `k` (a transposed operand, `Q·Kᵀ`), not along `n`.
     pub rhs_transposed: bool,
+    /// Whether the lhs and rhs views are of values below casts that round to f16 (see
+    /// [`below_float_casts`]): each vec4 loaded is rounded.
+    pub round: [bool; 2],
     /// The adapter's (fixed) subgroup size: the invocations of a workgroup.
     pub lanes: usize,
     /// Output rows per workgroup (a multiple of `lanes`: lane `l` loads rows `l`, `l + lanes`…).
@@ -427,13 +430,16 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
     };
     // A convolution's lhs is its weights [o, c, kh, kw] as [o, c·kh·kw], shared by every
     // image; its rhs the image patches, gathered by `fg_im2col`.
+    // Each operand is read below its float casts, rounded per vec4 where they round.
+    let (lhs_src, lhs_round) = below_float_casts(g, kernel, if conv { ops[1] } else { ops[0] });
+    let (rhs_src, rhs_round) = below_float_casts(g, kernel, ops[1]);
     let lhs_view = if conv {
-        strided_view(g, kernel, ops[1]).and_then(|v| {
-            let strides = reshape_strides(g.ty(ops[1]).shape.dims(), &v.strides, &[m, k])?;
+        strided_view(g, kernel, lhs_src).and_then(|v| {
+            let strides = reshape_strides(g.ty(lhs_src).shape.dims(), &v.strides, &[m, k])?;
             Some((StridedView { strides, ..v }, vec![(k, 1)]))
         })
     } else {
-        split_last_axis_view(g, kernel, ops[0])
+        split_last_axis_view(g, kernel, lhs_src)
     };
     let (lhs, lhs_k_axes) = match lhs_view {
         Some((v, axes))
@@ -445,13 +451,29 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
         }
         _ => (None, Vec::new()),
     };
-    let (rhs, rhs_transposed) = match strided_view(g, kernel, ops[1]).filter(|_| !conv) {
+    let (rhs, rhs_transposed) = match strided_view(g, kernel, rhs_src).filter(|_| !conv) {
         Some(v) if n.is_multiple_of(4) && aligned(&v, v.strides.len() - 1) => (Some(v), false),
         Some(v) if aligned(&v, v.strides.len() - 2) => (Some(v), true),
         _ => (None, false),
     };
     let rows = if m >= 64 { 64 } else { m.div_ceil(lanes) * lanes };
-    Some(SubgroupPlan { lhs, lhs_k_axes, rhs, rhs_transposed, lanes, rows })
+    let round = [lhs.is_some() && lhs_round, rhs.is_some() && rhs_round];
+    Some(SubgroupPlan { lhs, lhs_k_axes, rhs, rhs_transposed, round, lanes, rows })
+}
+
+/// `op`, or the value below the float-to-float casts it is made of (mixed precision rounds
+/// f32 weights to f16 on their way into a product), and whether those casts round to f16:
+/// a product reads that value's view and rounds each vec4 (`quantizeToF16`), instead of
+/// calling the cast's element function per element.
+fn below_float_casts(g: &Graph, kernel: &Kernel, op: NodeId) -> (NodeId, bool) {
+    let float = |n: NodeId| matches!(g.ty(n).dtype, DType::F32 | DType::F16);
+    let (mut n, mut round) = (op, false);
+    while kernel.members.contains(&n) && matches!(g.node(n).op, Op::Cast { .. }) && float(n) && float(g.operands(n)[0])
+    {
+        round |= g.ty(n).dtype == DType::F16;
+        n = g.operands(n)[0];
+    }
+    (n, round)
 }
 
 /// `main` of a subgroup matmul, and its workgroup count: one subgroup per workgroup computes
@@ -560,17 +582,23 @@ pub fn subgroup_main(
         w(&mut s, 2, "let ka = fg_lhs_k(k4 * 4u);".into());
     }
     let ka = if sg.lhs_k_axes.len() > 1 { "ka" } else { "k4" };
-    // A vec4 of a view's binding, in f32 (an f16 binding's are widened).
-    let load = |view: &StridedView, at: String| {
+    // A vec4 of a view's binding, in f32 (an f16 binding's are widened), rounded to f16
+    // where the operand's casts round (`side`: 0 lhs, 1 rhs).
+    let load = |view: &StridedView, side: usize, at: String| {
         let b = bindings.iter().position(|b| b.node == view.leaf && !b.output).expect("an input binding");
-        match g.ty(view.leaf).dtype {
+        let v = match g.ty(view.leaf).dtype {
             DType::F16 => format!("vec4<f32>(b{b}[{at}])"),
             _ => format!("b{b}[{at}]"),
+        };
+        if sg.round[side] {
+            format!("quantizeToF16({v})")
+        } else {
+            v
         }
     };
     for q in 0..rows / lanes {
         let a = match &sg.lhs {
-            Some(v) => load(v, format!("ar{q} + {ka}")),
+            Some(v) => load(v, 0, format!("ar{q} + {ka}")),
             None => vec4_of(&|c| format!("v{}(ar{q} + k4 * 4u + {c}u)", lhs_op.index())),
         };
         w(&mut s, 2, format!("let a{q} = {a};"));
@@ -578,7 +606,7 @@ pub fn subgroup_main(
     match &sg.rhs {
         Some(v) if rhs_transposed => {
             for c in 0..4 {
-                w(&mut s, 2, format!("let t{c} = {};", load(v, format!("bn{c} + k4"))));
+                w(&mut s, 2, format!("let t{c} = {};", load(v, 1, format!("bn{c} + k4"))));
             }
             for (kk, comp) in XYZW.iter().enumerate() {
                 w(&mut s, 2, format!("let w{kk} = vec4<f32>(t0.{comp}, t1.{comp}, t2.{comp}, t3.{comp});"));
@@ -587,7 +615,7 @@ pub fn subgroup_main(
         Some(v) => {
             let sb_k = v.strides[v.strides.len() - 2] / 4;
             for kk in 0..4 {
-                w(&mut s, 2, format!("let w{kk} = {};", load(v, format!("bcol + (k4 * 4u + {kk}u) * {sb_k}u"))));
+                w(&mut s, 2, format!("let w{kk} = {};", load(v, 1, format!("bcol + (k4 * 4u + {kk}u) * {sb_k}u"))));
             }
         }
         None => {
