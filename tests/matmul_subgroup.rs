@@ -166,10 +166,16 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
                     });
                     assert_eq!(src.wgsl.contains(MARK), has_matmul, "{} kernel {}", case.name, src.label);
                     if let Some(plan) = subgroup_matmul(&case.graph, k, &opts) {
-                        // One vec4 binding per distinct binding the views read.
+                        // One vec4 binding per distinct binding the views read, and the
+                        // output where its rows are a multiple of 4 long.
                         let leaves: std::collections::BTreeSet<_> =
                             [&plan.lhs, &plan.rhs].into_iter().flatten().map(|v| v.leaf).collect();
-                        assert_eq!(src.wgsl.matches("array<vec4<f32>>").count(), leaves.len(), "{}", case.name);
+                        let vec4s = leaves.len() + plan.vec4_store as usize;
+                        assert_eq!(src.wgsl.matches("array<vec4<f32>>").count(), vec4s, "{}", case.name);
+                        let n = *case.graph.ty(k.outputs[0]).shape.dims().last().unwrap();
+                        let rows_of_4 = case.graph.node(k.outputs[0]).op.name() != "conv2d" && n % 4 == 0;
+                        assert!(!rows_of_4 || plan.vec4_store, "{}", case.name);
+                        assert_eq!(plan.vec4_store, src.wgsl.contains("] = vec4<f32>("), "{}", case.name);
                         vec4_operands += plan.lhs.is_some() as usize + plan.rhs.is_some() as usize;
                         shaders += 1;
                     }

@@ -128,9 +128,10 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     };
     // So does a row kernel with one invocation per row on a CPU adapter, where it can.
     let row_vec4 = row_quads(g, kernel, &bindings, &regs, opts);
-    // The subgroup matmul reads its operands' bindings as vec4s.
+    // The subgroup matmul reads its operands' bindings as vec4s, and may write its output so.
     let vec4 = |node: NodeId| {
         subgroup.as_ref().is_some_and(|p| [&p.lhs, &p.rhs].iter().any(|v| v.as_ref().is_some_and(|v| v.leaf == node)))
+            || subgroup.as_ref().is_some_and(|p| p.vec4_store && kernel.outputs.contains(&node))
             || loop_vec4.as_ref().is_some_and(|v| v.contains(&node))
             || row_vec4.as_ref().is_some_and(|v| v.contains(&node))
     };

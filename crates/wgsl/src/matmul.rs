@@ -379,6 +379,9 @@ pub struct SubgroupPlan {
     /// Whether the lhs and rhs views are of values below casts that round to f16 (see
     /// [`below_float_casts`]): each vec4 loaded is rounded.
     pub round: [bool; 2],
+    /// The output is written a vec4 at a time (its rows' length is a multiple of 4, its
+    /// storage f32 or native f16), from each lane's 4 adjacent columns.
+    pub vec4_store: bool,
     /// The adapter's (fixed) subgroup size: the invocations of a workgroup.
     pub lanes: usize,
     /// Output rows per workgroup (a multiple of `lanes`: lane `l` loads rows `l`, `l + lanes`…).
@@ -458,7 +461,8 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
     };
     let rows = if m >= 64 { 64 } else { m.div_ceil(lanes) * lanes };
     let round = [lhs.is_some() && lhs_round, rhs.is_some() && rhs_round];
-    Some(SubgroupPlan { lhs, lhs_k_axes, rhs, rhs_transposed, round, lanes, rows })
+    let vec4_store = n.is_multiple_of(4) && matches!(g.ty(plan.output).dtype, DType::F32 | DType::F16);
+    Some(SubgroupPlan { lhs, lhs_k_axes, rhs, rhs_transposed, round, vec4_store, lanes, rows })
 }
 
 /// `op`, or the value below the float-to-float casts it is made of (mixed precision rounds
@@ -551,10 +555,10 @@ pub fn subgroup_main(
     }
     match &sg.rhs {
         Some(v) if rhs_transposed => {
-            // Column `col0 + lanes·c + lane` of component c: its vec4s along k start here.
+            // Column `col0 + 4·lane + c` of component c: its vec4s along k start here.
             let sb_n = v.strides[v.strides.len() - 1] / 4;
             for c in 0..4 {
-                w(&mut s, 1, format!("let bn{c} = b_base + min(col0 + {}u + lane, {}u) * {sb_n}u;", c * lanes, n - 1));
+                w(&mut s, 1, format!("let bn{c} = b_base + min(col0 + lane * 4u + {c}u, {}u) * {sb_n}u;", n - 1));
             }
         }
         Some(_) => {
@@ -639,19 +643,25 @@ pub fn subgroup_main(
     w(&mut s, 1, "}".into());
 
     // Epilogue and store, in-range outputs only.
+    // Each lane owns 4 adjacent columns; with rows of a length divisible by 4 they are one
+    // aligned vec4 of the output (`vec4_store`), all in range or none.
     let e = format!("e{}_acc", output.index());
     for c in 0..4 {
-        let col =
-            if rhs_transposed { format!("col0 + {}u + lane", c * lanes) } else { format!("col0 + lane * 4u + {c}u") };
-        w(&mut s, 1, format!("let gc{c} = {col};"));
+        w(&mut s, 1, format!("let gc{c} = col0 + lane * 4u + {c}u;"));
     }
     for r in 0..rows {
         w(&mut s, 1, format!("if (row0 + {r}u < {m}u) {{"));
         w(&mut s, 2, format!("let idx = bt * {}u + (row0 + {r}u) * {n}u;", m * n));
         let given = read_per_row(&mut s, per_row, "idx");
-        for (c, comp) in XYZW.iter().enumerate() {
-            let value = store_value(out_dt, &format!("{e}(idx + gc{c}, acc{r}.{comp}{given})"));
-            w(&mut s, 2, format!("if (gc{c} < {n}u) {{ b{k_out}[idx + gc{c}] = {value}; }}"));
+        let value = |c: usize| store_value(out_dt, &format!("{e}(idx + gc{c}, acc{r}.{}{given})", XYZW[c]));
+        if sg.vec4_store {
+            let elem = if out_dt == DType::F16 { "f16" } else { "f32" };
+            let quad = format!("vec4<{elem}>({}, {}, {}, {})", value(0), value(1), value(2), value(3));
+            w(&mut s, 2, format!("if (gc0 < {n}u) {{ b{k_out}[(idx + gc0) >> 2u] = {quad}; }}"));
+        } else {
+            for c in 0..4 {
+                w(&mut s, 2, format!("if (gc{c} < {n}u) {{ b{k_out}[idx + gc{c}] = {}; }}", value(c)));
+            }
         }
         w(&mut s, 1, "}".into());
     }
