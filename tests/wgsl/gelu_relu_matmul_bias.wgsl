@@ -2,7 +2,7 @@
 @group(0) @binding(0) var<storage, read_write> b0: array<f32>;
 @group(0) @binding(1) var<storage, read_write> b1: array<f32>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f32>;
-@group(0) @binding(3) var<storage, read_write> b3: array<f32>;
+@group(0) @binding(3) var<storage, read_write> b3: array<vec4<f32>>;
 
 fn v0(i: u32) -> f32 {
     return b0[i];
@@ -217,30 +217,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let gc = col0 + tx * 4u;
     if (row0 + ty * 4u + 0u < 9u) {
         let idx = o_base + (row0 + ty * 4u + 0u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[idx + 0u] = e19_acc(idx + 0u, acc0_0.x); }
-        if (gc + 1u < 20u) { b3[idx + 1u] = e19_acc(idx + 1u, acc0_0.y); }
-        if (gc + 2u < 20u) { b3[idx + 2u] = e19_acc(idx + 2u, acc0_0.z); }
-        if (gc + 3u < 20u) { b3[idx + 3u] = e19_acc(idx + 3u, acc0_0.w); }
+        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc0_0.x), e19_acc(idx + 1u, acc0_0.y), e19_acc(idx + 2u, acc0_0.z), e19_acc(idx + 3u, acc0_0.w)); }
     }
     if (row0 + ty * 4u + 1u < 9u) {
         let idx = o_base + (row0 + ty * 4u + 1u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[idx + 0u] = e19_acc(idx + 0u, acc1_0.x); }
-        if (gc + 1u < 20u) { b3[idx + 1u] = e19_acc(idx + 1u, acc1_0.y); }
-        if (gc + 2u < 20u) { b3[idx + 2u] = e19_acc(idx + 2u, acc1_0.z); }
-        if (gc + 3u < 20u) { b3[idx + 3u] = e19_acc(idx + 3u, acc1_0.w); }
+        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc1_0.x), e19_acc(idx + 1u, acc1_0.y), e19_acc(idx + 2u, acc1_0.z), e19_acc(idx + 3u, acc1_0.w)); }
     }
     if (row0 + ty * 4u + 2u < 9u) {
         let idx = o_base + (row0 + ty * 4u + 2u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[idx + 0u] = e19_acc(idx + 0u, acc2_0.x); }
-        if (gc + 1u < 20u) { b3[idx + 1u] = e19_acc(idx + 1u, acc2_0.y); }
-        if (gc + 2u < 20u) { b3[idx + 2u] = e19_acc(idx + 2u, acc2_0.z); }
-        if (gc + 3u < 20u) { b3[idx + 3u] = e19_acc(idx + 3u, acc2_0.w); }
+        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc2_0.x), e19_acc(idx + 1u, acc2_0.y), e19_acc(idx + 2u, acc2_0.z), e19_acc(idx + 3u, acc2_0.w)); }
     }
     if (row0 + ty * 4u + 3u < 9u) {
         let idx = o_base + (row0 + ty * 4u + 3u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[idx + 0u] = e19_acc(idx + 0u, acc3_0.x); }
-        if (gc + 1u < 20u) { b3[idx + 1u] = e19_acc(idx + 1u, acc3_0.y); }
-        if (gc + 2u < 20u) { b3[idx + 2u] = e19_acc(idx + 2u, acc3_0.z); }
-        if (gc + 3u < 20u) { b3[idx + 3u] = e19_acc(idx + 3u, acc3_0.w); }
+        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc3_0.x), e19_acc(idx + 1u, acc3_0.y), e19_acc(idx + 2u, acc3_0.z), e19_acc(idx + 3u, acc3_0.w)); }
     }
 }

@@ -131,7 +131,12 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     // The subgroup matmul reads its operands' bindings as vec4s, and may write its output so.
     let vec4 = |node: NodeId| {
         subgroup.as_ref().is_some_and(|p| [&p.lhs, &p.rhs].iter().any(|v| v.as_ref().is_some_and(|v| v.leaf == node)))
-            || subgroup.as_ref().is_some_and(|p| p.vec4_store && kernel.outputs.contains(&node))
+            || kernel.outputs.contains(&node)
+                && match (&tiled, &subgroup) {
+                    (Some(_), Some(p)) => p.vec4_store,
+                    (Some(t), None) => crate::matmul::tiled_vec4_store(g, t, opts),
+                    (None, _) => false,
+                }
             || loop_vec4.as_ref().is_some_and(|v| v.contains(&node))
             || row_vec4.as_ref().is_some_and(|v| v.contains(&node))
     };

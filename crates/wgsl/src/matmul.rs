@@ -208,6 +208,14 @@ pub fn plan(g: &Graph, kernel: &Kernel, regions: &[(NodeId, Vec<NodeId>)], opts:
     Some(TiledPlan { matmul, output: *output })
 }
 
+/// Whether the tiled kernel of `plan` writes its output a vec4 at a time: rows a multiple of
+/// 4 long (every invocation's columns start at a multiple of 4 and are 4, 8 … long) and
+/// storage of f32 or native f16.
+pub fn tiled_vec4_store(g: &Graph, plan: &TiledPlan, opts: &LowerOptions) -> bool {
+    let dt = g.ty(plan.output).dtype;
+    gemm_dims(g, plan.matmul).2.is_multiple_of(4) && (dt == DType::F32 || (dt == DType::F16 && !packed_f16(dt, opts)))
+}
+
 /// Writes `eO_acc` and the workgroup tiles into `body` and returns `main` and the number of
 /// workgroups (one per output tile per batch entry).
 #[allow(clippy::too_many_arguments)]
@@ -347,6 +355,15 @@ pub fn tiled_main(
                             acc(c + 1)
                         ),
                     );
+                }
+            } else if tiled_vec4_store(g, plan, opts) {
+                // `n` is a multiple of 4 and so are `idx` and `gc`: whole aligned vec4s.
+                if c % 4 == 0 {
+                    let value = |c: usize| store_value(out_dt, &format!("{e}(idx + {c}u, {})", acc(c)));
+                    let elem = if out_dt == DType::F16 { "f16" } else { "f32" };
+                    let quad =
+                        format!("vec4<{elem}>({}, {}, {}, {})", value(c), value(c + 1), value(c + 2), value(c + 3));
+                    w(&mut s, 2, format!("if (gc + {c}u < {n}u) {{ b{k_out}[(idx + {c}u) >> 2u] = {quad}; }}"));
                 }
             } else {
                 let value = store_value(out_dt, &format!("{e}(idx + {c}u, {})", acc(c)));
