@@ -227,35 +227,41 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
 
 /// A fused epilogue's values that are constant along each row of the product (a scale per
 /// matmul row, a convolution's bias per output channel) are read once per row in the store
-/// loop and passed to `eO_acc`; a per-column bias is not. Both the subgroup and the tiled
+/// loop, and those constant along each column (a matmul's bias per output feature) once per
+/// column before the rows; both are passed to `eO_acc`. Both the subgroup and the tiled
 /// kernels (the device sweep checks their numbers).
 #[test]
-fn per_row_epilogue_values_are_read_once_per_row() {
+fn invariant_epilogue_values_are_read_once_per_row_or_column() {
     let mm = case((65, 64, 33), true, Layout::Plain, Layout::Plain, true);
     let conv = conv_case(3, 8, 9, 3, (1, 1, 1), true);
-    for (c, per_row) in [(&mm, 1), (&conv, 1)] {
+    let mut c = CaseBuilder::new(5);
+    let a = c.input(DType::F32, &[65, 64], Domain::Any);
+    let b = c.input(DType::F32, &[64, 33], Domain::Any);
+    let bias = c.input(DType::F32, &[33], Domain::Any);
+    let column_bias = c.finish("column_bias", &[&a.matmul(&b).unwrap().add(&bias).unwrap()]);
+    // (case, values per row, values per column)
+    for (c, per_row, per_col) in [(&mm, 1, 1), (&conv, 1, 0), (&column_bias, 0, 1)] {
         let k = &partition(&c.graph, &c.outputs, FusionMode::On).unwrap()[0];
         for opts in [cpu_opts(8), LowerOptions { cpu: false, subgroups: false, ..cpu_opts(8) }] {
             let src = lower(&c.graph, k, &opts).wgsl;
             validate(&src).unwrap_or_else(|e| panic!("{}: {e}\n{src}", c.name));
             let head = src.lines().find(|l| l.contains("_acc(i: u32, acc: f32")).expect("an epilogue");
-            assert_eq!(head.matches(", h").count(), per_row, "{}: {head}", c.name);
-            // Each is read once per row of the tile, before the row's stores.
-            let reads = src.lines().filter(|l| l.trim_start().starts_with("let h")).count();
-            let rows = src.matches("let idx = ").count();
-            assert!(rows > 1 && reads == per_row * rows, "{}: {reads} reads, {rows} rows", c.name);
+            assert_eq!(head.matches(", h").count(), per_row + per_col, "{}: {head}", c.name);
+            let main = &src[src.find("@compute").expect("main")..];
+            let first_row = main.find("let idx = ").expect("a row");
+            let is_read = |l: &str, col: bool| {
+                let l = l.trim_start();
+                l.starts_with("let h") && l.split(" = ").next().is_some_and(|name| name.contains('_') == col)
+            };
+            // Row values inside each row; column values once, before the rows.
+            let row_reads = main.lines().filter(|l| is_read(l, false)).count();
+            let rows = main.matches("let idx = ").count();
+            assert!(rows > 1 && row_reads == per_row * rows, "{}: {row_reads} row reads, {rows} rows", c.name);
+            let col_reads = main.lines().filter(|l| is_read(l, true)).count();
+            let before = main[..first_row].lines().filter(|l| is_read(l, true)).count();
+            assert!(col_reads == before && (col_reads > 0) == (per_col > 0), "{}: {col_reads} column reads", c.name);
         }
     }
-    // A per-column bias alone: nothing to hoist.
-    let mut c = CaseBuilder::new(5);
-    let a = c.input(DType::F32, &[65, 64], Domain::Any);
-    let b = c.input(DType::F32, &[64, 33], Domain::Any);
-    let bias = c.input(DType::F32, &[33], Domain::Any);
-    let y = a.matmul(&b).unwrap().add(&bias).unwrap();
-    let g = c.finish("column_bias", &[&y]);
-    let k = &partition(&g.graph, &g.outputs, FusionMode::On).unwrap()[0];
-    let src = lower(&g.graph, k, &cpu_opts(8)).wgsl;
-    assert!(src.contains("_acc(i: u32, acc: f32) -> f32") && !src.contains("let h"), "{src}");
 }
 
 /// On the test device, fused and unfused, every case matches the reference; where the device

@@ -129,11 +129,11 @@ fn v19(i: u32) -> f32 {
     return (v16(i) * v18(i));
 }
 
-fn e19_acc(i: u32, acc: f32) -> f32 {
+fn e19_acc(i: u32, acc: f32, h7: f32) -> f32 {
     let x3 = acc;
     let x5 = v5(i);
     let x6 = max(x3, x5);
-    let x7 = v7(i);
+    let x7 = h7;
     let x8 = (x6 + x7);
     let x10 = v10(i);
     let x11 = (x8 * x10);
@@ -215,20 +215,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
     let gc = col0 + tx * 4u;
+    let h7_0 = v7(o_base + min(row0 + ty * 4u, 8u) * 20u + min(gc + 0u, 19u));
+    let h7_1 = v7(o_base + min(row0 + ty * 4u, 8u) * 20u + min(gc + 1u, 19u));
+    let h7_2 = v7(o_base + min(row0 + ty * 4u, 8u) * 20u + min(gc + 2u, 19u));
+    let h7_3 = v7(o_base + min(row0 + ty * 4u, 8u) * 20u + min(gc + 3u, 19u));
     if (row0 + ty * 4u + 0u < 9u) {
         let idx = o_base + (row0 + ty * 4u + 0u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc0_0.x), e19_acc(idx + 1u, acc0_0.y), e19_acc(idx + 2u, acc0_0.z), e19_acc(idx + 3u, acc0_0.w)); }
+        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc0_0.x, h7_0), e19_acc(idx + 1u, acc0_0.y, h7_1), e19_acc(idx + 2u, acc0_0.z, h7_2), e19_acc(idx + 3u, acc0_0.w, h7_3)); }
     }
     if (row0 + ty * 4u + 1u < 9u) {
         let idx = o_base + (row0 + ty * 4u + 1u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc1_0.x), e19_acc(idx + 1u, acc1_0.y), e19_acc(idx + 2u, acc1_0.z), e19_acc(idx + 3u, acc1_0.w)); }
+        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc1_0.x, h7_0), e19_acc(idx + 1u, acc1_0.y, h7_1), e19_acc(idx + 2u, acc1_0.z, h7_2), e19_acc(idx + 3u, acc1_0.w, h7_3)); }
     }
     if (row0 + ty * 4u + 2u < 9u) {
         let idx = o_base + (row0 + ty * 4u + 2u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc2_0.x), e19_acc(idx + 1u, acc2_0.y), e19_acc(idx + 2u, acc2_0.z), e19_acc(idx + 3u, acc2_0.w)); }
+        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc2_0.x, h7_0), e19_acc(idx + 1u, acc2_0.y, h7_1), e19_acc(idx + 2u, acc2_0.z, h7_2), e19_acc(idx + 3u, acc2_0.w, h7_3)); }
     }
     if (row0 + ty * 4u + 3u < 9u) {
         let idx = o_base + (row0 + ty * 4u + 3u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc3_0.x), e19_acc(idx + 1u, acc3_0.y), e19_acc(idx + 2u, acc3_0.z), e19_acc(idx + 3u, acc3_0.w)); }
+        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc3_0.x, h7_0), e19_acc(idx + 1u, acc3_0.y, h7_1), e19_acc(idx + 2u, acc3_0.z, h7_2), e19_acc(idx + 3u, acc3_0.w, h7_3)); }
     }
 }

@@ -204,12 +204,12 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     let (main, workgroups) = match &kernel.kind {
         KernelKind::Loop => match (&tiled, &subgroup) {
             (Some(t), Some(p)) => {
-                let per_row = crate::matmul::row_values(g, kernel, t, &regs);
-                crate::matmul::subgroup_main(g, &bindings, t, p, &regs, &per_row, &mut body)
+                let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
+                crate::matmul::subgroup_main(g, &bindings, t, p, &regs, &inv, &mut body)
             }
             (Some(t), None) => {
-                let per_row = crate::matmul::row_values(g, kernel, t, &regs);
-                crate::matmul::tiled_main(g, &bindings, t, &regs, opts, strategy.matmul_tiling, &per_row, &mut body)
+                let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
+                crate::matmul::tiled_main(g, &bindings, t, &regs, opts, strategy.matmul_tiling, &inv, &mut body)
             }
             (None, _) => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
         },

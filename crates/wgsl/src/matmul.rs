@@ -226,12 +226,12 @@ pub fn tiled_main(
     regions: &[(NodeId, Vec<NodeId>)],
     opts: &LowerOptions,
     tiling: Option<MatmulTiling>,
-    per_row: &[NodeId],
+    inv: &Invariants,
     body: &mut String,
 ) -> (String, u64) {
     let TiledPlan { matmul: mm, output } = *plan;
     let region = &regions.iter().find(|(o, _)| *o == output).expect("the output has a region").1;
-    write_region(g, output, region, Some(mm), per_row, body);
+    write_region(g, output, region, Some(mm), &inv.params(), body);
 
     let ops = g.operands(mm);
     let conv = matches!(g.node(mm).op, Op::Conv2d { .. });
@@ -334,13 +334,15 @@ pub fn tiled_main(
     // Epilogue and store, in-range outputs only.
     let e = format!("e{}_acc", output.index());
     w(&mut s, 1, format!("let gc = col0 + tx * {bn}u;"));
+    let cols: Vec<String> = (0..bn).map(|c| format!("gc + {c}u")).collect();
+    inv.read_columns(&mut s, "o_base", &format!("min(row0 + ty * {bm}u, {}u)", m - 1), &cols, n);
     for r in 0..bm {
         w(&mut s, 1, format!("if (row0 + ty * {bm}u + {r}u < {m}u) {{"));
         w(&mut s, 2, format!("let idx = o_base + (row0 + ty * {bm}u + {r}u) * {n}u + gc;"));
-        let given = read_per_row(&mut s, per_row, "idx - gc");
+        let given = inv.read_row(&mut s, "idx - gc");
         for c in 0..bn {
-            // `eO_acc`'s arguments after the index: the accumulator, then the row's values.
-            let acc = |c: usize| format!("acc{r}_{}.{}{given}", c / 4, XYZW[c % 4]);
+            // `eO_acc`'s arguments after the index: the accumulator, then the invariants.
+            let acc = |c: usize| format!("acc{r}_{}.{}{}", c / 4, XYZW[c % 4], given(c));
             if packed_f16(out_dt, opts) {
                 // `n` is even and `gc` a multiple of 4: both halves of each word are ours.
                 if c % 2 == 0 {
@@ -515,12 +517,12 @@ pub fn subgroup_main(
     plan: &TiledPlan,
     sg: &SubgroupPlan,
     regions: &[(NodeId, Vec<NodeId>)],
-    per_row: &[NodeId],
+    inv: &Invariants,
     body: &mut String,
 ) -> (String, u64) {
     let TiledPlan { matmul: mm, output } = *plan;
     let region = &regions.iter().find(|(o, _)| *o == output).expect("the output has a region").1;
-    write_region(g, output, region, Some(mm), per_row, body);
+    write_region(g, output, region, Some(mm), &inv.params(), body);
     let (batch, m, n, k) = gemm_dims(g, mm);
     let dims = g.ty(mm).shape.dims();
     let rank = dims.len();
@@ -666,11 +668,13 @@ pub fn subgroup_main(
     for c in 0..4 {
         w(&mut s, 1, format!("let gc{c} = col0 + lane * 4u + {c}u;"));
     }
+    let cols: Vec<String> = (0..4).map(|c| format!("gc{c}")).collect();
+    inv.read_columns(&mut s, &format!("bt * {}u", m * n), "row0", &cols, n);
     for r in 0..rows {
         w(&mut s, 1, format!("if (row0 + {r}u < {m}u) {{"));
         w(&mut s, 2, format!("let idx = bt * {}u + (row0 + {r}u) * {n}u;", m * n));
-        let given = read_per_row(&mut s, per_row, "idx");
-        let value = |c: usize| store_value(out_dt, &format!("{e}(idx + gc{c}, acc{r}.{}{given})", XYZW[c]));
+        let given = inv.read_row(&mut s, "idx");
+        let value = |c: usize| store_value(out_dt, &format!("{e}(idx + gc{c}, acc{r}.{}{})", XYZW[c], given(c)));
         if sg.vec4_store {
             let elem = if out_dt == DType::F16 { "f16" } else { "f32" };
             let quad = format!("vec4<{elem}>({}, {}, {}, {})", value(0), value(1), value(2), value(3));
@@ -713,50 +717,88 @@ fn tile_head(wg_size: usize, extra_args: &str, workgroups: u64, tiles_m: usize, 
     )
 }
 
+/// The values the epilogue of `plan` reads by element function (a broadcast, a view of an
+/// input, a value from outside the region) that are the same along each row of the product
+/// (a bias per output channel of a convolution, a scale per row of a matmul) or along each
+/// column (a bias per output feature of a matmul). The store loop reads each once per row, or
+/// once per column before the rows, and hands it to `eO_acc` as `hN`, instead of a load (a
+/// loop over the lanes on lavapipe) and its index arithmetic per element: the CNN's first
+/// convolution (`k` = 27) took longer fused with its bias and ReLU (30.8 ms) than alone
+/// (21.1 ms).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Invariants {
+    /// Values constant along each row: a strided view of a binding whose trailing axes,
+    /// spanning exactly the product's `n` columns, all have stride 0.
+    pub per_row: Vec<NodeId>,
+    /// Values constant along each column within a batch entry: the axes spanning the `m`
+    /// rows (just before those of the columns) all have stride 0.
+    pub per_col: Vec<NodeId>,
+}
+
+impl Invariants {
+    /// Finds them in the epilogue of `plan`.
+    pub fn of(g: &Graph, kernel: &Kernel, plan: &TiledPlan, regions: &[(NodeId, Vec<NodeId>)]) -> Invariants {
+        let region = &regions.iter().find(|(o, _)| *o == plan.output).expect("the output has a region").1;
+        let (_, m, n, _) = gemm_dims(g, plan.matmul);
+        let mut out = Invariants::default();
+        for v in region_calls(g, region, Some(plan.matmul)) {
+            let dims = g.ty(v).shape.dims();
+            let Some(view) = strided_view(g, kernel, v) else { continue };
+            if g.ty(v).shape.numel() != g.ty(plan.output).shape.numel() {
+                continue;
+            }
+            // The axes before `end` whose lengths multiply to `len`, from the innermost.
+            let span = |end: usize, len: usize| {
+                let (mut j, mut p) = (end, 1);
+                while j > 0 && p < len {
+                    j -= 1;
+                    p *= dims[j];
+                }
+                (p == len).then_some(j)
+            };
+            let Some(jn) = span(dims.len(), n) else { continue };
+            let zero = |axes: std::ops::Range<usize>| view.strides[axes].iter().all(|&s| s == 0);
+            if zero(jn..dims.len()) {
+                out.per_row.push(v);
+            } else if span(jn, m).is_some_and(|jm| zero(jm..jn)) {
+                out.per_col.push(v);
+            }
+        }
+        out
+    }
+
+    /// All of them, in `eO_acc`'s parameter order.
+    fn params(&self) -> Vec<NodeId> {
+        self.per_row.iter().chain(&self.per_col).copied().collect()
+    }
+
+    /// Reads the per-column values of columns `cols[c]` of row `row0` of batch entry `o_base`
+    /// (`let hN_c = vN(…);`, each column clamped to the last, so a ragged tile reads in range).
+    fn read_columns(&self, s: &mut String, o_base: &str, row0: &str, cols: &[String], n: usize) {
+        for v in &self.per_col {
+            for (c, col) in cols.iter().enumerate() {
+                let (i, last) = (v.index(), n - 1);
+                let _ = writeln!(s, "    let h{i}_{c} = v{i}({o_base} + {row0} * {n}u + min({col}, {last}u));");
+            }
+        }
+    }
+
+    /// Reads the per-row values at element `at` of the current row (`let hN = vN(at);`) and
+    /// returns, for column `c` of the invocation, the arguments that pass both kinds to
+    /// `eO_acc` after the accumulator (`, hN, …, hM_c, …`).
+    fn read_row(&self, s: &mut String, at: &str) -> impl Fn(usize) -> String + '_ {
+        for v in &self.per_row {
+            let _ = writeln!(s, "        let h{0} = v{0}({at});", v.index());
+        }
+        move |c| {
+            let row = self.per_row.iter().map(|v| format!(", h{}", v.index()));
+            row.chain(self.per_col.iter().map(|v| format!(", h{}_{c}", v.index()))).collect()
+        }
+    }
+}
+
 /// (batch, m, n, k) of a matmul, or of a convolution seen as an implicit GEMM per image
 /// (m = output channels, n = output pixels, k = input channels × kernel pixels).
-/// The values the epilogue of `plan` reads by element function (a broadcast, a view of an
-/// input, a value from outside the region) that are the same along each row of the product:
-/// a bias per output channel of a convolution, a scale per row of a matmul. The store loop
-/// reads each once per row and hands it to `eO_acc`, instead of a load (a loop over the lanes
-/// on lavapipe) and its index arithmetic per element: the CNN's first convolution (`k` = 27)
-/// took longer fused with its bias and ReLU (30.8 ms) than alone (21.1 ms).
-///
-/// A value qualifies when it is a strided view of a binding whose trailing axes, spanning
-/// exactly the product's `n` columns, all have stride 0.
-pub fn row_values(g: &Graph, kernel: &Kernel, plan: &TiledPlan, regions: &[(NodeId, Vec<NodeId>)]) -> Vec<NodeId> {
-    let region = &regions.iter().find(|(o, _)| *o == plan.output).expect("the output has a region").1;
-    let n = gemm_dims(g, plan.matmul).2;
-    region_calls(g, region, Some(plan.matmul))
-        .into_iter()
-        .filter(|&v| {
-            let dims = g.ty(v).shape.dims();
-            let Some(view) = strided_view(g, kernel, v) else { return false };
-            // The innermost axes whose lengths multiply to `n`.
-            let mut cols = 1;
-            let mut j = dims.len();
-            while j > 0 && cols < n {
-                j -= 1;
-                cols *= dims[j];
-            }
-            g.ty(v).shape.numel() == g.ty(plan.output).shape.numel()
-                && cols == n
-                && view.strides[j..].iter().all(|&s| s == 0)
-        })
-        .collect()
-}
-
-/// Reads the `per_row` values at element `at` of the current row (`let hN = vN(at);`) and
-/// returns the arguments that pass them to `eO_acc` (`, hN, …`).
-fn read_per_row(s: &mut String, per_row: &[NodeId], at: &str) -> String {
-    let mut args = String::new();
-    for v in per_row {
-        let _ = writeln!(s, "        let h{0} = v{0}({at});", v.index());
-        let _ = write!(args, ", h{}", v.index());
-    }
-    args
-}
-
 fn gemm_dims(g: &Graph, mm: NodeId) -> (usize, usize, usize, usize) {
     let dims = g.ty(mm).shape.dims();
     let rank = dims.len();
