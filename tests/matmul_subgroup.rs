@@ -122,7 +122,18 @@ fn conv_case(
 fn sweep() -> Vec<Case> {
     use Layout::*;
     let mut out = Vec::new();
-    for shape in [(1, 4, 4), (7, 32, 36), (65, 64, 33), (130, 256, 100), (8, 12, 1000), (64, 8, 64)] {
+    // k of 5, 27 and 7 are not multiples of 4 (a ragged last step).
+    for shape in [
+        (1, 4, 4),
+        (7, 32, 36),
+        (65, 64, 33),
+        (130, 256, 100),
+        (8, 12, 1000),
+        (64, 8, 64),
+        (9, 5, 12),
+        (33, 27, 20),
+        (70, 7, 36),
+    ] {
         out.push(case(shape, false, Plain, Plain, false));
         out.push(case(shape, true, Plain, Plain, true));
         out.push(case(shape, true, Plain, Transposed, false));
@@ -136,6 +147,8 @@ fn sweep() -> Vec<Case> {
     out.push(conv_case(8, 70, 12, 3, (2, 1, 1), false));
     out.push(conv_case(16, 5, 7, 1, (1, 0, 1), true));
     out.push(conv_case(4, 12, 11, 3, (1, 2, 2), false));
+    out.push(conv_case(3, 16, 10, 3, (1, 1, 1), true));
+    out.push(conv_case(5, 6, 9, 3, (2, 1, 1), false));
     out
 }
 
@@ -155,15 +168,9 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
                     if let Err(e) = validate(&src.wgsl) {
                         panic!("{} kernel {} ({lanes} lanes): {e}\n{}", case.name, src.label, src.wgsl);
                     }
-                    // k = t in attention's P·V: not always a multiple of 4.
-                    let has_matmul = k.members.iter().any(|&m| {
-                        let dims = |i: usize| case.graph.ty(case.graph.operands(m)[i]).shape.dims().to_vec();
-                        match case.graph.node(m).op.name() {
-                            "matmul" => dims(0).last().is_some_and(|k| k % 4 == 0),
-                            "conv2d" => dims(1)[1..].iter().product::<usize>() % 4 == 0,
-                            _ => false,
-                        }
-                    });
+                    // Every product takes it, whatever its `k`.
+                    let has_matmul =
+                        k.members.iter().any(|&m| matches!(case.graph.node(m).op.name(), "matmul" | "conv2d"));
                     assert_eq!(src.wgsl.contains(MARK), has_matmul, "{} kernel {}", case.name, src.label);
                     if let Some(plan) = subgroup_matmul(&case.graph, k, &opts) {
                         // One vec4 binding per distinct binding the views read, and the
@@ -185,7 +192,8 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
     }
     assert!(shaders >= 4 * 70, "only {shaders} subgroup shaders");
     assert!(vec4_operands >= shaders, "only {vec4_operands} vec4 operands in {shaders} shaders");
-    // Plain row-major operands are both views; k = 5 is not a multiple of 4.
+    // Plain row-major operands are both views; with k = 5 (not a multiple of 4) the lhs is
+    // read through its element function, the rhs (a view along n) still as vec4s.
     let plain = case((33, 16, 40), false, Layout::Plain, Layout::Plain, false);
     let k = &partition(&plain.graph, &plain.outputs, FusionMode::On).unwrap()[0];
     let plan = subgroup_matmul(&plain.graph, k, &cpu_opts(8)).expect("a subgroup matmul");
@@ -196,8 +204,14 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
     assert!(subgroup_matmul(&transposed.graph, k, &cpu_opts(8)).expect("a subgroup matmul").rhs_transposed);
     let odd = case((33, 5, 40), false, Layout::Plain, Layout::Plain, false);
     let k = &partition(&odd.graph, &odd.outputs, FusionMode::On).unwrap()[0];
-    assert!(subgroup_matmul(&odd.graph, k, &cpu_opts(8)).is_none());
-    assert!(!lower(&odd.graph, k, &cpu_opts(8)).wgsl.contains(MARK));
+    let plan = subgroup_matmul(&odd.graph, k, &cpu_opts(8)).expect("a subgroup matmul");
+    assert!(plan.lhs.is_none() && plan.rhs.is_some());
+    // One step of 4, then the last one: `k4` = 1 for the fifth.
+    assert!(lower(&odd.graph, k, &cpu_opts(8)).wgsl.contains("let k4 = 1u;"));
+    let odd_t = case((33, 5, 40), false, Layout::Plain, Layout::Transposed, false);
+    let k = &partition(&odd_t.graph, &odd_t.outputs, FusionMode::On).unwrap()[0];
+    let plan = subgroup_matmul(&odd_t.graph, k, &cpu_opts(8)).expect("a subgroup matmul");
+    assert!(plan.lhs.is_none() && plan.rhs.is_none());
     // Attention's heads merged back ([h, t, d] → [t, h, d] → [t, h·d]) feed the output
     // projection as a view whose k is two axes of the binding: (h, t·d) and (d, 1).
     let att = attention_case(40, 3, 16);
@@ -209,18 +223,19 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
         .map(|p| p.lhs_k_axes)
         .collect();
     assert_eq!(split, vec![vec![(3, 40 * 16), (16, 1)]]);
-    // A convolution over 3 channels of 3×3 (k = 27) keeps the tiled kernel; over 4 (k = 36)
-    // it takes the subgroup one, its weights read as vec4s.
-    for (c, sg) in [(3, false), (4, true)] {
+    // A convolution over 3 channels of 3×3 (k = 27) takes the subgroup kernel with its
+    // weights read through their element function; over 4 (k = 36) they are vec4s.
+    for (c, vec4) in [(3, false), (4, true)] {
         let conv = conv_case(c, 8, 9, 3, (1, 1, 1), false);
         let k = &partition(&conv.graph, &conv.outputs, FusionMode::On).unwrap()[0];
-        let plan = subgroup_matmul(&conv.graph, k, &cpu_opts(8));
-        assert_eq!(plan.is_some(), sg, "c = {c}");
-        assert!(plan.is_none_or(|p| p.lhs.is_some() && p.rhs.is_none()), "c = {c}");
-        assert_eq!(lower(&conv.graph, k, &cpu_opts(8)).wgsl.contains(MARK), sg);
+        let plan = subgroup_matmul(&conv.graph, k, &cpu_opts(8)).expect("a subgroup matmul");
+        assert!(plan.lhs.is_some() == vec4 && plan.rhs.is_none(), "c = {c}");
+        assert!(lower(&conv.graph, k, &cpu_opts(8)).wgsl.contains(MARK));
     }
     // Not on GPUs, nor without a fixed subgroup size.
     let gpu = LowerOptions { cpu: false, ..cpu_opts(32) };
+    let k = &partition(&plain.graph, &plain.outputs, FusionMode::On).unwrap()[0];
+    assert!(subgroup_matmul(&plain.graph, k, &cpu_opts(8)).is_some());
     assert!(subgroup_matmul(&plain.graph, k, &gpu).is_none());
     assert!(subgroup_matmul(&plain.graph, k, &LowerOptions { subgroup_size: None, ..cpu_opts(8) }).is_none());
 }

@@ -33,7 +33,7 @@ pub struct LowerOptions {
     pub subgroups: bool,
     /// The adapter's subgroup size where it is fixed (its minimum and maximum agree, as on
     /// lavapipe: 8); `None` where it varies or is unknown. With `cpu` and `subgroups`, f32
-    /// and f16 matmuls and convolutions whose `k` is a multiple of 4 take the subgroup lowering
+    /// and f16 matmuls and convolutions take the subgroup lowering
     /// (`matmul::subgroup_main`), which needs the size at compile time.
     pub subgroup_size: Option<u32>,
 }

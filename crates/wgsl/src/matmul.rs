@@ -416,12 +416,13 @@ impl SubgroupPlan {
 
 /// Whether the tiled matmul `plan` of `kernel` can take the subgroup lowering under `opts`:
 /// a CPU adapter with subgroup operations of a fixed size, a matmul or ungrouped
-/// convolution in f32 or f16 (accumulated in f32) with `k` a multiple of 4 and an output
-/// that is not packed f16. Operands that are strided views of f32 or native f16 bindings
-/// (`vec4<f16>`, widened on load), contiguous along `k` (lhs) or along `n` or `k` (rhs,
-/// `n` a multiple of 4 for the former), with every other stride and the offset multiples of
-/// 4, are read as aligned vec4s; others through their element functions (a convolution's
-/// patches through `fg_im2col`).
+/// convolution in f32 or f16 (accumulated in f32) with an output that is not packed f16.
+/// Operands that are strided views of f32 or native f16 bindings (`vec4<f16>`, widened on
+/// load), contiguous along `k` (lhs) or along `n` or `k` (rhs, `n` a multiple of 4 for the
+/// former), with every other stride and the offset multiples of 4, are read as aligned
+/// vec4s — along `k` only where `k` is a multiple of 4; others through their element
+/// functions (a convolution's patches through `fg_im2col`). A ragged `k` ends with a step
+/// over its last 1–3 (the first convolution of an RGB network: `k` = 27).
 pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerOptions) -> Option<SubgroupPlan> {
     let lanes = opts.subgroup_size? as usize;
     if !(opts.cpu && opts.subgroups && (4..=64).contains(&lanes) && lanes.is_power_of_two()) {
@@ -438,9 +439,6 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
         return None;
     }
     let (_, m, n, k) = gemm_dims(g, mm);
-    if !k.is_multiple_of(4) {
-        return None;
-    }
     // Contiguous along axis `unit`; every other stride and the offset in whole vec4s; a
     // binding of f32 or of native f16 (`vec4<f16>`, widened on load).
     let aligned = |v: &StridedView, unit: usize| {
@@ -463,9 +461,13 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
     } else {
         split_last_axis_view(g, kernel, lhs_src)
     };
+    // Views along `k` need whole vec4s of it; with a ragged `k` those operands are read
+    // through their element functions (the last step takes the remaining 1–3).
+    let whole_k = k.is_multiple_of(4);
     let (lhs, lhs_k_axes) = match lhs_view {
         Some((v, axes))
-            if aligned(&v, v.strides.len() - 1)
+            if whole_k
+                && aligned(&v, v.strides.len() - 1)
                 && axes.last().is_some_and(|&(d, _)| d.is_multiple_of(4))
                 && axes.iter().rev().skip(1).all(|&(_, s)| s.is_multiple_of(4)) =>
         {
@@ -475,7 +477,7 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
     };
     let (rhs, rhs_transposed) = match strided_view(g, kernel, rhs_src).filter(|_| !conv) {
         Some(v) if n.is_multiple_of(4) && aligned(&v, v.strides.len() - 1) => (Some(v), false),
-        Some(v) if aligned(&v, v.strides.len() - 2) => (Some(v), true),
+        Some(v) if whole_k && aligned(&v, v.strides.len() - 2) => (Some(v), true),
         _ => (None, false),
     };
     let rows = if m >= 64 { 64 } else { m.div_ceil(lanes) * lanes };
@@ -593,7 +595,6 @@ pub fn subgroup_main(
     for r in 0..rows {
         w(&mut s, 1, format!("var acc{r} = vec4<f32>();"));
     }
-    w(&mut s, 1, format!("for (var k4 = 0u; k4 < {}u; k4 = k4 + 1u) {{", k / 4));
     let vec4_of = |f: &dyn Fn(usize) -> String| format!("vec4<f32>({}, {}, {}, {})", f(0), f(1), f(2), f(3));
     if sg.lhs_k_axes.len() > 1 {
         // k spans several axes of the lhs binding: the vec4 offset of k = 4·k4 along them.
@@ -602,7 +603,6 @@ pub fn subgroup_main(
         let kc = unravel(body, &kd, "k", "kc");
         let terms: Vec<String> = kc.iter().zip(&ks).map(|(c, s)| format!("{c} * {s}u")).collect();
         let _ = writeln!(body, "    return ({}) >> 2u;\n}}\n", terms.join(" + "));
-        w(&mut s, 2, "let ka = fg_lhs_k(k4 * 4u);".into());
     }
     let ka = if sg.lhs_k_axes.len() > 1 { "ka" } else { "k4" };
     // A vec4 of a view's binding, in f32 (an f16 binding's are widened), rounded to f16
@@ -619,47 +619,66 @@ pub fn subgroup_main(
             v
         }
     };
-    for q in 0..rows / lanes {
-        let a = match &sg.lhs {
-            Some(v) => load(v, 0, format!("ar{q} + {ka}")),
-            None => vec4_of(&|c| format!("v{}(ar{q} + k4 * 4u + {c}u)", lhs_op.index())),
-        };
-        w(&mut s, 2, format!("let a{q} = {a};"));
-    }
-    match &sg.rhs {
-        Some(v) if rhs_transposed => {
-            for c in 0..4 {
-                w(&mut s, 2, format!("let t{c} = {};", load(v, 1, format!("bn{c} + k4"))));
+    // One step of 4 along `k` (`kks` = 4) from `k4`, or the last `kks` < 4 of a `k` that is
+    // not a multiple of 4: then no operand is a view along `k` (see `subgroup_plan`), the
+    // lhs components past the end read as 0 and the rhs rows past it are skipped.
+    let step = |s: &mut String, kks: usize| {
+        if sg.lhs_k_axes.len() > 1 {
+            w(s, 2, "let ka = fg_lhs_k(k4 * 4u);".into());
+        }
+        for q in 0..rows / lanes {
+            let a = match &sg.lhs {
+                Some(v) => load(v, 0, format!("ar{q} + {ka}")),
+                None => vec4_of(&|c| match c < kks {
+                    true => format!("v{}(ar{q} + k4 * 4u + {c}u)", lhs_op.index()),
+                    false => "0.0f".into(),
+                }),
+            };
+            w(s, 2, format!("let a{q} = {a};"));
+        }
+        match &sg.rhs {
+            Some(v) if rhs_transposed => {
+                for c in 0..4 {
+                    w(s, 2, format!("let t{c} = {};", load(v, 1, format!("bn{c} + k4"))));
+                }
+                for (kk, comp) in XYZW.iter().enumerate() {
+                    w(s, 2, format!("let w{kk} = vec4<f32>(t0.{comp}, t1.{comp}, t2.{comp}, t3.{comp});"));
+                }
             }
-            for (kk, comp) in XYZW.iter().enumerate() {
-                w(&mut s, 2, format!("let w{kk} = vec4<f32>(t0.{comp}, t1.{comp}, t2.{comp}, t3.{comp});"));
+            Some(v) => {
+                let sb_k = v.strides[v.strides.len() - 2] / 4;
+                for kk in 0..kks {
+                    w(s, 2, format!("let w{kk} = {};", load(v, 1, format!("bcol + (k4 * 4u + {kk}u) * {sb_k}u"))));
+                }
+            }
+            None => {
+                for kk in 0..kks {
+                    let wv = if conv {
+                        vec4_of(&|c| format!("fg_im2col(bt, k4 * 4u + {kk}u, bn{c})"))
+                    } else {
+                        let row = format!("b_base + (k4 * 4u + {kk}u) * {n}u");
+                        vec4_of(&|c| format!("v{}({row} + bn{c})", rhs_op.index()))
+                    };
+                    w(s, 2, format!("let w{kk} = {wv};"));
+                }
             }
         }
-        Some(v) => {
-            let sb_k = v.strides[v.strides.len() - 2] / 4;
-            for kk in 0..4 {
-                w(&mut s, 2, format!("let w{kk} = {};", load(v, 1, format!("bcol + (k4 * 4u + {kk}u) * {sb_k}u"))));
+        for r in 0..rows {
+            let (q, l) = (r / lanes, r % lanes);
+            for (kk, comp) in XYZW.iter().enumerate().take(kks) {
+                w(s, 2, format!("acc{r} = fma(vec4<f32>(subgroupBroadcast(a{q}.{comp}, {l}u)), w{kk}, acc{r});"));
             }
         }
-        None => {
-            for kk in 0..4 {
-                let wv = if conv {
-                    vec4_of(&|c| format!("fg_im2col(bt, k4 * 4u + {kk}u, bn{c})"))
-                } else {
-                    let row = format!("b_base + (k4 * 4u + {kk}u) * {n}u");
-                    vec4_of(&|c| format!("v{}({row} + bn{c})", rhs_op.index()))
-                };
-                w(&mut s, 2, format!("let w{kk} = {wv};"));
-            }
-        }
-    }
-    for r in 0..rows {
-        let (q, l) = (r / lanes, r % lanes);
-        for (kk, comp) in XYZW.iter().enumerate() {
-            w(&mut s, 2, format!("acc{r} = fma(vec4<f32>(subgroupBroadcast(a{q}.{comp}, {l}u)), w{kk}, acc{r});"));
-        }
-    }
+    };
+    w(&mut s, 1, format!("for (var k4 = 0u; k4 < {}u; k4 = k4 + 1u) {{", k / 4));
+    step(&mut s, 4);
     w(&mut s, 1, "}".into());
+    if !k.is_multiple_of(4) {
+        w(&mut s, 1, "{".into());
+        w(&mut s, 2, format!("let k4 = {}u;", k / 4));
+        step(&mut s, k % 4);
+        w(&mut s, 1, "}".into());
+    }
 
     // Epilogue and store, in-range outputs only.
     // Each lane owns 4 adjacent columns; with rows of a length divisible by 4 they are one
