@@ -208,6 +208,12 @@ pub fn plan(g: &Graph, kernel: &Kernel, regions: &[(NodeId, Vec<NodeId>)], opts:
     Some(TiledPlan { matmul, output: *output })
 }
 
+/// A vec4 of an f32 or (native) f16 output binding from four stored values.
+fn vec4_value(dtype: DType, v: [String; 4]) -> String {
+    let elem = if dtype == DType::F16 { "f16" } else { "f32" };
+    format!("vec4<{elem}>({}, {}, {}, {})", v[0], v[1], v[2], v[3])
+}
+
 /// Whether the tiled kernel of `plan` writes its output a vec4 at a time: rows a multiple of
 /// 4 long (every invocation's columns start at a multiple of 4 and are 4, 8 … long) and
 /// storage of f32 or native f16.
@@ -362,9 +368,7 @@ pub fn tiled_main(
                 // `n` is a multiple of 4 and so are `idx` and `gc`: whole aligned vec4s.
                 if c % 4 == 0 {
                     let value = |c: usize| store_value(out_dt, &format!("{e}(idx + {c}u, {})", acc(c)));
-                    let elem = if out_dt == DType::F16 { "f16" } else { "f32" };
-                    let quad =
-                        format!("vec4<{elem}>({}, {}, {}, {})", value(c), value(c + 1), value(c + 2), value(c + 3));
+                    let quad = vec4_value(out_dt, [value(c), value(c + 1), value(c + 2), value(c + 3)]);
                     w(&mut s, 2, format!("if (gc + {c}u < {n}u) {{ b{k_out}[(idx + {c}u) >> 2u] = {quad}; }}"));
                 }
             } else {
@@ -695,8 +699,7 @@ pub fn subgroup_main(
         let given = inv.read_row(&mut s, "idx");
         let value = |c: usize| store_value(out_dt, &format!("{e}(idx + gc{c}, acc{r}.{}{})", XYZW[c], given(c)));
         if sg.vec4_store {
-            let elem = if out_dt == DType::F16 { "f16" } else { "f32" };
-            let quad = format!("vec4<{elem}>({}, {}, {}, {})", value(0), value(1), value(2), value(3));
+            let quad = vec4_value(out_dt, [value(0), value(1), value(2), value(3)]);
             w(&mut s, 2, format!("if (gc0 < {n}u) {{ b{k_out}[(idx + gc0) >> 2u] = {quad}; }}"));
         } else {
             for c in 0..4 {
