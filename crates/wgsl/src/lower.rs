@@ -244,7 +244,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
 /// `m`'s value given as `acc` (the tiled matmul's accumulator).
 ///
 /// `given` (with `acc` only) are values the region reads by element function that the caller
-/// passes in instead, as parameters `hN` after `acc` (see `matmul::row_values`).
+/// passes in instead, as parameters `hN` after `acc` (see `matmul::Invariants`).
 pub(crate) fn write_region(
     g: &Graph,
     o: NodeId,
