@@ -786,35 +786,30 @@ fn pull_exclusive_operands(
     if pulled.is_empty() {
         return Some(vetoed);
     }
-    let after = {
-        for &(c, home) in &pulled {
-            groups.remove(home, c, ctx.operands(c));
-            groups.insert(t, c, ctx.operands(c));
-        }
-        let one = BTreeSet::from([t]);
-        let each_gains = std::iter::once(p)
-            .chain(pulled.iter().map(|&(c, _)| c))
-            .all(|c| judge_fusion(ctx, groups, &one, c, false, peak).is_none());
-        if each_gains {
-            ctx.peak(groups)
-        } else {
-            u64::MAX
-        }
-    };
-    match after {
-        after if after <= before + before / 64 => {
-            *peak = after;
-            None
-        }
-        _ => {
-            for &(c, home) in &pulled {
-                groups.remove(t, c, ctx.operands(c));
-                groups.insert(home, c, ctx.operands(c));
-            }
-            *peak = before;
-            Some(if after == u64::MAX { Veto::NoBenefit } else { Veto::PeakMemory { before, after } })
-        }
+    for &(c, home) in &pulled {
+        groups.remove(home, c, ctx.operands(c));
+        groups.insert(t, c, ctx.operands(c));
     }
+    let one = BTreeSet::from([t]);
+    let each_gains = std::iter::once(p)
+        .chain(pulled.iter().map(|&(c, _)| c))
+        .all(|c| judge_fusion(ctx, groups, &one, c, false, peak).is_none());
+    // The first veto stands where a pulled fusion is refused on its own; a new peak where
+    // the peak still rises.
+    let veto = match each_gains.then(|| ctx.peak(groups)) {
+        Some(after) if after <= before + before / 64 => {
+            *peak = after;
+            return None;
+        }
+        Some(after) => Veto::PeakMemory { before, after },
+        None => vetoed,
+    };
+    for &(c, home) in &pulled {
+        groups.remove(t, c, ctx.operands(c));
+        groups.insert(home, c, ctx.operands(c));
+    }
+    *peak = before;
+    Some(veto)
 }
 
 /// The verdict on `groups` with `p` just moved into `targets`: each target must still be one
