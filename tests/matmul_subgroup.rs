@@ -14,6 +14,15 @@ use std::collections::BTreeMap;
 
 const MARK: &str = "subgroupBroadcast(";
 
+/// Whether `device` lowers f32 products to the subgroup matmul: a CPU adapter with
+/// subgroup operations of a fixed size (lavapipe).
+fn takes_subgroup_matmul(device: &Device) -> bool {
+    let info = device.info();
+    info.device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu
+        && info.subgroup_min_size == info.subgroup_max_size
+        && device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP)
+}
+
 fn cpu_opts(lanes: u32) -> LowerOptions {
     LowerOptions { f16_native: false, cpu: true, subgroups: true, subgroup_size: Some(lanes) }
 }
@@ -285,10 +294,7 @@ fn invariant_epilogue_values_are_read_once_per_row_or_column() {
 #[test]
 fn subgroup_matmul_matches_the_reference() {
     let device = Device::shared().expect("a device");
-    let info = device.info();
-    let expect_sg = info.device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu
-        && info.subgroup_min_size == info.subgroup_max_size
-        && device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP);
+    let expect_sg = takes_subgroup_matmul(&device);
     eprintln!("device: {} (subgroup matmul expected: {expect_sg})", device.describe());
     let dir = std::env::temp_dir().join(format!("fusegraph_sg_{}", std::process::id()));
     let mut failures = Vec::new();
@@ -377,11 +383,7 @@ fn f16_products_take_the_subgroup_matmul() {
         assert!(!lower(&case.graph, k, &cpu_opts(8)).wgsl.contains(MARK), "{}", case.name);
     }
     let device = Device::shared().expect("a device");
-    let info = device.info();
-    let expect_sg = info.device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu
-        && info.subgroup_min_size == info.subgroup_max_size
-        && device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP)
-        && device.f16_native();
+    let expect_sg = takes_subgroup_matmul(&device) && device.f16_native();
     for case in &cases {
         let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
         let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).expect("reference");

@@ -283,6 +283,15 @@ enum RegionStmt {
 }
 
 impl RegionStmt {
+    /// Whether the statement takes its value from an element function (`vN(i)`): a read
+    /// from outside the region, or a member that is not elementwise (a broadcast, a view).
+    fn is_call(&self) -> bool {
+        match self {
+            RegionStmt::Read(_) => true,
+            RegionStmt::Def(n, expr) => *expr == format!("v{}(i)", n.index()),
+        }
+    }
+
     /// The node whose element the statement names (`yP` or `xN`).
     fn node(&self) -> NodeId {
         match self {
@@ -344,14 +353,7 @@ fn suffix_names(expr: &str, sfx: &str) -> String {
 /// The values a region reads through element functions (`vP(i)`): those it reads from
 /// outside, and its members that are not elementwise (broadcasts, views, reductions).
 pub(crate) fn region_calls(g: &Graph, region: &[NodeId], acc: Option<NodeId>) -> Vec<NodeId> {
-    region_stmts(g, region, acc)
-        .into_iter()
-        .filter_map(|s| match s {
-            RegionStmt::Read(p) => Some(p),
-            RegionStmt::Def(n, e) if e == format!("v{}(i)", n.index()) => Some(n),
-            RegionStmt::Def(..) => None,
-        })
-        .collect()
+    region_stmts(g, region, acc).into_iter().filter(RegionStmt::is_call).map(|s| s.node()).collect()
 }
 
 fn region_stmts(g: &Graph, region: &[NodeId], acc: Option<NodeId>) -> Vec<RegionStmt> {
@@ -510,12 +512,10 @@ fn vec4_storage(dtype: DType, opts: &LowerOptions) -> bool {
 /// binding from a multiple of 4: the last axis contiguous and of a length divisible by 4,
 /// every other stride and the offset multiples of 4, the binding's length too.
 fn quad_view(g: &Graph, kernel: &Kernel, opts: &LowerOptions, stmt: &RegionStmt) -> Option<StridedView> {
-    let node = stmt.node();
-    if let RegionStmt::Def(n, expr) = stmt {
-        if *expr != format!("v{}(i)", n.index()) {
-            return None;
-        }
+    if !stmt.is_call() {
+        return None;
     }
+    let node = stmt.node();
     let last = *g.ty(node).shape.dims().last()?;
     let view = strided_view(g, kernel, node)?;
     let (&inner, outer) = view.strides.split_last()?;

@@ -256,6 +256,7 @@ pub fn tiled_main(
     let t = vty(g.ty(mm).dtype);
     let (k_out, out_b) = bindings.iter().enumerate().find(|(_, b)| b.output).expect("one output");
     let out_dt = g.ty(out_b.node).dtype;
+    let vec4_store = tiled_vec4_store(g, plan, opts);
     const XYZW: [&str; 4] = ["x", "y", "z", "w"];
 
     // Tiles of vec4s: fg_tile_a[kk * tm/4 + q] holds rows 4q..4q+3 of the lhs tile at `kk`,
@@ -364,7 +365,7 @@ pub fn tiled_main(
                         ),
                     );
                 }
-            } else if tiled_vec4_store(g, plan, opts) {
+            } else if vec4_store {
                 // `n` is a multiple of 4 and so are `idx` and `gc`: whole aligned vec4s.
                 if c % 4 == 0 {
                     let value = |c: usize| store_value(out_dt, &format!("{e}(idx + {c}u, {})", acc(c)));
@@ -446,7 +447,7 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
     // Contiguous along axis `unit`; every other stride and the offset in whole vec4s; a
     // binding of f32 or of native f16 (`vec4<f16>`, widened on load).
     let aligned = |v: &StridedView, unit: usize| {
-        (g.ty(v.leaf).dtype == DType::F32 || !packed_f16(g.ty(v.leaf).dtype, opts))
+        !packed_f16(g.ty(v.leaf).dtype, opts)
             && v.offset.is_multiple_of(4)
             && v.strides.iter().enumerate().all(|(a, &s)| a == unit || s.is_multiple_of(4))
             && v.strides[unit] == 1
