@@ -33,6 +33,30 @@ fn fg_tanh(x: f32) -> f32 {
     return select(c * p / q, x, nan);
 }
 
+// fn fg_round_f16
+// f32 to the nearest f16 value (ties to even), kept in f32: f16 subnormals kept, ±inf from
+// 65520 up, NaN stays NaN (the reference's cast). Integer operations and one `round`:
+// SPIR-V's `quantizeToF16` flushes f16 subnormals to zero, and lavapipe converts its lanes
+// one at a time (the cast of the f32 weights made a mixed-precision matmul ~40% slower).
+fn fg_round_f16(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    let a = b & 0x7fffffffu;
+    // Normal halves: drop the 13 low mantissa bits, ties to even (a carry into the exponent
+    // is the right result).
+    let n = bitcast<f32>((b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u);
+    // Below 2^-14: the nearest multiple of 2^-24 (both scalings are exact).
+    let s = round(x * 0x1p24f) * 0x1p-24f;
+    var r = select(n, s, a < 0x38800000u);
+    r = select(r, bitcast<f32>((b & 0x80000000u) | 0x7f800000u), a >= 0x477ff000u);
+    return select(r, x, a > 0x7f800000u);
+}
+
+// fn fg_round_f16x4
+// `fg_round_f16` of each component.
+fn fg_round_f16x4(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(fg_round_f16(v.x), fg_round_f16(v.y), fg_round_f16(v.z), fg_round_f16(v.w));
+}
+
 // fn fg_div_i32
 // Integer division with WGSL's rules made explicit: x / 0 = x and MIN / -1 = MIN.
 fn fg_div_i32(a: i32, b: i32) -> i32 {

@@ -378,7 +378,7 @@ fn f16_products_take_the_subgroup_matmul() {
         assert!(src.contains("array<vec4<f16>>") && src.contains("vec4<f32>(b"), "{}\n{src}", case.name);
         let cast = case.name == "f16_cast_weights";
         assert_eq!(src.contains("array<vec4<f32>>"), cast, "{}\n{src}", case.name);
-        assert_eq!(src.contains("= quantizeToF16(b"), cast, "{}\n{src}", case.name);
+        assert_eq!(src.contains("= fg_round_f16x4(b"), cast, "{}\n{src}", case.name);
         // Packed f16 (no native f16) keeps the tiled kernel.
         assert!(!lower(&case.graph, k, &cpu_opts(8)).wgsl.contains(MARK), "{}", case.name);
     }

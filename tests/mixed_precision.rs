@@ -28,3 +28,76 @@ fn mixed_precision_halves_activation_memory_and_matches_f32() {
     let scale = a[0].to_f64().iter().fold(1.0f64, |m, v| m.max(v.abs()));
     assert_close(&b[0], &a[0], 2e-2, 2e-2 * scale).unwrap();
 }
+
+/// f32 → f16 casts round to the nearest f16 (ties to even) on the device exactly as the
+/// reference does, across the whole range: ties, f16 subnormals (which SPIR-V's
+/// `quantizeToF16` would flush to zero), the overflow threshold 65520, infinities and NaN.
+/// Fused, the cast is `fg_round_f16` in registers; unfused, the f16 value is stored and read
+/// back (native `f16` and packed forms).
+#[test]
+fn f16_casts_round_like_the_reference_over_the_whole_range() {
+    use fusegraph::{DType, DeviceOptions, FusionMode, GraphBuilder, HostTensor};
+    let p = |e: i32| 2f32.powi(e);
+    let mut xs: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        1.0 + p(-11),       // a tie: to 1 (even)
+        1.0 + 3.0 * p(-11), // a tie: up to the even 1 + 2^-9
+        1.0 + p(-11) + p(-20),
+        65504.0,
+        65519.99,
+        65520.0, // the first value that rounds to infinity
+        -65520.0,
+        1.0e6,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        p(-14),
+        p(-14) * (1.0 - p(-12)), // the largest subnormal's neighbourhood: rounds up to 2^-14
+        p(-24),
+        p(-25),       // a tie: to 0
+        1.5 * p(-24), // a tie: to 2^-23
+        2.5 * p(-24), // a tie: to 2^-23
+        -3.0e-8,
+        1.0e-10,
+        -1.0e-30,
+        f32::MIN_POSITIVE,
+    ];
+    // Every binade from 2^-30 to 2^17, with random mantissas and signs.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for e in -30..=17 {
+        for _ in 0..20 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let m = 1.0 + (state >> 40) as f32 / (1u64 << 24) as f32;
+            let sign = if state & 1 == 0 { 1.0 } else { -1.0 };
+            xs.push(sign * m * p(e));
+        }
+    }
+    let n = xs.len();
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [n]).unwrap();
+    let y = x.cast(DType::F16).unwrap().cast(DType::F32).unwrap();
+    let g = b.graph();
+    let feed = HostTensor::new([n], xs.clone()).unwrap();
+    let want: Vec<f32> = xs.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect();
+    for native in [true, false] {
+        let device = std::sync::Arc::new(
+            Device::new(&DeviceOptions { f16_native: Some(native), ..Default::default() }).unwrap(),
+        );
+        if native && !device.f16_native() {
+            continue;
+        }
+        for fusion in [FusionMode::On, FusionMode::Off] {
+            let exe = device.compile(&g, &[y.id()], &CompileOptions { fusion, ..Default::default() }).unwrap();
+            let got = exe.run(&[("x", &feed)]).unwrap();
+            let got = got[0].as_slice::<f32>().unwrap();
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+                assert!(same, "native f16 {native}, {fusion:?}: x = {:e} gave {g:e}, want {w:e}", xs[i]);
+            }
+        }
+    }
+}

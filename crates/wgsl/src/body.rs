@@ -299,12 +299,12 @@ fn cast(from: DType, to: DType, x: &str) -> String {
     use DType::*;
     match (from, to) {
         _ if from == to => x.to_string(),
-        (F32 | F16, F16) => format!("quantizeToF16({x})"),
+        (F32, F16) => format!("fg_round_f16({x})"),
         (F16, F32) => x.to_string(),
         (F32 | F16, I32) => format!("fg_f2i({x})"),
         (F32 | F16, U32) => format!("fg_f2u({x})"),
         (I32 | U32, F32) => format!("f32({x})"),
-        (I32 | U32, F16) => format!("quantizeToF16(f32({x}))"),
+        (I32 | U32, F16) => format!("fg_round_f16(f32({x}))"),
         (I32, U32) => format!("bitcast<u32>({x})"),
         (U32, I32) => format!("bitcast<i32>({x})"),
         (_, Bool) => format!("({x} != {})", literal(from, 0.0)),

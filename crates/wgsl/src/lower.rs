@@ -227,16 +227,44 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
         wgsl.push_str("enable f16;\n\n");
     }
     wgsl.push_str(&body);
-    for helper in HELPERS.split("// fn ").skip(1) {
-        let name = helper.lines().next().unwrap_or("").trim();
-        if !name.is_empty() && body.contains(&format!("{name}(")) {
-            let text: String = helper.lines().skip(1).collect::<Vec<_>>().join("\n");
-            let _ = writeln!(wgsl, "{}\n", text.trim());
-        }
-    }
+    wgsl.push_str(&helpers_called(&[&body, &main]));
     wgsl.push_str(&main);
     let label = kernel.members.iter().map(|&m| g.node(m).op.name()).collect::<Vec<_>>().join("+");
     KernelSource { wgsl, bindings, workgroups, label }
+}
+
+/// The helpers of shaders/helpers.wgsl (each after a `// fn NAME` line) that `texts` call,
+/// and those the included helpers call in turn, in the file's order.
+fn helpers_called(texts: &[&str]) -> String {
+    let helpers: Vec<(&str, String)> = HELPERS
+        .split("// fn ")
+        .skip(1)
+        .filter_map(|h| {
+            let name = h.lines().next()?.trim();
+            let text: String = h.lines().skip(1).collect::<Vec<_>>().join("\n");
+            (!name.is_empty()).then(|| (name, text.trim().to_string()))
+        })
+        .collect();
+    let mut called = vec![false; helpers.len()];
+    loop {
+        let mut more = false;
+        for (i, (name, _)) in helpers.iter().enumerate() {
+            let call = format!("{name}(");
+            let by_helper = helpers.iter().zip(&called).any(|((_, text), &c)| c && text.contains(&call));
+            if !called[i] && (by_helper || texts.iter().any(|t| t.contains(&call))) {
+                called[i] = true;
+                more = true;
+            }
+        }
+        if !more {
+            break;
+        }
+    }
+    let mut out = String::new();
+    for ((_, text), _) in helpers.iter().zip(&called).filter(|(_, &c)| c) {
+        let _ = writeln!(out, "{text}\n");
+    }
+    out
 }
 
 /// Writes `fn eO(i) -> T`, output `o`'s region computed once per element. With

@@ -493,7 +493,7 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
 
 /// `op`, or the value below the float-to-float casts it is made of (mixed precision rounds
 /// f32 weights to f16 on their way into a product), and whether those casts round to f16:
-/// a product reads that value's view and rounds each vec4 (`quantizeToF16`), instead of
+/// a product reads that value's view and rounds each vec4 (`fg_round_f16x4`), instead of
 /// calling the cast's element function per element.
 fn below_float_casts(g: &Graph, kernel: &Kernel, op: NodeId) -> (NodeId, bool) {
     let float = |n: NodeId| matches!(g.ty(n).dtype, DType::F32 | DType::F16);
@@ -619,7 +619,7 @@ pub fn subgroup_main(
             _ => format!("b{b}[{at}]"),
         };
         if sg.round[side] {
-            format!("quantizeToF16({v})")
+            format!("fg_round_f16x4({v})")
         } else {
             v
         }
