@@ -1,6 +1,8 @@
 //! The transformer example: GPT-2-small-shaped decoder blocks (d_model 768, 12 heads, MLP
 //! 3072, causal attention, layer norms, GELU), sequence 256, batch 1, fused, checked against
-//! the CPU reference. `cargo run --release --example transformer [-- --layers N] [--seq S] [--quick]`
+//! the CPU reference. `cargo run --release --example transformer [-- --layers N] [--seq S] [--quick]
+//! [--mixed-precision]` (activations and weights stored as f16, accumulated in f32; checked
+//! within f16 tolerance).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -12,11 +14,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let layers = flag("--layers", 1)?;
+    let mixed_precision = args.iter().any(|a| a == "--mixed-precision");
     let seq = flag("--seq", if quick { 32 } else { 256 })?;
     let w = fusegraph::workloads::transformer(seq, layers, quick)?;
     let device = fusegraph::Device::shared()?;
-    println!("transformer: {layers} layer(s), sequence {seq} on {}", device.describe());
-    let report = fusegraph::workloads::run_example(&device, &w, 3)?;
+    let precision = if mixed_precision { "mixed precision (f16 storage)" } else { "f32" };
+    println!("transformer: {layers} layer(s), sequence {seq}, {precision} on {}", device.describe());
+    let opts = fusegraph::CompileOptions { mixed_precision, ..Default::default() };
+    let report = fusegraph::workloads::run_example_with(&device, &w, 3, &opts)?;
     println!("{report}");
     Ok(())
 }

@@ -216,8 +216,20 @@ pub struct Report {
 /// (error if they differ beyond f32 tolerance scaled by the output's magnitude), and times
 /// `runs` runs.
 pub fn run_example(device: &std::sync::Arc<crate::Device>, w: &Workload, runs: usize) -> Result<Report, String> {
+    run_example_with(device, w, runs, &crate::CompileOptions::default())
+}
+
+/// [`run_example`] compiled with `opts`; under `mixed_precision` the outputs are checked
+/// against the f32 reference within f16 tolerance (2e-2, scaled by the output's magnitude).
+pub fn run_example_with(
+    device: &std::sync::Arc<crate::Device>,
+    w: &Workload,
+    runs: usize,
+    opts: &crate::CompileOptions,
+) -> Result<Report, String> {
     use crate::crates::reference;
-    let mut exe = device.compile(&w.graph, &w.outputs, &crate::CompileOptions::default()).map_err(|e| e.to_string())?;
+    let tol = if opts.mixed_precision { 2e-2 } else { 1e-4 };
+    let mut exe = device.compile(&w.graph, &w.outputs, opts).map_err(|e| e.to_string())?;
     for (name, value) in &w.params {
         exe.set_parameter(name, value).map_err(|e| e.to_string())?;
     }
@@ -228,7 +240,7 @@ pub fn run_example(device: &std::sync::Arc<crate::Device>, w: &Workload, runs: u
     let mut max_abs_error = 0.0f64;
     for (g, r) in got.iter().zip(&want) {
         let scale = r.to_f64().iter().fold(1.0f64, |m, v| m.max(v.abs()));
-        reference::assert_close(g, r, 1e-4, 1e-4 * scale)
+        reference::assert_close(g, r, tol, tol * scale)
             .map_err(|e| format!("{}: does not match the reference: {e}", w.name))?;
         for (a, b) in g.to_f64().iter().zip(r.to_f64()) {
             max_abs_error = max_abs_error.max((a - b).abs());

@@ -1,20 +1,25 @@
 //! Mixed precision: a graph computing in f32 rewritten to store every floating-point value
 //! in f16, halving activation memory and bandwidth.
 //!
-//! What changes: every f32 value of the result is f16 — leaves (`input`, `parameter`,
-//! `constant`) keep their f32 storage and are cast at their uses (the casts fuse into the
-//! consumers, e.g. a matmul prologue), `full`/`iota`/`cast` produce f16, and each requested
-//! output is cast back to f32, so callers see the same types. What does not change:
+//! What changes: every f32 value of the result is f16 — parameters and constants are stored
+//! as f16 (the weights' memory halves too), except the parameters named as *masters*
+//! (those a training step updates keep their f32 values and are cast at their uses, as
+//! inputs are: the casts fuse into the consumers, e.g. a matmul prologue), `full`/`iota`/
+//! `cast` produce f16, and each requested output is cast back to f32, so callers see the
+//! same types. Storing a weight in f16 or casting it at every use computes the same values:
+//! both round it to f16 once before any arithmetic. What does not change:
 //! arithmetic inside a kernel is f32 on every adapter (f16 is a storage format here), so
 //! reductions, softmax and norms accumulate in f32, and a fused chain rounds only where it
 //! stores. Integer and bool values are untouched.
 
 use fusegraph_ir::{DType, Graph, NodeId, Op, Result, TensorType};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Rewrites `g` into a new graph that stores f32 values as f16; returns it and the new ids of
-/// `outputs` (cast back to their original dtypes).
-pub fn to_mixed_precision(g: &Graph, outputs: &[NodeId]) -> Result<(Graph, Vec<NodeId>)> {
+/// `outputs` (cast back to their original dtypes). The f32 parameters named in `masters`
+/// keep their f32 storage; every other f32 parameter and constant becomes an f16 leaf (the
+/// runtime rounds a parameter's f32 value when it is set).
+pub fn to_mixed_precision(g: &Graph, outputs: &[NodeId], masters: &BTreeSet<String>) -> Result<(Graph, Vec<NodeId>)> {
     let mut out = Graph::new();
     let mut map: BTreeMap<NodeId, NodeId> = BTreeMap::new();
     let half = |ty: &TensorType| {
@@ -27,7 +32,11 @@ pub fn to_mixed_precision(g: &Graph, outputs: &[NodeId]) -> Result<(Graph, Vec<N
     for id in g.topo_order()? {
         let node = g.node(id);
         let new = match &node.op {
-            Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } => {
+            Op::Parameter { name } if node.ty.dtype == DType::F32 && !masters.contains(name) => {
+                out.add_leaf(node.op.clone(), half(&node.ty))?
+            }
+            Op::Constant { .. } => out.add_leaf(node.op.clone(), half(&node.ty))?,
+            Op::Input { .. } | Op::Parameter { .. } => {
                 let leaf = out.add_leaf(node.op.clone(), node.ty.clone())?;
                 if node.ty.dtype == DType::F32 {
                     out.add_op(Op::Cast { to: DType::F16 }, &[leaf])?
@@ -75,14 +84,37 @@ mod tests {
         let w = b.parameter("w", DType::F32, [8, 8]).unwrap();
         let i = b.input("i", DType::I32, [4]).unwrap();
         let y = x.matmul(&w).unwrap().softmax(1).unwrap();
-        let (g, outs) = to_mixed_precision(&b.graph(), &[y.id(), i.id()]).unwrap();
+        let (g, outs) = to_mixed_precision(&b.graph(), &[y.id(), i.id()], &BTreeSet::new()).unwrap();
         fusegraph_ir::verify(&g).unwrap();
         assert_eq!(g.ty(outs[0]).dtype, DType::F32);
         assert_eq!(g.ty(outs[1]).dtype, DType::I32);
         let f16_values = g.node_ids().into_iter().filter(|&n| g.ty(n).dtype == DType::F16).count();
         let f32_values = g.node_ids().into_iter().filter(|&n| g.ty(n).dtype == DType::F32).count();
-        // f32 remains only at the two leaves and the output cast.
-        assert_eq!(f32_values, 3, "{}", fusegraph_ir::text::print(&g));
+        // f32 remains only at the input and the output cast; the weight is an f16 leaf.
+        assert_eq!(f32_values, 2, "{}", fusegraph_ir::text::print(&g));
         assert!(f16_values > 5);
+        let leaf = |n: &str| {
+            g.node_ids().into_iter().find(|&id| matches!(&g.node(id).op, Op::Parameter { name } if name == n))
+        };
+        assert_eq!(g.ty(leaf("w").unwrap()).dtype, DType::F16);
+    }
+
+    #[test]
+    fn master_parameters_keep_f32_storage_and_are_cast_at_their_uses() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [4, 8]).unwrap();
+        let w = b.parameter("w", DType::F32, [8, 8]).unwrap();
+        let v = b.parameter("v", DType::F32, [8, 8]).unwrap();
+        let y = x.matmul(&w).unwrap().matmul(&v).unwrap();
+        let masters = BTreeSet::from(["w".to_string()]);
+        let (g, _) = to_mixed_precision(&b.graph(), &[y.id()], &masters).unwrap();
+        let leaf = |n: &str| {
+            g.node_ids().into_iter().find(|&id| matches!(&g.node(id).op, Op::Parameter { name } if name == n)).unwrap()
+        };
+        assert_eq!(g.ty(leaf("w")).dtype, DType::F32);
+        assert_eq!(g.ty(leaf("v")).dtype, DType::F16);
+        let uses = g.users(leaf("w"));
+        assert_eq!(uses.len(), 1);
+        assert!(matches!(g.node(uses[0]).op, Op::Cast { to: DType::F16 }));
     }
 }

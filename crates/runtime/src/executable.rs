@@ -24,8 +24,11 @@ pub struct CompileOptions {
     pub remat: bool,
     /// A name for messages (`OOM when allocating the plan for <name>`).
     pub name: Option<String>,
-    /// Store every f32 activation (and weight, at its uses) as f16, accumulating in f32;
-    /// outputs keep their types. Halves activation memory.
+    /// Store every f32 activation, weight and constant as f16, accumulating in f32; outputs
+    /// keep their types. Halves activation and weight memory. Parameters keep their declared
+    /// f32 type at the API: `set_parameter` rounds the value to f16 on upload and
+    /// `parameter` reads it back widened. Parameters that `updates` writes (training) keep
+    /// f32 storage and are rounded at their uses instead.
     pub mixed_precision: bool,
     /// Set while measuring the cost model itself: plan with the default cost model.
     #[doc(hidden)]
@@ -62,6 +65,12 @@ impl Default for CompileOptions {
 }
 
 impl CompileOptions {
+    /// The parameters mixed precision keeps in f32: those `updates` writes (a training
+    /// step's weights and optimizer state need their f32 values between steps).
+    fn masters(&self) -> std::collections::BTreeSet<String> {
+        self.updates.iter().map(|(name, _)| name.clone()).collect()
+    }
+
     /// One kernel per primitive op and no simplification: the baseline of comparisons.
     pub fn unfused() -> Self {
         CompileOptions { fusion: FusionMode::Off, simplify: false, ..Default::default() }
@@ -231,7 +240,7 @@ impl Device {
         let mut outs = outputs.to_vec();
         outs.extend(opts.updates.iter().map(|(_, node)| *node));
         if opts.mixed_precision {
-            let (g, outs) = fusegraph_passes::mixed_precision::to_mixed_precision(graph, &outs)?;
+            let (g, outs) = fusegraph_passes::mixed_precision::to_mixed_precision(graph, &outs, &opts.masters())?;
             return Ok(plan_summary_within(&g, &outs, &popts, self.limit_for(opts))?);
         }
         Ok(plan_summary_within(graph, &outs, &popts, self.limit_for(opts))?)
@@ -290,7 +299,8 @@ impl Device {
         outs_vec.extend(opts.updates.iter().map(|(_, n)| *n));
         let mut simplified = graph.clone();
         if opts.mixed_precision {
-            (simplified, outs_vec) = fusegraph_passes::mixed_precision::to_mixed_precision(graph, &outs_vec)?;
+            (simplified, outs_vec) =
+                fusegraph_passes::mixed_precision::to_mixed_precision(graph, &outs_vec, &opts.masters())?;
         }
         if opts.simplify {
             fusegraph_passes::simplify(&mut simplified, &mut outs_vec)?;
@@ -599,7 +609,12 @@ impl Executable {
         }
         // A parameter the outputs do not need was removed by simplification: nothing to upload.
         if let Some((slot, loaded)) = self.params.get_mut(name) {
-            self.device.queue.write_buffer(self.persistent.buffer(), slot.loc.offset, &value.to_bytes());
+            // Stored in another dtype (mixed precision's f16 weights): rounded here.
+            let stored = match slot.ty.dtype == value.dtype() {
+                true => value.to_bytes(),
+                false => HostTensor::from_f64(slot.ty.dtype, slot.ty.shape.clone(), &value.to_f64())?.to_bytes(),
+            };
+            self.device.queue.write_buffer(self.persistent.buffer(), slot.loc.offset, &stored);
             *loaded = true;
         }
         Ok(())
@@ -658,6 +673,10 @@ impl Executable {
             HostTensor::from_bytes(&slot.ty, &view)?
         };
         read.unmap();
+        let value = match value.dtype() == declared.dtype {
+            true => value,
+            false => HostTensor::from_f64(declared.dtype, declared.shape.clone(), &value.to_f64())?,
+        };
         Ok(value)
     }
 
@@ -783,9 +802,10 @@ impl Executable {
                 return Err(RuntimeError::MissingFeed { name: name.clone(), expected: slot.ty.clone() });
             }
         }
-        for (name, (slot, loaded)) in &self.params {
+        for (name, (_, loaded)) in &self.params {
             if !loaded {
-                return Err(RuntimeError::MissingParameter { name: name.clone(), ty: slot.ty.clone() });
+                let ty = self.declared_params[name].clone();
+                return Err(RuntimeError::MissingParameter { name: name.clone(), ty });
             }
         }
         let d = &self.device;
