@@ -146,7 +146,7 @@ fn e19_acc(i: u32, acc: f32, h7: f32) -> f32 {
     return x19;
 }
 
-var<workgroup> fg_tile_a: array<vec4<f32>, 512>;
+var<workgroup> fg_tile_a: array<vec4<f32>, 128>;
 var<workgroup> fg_tile_b: array<vec4<f32>, 512>;
 
 // The error function (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7).
@@ -157,7 +157,7 @@ fn fg_erf(x: f32) -> f32 {
     return sign(x) * (1.0f - poly * exp(-a * a));
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let wg = wid.y * nwg.x + wid.x;
     if (wg >= 1u) { return; }
@@ -167,7 +167,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let a_base = 0u;
     let b_base = 0u;
     let o_base = bt * 180u;
-    let row0 = tile_row * 64u;
+    let row0 = tile_row * 16u;
     let col0 = tile_col * 64u;
     let tx = lid % 16u;
     let ty = lid / 16u;
@@ -177,7 +177,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc3_0 = vec4<f32>();
     for (var k0 = 0u; k0 < 33u; k0 = k0 + 32u) {
         for (var l = 0u; l < 2u; l = l + 1u) {
-            let e = l * 256u + lid;
+            let e = l * 64u + lid;
             let r = row0 + (e / 32u) * 4u;
             let kk = e % 32u;
             let gk = k0 + kk;
@@ -188,10 +188,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 if (r + 2u < 9u) { x.z = v0(a_base + (r + 2u) * 33u + gk); }
                 if (r + 3u < 9u) { x.w = v0(a_base + (r + 3u) * 33u + gk); }
             }
-            fg_tile_a[kk * 16u + e / 32u] = x;
+            fg_tile_a[kk * 4u + e / 32u] = x;
         }
-        for (var l = 0u; l < 2u; l = l + 1u) {
-            let e = l * 256u + lid;
+        for (var l = 0u; l < 8u; l = l + 1u) {
+            let e = l * 64u + lid;
             let gk = k0 + e / 16u;
             let c = col0 + (e % 16u) * 4u;
             var x = vec4<f32>();
@@ -205,7 +205,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
         for (var kk = 0u; kk < 32u; kk = kk + 1u) {
-            let a0 = fg_tile_a[kk * 16u + ty * 1u + 0u];
+            let a0 = fg_tile_a[kk * 4u + ty * 1u + 0u];
             let b0 = fg_tile_b[kk * 16u + tx * 1u + 0u];
             acc0_0 = acc0_0 + a0.x * b0;
             acc1_0 = acc1_0 + a0.y * b0;
