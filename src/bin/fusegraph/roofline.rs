@@ -108,8 +108,19 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     let device = Device::shared().map_err(|e| e.to_string())?;
     let info = device.info().clone();
     eprintln!("device: {}", device.describe());
-    let n: usize = if args.quick { 1 << 20 } else { 1 << 24 };
-    let mm: &[usize] = if args.quick { &[256] } else { &[512, 1024] };
+    // A GPU gets larger problems: a 64 MiB copy takes tens of microseconds there, and the
+    // matmul targets are stated at 4096³.
+    let cpu = info.device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu;
+    let n: usize = match (args.quick, cpu) {
+        (true, _) => 1 << 20,
+        (false, true) => 1 << 24,
+        (false, false) => 1 << 26,
+    };
+    let mm: &[usize] = match (args.quick, cpu) {
+        (true, _) => &[256],
+        (false, true) => &[512, 1024],
+        (false, false) => &[1024, 2048, 4096],
+    };
     let runs = if args.quick { 5 } else { 10 };
     let mut rows: Vec<Row> = Vec::new();
     // The bandwidth ceiling: an f32 copy (`neg`: each element read once and written once),
@@ -184,7 +195,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
             };
             let flops = 2.0 * (m * m * m) as f64;
             measure_with("matmul", dtype, format!("{m}x{m}x{m}"), flops, &plain, build)?;
-            if device.autotune() || device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu {
+            if device.autotune() || cpu {
                 // The tiled kernel's untuned choice beside the tuned one (or the subgroup one).
                 let untuned = CompileOptions { matmul_tiling: Some(MatmulTiling::default_for(m, m)), ..plain.clone() };
                 measure_with("matmul untuned", dtype, format!("{m}x{m}x{m}"), flops, &untuned, build)?;
