@@ -72,6 +72,29 @@ fn run_time_feed_errors_are_typed() {
     assert_eq!(out[0].as_slice::<f32>().unwrap(), &[2.0, 3.0, 4.0, 2.0, 3.0, 4.0]);
 }
 
+/// An input the outputs do not need (declared, but pruned from the executable) may still be
+/// fed — checked against its declaration and ignored — as `Executable::inputs` documents;
+/// only names the graph never declared are unknown. Found by tests/fuzz_device.rs: a random
+/// graph whose outputs did not reach one of its inputs refused that feed.
+#[test]
+fn feeds_of_declared_inputs_the_outputs_do_not_need_are_accepted() {
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [2]).unwrap();
+    let _unused = b.input("unused", DType::F32, [3]).unwrap();
+    let y = x.neg().unwrap();
+    let exe = fusegraph::compile(&b.graph(), &[y.id()], &CompileOptions::default()).unwrap();
+    assert_eq!(exe.inputs().len(), 2);
+    let xv = HostTensor::new([2], vec![1.0f32, -2.0]).unwrap();
+    let uv = HostTensor::new([3], vec![5.0f32; 3]).unwrap();
+    let out = exe.run(&[("x", &xv), ("unused", &uv)]).unwrap();
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), &[-1.0, 2.0]);
+    // Not needed, so not required either; a wrong type is still an error; an undeclared name too.
+    assert!(exe.run(&[("x", &xv)]).is_ok());
+    let e = exe.run(&[("x", &xv), ("unused", &xv)]).unwrap_err();
+    assert_eq!(e.to_string(), "feed `unused`: expected f32[3], got f32[2]");
+    assert!(matches!(exe.run(&[("x", &xv), ("nope", &xv)]), Err(RuntimeError::UnknownFeed { .. })));
+}
+
 #[test]
 fn unknown_backend_is_typed() {
     assert!(matches!("cuda".parse::<Backend>(), Err(RuntimeError::UnknownBackend { .. })));

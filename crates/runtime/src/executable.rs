@@ -782,17 +782,19 @@ impl Executable {
 
     /// [`Executable::run`], for a caller holding [`Executable::take_turn`]'s guard.
     pub(crate) fn run_in_turn(&self, feeds: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
-        let names = || self.inputs.keys().cloned().collect::<Vec<_>>().join(", ");
+        // Any input the graph declares may be fed (checked against its declaration); feeds of
+        // inputs the outputs do not need are ignored.
+        let names = || self.declared_inputs.keys().cloned().collect::<Vec<_>>().join(", ");
         for (name, value) in feeds {
-            let slot = self
-                .inputs
+            let declared = self
+                .declared_inputs
                 .get(*name)
                 .ok_or_else(|| RuntimeError::UnknownFeed { name: name.to_string(), inputs: names() })?;
-            if value.ty() != slot.ty {
+            if value.ty() != *declared {
                 return Err(RuntimeError::WrongType {
                     what: "feed",
                     name: name.to_string(),
-                    expected: slot.ty.clone(),
+                    expected: declared.clone(),
                     got: value.ty(),
                 });
             }
