@@ -38,6 +38,11 @@ struct Case {
     feeds: Vec<(String, HostTensor)>,
     params: Vec<(String, HostTensor)>,
     ops: Vec<&'static str>,
+    /// The builder the graph came from, its last value and its inputs and parameters (for
+    /// appending a backward pass).
+    builder: GraphBuilder,
+    last: Tensor,
+    leaves: Vec<Tensor>,
 }
 
 const DIMS: [usize; 8] = [1, 3, 4, 8, 17, 32, 40, 65];
@@ -57,11 +62,13 @@ fn random_case(seed: u64, smooth: bool) -> Case {
         pool.push(b.input(&name, DType::F32, vec![rows, cols]).unwrap());
         feeds.push((name, HostTensor::new([rows, cols], rng.values(rows * cols, 2.0)).unwrap()));
     }
+    let mut leaves = pool.clone();
     let mut param = |rng: &mut Rng, dims: Vec<usize>, scale: f32| {
         let name = format!("p{}", params.len());
         let n = dims.iter().product();
         let t = b.parameter(&name, DType::F32, dims.clone()).unwrap();
         params.push((name, HostTensor::new(dims, rng.values(n, scale)).unwrap()));
+        leaves.push(t.clone());
         t
     };
     let mut ops = Vec::new();
@@ -114,7 +121,8 @@ fn random_case(seed: u64, smooth: bool) -> Case {
             outputs.push(o);
         }
     }
-    Case { graph: b.graph(), outputs, feeds, params, ops }
+    let last = pool.last().unwrap().clone();
+    Case { graph: b.graph(), outputs, feeds, params, ops, builder: b, last, leaves }
 }
 
 fn check(device: &std::sync::Arc<Device>, case: &Case, opts: &CompileOptions, tol: f64) -> Result<(), String> {
@@ -159,5 +167,33 @@ fn random_graphs_match_the_reference_fused_unfused_and_in_mixed_precision() {
         }
     }
     eprintln!("{cases} graphs, {kernels} fused kernels, {} failures", failures.len());
+    assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The same random graphs with a backward pass: the gradient of Σ last² with respect to every
+/// input and parameter (`fusegraph::grad` appends it as ordinary ops, so fusion sees forward
+/// and backward together), fused and unfused, against the reference evaluating the same
+/// graph. Smooth graphs only (a `select` or an f16 rounding has no useful gradient).
+#[test]
+fn random_backward_graphs_match_the_reference_fused_and_unfused() {
+    let cases: u64 = std::env::var("FUSEGRAPH_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let device = Device::shared().unwrap();
+    let mut failures = Vec::new();
+    let mut kernels = 0;
+    for seed in 1..=cases {
+        let mut case = random_case(seed, true);
+        let loss = case.last.mul(&case.last).and_then(|sq| sq.sum(&[0, 1], false)).unwrap();
+        let wrt: Vec<&Tensor> = case.leaves.iter().collect();
+        let grads = fusegraph::grad(&loss, &wrt).unwrap_or_else(|e| panic!("seed {seed}: grad: {e}"));
+        case.graph = case.builder.graph();
+        case.outputs = std::iter::once(loss.id()).chain(grads.iter().map(|t| t.id())).collect();
+        for (mode, opts) in [("fused", CompileOptions::default()), ("unfused", CompileOptions::unfused())] {
+            if let Err(e) = check(&device, &case, &opts, 5e-4) {
+                failures.push(format!("seed {seed} ({mode}; {}): {e}", case.ops.join(", ")));
+            }
+        }
+        kernels += device.plan(&case.graph, &case.outputs, &CompileOptions::default()).map_or(0, |p| p.kernels);
+    }
+    eprintln!("{cases} graphs with gradients, {kernels} fused kernels, {} failures", failures.len());
     assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
 }
