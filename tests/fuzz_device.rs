@@ -7,7 +7,7 @@
 //! failure names its seed, and `FUSEGRAPH_FUZZ_CASES=N` runs more graphs.
 
 use fusegraph::crates::reference::{assert_close, evaluate};
-use fusegraph::{CompileOptions, DType, Device, Graph, GraphBuilder, HostTensor, NodeId, Tensor};
+use fusegraph::{CompileOptions, DType, Device, Graph, GraphBuilder, HostTensor, NodeId, RuntimeError, Tensor};
 use std::collections::BTreeMap;
 
 struct Rng(u64);
@@ -148,7 +148,7 @@ fn random_graphs_match_the_reference_fused_unfused_and_in_mixed_precision() {
     let device = Device::shared().unwrap();
     let mixed = CompileOptions { mixed_precision: true, ..Default::default() };
     let mut failures = Vec::new();
-    let mut kernels = 0;
+    let (mut kernels, mut fitted, mut refused) = (0, 0, 0);
     for seed in 1..=cases {
         let case = random_case(seed, false);
         // A value rounded to f16 moves by an f16 step where the device's f32 and the
@@ -159,14 +159,34 @@ fn random_graphs_match_the_reference_fused_unfused_and_in_mixed_precision() {
                 failures.push(format!("seed {seed} ({mode}; {}): {e}", case.ops.join(", ")));
             }
         }
-        kernels += device.plan(&case.graph, &case.outputs, &CompileOptions::default()).map_or(0, |p| p.kernels);
+        let plan = device.plan(&case.graph, &case.outputs, &CompileOptions::default()).unwrap();
+        kernels += plan.kernels;
+        // Under a memory limit below the plan's peak: rematerialization meets it (the same
+        // outputs, within the limit) or compiling fails with the typed out-of-memory error.
+        let limit = plan.persistent_bytes + plan.staging_bytes + plan.lower_bound_bytes * 85 / 100;
+        let limited = CompileOptions { memory_limit: Some(limit), ..Default::default() };
+        match device.compile(&case.graph, &case.outputs, &limited) {
+            Err(RuntimeError::ResourceExhausted { .. }) => refused += 1,
+            Err(e) => failures.push(format!("seed {seed} (memory limit {limit}): {e}")),
+            Ok(exe) if exe.stats().device_bytes > limit => {
+                failures.push(format!("seed {seed}: {} bytes over the limit {limit}", exe.stats().device_bytes))
+            }
+            Ok(_) => match check(&device, &case, &limited, tol) {
+                Ok(()) => fitted += 1,
+                Err(e) => failures.push(format!("seed {seed} (memory limit; {}): {e}", case.ops.join(", "))),
+            },
+        }
         // f16 storage of every intermediate: within f16 tolerance of the f32 reference.
         let smooth = random_case(seed, true);
         if let Err(e) = check(&device, &smooth, &mixed, 3e-2) {
             failures.push(format!("seed {seed} (mixed precision; {}): {e}", smooth.ops.join(", ")));
         }
     }
-    eprintln!("{cases} graphs, {kernels} fused kernels, {} failures", failures.len());
+    eprintln!(
+        "{cases} graphs, {kernels} fused kernels; under 85% of the peak {fitted} fitted by \
+         rematerialization, {refused} refused; {} failures",
+        failures.len()
+    );
     assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
 }
 

@@ -155,3 +155,36 @@ fn largest_batch_that_fits_is_a_planner_query() {
     assert!(device.compile(&g, &outs, &limited).is_ok());
     assert!(matches!(device.compile(&g1, &outs1, &limited), Err(RuntimeError::ResourceExhausted { .. })));
 }
+
+/// A cached buffer may serve a new executable although it is larger than planned (up to
+/// 25%), but never past that executable's own `memory_limit`: found by tests/fuzz_device.rs,
+/// where an executable compiled under a 2,912-byte limit held 3,008 bytes.
+#[test]
+fn reused_buffers_stay_within_the_compile_limit() {
+    let device = fresh(None);
+    let graph = |n: usize| {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [n]).unwrap();
+        let y = x.exp().unwrap();
+        (b.graph(), vec![y.id()])
+    };
+    // Buffers 10% larger than the next executable needs, released to the cache.
+    let (big, big_out) = graph(1100);
+    drop(device.compile(&big, &big_out, &CompileOptions::default()).unwrap());
+    let cached = device.memory_reserved();
+    let (g, outs) = graph(1000);
+    let plan = device.plan(&g, &outs, &CompileOptions::default()).unwrap();
+    let limit = [plan.arena_bytes, plan.persistent_bytes, plan.staging_bytes].iter().map(|&b| b.max(4)).sum();
+    let exe = device.compile(&g, &outs, &CompileOptions { memory_limit: Some(limit), ..Default::default() }).unwrap();
+    assert!(exe.stats().device_bytes <= limit, "{} bytes held under a limit of {limit}", exe.stats().device_bytes);
+    let x = feed(&[1000], 3);
+    let got = exe.run(&[("x", &x)]).unwrap();
+    let want = evaluate(&g, &outs, &BTreeMap::from([("x".to_string(), x.clone())]), &BTreeMap::new()).unwrap();
+    assert_close(&got[0], &want[0], 1e-5, 1e-6).unwrap();
+    drop(exe);
+    // Without a limit the larger cached buffers are reused: nothing new is created.
+    let before = device.memory_reserved();
+    let exe = device.compile(&g, &outs, &CompileOptions::default()).unwrap();
+    assert!(device.memory_reserved() <= before.max(cached), "reserved grew: {}", device.memory_reserved());
+    drop(exe);
+}

@@ -327,10 +327,12 @@ impl Device {
         planned.summary.total_bytes -= update_staging.min(planned.summary.total_bytes);
         if let Some(limit) = limit {
             let s = &planned.summary;
-            if s.total_bytes > limit {
+            // Every buffer is at least 4 bytes, an empty region's too.
+            let needed: u64 = [s.persistent_bytes, s.arena_bytes, s.staging_bytes].iter().map(|&b| b.max(4)).sum();
+            if needed > limit {
                 return Err(RuntimeError::ResourceExhausted {
                     graph: opts.name.clone().unwrap_or_else(|| format!("a graph of {} nodes", graph.len())),
-                    needed: s.total_bytes,
+                    needed,
                     persistent: s.persistent_bytes,
                     arena: s.arena_bytes,
                     staging: s.staging_bytes,
@@ -429,9 +431,13 @@ impl Device {
         for &o in outputs {
             staging_bytes += plan.locations[&o].size;
         }
-        let arena_alloc = self.allocate(Kind::Storage, plan.arena_bytes, "the arena")?;
-        let persistent_alloc = self.allocate(Kind::Storage, plan.persistent_bytes, "the persistent region")?;
-        let staging_alloc = self.allocate(Kind::Staging, staging_bytes, "the staging buffer")?;
+        // Reused buffers may be a little larger than planned, within the limit in force.
+        let held = [plan.arena_bytes, plan.persistent_bytes, staging_bytes].iter().map(|&b| b.max(4)).sum::<u64>();
+        let mut slack = limit.map_or(u64::MAX, |l| l.saturating_sub(held));
+        let arena_alloc = self.allocate(Kind::Storage, plan.arena_bytes, &mut slack, "the arena")?;
+        let persistent_alloc =
+            self.allocate(Kind::Storage, plan.persistent_bytes, &mut slack, "the persistent region")?;
+        let staging_alloc = self.allocate(Kind::Staging, staging_bytes, &mut slack, "the staging buffer")?;
         let (arena, persistent) = (arena_alloc.buffer(), persistent_alloc.buffer());
 
         let mut inputs = BTreeMap::new();

@@ -86,21 +86,31 @@ impl Pool {
 
 impl Device {
     /// Takes a buffer of at least `size` bytes (4 minimum) from the cache, or creates one,
-    /// releasing cached buffers first if the limit requires it.
-    pub(crate) fn allocate(self: &Arc<Self>, kind: Kind, size: u64, label: &str) -> Result<Allocation> {
+    /// releasing cached buffers first if the limit requires it. A cached buffer may be up to
+    /// 25% larger than asked, and no more than `slack` bytes larger (what the caller's own
+    /// memory limit leaves); the extra is taken from `slack`.
+    pub(crate) fn allocate(
+        self: &Arc<Self>,
+        kind: Kind,
+        size: u64,
+        slack: &mut u64,
+        label: &str,
+    ) -> Result<Allocation> {
         let size = size.max(4);
         let mut st = self.pool.state.lock().unwrap_or_else(|p| p.into_inner());
-        // Best fit among cached buffers of this kind no more than 25% larger.
+        // Best fit among cached buffers of this kind within the allowance.
+        let most = size + (size / 4).min(*slack);
         let pick = st
             .cache
             .iter()
             .enumerate()
-            .filter(|(_, (k, s, _))| *k == kind && *s >= size && *s <= size + size / 4)
+            .filter(|(_, (k, s, _))| *k == kind && *s >= size && *s <= most)
             .min_by_key(|(_, (_, s, _))| *s)
             .map(|(i, _)| i);
         let (size, buffer) = match pick {
             Some(i) => {
                 let (_, s, b) = st.cache.swap_remove(i);
+                *slack -= s - size;
                 (s, b)
             }
             None => {
