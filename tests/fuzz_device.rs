@@ -217,3 +217,77 @@ fn random_backward_graphs_match_the_reference_fused_and_unfused() {
     eprintln!("{cases} graphs with gradients, {kernels} fused kernels, {} failures", failures.len());
     assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// Two SGD steps on the same random graphs: every parameter takes `p - 0.1·∂(Σ last²)/∂p`
+/// as an update (`CompileOptions::updates`: applied on the device after the step, in place
+/// where the planner finds it safe), fused, unfused and in mixed precision (the updated
+/// parameters keep f32 masters; f16 tolerance); after each step the parameters read
+/// back match the reference's step from the reference's previous parameters, and the loss
+/// matches too (so the second step saw the updated weights).
+#[test]
+fn random_training_steps_update_parameters_like_the_reference() {
+    let cases: u64 = std::env::var("FUSEGRAPH_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let device = Device::shared().unwrap();
+    let mut failures = Vec::new();
+    let mut trained = 0;
+    for seed in 1..=cases {
+        let case = random_case(seed, true);
+        if case.params.is_empty() {
+            continue;
+        }
+        trained += 1;
+        let loss = case.last.mul(&case.last).and_then(|sq| sq.sum(&[0, 1], false)).unwrap();
+        let params = &case.leaves[case.feeds.len()..];
+        let wrt: Vec<&Tensor> = params.iter().collect();
+        let grads = fusegraph::grad(&loss, &wrt).unwrap();
+        let steps: Vec<Tensor> =
+            params.iter().zip(&grads).map(|(p, g)| p.sub(&g.mul_scalar(0.1).unwrap()).unwrap()).collect();
+        let graph = case.builder.graph();
+        let names: Vec<String> = case.params.iter().map(|(n, _)| n.clone()).collect();
+        let updates: Vec<(String, NodeId)> = names.iter().cloned().zip(steps.iter().map(|t| t.id())).collect();
+        let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
+        let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        // The reference's two steps: the loss and the new parameters after each.
+        let mut outs = vec![loss.id()];
+        outs.extend(steps.iter().map(|t| t.id()));
+        let mut expected = Vec::new();
+        let mut at: BTreeMap<String, HostTensor> = case.params.iter().cloned().collect();
+        for _ in 0..2 {
+            let want = evaluate(&graph, &outs, &feeds, &at).unwrap();
+            at = names.iter().cloned().zip(want[1..].iter().cloned()).collect();
+            expected.push(want);
+        }
+        let mut modes = vec![("fused", CompileOptions::default(), 5e-4), ("unfused", CompileOptions::unfused(), 5e-4)];
+        // f16 storage only where every loss fits f16's range (beyond 65504 it is infinite, and
+        // so are its gradients: what `fusegraph::train`'s loss scaling exists for).
+        if expected.iter().all(|w| w[0].to_f64()[0].abs() < 3.0e4) {
+            modes.push(("mixed precision", CompileOptions { mixed_precision: true, ..Default::default() }, 3e-2));
+        }
+        for (mode, base, tol) in modes {
+            let opts = CompileOptions { updates: updates.clone(), ..base };
+            let result = (|| -> Result<(), String> {
+                let mut exe = device.compile(&graph, &[loss.id()], &opts).map_err(|e| format!("compile: {e}"))?;
+                for (n, v) in &case.params {
+                    exe.set_parameter(n, v).map_err(|e| e.to_string())?;
+                }
+                for (step, want) in expected.iter().enumerate() {
+                    let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
+                    let close = |g: &HostTensor, w: &HostTensor, what: &str| {
+                        let scale = w.to_f64().iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                        assert_close(g, w, tol, tol * scale).map_err(|e| format!("step {step}, {what}: {e}"))
+                    };
+                    close(&got[0], &want[0], "loss")?;
+                    for (k, name) in names.iter().enumerate() {
+                        close(&exe.parameter(name).map_err(|e| e.to_string())?, &want[k + 1], name)?;
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(e) = result {
+                failures.push(format!("seed {seed} ({mode}; {}): {e}", case.ops.join(", ")));
+            }
+        }
+    }
+    eprintln!("{trained} graphs trained two steps, {} failures", failures.len());
+    assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
+}

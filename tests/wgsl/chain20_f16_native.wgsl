@@ -15,7 +15,7 @@ fn v1(i: u32) -> f32 {
 
 // add : f16[1000]
 fn v2(i: u32) -> f32 {
-    return (v0(i) + v1(i));
+    return fg_round_f16((v0(i) + v1(i)));
 }
 
 // full : f16[]
@@ -32,22 +32,22 @@ fn v4(i: u32) -> f32 {
 
 // mul : f16[1000]
 fn v5(i: u32) -> f32 {
-    return (v2(i) * v4(i));
+    return fg_round_f16((v2(i) * v4(i)));
 }
 
 // tanh : f16[1000]
 fn v6(i: u32) -> f32 {
-    return fg_tanh(v5(i));
+    return fg_round_f16(fg_tanh(v5(i)));
 }
 
 // sub : f16[1000]
 fn v7(i: u32) -> f32 {
-    return (v6(i) - v1(i));
+    return fg_round_f16((v6(i) - v1(i)));
 }
 
 // add : f16[1000]
 fn v8(i: u32) -> f32 {
-    return (v7(i) + v1(i));
+    return fg_round_f16((v7(i) + v1(i)));
 }
 
 // full : f16[]
@@ -64,22 +64,22 @@ fn v10(i: u32) -> f32 {
 
 // mul : f16[1000]
 fn v11(i: u32) -> f32 {
-    return (v8(i) * v10(i));
+    return fg_round_f16((v8(i) * v10(i)));
 }
 
 // tanh : f16[1000]
 fn v12(i: u32) -> f32 {
-    return fg_tanh(v11(i));
+    return fg_round_f16(fg_tanh(v11(i)));
 }
 
 // sub : f16[1000]
 fn v13(i: u32) -> f32 {
-    return (v12(i) - v1(i));
+    return fg_round_f16((v12(i) - v1(i)));
 }
 
 // add : f16[1000]
 fn v14(i: u32) -> f32 {
-    return (v13(i) + v1(i));
+    return fg_round_f16((v13(i) + v1(i)));
 }
 
 // full : f16[]
@@ -96,22 +96,22 @@ fn v16(i: u32) -> f32 {
 
 // mul : f16[1000]
 fn v17(i: u32) -> f32 {
-    return (v14(i) * v16(i));
+    return fg_round_f16((v14(i) * v16(i)));
 }
 
 // tanh : f16[1000]
 fn v18(i: u32) -> f32 {
-    return fg_tanh(v17(i));
+    return fg_round_f16(fg_tanh(v17(i)));
 }
 
 // sub : f16[1000]
 fn v19(i: u32) -> f32 {
-    return (v18(i) - v1(i));
+    return fg_round_f16((v18(i) - v1(i)));
 }
 
 // add : f16[1000]
 fn v20(i: u32) -> f32 {
-    return (v19(i) + v1(i));
+    return fg_round_f16((v19(i) + v1(i)));
 }
 
 // full : f16[]
@@ -128,22 +128,22 @@ fn v22(i: u32) -> f32 {
 
 // mul : f16[1000]
 fn v23(i: u32) -> f32 {
-    return (v20(i) * v22(i));
+    return fg_round_f16((v20(i) * v22(i)));
 }
 
 // tanh : f16[1000]
 fn v24(i: u32) -> f32 {
-    return fg_tanh(v23(i));
+    return fg_round_f16(fg_tanh(v23(i)));
 }
 
 // sub : f16[1000]
 fn v25(i: u32) -> f32 {
-    return (v24(i) - v1(i));
+    return fg_round_f16((v24(i) - v1(i)));
 }
 
 // add : f16[1000]
 fn v26(i: u32) -> f32 {
-    return (v25(i) + v1(i));
+    return fg_round_f16((v25(i) + v1(i)));
 }
 
 // full : f16[]
@@ -160,47 +160,47 @@ fn v28(i: u32) -> f32 {
 
 // mul : f16[1000]
 fn v29(i: u32) -> f32 {
-    return (v26(i) * v28(i));
+    return fg_round_f16((v26(i) * v28(i)));
 }
 
 // tanh : f16[1000]
 fn v30(i: u32) -> f32 {
-    return fg_tanh(v29(i));
+    return fg_round_f16(fg_tanh(v29(i)));
 }
 
 // sub : f16[1000]
 fn v31(i: u32) -> f32 {
-    return (v30(i) - v1(i));
+    return fg_round_f16((v30(i) - v1(i)));
 }
 
 fn e31(i: u32) -> f32 {
     let y0 = v0(i);
     let y1 = v1(i);
-    let x2 = (y0 + y1);
+    let x2 = fg_round_f16((y0 + y1));
     let x4 = v4(i);
-    let x5 = (x2 * x4);
-    let x6 = fg_tanh(x5);
-    let x7 = (x6 - y1);
-    let x8 = (x7 + y1);
+    let x5 = fg_round_f16((x2 * x4));
+    let x6 = fg_round_f16(fg_tanh(x5));
+    let x7 = fg_round_f16((x6 - y1));
+    let x8 = fg_round_f16((x7 + y1));
     let x10 = v10(i);
-    let x11 = (x8 * x10);
-    let x12 = fg_tanh(x11);
-    let x13 = (x12 - y1);
-    let x14 = (x13 + y1);
+    let x11 = fg_round_f16((x8 * x10));
+    let x12 = fg_round_f16(fg_tanh(x11));
+    let x13 = fg_round_f16((x12 - y1));
+    let x14 = fg_round_f16((x13 + y1));
     let x16 = v16(i);
-    let x17 = (x14 * x16);
-    let x18 = fg_tanh(x17);
-    let x19 = (x18 - y1);
-    let x20 = (x19 + y1);
+    let x17 = fg_round_f16((x14 * x16));
+    let x18 = fg_round_f16(fg_tanh(x17));
+    let x19 = fg_round_f16((x18 - y1));
+    let x20 = fg_round_f16((x19 + y1));
     let x22 = v22(i);
-    let x23 = (x20 * x22);
-    let x24 = fg_tanh(x23);
-    let x25 = (x24 - y1);
-    let x26 = (x25 + y1);
+    let x23 = fg_round_f16((x20 * x22));
+    let x24 = fg_round_f16(fg_tanh(x23));
+    let x25 = fg_round_f16((x24 - y1));
+    let x26 = fg_round_f16((x25 + y1));
     let x28 = v28(i);
-    let x29 = (x26 * x28);
-    let x30 = fg_tanh(x29);
-    let x31 = (x30 - y1);
+    let x29 = fg_round_f16((x26 * x28));
+    let x30 = fg_round_f16(fg_tanh(x29));
+    let x31 = fg_round_f16((x30 - y1));
     return x31;
 }
 
@@ -224,6 +224,23 @@ fn fg_tanh(x: f32) -> f32 {
     // NaN by its bits: a compiler may fold `x != x` to false (WGSL lets it assume no NaNs).
     let nan = (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
     return select(c * p / q, x, nan);
+}
+
+// f32 to the nearest f16 value (ties to even), kept in f32: f16 subnormals kept, ±inf from
+// 65520 up, NaN stays NaN (the reference's cast). Integer operations and one `round`:
+// SPIR-V's `quantizeToF16` flushes f16 subnormals to zero, and lavapipe converts its lanes
+// one at a time (the cast of the f32 weights made a mixed-precision matmul ~40% slower).
+fn fg_round_f16(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    let a = b & 0x7fffffffu;
+    // Normal halves: drop the 13 low mantissa bits, ties to even (a carry into the exponent
+    // is the right result).
+    let n = bitcast<f32>((b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u);
+    // Below 2^-14: the nearest multiple of 2^-24 (both scalings are exact).
+    let s = round(x * 0x1p24f) * 0x1p-24f;
+    var r = select(n, s, a < 0x38800000u);
+    r = select(r, bitcast<f32>((b & 0x80000000u) | 0x7f800000u), a >= 0x477ff000u);
+    return select(r, x, a > 0x7f800000u);
 }
 
 @compute @workgroup_size(256)

@@ -8,9 +8,10 @@
 //! `cast` produce f16, and each requested output is cast back to f32, so callers see the
 //! same types. Storing a weight in f16 or casting it at every use computes the same values:
 //! both round it to f16 once before any arithmetic. What does not change:
-//! arithmetic inside a kernel is f32 on every adapter (f16 is a storage format here), so
-//! reductions, softmax and norms accumulate in f32, and a fused chain rounds only where it
-//! stores. Integer and bool values are untouched.
+//! arithmetic inside a kernel is f32 on every adapter, so reductions, softmax and norms
+//! accumulate in f32; each f16 result is rounded to f16 as it is computed (in registers
+//! too, so a value is the same whether recomputed in a fused kernel or loaded from where
+//! another kernel stored it). Integer and bool values are untouched.
 
 use fusegraph_ir::{DType, Graph, NodeId, Op, Result, TensorType};
 use std::collections::{BTreeMap, BTreeSet};

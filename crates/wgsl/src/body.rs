@@ -134,7 +134,7 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
             }
             w(out, format!("    acc = {};", combine(*kind, "acc", &format!("{a}({})", ravel(&oc, od)))));
             w(out, "}".into());
-            w(out, "return acc;".into());
+            w(out, format!("return {};", rounded(g, id, "acc".into())));
         }
         Op::ArgMax { axis, keep_dims } => {
             let od = g.ty(ops[0]).shape.dims();
@@ -179,7 +179,7 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
             w(out, format!("for (var kk = 0u; kk < {k}u; kk = kk + 1u) {{"));
             w(out, format!("    acc = acc + {a}({}) * {}({});", ravel(&lc, ld), v(ops[1]), ravel(&rc, rd)));
             w(out, "}".into());
-            w(out, "return acc;".into());
+            w(out, format!("return {};", rounded(g, id, "acc".into())));
         }
         Op::Conv2d { stride, padding, dilation, groups } => {
             let (xd, wd) = (g.ty(ops[0]).shape.dims(), g.ty(ops[1]).shape.dims());
@@ -203,7 +203,7 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
             w(out, "    }".into());
             w(out, "}".into());
             w(out, "}".into());
-            w(out, "return acc;".into());
+            w(out, format!("return {};", rounded(g, id, "acc".into())));
         }
         Op::Pool { kind, window, stride, padding } => {
             let xd = g.ty(ops[0]).shape.dims();
@@ -229,9 +229,25 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
             w(out, "}".into());
             match kind {
                 PoolKind::Max => w(out, "return acc;".into()),
-                PoolKind::Avg => w(out, format!("return acc / {}.0f;", window[0] * window[1])),
+                PoolKind::Avg => {
+                    w(out, format!("return {};", rounded(g, id, format!("acc / {}.0f", window[0] * window[1]))))
+                }
             }
         }
+    }
+}
+
+/// `expr`, the value of node `id` computed in f32, rounded to f16 where `id` is an f16 value:
+/// every f16 value is the same wherever it is used, whether recomputed in a kernel's
+/// registers or loaded from where another kernel stored it (as in the reference, which
+/// rounds every result to its dtype). Without it a max-reduction's backward compared a
+/// recomputed value with the stored f16 maximum, found no equal element and divided by
+/// zero (tests/fuzz_device.rs, mixed-precision training).
+pub(crate) fn rounded(g: &Graph, id: NodeId, expr: String) -> String {
+    if g.ty(id).dtype == DType::F16 {
+        format!("fg_round_f16({expr})")
+    } else {
+        expr
     }
 }
 
@@ -240,8 +256,8 @@ pub fn elementwise_expr(g: &Graph, id: NodeId, args: &[String]) -> String {
     let node = g.node(id);
     let ops = g.operands(id);
     match &node.op {
-        Op::Unary(u) => unary(*u, &args[0]),
-        Op::Binary(b) => binary(*b, g.ty(ops[0]).dtype, &args[0], &args[1]),
+        Op::Unary(u) => rounded(g, id, unary(*u, &args[0])),
+        Op::Binary(b) => rounded(g, id, binary(*b, g.ty(ops[0]).dtype, &args[0], &args[1])),
         Op::Select => format!("select({}, {}, {})", args[2], args[1], args[0]),
         Op::Cast { to } => cast(g.ty(ops[0]).dtype, *to, &args[0]),
         _ => unreachable!("only elementwise ops have an elementwise expression"),

@@ -181,7 +181,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
         let _ = writeln!(body, "fn v{}(i: u32) -> {} {{", m.index(), vty(ty.dtype));
         if let Some(k) = row_reduces.iter().position(|&r| r == m) {
             // The workgroup reduced this row already; every use inside the kernel is in it.
-            let _ = writeln!(body, "    return fg_red{k}[0];");
+            let _ = writeln!(body, "    return {};", crate::body::rounded(g, m, format!("fg_red{k}[0]")));
         } else if let Some(j) = row_scalars.iter().position(|&(s, _)| s == m) {
             // A per-row value computed from the row's reductions: computed once per row (in
             // `main`, right after the reductions it needs) instead of once per element.
@@ -391,7 +391,7 @@ fn region_stmts(g: &Graph, region: &[NodeId], acc: Option<NodeId>) -> Vec<Region
         let node = g.node(n);
         let same = same_index_operands(g, n);
         let expr = if Some(n) == acc {
-            "acc".to_string()
+            crate::body::rounded(g, n, "acc".to_string())
         } else if node.op.is_elementwise() || matches!(node.op, Op::Reshape { .. }) {
             let args: Vec<String> = g
                 .operands(n)

@@ -17,7 +17,8 @@ pub fn vty(dtype: DType) -> &'static str {
 pub fn literal(dtype: DType, v: f64) -> String {
     match dtype {
         DType::F32 | DType::F16 => {
-            let f = v as f32;
+            // An f16 value is the f16 nearest `v` (computed in f32).
+            let f = if dtype == DType::F16 { half::f16::from_f64(v).to_f32() } else { v as f32 };
             if f.is_finite() {
                 let s = format!("{f:?}");
                 if s.contains('.') || s.contains('e') {
