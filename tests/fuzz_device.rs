@@ -125,6 +125,18 @@ fn random_case(seed: u64, smooth: bool) -> Case {
     Case { graph: b.graph(), outputs, feeds, params, ops, builder: b, last, leaves }
 }
 
+/// How many random graphs each test runs: `FUSEGRAPH_FUZZ_CASES`, 40 by default.
+fn case_count() -> u64 {
+    std::env::var("FUSEGRAPH_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(40)
+}
+
+/// Σ last² of `case` and its gradients with respect to `wrt`, appended to its builder.
+fn loss_and_grads(case: &Case, wrt: &[Tensor]) -> (Tensor, Vec<Tensor>) {
+    let loss = case.last.mul(&case.last).and_then(|sq| sq.sum(&[0, 1], false)).unwrap();
+    let grads = fusegraph::grad(&loss, &wrt.iter().collect::<Vec<_>>()).unwrap();
+    (loss, grads)
+}
+
 fn check(device: &std::sync::Arc<Device>, case: &Case, opts: &CompileOptions, tol: f64) -> Result<(), String> {
     let mut exe = device.compile(&case.graph, &case.outputs, opts).map_err(|e| format!("compile: {e}"))?;
     for (name, value) in &case.params {
@@ -144,7 +156,7 @@ fn check(device: &std::sync::Arc<Device>, case: &Case, opts: &CompileOptions, to
 
 #[test]
 fn random_graphs_match_the_reference_fused_unfused_and_in_mixed_precision() {
-    let cases: u64 = std::env::var("FUSEGRAPH_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let cases = case_count();
     let device = Device::shared().unwrap();
     let mixed = CompileOptions { mixed_precision: true, ..Default::default() };
     let mut failures = Vec::new();
@@ -196,15 +208,13 @@ fn random_graphs_match_the_reference_fused_unfused_and_in_mixed_precision() {
 /// graph. Smooth graphs only (a `select` or an f16 rounding has no useful gradient).
 #[test]
 fn random_backward_graphs_match_the_reference_fused_and_unfused() {
-    let cases: u64 = std::env::var("FUSEGRAPH_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let cases = case_count();
     let device = Device::shared().unwrap();
     let mut failures = Vec::new();
     let mut kernels = 0;
     for seed in 1..=cases {
         let mut case = random_case(seed, true);
-        let loss = case.last.mul(&case.last).and_then(|sq| sq.sum(&[0, 1], false)).unwrap();
-        let wrt: Vec<&Tensor> = case.leaves.iter().collect();
-        let grads = fusegraph::grad(&loss, &wrt).unwrap_or_else(|e| panic!("seed {seed}: grad: {e}"));
+        let (loss, grads) = loss_and_grads(&case, &case.leaves);
         case.graph = case.builder.graph();
         case.outputs = std::iter::once(loss.id()).chain(grads.iter().map(|t| t.id())).collect();
         for (mode, opts) in [("fused", CompileOptions::default()), ("unfused", CompileOptions::unfused())] {
@@ -226,7 +236,7 @@ fn random_backward_graphs_match_the_reference_fused_and_unfused() {
 /// matches too (so the second step saw the updated weights).
 #[test]
 fn random_training_steps_update_parameters_like_the_reference() {
-    let cases: u64 = std::env::var("FUSEGRAPH_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let cases = case_count();
     let device = Device::shared().unwrap();
     let mut failures = Vec::new();
     let mut trained = 0;
@@ -236,10 +246,8 @@ fn random_training_steps_update_parameters_like_the_reference() {
             continue;
         }
         trained += 1;
-        let loss = case.last.mul(&case.last).and_then(|sq| sq.sum(&[0, 1], false)).unwrap();
         let params = &case.leaves[case.feeds.len()..];
-        let wrt: Vec<&Tensor> = params.iter().collect();
-        let grads = fusegraph::grad(&loss, &wrt).unwrap();
+        let (loss, grads) = loss_and_grads(&case, params);
         let steps: Vec<Tensor> =
             params.iter().zip(&grads).map(|(p, g)| p.sub(&g.mul_scalar(0.1).unwrap()).unwrap()).collect();
         let graph = case.builder.graph();
