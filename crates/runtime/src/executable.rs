@@ -1,6 +1,6 @@
 //! Compilation of a graph into an [`Executable`] and its execution.
 
-use crate::memory::{Allocation, Kind};
+use crate::memory::{buffer_bytes, Allocation, Kind};
 use crate::{Device, Result, RuntimeError};
 use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
 use fusegraph_passes::{
@@ -190,7 +190,7 @@ impl Drop for Unmap<'_> {
 pub(crate) fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
     device.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
-        size: size.max(4),
+        size: buffer_bytes(size),
         usage,
         mapped_at_creation: false,
     })
@@ -328,7 +328,7 @@ impl Device {
         if let Some(limit) = limit {
             let s = &planned.summary;
             // Every buffer is at least 4 bytes, an empty region's too.
-            let needed: u64 = [s.persistent_bytes, s.arena_bytes, s.staging_bytes].iter().map(|&b| b.max(4)).sum();
+            let needed: u64 = [s.persistent_bytes, s.arena_bytes, s.staging_bytes].map(buffer_bytes).iter().sum();
             if needed > limit {
                 return Err(RuntimeError::ResourceExhausted {
                     graph: opts.name.clone().unwrap_or_else(|| format!("a graph of {} nodes", graph.len())),
@@ -432,7 +432,7 @@ impl Device {
             staging_bytes += plan.locations[&o].size;
         }
         // Reused buffers may be a little larger than planned, within the limit in force.
-        let held = [plan.arena_bytes, plan.persistent_bytes, staging_bytes].iter().map(|&b| b.max(4)).sum::<u64>();
+        let held: u64 = [plan.arena_bytes, plan.persistent_bytes, staging_bytes].map(buffer_bytes).iter().sum();
         let mut slack = limit.map_or(u64::MAX, |l| l.saturating_sub(held));
         let arena_alloc = self.allocate(Kind::Storage, plan.arena_bytes, &mut slack, "the arena")?;
         let persistent_alloc =

@@ -84,6 +84,11 @@ impl Pool {
     }
 }
 
+/// The bytes a buffer for `size` bytes takes: wgpu buffers here are at least 4 bytes.
+pub(crate) fn buffer_bytes(size: u64) -> u64 {
+    size.max(4)
+}
+
 impl Device {
     /// Takes a buffer of at least `size` bytes (4 minimum) from the cache, or creates one,
     /// releasing cached buffers first if the limit requires it. A cached buffer may be up to
@@ -96,7 +101,7 @@ impl Device {
         slack: &mut u64,
         label: &str,
     ) -> Result<Allocation> {
-        let size = size.max(4);
+        let size = buffer_bytes(size);
         let mut st = self.pool.state.lock().unwrap_or_else(|p| p.into_inner());
         // Best fit among cached buffers of this kind within the allowance.
         let most = size + (size / 4).min(*slack);

@@ -24,7 +24,7 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
         Op::Full { value } => w(out, format!("return {};", literal(ty.dtype, *value))),
         Op::Iota { axis } => {
             let c = unravel(out, dims, "i", "c");
-            w(out, format!("return {t}({});", c[*axis]));
+            w(out, format!("return {};", rounded(g, id, format!("{t}({})", c[*axis]))));
         }
         Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } => {
             unreachable!("memory leaves are loaded, never computed")
@@ -255,8 +255,14 @@ pub(crate) fn rounded(g: &Graph, id: NodeId, expr: String) -> String {
 pub fn elementwise_expr(g: &Graph, id: NodeId, args: &[String]) -> String {
     let node = g.node(id);
     let ops = g.operands(id);
+    // Ops whose result is one of their f16 operands' values, or an integer or sign of one,
+    // are f16 values already: no rounding.
     match &node.op {
+        Op::Unary(u @ (UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Sign)) => {
+            unary(*u, &args[0])
+        }
         Op::Unary(u) => rounded(g, id, unary(*u, &args[0])),
+        Op::Binary(b @ (BinaryOp::Max | BinaryOp::Min)) => binary(*b, g.ty(ops[0]).dtype, &args[0], &args[1]),
         Op::Binary(b) => rounded(g, id, binary(*b, g.ty(ops[0]).dtype, &args[0], &args[1])),
         Op::Select => format!("select({}, {}, {})", args[2], args[1], args[0]),
         Op::Cast { to } => cast(g.ty(ops[0]).dtype, *to, &args[0]),
