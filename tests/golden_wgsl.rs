@@ -11,7 +11,12 @@ use fusegraph::crates::wgsl::{lower, validate, LowerOptions};
 use fusegraph::DType;
 
 fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectFile) {
-    golden_with(name, dtype, LowerOptions { f16_native, cpu: false, subgroups: false, subgroup_size: None }, file);
+    golden_with(
+        name,
+        dtype,
+        LowerOptions { f16_native, cpu: false, subgroups: false, subgroup_size: None, cooperative_matrix: None },
+        file,
+    );
 }
 
 fn golden_with(name: &str, dtype: DType, opts: LowerOptions, file: expect_test::ExpectFile) {
@@ -40,7 +45,8 @@ fn softmax_row_kernel() {
 /// The same row kernel with subgroup reductions (one partial per subgroup, no tree).
 #[test]
 fn softmax_row_kernel_with_subgroups() {
-    let opts = LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None };
+    let opts =
+        LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None, cooperative_matrix: None };
     golden_with("softmax_last", DType::F32, opts, expect_test::expect_file!["wgsl/softmax_last_subgroups.wgsl"]);
 }
 
@@ -63,7 +69,8 @@ fn elementwise_chain_native_f16() {
 /// computed statement by statement side by side (`CPU_INTERLEAVE`).
 #[test]
 fn elementwise_chain_interleaved_for_cpu() {
-    let opts = LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None };
+    let opts =
+        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, cooperative_matrix: None };
     golden_with("chain20", DType::F32, opts, expect_test::expect_file!["wgsl/chain20_cpu_interleaved.wgsl"]);
 }
 
@@ -71,7 +78,8 @@ fn elementwise_chain_interleaved_for_cpu() {
 /// side by side (names `_j_u`), every value before any store.
 #[test]
 fn two_outputs_interleaved_for_cpu() {
-    let opts = LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None };
+    let opts =
+        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, cooperative_matrix: None };
     golden_with(
         "two_elementwise_outputs",
         DType::F32,
@@ -85,6 +93,26 @@ fn two_outputs_interleaved_for_cpu() {
 /// `n * mean` and one of `ssd + n * (mean - t)²`), then the outputs.
 #[test]
 fn layer_norm_rows_in_one_pass_with_subgroups() {
-    let opts = LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None };
+    let opts =
+        LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None, cooperative_matrix: None };
     golden_with("layer_norm", DType::F32, opts, expect_test::expect_file!["wgsl/layer_norm_subgroups.wgsl"]);
+}
+
+/// The same matmul in f16 on cooperative matrices, subgroups of 32 (NVIDIA): a 2×2 grid of
+/// subgroups, each with 2×2 accumulators of 16×16, the plain kernel's staging and epilogue.
+#[test]
+fn f16_matmul_on_cooperative_matrices() {
+    let opts = LowerOptions {
+        f16_native: true,
+        cpu: false,
+        subgroups: true,
+        subgroup_size: Some(32),
+        cooperative_matrix: Some(fusegraph::crates::runtime::Cooperative::Native),
+    };
+    golden_with(
+        "gelu_relu_matmul_bias",
+        DType::F16,
+        opts,
+        expect_test::expect_file!["wgsl/gelu_relu_matmul_bias_f16_coop.wgsl"],
+    );
 }

@@ -7,8 +7,9 @@ mod common;
 use common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
+use fusegraph::crates::runtime::Cooperative;
 use fusegraph::crates::wgsl::{lower, lower_with, validate, LowerOptions, Strategy};
-use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor, MatmulTiling};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor, MatmulTiling, Tensor};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -70,7 +71,13 @@ fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
             for k in &partition(&case.graph, &case.outputs, mode).unwrap() {
                 for f16_native in [false, true] {
                     for cpu in [false, true] {
-                        let opts = LowerOptions { f16_native, cpu, subgroups: false, subgroup_size: None };
+                        let opts = LowerOptions {
+                            f16_native,
+                            cpu,
+                            subgroups: false,
+                            subgroup_size: None,
+                            cooperative_matrix: None,
+                        };
                         for strategy in [Strategy::default(), Strategy { tiled_matmul: false, ..Default::default() }] {
                             let src = lower_with(&case.graph, k, &opts, &strategy);
                             if let Err(e) = validate(&src.wgsl) {
@@ -87,12 +94,30 @@ fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
         let n = case.graph.ty(case.outputs[0]).shape.dims().last().copied().unwrap();
         let packed_odd = case.graph.ty(case.outputs[0]).dtype == DType::F16 && n % 2 == 1;
         assert!(
-            tiled(&case, &LowerOptions { f16_native: true, cpu: true, subgroups: false, subgroup_size: None }),
+            tiled(
+                &case,
+                &LowerOptions {
+                    f16_native: true,
+                    cpu: true,
+                    subgroups: false,
+                    subgroup_size: None,
+                    cooperative_matrix: None
+                }
+            ),
             "{} not tiled",
             case.name
         );
         assert_eq!(
-            tiled(&case, &LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None }),
+            tiled(
+                &case,
+                &LowerOptions {
+                    f16_native: false,
+                    cpu: true,
+                    subgroups: false,
+                    subgroup_size: None,
+                    cooperative_matrix: None
+                }
+            ),
             !packed_odd,
             "{}",
             case.name
@@ -109,7 +134,13 @@ fn every_candidate_tiling_validates() {
         let f16 = case.graph.ty(case.outputs[0]).dtype == DType::F16;
         for k in &partition(&case.graph, &case.outputs, FusionMode::On).unwrap() {
             for f16_native in if f16 { vec![false, true] } else { vec![true] } {
-                let opts = LowerOptions { f16_native, cpu: true, subgroups: false, subgroup_size: None };
+                let opts = LowerOptions {
+                    f16_native,
+                    cpu: true,
+                    subgroups: false,
+                    subgroup_size: None,
+                    cooperative_matrix: None,
+                };
                 for tiling in MatmulTiling::CANDIDATES {
                     let strategy = Strategy { matmul_tiling: Some(tiling), ..Default::default() };
                     let src = lower_with(&case.graph, k, &opts, &strategy);
@@ -179,6 +210,147 @@ fn tiled_kernel_workgroups_cover_every_tile_of_every_batch_entry() {
     }
 }
 
+/// The shader markers of the cooperative-matrix kernel: on the device's matrices, emulated.
+const COOP: &str = "coopMultiplyAdd(";
+const COOP_EMULATED: &str = "fg_emu_mad(";
+
+/// f16 products for the cooperative-matrix kernel, ragged in every dimension, with two `k`
+/// steps and 2×2 or 3×5 tiles: plain, and the first two also batched with a transposed lhs
+/// and an epilogue and batched with an epilogue; and a convolution with bias and ReLU.
+fn coop_cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    for (shape, batched) in [((7, 33, 5), true), ((70, 40, 90), true), ((130, 40, 258), false)] {
+        out.push(case(DType::F16, shape, false, false, false));
+        if batched {
+            out.push(case(DType::F16, shape, true, true, true));
+            out.push(case(DType::F16, shape, true, false, true));
+        }
+    }
+    let mut c = CaseBuilder::new(77);
+    let x = c.input(DType::F16, &[2, 5, 9, 10], Domain::Any);
+    let w = c.input(DType::F16, &[70, 5, 3, 3], Domain::Any);
+    let bias = c.input(DType::F16, &[70, 1, 1], Domain::Any);
+    let y: Tensor = x.conv2d(&w, [1, 2], [1, 1], [1, 1], 1).unwrap().add(&bias).unwrap().relu().unwrap();
+    let mut conv = c.finish("conv_f16_2x5x9x10_o70", &[&y]);
+    conv.f16_tol = 1e-2;
+    out.push(conv);
+    out
+}
+
+#[test]
+fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
+    let (mut shaders, mut spirv) = (0, 0);
+    for case in coop_cases() {
+        let kernels = partition(&case.graph, &case.outputs, FusionMode::On).unwrap();
+        for size in [8, 16, 32, 64, 128] {
+            for (coop, marker) in
+                [(Cooperative::Native, COOP), (Cooperative::Emulated { subgroup_size: size }, COOP_EMULATED)]
+            {
+                let opts = LowerOptions {
+                    f16_native: true,
+                    cpu: false,
+                    subgroups: true,
+                    subgroup_size: Some(size),
+                    cooperative_matrix: Some(coop),
+                };
+                let srcs: Vec<_> = kernels.iter().map(|k| lower(&case.graph, k, &opts)).collect();
+                assert!(
+                    srcs.iter().any(|s| s.wgsl.contains(marker)),
+                    "{} ({size}, {coop:?}): no coop kernel",
+                    case.name
+                );
+                for src in srcs.iter().filter(|s| s.wgsl.contains(marker)) {
+                    let module = validate(&src.wgsl)
+                        .unwrap_or_else(|e| panic!("{} kernel {} ({opts:?}): {e}", case.name, src.label));
+                    shaders += 1;
+                    // The SPIR-V a Vulkan driver would get (wgpu's own path: naga's writer).
+                    if coop == Cooperative::Native {
+                        let info = naga::valid::Validator::new(
+                            naga::valid::ValidationFlags::all(),
+                            naga::valid::Capabilities::all(),
+                        )
+                        .validate(&module)
+                        .unwrap();
+                        let options = naga::back::spv::Options {
+                            lang_version: (1, 6),
+                            flags: naga::back::spv::WriterFlags::empty(),
+                            ..Default::default()
+                        };
+                        let words = naga::back::spv::write_vec(&module, &info, &options, None)
+                            .unwrap_or_else(|e| panic!("{} kernel {}: SPIR-V: {e}", case.name, src.label));
+                        // OpCooperativeMatrixMulAddKHR (4459) is in the module.
+                        assert!(
+                            words.iter().any(|w| w & 0xffff == 4459),
+                            "{}: no OpCooperativeMatrixMulAddKHR",
+                            case.name
+                        );
+                        spirv += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(shaders >= 80 && spirv >= 40, "{shaders} shaders, {spirv} SPIR-V modules");
+    // Subgroups that do not split the 128 invocations, f32 products, packed f16: the plain kernel.
+    let f16 = case(DType::F16, (65, 17, 130), false, false, false);
+    let f32 = case(DType::F32, (65, 17, 130), false, false, false);
+    let native = LowerOptions {
+        f16_native: true,
+        cpu: false,
+        subgroups: true,
+        subgroup_size: Some(32),
+        cooperative_matrix: Some(Cooperative::Native),
+    };
+    for (case, opts) in [
+        (&f16, LowerOptions { subgroup_size: Some(48), ..native }),
+        (&f16, LowerOptions { subgroup_size: Some(256), ..native }),
+        (&f16, LowerOptions { subgroup_size: None, ..native }),
+        (&f16, LowerOptions { f16_native: false, ..native }),
+        (&f32, native),
+    ] {
+        let kernels = partition(&case.graph, &case.outputs, FusionMode::On).unwrap();
+        assert!(kernels.iter().all(|k| !lower(&case.graph, k, &opts).wgsl.contains(COOP)), "{} {opts:?}", case.name);
+        assert!(tiled(case, &opts), "{} {opts:?}", case.name);
+    }
+}
+
+/// The cooperative-matrix kernel against the reference: emulated (pretend subgroups of 32 and
+/// 64 invocations: 2×2 blocks of 16×16 per subgroup, as on NVIDIA, and 4×2) on any adapter
+/// with native f16, and on the device's own cooperative matrices where it has them.
+#[test]
+fn cooperative_matmul_matches_the_reference() {
+    let shared = Device::shared().expect("a device");
+    let mut devices: Vec<(String, Arc<Device>)> = Vec::new();
+    if shared.cooperative_matrix() == Some(Cooperative::Native) {
+        devices.push(("cooperative matrices".into(), shared.clone()));
+    } else {
+        eprintln!("{}: no cooperative matrices; the emulated kernel only", shared.describe());
+    }
+    for size in [32, 64] {
+        let opts = DeviceOptions { cooperative_matrix_emulation: Some(size), ..Default::default() };
+        let device = Device::new(&opts).expect("a device");
+        if device.cooperative_matrix().is_some() {
+            devices.push((format!("emulated, subgroups of {size}"), Arc::new(device)));
+        }
+    }
+    assert!(!shared.f16_native() || devices.len() >= 2, "native f16, but no emulated kernel");
+    let (mut ran, mut failures) = (0, Vec::new());
+    for (how, device) in &devices {
+        for case in &coop_cases() {
+            let exe = device.compile(&case.graph, &case.outputs, &CompileOptions::default()).unwrap();
+            if !exe.stats().kernels.iter().any(|k| k.cooperative_matmul) {
+                failures.push(format!("{} [{how}]: not on cooperative matrices", case.name));
+            }
+            ran += 1;
+            if let Err(e) = check(device, case) {
+                failures.push(format!("{} [{how}]: {e}", case.name));
+            }
+        }
+    }
+    eprintln!("{ran} device checks, {} failed", failures.len());
+    assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
 fn check(device: &Arc<Device>, case: &Case) -> Result<(), String> {
     check_with(device, case, &CompileOptions::default())
 }
@@ -228,8 +400,13 @@ fn tiled_matmul_matches_the_reference() {
             if *form == "packed f16" && devices.len() > 1 && case.graph.ty(case.outputs[0]).dtype != DType::F16 {
                 continue;
             }
-            let opts =
-                LowerOptions { f16_native: device.f16_native(), cpu: true, subgroups: false, subgroup_size: None };
+            let opts = LowerOptions {
+                f16_native: device.f16_native(),
+                cpu: true,
+                subgroups: false,
+                subgroup_size: None,
+                cooperative_matrix: None,
+            };
             let out = case.graph.ty(case.outputs[0]);
             let packed_odd =
                 out.dtype == DType::F16 && !device.f16_native() && out.shape.dims()[out.shape.rank() - 1] % 2 == 1;

@@ -1,7 +1,7 @@
 //! Adapter choice and the device: Vulkan, Metal or DX12 first, GL (llvmpipe through EGL) as
 //! the fallback; `FUSEGRAPH_BACKEND` overrides. Holds the pipeline cache.
 
-use crate::{Result, RuntimeError};
+use crate::{Cooperative, Result, RuntimeError};
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -62,6 +62,36 @@ pub struct DeviceOptions {
     /// 0.3–4.5 s through Vulkan), minutes per shape class. Off, every kernel takes the
     /// default tiling for its shape, for reproducible runs.
     pub autotune: Option<bool>,
+    /// Run f16 matmuls and convolutions on cooperative matrices (tensor cores) where the
+    /// adapter has them (see [`Device::cooperative_matrix`]). `None` reads
+    /// `FUSEGRAPH_COOP_MATMUL` (`off`, `0` or `false` turn it off); unset, it is on.
+    /// `Some(false)` keeps the plain tiled kernel, for comparisons.
+    pub cooperative_matrix: Option<bool>,
+    /// For tests: run the cooperative-matrix matmul with its matrix operations emulated in
+    /// plain WGSL by pretend subgroups of this many invocations
+    /// ([`Cooperative::Emulated`]), on any adapter with native f16 — slow, but it checks the
+    /// kernel's tiling, staging and epilogue where no cooperative matrices exist (lavapipe).
+    /// Takes precedence over `cooperative_matrix`.
+    pub cooperative_matrix_emulation: Option<u32>,
+}
+
+/// Whether `adapter` runs the cooperative-matrix matmul (see `fusegraph_wgsl::CoopPlan`):
+/// `EXPERIMENTAL_COOPERATIVE_MATRIX` with a subgroup-scope 16×16×16 configuration of f16 A
+/// and B and an f32 accumulator, native f16, a fixed subgroup size, and the kernel's
+/// workgroup memory.
+fn cooperative_matrix_usable(adapter: &wgpu::Adapter, f16_native: bool) -> bool {
+    let info = adapter.get_info();
+    let fixed_subgroups = info.subgroup_min_size == info.subgroup_max_size && info.subgroup_min_size > 0;
+    let f16_f32 = adapter.cooperative_matrix_properties().iter().any(|p| {
+        (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+            && p.ab_type == wgpu::CooperativeScalarType::F16
+            && p.cr_type == wgpu::CooperativeScalarType::F32
+    });
+    adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SUBGROUP)
+        && f16_native
+        && fixed_subgroups
+        && f16_f32
+        && adapter.limits().max_compute_workgroup_storage_size as usize >= fusegraph_wgsl::CoopPlan::WORKGROUP_BYTES
 }
 
 type PipelineEntry = Arc<(wgpu::ComputePipeline, wgpu::BindGroupLayout)>;
@@ -74,6 +104,7 @@ pub struct Device {
     limits: wgpu::Limits,
     features: wgpu::Features,
     f16_native: bool,
+    cooperative_matrix: Option<Cooperative>,
     pipelines: Mutex<HashMap<String, PipelineEntry>>,
     pub(crate) pool: crate::memory::Pool,
     pub(crate) cost: std::sync::OnceLock<fusegraph_passes::cost::CostModel>,
@@ -139,11 +170,29 @@ impl Device {
         // GPU timestamps around the compute pass, for benchmarks, where the adapter has them;
         // subgroup operations for row reductions.
         features |= adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP);
+        let wanted = opts.cooperative_matrix.unwrap_or_else(|| {
+            !matches!(std::env::var("FUSEGRAPH_COOP_MATMUL").as_deref().map(str::trim), Ok("off" | "0" | "false"))
+        });
+        let cooperative_matrix = match opts.cooperative_matrix_emulation {
+            Some(subgroup_size) => f16_native.then_some(Cooperative::Emulated { subgroup_size }),
+            None => (wanted && cooperative_matrix_usable(&adapter, f16_native)).then_some(Cooperative::Native),
+        };
+        if cooperative_matrix == Some(Cooperative::Native) {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
         let limits = adapter.limits();
         let desc = wgpu::DeviceDescriptor {
             label: Some("fusegraph"),
             required_features: features,
             required_limits: limits.clone(),
+            // SAFETY: the one experimental feature requested is cooperative matrices, used
+            // only by the cooperative-matrix matmul, whose results the tests check against
+            // the plain kernel and the reference on adapters that have it.
+            experimental_features: if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             ..Default::default()
         };
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
@@ -164,6 +213,7 @@ impl Device {
             limits,
             features,
             f16_native,
+            cooperative_matrix,
             pipelines: Mutex::new(HashMap::new()),
             pool: crate::memory::Pool::new(opts.memory_limit),
             cost: std::sync::OnceLock::new(),
@@ -207,6 +257,16 @@ impl Device {
     /// Whether f16 is stored as WGSL `f16` (else packed two per u32).
     pub fn f16_native(&self) -> bool {
         self.f16_native
+    }
+
+    /// How f16 matmuls and convolutions run on cooperative matrices, if they do:
+    /// [`Cooperative::Native`] (tensor cores) where the adapter has
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX` with 16×16×16 f16 products accumulated in f32 at
+    /// subgroup scope, native f16 and a fixed subgroup size, and
+    /// [`DeviceOptions::cooperative_matrix`] did not turn it off; [`Cooperative::Emulated`]
+    /// where [`DeviceOptions::cooperative_matrix_emulation`] asked for it.
+    pub fn cooperative_matrix(&self) -> Option<Cooperative> {
+        self.cooperative_matrix
     }
 
     /// A one-line description: `name (backend, device type, driver)`.

@@ -6,7 +6,9 @@ use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
 use fusegraph_passes::{
     plan_summary_within, plan_within, FusionMode, Location, MemoryPlan, PlanOptions, PlanSummary, Region,
 };
-use fusegraph_wgsl::{gemm_shape, lower_with, subgroup_matmul, LowerOptions, MatmulTiling, Strategy};
+use fusegraph_wgsl::{
+    cooperative_matmul, gemm_shape, lower_with, subgroup_matmul, LowerOptions, MatmulTiling, Strategy,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -120,6 +122,9 @@ pub struct KernelStats {
     /// A matmul kernel lowered by the subgroup matmul (CPU adapters with a fixed subgroup
     /// size; see `fusegraph_wgsl::subgroup_matmul`) rather than the workgroup-tiled one.
     pub subgroup_matmul: bool,
+    /// A matmul kernel on cooperative matrices (see [`Device::cooperative_matrix`] and
+    /// `fusegraph_wgsl::CoopPlan`) rather than the plain workgroup-tiled one.
+    pub cooperative_matmul: bool,
 }
 
 /// Introspection of a compiled executable.
@@ -356,6 +361,7 @@ impl Device {
                 (info.subgroup_min_size == info.subgroup_max_size && info.subgroup_min_size > 0)
                     .then_some(info.subgroup_min_size)
             },
+            cooperative_matrix: self.cooperative_matrix(),
         };
         // FUSEGRAPH_NAIVE_MATMUL=1: the naive matmul lowering (for comparisons).
         let strategy = Strategy {
@@ -364,23 +370,33 @@ impl Device {
             // FUSEGRAPH_SUBGROUP_MATMUL=off (for comparisons).
             subgroup_matmul: opts.matmul_tiling.is_none()
                 && !std::env::var("FUSEGRAPH_SUBGROUP_MATMUL").is_ok_and(|v| v == "off"),
+            cooperative_matmul: opts.matmul_tiling.is_none(),
             ..Default::default()
         };
-        // Matmul kernels that take the subgroup lowering (CPU adapters): not tuned.
+        // Matmul kernels on cooperative matrices, and those that take the subgroup lowering
+        // (CPU adapters): not tuned.
+        let coop: Vec<bool> = kernels
+            .iter()
+            .map(|k| strategy.tiled_matmul && strategy.cooperative_matmul && cooperative_matmul(graph, k, &lower_opts))
+            .collect();
         let subgroup: Vec<bool> = kernels
             .iter()
-            .map(|k| {
-                strategy.tiled_matmul && strategy.subgroup_matmul && subgroup_matmul(graph, k, &lower_opts).is_some()
+            .zip(&coop)
+            .map(|(k, &coop)| {
+                !coop
+                    && strategy.tiled_matmul
+                    && strategy.subgroup_matmul
+                    && subgroup_matmul(graph, k, &lower_opts).is_some()
             })
             .collect();
         // Each tiled matmul kernel takes the forced tiling, else the tuned one for its shape
         // class, else the default for its shape.
         let tilings: Vec<Option<MatmulTiling>> = kernels
             .iter()
-            .zip(&subgroup)
-            .map(|(k, &subgroup)| {
+            .zip(subgroup.iter().zip(&coop))
+            .map(|(k, (&subgroup, &coop))| {
                 let (shape, dtype) = gemm_shape(graph, k, &lower_opts).filter(|_| strategy.tiled_matmul)?;
-                if subgroup {
+                if subgroup || coop {
                     return None;
                 }
                 Some(
@@ -481,7 +497,9 @@ impl Device {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut compiled = Vec::new();
         let mut kstats = Vec::new();
-        for (((k, src), &matmul_tiling), &subgroup_matmul) in kernels.iter().zip(&sources).zip(&tilings).zip(&subgroup)
+        let paths = tilings.iter().zip(&subgroup).zip(&coop);
+        for ((k, src), ((&matmul_tiling, &subgroup_matmul), &cooperative_matmul)) in
+            kernels.iter().zip(&sources).zip(paths)
         {
             let pipeline = self.pipeline(&src.wgsl, src.bindings.len(), &src.label)?;
             let entries: Vec<wgpu::BindGroupEntry> = src
@@ -526,6 +544,7 @@ impl Device {
                 workgroups,
                 matmul_tiling,
                 subgroup_matmul,
+                cooperative_matmul,
             });
             compiled.push(CompiledKernel { pipeline, bind_group, workgroups });
         }

@@ -20,7 +20,7 @@ pub use device::{Backend, Device, DeviceOptions};
 pub use error::{Result, RuntimeError};
 pub use executable::{CompileOptions, Executable, ExecutableStats, KernelStats, Timing};
 pub use fusegraph_passes::FusionMode;
-pub use fusegraph_wgsl::{GemmShape, MatmulTiling};
+pub use fusegraph_wgsl::{Cooperative, GemmShape, MatmulTiling};
 pub use profile::{KernelTime, Profile};
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;

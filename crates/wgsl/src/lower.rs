@@ -36,6 +36,27 @@ pub struct LowerOptions {
     /// and f16 matmuls and convolutions take the subgroup lowering
     /// (`matmul::subgroup_main`), which needs the size at compile time.
     pub subgroup_size: Option<u32>,
+    /// How f16 matmuls and convolutions run on cooperative matrices, if they do (see
+    /// [`crate::CoopPlan`]); `None` keeps the plain tiled kernel.
+    pub cooperative_matrix: Option<Cooperative>,
+}
+
+/// How the cooperative-matrix matmul ([`crate::CoopPlan`]) runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cooperative {
+    /// On the device's cooperative matrices (`wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX`,
+    /// tensor cores): 16×16 f16 A and B with an f32 accumulator at subgroup scope, the
+    /// workgroup memory holding [`crate::CoopPlan::WORKGROUP_BYTES`]. Needs `f16_native` and
+    /// a fixed `subgroup_size`.
+    Native,
+    /// The same kernel with each cooperative-matrix operation emulated in plain WGSL by every
+    /// invocation of a pretend subgroup of this many consecutive invocations (each holds the
+    /// whole 16×16 matrix): slow, for checking the kernel's tiling, staging and epilogue
+    /// against the reference on adapters without cooperative matrices. Needs `f16_native`.
+    Emulated {
+        /// Invocations per pretend subgroup (it must divide the kernel's 128).
+        subgroup_size: u32,
+    },
 }
 
 /// One storage binding of a kernel.
@@ -95,11 +116,15 @@ pub struct Strategy {
     /// [`subgroup_matmul`](crate::subgroup_matmul) says it can (CPU adapters); otherwise
     /// the workgroup-tiled kernel with `matmul_tiling`.
     pub subgroup_matmul: bool,
+    /// With `tiled_matmul`, lower an f16 matmul on cooperative matrices where
+    /// [`cooperative_matmul`](crate::cooperative_matmul) says it can (adapters with
+    /// [`LowerOptions::cooperative_matrix`]); otherwise the plain tiled kernel.
+    pub cooperative_matmul: bool,
 }
 
 impl Default for Strategy {
     fn default() -> Self {
-        Strategy { tiled_matmul: true, matmul_tiling: None, subgroup_matmul: true }
+        Strategy { tiled_matmul: true, matmul_tiling: None, subgroup_matmul: true, cooperative_matmul: true }
     }
 }
 
@@ -118,8 +143,10 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
         KernelKind::Loop if strategy.tiled_matmul => crate::matmul::plan(g, kernel, &regs, opts),
         _ => None,
     };
-    let subgroup =
-        tiled.filter(|_| strategy.subgroup_matmul).and_then(|t| crate::matmul::subgroup_plan(g, kernel, &t, opts));
+    let coop = tiled.filter(|_| strategy.cooperative_matmul).and_then(|t| crate::matmul::coop_plan(g, &t, opts));
+    let subgroup = tiled
+        .filter(|_| strategy.subgroup_matmul && coop.is_none())
+        .and_then(|t| crate::matmul::subgroup_plan(g, kernel, &t, opts));
     // A loop kernel on a CPU adapter walks four adjacent elements per step where it can,
     // reading and writing whole vec4s of the bindings `loop_vec4` names.
     let loop_vec4 = match kernel.kind {
@@ -209,7 +236,8 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             }
             (Some(t), None) => {
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
-                crate::matmul::tiled_main(g, &bindings, t, &regs, opts, strategy.matmul_tiling, &inv, &mut body)
+                let tiling = strategy.matmul_tiling;
+                crate::matmul::tiled_main(g, &bindings, t, &regs, opts, tiling, coop, &inv, &mut body)
             }
             (None, _) => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
         },
@@ -223,8 +251,14 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     };
     let mut wgsl = String::new();
     let uses_f16 = opts.f16_native && bindings.iter().any(|b| g.ty(b.node).dtype == DType::F16);
-    if uses_f16 {
-        wgsl.push_str("enable f16;\n\n");
+    if uses_f16 || coop.is_some() {
+        wgsl.push_str("enable f16;\n");
+    }
+    if coop.is_some() && opts.cooperative_matrix == Some(Cooperative::Native) {
+        wgsl.push_str("enable wgpu_cooperative_matrix;\n");
+    }
+    if uses_f16 || coop.is_some() {
+        wgsl.push('\n');
     }
     wgsl.push_str(&body);
     wgsl.push_str(&helpers_called(&[&body, &main]));

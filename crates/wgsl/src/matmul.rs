@@ -20,7 +20,9 @@
 //!
 //! [`regions`]: fusegraph_passes::kernel::regions
 
-use crate::lower::{packed_f16, region_calls, store_value, write_region, Binding, LowerOptions, MAIN_ARGS};
+use crate::lower::{
+    packed_f16, region_calls, store_value, write_region, Binding, Cooperative, LowerOptions, MAIN_ARGS,
+};
 use crate::view::{reshape_strides, split_last_axis_view, strided_view, StridedView};
 use crate::writer::{ravel, unravel, vty};
 use fusegraph_ir::{DType, Graph, NodeId, Op};
@@ -64,6 +66,11 @@ const CPU_LARGE: MatmulTiling = MatmulTiling { gx: 8, gy: 8, bm: 16, bn: 16, tk:
 /// padding. On lavapipe through the tiled kernel, `[8, 768]·[768, 3072]` and
 /// `[1, 768]·[768, 3072]`: 27 ms against 75 ms for [`SMALL`] (medians of 7, in turn).
 const FEW_ROWS: MatmulTiling = MatmulTiling { gx: 16, gy: 4, bm: 4, bn: 4, tk: 32 };
+/// The tiling of the cooperative-matrix kernel: 64×64 tiles by 128 invocations, 32 deep (see
+/// [`CoopPlan`]).
+const COOP: MatmulTiling = MatmulTiling { gx: 16, gy: 8, bm: 8, bn: 4, tk: 32 };
+/// The side of a cooperative matrix the kernel uses (`coop_mat16x16`).
+const COOP_SIDE: usize = 16;
 
 impl MatmulTiling {
     /// The tilings an autotuner times: [`SMALL`] and [`LARGE`]; 64×64 tiles of 8×8 blocks
@@ -184,6 +191,155 @@ pub fn subgroup_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Optio
     subgroup_plan(g, kernel, &plan(g, kernel, &regs, opts)?, opts)
 }
 
+/// How the tiled kernel computes an f16 product on cooperative matrices (tensor cores): the
+/// workgroup's subgroups as a `rows`×`cols` grid over its 64×64 output tile, each subgroup
+/// owning a block of 16×16 accumulators (`coop_mat16x16<f32, C>`).
+///
+/// The kernel is [`tiled_main`] with [`COOP`]'s tiling: the operand tiles are staged in
+/// workgroup memory through the operand functions as for the plain kernel (so prologues,
+/// ragged edges, batches and convolutions work unchanged), as f16, the lhs tile column-major
+/// and the rhs tile row-major; per 16 steps of `k` each subgroup loads its A and B
+/// fragments with `coopLoad`/`coopLoadT` and updates its accumulators with
+/// `coopMultiplyAdd` (f16 products, f32 sums). After the last step the accumulators are
+/// stored to a 64×64 f32 tile in workgroup memory, and each invocation reads its 8×4 block
+/// of it and runs the fused epilogue and the store of the plain kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoopPlan {
+    /// Subgroups along the tile's rows.
+    pub rows: usize,
+    /// Subgroups along the tile's columns.
+    pub cols: usize,
+    /// The pretend subgroup size where the cooperative-matrix operations are emulated
+    /// ([`Cooperative::Emulated`]); `None` on the device's own.
+    pub emulated: Option<usize>,
+}
+
+impl CoopPlan {
+    /// Workgroup memory the kernel declares: the f16 operand tiles and the f32 result tile.
+    pub const WORKGROUP_BYTES: usize = {
+        let (tm, tn) = (COOP.gy * COOP.bm, COOP.gx * COOP.bn);
+        (tm + tn) * COOP.tk * 2 + tm * tn * 4
+    };
+
+    /// Accumulator blocks (16×16 each) per subgroup along the rows and the columns.
+    fn blocks(&self) -> (usize, usize) {
+        let (tm, tn) = COOP.tile();
+        (tm / COOP_SIDE / self.rows, tn / COOP_SIDE / self.cols)
+    }
+
+    /// A zero accumulator.
+    fn zero(&self) -> String {
+        match self.emulated {
+            None => "coop_mat16x16<f32, C>()".into(),
+            Some(size) => format!("array<f32, {}>()", 256 / size),
+        }
+    }
+
+    /// The A fragment at element `at` of the (column-major) lhs tile.
+    fn load_a(&self, at: &str, stride: usize) -> String {
+        match self.emulated {
+            None => format!("coopLoad<coop_mat16x16<f16, A>>(&fg_tile_a[{at}], {stride}u)"),
+            Some(_) => format!("vec2<u32>({at}, {stride}u)"),
+        }
+    }
+
+    /// The B fragment at element `at` of the (row-major) rhs tile.
+    fn load_b(&self, at: &str, stride: usize) -> String {
+        match self.emulated {
+            None => format!("coopLoadT<coop_mat16x16<f16, B>>(&fg_tile_b[{at}], {stride}u)"),
+            Some(_) => format!("vec2<u32>({at}, {stride}u)"),
+        }
+    }
+
+    /// `a · b + c`.
+    fn multiply_add(&self, a: &str, b: &str, c: &str) -> String {
+        match self.emulated {
+            None => format!("coopMultiplyAdd({a}, {b}, {c})"),
+            Some(_) => format!("fg_emu_mad({a}, {b}, {c}, sg_lane)"),
+        }
+    }
+
+    /// Stores accumulator `c` row-major at element `at` of the result tile.
+    fn store(&self, c: &str, at: &str, stride: usize) -> String {
+        match self.emulated {
+            None => format!("coopStoreT({c}, &fg_tile_c[{at}], {stride}u);"),
+            Some(_) => format!("fg_emu_store_c({c}, {at}, {stride}u, sg_lane);"),
+        }
+    }
+
+    /// The emulation's functions, for pretend subgroups of `size` lanes. As on hardware, the
+    /// 256 elements of an accumulator are spread over the lanes (lane `l` holds elements
+    /// `l`, `l + size`, …, row-major); an A or B fragment is its place in the staged tile
+    /// (element and stride), read when it is multiplied (the tiles do not change between
+    /// the barriers).
+    fn emulation(size: usize) -> String {
+        let per_lane = 256 / size;
+        format!(
+            "fn fg_emu_mad(a: vec2<u32>, b: vec2<u32>, c: array<f32, {per_lane}>, lane: u32) -> array<f32, {per_lane}> {{
+    var m = c;
+    for (var p = 0u; p < {per_lane}u; p = p + 1u) {{
+        let e = p * {size}u + lane;
+        var acc = m[p];
+        for (var q = 0u; q < 16u; q = q + 1u) {{
+            acc = acc + f32(fg_tile_a[a.x + q * a.y + e / 16u]) * f32(fg_tile_b[b.x + q * b.y + e % 16u]);
+        }}
+        m[p] = acc;
+    }}
+    return m;
+}}
+
+fn fg_emu_store_c(m: array<f32, {per_lane}>, at: u32, stride: u32, lane: u32) {{
+    for (var p = 0u; p < {per_lane}u; p = p + 1u) {{
+        let e = p * {size}u + lane;
+        fg_tile_c[at + (e / 16u) * stride + e % 16u] = m[p];
+    }}
+}}
+
+"
+        )
+    }
+}
+
+/// Whether the tiled kernel of `plan` runs on cooperative matrices under `opts`: an f16
+/// product (a matmul or convolution) with [`LowerOptions::cooperative_matrix`] and native
+/// f16, where the subgroup size (the adapter's fixed one, or the emulated one) splits the 128
+/// invocations of [`COOP`] into a grid that divides the tile's 4×4 blocks of 16×16.
+pub fn coop_plan(g: &Graph, plan: &TiledPlan, opts: &LowerOptions) -> Option<CoopPlan> {
+    if !opts.f16_native || g.ty(plan.matmul).dtype != DType::F16 {
+        return None;
+    }
+    let (size, emulated) = match opts.cooperative_matrix? {
+        Cooperative::Native => (opts.subgroup_size? as usize, false),
+        Cooperative::Emulated { subgroup_size } => (subgroup_size as usize, true),
+    };
+    let wgs = COOP.gx * COOP.gy;
+    if size == 0 || !wgs.is_multiple_of(size) {
+        return None;
+    }
+    let subgroups = wgs / size;
+    let (tm, tn) = COOP.tile();
+    let (br, bc) = (tm / COOP_SIDE, tn / COOP_SIDE);
+    // The squarest grid: fewest fragment loads per multiply-add.
+    (1..=subgroups)
+        .filter(|r| subgroups.is_multiple_of(*r))
+        .map(|rows| CoopPlan { rows, cols: subgroups / rows, emulated: emulated.then_some(size) })
+        .filter(|p| br.is_multiple_of(p.rows) && bc.is_multiple_of(p.cols))
+        .min_by_key(|p| {
+            let (r, c) = p.blocks();
+            r + c
+        })
+}
+
+/// Whether `kernel` is lowered as a matmul on cooperative matrices under `opts` (see
+/// [`CoopPlan`]).
+pub fn cooperative_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> bool {
+    if kernel.kind != fusegraph_passes::KernelKind::Loop {
+        return false;
+    }
+    let regs = fusegraph_passes::kernel::regions(g, kernel);
+    plan(g, kernel, &regs, opts).and_then(|p| coop_plan(g, &p, opts)).is_some()
+}
+
 /// What the tiled lowering of a kernel needs: the matmul and the output it feeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TiledPlan {
@@ -239,6 +395,7 @@ pub fn tiled_main(
     regions: &[(NodeId, Vec<NodeId>)],
     opts: &LowerOptions,
     tiling: Option<MatmulTiling>,
+    coop: Option<CoopPlan>,
     inv: &Invariants,
     body: &mut String,
 ) -> (String, u64) {
@@ -255,8 +412,10 @@ pub fn tiled_main(
     let (ld, rd) = (g.ty(lhs).shape.dims(), g.ty(rhs).shape.dims());
     let dims = g.ty(mm).shape.dims();
     let rank = dims.len();
-    let MatmulTiling { gx, gy, bm, bn, tk } =
-        tiling.filter(MatmulTiling::is_valid).unwrap_or(MatmulTiling::default_for(m, n));
+    let MatmulTiling { gx, gy, bm, bn, tk } = match coop {
+        Some(_) => COOP,
+        None => tiling.filter(MatmulTiling::is_valid).unwrap_or(MatmulTiling::default_for(m, n)),
+    };
     let (tm, tn, wgs) = (gy * bm, gx * bn, gx * gy);
     let (tiles_m, tiles_n) = (m.div_ceil(tm), n.div_ceil(tn));
     let workgroups = (batch * tiles_m * tiles_n) as u64;
@@ -264,18 +423,30 @@ pub fn tiled_main(
     let (k_out, out_b) = bindings.iter().enumerate().find(|(_, b)| b.output).expect("one output");
     let out_dt = g.ty(out_b.node).dtype;
     let vec4_store = tiled_vec4_store(g, plan, opts);
-    const XYZW: [&str; 4] = ["x", "y", "z", "w"];
 
     // Tiles of vec4s: fg_tile_a[kk * tm/4 + q] holds rows 4q..4q+3 of the lhs tile at `kk`,
     // fg_tile_b[kk * tn/4 + q] columns 4q..4q+3 of the rhs tile (one load per 4 values).
-    let _ = writeln!(body, "var<workgroup> fg_tile_a: array<vec4<{t}>, {}>;", tk * tm / 4);
-    let _ = writeln!(body, "var<workgroup> fg_tile_b: array<vec4<{t}>, {}>;\n", tk * tn / 4);
+    // Cooperative matrices load from scalar f16 arrays of the same layout: the lhs tile
+    // column-major (stride tm), the rhs tile row-major (stride tn).
+    if coop.is_some() {
+        let _ = writeln!(body, "var<workgroup> fg_tile_a: array<f16, {}>;", tk * tm);
+        let _ = writeln!(body, "var<workgroup> fg_tile_b: array<f16, {}>;", tk * tn);
+        let _ = writeln!(body, "var<workgroup> fg_tile_c: array<f32, {}>;\n", tm * tn);
+        if let Some(size) = coop.and_then(|c| c.emulated) {
+            body.push_str(&CoopPlan::emulation(size));
+        }
+    } else {
+        let _ = writeln!(body, "var<workgroup> fg_tile_a: array<vec4<{t}>, {}>;", tk * tm / 4);
+        let _ = writeln!(body, "var<workgroup> fg_tile_b: array<vec4<{t}>, {}>;\n", tk * tn / 4);
+    }
 
     let mut s = String::new();
-    let w = |s: &mut String, indent: usize, line: String| {
-        let _ = writeln!(s, "{:indent$}{line}", "", indent = indent * 4);
+    let w = line;
+    let extra_args = match coop {
+        Some(CoopPlan { emulated: None, .. }) => ", @builtin(subgroup_id) sg_id: u32",
+        _ => "",
     };
-    s.push_str(&tile_head(wgs, "", workgroups, tiles_m, tiles_n));
+    s.push_str(&tile_head(wgs, extra_args, workgroups, tiles_m, tiles_n));
     if conv {
         write_im2col(g, mm, body);
         w(&mut s, 1, "let a_base = 0u;".into());
@@ -290,9 +461,24 @@ pub fn tiled_main(
     w(&mut s, 1, format!("let col0 = tile_col * {tn}u;"));
     w(&mut s, 1, format!("let tx = lid % {gx}u;"));
     w(&mut s, 1, format!("let ty = lid / {gx}u;"));
-    for r in 0..bm {
-        for p in 0..bn / 4 {
-            w(&mut s, 1, format!("var acc{r}_{p} = vec4<{t}>();"));
+    if let Some(cp) = coop {
+        let (br, bc) = cp.blocks();
+        if let Some(size) = cp.emulated {
+            w(&mut s, 1, format!("let sg_id = lid / {size}u;"));
+            w(&mut s, 1, format!("let sg_lane = lid % {size}u;"));
+        }
+        w(&mut s, 1, format!("let sg_row = (sg_id / {}u) * {}u;", cp.cols, br * COOP_SIDE));
+        w(&mut s, 1, format!("let sg_col = (sg_id % {}u) * {}u;", cp.cols, bc * COOP_SIDE));
+        for i in 0..br {
+            for j in 0..bc {
+                w(&mut s, 1, format!("var fg_c{i}_{j} = {};", cp.zero()));
+            }
+        }
+    } else {
+        for r in 0..bm {
+            for p in 0..bn / 4 {
+                w(&mut s, 1, format!("var acc{r}_{p} = vec4<{t}>();"));
+            }
         }
     }
     w(&mut s, 1, format!("for (var k0 = 0u; k0 < {k}u; k0 = k0 + {tk}u) {{"));
@@ -310,7 +496,14 @@ pub fn tiled_main(
         w(&mut s, 4, format!("if (r + {q}u < {m}u) {{ x.{comp} = {lv}(a_base + (r + {q}u) * {k}u + gk); }}"));
     }
     w(&mut s, 3, "}".into());
-    w(&mut s, 3, format!("fg_tile_a[kk * {}u + e / {tk}u] = x;", tm / 4));
+    if coop.is_some() {
+        w(&mut s, 3, format!("let ia = (kk * {}u + e / {tk}u) * 4u;", tm / 4));
+        for (q, comp) in XYZW.iter().enumerate() {
+            w(&mut s, 3, format!("fg_tile_a[ia + {q}u] = f16(x.{comp});"));
+        }
+    } else {
+        w(&mut s, 3, format!("fg_tile_a[kk * {}u + e / {tk}u] = x;", tm / 4));
+    }
     w(&mut s, 2, "}".into());
     w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tk * tn / 4 / wgs));
     w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
@@ -324,26 +517,55 @@ pub fn tiled_main(
         w(&mut s, 4, format!("if (c + {q}u < {n}u) {{ x.{comp} = {load}; }}"));
     }
     w(&mut s, 3, "}".into());
-    w(&mut s, 3, "fg_tile_b[e] = x;".into());
-    w(&mut s, 2, "}".into());
-    w(&mut s, 2, "workgroupBarrier();".into());
-    // Compute phase: rows ty*bm.., columns tx*bn.. of the tile; (bm + bn) / 4 vec4 loads
-    // per bm × bn multiply-adds.
-    w(&mut s, 2, format!("for (var kk = 0u; kk < {tk}u; kk = kk + 1u) {{"));
-    for q in 0..bm / 4 {
-        w(&mut s, 3, format!("let a{q} = fg_tile_a[kk * {}u + ty * {}u + {q}u];", tm / 4, bm / 4));
-    }
-    for p in 0..bn / 4 {
-        w(&mut s, 3, format!("let b{p} = fg_tile_b[kk * {}u + tx * {}u + {p}u];", tn / 4, bn / 4));
-    }
-    for r in 0..bm {
-        for p in 0..bn / 4 {
-            w(&mut s, 3, format!("acc{r}_{p} = acc{r}_{p} + a{}.{} * b{p};", r / 4, XYZW[r % 4]));
+    if coop.is_some() {
+        for (q, comp) in XYZW.iter().enumerate() {
+            w(&mut s, 3, format!("fg_tile_b[e * 4u + {q}u] = f16(x.{comp});"));
         }
+    } else {
+        w(&mut s, 3, "fg_tile_b[e] = x;".into());
     }
     w(&mut s, 2, "}".into());
     w(&mut s, 2, "workgroupBarrier();".into());
-    w(&mut s, 1, "}".into());
+    if let Some(cp) = coop {
+        // Compute phase on cooperative matrices: per 16 steps of `k`, the subgroup's A
+        // fragments (rows sg_row..) and B fragments (columns sg_col..) and every product.
+        let (br, bc) = cp.blocks();
+        w(&mut s, 2, format!("for (var kk = 0u; kk < {tk}u; kk = kk + {COOP_SIDE}u) {{"));
+        for i in 0..br {
+            let at = format!("kk * {tm}u + sg_row + {}u", i * COOP_SIDE);
+            w(&mut s, 3, format!("let fa{i} = {};", cp.load_a(&at, tm)));
+        }
+        for j in 0..bc {
+            let at = format!("kk * {tn}u + sg_col + {}u", j * COOP_SIDE);
+            w(&mut s, 3, format!("let fb{j} = {};", cp.load_b(&at, tn)));
+        }
+        for i in 0..br {
+            for j in 0..bc {
+                let mad = cp.multiply_add(&format!("fa{i}"), &format!("fb{j}"), &format!("fg_c{i}_{j}"));
+                w(&mut s, 3, format!("fg_c{i}_{j} = {mad};"));
+            }
+        }
+        w(&mut s, 2, "}".into());
+        w(&mut s, 2, "workgroupBarrier();".into());
+        w(&mut s, 1, "}".into());
+        // The accumulators through workgroup memory to the invocations' blocks.
+        for i in 0..br {
+            for j in 0..bc {
+                let at = format!("(sg_row + {}u) * {tn}u + sg_col + {}u", i * COOP_SIDE, j * COOP_SIDE);
+                w(&mut s, 1, cp.store(&format!("fg_c{i}_{j}"), &at, tn));
+            }
+        }
+        w(&mut s, 1, "workgroupBarrier();".into());
+        for r in 0..bm {
+            for p in 0..bn / 4 {
+                let at = format!("(ty * {bm}u + {r}u) * {tn}u + tx * {bn}u");
+                let v: Vec<String> = (0..4).map(|c| format!("fg_tile_c[{at} + {}u]", 4 * p + c)).collect();
+                w(&mut s, 1, format!("let acc{r}_{p} = vec4<f32>({});", v.join(", ")));
+            }
+        }
+    } else {
+        tiled_compute(&mut s, (tm, tn), (bm, bn), tk);
+    }
 
     // Epilogue and store, in-range outputs only.
     let e = format!("e{}_acc", output.index());
@@ -388,6 +610,34 @@ pub fn tiled_main(
     }
     w(&mut s, 0, "}".into());
     (s, workgroups)
+}
+
+const XYZW: [&str; 4] = ["x", "y", "z", "w"];
+
+/// Appends `text` as a line indented by `indent` levels.
+fn line(s: &mut String, indent: usize, text: String) {
+    let _ = writeln!(s, "{:indent$}{text}", "", indent = indent * 4);
+}
+
+/// The compute phase of the plain tiled kernel: rows ty*bm.., columns tx*bn.. of the tile;
+/// (bm + bn) / 4 vec4 loads per bm × bn multiply-adds.
+fn tiled_compute(s: &mut String, (tm, tn): (usize, usize), (bm, bn): (usize, usize), tk: usize) {
+    let w = line;
+    w(s, 2, format!("for (var kk = 0u; kk < {tk}u; kk = kk + 1u) {{"));
+    for q in 0..bm / 4 {
+        w(s, 3, format!("let a{q} = fg_tile_a[kk * {}u + ty * {}u + {q}u];", tm / 4, bm / 4));
+    }
+    for p in 0..bn / 4 {
+        w(s, 3, format!("let b{p} = fg_tile_b[kk * {}u + tx * {}u + {p}u];", tn / 4, bn / 4));
+    }
+    for r in 0..bm {
+        for p in 0..bn / 4 {
+            w(s, 3, format!("acc{r}_{p} = acc{r}_{p} + a{}.{} * b{p};", r / 4, XYZW[r % 4]));
+        }
+    }
+    w(s, 2, "}".into());
+    w(s, 2, "workgroupBarrier();".into());
+    w(s, 1, "}".into());
 }
 
 /// How a subgroup matmul (see [`subgroup_main`]) reads its operands: an operand that is a
@@ -546,12 +796,9 @@ pub fn subgroup_main(
     let workgroups = (batch * tiles_m * tiles_n) as u64;
     let (k_out, out_b) = bindings.iter().enumerate().find(|(_, b)| b.output).expect("one output");
     let out_dt = g.ty(out_b.node).dtype;
-    const XYZW: [&str; 4] = ["x", "y", "z", "w"];
 
     let mut s = String::new();
-    let w = |s: &mut String, indent: usize, line: String| {
-        let _ = writeln!(s, "{:indent$}{line}", "", indent = indent * 4);
-    };
+    let w = line;
     s.push_str(&tile_head(lanes, ", @builtin(subgroup_invocation_id) lane: u32", workgroups, tiles_m, tiles_n));
     // Batch coordinates of the result, then each operand's base: in vec4s of its binding
     // for a view, else in elements of the operand. A convolution's batch is its images: the

@@ -146,11 +146,12 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         let (ms, exe, ceiling_gbps) = time(&device, &b, &outs, &feeds, runs, opts, &mut ceiling)?;
         let bytes = exe.stats().bytes_moved as f64;
         // A tiled matmul is named with its tiling (autotuned, or the default for its shape),
-        // a subgroup matmul as such.
+        // a subgroup or cooperative-matrix matmul as such.
         let stats = exe.stats();
         let kernel = match stats.kernels.iter().find_map(|k| k.matmul_tiling) {
             Some(t) => format!("{kernel} {t}"),
             None if stats.kernels.iter().any(|k| k.subgroup_matmul) => format!("{kernel} subgroup"),
+            None if stats.kernels.iter().any(|k| k.cooperative_matmul) => format!("{kernel} coop"),
             None => kernel.to_string(),
         };
         rows.push(Row { kernel, shape, dtype, ms, gflops: flops / ms / 1e6, gbps: bytes / ms / 1e6, ceiling_gbps });
