@@ -105,6 +105,7 @@ pub struct Device {
     features: wgpu::Features,
     f16_native: bool,
     cooperative_matrix: Option<Cooperative>,
+    cooperative_configs: Vec<wgpu::CooperativeMatrixProperties>,
     pipelines: Mutex<HashMap<String, PipelineEntry>>,
     pub(crate) pool: crate::memory::Pool,
     pub(crate) cost: std::sync::OnceLock<fusegraph_passes::cost::CostModel>,
@@ -214,6 +215,7 @@ impl Device {
             features,
             f16_native,
             cooperative_matrix,
+            cooperative_configs: adapter.cooperative_matrix_properties(),
             pipelines: Mutex::new(HashMap::new()),
             pool: crate::memory::Pool::new(opts.memory_limit),
             cost: std::sync::OnceLock::new(),
@@ -267,6 +269,12 @@ impl Device {
     /// where [`DeviceOptions::cooperative_matrix_emulation`] asked for it.
     pub fn cooperative_matrix(&self) -> Option<Cooperative> {
         self.cooperative_matrix
+    }
+
+    /// The cooperative-matrix configurations the adapter reports (subgroup scope, sides of 8
+    /// or 16; empty without `EXPERIMENTAL_COOPERATIVE_MATRIX`), whether or not one is used.
+    pub fn cooperative_matrix_configs(&self) -> &[wgpu::CooperativeMatrixProperties] {
+        &self.cooperative_configs
     }
 
     /// A one-line description: `name (backend, device type, driver)`.

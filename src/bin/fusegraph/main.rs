@@ -60,17 +60,29 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
     ];
     let features: Vec<String> = device.features().iter_names().map(|(n, _)| n.to_string()).collect();
     let f16 = if device.f16_native() { "native f16" } else { "packed in u32" };
+    let matmul = match device.cooperative_matrix() {
+        Some(fusegraph::crates::runtime::Cooperative::Native) => "f16 on cooperative matrices (16x16x16, f32 sums)",
+        Some(fusegraph::crates::runtime::Cooperative::Emulated { .. }) => "f16 on emulated cooperative matrices",
+        None => "no cooperative matrices (f32 and f16 on the tiled or subgroup kernels)",
+    };
+    let configs: Vec<String> = device
+        .cooperative_matrix_configs()
+        .iter()
+        .map(|c| format!("{}x{}x{} {:?}*{:?}->{:?}", c.m_size, c.n_size, c.k_size, c.ab_type, c.ab_type, c.cr_type))
+        .collect();
     if json {
         let lim: Vec<String> = limits.iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
         let feat: Vec<String> = features.iter().map(|f| json_str(f)).collect();
         println!(
-            "{{\"adapter\": {}, \"backend\": {}, \"device_type\": {}, \"driver\": {}, \"driver_info\": {}, \"f16_storage\": {}, \"limits\": {{{}}}, \"features\": [{}]}}",
+            "{{\"adapter\": {}, \"backend\": {}, \"device_type\": {}, \"driver\": {}, \"driver_info\": {}, \"f16_storage\": {}, \"matmul\": {}, \"cooperative_matrix_configs\": [{}], \"limits\": {{{}}}, \"features\": [{}]}}",
             json_str(&i.name),
             json_str(&format!("{:?}", i.backend)),
             json_str(&format!("{:?}", i.device_type)),
             json_str(&i.driver),
             json_str(&i.driver_info),
             json_str(f16),
+            json_str(matmul),
+            configs.iter().map(|c| json_str(c)).collect::<Vec<_>>().join(", "),
             lim.join(", "),
             feat.join(", ")
         );
@@ -80,6 +92,10 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
         println!("device type  {:?}", i.device_type);
         println!("driver       {} {}", i.driver, i.driver_info);
         println!("f16 storage  {f16}");
+        println!("matmul       {matmul}");
+        if !configs.is_empty() {
+            println!("cooperative matrix configurations: {}", configs.join(", "));
+        }
         println!("limits");
         for (k, v) in limits {
             println!("  {k:<40} {v}");
