@@ -107,6 +107,26 @@ fn unknown_backend_is_typed() {
     }
 }
 
+/// The cooperative-matrix emulation (a testing option) refuses a pretend subgroup size that
+/// does not split the kernel's 128 invocations, and packed f16, by name.
+#[test]
+fn cooperative_matrix_emulation_options_are_checked() {
+    for size in [0, 48, 256] {
+        let opts = DeviceOptions { cooperative_matrix_emulation: Some(size), ..Default::default() };
+        match Device::new(&opts) {
+            Err(RuntimeError::InvalidOption { option, detail }) => {
+                assert_eq!(option, "cooperative_matrix_emulation");
+                assert!(detail.contains(&size.to_string()), "{detail}");
+            }
+            other => panic!("size {size}: {other:?}"),
+        }
+    }
+    let packed =
+        DeviceOptions { cooperative_matrix_emulation: Some(32), f16_native: Some(false), ..Default::default() };
+    let err = Device::new(&packed).unwrap_err();
+    assert!(err.to_string().contains("needs native f16"), "{err}");
+}
+
 #[test]
 fn host_tensor_rejects_wrong_length() {
     let e = HostTensor::new([2, 2], vec![1.0f32; 3]).unwrap_err();

@@ -175,7 +175,18 @@ impl Device {
             !matches!(std::env::var("FUSEGRAPH_COOP_MATMUL").as_deref().map(str::trim), Ok("off" | "0" | "false"))
         });
         let cooperative_matrix = match opts.cooperative_matrix_emulation {
-            Some(subgroup_size) => f16_native.then_some(Cooperative::Emulated { subgroup_size }),
+            Some(subgroup_size) => {
+                let option = "cooperative_matrix_emulation".to_string();
+                if subgroup_size == 0 || 128 % subgroup_size != 0 {
+                    let detail = format!("{subgroup_size} invocations per subgroup do not divide the kernel's 128");
+                    return Err(RuntimeError::InvalidOption { option, detail });
+                }
+                if !f16_native {
+                    let detail = format!("needs native f16, which {} is not using", info.name);
+                    return Err(RuntimeError::InvalidOption { option, detail });
+                }
+                Some(Cooperative::Emulated { subgroup_size })
+            }
             None => (wanted && cooperative_matrix_usable(&adapter, f16_native)).then_some(Cooperative::Native),
         };
         if cooperative_matrix == Some(Cooperative::Native) {

@@ -26,6 +26,14 @@ pub enum RuntimeError {
         /// wgpu's reason.
         detail: String,
     },
+    /// A device option that cannot be honoured on this adapter, or is out of range.
+    #[error("device option `{option}`: {detail}")]
+    InvalidOption {
+        /// The option's name.
+        option: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// The graph is malformed or an op was misused.
     #[error(transparent)]
     Ir(#[from] IrError),
