@@ -18,6 +18,10 @@
 //! belong to it. With `n` odd a word can straddle two rows; such kernels keep the naive
 //! lowering.
 //!
+//! On adapters with cooperative matrices (tensor cores) an f16 product takes the same kernel
+//! with its compute phase on 16×16 matrix fragments ([`CoopPlan`]); CPU adapters take the
+//! subgroup matmul ([`subgroup_main`]).
+//!
 //! [`regions`]: fusegraph_passes::kernel::regions
 
 use crate::lower::{
@@ -526,45 +530,9 @@ pub fn tiled_main(
     }
     w(&mut s, 2, "}".into());
     w(&mut s, 2, "workgroupBarrier();".into());
-    if let Some(cp) = coop {
-        // Compute phase on cooperative matrices: per 16 steps of `k`, the subgroup's A
-        // fragments (rows sg_row..) and B fragments (columns sg_col..) and every product.
-        let (br, bc) = cp.blocks();
-        w(&mut s, 2, format!("for (var kk = 0u; kk < {tk}u; kk = kk + {COOP_SIDE}u) {{"));
-        for i in 0..br {
-            let at = format!("kk * {tm}u + sg_row + {}u", i * COOP_SIDE);
-            w(&mut s, 3, format!("let fa{i} = {};", cp.load_a(&at, tm)));
-        }
-        for j in 0..bc {
-            let at = format!("kk * {tn}u + sg_col + {}u", j * COOP_SIDE);
-            w(&mut s, 3, format!("let fb{j} = {};", cp.load_b(&at, tn)));
-        }
-        for i in 0..br {
-            for j in 0..bc {
-                let mad = cp.multiply_add(&format!("fa{i}"), &format!("fb{j}"), &format!("fg_c{i}_{j}"));
-                w(&mut s, 3, format!("fg_c{i}_{j} = {mad};"));
-            }
-        }
-        w(&mut s, 2, "}".into());
-        w(&mut s, 2, "workgroupBarrier();".into());
-        w(&mut s, 1, "}".into());
-        // The accumulators through workgroup memory to the invocations' blocks.
-        for i in 0..br {
-            for j in 0..bc {
-                let at = format!("(sg_row + {}u) * {tn}u + sg_col + {}u", i * COOP_SIDE, j * COOP_SIDE);
-                w(&mut s, 1, cp.store(&format!("fg_c{i}_{j}"), &at, tn));
-            }
-        }
-        w(&mut s, 1, "workgroupBarrier();".into());
-        for r in 0..bm {
-            for p in 0..bn / 4 {
-                let at = format!("(ty * {bm}u + {r}u) * {tn}u + tx * {bn}u");
-                let v: Vec<String> = (0..4).map(|c| format!("fg_tile_c[{at} + {}u]", 4 * p + c)).collect();
-                w(&mut s, 1, format!("let acc{r}_{p} = vec4<f32>({});", v.join(", ")));
-            }
-        }
-    } else {
-        tiled_compute(&mut s, (tm, tn), (bm, bn), tk);
+    match coop {
+        Some(cp) => coop_compute(&mut s, &cp, (tm, tn), (bm, bn), tk),
+        None => tiled_compute(&mut s, (tm, tn), (bm, bn), tk),
     }
 
     // Epilogue and store, in-range outputs only.
@@ -638,6 +606,48 @@ fn tiled_compute(s: &mut String, (tm, tn): (usize, usize), (bm, bn): (usize, usi
     w(s, 2, "}".into());
     w(s, 2, "workgroupBarrier();".into());
     w(s, 1, "}".into());
+}
+
+/// The compute phase on cooperative matrices: per 16 steps of `k`, the subgroup's A
+/// fragments (rows sg_row..) and B fragments (columns sg_col..) and every product; after the
+/// last step the accumulators go through workgroup memory to each invocation's `bm`×`bn`
+/// block (`accR_P`, as the plain kernel leaves them).
+fn coop_compute(s: &mut String, cp: &CoopPlan, (tm, tn): (usize, usize), (bm, bn): (usize, usize), tk: usize) {
+    let w = line;
+    let (br, bc) = cp.blocks();
+    w(s, 2, format!("for (var kk = 0u; kk < {tk}u; kk = kk + {COOP_SIDE}u) {{"));
+    for i in 0..br {
+        let at = format!("kk * {tm}u + sg_row + {}u", i * COOP_SIDE);
+        w(s, 3, format!("let fa{i} = {};", cp.load_a(&at, tm)));
+    }
+    for j in 0..bc {
+        let at = format!("kk * {tn}u + sg_col + {}u", j * COOP_SIDE);
+        w(s, 3, format!("let fb{j} = {};", cp.load_b(&at, tn)));
+    }
+    for i in 0..br {
+        for j in 0..bc {
+            let mad = cp.multiply_add(&format!("fa{i}"), &format!("fb{j}"), &format!("fg_c{i}_{j}"));
+            w(s, 3, format!("fg_c{i}_{j} = {mad};"));
+        }
+    }
+    w(s, 2, "}".into());
+    w(s, 2, "workgroupBarrier();".into());
+    w(s, 1, "}".into());
+    // The accumulators through workgroup memory to the invocations' blocks.
+    for i in 0..br {
+        for j in 0..bc {
+            let at = format!("(sg_row + {}u) * {tn}u + sg_col + {}u", i * COOP_SIDE, j * COOP_SIDE);
+            w(s, 1, cp.store(&format!("fg_c{i}_{j}"), &at, tn));
+        }
+    }
+    w(s, 1, "workgroupBarrier();".into());
+    for r in 0..bm {
+        for p in 0..bn / 4 {
+            let at = format!("(ty * {bm}u + {r}u) * {tn}u + tx * {bn}u");
+            let v: Vec<String> = (0..4).map(|c| format!("fg_tile_c[{at} + {}u]", 4 * p + c)).collect();
+            w(s, 1, format!("let acc{r}_{p} = vec4<f32>({});", v.join(", ")));
+        }
+    }
 }
 
 /// How a subgroup matmul (see [`subgroup_main`]) reads its operands: an operand that is a
