@@ -230,6 +230,24 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     }
     print!("{table}");
     println!("ceilings (measured in this run): copy {ceiling_gbps:.2} GB/s, matmul {ceiling_gflops:.2} GFLOP/s; adapter {} ({:?})", info.name, info.backend);
+    // f16 against f32 at the largest product, best kernel of each (on an adapter with
+    // cooperative matrices, the f16 one runs on them).
+    if let Some(&m) = mm.last() {
+        let shape = format!("{m}x{m}x{m}");
+        let best = |dt: DType| {
+            rows.iter()
+                .filter(|r| r.kernel.starts_with("matmul") && r.shape == shape && r.dtype == dt)
+                .map(|r| r.gflops)
+                .fold(0.0, f64::max)
+        };
+        let (f32_best, f16_best) = (best(DType::F32), best(DType::F16));
+        if f32_best > 0.0 && f16_best > 0.0 {
+            println!(
+                "matmul {shape}: f16 {f16_best:.2} against f32 {f32_best:.2} GFLOP/s ({:.2}x)",
+                f16_best / f32_best
+            );
+        }
+    }
     if let Some(path) = &args.json {
         let lines: Vec<String> = rows
             .iter()
