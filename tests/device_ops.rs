@@ -116,7 +116,7 @@ fn rows_shared_by_a_workgroup_match_the_reference() {
         cpu: device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu,
         subgroups: device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP),
         subgroup_size: None,
-        cooperative_matrix: None,
+        ..Default::default()
     };
     let mut failures = Vec::new();
     for case in &cases {
@@ -208,13 +208,8 @@ fn softmax_rows_in_one_pass_match_the_reference_with_masks_and_infinities() {
     let w = want[0].to_f64();
     assert!(w[cols].is_nan() && w[2 * cols].is_nan() && w[0] == 0.0 && w[6 * cols - 1] == 1.0);
     let kernels = partition(&g, &[y.id()], FusionMode::On).unwrap();
-    let opts = LowerOptions {
-        f16_native: false,
-        cpu: true,
-        subgroups: true,
-        subgroup_size: Some(8),
-        cooperative_matrix: None,
-    };
+    let opts =
+        LowerOptions { f16_native: false, cpu: true, subgroups: true, subgroup_size: Some(8), ..Default::default() };
     let wgsl = lower(&g, &kernels[0], &opts).wgsl;
     assert_eq!(kernels.len(), 1);
     assert!(wgsl.contains("let n0 = max(m0, x0);") && wgsl.matches("exp(").count() >= 4, "{wgsl}");
@@ -238,7 +233,7 @@ fn variance_rows_in_one_pass_match_the_reference_far_from_zero() {
         cpu: device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu,
         subgroups: device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP),
         subgroup_size: None,
-        cooperative_matrix: None,
+        ..Default::default()
     };
     let mut rng = common::Rng::new(91);
     for (rows, cols) in [(40, 103), (33, 2), (20, 3), (3, 777), (2, 3)] {
@@ -308,7 +303,7 @@ fn loop_kernels_move_vec4s_on_a_cpu_adapter() {
     use fusegraph::DType;
     let device = Device::shared().expect("a device");
     let opts =
-        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, cooperative_matrix: None };
+        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, ..Default::default() };
     let mut rng = common::Rng::new(5);
     for (rows, cols) in [(12, 12), (9, 7)] {
         let n = rows * cols;
@@ -384,7 +379,7 @@ fn row_kernels_move_vec4s_on_a_cpu_adapter() {
     use fusegraph::DType;
     let device = Device::shared().expect("a device");
     let opts =
-        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, cooperative_matrix: None };
+        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, ..Default::default() };
     let mut rng = common::Rng::new(17);
     for cols in [36, 34] {
         let rows = 20;

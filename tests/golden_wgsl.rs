@@ -14,7 +14,7 @@ fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectF
     golden_with(
         name,
         dtype,
-        LowerOptions { f16_native, cpu: false, subgroups: false, subgroup_size: None, cooperative_matrix: None },
+        LowerOptions { f16_native, cpu: false, subgroups: false, subgroup_size: None, ..Default::default() },
         file,
     );
 }
@@ -46,7 +46,7 @@ fn softmax_row_kernel() {
 #[test]
 fn softmax_row_kernel_with_subgroups() {
     let opts =
-        LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None, cooperative_matrix: None };
+        LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None, ..Default::default() };
     golden_with("softmax_last", DType::F32, opts, expect_test::expect_file!["wgsl/softmax_last_subgroups.wgsl"]);
 }
 
@@ -70,7 +70,7 @@ fn elementwise_chain_native_f16() {
 #[test]
 fn elementwise_chain_interleaved_for_cpu() {
     let opts =
-        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, cooperative_matrix: None };
+        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, ..Default::default() };
     golden_with("chain20", DType::F32, opts, expect_test::expect_file!["wgsl/chain20_cpu_interleaved.wgsl"]);
 }
 
@@ -79,7 +79,7 @@ fn elementwise_chain_interleaved_for_cpu() {
 #[test]
 fn two_outputs_interleaved_for_cpu() {
     let opts =
-        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, cooperative_matrix: None };
+        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, ..Default::default() };
     golden_with(
         "two_elementwise_outputs",
         DType::F32,
@@ -94,7 +94,7 @@ fn two_outputs_interleaved_for_cpu() {
 #[test]
 fn layer_norm_rows_in_one_pass_with_subgroups() {
     let opts =
-        LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None, cooperative_matrix: None };
+        LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None, ..Default::default() };
     golden_with("layer_norm", DType::F32, opts, expect_test::expect_file!["wgsl/layer_norm_subgroups.wgsl"]);
 }
 

@@ -24,7 +24,7 @@ fn takes_subgroup_matmul(device: &Device) -> bool {
 }
 
 fn cpu_opts(lanes: u32) -> LowerOptions {
-    LowerOptions { f16_native: false, cpu: true, subgroups: true, subgroup_size: Some(lanes), cooperative_matrix: None }
+    LowerOptions { f16_native: false, cpu: true, subgroups: true, subgroup_size: Some(lanes), ..Default::default() }
 }
 
 /// How each operand of a case's matmul is laid out in memory.

@@ -27,7 +27,7 @@ fn every_catalog_kernel_validates_in_both_f16_forms_and_every_row_strategy() {
                 ] {
                     // A CPU adapter with subgroups of 8 (lavapipe): matmuls take the subgroup kernel.
                     let subgroup_size = (cpu && subgroups).then_some(8);
-                    let opts = LowerOptions { f16_native, cpu, subgroups, subgroup_size, cooperative_matrix: None };
+                    let opts = LowerOptions { f16_native, cpu, subgroups, subgroup_size, ..Default::default() };
                     let src = lower(&case.graph, k, &opts);
                     if let Err(e) = validate(&src.wgsl) {
                         panic!(

@@ -80,8 +80,7 @@ pub struct DeviceOptions {
 /// and B and an f32 accumulator, native f16, a fixed subgroup size, and the kernel's
 /// workgroup memory.
 fn cooperative_matrix_usable(adapter: &wgpu::Adapter, f16_native: bool) -> bool {
-    let info = adapter.get_info();
-    let fixed_subgroups = info.subgroup_min_size == info.subgroup_max_size && info.subgroup_min_size > 0;
+    let fixed_subgroups = fixed_subgroup_size(&adapter.get_info()).is_some();
     let f16_f32 = adapter.cooperative_matrix_properties().iter().any(|p| {
         (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
             && p.ab_type == wgpu::CooperativeScalarType::F16
@@ -92,6 +91,21 @@ fn cooperative_matrix_usable(adapter: &wgpu::Adapter, f16_native: bool) -> bool 
         && fixed_subgroups
         && f16_f32
         && adapter.limits().max_compute_workgroup_storage_size as usize >= fusegraph_wgsl::CoopPlan::WORKGROUP_BYTES
+}
+
+/// The adapter's subgroup size where it is fixed (its minimum and maximum agree).
+pub(crate) fn fixed_subgroup_size(info: &wgpu::AdapterInfo) -> Option<u32> {
+    (info.subgroup_min_size == info.subgroup_max_size && info.subgroup_min_size > 0).then_some(info.subgroup_min_size)
+}
+
+/// An on/off environment switch: `off`, `0`, `false` → `Some(false)`; `on`, `1`, `true` →
+/// `Some(true)`; unset or anything else → `None`.
+fn env_switch(name: &str) -> Option<bool> {
+    match std::env::var(name).as_deref().map(str::trim) {
+        Ok("off" | "0" | "false") => Some(false),
+        Ok("on" | "1" | "true") => Some(true),
+        _ => None,
+    }
 }
 
 type PipelineEntry = Arc<(wgpu::ComputePipeline, wgpu::BindGroupLayout)>;
@@ -171,14 +185,14 @@ impl Device {
         // GPU timestamps around the compute pass, for benchmarks, where the adapter has them;
         // subgroup operations for row reductions.
         features |= adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP);
-        let wanted = opts.cooperative_matrix.unwrap_or_else(|| {
-            !matches!(std::env::var("FUSEGRAPH_COOP_MATMUL").as_deref().map(str::trim), Ok("off" | "0" | "false"))
-        });
+        let wanted = opts.cooperative_matrix.or_else(|| env_switch("FUSEGRAPH_COOP_MATMUL")).unwrap_or(true);
         let cooperative_matrix = match opts.cooperative_matrix_emulation {
             Some(subgroup_size) => {
                 let option = "cooperative_matrix_emulation".to_string();
-                if subgroup_size == 0 || 128 % subgroup_size != 0 {
-                    let detail = format!("{subgroup_size} invocations per subgroup do not divide the kernel's 128");
+                let invocations = fusegraph_wgsl::CoopPlan::INVOCATIONS;
+                if subgroup_size == 0 || !invocations.is_multiple_of(subgroup_size as usize) {
+                    let detail =
+                        format!("{subgroup_size} invocations per subgroup do not divide the kernel's {invocations}");
                     return Err(RuntimeError::InvalidOption { option, detail });
                 }
                 if !f16_native {
@@ -212,12 +226,10 @@ impl Device {
         // Errors are caught with error scopes where they can occur; anything else is logged
         // rather than aborting the process (wgpu's default handler panics).
         device.on_uncaptured_error(Arc::new(|e| eprintln!("fusegraph: uncaptured wgpu error: {e}")));
-        let autotune =
-            opts.autotune.unwrap_or_else(|| match std::env::var("FUSEGRAPH_AUTOTUNE").as_deref().map(str::trim) {
-                Ok("off" | "0" | "false") => false,
-                Ok("on" | "1" | "true") => true,
-                _ => !(info.backend == wgpu::Backend::Gl && info.device_type == wgpu::DeviceType::Cpu),
-            });
+        let autotune = opts
+            .autotune
+            .or_else(|| env_switch("FUSEGRAPH_AUTOTUNE"))
+            .unwrap_or_else(|| !(info.backend == wgpu::Backend::Gl && info.device_type == wgpu::DeviceType::Cpu));
         Ok(Device {
             device,
             queue,

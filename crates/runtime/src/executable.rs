@@ -356,11 +356,7 @@ impl Device {
             f16_native: self.f16_native(),
             cpu: self.info().device_type == wgpu::DeviceType::Cpu,
             subgroups: self.features().contains(wgpu::Features::SUBGROUP),
-            subgroup_size: {
-                let info = self.info();
-                (info.subgroup_min_size == info.subgroup_max_size && info.subgroup_min_size > 0)
-                    .then_some(info.subgroup_min_size)
-            },
+            subgroup_size: crate::device::fixed_subgroup_size(self.info()),
             cooperative_matrix: self.cooperative_matrix(),
         };
         // FUSEGRAPH_NAIVE_MATMUL=1: the naive matmul lowering (for comparisons).

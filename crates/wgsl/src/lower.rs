@@ -49,12 +49,13 @@ pub enum Cooperative {
     /// workgroup memory holding [`crate::CoopPlan::WORKGROUP_BYTES`]. Needs `f16_native` and
     /// a fixed `subgroup_size`.
     Native,
-    /// The same kernel with each cooperative-matrix operation emulated in plain WGSL by every
-    /// invocation of a pretend subgroup of this many consecutive invocations (each holds the
-    /// whole 16×16 matrix): slow, for checking the kernel's tiling, staging and epilogue
-    /// against the reference on adapters without cooperative matrices. Needs `f16_native`.
+    /// The same kernel with each cooperative-matrix operation emulated in plain WGSL by a
+    /// pretend subgroup of this many consecutive invocations (an accumulator's elements
+    /// spread over its lanes, as hardware spreads them): slow, for checking the kernel's
+    /// tiling, staging and epilogue against the reference on adapters without cooperative
+    /// matrices. Needs `f16_native`.
     Emulated {
-        /// Invocations per pretend subgroup (it must divide the kernel's 128).
+        /// Invocations per pretend subgroup (it must divide [`crate::CoopPlan::INVOCATIONS`]).
         subgroup_size: u32,
     },
 }
@@ -251,13 +252,12 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     };
     let mut wgsl = String::new();
     let uses_f16 = opts.f16_native && bindings.iter().any(|b| g.ty(b.node).dtype == DType::F16);
+    // A cooperative-matrix kernel stages f16 tiles even where no binding is f16.
     if uses_f16 || coop.is_some() {
         wgsl.push_str("enable f16;\n");
-    }
-    if coop.is_some() && opts.cooperative_matrix == Some(Cooperative::Native) {
-        wgsl.push_str("enable wgpu_cooperative_matrix;\n");
-    }
-    if uses_f16 || coop.is_some() {
+        if coop.is_some() && opts.cooperative_matrix == Some(Cooperative::Native) {
+            wgsl.push_str("enable wgpu_cooperative_matrix;\n");
+        }
         wgsl.push('\n');
     }
     wgsl.push_str(&body);

@@ -219,6 +219,9 @@ pub struct CoopPlan {
 }
 
 impl CoopPlan {
+    /// Invocations per workgroup of the kernel; a subgroup size must divide it.
+    pub const INVOCATIONS: usize = COOP.gx * COOP.gy;
+
     /// Workgroup memory the kernel declares: the f16 operand tiles and the f32 result tile.
     pub const WORKGROUP_BYTES: usize = {
         let (tm, tn) = (COOP.gy * COOP.bm, COOP.gx * COOP.bn);
@@ -316,11 +319,10 @@ pub fn coop_plan(g: &Graph, plan: &TiledPlan, opts: &LowerOptions) -> Option<Coo
         Cooperative::Native => (opts.subgroup_size? as usize, false),
         Cooperative::Emulated { subgroup_size } => (subgroup_size as usize, true),
     };
-    let wgs = COOP.gx * COOP.gy;
-    if size == 0 || !wgs.is_multiple_of(size) {
+    if size == 0 || !CoopPlan::INVOCATIONS.is_multiple_of(size) {
         return None;
     }
-    let subgroups = wgs / size;
+    let subgroups = CoopPlan::INVOCATIONS / size;
     let (tm, tn) = COOP.tile();
     let (br, bc) = (tm / COOP_SIDE, tn / COOP_SIDE);
     // The squarest grid: fewest fragment loads per multiply-add.

@@ -68,7 +68,7 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
     let configs: Vec<String> = device
         .cooperative_matrix_configs()
         .iter()
-        .map(|c| format!("{}x{}x{} {:?}*{:?}->{:?}", c.m_size, c.n_size, c.k_size, c.ab_type, c.ab_type, c.cr_type))
+        .map(|c| format!("{}x{}x{} {:?}->{:?}", c.m_size, c.n_size, c.k_size, c.ab_type, c.cr_type))
         .collect();
     if json {
         let lim: Vec<String> = limits.iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
