@@ -69,7 +69,7 @@ fn row_patterns_use_row_kernels_over_any_axis() {
         let ks = kernels(&g, &outs);
         match &ks[0].kind {
             KernelKind::Row { axes: a, .. } => assert_eq!(a, &axes, "{name}"),
-            KernelKind::Loop => panic!("{name} is not a row kernel"),
+            other => panic!("{name} is not a row kernel: {other:?}"),
         }
     }
 }

@@ -850,6 +850,8 @@ fn judge_fusion(
             KernelKind::Row { .. } => {
                 1.0 + members.iter().filter(|&&n| matches!(g.node(n).op, Op::Reduce { .. })).count() as f64
             }
+            // Fusion forms loop and row kernels only (attention kernels come after it).
+            KernelKind::Attention { .. } => 1.0,
         };
     }
     // Benefit: one dispatch fewer, and the producer is neither written nor read back; cost:

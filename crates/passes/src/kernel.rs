@@ -32,6 +32,13 @@ pub enum KernelKind {
         /// The reduced axes.
         axes: Vec<usize>,
     },
+    /// Memory-efficient attention ([`crate::attention`]): the single output is `p·v` with
+    /// `p = softmax(logits)` over the last axis; one invocation per output row walks that
+    /// row's logits once (the online softmax), so neither the logits nor `p` are stored.
+    Attention {
+        /// The softmax's input, computed per element by the kernel's members.
+        logits: NodeId,
+    },
 }
 
 /// A group of nodes lowered to one compute shader.

@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod attention;
 pub mod autodiff;
 pub mod checkpoint;
 pub mod cost;

@@ -6,6 +6,7 @@
 //! values live at the peak step, for out-of-memory messages. [`largest_batch`] searches the
 //! largest batch size whose plan fits a byte limit.
 
+use crate::attention::fuse_attention;
 use crate::fuse::{fuse, FusionOptions};
 use crate::kernel::{partition, FusionMode, Kernel};
 use crate::liveness::{live_bytes_per_step, value_bytes};
@@ -43,6 +44,11 @@ pub struct PlanOptions {
     /// plan writes each in place where [`plan_memory_updating`] finds it safe. Indices rather
     /// than nodes, so they survive simplification of a copy of the graph.
     pub updates: Vec<(String, usize)>,
+    /// Memory-efficient attention ([`crate::attention`]): `Some(true)` merges every
+    /// `softmax(x)·v` into one kernel that stores neither the scores nor the probabilities,
+    /// `Some(false)` never; `None` (the default) only where [`plan_within`] finds the plan
+    /// over its limit, before rematerializing.
+    pub fused_attention: Option<bool>,
 }
 
 impl Default for PlanOptions {
@@ -59,6 +65,7 @@ impl Default for PlanOptions {
             simplify: true,
             remat: true,
             updates: Vec::new(),
+            fused_attention: None,
         }
     }
 }
@@ -121,7 +128,12 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
         FusionMode::Off => partition(g, outputs, FusionMode::Off)?,
         FusionMode::On => {
             let fopts = FusionOptions { max_bindings: opts.max_bindings, cost: opts.cost, ..Default::default() };
-            fuse(g, outputs, &fopts)?.kernels
+            let kernels = fuse(g, outputs, &fopts)?.kernels;
+            if opts.fused_attention == Some(true) {
+                fuse_attention(g, kernels, outputs, opts.max_bindings)
+            } else {
+                kernels
+            }
         }
     };
     if opts.schedule {
@@ -157,17 +169,29 @@ fn update_pairs(g: &Graph, outputs: &[NodeId], updates: &[(String, usize)]) -> R
         .collect())
 }
 
-/// Plans as [`plan_graph`]; if the total exceeds `limit` and `opts.remat` is set, plans again
-/// with rematerialization toward an arena budget of what the limit leaves after the
-/// persistent and staging bytes. The caller compares the result's total with the limit.
+/// Plans as [`plan_graph`]; if the total exceeds `limit`, plans again with memory-efficient
+/// attention (unless `opts.fused_attention` decides it) and then, if `opts.remat` is set and
+/// it still does not fit, with rematerialization toward an arena budget of what the limit
+/// leaves after the persistent and staging bytes. The caller compares the result's total
+/// with the limit.
 pub fn plan_within(g: &Graph, outputs: &[NodeId], opts: &PlanOptions, limit: Option<u64>) -> Result<Planned> {
-    let planned = plan_graph(g, outputs, opts)?;
+    let mut planned = plan_graph(g, outputs, opts)?;
     let Some(limit) = limit else { return Ok(planned) };
+    let mut opts = opts.clone();
+    if planned.summary.total_bytes > limit && opts.fused_attention.is_none() && opts.fusion == FusionMode::On {
+        opts.fused_attention = Some(true);
+        let attention = plan_graph(g, outputs, &opts)?;
+        if attention.summary.total_bytes < planned.summary.total_bytes {
+            planned = attention;
+        } else {
+            opts.fused_attention = Some(false);
+        }
+    }
     let fixed = planned.summary.persistent_bytes + planned.summary.staging_bytes;
     if planned.summary.total_bytes <= limit || !opts.remat || limit <= fixed || opts.remat_budget.is_some() {
         return Ok(planned);
     }
-    let with_budget = PlanOptions { remat_budget: Some(limit - fixed), ..opts.clone() };
+    let with_budget = PlanOptions { remat_budget: Some(limit - fixed), ..opts };
     plan_graph(g, outputs, &with_budget)
 }
 

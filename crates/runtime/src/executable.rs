@@ -47,6 +47,13 @@ pub struct CompileOptions {
     /// variable `FUSEGRAPH_DUMP_WGSL=DIR` does the same for every compile). Best effort: a
     /// folder that cannot be written is skipped.
     pub dump_wgsl: Option<std::path::PathBuf>,
+    /// Memory-efficient attention: `Some(true)` computes every `softmax(x)·v` (attention's
+    /// probabilities times the values) in one kernel that stores neither the scores nor the
+    /// probabilities, `Some(false)` never; `None` (the default) only when the plan would
+    /// otherwise exceed the memory limit (tried before rematerialization). It saves
+    /// `2 · batch · heads · seq²` values per attention layer; the kernel suits GPUs, and is
+    /// slower than the unfused attention on a CPU adapter (BENCHMARKS.md).
+    pub fused_attention: Option<bool>,
 }
 
 impl Default for CompileOptions {
@@ -62,6 +69,7 @@ impl Default for CompileOptions {
             calibrating: false,
             matmul_tiling: None,
             dump_wgsl: None,
+            fused_attention: None,
         }
     }
 }
@@ -125,6 +133,9 @@ pub struct KernelStats {
     /// A matmul kernel on cooperative matrices (see [`Device::cooperative_matrix`] and
     /// `fusegraph_wgsl::CoopPlan`) rather than the plain workgroup-tiled one.
     pub cooperative_matmul: bool,
+    /// A memory-efficient attention kernel (`softmax(x)·v` with the online softmax; see
+    /// [`CompileOptions::fused_attention`]).
+    pub attention: bool,
 }
 
 /// Introspection of a compiled executable.
@@ -222,6 +233,7 @@ impl Device {
             alignment: (limits.min_storage_buffer_offset_alignment as u64).max(4),
             simplify: opts.simplify,
             remat: opts.remat,
+            fused_attention: opts.fused_attention,
             ..Default::default()
         }
     }
@@ -541,6 +553,7 @@ impl Device {
                 matmul_tiling,
                 subgroup_matmul,
                 cooperative_matmul,
+                attention: matches!(k.kind, fusegraph_passes::KernelKind::Attention { .. }),
             });
             compiled.push(CompiledKernel { pipeline, bind_group, workgroups });
         }

@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+mod attention;
 mod body;
 mod lower;
 mod matmul;

@@ -199,11 +199,16 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
         KernelKind::Row { .. } => {
             kernel.members.iter().copied().filter(|&m| matches!(g.node(m).op, Op::Reduce { .. })).collect()
         }
-        KernelKind::Loop => Vec::new(),
+        KernelKind::Loop | KernelKind::Attention { .. } => Vec::new(),
     };
     let row_deps = reduction_deps(g, kernel, &row_reduces);
     let row_scalars = row_scalars(g, kernel, &row_reduces, &row_deps);
-    for &m in &kernel.members {
+    // An attention kernel calls the element functions of its logits and `v` only.
+    let needed = match kernel.kind {
+        KernelKind::Attention { logits } => Some(crate::attention::needed_members(g, kernel, logits)),
+        _ => None,
+    };
+    for &m in kernel.members.iter().filter(|m| needed.as_ref().is_none_or(|n| n.contains(m))) {
         let ty = g.ty(m);
         let _ = writeln!(body, "// {} : {}", g.node(m).op.name(), ty);
         let _ = writeln!(body, "fn v{}(i: u32) -> {} {{", m.index(), vty(ty.dtype));
@@ -226,7 +231,8 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     // Each output's region (its same-index chain) is computed once per element, in
     // registers, by `eN`; values reached through index changes are function calls.
     // A tiled matmul kernel computes its output's region as `eO_acc` instead (matmul.rs).
-    for (o, region) in regs.iter().filter(|(o, _)| tiled.is_none_or(|t| t.output != *o)) {
+    let attention = matches!(kernel.kind, KernelKind::Attention { .. });
+    for (o, region) in regs.iter().filter(|(o, _)| !attention && tiled.is_none_or(|t| t.output != *o)) {
         write_region(g, *o, region, None, &[], &mut body);
     }
     let (main, workgroups) = match &kernel.kind {
@@ -249,6 +255,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             let reduces = RowReduces { reduces: &row_reduces, scalars: &row_scalars, deps: &row_deps };
             row_main(g, &bindings, reduces, shape, axes, opts, quads, &mut body)
         }
+        KernelKind::Attention { logits } => crate::attention::attention_main(g, kernel, &bindings, *logits, opts),
     };
     let mut wgsl = String::new();
     let uses_f16 = opts.f16_native && bindings.iter().any(|b| g.ty(b.node).dtype == DType::F16);

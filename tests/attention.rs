@@ -1,0 +1,177 @@
+//! Memory-efficient attention (`CompileOptions::fused_attention`): `softmax(q·kᵀ·s + mask)·v`
+//! in one kernel that stores neither scores nor probabilities. Checked against the CPU
+//! reference on random inputs (ragged sequences, cross-attention, causal masks, batch and
+//! head axes, f32 and f16 in both f16 forms), against the three-kernel attention, and for
+//! what it saves; and the planner turning it on by itself under a memory limit.
+
+mod common;
+
+use common::{random, Domain, Rng};
+use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
+use fusegraph::{
+    CompileOptions, DType, Device, DeviceOptions, Graph, GraphBuilder, HostTensor, NodeId, RuntimeError, Tensor,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One attention shape: `[batch, heads, seq_q, head]` queries against `seq_k` keys.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    batch: usize,
+    heads: usize,
+    seq_q: usize,
+    seq_k: usize,
+    head: usize,
+    causal: bool,
+    dtype: DType,
+}
+
+/// The graph as `fusegraph-nn`'s attention writes it: keys transposed, scores scaled,
+/// masked by an `iota` comparison (causal), softmax over the keys, times the values.
+fn attention(s: Shape) -> (Graph, Vec<NodeId>, Vec<(String, HostTensor)>) {
+    let b = GraphBuilder::new();
+    let mut rng = Rng::new((s.seq_q * 131 + s.seq_k * 7 + s.head) as u64);
+    let mut feeds = Vec::new();
+    let mut input = |name: &str, dims: [usize; 4]| -> Tensor {
+        feeds.push((name.to_string(), random(&mut rng, s.dtype, &dims, Domain::Any)));
+        b.input(name, s.dtype, dims.to_vec()).expect("valid input")
+    };
+    let q = input("q", [s.batch, s.heads, s.seq_q, s.head]);
+    let k = input("k", [s.batch, s.heads, s.seq_k, s.head]);
+    let v = input("v", [s.batch, s.heads, s.seq_k, s.head]);
+    let kt = k.transpose(&[0, 1, 3, 2]).expect("transpose");
+    let mut scores = q.matmul(&kt).and_then(|t| t.mul_scalar(1.0 / (s.head as f64).sqrt())).expect("scores");
+    if s.causal {
+        let row = b.iota(DType::I32, [s.seq_q, s.seq_k], 0).expect("iota");
+        let col = b.iota(DType::I32, [s.seq_q, s.seq_k], 1).expect("iota");
+        let masked = b.scalar(s.dtype, -1e9).expect("scalar");
+        scores = row.ge(&col).and_then(|m| m.select(&scores, &masked)).expect("mask");
+    }
+    let out = scores.softmax(3).and_then(|p| p.matmul(&v)).expect("attention");
+    (b.graph(), vec![out.id()], feeds)
+}
+
+fn devices() -> Vec<(String, Arc<Device>)> {
+    let mut out = Vec::new();
+    let native = Device::new(&DeviceOptions { f16_native: Some(true), ..Default::default() }).expect("a device");
+    if native.f16_native() {
+        out.push(("native f16".to_string(), Arc::new(native)));
+    }
+    let packed = Device::new(&DeviceOptions { f16_native: Some(false), ..Default::default() }).expect("a device");
+    out.push(("packed f16".to_string(), Arc::new(packed)));
+    out
+}
+
+fn run(
+    device: &Arc<Device>,
+    g: &Graph,
+    outs: &[NodeId],
+    feeds: &[(String, HostTensor)],
+    fused: bool,
+) -> (Vec<HostTensor>, fusegraph::ExecutableStats) {
+    let opts = CompileOptions { fused_attention: Some(fused), ..Default::default() };
+    let exe = device.compile(g, outs, &opts).expect("compiles");
+    let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    (exe.run(&refs).expect("runs"), exe.stats().clone())
+}
+
+#[test]
+fn fused_attention_matches_the_reference_and_the_three_kernel_attention() {
+    let f32s = |batch, heads, seq_q, seq_k, head, causal| Shape {
+        batch,
+        heads,
+        seq_q,
+        seq_k,
+        head,
+        causal,
+        dtype: DType::F32,
+    };
+    let shapes = [
+        f32s(1, 1, 7, 7, 8, true),
+        f32s(2, 3, 33, 33, 16, true),
+        f32s(1, 2, 5, 19, 12, false),
+        f32s(1, 1, 64, 64, 64, true),
+        f32s(1, 2, 1, 40, 8, false),
+        Shape { dtype: DType::F16, ..f32s(2, 2, 33, 33, 16, true) },
+        Shape { dtype: DType::F16, ..f32s(1, 1, 9, 21, 6, false) },
+    ];
+    let mut failures = Vec::new();
+    for (form, device) in devices() {
+        for s in shapes {
+            let (g, outs, feeds) = attention(s);
+            let fmap: BTreeMap<String, HostTensor> = feeds.iter().cloned().collect();
+            let want = evaluate(&g, &outs, &fmap, &BTreeMap::new()).expect("reference");
+            let (got, stats) = run(&device, &g, &outs, &feeds, true);
+            let (three, plain) = run(&device, &g, &outs, &feeds, false);
+            // One attention kernel replaced the scores, softmax and product kernels.
+            let fused_kernels = stats.kernels.iter().filter(|k| k.attention).count();
+            assert_eq!(
+                fused_kernels,
+                1,
+                "{s:?} [{form}]: {:?}",
+                stats.kernels.iter().map(|k| &k.label).collect::<Vec<_>>()
+            );
+            assert!(plain.kernels.iter().all(|k| !k.attention));
+            assert!(
+                stats.kernels.len() < plain.kernels.len(),
+                "{s:?}: {} vs {}",
+                stats.kernels.len(),
+                plain.kernels.len()
+            );
+            // The scores and probabilities are not in memory: the arena holds q, k, v and
+            // the output only.
+            let io: u64 = [s.seq_q, s.seq_k, s.seq_k, s.seq_q]
+                .iter()
+                .map(|&n| (s.batch * s.heads * n * s.head * s.dtype.storage_bytes()) as u64)
+                .sum();
+            assert!(
+                stats.lower_bound_bytes <= io + 4 * 256,
+                "{s:?}: {} live bytes at the peak, inputs and output {io}",
+                stats.lower_bound_bytes
+            );
+            let (rtol, atol) = tolerance(s.dtype);
+            for (what, out) in [("reference", &want[0]), ("three kernels", &three[0])] {
+                if let Err(e) = assert_close(&got[0], out, rtol, atol) {
+                    failures.push(format!("{s:?} [{form}] against the {what}: {e}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// A graph that only fits its memory limit with the attention fused: the planner turns it
+/// on by itself (before rematerializing), the results stay right, and `Some(false)` gives
+/// the typed out-of-memory error instead.
+#[test]
+fn memory_limit_turns_on_fused_attention() {
+    let s = Shape { batch: 1, heads: 4, seq_q: 256, seq_k: 256, head: 16, causal: true, dtype: DType::F32 };
+    let (g, outs, feeds) = attention(s);
+    let device = Arc::new(Device::new(&DeviceOptions::default()).expect("a device"));
+    let off = CompileOptions { fused_attention: Some(false), ..Default::default() };
+    let plain = device.plan(&g, &outs, &off).expect("plans");
+    let fused =
+        device.plan(&g, &outs, &CompileOptions { fused_attention: Some(true), ..Default::default() }).expect("plans");
+    // Scores and probabilities: 4 × 256 × 256 f32 each.
+    assert!(
+        plain.total_bytes >= fused.total_bytes + 4 * 256 * 256 * 4,
+        "{} vs {}",
+        plain.total_bytes,
+        fused.total_bytes
+    );
+    let limit = (plain.total_bytes + fused.total_bytes) / 2;
+    let err = device.compile(&g, &outs, &CompileOptions { memory_limit: Some(limit), ..off.clone() }).err();
+    assert!(matches!(err, Some(RuntimeError::ResourceExhausted { .. })), "{err:?}");
+    let exe =
+        device.compile(&g, &outs, &CompileOptions { memory_limit: Some(limit), ..Default::default() }).expect("fits");
+    assert!(exe.stats().kernels.iter().any(|k| k.attention));
+    let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let got = exe.run(&refs).expect("runs");
+    let fmap: BTreeMap<String, HostTensor> = feeds.iter().cloned().collect();
+    let want = evaluate(&g, &outs, &fmap, &BTreeMap::new()).expect("reference");
+    let (rtol, atol) = tolerance(DType::F32);
+    assert_close(&got[0], &want[0], rtol, atol).expect("matches the reference");
+    // Without a limit the default keeps the three-kernel attention.
+    let default = device.compile(&g, &outs, &CompileOptions::default()).expect("compiles");
+    assert!(default.stats().kernels.iter().all(|k| !k.attention));
+}
