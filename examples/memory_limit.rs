@@ -1,7 +1,10 @@
 //! The memory-limit example: one network compiled under a shrinking memory limit. The plan
 //! is known before anything runs: first it fits, then rematerialization recomputes cheap
 //! values to fit (more kernels, same results), then compilation fails with the typed
-//! out-of-memory error. Last, the planner answers "what is the largest batch that fits".
+//! out-of-memory error. Then the planner answers "what is the largest batch that fits".
+//! Last, attention at long sequences: under a limit that its scores do not fit, the compiler
+//! computes `softmax(q·kᵀ)·v` in one kernel that stores neither scores nor probabilities,
+//! and the largest batch that fits grows accordingly.
 //! `cargo run --release --example memory_limit [-- --quick]`
 
 use fusegraph::crates::nn::{Linear, Params};
@@ -93,5 +96,65 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(b) => println!("largest mlp batch within {budget} bytes: {b} (asked the planner; nothing ran)"),
         None => println!("not even batch 1 of the mlp fits {budget} bytes"),
     }
+    attention(&device, quick)
+}
+
+/// A transformer block whose attention scores do not fit the limit: compiled with the
+/// attention fused (the compiler's own choice under the limit), run, and checked against
+/// the plain compile; then the largest batch at a long sequence with and without it.
+fn attention(device: &std::sync::Arc<Device>, quick: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let seq = if quick { 256 } else { 512 };
+    let w = fusegraph::workloads::transformer(seq, 1, true)?;
+    let named = CompileOptions { name: Some(w.name.clone()), ..Default::default() };
+    let three = CompileOptions { fused_attention: Some(false), ..named.clone() };
+    let fused = CompileOptions { fused_attention: Some(true), ..named.clone() };
+    let (plain, small) = (device.plan(&w.graph, &w.outputs, &three)?, device.plan(&w.graph, &w.outputs, &fused)?);
+    let limit = small.total_bytes;
+    let run = |opts: &CompileOptions| -> Result<(Vec<HostTensor>, fusegraph::ExecutableStats), RuntimeError> {
+        let mut exe = device.compile(&w.graph, &w.outputs, opts)?;
+        for (n, v) in &w.params {
+            exe.set_parameter(n, v)?;
+        }
+        Ok((exe.run(&w.feed_refs())?, exe.stats().clone()))
+    };
+    let (want, _) = run(&three)?;
+    let limited = CompileOptions { memory_limit: Some(limit), ..named };
+    match run(&CompileOptions { memory_limit: Some(limit), ..three.clone() }) {
+        Err(e @ RuntimeError::ResourceExhausted { .. }) => println!("{}, attention in three kernels: {e}", w.name),
+        other => return Err(format!("expected the plain attention not to fit {limit} bytes: {:?}", other.err()).into()),
+    }
+    let (got, stats) = run(&limited)?;
+    let diff = got[0].to_f64().iter().zip(want[0].to_f64()).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    let fused_kernels = stats.kernels.iter().filter(|k| k.attention).count();
+    println!(
+        "{}: {} bytes with the attention in three kernels; under a limit of {limit} it fits in {} bytes \
+         with {fused_kernels} fused attention kernel(s) ({} kernels); outputs within {diff:.1e} of the plain run",
+        w.name,
+        plain.total_bytes,
+        stats.arena_bytes + stats.persistent_bytes + stats.staging_bytes,
+        stats.kernels.len()
+    );
+    if fused_kernels == 0 || diff > 1e-4 {
+        return Err("the fused attention was not used, or its outputs differ".into());
+    }
+
+    // The planner alone, at a long sequence: GPT-2-small blocks.
+    let (long, budget) = if quick { (512, 64u64 << 20) } else { (2048, 1u64 << 30) };
+    let build = |batch: usize| -> Result<(fusegraph::Graph, Vec<fusegraph::NodeId>), fusegraph::IrError> {
+        let b = GraphBuilder::new();
+        let mut p = Params::new(3);
+        let (d, heads, mlp) = if quick { (128, 4, 512) } else { (768, 12, 3072) };
+        let (_, y) = fusegraph::crates::nn::models::gpt(&b, &mut p, batch, long, d, heads, mlp, 1, None)
+            .map_err(|e| fusegraph::IrError::ty("gpt", e.to_string()))?;
+        Ok((b.graph(), vec![y.id()]))
+    };
+    let batches = |opts: &CompileOptions| device.largest_batch(build, budget, opts, 1 << 12);
+    let show = |b: Option<usize>| b.map_or("none".to_string(), |b| b.to_string());
+    println!(
+        "largest batch of a transformer block at sequence {long} within {budget} bytes: {} with the attention \
+         in three kernels, {} letting the compiler fuse it (asked the planner; nothing ran)",
+        show(batches(&three)?),
+        show(batches(&CompileOptions::default())?)
+    );
     Ok(())
 }

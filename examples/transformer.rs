@@ -1,8 +1,10 @@
 //! The transformer example: GPT-2-small-shaped decoder blocks (d_model 768, 12 heads, MLP
 //! 3072, causal attention, layer norms, GELU), sequence 256, batch 1, fused, checked against
 //! the CPU reference. `cargo run --release --example transformer [-- --layers N] [--seq S] [--quick]
-//! [--mixed-precision]` (activations and weights stored as f16, accumulated in f32; checked
-//! within f16 tolerance).
+//! [--mixed-precision] [--fused-attention]` (`--mixed-precision`: activations and weights
+//! stored as f16, accumulated in f32, checked within f16 tolerance; `--fused-attention`:
+//! each attention's `softmax(q·kᵀ)·v` in one kernel that stores no scores, which the
+//! compiler otherwise uses only to meet a memory limit).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -15,12 +17,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let layers = flag("--layers", 1)?;
     let mixed_precision = args.iter().any(|a| a == "--mixed-precision");
+    let fused_attention = args.iter().any(|a| a == "--fused-attention").then_some(true);
     let seq = flag("--seq", if quick { 32 } else { 256 })?;
     let w = fusegraph::workloads::transformer(seq, layers, quick)?;
     let device = fusegraph::Device::shared()?;
     let precision = if mixed_precision { "mixed precision (f16 storage)" } else { "f32" };
-    println!("transformer: {layers} layer(s), sequence {seq}, {precision} on {}", device.describe());
-    let opts = fusegraph::CompileOptions { mixed_precision, ..Default::default() };
+    let attention = if fused_attention.is_some() { ", fused attention" } else { "" };
+    println!("transformer: {layers} layer(s), sequence {seq}, {precision}{attention} on {}", device.describe());
+    let opts = fusegraph::CompileOptions { mixed_precision, fused_attention, ..Default::default() };
     let report = fusegraph::workloads::run_example_with(&device, &w, 3, &opts)?;
     println!("{report}");
     Ok(())
