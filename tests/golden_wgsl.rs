@@ -6,9 +6,10 @@
 mod common;
 
 use common::{composite_builders, CaseBuilder};
-use fusegraph::crates::passes::{fuse, FusionOptions};
+use fusegraph::crates::passes::attention::fuse_attention;
+use fusegraph::crates::passes::{fuse, FusionOptions, Kernel};
 use fusegraph::crates::wgsl::{lower, validate, LowerOptions};
-use fusegraph::DType;
+use fusegraph::{DType, Graph, NodeId};
 
 fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectFile) {
     golden_with(
@@ -20,13 +21,23 @@ fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectF
 }
 
 fn golden_with(name: &str, dtype: DType, opts: LowerOptions, file: expect_test::ExpectFile) {
+    golden_kernels(name, dtype, opts, |_, kernels, _| kernels, file);
+}
+
+/// As [`golden_with`], with `post` applied to the fused kernels.
+fn golden_kernels(
+    name: &str,
+    dtype: DType,
+    opts: LowerOptions,
+    post: fn(&Graph, Vec<Kernel>, &[NodeId]) -> Vec<Kernel>,
+    file: expect_test::ExpectFile,
+) {
     let (_, build) = composite_builders().into_iter().find(|(n, _)| *n == name).unwrap();
     let mut c = CaseBuilder::new(1);
     let outs = build(&mut c, dtype);
     let case = c.finish(name, &outs.iter().collect::<Vec<_>>());
     let f = fuse(&case.graph, &case.outputs, &FusionOptions { max_bindings: 32, ..Default::default() }).unwrap();
-    let text: Vec<String> = f
-        .kernels
+    let text: Vec<String> = post(&case.graph, f.kernels, &case.outputs)
         .iter()
         .map(|k| {
             let src = lower(&case.graph, k, &opts);
@@ -114,5 +125,25 @@ fn f16_matmul_on_cooperative_matrices() {
         DType::F16,
         opts,
         expect_test::expect_file!["wgsl/gelu_relu_matmul_bias_f16_coop.wgsl"],
+    );
+}
+
+/// Memory-efficient attention: the scores, softmax and product in one kernel (online
+/// softmax, one invocation per output row), f16 stored packed.
+#[test]
+fn attention_in_one_kernel_packed_f16() {
+    let opts =
+        LowerOptions { f16_native: false, cpu: false, subgroups: false, subgroup_size: None, ..Default::default() };
+    let post = |g: &Graph, kernels: Vec<Kernel>, outs: &[NodeId]| {
+        let fused = fuse_attention(g, kernels, outs, 32);
+        assert_eq!(fused.len(), 1, "{fused:?}");
+        fused
+    };
+    golden_kernels(
+        "attention_scores",
+        DType::F16,
+        opts,
+        post,
+        expect_test::expect_file!["wgsl/attention_scores_f16_packed.wgsl"],
     );
 }

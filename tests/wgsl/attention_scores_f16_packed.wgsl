@@ -1,0 +1,113 @@
+// kernel transpose+matmul+full+broadcast+mul+reduce+broadcast+sub+exp+reduce+broadcast+div+matmul (1 workgroups)
+@group(0) @binding(0) var<storage, read_write> b0: array<u32>;
+@group(0) @binding(1) var<storage, read_write> b1: array<u32>;
+@group(0) @binding(2) var<storage, read_write> b2: array<u32>;
+@group(0) @binding(3) var<storage, read_write> b3: array<u32>;
+
+fn v1(i: u32) -> f32 {
+    return select(unpack2x16float(b0[i >> 1u]).x, unpack2x16float(b0[i >> 1u]).y, (i & 1u) == 1u);
+}
+
+fn v0(i: u32) -> f32 {
+    return select(unpack2x16float(b1[i >> 1u]).x, unpack2x16float(b1[i >> 1u]).y, (i & 1u) == 1u);
+}
+
+fn v2(i: u32) -> f32 {
+    return select(unpack2x16float(b2[i >> 1u]).x, unpack2x16float(b2[i >> 1u]).y, (i & 1u) == 1u);
+}
+
+// transpose : f16[2,8,16]
+fn v3(i: u32) -> f32 {
+    var cr = i;
+    let c2 = cr % 16u;
+    cr = cr / 16u;
+    let c1 = cr % 8u;
+    cr = cr / 8u;
+    let c0 = cr;
+    return v1(c0 * 128u + c2 * 8u + c1);
+}
+
+// matmul : f16[2,16,16]
+fn v4(i: u32) -> f32 {
+    var cr = i;
+    let c2 = cr % 16u;
+    cr = cr / 16u;
+    let c1 = cr % 16u;
+    cr = cr / 16u;
+    let c0 = cr;
+    var acc: f32 = 0.0f;
+    for (var kk = 0u; kk < 8u; kk = kk + 1u) {
+        acc = acc + v0(c0 * 128u + c1 * 8u + kk) * v3(c0 * 128u + kk * 16u + c2);
+    }
+    return fg_round_f16(acc);
+}
+
+// full : f16[]
+fn v5(i: u32) -> f32 {
+    return 0.35009766f;
+}
+
+// broadcast : f16[2,16,16]
+fn v6(i: u32) -> f32 {
+    var cr = i;
+    let c2 = cr % 16u;
+    cr = cr / 16u;
+    let c1 = cr % 16u;
+    cr = cr / 16u;
+    let c0 = cr;
+    return v5(0u);
+}
+
+// mul : f16[2,16,16]
+fn v7(i: u32) -> f32 {
+    return fg_round_f16((v4(i) * v6(i)));
+}
+
+// f32 to the nearest f16 value (ties to even), kept in f32: f16 subnormals kept, ±inf from
+// 65520 up, NaN stays NaN (the reference's cast). Integer operations and one `round`:
+// SPIR-V's `quantizeToF16` flushes f16 subnormals to zero, and lavapipe converts its lanes
+// one at a time (the cast of the f32 weights made a mixed-precision matmul ~40% slower).
+fn fg_round_f16(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    let a = b & 0x7fffffffu;
+    // Normal halves: drop the 13 low mantissa bits, ties to even (a carry into the exponent
+    // is the right result).
+    let n = bitcast<f32>((b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u);
+    // Below 2^-14: the nearest multiple of 2^-24 (both scalings are exact).
+    let s = round(x * 0x1p24f) * 0x1p-24f;
+    var r = select(n, s, a < 0x38800000u);
+    r = select(r, bitcast<f32>((b & 0x80000000u) | 0x7f800000u), a >= 0x477ff000u);
+    return select(r, x, a > 0x7f800000u);
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let r = (wid.y * nwg.x + wid.x) * 64u + lid;
+    if (r >= 32u) {
+        return;
+    }
+    var cr = r;
+    let c1 = cr % 16u;
+    cr = cr / 16u;
+    let c0 = cr;
+    var m: f32 = bitcast<f32>(0xff800000u);
+    var l = 0.0f;
+    var acc: array<f32, 8>;
+    for (var j = 0u; j < 16u; j = j + 1u) {
+        let x = f32(v7(r * 16u + j));
+        let n = max(m, x);
+        if (n == bitcast<f32>(0xff800000u)) {
+            continue;
+        }
+        let scale = exp(m - n);
+        let p = exp(x - n);
+        l = l * scale + p;
+        for (var d = 0u; d < 8u; d = d + 1u) {
+            acc[d] = acc[d] * scale + p * f32(v2(c0 * 128u + j * 8u + d));
+        }
+        m = n;
+    }
+    for (var d = 0u; d < 8u; d = d + 2u) {
+        b3[(r * 8u + d) >> 1u] = pack2x16float(vec2<f32>(acc[d] / l, acc[d + 1u] / l));
+    }
+}
