@@ -225,6 +225,11 @@ mod tests {
     /// `softmax(q·kᵀ/√d + causal mask)·v` as `fusegraph-nn` writes it, simplified as the
     /// runtime compiles it; returns the graph, its output and the fused kernels.
     fn attention(causal: bool) -> (Graph, Vec<NodeId>, Vec<Kernel>) {
+        attention_with(causal, false)
+    }
+
+    /// With `probs_too`, the probabilities are a graph output as well.
+    fn attention_with(causal: bool, probs_too: bool) -> (Graph, Vec<NodeId>, Vec<Kernel>) {
         let b = GraphBuilder::new();
         let q = b.input("q", DType::F32, vec![2, 3, 9, 8]).unwrap();
         let k = b.input("k", DType::F32, vec![2, 3, 9, 8]).unwrap();
@@ -235,8 +240,13 @@ mod tests {
             let col = b.iota(DType::I32, [9, 9], 1).unwrap();
             s = row.ge(&col).unwrap().select(&s, &b.scalar(DType::F32, -1e9).unwrap()).unwrap();
         }
-        let out = s.softmax(3).unwrap().matmul(&v).unwrap();
-        let (mut g, mut outs) = (b.graph(), vec![out.id()]);
+        let p = s.softmax(3).unwrap();
+        let out = p.matmul(&v).unwrap();
+        let mut outs = vec![out.id()];
+        if probs_too {
+            outs.push(p.id());
+        }
+        let mut g = b.graph();
         crate::simplify(&mut g, &mut outs).unwrap();
         let kernels = fuse(&g, &outs, &FusionOptions::default()).unwrap().kernels;
         (g, outs, kernels)
@@ -252,5 +262,23 @@ mod tests {
             assert!(matches!(fused[0].kind, KernelKind::Attention { .. }));
             assert_eq!(fused[0].outputs, outs);
         }
+    }
+
+    #[test]
+    fn probabilities_stored_anyway_or_too_few_bindings_keep_the_three_kernels() {
+        let (g, outs, kernels) = attention_with(true, true);
+        let n = kernels.len();
+        let fused = fuse_attention(&g, kernels, &outs, 8);
+        assert_eq!(fused.len(), n);
+        assert!(fused.iter().all(|k| !matches!(k.kind, KernelKind::Attention { .. })));
+        // With the scores: q, k, v and the output, four bindings; without them: the scores,
+        // v and the output, three (the scores kernel stays).
+        let (g, outs, kernels) = attention(false);
+        let fused = fuse_attention(&g, kernels.clone(), &outs, 3);
+        assert_eq!(fused.len(), 2);
+        assert_eq!(fused[0], kernels[0]);
+        assert_eq!(fused[1].inputs.len(), 2, "{:?}", fused[1]);
+        assert!(matches!(fused[1].kind, KernelKind::Attention { .. }));
+        assert_eq!(fuse_attention(&g, kernels.clone(), &outs, 2), kernels);
     }
 }

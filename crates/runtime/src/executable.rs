@@ -247,7 +247,8 @@ impl Device {
     }
 
     /// The memory `compile` would plan for `outputs` of `graph` under `opts` (simplification,
-    /// fusion, schedule, rematerialization toward the limit), without allocating anything.
+    /// fusion, schedule, and toward the limit fused attention and rematerialization), without
+    /// allocating anything.
     ///
     /// With `opts.updates`, their values are planned after `outputs` as `compile` plans them
     /// (in place where safe); the summary's staging then counts them too.

@@ -16,16 +16,28 @@ pub struct BenchArgs {
     pub runs: usize,
     /// Print each workload's slowest kernels (fused and unfused) after its timing.
     pub profile: bool,
+    /// Compile the fused mode with `CompileOptions::fused_attention` on (attention's
+    /// `softmax(q·kᵀ)·v` in one kernel, as under a tight memory limit).
+    pub fused_attention: bool,
 }
 
 impl BenchArgs {
     pub fn parse(args: &[String]) -> Result<Self, String> {
-        let mut out = BenchArgs { quick: false, workload: None, json: None, plot: None, runs: 0, profile: false };
+        let mut out = BenchArgs {
+            quick: false,
+            workload: None,
+            json: None,
+            plot: None,
+            runs: 0,
+            profile: false,
+            fused_attention: false,
+        };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--quick" => out.quick = true,
                 "--profile" => out.profile = true,
+                "--fused-attention" => out.fused_attention = true,
                 "--workload" => out.workload = Some(it.next().ok_or("--workload needs a NAME")?.clone()),
                 "--json" => out.json = Some(it.next().ok_or("--json needs a PATH")?.clone()),
                 "--plot" => out.plot = Some(it.next().ok_or("--plot needs a DIR")?.clone()),
@@ -198,7 +210,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let total = selected.len();
     for (i, w) in selected.iter().enumerate() {
         eprintln!("[{}/{total}] {}: compiling fused and unfused", i + 1, w.name);
-        let fused = compile(&device, w, &CompileOptions::default()).map_err(|e| format!("{}: {e}", w.name))?;
+        let fused_opts = CompileOptions { fused_attention: args.fused_attention.then_some(true), ..Default::default() };
+        let fused = compile(&device, w, &fused_opts).map_err(|e| format!("{}: {e}", w.name))?;
         let unfused = compile(&device, w, &CompileOptions::unfused()).map_err(|e| format!("{}: {e}", w.name))?;
         let a = fused.run(&w.feed_refs()).map_err(|e| e.to_string())?;
         let b = unfused.run(&w.feed_refs()).map_err(|e| e.to_string())?;

@@ -12,11 +12,12 @@ const USAGE: &str = "usage: fusegraph <command>
 
 commands:
   info [--json]    the adapter fusegraph chooses: backend, driver, limits, features
-  bench [--quick] [--workload NAME] [--runs N] [--json PATH] [--plot DIR] [--profile]
+  bench [--quick] [--workload NAME] [--runs N] [--json PATH] [--plot DIR] [--profile] [--fused-attention]
                    compile every workload fused and unfused, check they agree, time them,
                    and print kernels, bytes moved, memory and speedup; --plot writes SVG
                    memory timelines and the fused graphs as DOT; --profile prints each
-                   executable's slowest kernels, timed one by one
+                   executable's slowest kernels, timed one by one; --fused-attention
+                   compiles the fused mode with attention in one kernel (no scores stored)
   roofline [--quick] [--json PATH]
                    achieved GB/s and GFLOP/s per kernel family next to ceilings measured
                    in the same run (a streaming copy, the best matmul)
