@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{random, Domain, Rng};
+use common::{devices, random, Domain, Rng};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
 use fusegraph::{
     CompileOptions, DType, Device, DeviceOptions, Graph, GraphBuilder, HostTensor, NodeId, RuntimeError, Tensor,
@@ -49,17 +49,6 @@ fn attention(s: Shape) -> (Graph, Vec<NodeId>, Vec<(String, HostTensor)>) {
     }
     let out = scores.softmax(3).and_then(|p| p.matmul(&v)).expect("attention");
     (b.graph(), vec![out.id()], feeds)
-}
-
-fn devices() -> Vec<(String, Arc<Device>)> {
-    let mut out = Vec::new();
-    let native = Device::new(&DeviceOptions { f16_native: Some(true), ..Default::default() }).expect("a device");
-    if native.f16_native() {
-        out.push(("native f16".to_string(), Arc::new(native)));
-    }
-    let packed = Device::new(&DeviceOptions { f16_native: Some(false), ..Default::default() }).expect("a device");
-    out.push(("packed f16".to_string(), Arc::new(packed)));
-    out
 }
 
 fn run(

@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::Case;
+use common::{devices, Case};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
-use fusegraph::{CompileOptions, Device, DeviceOptions, FusionMode, HostTensor};
+use fusegraph::{CompileOptions, Device, FusionMode, HostTensor};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -36,17 +36,6 @@ fn check(device: &Arc<Device>, case: &Case, fusion: FusionMode) -> Result<(), St
         assert_close(g, w, rtol, atol).map_err(|e| format!("output {k}: {e}"))?;
     }
     Ok(())
-}
-
-fn devices() -> Vec<(String, Arc<Device>)> {
-    let native = Device::new(&DeviceOptions { f16_native: Some(true), ..Default::default() }).expect("a device");
-    let mut out = Vec::new();
-    if native.f16_native() {
-        out.push(("native f16".to_string(), Arc::new(native)));
-    }
-    let packed = Device::new(&DeviceOptions { f16_native: Some(false), ..Default::default() }).expect("a device");
-    out.push(("packed f16".to_string(), Arc::new(packed)));
-    out
 }
 
 fn run_all(cases: &[Case], fusion: FusionMode) {

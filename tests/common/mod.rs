@@ -5,6 +5,20 @@
 
 use fusegraph::{BinaryOp, DType, Graph, GraphBuilder, HostTensor, NodeId, ReduceKind, Tensor, UnaryOp};
 
+/// The devices a device test runs on: the adapter with native f16 where it has it, and with
+/// f16 stored packed in `u32`, each named.
+pub fn devices() -> Vec<(String, std::sync::Arc<fusegraph::Device>)> {
+    use fusegraph::{Device, DeviceOptions};
+    let native = Device::new(&DeviceOptions { f16_native: Some(true), ..Default::default() }).expect("a device");
+    let mut out = Vec::new();
+    if native.f16_native() {
+        out.push(("native f16".to_string(), std::sync::Arc::new(native)));
+    }
+    let packed = Device::new(&DeviceOptions { f16_native: Some(false), ..Default::default() }).expect("a device");
+    out.push(("packed f16".to_string(), std::sync::Arc::new(packed)));
+    out
+}
+
 /// A deterministic xorshift generator, so failures reproduce.
 pub struct Rng(u64);
 

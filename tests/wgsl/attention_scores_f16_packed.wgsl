@@ -37,7 +37,7 @@ fn v4(i: u32) -> f32 {
     let c0 = cr;
     var acc: f32 = 0.0f;
     for (var kk = 0u; kk < 8u; kk = kk + 1u) {
-        acc = acc + v0(c0 * 128u + c1 * 8u + kk) * v3(c0 * 128u + kk * 16u + c2);
+        acc = acc + fg_q[kk] * v3(c0 * 128u + kk * 16u + c2);
     }
     return fg_round_f16(acc);
 }
@@ -80,6 +80,8 @@ fn fg_round_f16(x: f32) -> f32 {
     return select(r, x, a > 0x7f800000u);
 }
 
+var<private> fg_q: array<f32, 8>;
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let r = (wid.y * nwg.x + wid.x) * 64u + lid;
@@ -90,6 +92,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let c1 = cr % 16u;
     cr = cr / 16u;
     let c0 = cr;
+    for (var kk = 0u; kk < 8u; kk = kk + 1u) {
+        fg_q[kk] = v0(c0 * 128u + c1 * 8u + kk);
+    }
     var m: f32 = bitcast<f32>(0xff800000u);
     var l = 0.0f;
     var acc: array<f32, 8>;

@@ -31,7 +31,7 @@
 //! - the kernels producing the row kernel's inputs are merged too where each is a loop
 //!   kernel whose single output only the row kernel reads (the scores).
 
-use crate::kernel::{Kernel, KernelKind};
+use crate::kernel::{kernel_inputs, Kernel, KernelKind};
 use fusegraph_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -88,15 +88,7 @@ pub fn fuse_attention(g: &Graph, kernels: Vec<Kernel>, outputs: &[NodeId], max_b
                 .collect();
             members.sort_by_key(|n| pos.get(n).copied().unwrap_or(usize::MAX));
             members.dedup();
-            let set: BTreeSet<NodeId> = members.iter().copied().collect();
-            let mut inputs = Vec::new();
-            for &n in &members {
-                for o in g.operands(n) {
-                    if !set.contains(&o) && !inputs.contains(&o) {
-                        inputs.push(o);
-                    }
-                }
-            }
+            let inputs = kernel_inputs(g, &members);
             Kernel { kind: KernelKind::Attention { logits: m.logits }, members, outputs: vec![m.out], inputs }
         };
         let mut with_scores = producers;

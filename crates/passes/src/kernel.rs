@@ -62,20 +62,28 @@ pub fn is_memory_leaf(op: &Op) -> bool {
 /// Builds a kernel from its members, deriving inputs and outputs against the graph.
 pub fn make_kernel(g: &Graph, members: Vec<NodeId>, graph_outputs: &[NodeId], live: &BTreeSet<NodeId>) -> Kernel {
     let set: BTreeSet<NodeId> = members.iter().copied().collect();
-    let mut inputs = Vec::new();
-    for &m in &members {
-        for o in g.operands(m) {
-            if !set.contains(&o) && !inputs.contains(&o) {
-                inputs.push(o);
-            }
-        }
-    }
+    let inputs = kernel_inputs(g, &members);
     let outputs = members
         .iter()
         .copied()
         .filter(|m| graph_outputs.contains(m) || g.users(*m).iter().any(|u| live.contains(u) && !set.contains(u)))
         .collect();
     Kernel { kind: KernelKind::Loop, members, outputs, inputs }
+}
+
+/// The values `members` read from memory: their operands that are not members, in order of
+/// first use.
+pub(crate) fn kernel_inputs(g: &Graph, members: &[NodeId]) -> Vec<NodeId> {
+    let set: BTreeSet<NodeId> = members.iter().copied().collect();
+    let mut inputs = Vec::new();
+    for &m in members {
+        for o in g.operands(m) {
+            if !set.contains(&o) && !inputs.contains(&o) {
+                inputs.push(o);
+            }
+        }
+    }
+    inputs
 }
 
 /// Partitions the nodes that `outputs` depend on into kernels, in a valid execution order:

@@ -8,10 +8,17 @@
 //! by `exp(m_old − m_new)`. The row is stored divided by `l`. While the max is still −∞ (a
 //! fully masked prefix) nothing accumulates, and an all-masked row gives `0/0` as the
 //! reference's softmax does.
+//!
+//! Where the logits are computed at the same index from a matmul of their shape (the scores
+//! `q·kᵀ`, [`row_scores`]), every logit of the row reads the same row of its left operand:
+//! the invocation loads that row once into `fg_q` and the scores' element function reads it
+//! from there (same products in the same order as the plain element function).
 
+use crate::body::rounded;
 use crate::lower::{packed_f16, store_value, Binding, MAIN_ARGS};
-use crate::writer::{literal, ravel, unravel};
-use fusegraph_ir::{DType, Graph, NodeId};
+use crate::writer::{literal, ravel, unravel, vty};
+use fusegraph_ir::{DType, Graph, NodeId, Op};
+use fusegraph_passes::kernel::region_of;
 use fusegraph_passes::Kernel;
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -34,6 +41,45 @@ pub fn needed_members(g: &Graph, kernel: &Kernel, logits: NodeId) -> BTreeSet<No
     needed
 }
 
+/// The scores matmul whose rows are the logits' rows: a matmul member of the logits' shape
+/// in their same-index region, every use of it inside the kernel in that region, in f32 or
+/// f16, with a left operand row of at most [`fusegraph_passes::attention::MAX_HEAD_DIM`] values.
+pub fn row_scores(g: &Graph, kernel: &Kernel, logits: NodeId) -> Option<NodeId> {
+    let region = region_of(g, kernel, logits);
+    let s = *region.iter().find(|&&n| matches!(g.node(n).op, Op::MatMul) && g.ty(n).shape == g.ty(logits).shape)?;
+    let inside = |u: &NodeId| kernel.members.contains(u);
+    let k = *g.ty(g.operands(s)[0]).shape.dims().last()?;
+    let row_only = g.users(s).iter().filter(|u| inside(u)).all(|u| region.contains(u));
+    let float = matches!(g.ty(s).dtype, DType::F32 | DType::F16);
+    (row_only && float && k <= fusegraph_passes::attention::MAX_HEAD_DIM).then_some(s)
+}
+
+/// Batch coordinates of an operand of `dims` for the leading coordinates `c` of a result of
+/// rank `rank` (size-1 operand axes broadcast), as the matmul element function takes them.
+fn batch_coords(c: &[String], rank: usize, dims: &[usize]) -> Vec<String> {
+    let off = rank - dims.len();
+    (0..dims.len() - 2).map(|a| if dims[a] == 1 { "0u".into() } else { c[a + off].clone() }).collect()
+}
+
+/// The element function of the scores `s` ([`row_scores`]) reading its left operand's row
+/// from `fg_q`.
+pub fn write_row_scores(g: &Graph, s: NodeId, out: &mut String) {
+    let dims = g.ty(s).shape.dims();
+    let rank = dims.len();
+    let rhs = g.operands(s)[1];
+    let rd = g.ty(rhs).shape.dims();
+    let k = rd[rd.len() - 2];
+    let c = unravel(out, dims, "i", "c");
+    let mut rc = batch_coords(&c, rank, rd);
+    rc.extend(["kk".into(), c[rank - 1].clone()]);
+    let dtype = g.ty(s).dtype;
+    let _ = writeln!(out, "    var acc: {} = {};", vty(dtype), literal(dtype, 0.0));
+    let _ = writeln!(out, "    for (var kk = 0u; kk < {k}u; kk = kk + 1u) {{");
+    let _ = writeln!(out, "        acc = acc + fg_q[kk] * v{}({});", rhs.index(), ravel(&rc, rd));
+    let _ = writeln!(out, "    }}");
+    let _ = writeln!(out, "    return {};", rounded(g, s, "acc".into()));
+}
+
 /// The kernel's `main` and its workgroup count.
 pub fn attention_main(
     g: &Graph,
@@ -54,7 +100,12 @@ pub fn attention_main(
     let dtype = g.ty(out).dtype;
     let neg_inf = literal(DType::F32, f64::NEG_INFINITY);
 
+    let scores = row_scores(g, kernel, logits);
     let mut main = String::new();
+    if let Some(s) = scores {
+        let k = g.ty(g.operands(s)[0]).shape.dims().last().copied().unwrap_or(0);
+        let _ = writeln!(main, "var<private> fg_q: array<f32, {k}>;\n");
+    }
     let _ = writeln!(main, "@compute @workgroup_size({WORKGROUP})");
     let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
     let _ = writeln!(main, "    let r = (wid.y * nwg.x + wid.x) * {WORKGROUP}u + lid;");
@@ -62,10 +113,18 @@ pub fn attention_main(
     // The row's coordinates in the output's leading axes give `v`'s batch coordinates (an
     // axis of size 1 in `v` broadcasts).
     let c = unravel(&mut main, &od[..rank - 1], "r", "c");
-    let off = rank - vd.len();
-    let mut vc: Vec<String> =
-        (0..vd.len() - 2).map(|a| if vd[a] == 1 { "0u".into() } else { c[a + off].clone() }).collect();
+    let mut vc = batch_coords(&c, rank, vd);
     vc.extend(["j".into(), "d".into()]);
+    if let Some(s) = scores {
+        // The row of the scores' left operand this invocation's logits all read.
+        let lhs = g.operands(s)[0];
+        let ld = g.ty(lhs).shape.dims();
+        let mut lc = batch_coords(&c, rank, ld);
+        lc.extend([c[rank - 2].clone(), "kk".into()]);
+        let _ = writeln!(main, "    for (var kk = 0u; kk < {}u; kk = kk + 1u) {{", ld[ld.len() - 1]);
+        let _ = writeln!(main, "        fg_q[kk] = v{}({});", lhs.index(), ravel(&lc, ld));
+        let _ = writeln!(main, "    }}");
+    }
     let _ = writeln!(main, "    var m: f32 = {neg_inf};");
     let _ = writeln!(main, "    var l = 0.0f;");
     let _ = writeln!(main, "    var acc: array<f32, {head}>;");

@@ -204,9 +204,11 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     let row_deps = reduction_deps(g, kernel, &row_reduces);
     let row_scalars = row_scalars(g, kernel, &row_reduces, &row_deps);
     // An attention kernel calls the element functions of its logits and `v` only.
-    let needed = match kernel.kind {
-        KernelKind::Attention { logits } => Some(crate::attention::needed_members(g, kernel, logits)),
-        _ => None,
+    let (needed, row_scores) = match kernel.kind {
+        KernelKind::Attention { logits } => {
+            (Some(crate::attention::needed_members(g, kernel, logits)), crate::attention::row_scores(g, kernel, logits))
+        }
+        _ => (None, None),
     };
     for &m in kernel.members.iter().filter(|m| needed.as_ref().is_none_or(|n| n.contains(m))) {
         let ty = g.ty(m);
@@ -222,6 +224,8 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             let _ = writeln!(body, "var<private> fg_rs{j}: {};", vty(ty.dtype));
             let _ = writeln!(body, "fn c{}(i: u32) -> {} {{", m.index(), vty(ty.dtype));
             write_body(g, m, &mut body);
+        } else if row_scores == Some(m) {
+            crate::attention::write_row_scores(g, m, &mut body);
         } else {
             write_body(g, m, &mut body);
         }
