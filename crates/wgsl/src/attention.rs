@@ -14,9 +14,9 @@
 //! the invocation loads that row once into `fg_q` and the scores' element function reads it
 //! from there (same products in the same order as the plain element function).
 
-use crate::body::rounded;
+use crate::body::{batch_coords, write_matmul_body};
 use crate::lower::{packed_f16, store_value, Binding, MAIN_ARGS};
-use crate::writer::{literal, ravel, unravel, vty};
+use crate::writer::{literal, ravel, unravel};
 use fusegraph_ir::{DType, Graph, NodeId, Op};
 use fusegraph_passes::kernel::region_of;
 use fusegraph_passes::Kernel;
@@ -54,30 +54,10 @@ pub fn row_scores(g: &Graph, kernel: &Kernel, logits: NodeId) -> Option<NodeId> 
     (row_only && float && k <= fusegraph_passes::attention::MAX_HEAD_DIM).then_some(s)
 }
 
-/// Batch coordinates of an operand of `dims` for the leading coordinates `c` of a result of
-/// rank `rank` (size-1 operand axes broadcast), as the matmul element function takes them.
-fn batch_coords(c: &[String], rank: usize, dims: &[usize]) -> Vec<String> {
-    let off = rank - dims.len();
-    (0..dims.len() - 2).map(|a| if dims[a] == 1 { "0u".into() } else { c[a + off].clone() }).collect()
-}
-
 /// The element function of the scores `s` ([`row_scores`]) reading its left operand's row
 /// from `fg_q`.
 pub fn write_row_scores(g: &Graph, s: NodeId, out: &mut String) {
-    let dims = g.ty(s).shape.dims();
-    let rank = dims.len();
-    let rhs = g.operands(s)[1];
-    let rd = g.ty(rhs).shape.dims();
-    let k = rd[rd.len() - 2];
-    let c = unravel(out, dims, "i", "c");
-    let mut rc = batch_coords(&c, rank, rd);
-    rc.extend(["kk".into(), c[rank - 1].clone()]);
-    let dtype = g.ty(s).dtype;
-    let _ = writeln!(out, "    var acc: {} = {};", vty(dtype), literal(dtype, 0.0));
-    let _ = writeln!(out, "    for (var kk = 0u; kk < {k}u; kk = kk + 1u) {{");
-    let _ = writeln!(out, "        acc = acc + fg_q[kk] * v{}({});", rhs.index(), ravel(&rc, rd));
-    let _ = writeln!(out, "    }}");
-    let _ = writeln!(out, "    return {};", rounded(g, s, "acc".into()));
+    write_matmul_body(g, s, Some("fg_q"), out);
 }
 
 /// The kernel's `main` and its workgroup count.

@@ -162,25 +162,7 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
             w(out, "}".into());
             w(out, "return i32(bi);".into());
         }
-        Op::MatMul => {
-            let (ld, rd) = (g.ty(ops[0]).shape.dims(), g.ty(ops[1]).shape.dims());
-            let rank = dims.len();
-            let c = unravel(out, dims, "i", "c");
-            let batch_coords = |od: &[usize]| -> Vec<String> {
-                let off = rank - od.len();
-                (0..od.len() - 2).map(|k| if od[k] == 1 { "0u".into() } else { c[k + off].clone() }).collect()
-            };
-            let k = ld[ld.len() - 1];
-            let mut lc = batch_coords(ld);
-            lc.extend([c[rank - 2].clone(), "kk".into()]);
-            let mut rc = batch_coords(rd);
-            rc.extend(["kk".into(), c[rank - 1].clone()]);
-            w(out, format!("var acc: {t} = {};", literal(ty.dtype, 0.0)));
-            w(out, format!("for (var kk = 0u; kk < {k}u; kk = kk + 1u) {{"));
-            w(out, format!("    acc = acc + {a}({}) * {}({});", ravel(&lc, ld), v(ops[1]), ravel(&rc, rd)));
-            w(out, "}".into());
-            w(out, format!("return {};", rounded(g, id, "acc".into())));
-        }
+        Op::MatMul => write_matmul_body(g, id, None, out),
         Op::Conv2d { stride, padding, dilation, groups } => {
             let (xd, wd) = (g.ty(ops[0]).shape.dims(), g.ty(ops[1]).shape.dims());
             let c = unravel(out, dims, "i", "c");
@@ -243,6 +225,42 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
 /// rounds every result to its dtype). Without it a max-reduction's backward compared a
 /// recomputed value with the stored f16 maximum, found no equal element and divided by
 /// zero (tests/fuzz_device.rs, mixed-precision training).
+/// The element function body of matmul `id`: a loop over `k` of lhs × rhs at the element's
+/// row and column (size-1 batch axes of an operand broadcast). With `lhs_row`, the lhs
+/// values come from that array, indexed by `k` (a row the caller loaded: the invocation's
+/// query row in an attention kernel).
+pub(crate) fn write_matmul_body(g: &Graph, id: NodeId, lhs_row: Option<&str>, out: &mut String) {
+    let ops = g.operands(id);
+    let ty = g.ty(id);
+    let dims = ty.shape.dims();
+    let (ld, rd) = (g.ty(ops[0]).shape.dims(), g.ty(ops[1]).shape.dims());
+    let rank = dims.len();
+    let c = unravel(out, dims, "i", "c");
+    let k = ld[ld.len() - 1];
+    let lhs = match lhs_row {
+        Some(row) => format!("{row}[kk]"),
+        None => {
+            let mut lc = batch_coords(&c, rank, ld);
+            lc.extend([c[rank - 2].clone(), "kk".into()]);
+            format!("{}({})", v(ops[0]), ravel(&lc, ld))
+        }
+    };
+    let mut rc = batch_coords(&c, rank, rd);
+    rc.extend(["kk".into(), c[rank - 1].clone()]);
+    let _ = writeln!(out, "    var acc: {} = {};", vty(ty.dtype), literal(ty.dtype, 0.0));
+    let _ = writeln!(out, "    for (var kk = 0u; kk < {k}u; kk = kk + 1u) {{");
+    let _ = writeln!(out, "        acc = acc + {lhs} * {}({});", v(ops[1]), ravel(&rc, rd));
+    let _ = writeln!(out, "    }}");
+    let _ = writeln!(out, "    return {};", rounded(g, id, "acc".into()));
+}
+
+/// Batch coordinates of a matmul operand of `dims` for the coordinates `c` of a result of
+/// rank `rank` (size-1 operand axes broadcast).
+pub(crate) fn batch_coords(c: &[String], rank: usize, dims: &[usize]) -> Vec<String> {
+    let off = rank - dims.len();
+    (0..dims.len() - 2).map(|a| if dims[a] == 1 { "0u".into() } else { c[a + off].clone() }).collect()
+}
+
 pub(crate) fn rounded(g: &Graph, id: NodeId, expr: String) -> String {
     if g.ty(id).dtype == DType::F16 {
         format!("fg_round_f16({expr})")
