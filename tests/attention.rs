@@ -64,6 +64,25 @@ fn run(
     (exe.run(&refs).expect("runs"), exe.stats().clone())
 }
 
+/// [`devices`] with each form of the attention kernel: keys read one at a time by each
+/// invocation, and blocks of keys staged in workgroup memory (`tiled_attention`).
+fn attention_devices() -> Vec<(String, Arc<Device>)> {
+    let mut out = Vec::new();
+    for tiled in [false, true] {
+        for (form, device) in devices() {
+            let opts = DeviceOptions {
+                f16_native: Some(device.f16_native()),
+                tiled_attention: Some(tiled),
+                ..Default::default()
+            };
+            let device = Arc::new(Device::new(&opts).expect("a device"));
+            assert_eq!(device.tiled_attention(), tiled);
+            out.push((format!("{form}, {}", if tiled { "tiled" } else { "one key at a time" }), device));
+        }
+    }
+    out
+}
+
 #[test]
 fn fused_attention_matches_the_reference_and_the_three_kernel_attention() {
     let f32s = |batch, heads, seq_q, seq_k, head, causal| Shape {
@@ -81,11 +100,14 @@ fn fused_attention_matches_the_reference_and_the_three_kernel_attention() {
         f32s(1, 2, 5, 19, 12, false),
         f32s(1, 1, 64, 64, 64, true),
         f32s(1, 2, 1, 40, 8, false),
+        // Two blocks of query rows per head, the last ragged; blocks of 28 keys (the tiled
+        // kernel's workgroup memory holds 28 keys and values of 72), the last ragged.
+        f32s(1, 2, 70, 45, 72, true),
         Shape { dtype: DType::F16, ..f32s(2, 2, 33, 33, 16, true) },
         Shape { dtype: DType::F16, ..f32s(1, 1, 9, 21, 6, false) },
     ];
     let mut failures = Vec::new();
-    for (form, device) in devices() {
+    for (form, device) in attention_devices() {
         for s in shapes {
             let (g, outs, feeds) = attention(s);
             let fmap: BTreeMap<String, HostTensor> = feeds.iter().cloned().collect();

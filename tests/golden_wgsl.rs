@@ -119,6 +119,7 @@ fn f16_matmul_on_cooperative_matrices() {
         subgroups: true,
         subgroup_size: Some(32),
         cooperative_matrix: Some(fusegraph::crates::runtime::Cooperative::Native),
+        ..Default::default()
     };
     golden_with(
         "gelu_relu_matmul_bias",
@@ -129,21 +130,20 @@ fn f16_matmul_on_cooperative_matrices() {
 }
 
 /// Memory-efficient attention: the scores, softmax and product in one kernel (online
-/// softmax, one invocation per output row), f16 stored packed.
+/// softmax), f16 stored packed; one invocation per output row reading its keys one at a
+/// time (the CPU form), and the workgroup staging blocks of keys (the GPU form).
 #[test]
 fn attention_in_one_kernel_packed_f16() {
-    let opts =
-        LowerOptions { f16_native: false, cpu: false, subgroups: false, subgroup_size: None, ..Default::default() };
     let post = |g: &Graph, kernels: Vec<Kernel>, outs: &[NodeId]| {
         let fused = fuse_attention(g, kernels, outs, 32);
         assert_eq!(fused.len(), 1, "{fused:?}");
         fused
     };
-    golden_kernels(
-        "attention_scores",
-        DType::F16,
-        opts,
-        post,
-        expect_test::expect_file!["wgsl/attention_scores_f16_packed.wgsl"],
-    );
+    for (tiled_attention, file) in [
+        (false, expect_test::expect_file!["wgsl/attention_scores_f16_packed.wgsl"]),
+        (true, expect_test::expect_file!["wgsl/attention_scores_tiled_f16_packed.wgsl"]),
+    ] {
+        let opts = LowerOptions { f16_native: false, tiled_attention, ..Default::default() };
+        golden_kernels("attention_scores", DType::F16, opts, post, file);
+    }
 }

@@ -247,6 +247,7 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
                     subgroups: true,
                     subgroup_size: Some(size),
                     cooperative_matrix: Some(coop),
+                    ..Default::default()
                 };
                 let srcs: Vec<_> = kernels.iter().map(|k| lower(&case.graph, k, &opts)).collect();
                 assert!(
@@ -300,6 +301,7 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
         subgroups: true,
         subgroup_size: Some(32),
         cooperative_matrix: Some(Cooperative::Native),
+        ..Default::default()
     };
     for (case, opts) in [
         (&f16, LowerOptions { subgroup_size: Some(48), ..native }),

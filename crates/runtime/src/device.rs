@@ -73,6 +73,12 @@ pub struct DeviceOptions {
     /// kernel's tiling, staging and epilogue where no cooperative matrices exist (lavapipe).
     /// Takes precedence over `cooperative_matrix`.
     pub cooperative_matrix_emulation: Option<u32>,
+    /// How a fused attention kernel (`CompileOptions::fused_attention`) walks the keys:
+    /// `Some(true)` in blocks staged in workgroup memory by the whole workgroup (the GPU
+    /// form), `Some(false)` one key at a time read by each invocation. `None` reads
+    /// `FUSEGRAPH_TILED_ATTENTION` (`on`/`off`); unset, tiled except on a CPU adapter, where
+    /// a barrier inside a loop made lavapipe's attention kernel ~40% slower (BENCHMARKS.md).
+    pub tiled_attention: Option<bool>,
 }
 
 /// Whether `adapter` runs the cooperative-matrix matmul (see `fusegraph_wgsl::CoopPlan`):
@@ -124,6 +130,7 @@ pub struct Device {
     pub(crate) pool: crate::memory::Pool,
     pub(crate) cost: std::sync::OnceLock<fusegraph_passes::cost::CostModel>,
     pub(crate) autotune: bool,
+    tiled_attention: bool,
     pub(crate) tuner: Mutex<crate::autotune::Tuner>,
 }
 
@@ -230,6 +237,10 @@ impl Device {
             .autotune
             .or_else(|| env_switch("FUSEGRAPH_AUTOTUNE"))
             .unwrap_or_else(|| !(info.backend == wgpu::Backend::Gl && info.device_type == wgpu::DeviceType::Cpu));
+        let tiled_attention = opts
+            .tiled_attention
+            .or_else(|| env_switch("FUSEGRAPH_TILED_ATTENTION"))
+            .unwrap_or(info.device_type != wgpu::DeviceType::Cpu);
         Ok(Device {
             device,
             queue,
@@ -243,6 +254,7 @@ impl Device {
             pool: crate::memory::Pool::new(opts.memory_limit),
             cost: std::sync::OnceLock::new(),
             autotune,
+            tiled_attention,
             tuner: Mutex::new(Default::default()),
         })
     }
@@ -282,6 +294,12 @@ impl Device {
     /// Whether f16 is stored as WGSL `f16` (else packed two per u32).
     pub fn f16_native(&self) -> bool {
         self.f16_native
+    }
+
+    /// Whether fused attention kernels stage blocks of keys in workgroup memory
+    /// ([`DeviceOptions::tiled_attention`]).
+    pub fn tiled_attention(&self) -> bool {
+        self.tiled_attention
     }
 
     /// How f16 matmuls and convolutions run on cooperative matrices, if they do:

@@ -371,6 +371,7 @@ impl Device {
             subgroups: self.features().contains(wgpu::Features::SUBGROUP),
             subgroup_size: crate::device::fixed_subgroup_size(self.info()),
             cooperative_matrix: self.cooperative_matrix(),
+            tiled_attention: self.tiled_attention(),
         };
         // FUSEGRAPH_NAIVE_MATMUL=1: the naive matmul lowering (for comparisons).
         let strategy = Strategy {

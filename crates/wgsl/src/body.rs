@@ -162,7 +162,7 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
             w(out, "}".into());
             w(out, "return i32(bi);".into());
         }
-        Op::MatMul => write_matmul_body(g, id, None, out),
+        Op::MatMul => write_matmul_body(g, id, None, None, out),
         Op::Conv2d { stride, padding, dilation, groups } => {
             let (xd, wd) = (g.ty(ops[0]).shape.dims(), g.ty(ops[1]).shape.dims());
             let c = unravel(out, dims, "i", "c");
@@ -219,17 +219,19 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
     }
 }
 
-/// `expr`, the value of node `id` computed in f32, rounded to f16 where `id` is an f16 value:
-/// every f16 value is the same wherever it is used, whether recomputed in a kernel's
-/// registers or loaded from where another kernel stored it (as in the reference, which
-/// rounds every result to its dtype). Without it a max-reduction's backward compared a
-/// recomputed value with the stored f16 maximum, found no equal element and divided by
-/// zero (tests/fuzz_device.rs, mixed-precision training).
 /// The element function body of matmul `id`: a loop over `k` of lhs × rhs at the element's
 /// row and column (size-1 batch axes of an operand broadcast). With `lhs_row`, the lhs
 /// values come from that array, indexed by `k` (a row the caller loaded: the invocation's
-/// query row in an attention kernel).
-pub(crate) fn write_matmul_body(g: &Graph, id: NodeId, lhs_row: Option<&str>, out: &mut String) {
+/// query row in an attention kernel). With `rhs_tile` `(name, block)`, the rhs column comes
+/// from that array holding `block` columns of `k` values each, column `c` at `c % block`
+/// (a block of keys an attention kernel's workgroup staged).
+pub(crate) fn write_matmul_body(
+    g: &Graph,
+    id: NodeId,
+    lhs_row: Option<&str>,
+    rhs_tile: Option<(&str, usize)>,
+    out: &mut String,
+) {
     let ops = g.operands(id);
     let ty = g.ty(id);
     let dims = ty.shape.dims();
@@ -245,11 +247,17 @@ pub(crate) fn write_matmul_body(g: &Graph, id: NodeId, lhs_row: Option<&str>, ou
             format!("{}({})", v(ops[0]), ravel(&lc, ld))
         }
     };
-    let mut rc = batch_coords(&c, rank, rd);
-    rc.extend(["kk".into(), c[rank - 1].clone()]);
+    let rhs = match rhs_tile {
+        Some((tile, block)) => format!("{tile}[({} % {block}u) * {k}u + kk]", c[rank - 1]),
+        None => {
+            let mut rc = batch_coords(&c, rank, rd);
+            rc.extend(["kk".into(), c[rank - 1].clone()]);
+            format!("{}({})", v(ops[1]), ravel(&rc, rd))
+        }
+    };
     let _ = writeln!(out, "    var acc: {} = {};", vty(ty.dtype), literal(ty.dtype, 0.0));
     let _ = writeln!(out, "    for (var kk = 0u; kk < {k}u; kk = kk + 1u) {{");
-    let _ = writeln!(out, "        acc = acc + {lhs} * {}({});", v(ops[1]), ravel(&rc, rd));
+    let _ = writeln!(out, "        acc = acc + {lhs} * {rhs};");
     let _ = writeln!(out, "    }}");
     let _ = writeln!(out, "    return {};", rounded(g, id, "acc".into()));
 }
@@ -261,6 +269,12 @@ pub(crate) fn batch_coords(c: &[String], rank: usize, dims: &[usize]) -> Vec<Str
     (0..dims.len() - 2).map(|a| if dims[a] == 1 { "0u".into() } else { c[a + off].clone() }).collect()
 }
 
+/// `expr`, the value of node `id` computed in f32, rounded to f16 where `id` is an f16 value:
+/// every f16 value is the same wherever it is used, whether recomputed in a kernel's
+/// registers or loaded from where another kernel stored it (as in the reference, which
+/// rounds every result to its dtype). Without it a max-reduction's backward compared a
+/// recomputed value with the stored f16 maximum, found no equal element and divided by
+/// zero (tests/fuzz_device.rs, mixed-precision training).
 pub(crate) fn rounded(g: &Graph, id: NodeId, expr: String) -> String {
     if g.ty(id).dtype == DType::F16 {
         format!("fg_round_f16({expr})")

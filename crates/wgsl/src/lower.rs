@@ -39,6 +39,10 @@ pub struct LowerOptions {
     /// How f16 matmuls and convolutions run on cooperative matrices, if they do (see
     /// [`crate::CoopPlan`]); `None` keeps the plain tiled kernel.
     pub cooperative_matrix: Option<Cooperative>,
+    /// A fused attention kernel whose logits come from a scores matmul walks the keys in
+    /// blocks its workgroup stages in workgroup memory (`attention::tiled_main`: the GPU
+    /// form); otherwise each invocation reads its keys one at a time (`attention::row_main`).
+    pub tiled_attention: bool,
 }
 
 /// How the cooperative-matrix matmul ([`crate::CoopPlan`]) runs.
@@ -225,7 +229,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             let _ = writeln!(body, "fn c{}(i: u32) -> {} {{", m.index(), vty(ty.dtype));
             write_body(g, m, &mut body);
         } else if row_scores == Some(m) {
-            crate::attention::write_row_scores(g, m, &mut body);
+            crate::attention::write_row_scores(g, kernel, m, opts.tiled_attention, &mut body);
         } else {
             write_body(g, m, &mut body);
         }

@@ -30,7 +30,9 @@ environment:
   FUSEGRAPH_BACKEND=vulkan|gl|metal|dx12   force a backend
   FUSEGRAPH_AUTOTUNE=off                   default matmul tilings (no timing, reproducible)
   FUSEGRAPH_SUBGROUP_MATMUL=off            the tiled matmul on CPU adapters too (comparisons)
-  FUSEGRAPH_COST_MODEL=default             fusion's device-free cost model (no measuring)";
+  FUSEGRAPH_COST_MODEL=default             fusion's device-free cost model (no measuring)
+  FUSEGRAPH_TILED_ATTENTION=on|off         fused attention stages blocks of keys in workgroup
+                                           memory (default: on, off on CPU adapters)";
 
 fn json_str(s: &str) -> String {
     let mut out = String::from("\"");
