@@ -151,6 +151,27 @@ fn fused_attention_matches_the_reference_and_the_three_kernel_attention() {
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// More workgroups than a grid dimension holds (65,535 on lavapipe): the runtime spreads
+/// them over two dimensions (a padded grid), and every head past the first row of the grid
+/// must still be computed (here 65,537 heads of one query row each, one workgroup per
+/// head). The padding's workgroups leave at once; with robust buffer access their stores
+/// would be dropped anyway, so that part is not observable here.
+#[test]
+fn tiled_attention_on_a_padded_grid() {
+    let s = Shape { batch: 1, heads: 65_537, seq_q: 1, seq_k: 3, head: 2, causal: false, dtype: DType::F32 };
+    let (g, outs, feeds) = attention(s);
+    let opts = DeviceOptions { tiled_attention: Some(true), ..Default::default() };
+    let device = Arc::new(Device::new(&opts).expect("a device"));
+    let (got, stats) = run(&device, &g, &outs, &feeds, true);
+    let kernel = stats.kernels.iter().find(|k| k.attention).expect("an attention kernel");
+    let [x, y, _] = kernel.workgroups;
+    assert!(y > 1 && u64::from(x) * u64::from(y) > 65_537, "{:?}", kernel.workgroups);
+    let fmap: BTreeMap<String, HostTensor> = feeds.iter().cloned().collect();
+    let want = evaluate(&g, &outs, &fmap, &BTreeMap::new()).expect("reference");
+    let (rtol, atol) = tolerance(DType::F32);
+    assert_close(&got[0], &want[0], rtol, atol).expect("matches the reference");
+}
+
 /// A graph that only fits its memory limit with the attention fused: the planner turns it
 /// on by itself (before rematerializing), the results stay right, and `Some(false)` gives
 /// the typed out-of-memory error instead.

@@ -88,6 +88,9 @@ var<workgroup> fg_vt: array<f32, 128>;
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let wg = wid.y * nwg.x + wid.x;
+    if (wg >= 2u) {
+        return;
+    }
     let qi = (wg % 1u) * 64u + lid;
     let r = (wg / 1u) * 16u + min(qi, 15u);
     var cr = r;

@@ -204,6 +204,8 @@ fn tiled_main(
     let _ = writeln!(main, "@compute @workgroup_size({WORKGROUP})");
     let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
     let _ = writeln!(main, "    let wg = wid.y * nwg.x + wid.x;");
+    // A grid of more workgroups than one dimension holds is padded: whole workgroups leave.
+    let _ = writeln!(main, "    if (wg >= {}u) {{\n        return;\n    }}", heads * q_blocks);
     // Rows past the head's last take part in staging the tiles (every invocation reaches
     // every barrier) and compute a copy of the last row, but store nothing.
     let _ = writeln!(main, "    let qi = (wg % {q_blocks}u) * {WORKGROUP}u + lid;");
