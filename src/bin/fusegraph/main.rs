@@ -68,6 +68,11 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
         Some(fusegraph::crates::runtime::Cooperative::Emulated { .. }) => "f16 on emulated cooperative matrices",
         None => "no cooperative matrices (f32 and f16 on the tiled or subgroup kernels)",
     };
+    let attention = if device.tiled_attention() {
+        "fused attention stages blocks of keys in workgroup memory"
+    } else {
+        "fused attention reads one key at a time per row"
+    };
     let configs: Vec<String> = device
         .cooperative_matrix_configs()
         .iter()
@@ -77,7 +82,7 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
         let lim: Vec<String> = limits.iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
         let feat: Vec<String> = features.iter().map(|f| json_str(f)).collect();
         println!(
-            "{{\"adapter\": {}, \"backend\": {}, \"device_type\": {}, \"driver\": {}, \"driver_info\": {}, \"f16_storage\": {}, \"matmul\": {}, \"cooperative_matrix_configs\": [{}], \"limits\": {{{}}}, \"features\": [{}]}}",
+            "{{\"adapter\": {}, \"backend\": {}, \"device_type\": {}, \"driver\": {}, \"driver_info\": {}, \"f16_storage\": {}, \"matmul\": {}, \"attention\": {}, \"cooperative_matrix_configs\": [{}], \"limits\": {{{}}}, \"features\": [{}]}}",
             json_str(&i.name),
             json_str(&format!("{:?}", i.backend)),
             json_str(&format!("{:?}", i.device_type)),
@@ -85,6 +90,7 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
             json_str(&i.driver_info),
             json_str(f16),
             json_str(matmul),
+            json_str(attention),
             configs.iter().map(|c| json_str(c)).collect::<Vec<_>>().join(", "),
             lim.join(", "),
             feat.join(", ")
@@ -96,6 +102,7 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
         println!("driver       {} {}", i.driver, i.driver_info);
         println!("f16 storage  {f16}");
         println!("matmul       {matmul}");
+        println!("attention    {attention}");
         if !configs.is_empty() {
             println!("cooperative matrix configurations: {}", configs.join(", "));
         }
