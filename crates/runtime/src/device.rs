@@ -77,7 +77,8 @@ pub struct DeviceOptions {
     /// `Some(true)` in blocks staged in workgroup memory by the whole workgroup (the GPU
     /// form), `Some(false)` one key at a time read by each invocation. `None` reads
     /// `FUSEGRAPH_TILED_ATTENTION` (`on`/`off`); unset, tiled except on a CPU adapter, where
-    /// a barrier inside a loop made lavapipe's attention kernel ~40% slower (BENCHMARKS.md).
+    /// the tiled form ran ~20% slower on lavapipe (its barriers inside the loop cost ~40%;
+    /// BENCHMARKS.md).
     pub tiled_attention: Option<bool>,
 }
 

@@ -61,6 +61,11 @@ pub fn row_scores(g: &Graph, kernel: &Kernel, logits: NodeId) -> Option<NodeId> 
     (row_only && float && k <= fusegraph_passes::attention::MAX_HEAD_DIM).then_some(s)
 }
 
+/// Values in a row of the scores' left operand (the query row `fg_q` holds).
+fn query_len(g: &Graph, s: NodeId) -> usize {
+    g.ty(g.operands(s)[0]).shape.dims().last().copied().unwrap_or(1)
+}
+
 /// Bytes of workgroup memory the key and value tiles of a tiled attention kernel take at
 /// most: WebGPU's default `max_compute_workgroup_storage_size`, which every adapter has.
 const TILE_BYTES: usize = 16384;
@@ -72,7 +77,7 @@ const MAX_BLOCK: usize = 32;
 /// fit [`TILE_BYTES`] with a key (`head_k` f32s) and a value row (`head` f32s) each, at most
 /// [`MAX_BLOCK`] and at most the keys there are.
 pub fn key_block(g: &Graph, kernel: &Kernel, s: NodeId) -> usize {
-    let head_k = g.ty(g.operands(s)[0]).shape.dims().last().copied().unwrap_or(1);
+    let head_k = query_len(g, s);
     let head = g.ty(kernel.outputs[0]).shape.dims().last().copied().unwrap_or(1);
     let keys = g.ty(s).shape.dims().last().copied().unwrap_or(1);
     (TILE_BYTES / 4 / (head_k + head).max(1)).clamp(1, MAX_BLOCK).min(keys.max(1))
@@ -93,20 +98,21 @@ fn write_query_row(main: &mut String, g: &Graph, s: NodeId, c: &[String], rank: 
     let ld = g.ty(lhs).shape.dims();
     let mut lc = batch_coords(c, rank, ld);
     lc.extend([c[rank - 2].clone(), "kk".into()]);
-    let _ = writeln!(main, "    for (var kk = 0u; kk < {}u; kk = kk + 1u) {{", ld[ld.len() - 1]);
+    let _ = writeln!(main, "    for (var kk = 0u; kk < {}u; kk = kk + 1u) {{", query_len(g, s));
     let _ = writeln!(main, "        fg_q[kk] = v{}({});", lhs.index(), ravel(&lc, ld));
     let _ = writeln!(main, "    }}");
 }
 
-/// The kernel's `main` and its workgroup count.
+/// The kernel's `main` and its workgroup count; `scores` is [`row_scores`]'s answer.
 pub fn attention_main(
     g: &Graph,
     kernel: &Kernel,
     bindings: &[Binding],
     logits: NodeId,
+    scores: Option<NodeId>,
     opts: &crate::LowerOptions,
 ) -> (String, u64) {
-    match row_scores(g, kernel, logits) {
+    match scores {
         Some(s) if opts.tiled_attention => tiled_main(g, kernel, bindings, logits, s, opts),
         s => row_main(g, kernel, bindings, logits, s, opts),
     }
@@ -191,9 +197,9 @@ fn tiled_main(
     let heads = rows / seq_q.max(1);
     let q_blocks = seq_q.div_ceil(WORKGROUP as usize);
     let neg_inf = literal(DType::F32, f64::NEG_INFINITY);
-    let (lhs, rhs) = (g.operands(s)[0], g.operands(s)[1]);
-    let (ld, rd) = (g.ty(lhs).shape.dims(), g.ty(rhs).shape.dims());
-    let head_k = ld[ld.len() - 1];
+    let rhs = g.operands(s)[1];
+    let rd = g.ty(rhs).shape.dims();
+    let head_k = query_len(g, s);
     let block = key_block(g, kernel, s);
 
     let mut main = String::new();
@@ -209,7 +215,7 @@ fn tiled_main(
     // Rows past the head's last take part in staging the tiles (every invocation reaches
     // every barrier) and compute a copy of the last row, but store nothing.
     let _ = writeln!(main, "    let qi = (wg % {q_blocks}u) * {WORKGROUP}u + lid;");
-    let _ = writeln!(main, "    let r = (wg / {q_blocks}u) * {seq_q}u + min(qi, {}u);", seq_q - 1);
+    let _ = writeln!(main, "    let r = (wg / {q_blocks}u) * {seq_q}u + min(qi, {}u);", seq_q.saturating_sub(1));
     let c = unravel(&mut main, &od[..rank - 1], "r", "c");
     write_query_row(&mut main, g, s, &c, rank);
     let _ = writeln!(main, "    var m: f32 = {neg_inf};");
@@ -224,7 +230,7 @@ fn tiled_main(
     vc.extend(["j".into(), format!("t % {head}u")]);
     for (tile, width, node, coords, dims) in [("fg_kt", head_k, rhs, &rc, rd), ("fg_vt", head, v, &vc, vd)] {
         let _ = writeln!(main, "        for (var t = lid; t < {}u; t = t + {WORKGROUP}u) {{", block * width);
-        let _ = writeln!(main, "            let j = min(j0 + t / {width}u, {}u);", keys - 1);
+        let _ = writeln!(main, "            let j = min(j0 + t / {width}u, {}u);", keys.saturating_sub(1));
         let _ = writeln!(main, "            {tile}[t] = f32(v{}({}));", node.index(), ravel(coords, dims));
         let _ = writeln!(main, "        }}");
     }
@@ -237,7 +243,7 @@ fn tiled_main(
         main,
         "            let x = select({neg_inf}, f32(v{}(r * {keys}u + min(j, {}u))), j < {keys}u);",
         logits.index(),
-        keys - 1
+        keys.saturating_sub(1)
     );
     let _ = writeln!(main, "            fg_x[jj] = x;");
     let _ = writeln!(main, "            bm = max(bm, x);");
@@ -286,8 +292,7 @@ fn row_main(
 
     let mut main = String::new();
     if let Some(s) = scores {
-        let k = g.ty(g.operands(s)[0]).shape.dims().last().copied().unwrap_or(0);
-        let _ = writeln!(main, "var<private> fg_q: array<f32, {k}>;\n");
+        let _ = writeln!(main, "var<private> fg_q: array<f32, {}>;\n", query_len(g, s));
     }
     let _ = writeln!(main, "@compute @workgroup_size({WORKGROUP})");
     let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");

@@ -263,7 +263,9 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             let reduces = RowReduces { reduces: &row_reduces, scalars: &row_scalars, deps: &row_deps };
             row_main(g, &bindings, reduces, shape, axes, opts, quads, &mut body)
         }
-        KernelKind::Attention { logits } => crate::attention::attention_main(g, kernel, &bindings, *logits, opts),
+        KernelKind::Attention { logits } => {
+            crate::attention::attention_main(g, kernel, &bindings, *logits, row_scores, opts)
+        }
     };
     let mut wgsl = String::new();
     let uses_f16 = opts.f16_native && bindings.iter().any(|b| g.ty(b.node).dtype == DType::F16);
