@@ -23,6 +23,8 @@ struct Shape {
     seq_k: usize,
     head: usize,
     causal: bool,
+    /// The logit of a masked position (with `causal`).
+    masked: f64,
     dtype: DType,
 }
 
@@ -44,7 +46,7 @@ fn attention(s: Shape) -> (Graph, Vec<NodeId>, Vec<(String, HostTensor)>) {
     if s.causal {
         let row = b.iota(DType::I32, [s.seq_q, s.seq_k], 0).expect("iota");
         let col = b.iota(DType::I32, [s.seq_q, s.seq_k], 1).expect("iota");
-        let masked = b.scalar(s.dtype, -1e9).expect("scalar");
+        let masked = b.scalar(s.dtype, s.masked).expect("scalar");
         scores = row.ge(&col).and_then(|m| m.select(&scores, &masked)).expect("mask");
     }
     let out = scores.softmax(3).and_then(|p| p.matmul(&v)).expect("attention");
@@ -92,6 +94,7 @@ fn fused_attention_matches_the_reference_and_the_three_kernel_attention() {
         seq_k,
         head,
         causal,
+        masked: -1e9,
         dtype: DType::F32,
     };
     let shapes = [
@@ -105,6 +108,12 @@ fn fused_attention_matches_the_reference_and_the_three_kernel_attention() {
         f32s(1, 2, 70, 45, 72, true),
         Shape { dtype: DType::F16, ..f32s(2, 2, 33, 33, 16, true) },
         Shape { dtype: DType::F16, ..f32s(1, 1, 9, 21, 6, false) },
+        // Long enough that the tiled form's first workgroups stop at their band (64 rows,
+        // blocks of 32 keys); with a masked logit of −1 the masked keys weigh, and both forms
+        // must walk them all.
+        f32s(1, 1, 200, 200, 8, true),
+        Shape { masked: -1.0, ..f32s(1, 1, 200, 200, 8, true) },
+        Shape { masked: -1.0, ..f32s(1, 2, 7, 7, 8, true) },
     ];
     let mut failures = Vec::new();
     for (form, device) in attention_devices() {
@@ -151,6 +160,34 @@ fn fused_attention_matches_the_reference_and_the_three_kernel_attention() {
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// Under a causal mask the keys past a row's band are never read: an infinite value at the
+/// last key reaches no row that masks it (the three kernels, like the reference, give
+/// `0 · ∞ = NaN` there), and those rows equal the reference with that value finite. The
+/// tiled form stops per workgroup of 64 rows, so its last workgroup (rows 192–199, which
+/// needs key 199's block for row 199) still reads it.
+#[test]
+fn keys_past_a_causal_band_are_not_read() {
+    let s =
+        Shape { batch: 1, heads: 1, seq_q: 200, seq_k: 200, head: 8, causal: true, masked: -1e9, dtype: DType::F32 };
+    let (g, outs, mut feeds) = attention(s);
+    let want = evaluate(&g, &outs, &feeds.iter().cloned().collect(), &BTreeMap::new()).expect("reference");
+    let v = feeds.iter_mut().find(|(n, _)| n == "v").expect("v");
+    let mut values = v.1.to_f64();
+    values[199 * 8] = f64::INFINITY;
+    v.1 = HostTensor::from_f64(DType::F32, v.1.shape().clone(), &values).expect("a tensor");
+    let with_inf = evaluate(&g, &outs, &feeds.iter().cloned().collect(), &BTreeMap::new()).expect("reference");
+    assert!(with_inf[0].to_f64()[0].is_nan(), "the reference multiplies the masked infinity by 0");
+    let (rtol, atol) = tolerance(DType::F32);
+    for (form, device) in attention_devices() {
+        let (got, _) = run(&device, &g, &outs, &feeds, true);
+        let clean = if device.tiled_attention() { 192 } else { 199 };
+        let (got, want) = (got[0].to_f64(), want[0].to_f64());
+        for (i, (a, b)) in got.iter().zip(&want).enumerate().take(clean * 8) {
+            assert!((a - b).abs() <= atol + rtol * b.abs(), "[{form}] element {i}: {a} against {b}");
+        }
+    }
+}
+
 /// More workgroups than a grid dimension holds (65,535 on lavapipe): the runtime spreads
 /// them over two dimensions (a padded grid), and every head past the first row of the grid
 /// must still be computed (here 65,537 heads of one query row each, one workgroup per
@@ -158,7 +195,8 @@ fn fused_attention_matches_the_reference_and_the_three_kernel_attention() {
 /// would be dropped anyway, so that part is not observable here.
 #[test]
 fn tiled_attention_on_a_padded_grid() {
-    let s = Shape { batch: 1, heads: 65_537, seq_q: 1, seq_k: 3, head: 2, causal: false, dtype: DType::F32 };
+    let s =
+        Shape { batch: 1, heads: 65_537, seq_q: 1, seq_k: 3, head: 2, causal: false, masked: -1e9, dtype: DType::F32 };
     let (g, outs, feeds) = attention(s);
     let opts = DeviceOptions { tiled_attention: Some(true), ..Default::default() };
     let device = Arc::new(Device::new(&opts).expect("a device"));
@@ -177,7 +215,8 @@ fn tiled_attention_on_a_padded_grid() {
 /// the typed out-of-memory error instead.
 #[test]
 fn memory_limit_turns_on_fused_attention() {
-    let s = Shape { batch: 1, heads: 4, seq_q: 256, seq_k: 256, head: 16, causal: true, dtype: DType::F32 };
+    let s =
+        Shape { batch: 1, heads: 4, seq_q: 256, seq_k: 256, head: 16, causal: true, masked: -1e9, dtype: DType::F32 };
     let (g, outs, feeds) = attention(s);
     let device = Arc::new(Device::new(&DeviceOptions::default()).expect("a device"));
     let off = CompileOptions { fused_attention: Some(false), ..Default::default() };

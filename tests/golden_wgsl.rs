@@ -147,3 +147,22 @@ fn attention_in_one_kernel_packed_f16() {
         golden_kernels("attention_scores", DType::F16, opts, post, file);
     }
 }
+
+/// Causal attention in one kernel: each row stops at its band's end (the one-key form),
+/// each workgroup at the first block past its rows' bands once every row agrees (the tiled
+/// form), where the masked keys would add exactly nothing.
+#[test]
+fn causal_attention_stops_at_the_band() {
+    let post = |g: &Graph, kernels: Vec<Kernel>, outs: &[NodeId]| {
+        let fused = fuse_attention(g, kernels, outs, 32);
+        assert_eq!(fused.len(), 1, "{fused:?}");
+        fused
+    };
+    for (tiled_attention, file) in [
+        (false, expect_test::expect_file!["wgsl/causal_attention.wgsl"]),
+        (true, expect_test::expect_file!["wgsl/causal_attention_tiled.wgsl"]),
+    ] {
+        let opts = LowerOptions { tiled_attention, ..Default::default() };
+        golden_kernels("causal_attention", DType::F32, opts, post, file);
+    }
+}

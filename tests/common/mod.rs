@@ -423,6 +423,19 @@ pub fn composite_builders() -> Vec<(&'static str, Builder)> {
             let s = q.matmul(&k.t().unwrap()).unwrap().mul_scalar(0.35).unwrap().softmax(2).unwrap();
             vec![s.matmul(&v).unwrap()]
         }),
+        // Causal attention as `fusegraph-nn` writes it: the mask an `iota` comparison (70
+        // queries: too many for constant folding to make a constant of it), −10⁹ masked.
+        ("causal_attention", |c, dt| {
+            let q = c.input(dt, &[2, 70, 8], Domain::Any);
+            let k = c.input(dt, &[2, 70, 8], Domain::Any);
+            let v = c.input(dt, &[2, 70, 8], Domain::Any);
+            let b = q.builder();
+            let row = b.iota(DType::I32, [70, 70], 0).unwrap();
+            let col = b.iota(DType::I32, [70, 70], 1).unwrap();
+            let s = q.matmul(&k.t().unwrap()).unwrap().mul_scalar(0.35).unwrap();
+            let s = row.ge(&col).unwrap().select(&s, &b.scalar(dt, -1e9).unwrap()).unwrap();
+            vec![s.softmax(2).unwrap().matmul(&v).unwrap()]
+        }),
         // Many rows of a ragged length: on a CPU adapter each row is reduced by one
         // invocation with several partial results side by side, plus a remainder.
         ("many_ragged_rows", |c, dt| {

@@ -13,6 +13,7 @@
 
 pub mod attention;
 pub mod autodiff;
+pub mod band;
 pub mod checkpoint;
 pub mod cost;
 pub mod fuse;

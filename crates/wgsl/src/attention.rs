@@ -20,13 +20,24 @@
 //!
 //! Both store the row divided by `l`. While the max is still −∞ (a fully masked prefix)
 //! nothing accumulates, and an all-masked row gives `0/0` as the reference's softmax does.
+//!
+//! **Banded masks** ([`key_band`]: a causal mask, say): the keys past a row's band hold the
+//! masked constant `c`, and each adds `exp(c − m)` to the row's sum and that times its value
+//! to the row. Where that is exactly zero (`m > c` and `exp(c − m) == 0`: always for −∞,
+//! and for −10⁹ against logits of any sane size) the keys past the band change nothing,
+//! and the row stops walking its keys there: the one-key form at its own band's end, the
+//! tiled form at the first block past the band of every row of the workgroup, once every
+//! row agrees (a vote in workgroup memory). Otherwise the row walks every key as without a
+//! band. Skipped keys' values are not read, so a non-finite value there does not reach a
+//! row that masks it (the three kernels would give `0 · ∞ = NaN`).
 
 use crate::body::{batch_coords, write_matmul_body};
 use crate::lower::{packed_f16, store_value, Binding, MAIN_ARGS};
 use crate::writer::{literal, ravel, unravel};
 use fusegraph_ir::{DType, Graph, NodeId, Op};
+use fusegraph_passes::band::{key_band, KeyBand};
 use fusegraph_passes::kernel::region_of;
-use fusegraph_passes::Kernel;
+use fusegraph_passes::{Kernel, KernelKind};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -73,14 +84,42 @@ const TILE_BYTES: usize = 16384;
 /// At most this many keys per block (each invocation keeps a block's logits, `fg_x`).
 const MAX_BLOCK: usize = 32;
 
+/// Bytes of workgroup memory the vote on skipping the keys past a band takes (`fg_more`,
+/// `fg_tail`).
+const VOTE_BYTES: usize = 8;
+
+/// The band of attention `kernel`'s logits, if they have one.
+fn band(g: &Graph, kernel: &Kernel) -> Option<KeyBand> {
+    match kernel.kind {
+        KernelKind::Attention { logits } => key_band(g, logits),
+        _ => None,
+    }
+}
+
 /// Keys per block of the tiled kernel of attention `kernel` whose scores are `s`: as many as
-/// fit [`TILE_BYTES`] with a key (`head_k` f32s) and a value row (`head` f32s) each, at most
-/// [`MAX_BLOCK`] and at most the keys there are.
+/// fit [`TILE_BYTES`] (less the vote's bytes where the logits have a band) with a key
+/// (`head_k` f32s) and a value row (`head` f32s) each, at most [`MAX_BLOCK`] and at most the
+/// keys there are.
 pub fn key_block(g: &Graph, kernel: &Kernel, s: NodeId) -> usize {
     let head_k = query_len(g, s);
     let head = g.ty(kernel.outputs[0]).shape.dims().last().copied().unwrap_or(1);
     let keys = g.ty(s).shape.dims().last().copied().unwrap_or(1);
-    (TILE_BYTES / 4 / (head_k + head).max(1)).clamp(1, MAX_BLOCK).min(keys.max(1))
+    let bytes = TILE_BYTES - if band(g, kernel).is_some() { VOTE_BYTES } else { 0 };
+    (bytes / 4 / (head_k + head).max(1)).clamp(1, MAX_BLOCK).min(keys.max(1))
+}
+
+/// `u32(clamp(i32(q) + offset + 1, 0, keys))`: the end of query `q`'s keys under `b`
+/// (the offset clamped where that changes nothing, so that it fits an `i32`).
+fn band_end(b: KeyBand, q: &str, seq_q: usize, keys: usize) -> String {
+    let add = (b.offset.saturating_add(1)).clamp(-(seq_q as i64), keys as i64);
+    format!("u32(clamp(i32({q}) + ({add}i), 0i, {keys}i))")
+}
+
+/// Whether keys holding the masked logit `c` would add exactly nothing to a row whose
+/// running max is `m`.
+fn adds_nothing(b: KeyBand) -> String {
+    let c = literal(DType::F32, b.masked);
+    format!("m > {c} && exp({c} - m) == 0.0f")
 }
 
 /// The element function of the scores `s` ([`row_scores`]): the query row from `fg_q`;
@@ -201,12 +240,18 @@ fn tiled_main(
     let rd = g.ty(rhs).shape.dims();
     let head_k = query_len(g, s);
     let block = key_block(g, kernel, s);
+    let band = band(g, kernel);
 
     let mut main = String::new();
     let _ = writeln!(main, "var<private> fg_q: array<f32, {head_k}>;");
     let _ = writeln!(main, "var<private> fg_x: array<f32, {block}>;");
     let _ = writeln!(main, "var<workgroup> fg_kt: array<f32, {}>;", block * head_k);
-    let _ = writeln!(main, "var<workgroup> fg_vt: array<f32, {}>;\n", block * head);
+    let _ = writeln!(main, "var<workgroup> fg_vt: array<f32, {}>;", block * head);
+    if band.is_some() {
+        let _ = writeln!(main, "var<workgroup> fg_more: atomic<u32>;");
+        let _ = writeln!(main, "var<workgroup> fg_tail: u32;");
+    }
+    let _ = writeln!(main);
     let _ = writeln!(main, "@compute @workgroup_size({WORKGROUP})");
     let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
     let _ = writeln!(main, "    let wg = wid.y * nwg.x + wid.x;");
@@ -221,7 +266,33 @@ fn tiled_main(
     let _ = writeln!(main, "    var m: f32 = {neg_inf};");
     let _ = writeln!(main, "    var l = 0.0f;");
     let _ = writeln!(main, "    var acc: array<f32, {head}>;");
+    if let Some(b) = band {
+        // Past `fg_end` every row of the workgroup is masked; `fg_skip` starts the first
+        // block there.
+        let last = format!("min((wg % {q_blocks}u) * {WORKGROUP}u + {}u, {}u)", WORKGROUP - 1, seq_q.saturating_sub(1));
+        let _ = writeln!(main, "    let fg_end = {};", band_end(b, &last, seq_q, keys));
+        let _ = writeln!(main, "    let fg_skip = (fg_end + {}u) / {block}u * {block}u;", block - 1);
+    }
     let _ = writeln!(main, "    for (var j0 = 0u; j0 < {keys}u; j0 = j0 + {block}u) {{");
+    if let Some(b) = band {
+        // The workgroup stops there unless a row would still gain from the masked keys.
+        let _ = writeln!(main, "        if (j0 == fg_skip) {{");
+        let _ = writeln!(
+            main,
+            "            if (!({})) {{\n                atomicOr(&fg_more, 1u);\n            }}",
+            adds_nothing(b)
+        );
+        let _ = writeln!(main, "            workgroupBarrier();");
+        let _ = writeln!(
+            main,
+            "            if (lid == 0u) {{\n                fg_tail = atomicLoad(&fg_more);\n            }}"
+        );
+        let _ = writeln!(
+            main,
+            "            if (workgroupUniformLoad(&fg_tail) == 0u) {{\n                break;\n            }}"
+        );
+        let _ = writeln!(main, "        }}");
+    }
     // Stage the block's keys (key `jj` at `jj·head_k`) and values (at `jj·head`); keys past
     // the last are copies of it, their logits set to −∞ below.
     let mut rc = batch_coords(&c, rank, rd);
@@ -309,7 +380,15 @@ fn row_main(
     let _ = writeln!(main, "    var m: f32 = {neg_inf};");
     let _ = writeln!(main, "    var l = 0.0f;");
     let _ = writeln!(main, "    var acc: array<f32, {head}>;");
+    let band = band(g, kernel);
+    if let Some(b) = band {
+        let _ = writeln!(main, "    let fg_end = {};", band_end(b, &c[rank - 2], od[rank - 2], keys));
+    }
     let _ = writeln!(main, "    for (var j = 0u; j < {keys}u; j = j + 1u) {{");
+    if let Some(b) = band {
+        // Past the band's end, stop where the masked keys would add nothing.
+        let _ = writeln!(main, "        if (j == fg_end && {}) {{\n            break;\n        }}", adds_nothing(b));
+    }
     let _ = writeln!(main, "        let x = f32(v{}(r * {keys}u + j));", logits.index());
     let _ = writeln!(main, "        let n = max(m, x);");
     let _ = writeln!(main, "        if (n == {neg_inf}) {{\n            continue;\n        }}");
