@@ -204,6 +204,10 @@ pub struct Report {
     pub unfused_naive_bytes: u64,
     /// The peak of live bytes plus parameters and staging.
     pub lower_bound_bytes: u64,
+    /// The activations alone: the arena (inputs and intermediate values, reused).
+    pub arena_bytes: u64,
+    /// The activations without fusion or reuse: every primitive op's result its own buffer.
+    pub unfused_naive_arena_bytes: u64,
     /// Median time of one run, ms.
     pub median_ms: f64,
     /// Whether the time is from GPU timestamps.
@@ -257,6 +261,8 @@ pub fn run_example_with(
         naive_bytes: s.naive_bytes + fixed,
         unfused_naive_bytes: unfused.naive_bytes + unfused.persistent_bytes + unfused.staging_bytes,
         lower_bound_bytes: s.lower_bound_bytes + fixed,
+        arena_bytes: s.arena_bytes,
+        unfused_naive_arena_bytes: unfused.naive_bytes,
         median_ms: t.median(),
         gpu_timer: t.gpu_timestamps,
         max_abs_error,
@@ -269,12 +275,19 @@ impl std::fmt::Display for Report {
         writeln!(f, "kernels      {} fused ({} unfused)", self.kernels, self.unfused_kernels)?;
         writeln!(
             f,
-            "memory       {:.2} MiB on the device (lower bound {:.2} MiB); every value its own buffer: {:.2} MiB fused, {:.2} MiB unfused ({:.1}x more)",
+            "memory       {:.2} MiB on the device (lower bound {:.2} MiB); every value its own buffer: {:.2} MiB fused, {:.2} MiB unfused ({:.2}x more)",
             mib(self.device_bytes),
             mib(self.lower_bound_bytes),
             mib(self.naive_bytes),
             mib(self.unfused_naive_bytes),
             self.unfused_naive_bytes as f64 / self.device_bytes.max(1) as f64
+        )?;
+        writeln!(
+            f,
+            "activations  {:.2} MiB arena; every value its own buffer, unfused: {:.2} MiB ({:.2}x more)",
+            mib(self.arena_bytes),
+            mib(self.unfused_naive_arena_bytes),
+            self.unfused_naive_arena_bytes as f64 / self.arena_bytes.max(1) as f64
         )?;
         writeln!(
             f,
