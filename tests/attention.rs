@@ -188,6 +188,87 @@ fn keys_past_a_causal_band_are_not_read() {
     }
 }
 
+/// Random masks, bands and not: comparisons of the row `iota` (plus an offset) with the
+/// column `iota` either way round, negated or not, either branch masked, in i32 or f32, at
+/// sizes constant folding makes a constant of (at most 4,096 elements) and sizes it leaves;
+/// masked logits that vanish (−10⁹, −∞) and that weigh (−1, 2); one key or a few more keys
+/// than queries. The fused attention (past 64 queries either form, at random) must match the reference
+/// whatever `key_band` makes of the mask. `FUSEGRAPH_FUZZ_CASES=N` runs more (every 56th
+/// case repeats a combination with other sizes, offsets and values).
+#[test]
+fn random_masks_match_the_reference() {
+    let cases: u64 = std::env::var("FUSEGRAPH_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(56);
+    let forms: Vec<Arc<Device>> = [false, true]
+        .map(|tiled| {
+            let opts = DeviceOptions { tiled_attention: Some(tiled), ..Default::default() };
+            Arc::new(Device::new(&opts).expect("a device"))
+        })
+        .into();
+    let mut failures = Vec::new();
+    for case in 0..cases {
+        let mut rng = Rng::new(7_000 + case);
+        let mut pick = |n: u64| (rng.next_u64() % n) as usize;
+        // Every comparison, negated or not, either branch masked, at most 64 queries (a mask
+        // folded to a constant where it has at most 4,096 elements) and past 64 (iota
+        // comparisons, and more than one workgroup of the tiled form).
+        let combo = case as usize % 56;
+        let (cmp, negate, swap, large) = (combo % 7, combo / 7 % 2 == 1, combo / 14 % 2 == 1, combo / 28 == 1);
+        let seq_q = if large { 65 + pick(40) } else { 1 + pick(64) };
+        let seq_k = seq_q + [0, 0, 1, 3][pick(4)];
+        let head = [4, 8][pick(2)];
+        let offset = pick(6) as f64 - 2.0;
+        let iota = [DType::I32, DType::F32][pick(2)];
+        let masked = [-1e9, f64::NEG_INFINITY, -1e9, -1.0, 2.0][pick(5)];
+        // The tiled form stops early only past its first workgroup of 64 queries.
+        let device = &forms[if large { pick(2) } else { 0 }];
+        let what = format!(
+            "case {case}: {seq_q} queries, {seq_k} keys, head {head}, comparison {cmp} offset {offset} \
+             negated {negate} swapped {swap} in {iota:?}, masked {masked} [tiled {}]",
+            device.tiled_attention()
+        );
+        let b = GraphBuilder::new();
+        let mut feeds = Vec::new();
+        let mut input = |name: &str, dims: [usize; 4]| -> Tensor {
+            feeds.push((name.to_string(), random(&mut rng, DType::F32, &dims, Domain::Any)));
+            b.input(name, DType::F32, dims.to_vec()).expect("valid input")
+        };
+        let q = input("q", [1, 2, seq_q, head]);
+        let k = input("k", [1, 2, seq_k, head]);
+        let v = input("v", [1, 2, seq_k, head]);
+        let scores = q.matmul(&k.transpose(&[0, 1, 3, 2]).expect("kᵀ")).and_then(|s| s.mul_scalar(0.35)).expect("s");
+        let row = b.iota(iota, [seq_q, seq_k], 0).and_then(|r| r.add_scalar(offset)).expect("row");
+        let col = b.iota(iota, [seq_q, seq_k], 1).expect("col");
+        let pred = match cmp {
+            0 => row.ge(&col),
+            1 => row.gt(&col),
+            2 => col.le(&row),
+            3 => col.lt(&row),
+            // True past the band: a band where the masked logit is the true branch.
+            4 => col.gt(&row),
+            5 => row.lt(&col),
+            // Not a band with either branch masked.
+            _ => col.eq(&row),
+        }
+        .and_then(|p| if negate { p.not() } else { Ok(p) })
+        .expect("mask");
+        let fill = b.scalar(DType::F32, masked).expect("masked");
+        let logits = if swap { pred.select(&fill, &scores) } else { pred.select(&scores, &fill) }.expect("logits");
+        let out = logits.softmax(3).and_then(|p| p.matmul(&v)).expect("attention");
+        let g = b.graph();
+        let fmap: BTreeMap<String, HostTensor> = feeds.iter().cloned().collect();
+        let want = evaluate(&g, &[out.id()], &fmap, &BTreeMap::new()).expect("reference");
+        let (got, stats) = run(device, &g, &[out.id()], &feeds, true);
+        if !stats.kernels.iter().any(|k| k.attention) {
+            failures.push(format!("{what}: no attention kernel"));
+        }
+        let (rtol, atol) = tolerance(DType::F32);
+        if let Err(e) = assert_close(&got[0], &want[0], rtol, atol) {
+            failures.push(format!("{what}: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
 /// More workgroups than a grid dimension holds (65,535 on lavapipe): the runtime spreads
 /// them over two dimensions (a padded grid), and every head past the first row of the grid
 /// must still be computed (here 65,537 heads of one query row each, one workgroup per
