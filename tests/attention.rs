@@ -189,15 +189,16 @@ fn keys_past_a_causal_band_are_not_read() {
 }
 
 /// Random masks, bands and not: comparisons of the row `iota` (plus an offset) with the
-/// column `iota` either way round, negated or not, either branch masked, in i32 or f32, at
+/// column `iota` either way round, equal, a causal mask with a sliding window (`and`) or
+/// with a prefix (`or`), negated or not, either branch masked, in i32 or f32, at
 /// sizes constant folding makes a constant of (at most 4,096 elements) and sizes it leaves;
 /// masked logits that vanish (−10⁹, −∞) and that weigh (−1, 2); one key or a few more keys
 /// than queries. The fused attention (past 64 queries either form, at random) must match the reference
-/// whatever `key_band` makes of the mask. `FUSEGRAPH_FUZZ_CASES=N` runs more (every 56th
+/// whatever `key_band` makes of the mask. `FUSEGRAPH_FUZZ_CASES=N` runs more (every 72nd
 /// case repeats a combination with other sizes, offsets and values).
 #[test]
 fn random_masks_match_the_reference() {
-    let cases: u64 = std::env::var("FUSEGRAPH_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(56);
+    let cases: u64 = std::env::var("FUSEGRAPH_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(72);
     let forms: Vec<Arc<Device>> = [false, true]
         .map(|tiled| {
             let opts = DeviceOptions { tiled_attention: Some(tiled), ..Default::default() };
@@ -211,8 +212,8 @@ fn random_masks_match_the_reference() {
         // Every comparison, negated or not, either branch masked, at most 64 queries (a mask
         // folded to a constant where it has at most 4,096 elements) and past 64 (iota
         // comparisons, and more than one workgroup of the tiled form).
-        let combo = case as usize % 56;
-        let (cmp, negate, swap, large) = (combo % 7, combo / 7 % 2 == 1, combo / 14 % 2 == 1, combo / 28 == 1);
+        let combo = case as usize % 72;
+        let (cmp, negate, swap, large) = (combo % 9, combo / 9 % 2 == 1, combo / 18 % 2 == 1, combo / 36 == 1);
         let seq_q = if large { 65 + pick(40) } else { 1 + pick(64) };
         let seq_k = seq_q + [0, 0, 1, 3][pick(4)];
         let head = [4, 8][pick(2)];
@@ -246,8 +247,11 @@ fn random_masks_match_the_reference() {
             // True past the band: a band where the masked logit is the true branch.
             4 => col.gt(&row),
             5 => row.lt(&col),
-            // Not a band with either branch masked.
-            _ => col.eq(&row),
+            // Only the diagonal, or all but it.
+            6 => col.eq(&row),
+            // Causal and a window of 5 keys; causal or one of the first 3 keys.
+            7 => row.ge(&col).and_then(|p| p.and(&col.add_scalar(5.0)?.gt(&row)?)),
+            _ => row.ge(&col).and_then(|p| p.or(&col.lt(&col.full_like(3.0)?)?)),
         }
         .and_then(|p| if negate { p.not() } else { Ok(p) })
         .expect("mask");

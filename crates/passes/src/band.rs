@@ -4,11 +4,19 @@
 //!
 //! [`key_band`] proves, from the graph alone, that every logit `(…, i, j)` (query `i` along
 //! the second-to-last axis, key `j` along the last) with `j > i + offset` equals one constant
-//! `masked`. It recognizes a `select` whose condition is a band and whose other branch is a
-//! constant, the condition given either as comparisons of `iota`s (and sums, differences,
-//! integer multiples and casts of them: `row ≥ col`, `col < row + 1`, `col ≤ row + (s_k −
-//! s_q)`), or as a constant mask (what constant folding makes of those at short sequences),
-//! broadcast over batch and head axes. Anything else has no band.
+//! `masked`: the logits are a `select` with a constant branch, and its condition implies
+//! `j ≤ i + offset` wherever it picks the other branch. Conditions it reads, broadcast over
+//! batch and head axes:
+//! - comparisons (`<`, `≤`, `>`, `≥`, `==`, `!=`) of exact integer functions `a·i + b·j + c`
+//!   built from `iota`s by sums, differences, integer multiples and casts (`row ≥ col`,
+//!   `col < row + 1`, `col − row ≤ s_k − s_q`, `col < 4`);
+//! - `not`, `and`, `or` of those (a causal mask `and` a sliding window: the causal part
+//!   bounds it);
+//! - constant masks (what constant folding makes of those at short sequences), whatever
+//!   their pattern: the bound is the largest `j − i` they keep.
+//!
+//! Anything else has no band. The bound is an implication, not an equivalence: it may keep
+//! masked keys before it, never drop an unmasked one.
 //!
 //! Whether skipping is exact depends on the values: a masked key adds `exp(masked − m)` to a
 //! row's sum (`m` its running max), which is exactly zero in f32 only when `masked` lies far
@@ -21,7 +29,7 @@ use fusegraph_ir::{BinaryOp, DType, Graph, NodeId, Op, UnaryOp};
 /// logits' dtype). A causal mask `j ≤ i` has offset 0.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KeyBand {
-    /// The last unmasked key of query `i` is `i + offset`.
+    /// No key past `i + offset` is unmasked for query `i`.
     pub offset: i64,
     /// The value of every masked logit.
     pub masked: f64,
@@ -39,12 +47,16 @@ pub fn key_band(g: &Graph, logits: NodeId) -> Option<KeyBand> {
     tags[rank - 2] = Tag::Query;
     tags[rank - 1] = Tag::Key;
     let ops = g.operands(logits);
-    let (masked, offset) = match cx.half(g, ops[0], &tags)? {
-        Half::Keep(offset) => (ops[2], offset),
-        Half::Hide(offset) => (ops[1], offset),
-    };
-    let value = constant_value(g, masked)?;
-    Some(KeyBand { offset, masked: fusegraph_reference::round_to(g.ty(logits).dtype, value) })
+    let b = cx.bounds(g, ops[0], &tags);
+    // Past the bound of the condition being true it is false (the third operand), past the
+    // bound of it being false it is true (the second); the tighter constant branch wins.
+    let candidates = [(b.when_true, ops[2]), (b.when_false, ops[1])];
+    let (offset, value) = candidates
+        .into_iter()
+        .filter_map(|(o, branch)| Some((o?, constant_value(g, branch)?)))
+        .min_by_key(|&(o, _)| o)?;
+    // A bound no key passes (every `j ≤ s_k − 1 ≤ i + offset`) is no band.
+    (offset < cx.sk - 1).then(|| KeyBand { offset, masked: fusegraph_reference::round_to(g.ty(logits).dtype, value) })
 }
 
 /// What an axis of a value indexes, seen from the logits.
@@ -60,32 +72,36 @@ enum Tag {
     Other,
 }
 
-/// A boolean value as a function of `(i, j)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Half {
-    /// True exactly where `j ≤ i + offset`.
-    Keep(i64),
-    /// True exactly where `j > i + offset`.
-    Hide(i64),
+/// What a boolean value implies about `(i, j)`: where it is true, `j ≤ i + when_true`; where
+/// it is false, `j ≤ i + when_false` (`None`: nothing known).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+struct Bounds {
+    when_true: Option<i64>,
+    when_false: Option<i64>,
 }
 
-impl Half {
-    fn not(self) -> Half {
-        match self {
-            Half::Keep(o) => Half::Hide(o),
-            Half::Hide(o) => Half::Keep(o),
-        }
+/// The tighter of two bounds that each hold (either suffices).
+fn either(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
     }
+}
 
-    /// `d ≥ 0` for `d = a·i + b·j + c`, if that is a band.
-    fn at_least_zero(d: Affine) -> Option<Half> {
-        match (d.i, d.j) {
-            // i − j + c ≥ 0 ⟺ j ≤ i + c.
-            (1, -1) => Some(Half::Keep(d.c)),
-            // j − i + c ≥ 0 ⟺ j > i − c − 1.
-            (-1, 1) => Some(Half::Hide(-d.c - 1)),
-            _ => None,
-        }
+/// The looser of two bounds of which one holds (both are needed).
+fn both(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    Some(a?.max(b?))
+}
+
+impl Bounds {
+    fn not(self) -> Bounds {
+        Bounds { when_true: self.when_false, when_false: self.when_true }
+    }
+    fn and(self, o: Bounds) -> Bounds {
+        Bounds { when_true: either(self.when_true, o.when_true), when_false: both(self.when_false, o.when_false) }
+    }
+    fn or(self, o: Bounds) -> Bounds {
+        Bounds { when_true: both(self.when_true, o.when_true), when_false: either(self.when_false, o.when_false) }
     }
 }
 
@@ -104,6 +120,9 @@ impl Affine {
     fn plus(self, o: Affine) -> Option<Affine> {
         Some(Affine { i: self.i.checked_add(o.i)?, j: self.j.checked_add(o.j)?, c: self.c.checked_add(o.c)? })
     }
+    fn minus(self, o: Affine) -> Option<Affine> {
+        self.plus(o.scaled(-1)?)
+    }
 }
 
 /// The query and key counts.
@@ -121,52 +140,68 @@ impl Context {
         Some(map.iter().zip(from).map(|(&r, &d)| if d == 1 && to[r] != 1 { Tag::Zero } else { tags[r] }).collect())
     }
 
-    /// `n` (boolean, its axes tagged `tags`) as a band, if it is one.
-    fn half(&self, g: &Graph, n: NodeId, tags: &[Tag]) -> Option<Half> {
-        let ops = g.operands(n);
-        match &g.node(n).op {
-            Op::Broadcast { .. } => self.half(g, ops[0], &Self::operand_tags(g, n, tags)?),
-            Op::Unary(UnaryOp::Not) => Some(self.half(g, ops[0], tags)?.not()),
-            Op::Binary(cmp @ (BinaryOp::Ge | BinaryOp::Gt | BinaryOp::Le | BinaryOp::Lt)) => {
-                let a = self.affine(g, ops[0], tags)?;
-                let b = self.affine(g, ops[1], tags)?;
-                let (d, strict) = match cmp {
-                    BinaryOp::Ge => (a.plus(b.scaled(-1)?)?, false),
-                    BinaryOp::Gt => (a.plus(b.scaled(-1)?)?, true),
-                    BinaryOp::Le => (b.plus(a.scaled(-1)?)?, false),
-                    _ => (b.plus(a.scaled(-1)?)?, true),
-                };
-                // Integers: d > 0 ⟺ d − 1 ≥ 0.
-                Half::at_least_zero(if strict { d.plus(Affine { i: 0, j: 0, c: -1 })? } else { d })
-            }
-            Op::Constant { values } if g.ty(n).dtype == DType::Bool => self.constant_half(g, n, values, tags),
-            _ => None,
+    /// What `d ≥ 0` implies, for an integer `d = a·i + b·j + c`.
+    fn at_least_zero(&self, d: Affine) -> Bounds {
+        // j ≤ (a·i + c) ≤ i + o for every 0 ≤ i < s_q: o is the larger of the ends.
+        let offset = |a: i64, c: i64| -> Option<i64> {
+            let last = (a.checked_sub(1)?).checked_mul(self.sq - 1)?.checked_add(c)?;
+            Some(c.max(last))
+        };
+        match d.j {
+            // True: j ≤ a·i + c.
+            -1 => Bounds { when_true: offset(d.i, d.c), when_false: None },
+            // False: j < −a·i − c, so j ≤ −a·i − c − 1.
+            1 => Bounds {
+                when_true: None,
+                when_false: d.i.checked_neg().and_then(|a| offset(a, d.c.checked_neg()?.checked_sub(1)?)),
+            },
+            _ => Bounds::default(),
         }
     }
 
-    /// A constant boolean mask as a band: every element checked.
-    fn constant_half(&self, g: &Graph, n: NodeId, values: &[f64], tags: &[Tag]) -> Option<Half> {
+    /// What boolean `n` (its axes tagged `tags`) implies about `(i, j)`.
+    fn bounds(&self, g: &Graph, n: NodeId, tags: &[Tag]) -> Bounds {
+        let ops = g.operands(n);
+        let cmp = |a: NodeId, b: NodeId, strict: bool| -> Option<Bounds> {
+            // a ≥ b (a > b: a − b − 1 ≥ 0 on integers).
+            let d = self.affine(g, a, tags)?.minus(self.affine(g, b, tags)?)?;
+            let one = Affine { i: 0, j: 0, c: strict as i64 };
+            Some(self.at_least_zero(d.minus(one)?))
+        };
+        let found = match &g.node(n).op {
+            Op::Broadcast { .. } => Self::operand_tags(g, n, tags).map(|t| self.bounds(g, ops[0], &t)),
+            Op::Unary(UnaryOp::Not) => Some(self.bounds(g, ops[0], tags).not()),
+            Op::Binary(BinaryOp::And) => Some(self.bounds(g, ops[0], tags).and(self.bounds(g, ops[1], tags))),
+            Op::Binary(BinaryOp::Or) => Some(self.bounds(g, ops[0], tags).or(self.bounds(g, ops[1], tags))),
+            Op::Binary(BinaryOp::Ge) => cmp(ops[0], ops[1], false),
+            Op::Binary(BinaryOp::Gt) => cmp(ops[0], ops[1], true),
+            Op::Binary(BinaryOp::Le) => cmp(ops[1], ops[0], false),
+            Op::Binary(BinaryOp::Lt) => cmp(ops[1], ops[0], true),
+            // a == b ⟺ a ≥ b and b ≥ a.
+            Op::Binary(op @ (BinaryOp::Eq | BinaryOp::Ne)) => {
+                let eq = cmp(ops[0], ops[1], false).and_then(|x| Some(x.and(cmp(ops[1], ops[0], false)?)));
+                eq.map(|e| if *op == BinaryOp::Eq { e } else { e.not() })
+            }
+            Op::Constant { values } if g.ty(n).dtype == DType::Bool => Some(self.constant_bounds(g, n, values, tags)),
+            _ => None,
+        };
+        found.unwrap_or_default()
+    }
+
+    /// A constant mask's bounds: the largest `j − i` of its true and of its false elements,
+    /// taking the last key where it does not vary along keys and the first query where it
+    /// does not vary along queries (so the bound holds for every key and query).
+    fn constant_bounds(&self, g: &Graph, n: NodeId, values: &[f64], tags: &[Tag]) -> Bounds {
         let dims = g.ty(n).shape.dims();
         let axis = |t: Tag| tags.iter().position(|&x| x == t);
-        // A mask that does not vary along queries (or keys) of more than one is no band.
         let (qa, ka) = (axis(Tag::Query), axis(Tag::Key));
-        if (qa.is_none() && self.sq > 1) || (ka.is_none() && self.sk > 1) {
-            return None;
-        }
-        // Per element: d = j − i, and whether it is kept.
-        let (mut keep_max, mut drop_min) = (i64::MIN, i64::MAX);
-        let (mut hide_min, mut show_max) = (i64::MAX, i64::MIN);
+        let (mut when_true, mut when_false) = (None::<i64>, None::<i64>);
         let mut index = vec![0usize; dims.len()];
         for &v in values {
-            let at = |a: Option<usize>| a.map_or(0, |a| index[a] as i64);
-            let d = at(ka) - at(qa);
-            if v != 0.0 {
-                keep_max = keep_max.max(d);
-                hide_min = hide_min.min(d);
-            } else {
-                drop_min = drop_min.min(d);
-                show_max = show_max.max(d);
-            }
+            let j = ka.map_or(self.sk - 1, |a| index[a] as i64);
+            let i = qa.map_or(0, |a| index[a] as i64);
+            let slot = if v != 0.0 { &mut when_true } else { &mut when_false };
+            *slot = Some(slot.map_or(j - i, |o| o.max(j - i)));
             for a in (0..dims.len()).rev() {
                 index[a] += 1;
                 if index[a] < dims[a] {
@@ -175,15 +210,8 @@ impl Context {
                 index[a] = 0;
             }
         }
-        // True exactly where d ≤ offset (or exactly where d > offset); an all-false mask
-        // hides everything, which is no band worth a kernel's attention.
-        if keep_max != i64::MIN && keep_max < drop_min {
-            Some(Half::Keep(keep_max))
-        } else if hide_min != i64::MAX && show_max < hide_min {
-            Some(Half::Hide(hide_min - 1))
-        } else {
-            None
-        }
+        // Never true (or never false): any bound holds; the smallest the kernel can use.
+        Bounds { when_true: when_true.or(Some(-self.sq)), when_false: when_false.or(Some(-self.sq)) }
     }
 
     /// `n` as an exact integer function of `(i, j)`, if it is one: every value it takes over
@@ -201,9 +229,7 @@ impl Context {
             Op::Broadcast { .. } => self.affine(g, ops[0], &Self::operand_tags(g, n, tags)?)?,
             Op::Cast { .. } if g.ty(ops[0]).dtype != DType::Bool => self.affine(g, ops[0], tags)?,
             Op::Binary(BinaryOp::Add) => self.affine(g, ops[0], tags)?.plus(self.affine(g, ops[1], tags)?)?,
-            Op::Binary(BinaryOp::Sub) => {
-                self.affine(g, ops[0], tags)?.plus(self.affine(g, ops[1], tags)?.scaled(-1)?)?
-            }
+            Op::Binary(BinaryOp::Sub) => self.affine(g, ops[0], tags)?.minus(self.affine(g, ops[1], tags)?)?,
             Op::Binary(BinaryOp::Mul) => {
                 let (x, y) = (self.affine(g, ops[0], tags)?, self.affine(g, ops[1], tags)?);
                 match (x, y) {
@@ -293,6 +319,30 @@ mod tests {
                     band(4),
                     "{what}"
                 );
+                // The diagonal alone; the first 4 keys (for every query, j ≤ 3 ≤ i + 3).
+                assert_eq!(band_of(n, n, fold, |r, c| r.eq(c).unwrap()), band(0), "{what}");
+                assert_eq!(band_of(n, n, fold, |_, c| c.lt(&c.full_like(4.0).unwrap()).unwrap()), band(3), "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn conjunctions_disjunctions_and_negations_of_bands() {
+        for fold in [false, true] {
+            for n in [9, 70] {
+                let what = format!("{n}×{n}, folded {fold}");
+                // Causal and a sliding window of 3: the causal part bounds it.
+                let window = |r: &Tensor, c: &Tensor| {
+                    let near = c.ge(&r.add_scalar(-3.0).unwrap()).unwrap();
+                    r.ge(c).unwrap().and(&near).unwrap()
+                };
+                assert_eq!(band_of(n, n, fold, window), band(0), "{what}");
+                // Causal or one of the first two keys: the looser.
+                let or =
+                    |r: &Tensor, c: &Tensor| r.ge(c).unwrap().or(&c.lt(&c.full_like(2.0).unwrap()).unwrap()).unwrap();
+                assert_eq!(band_of(n, n, fold, or), band(1), "{what}");
+                assert_eq!(band_of(n, n, fold, |r, c| r.lt(c).unwrap().not().unwrap()), band(0), "{what}");
+                assert_eq!(band_of(n, n, fold, |r, c| r.ne(c).unwrap().not().unwrap()), band(0), "{what}");
             }
         }
     }
@@ -320,14 +370,12 @@ mod tests {
     }
 
     #[test]
-    fn masks_that_are_not_bands_have_none() {
+    fn masks_that_bound_no_key_have_none() {
         for fold in [false, true] {
-            // Anti-causal, a window, equality, a mask along keys only, by a batch axis.
+            // Anti-causal, a window below the diagonal only, rows only.
             assert_eq!(band_of(9, 9, fold, |r, c| c.ge(r).unwrap()), None);
             assert_eq!(band_of(9, 9, fold, |r, c| r.sub(c).unwrap().le(&r.full_like(2.0).unwrap()).unwrap()), None);
-            assert_eq!(band_of(9, 9, fold, |r, c| r.eq(c).unwrap()), None);
-            assert_eq!(band_of(9, 9, fold, |_, c| c.lt(&c.full_like(4.0).unwrap()).unwrap()), None);
-            assert_eq!(band_of(9, 9, fold, |r, c| r.mul(c).unwrap().ge(&c.full_like(4.0).unwrap()).unwrap()), None);
+            assert_eq!(band_of(9, 9, fold, |r, _| r.lt(&r.full_like(4.0).unwrap()).unwrap()), None);
         }
         // The other branch not a constant.
         let b = GraphBuilder::new();
