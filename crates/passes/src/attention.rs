@@ -13,7 +13,8 @@
 //! row of `p·v` rescaled by `exp(m_old − m_new)` whenever the max grows, as FlashAttention
 //! does) and divides by `l` at the end. The logits are computed where they are used, through
 //! the element functions of the merged kernels (the scores' dot product, the scale, the
-//! mask), so nothing of size `s_q · s_k` is ever stored.
+//! mask), so nothing of size `s_q · s_k` is ever stored. Under a causal (or any banded) mask
+//! the kernel stops walking a row's keys past its band ([`crate::band::key_band`]).
 //!
 //! It is a memory tool: the planner applies it when a plan exceeds its memory limit (before
 //! rematerialization), or always when asked ([`crate::PlanOptions::fused_attention`]).
