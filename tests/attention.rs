@@ -2,7 +2,9 @@
 //! in one kernel that stores neither scores nor probabilities. Checked against the CPU
 //! reference on random inputs (ragged sequences, cross-attention, causal masks, batch and
 //! head axes, f32 and f16 in both f16 forms), against the three-kernel attention, and for
-//! what it saves; and the planner turning it on by itself under a memory limit.
+//! what it saves; banded masks (the kernel stops at a causal band where the masked keys add
+//! nothing, and walks them where they weigh); and the planner turning it on by itself under
+//! a memory limit.
 
 mod common;
 
