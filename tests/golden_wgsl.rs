@@ -129,23 +129,33 @@ fn f16_matmul_on_cooperative_matrices() {
     );
 }
 
-/// Memory-efficient attention: the scores, softmax and product in one kernel (online
-/// softmax), f16 stored packed; one invocation per output row reading its keys one at a
-/// time (the CPU form), and the workgroup staging blocks of keys (the GPU form).
-#[test]
-fn attention_in_one_kernel_packed_f16() {
+/// The attention kernel of composite `name` in `dtype`, one file per form: `files[0]` one
+/// invocation per output row reading its keys one at a time (the CPU form), `files[1]` the
+/// workgroup staging blocks of keys (the GPU form).
+fn attention_goldens(name: &str, dtype: DType, base: LowerOptions, files: [expect_test::ExpectFile; 2]) {
     let post = |g: &Graph, kernels: Vec<Kernel>, outs: &[NodeId]| {
         let fused = fuse_attention(g, kernels, outs, 32);
         assert_eq!(fused.len(), 1, "{fused:?}");
         fused
     };
-    for (tiled_attention, file) in [
-        (false, expect_test::expect_file!["wgsl/attention_scores_f16_packed.wgsl"]),
-        (true, expect_test::expect_file!["wgsl/attention_scores_tiled_f16_packed.wgsl"]),
-    ] {
-        let opts = LowerOptions { f16_native: false, tiled_attention, ..Default::default() };
-        golden_kernels("attention_scores", DType::F16, opts, post, file);
+    for (tiled_attention, file) in [false, true].into_iter().zip(files) {
+        golden_kernels(name, dtype, LowerOptions { tiled_attention, ..base }, post, file);
     }
+}
+
+/// Memory-efficient attention: the scores, softmax and product in one kernel (online
+/// softmax), f16 stored packed, in both forms.
+#[test]
+fn attention_in_one_kernel_packed_f16() {
+    attention_goldens(
+        "attention_scores",
+        DType::F16,
+        LowerOptions { f16_native: false, ..Default::default() },
+        [
+            expect_test::expect_file!["wgsl/attention_scores_f16_packed.wgsl"],
+            expect_test::expect_file!["wgsl/attention_scores_tiled_f16_packed.wgsl"],
+        ],
+    );
 }
 
 /// Causal attention in one kernel: each row stops at its band's end (the one-key form),
@@ -153,16 +163,13 @@ fn attention_in_one_kernel_packed_f16() {
 /// form), where the masked keys would add exactly nothing.
 #[test]
 fn causal_attention_stops_at_the_band() {
-    let post = |g: &Graph, kernels: Vec<Kernel>, outs: &[NodeId]| {
-        let fused = fuse_attention(g, kernels, outs, 32);
-        assert_eq!(fused.len(), 1, "{fused:?}");
-        fused
-    };
-    for (tiled_attention, file) in [
-        (false, expect_test::expect_file!["wgsl/causal_attention.wgsl"]),
-        (true, expect_test::expect_file!["wgsl/causal_attention_tiled.wgsl"]),
-    ] {
-        let opts = LowerOptions { tiled_attention, ..Default::default() };
-        golden_kernels("causal_attention", DType::F32, opts, post, file);
-    }
+    attention_goldens(
+        "causal_attention",
+        DType::F32,
+        LowerOptions::default(),
+        [
+            expect_test::expect_file!["wgsl/causal_attention.wgsl"],
+            expect_test::expect_file!["wgsl/causal_attention_tiled.wgsl"],
+        ],
+    );
 }
