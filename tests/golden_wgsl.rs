@@ -109,6 +109,25 @@ fn layer_norm_rows_in_one_pass_with_subgroups() {
     golden_with("layer_norm", DType::F32, opts, expect_test::expect_file!["wgsl/layer_norm_subgroups.wgsl"]);
 }
 
+/// The same matmul on a CPU adapter (lavapipe, subgroups of 8): the subgroup matmul, its
+/// operands read from textures.
+#[test]
+fn matmul_with_texture_operands_for_cpu() {
+    let opts = LowerOptions {
+        cpu: true,
+        subgroups: true,
+        subgroup_size: Some(8),
+        texture_operands: Some(16384),
+        ..Default::default()
+    };
+    golden_with(
+        "gelu_relu_matmul_bias",
+        DType::F32,
+        opts,
+        expect_test::expect_file!["wgsl/gelu_relu_matmul_bias_cpu_textures.wgsl"],
+    );
+}
+
 /// The same matmul in f16 on cooperative matrices, subgroups of 32 (NVIDIA): a 2×2 grid of
 /// subgroups, each with 2×2 accumulators of 16×16, the plain kernel's staging and epilogue.
 #[test]

@@ -1,16 +1,18 @@
 //! The subgroup matmul (CPU adapters with a fixed subgroup size): naga validation of its
 //! shaders at several subgroup sizes, which operands it reads as vec4 views, and a device
 //! sweep against the CPU reference (ragged, batched and broadcast shapes, transposed, sliced
-//! and reshaped operands, fused epilogues, attention's head views).
+//! and reshaped operands, fused epilogues, attention's head views), with its operands read
+//! from textures (the default on lavapipe) and from their buffers.
 
 mod common;
 
 use common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
-use fusegraph::crates::wgsl::{lower, subgroup_matmul, validate, LowerOptions};
-use fusegraph::{CompileOptions, DType, Device, HostTensor, Tensor};
+use fusegraph::crates::wgsl::{lower, subgroup_matmul, validate, LowerOptions, TEXTURE_ROW};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor, NodeId, Tensor};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 const MARK: &str = "subgroupBroadcast(";
 
@@ -398,5 +400,133 @@ fn f16_products_take_the_subgroup_matmul() {
             assert_close(&got[0], &want[0], rtol, atol.max(case.atol))
                 .unwrap_or_else(|e| panic!("{} ({fusion:?}): {e}", case.name));
         }
+    }
+}
+
+fn texture_opts(rows: u32) -> LowerOptions {
+    LowerOptions { texture_operands: Some(rows), ..cpu_opts(8) }
+}
+
+/// With texture operands, exactly the operands the subgroup matmul reads as vec4 views
+/// become `texture_2d<f32>` bindings read through `fg_tK` (lhs and rhs, either rhs layout,
+/// sliced, strided and head views, convolution weights), every shader validates, and the
+/// element functions of those bindings read the texture too. A view whose binding holds
+/// more vec4s than `rows · TEXTURE_ROW` keeps its buffer.
+#[test]
+fn texture_operands_replace_the_vec4_views_that_fit() {
+    let mut textures = 0;
+    for case in sweep() {
+        for k in partition(&case.graph, &case.outputs, FusionMode::On).unwrap() {
+            let Some(plan) = subgroup_matmul(&case.graph, &k, &texture_opts(16384)) else { continue };
+            let src = lower(&case.graph, &k, &texture_opts(16384));
+            validate(&src.wgsl).unwrap_or_else(|e| panic!("{}: {e}\n{}", case.name, src.wgsl));
+            let views: Vec<NodeId> = [&plan.lhs, &plan.rhs].into_iter().flatten().map(|v| v.leaf).collect();
+            assert_eq!(plan.textures, views, "{}", case.name);
+            for (b, binding) in src.bindings.iter().enumerate() {
+                assert_eq!(binding.texture, views.contains(&binding.node) && !binding.output, "{}", case.name);
+                let declared = format!("var b{b}: texture_2d<f32>;");
+                assert_eq!(src.wgsl.contains(&declared), binding.texture, "{}\n{}", case.name, src.wgsl);
+                // No storage access is left to a texture binding.
+                assert!(!binding.texture || !src.wgsl.contains(&format!("b{b}[")), "{}\n{}", case.name, src.wgsl);
+                textures += binding.texture as usize;
+            }
+        }
+    }
+    assert!(textures >= 60, "only {textures} texture operands");
+    // [65, 64] holds 1,040 vec4s, more than one row of a texture; [64, 36] 576.
+    let c = case((65, 64, 36), false, Layout::Plain, Layout::Plain, false);
+    let k = &partition(&c.graph, &c.outputs, FusionMode::On).unwrap()[0];
+    const { assert!(65 * 64 / 4 > TEXTURE_ROW && 64 * 36 / 4 <= TEXTURE_ROW) };
+    let one_row = subgroup_matmul(&c.graph, k, &texture_opts(1)).expect("a subgroup matmul");
+    let rhs = one_row.rhs.as_ref().expect("a view").leaf;
+    assert_eq!(one_row.textures, vec![rhs]);
+    let two_rows = subgroup_matmul(&c.graph, k, &texture_opts(2)).expect("a subgroup matmul");
+    assert_eq!(two_rows.textures.len(), 2);
+    assert!(subgroup_matmul(&c.graph, k, &cpu_opts(8)).expect("a subgroup matmul").textures.is_empty());
+}
+
+/// The executable copies each texture operand into its workspace texture before the kernel
+/// that reads it. On the test device, with texture operands on and off, every case of the
+/// sweep matches the reference (fused); where the device is lavapipe, the kernels that read
+/// textures are those with vec4 views, and only the executables with textures hold a
+/// workspace.
+#[test]
+fn texture_operands_match_the_buffer_reads() {
+    let on = Device::shared().expect("a device");
+    let off = Arc::new(Device::new(&DeviceOptions { texture_operands: Some(false), ..Default::default() }).unwrap());
+    let expect = takes_subgroup_matmul(&on);
+    let mut failures = Vec::new();
+    let mut textured = 0;
+    for case in sweep() {
+        let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
+        let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).expect("reference");
+        let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        for (device, textures) in [(&on, true), (&off, false)] {
+            let exe = device.compile(&case.graph, &case.outputs, &CompileOptions::default()).expect("compiles");
+            let stats = exe.stats();
+            let read = stats.kernels.iter().map(|k| k.texture_operands).sum::<usize>();
+            let views = partition(&case.graph, &case.outputs, FusionMode::On)
+                .unwrap()
+                .iter()
+                .filter_map(|k| subgroup_matmul(&case.graph, k, &cpu_opts(8)))
+                .map(|p| p.lhs.is_some() as usize + p.rhs.is_some() as usize)
+                .sum::<usize>();
+            let expected = if textures && expect { views } else { 0 };
+            if read != expected || (stats.workspace_bytes > 0) != (read > 0) {
+                failures.push(format!(
+                    "{} (textures {textures}): {read} texture operands, {expected} expected, workspace {} bytes",
+                    case.name, stats.workspace_bytes
+                ));
+            }
+            textured += read;
+            let got = exe.run(&refs).expect("runs");
+            let (rtol, atol) = tolerance(DType::F32);
+            if let Err(e) = assert_close(&got[0], &want[0], rtol, atol.max(case.atol)) {
+                failures.push(format!("{} (textures {textures}): {e}", case.name));
+            }
+        }
+    }
+    assert!(!expect || textured >= 60, "only {textured} texture operands");
+    assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The workspace is device memory like any buffer: counted in `memory_allocated` and the
+/// executable's `device_bytes`, released with the executable, and held only where the
+/// memory limit leaves room for it beside the buffers — a limit one byte short of buffers
+/// plus workspace compiles with buffer reads instead, and still computes the product.
+#[test]
+fn the_workspace_is_counted_and_yields_to_the_memory_limit() {
+    let c = case((130, 256, 100), true, Layout::Plain, Layout::Plain, true);
+    let feeds: BTreeMap<String, HostTensor> = c.feeds.iter().cloned().collect();
+    let want = evaluate(&c.graph, &c.outputs, &feeds, &BTreeMap::new()).expect("reference");
+    let refs: Vec<(&str, &HostTensor)> = c.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let device = Arc::new(Device::new(&DeviceOptions::default()).unwrap());
+    let exe = device.compile(&c.graph, &c.outputs, &CompileOptions::default()).unwrap();
+    let s = exe.stats().clone();
+    assert_eq!(device.memory_allocated(), s.device_bytes);
+    // Every buffer is at least 4 bytes (the empty persistent region's too).
+    let buffers: u64 = [s.arena_bytes, s.persistent_bytes, s.staging_bytes].iter().map(|&b| b.max(4)).sum();
+    assert_eq!(s.device_bytes, buffers + s.workspace_bytes);
+    if !takes_subgroup_matmul(&device) {
+        assert_eq!(s.workspace_bytes, 0);
+        return;
+    }
+    // Two textures (lhs, rhs) as tall as their values need, 16-byte texels: lhs [2, 1, 130,
+    // 256] as 16,640 vec4s (17 rows), rhs [3, 256, 100] as 19,200 (19 rows).
+    assert_eq!(s.workspace_bytes, (17 + 19) * TEXTURE_ROW as u64 * 16);
+    let got = exe.run(&refs).unwrap();
+    drop(exe);
+    assert_eq!(device.memory_allocated(), 0);
+    let (rtol, atol) = tolerance(DType::F32);
+    assert_close(&got[0], &want[0], rtol, atol.max(c.atol)).unwrap();
+    for (limit, workspace) in [(s.device_bytes, s.workspace_bytes), (s.device_bytes - 1, 0)] {
+        let opts = CompileOptions { memory_limit: Some(limit), ..Default::default() };
+        let exe = device.compile(&c.graph, &c.outputs, &opts).unwrap();
+        assert_eq!(exe.stats().workspace_bytes, workspace, "limit {limit}");
+        assert!(exe.stats().device_bytes <= limit);
+        let reads = exe.stats().kernels.iter().map(|k| k.texture_operands).sum::<usize>();
+        assert_eq!(reads > 0, workspace > 0);
+        let got = exe.run(&refs).unwrap();
+        assert_close(&got[0], &want[0], rtol, atol.max(c.atol)).unwrap();
     }
 }

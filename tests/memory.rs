@@ -81,24 +81,27 @@ fn statistics_match_the_plan_and_the_cache_is_reused() {
     let mut exe = device.compile(&g, &outs, &CompileOptions::default()).unwrap();
     let s = exe.stats().clone();
     assert_eq!(s.arena_bytes + s.persistent_bytes + s.staging_bytes, plan.total_bytes);
-    assert_eq!(device.memory_allocated(), plan.total_bytes);
+    // Besides the planned buffers, the workspace textures of a CPU adapter's matmul (not
+    // planned: they yield to a memory limit), counted like any allocation.
+    let held = plan.total_bytes + s.workspace_bytes;
+    assert_eq!(device.memory_allocated(), held);
     assert_eq!(device.memory_allocated(), s.device_bytes);
-    assert_eq!(device.memory_reserved(), plan.total_bytes);
-    assert_eq!(device.max_memory_allocated(), plan.total_bytes);
+    assert_eq!(device.memory_reserved(), held);
+    assert_eq!(device.max_memory_allocated(), held);
     exe.set_parameter("w", &feed(&[128, 32], 1)).unwrap();
     exe.run(&[("x", &feed(&[64, 128], 2))]).unwrap();
-    assert_eq!(device.memory_allocated(), plan.total_bytes, "running allocates nothing");
+    assert_eq!(device.memory_allocated(), held, "running allocates nothing");
 
     drop(exe);
     assert_eq!(device.memory_allocated(), 0);
-    assert_eq!(device.memory_reserved(), plan.total_bytes, "released buffers stay cached");
-    assert_eq!(device.max_memory_allocated(), plan.total_bytes);
+    assert_eq!(device.memory_reserved(), plan.total_bytes, "released buffers stay cached, textures do not");
+    assert_eq!(device.max_memory_allocated(), held);
     device.reset_peak_memory_stats();
     assert_eq!(device.max_memory_allocated(), 0);
 
     // A second compile of the same graph reuses the cached buffers.
     let exe = device.compile(&g, &outs, &CompileOptions::default()).unwrap();
-    assert_eq!(device.memory_reserved(), plan.total_bytes);
+    assert_eq!(device.memory_reserved(), held);
     drop(exe);
     device.empty_cache();
     assert_eq!(device.memory_reserved(), 0);

@@ -80,6 +80,12 @@ pub struct DeviceOptions {
     /// the tiled form ran ~20% slower on lavapipe (its barriers inside the loop cost ~40%;
     /// BENCHMARKS.md).
     pub tiled_attention: Option<bool>,
+    /// Whether the subgroup matmul of CPU adapters reads its operands from textures, copied
+    /// from their buffers before each such kernel (see
+    /// `fusegraph_wgsl::LowerOptions::texture_operands`; about 3× faster on lavapipe, for
+    /// extra memory that an executable holds only where its memory limit leaves room).
+    /// `None` reads `FUSEGRAPH_TEXTURE_OPERANDS` (`on`/`off`); unset, on.
+    pub texture_operands: Option<bool>,
 }
 
 /// Whether `adapter` runs the cooperative-matrix matmul (see `fusegraph_wgsl::CoopPlan`):
@@ -132,6 +138,7 @@ pub struct Device {
     pub(crate) cost: std::sync::OnceLock<fusegraph_passes::cost::CostModel>,
     pub(crate) autotune: bool,
     tiled_attention: bool,
+    texture_operands: bool,
     pub(crate) tuner: Mutex<crate::autotune::Tuner>,
 }
 
@@ -242,6 +249,8 @@ impl Device {
             .tiled_attention
             .or_else(|| env_switch("FUSEGRAPH_TILED_ATTENTION"))
             .unwrap_or(info.device_type != wgpu::DeviceType::Cpu);
+        let texture_operands =
+            opts.texture_operands.or_else(|| env_switch("FUSEGRAPH_TEXTURE_OPERANDS")).unwrap_or(true);
         Ok(Device {
             device,
             queue,
@@ -256,6 +265,7 @@ impl Device {
             cost: std::sync::OnceLock::new(),
             autotune,
             tiled_attention,
+            texture_operands,
             tuner: Mutex::new(Default::default()),
         })
     }
@@ -303,6 +313,15 @@ impl Device {
         self.tiled_attention
     }
 
+    /// The most rows a texture operand may have where the subgroup matmul reads its operands
+    /// from textures ([`DeviceOptions::texture_operands`] on, a CPU adapter with a fixed
+    /// subgroup size); `None` otherwise.
+    pub(crate) fn texture_operand_rows(&self) -> Option<u32> {
+        let cpu = self.info.device_type == wgpu::DeviceType::Cpu;
+        (self.texture_operands && cpu && fixed_subgroup_size(&self.info).is_some())
+            .then_some(self.limits.max_texture_dimension_2d)
+    }
+
     /// How f16 matmuls and convolutions run on cooperative matrices, if they do:
     /// [`Cooperative::Native`] (tensor cores) where the adapter has
     /// `EXPERIMENTAL_COOPERATIVE_MATRIX` with 16×16×16 f16 products accumulated in f32 at
@@ -330,20 +349,34 @@ impl Device {
         self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// The pipeline for `wgsl` with `bindings` read-write storage bindings, compiled once.
-    pub(crate) fn pipeline(&self, wgsl: &str, bindings: usize, label: &str) -> Result<PipelineEntry> {
+    /// The pipeline for `wgsl` with `bindings` (read-write storage buffers, or unfilterable
+    /// float 2-D textures where [`fusegraph_wgsl::Binding::texture`]), compiled once.
+    pub(crate) fn pipeline(
+        &self,
+        wgsl: &str,
+        bindings: &[fusegraph_wgsl::Binding],
+        label: &str,
+    ) -> Result<PipelineEntry> {
         if let Some(p) = self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).get(wgsl) {
             return Ok(p.clone());
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..bindings as u32)
-            .map(|b| wgpu::BindGroupLayoutEntry {
+        let entries: Vec<wgpu::BindGroupLayoutEntry> = (0u32..)
+            .zip(bindings)
+            .map(|(b, binding)| wgpu::BindGroupLayoutEntry {
                 binding: b,
                 visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Storage { read_only: false },
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
+                ty: match binding.texture {
+                    true => wgpu::BindingType::Texture {
+                        sample_type: wgpu::TextureSampleType::Float { filterable: false },
+                        view_dimension: wgpu::TextureViewDimension::D2,
+                        multisampled: false,
+                    },
+                    false => wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Storage { read_only: false },
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
                 },
                 count: None,
             })

@@ -1,13 +1,14 @@
 //! Compilation of a graph into an [`Executable`] and its execution.
 
-use crate::memory::{buffer_bytes, Allocation, Kind};
+use crate::memory::{buffer_bytes, Allocation, Kind, TextureAllocation};
 use crate::{Device, Result, RuntimeError};
 use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
 use fusegraph_passes::{
     plan_summary_within, plan_within, FusionMode, Location, MemoryPlan, PlanOptions, PlanSummary, Region,
 };
 use fusegraph_wgsl::{
-    cooperative_matmul, gemm_shape, lower_with, subgroup_matmul, LowerOptions, MatmulTiling, Strategy,
+    cooperative_matmul, gemm_shape, lower_with, subgroup_matmul, KernelSource, LowerOptions, MatmulTiling, Strategy,
+    TEXTURE_ROW,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,8 +20,9 @@ pub struct CompileOptions {
     pub fusion: FusionMode,
     /// Run the simplification passes (folding, CSE, DCE, batch-norm folding) first (default).
     pub simplify: bool,
-    /// The most device memory this executable may hold (parameters + arena + staging).
-    /// Combined with the device's own limit, if any.
+    /// The most device memory this executable may hold (parameters + arena + staging, and
+    /// workspace textures only where they fit beside those). Combined with the device's own
+    /// limit, if any.
     pub memory_limit: Option<u64>,
     /// Recompute cheap values where memory peaks to meet the limit (default on).
     pub remat: bool,
@@ -130,6 +132,9 @@ pub struct KernelStats {
     /// A matmul kernel lowered by the subgroup matmul (CPU adapters with a fixed subgroup
     /// size; see `fusegraph_wgsl::subgroup_matmul`) rather than the workgroup-tiled one.
     pub subgroup_matmul: bool,
+    /// Operands the kernel reads from workspace textures, copied there before it runs (the
+    /// subgroup matmul on CPU adapters; see [`crate::DeviceOptions::texture_operands`]).
+    pub texture_operands: usize,
     /// A matmul kernel on cooperative matrices (see [`Device::cooperative_matrix`] and
     /// `fusegraph_wgsl::CoopPlan`) rather than the plain workgroup-tiled one.
     pub cooperative_matmul: bool,
@@ -155,8 +160,13 @@ pub struct ExecutableStats {
     pub lower_bound_bytes: u64,
     /// The arena if every value had its own buffer.
     pub naive_bytes: u64,
-    /// Bytes of the device buffers the executable holds (arena, persistent, staging, as
-    /// allocated; a reused cached buffer may be up to 25% larger than planned).
+    /// Bytes of the textures the subgroup matmul reads its operands from (CPU adapters; see
+    /// [`crate::DeviceOptions::texture_operands`]): one per operand position and format,
+    /// shared by every kernel, sized to the largest. 0 where no kernel reads a texture.
+    pub workspace_bytes: u64,
+    /// Bytes of device memory the executable holds: its buffers (arena, persistent, staging,
+    /// as allocated; a reused cached buffer may be up to 25% larger than planned) and its
+    /// workspace textures.
     pub device_bytes: u64,
 }
 
@@ -164,6 +174,58 @@ pub(crate) struct CompiledKernel {
     pub(crate) pipeline: Arc<(wgpu::ComputePipeline, wgpu::BindGroupLayout)>,
     pub(crate) bind_group: wgpu::BindGroup,
     pub(crate) workgroups: [u32; 3],
+    /// Copies of its texture operands' values into the workspace, recorded before it runs.
+    copies: Vec<TextureCopy>,
+}
+
+/// A value's bytes copied into a workspace texture, [`TEXTURE_ROW`] texels per row.
+struct TextureCopy {
+    loc: Location,
+    texels: u64,
+    texel_bytes: u64,
+    texture: usize,
+}
+
+/// Where each kernel's texture operands go: workspace textures, one per operand position
+/// and format, each as tall as its largest use needs.
+struct WorkspacePlan {
+    /// (operand position, format, rows) of each texture.
+    textures: Vec<(usize, wgpu::TextureFormat, u32)>,
+    /// Per kernel, per texture binding: (binding index, texture index, texels).
+    uses: Vec<Vec<(usize, usize, u64)>>,
+}
+
+impl WorkspacePlan {
+    fn of(graph: &Graph, sources: &[KernelSource]) -> WorkspacePlan {
+        let mut plan = WorkspacePlan { textures: Vec::new(), uses: Vec::new() };
+        for src in sources {
+            let mut uses = Vec::new();
+            for (pos, (b, binding)) in src.bindings.iter().enumerate().filter(|(_, b)| b.texture).enumerate() {
+                let format = match graph.ty(binding.node).dtype {
+                    fusegraph_ir::DType::F16 => wgpu::TextureFormat::Rgba16Float,
+                    _ => wgpu::TextureFormat::Rgba32Float,
+                };
+                let texels = graph.ty(binding.node).shape.numel() as u64 / 4;
+                let rows = texels.div_ceil(TEXTURE_ROW as u64) as u32;
+                let t = match plan.textures.iter().position(|&(p, f, _)| (p, f) == (pos, format)) {
+                    Some(t) => t,
+                    None => {
+                        plan.textures.push((pos, format, 0));
+                        plan.textures.len() - 1
+                    }
+                };
+                plan.textures[t].2 = plan.textures[t].2.max(rows);
+                uses.push((b, t, texels));
+            }
+            plan.uses.push(uses);
+        }
+        plan
+    }
+
+    fn bytes(&self) -> u64 {
+        let texel = |f: wgpu::TextureFormat| f.block_copy_size(None).expect("a color format") as u64;
+        self.textures.iter().map(|&(_, f, rows)| rows as u64 * TEXTURE_ROW as u64 * texel(f)).sum()
+    }
 }
 
 struct Slot {
@@ -185,6 +247,8 @@ pub struct Executable {
     arena: Allocation,
     persistent: Allocation,
     staging: Allocation,
+    /// Textures the subgroup matmul reads its operands from (see [`WorkspacePlan`]).
+    workspace: Vec<TextureAllocation>,
     stats: ExecutableStats,
     plan: MemoryPlan,
     graph: Graph,
@@ -252,6 +316,10 @@ impl Device {
     ///
     /// With `opts.updates`, their values are planned after `outputs` as `compile` plans them
     /// (in place where safe); the summary's staging then counts them too.
+    ///
+    /// The summary counts the buffers. A CPU adapter's executable may also hold workspace
+    /// textures ([`ExecutableStats::workspace_bytes`]), only where the memory limit leaves
+    /// room for them: a plan that fits the limit compiles within it.
     pub fn plan(self: &Arc<Self>, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<PlanSummary> {
         let mut popts = self.plan_options(opts);
         popts.updates = planned_updates(opts, outputs.len());
@@ -372,6 +440,7 @@ impl Device {
             subgroup_size: crate::device::fixed_subgroup_size(self.info()),
             cooperative_matrix: self.cooperative_matrix(),
             tiled_attention: self.tiled_attention(),
+            texture_operands: self.texture_operand_rows(),
         };
         // FUSEGRAPH_NAIVE_MATMUL=1: the naive matmul lowering (for comparisons).
         let strategy = Strategy {
@@ -416,11 +485,32 @@ impl Device {
                 )
             })
             .collect();
-        let sources: Vec<_> = kernels
-            .iter()
-            .zip(&tilings)
-            .map(|(k, &matmul_tiling)| lower_with(graph, k, &lower_opts, &Strategy { matmul_tiling, ..strategy }))
-            .collect();
+        let lower_all = |lower_opts: &LowerOptions| -> Vec<KernelSource> {
+            kernels
+                .iter()
+                .zip(&tilings)
+                .map(|(k, &matmul_tiling)| lower_with(graph, k, lower_opts, &Strategy { matmul_tiling, ..strategy }))
+                .collect()
+        };
+        let mut sources = lower_all(&lower_opts);
+        let mut staging_bytes = 0;
+        for &o in outputs {
+            staging_bytes += plan.locations[&o].size;
+        }
+        // Texture operands take workspace memory: only where the limit leaves room for it
+        // beside the buffers, and where every value copied starts on a whole texel.
+        let held: u64 = [plan.arena_bytes, plan.persistent_bytes, staging_bytes].map(buffer_bytes).iter().sum();
+        let mut workspace_plan = WorkspacePlan::of(graph, &sources);
+        let aligned = sources.iter().zip(&workspace_plan.uses).all(|(src, uses)| {
+            uses.iter().all(|&(b, t, _)| {
+                let texel = workspace_plan.textures[t].1.block_copy_size(None).expect("a color format") as u64;
+                plan.locations[&src.bindings[b].node].offset.is_multiple_of(texel)
+            })
+        });
+        if workspace_plan.bytes() > 0 && (!aligned || limit.is_some_and(|l| held + workspace_plan.bytes() > l)) {
+            sources = lower_all(&LowerOptions { texture_operands: None, ..lower_opts });
+            workspace_plan = WorkspacePlan::of(graph, &sources);
+        }
         let dump = opts.dump_wgsl.clone().or_else(|| std::env::var_os("FUSEGRAPH_DUMP_WGSL").map(Into::into));
         if let Some(dir) = dump {
             if std::fs::create_dir_all(&dir).is_ok() {
@@ -453,17 +543,17 @@ impl Device {
                 return Err(RuntimeError::TooLarge { what: what.into(), bytes, limit: limits.max_buffer_size });
             }
         }
-        let mut staging_bytes = 0;
-        for &o in outputs {
-            staging_bytes += plan.locations[&o].size;
-        }
         // Reused buffers may be a little larger than planned, within the limit in force.
-        let held: u64 = [plan.arena_bytes, plan.persistent_bytes, staging_bytes].map(buffer_bytes).iter().sum();
-        let mut slack = limit.map_or(u64::MAX, |l| l.saturating_sub(held));
+        let mut slack = limit.map_or(u64::MAX, |l| l.saturating_sub(held + workspace_plan.bytes()));
         let arena_alloc = self.allocate(Kind::Storage, plan.arena_bytes, &mut slack, "the arena")?;
         let persistent_alloc =
             self.allocate(Kind::Storage, plan.persistent_bytes, &mut slack, "the persistent region")?;
         let staging_alloc = self.allocate(Kind::Staging, staging_bytes, &mut slack, "the staging buffer")?;
+        let workspace = workspace_plan
+            .textures
+            .iter()
+            .map(|&(_, format, rows)| self.allocate_texture(format, TEXTURE_ROW, rows, "a matmul operand texture"))
+            .collect::<Result<Vec<_>>>()?;
         let (arena, persistent) = (arena_alloc.buffer(), persistent_alloc.buffer());
 
         let mut inputs = BTreeMap::new();
@@ -511,22 +601,34 @@ impl Device {
         for ((k, src), ((&matmul_tiling, &subgroup_matmul), &cooperative_matmul)) in
             kernels.iter().zip(&sources).zip(paths)
         {
-            let pipeline = self.pipeline(&src.wgsl, src.bindings.len(), &src.label)?;
+            let pipeline = self.pipeline(&src.wgsl, &src.bindings, &src.label)?;
+            let uses = &workspace_plan.uses[compiled.len()];
             let entries: Vec<wgpu::BindGroupEntry> = src
                 .bindings
                 .iter()
                 .enumerate()
                 .map(|(b, binding)| {
-                    let loc = plan.locations[&binding.node];
-                    let buf = if loc.region == Region::Persistent { persistent } else { arena };
-                    wgpu::BindGroupEntry {
-                        binding: b as u32,
-                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                            buffer: buf,
-                            offset: loc.offset,
-                            size: wgpu::BufferSize::new(loc.size),
-                        }),
-                    }
+                    let resource = match uses.iter().find(|u| u.0 == b) {
+                        Some(&(_, t, _)) => wgpu::BindingResource::TextureView(&workspace[t].view),
+                        None => {
+                            let loc = plan.locations[&binding.node];
+                            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer: if loc.region == Region::Persistent { persistent } else { arena },
+                                offset: loc.offset,
+                                size: wgpu::BufferSize::new(loc.size),
+                            })
+                        }
+                    };
+                    wgpu::BindGroupEntry { binding: b as u32, resource }
+                })
+                .collect();
+            let copies = uses
+                .iter()
+                .map(|&(b, t, texels)| TextureCopy {
+                    loc: plan.locations[&src.bindings[b].node],
+                    texels,
+                    texel_bytes: workspace_plan.textures[t].1.block_copy_size(None).expect("a color format") as u64,
+                    texture: t,
                 })
                 .collect();
             let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -554,10 +656,11 @@ impl Device {
                 workgroups,
                 matmul_tiling,
                 subgroup_matmul,
+                texture_operands: uses.len(),
                 cooperative_matmul,
                 attention: matches!(k.kind, fusegraph_passes::KernelKind::Attention { .. }),
             });
-            compiled.push(CompiledKernel { pipeline, bind_group, workgroups });
+            compiled.push(CompiledKernel { pipeline, bind_group, workgroups, copies });
         }
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(RuntimeError::Wgpu { during: "creating bind groups".into(), detail: e.to_string() });
@@ -570,7 +673,11 @@ impl Device {
             staging_bytes,
             lower_bound_bytes: plan.lower_bound_bytes,
             naive_bytes: plan.naive_bytes,
-            device_bytes: arena_alloc.size + persistent_alloc.size + staging_alloc.size,
+            workspace_bytes: workspace.iter().map(|t| t.size).sum(),
+            device_bytes: arena_alloc.size
+                + persistent_alloc.size
+                + staging_alloc.size
+                + workspace.iter().map(|t| t.size).sum::<u64>(),
         };
         Ok(Executable {
             device: self.clone(),
@@ -584,6 +691,7 @@ impl Device {
             arena: arena_alloc,
             persistent: persistent_alloc,
             staging: staging_alloc,
+            workspace,
             stats,
             plan,
             graph: graph.clone(),
@@ -716,22 +824,84 @@ impl Executable {
         Ok(value)
     }
 
-    /// Records every dispatch into one compute pass, with timestamps at its ends if given.
+    /// Records every dispatch, with timestamps around them all if given.
     pub(crate) fn encode(&self, encoder: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>) {
-        let timestamp_writes = timestamps.map(|q| wgpu::ComputePassTimestampWrites {
-            query_set: q,
-            beginning_of_pass_write_index: Some(0),
-            end_of_pass_write_index: Some(1),
-        });
-        let mut pass = encoder
-            .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("fusegraph kernels"), timestamp_writes });
-        for k in &self.kernels {
-            if k.workgroups[0] == 0 {
-                continue;
+        self.encode_kernels(encoder, 0..self.kernels.len(), timestamps.map(|q| (q, 0)));
+    }
+
+    /// Records the dispatches of `kernels` in order, in as few compute passes as their
+    /// texture copies allow (a copy goes between passes, right before the kernel that reads
+    /// it), with timestamps at `query` and `query + 1` of `ts` around all of it, copies
+    /// included.
+    pub(crate) fn encode_kernels(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        kernels: impl IntoIterator<Item = usize>,
+        ts: Option<(&wgpu::QuerySet, u32)>,
+    ) {
+        let active: Vec<&CompiledKernel> =
+            kernels.into_iter().map(|k| &self.kernels[k]).filter(|k| k.workgroups[0] > 0).collect();
+        // Runs of kernels that share a pass: each starts where a kernel needs copies first.
+        let mut passes: Vec<&[&CompiledKernel]> = Vec::new();
+        let mut rest = active.as_slice();
+        while !rest.is_empty() {
+            let end = rest.iter().skip(1).position(|k| !k.copies.is_empty()).map_or(rest.len(), |p| p + 1);
+            passes.push(&rest[..end]);
+            rest = &rest[end..];
+        }
+        let writes = |begin: bool, end: bool| {
+            ts.filter(|_| begin || end).map(|(q, i)| wgpu::ComputePassTimestampWrites {
+                query_set: q,
+                beginning_of_pass_write_index: begin.then_some(i),
+                end_of_pass_write_index: end.then_some(i + 1),
+            })
+        };
+        let label = Some("fusegraph kernels");
+        // The first timestamp precedes any copy; an empty pass carries it where one does.
+        let lead = passes.first().is_none_or(|p| !p[0].copies.is_empty());
+        if lead && ts.is_some() {
+            let timestamp_writes = writes(true, passes.is_empty());
+            drop(encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label, timestamp_writes }));
+        }
+        for (i, run) in passes.iter().enumerate() {
+            for c in &run[0].copies {
+                self.encode_copy(encoder, c);
             }
-            pass.set_pipeline(&k.pipeline.0);
-            pass.set_bind_group(0, &k.bind_group, &[]);
-            pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
+            let timestamp_writes = writes(i == 0 && !lead, i + 1 == passes.len());
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label, timestamp_writes });
+            for k in run.iter() {
+                pass.set_pipeline(&k.pipeline.0);
+                pass.set_bind_group(0, &k.bind_group, &[]);
+                pass.dispatch_workgroups(k.workgroups[0], k.workgroups[1], k.workgroups[2]);
+            }
+        }
+    }
+
+    /// Records the copy of a value's bytes into its workspace texture: the whole rows of
+    /// [`TEXTURE_ROW`] texels, then the partial last row.
+    fn encode_copy(&self, encoder: &mut wgpu::CommandEncoder, c: &TextureCopy) {
+        let row = TEXTURE_ROW as u64;
+        let (full, rem) = (c.texels / row, c.texels % row);
+        let texture = &self.workspace[c.texture].texture;
+        let source = |first_row: u64| wgpu::TexelCopyBufferInfo {
+            buffer: self.region(c.loc.region),
+            layout: wgpu::TexelCopyBufferLayout {
+                offset: c.loc.offset + first_row * row * c.texel_bytes,
+                bytes_per_row: Some((row * c.texel_bytes) as u32),
+                rows_per_image: None,
+            },
+        };
+        let destination = |y: u64| wgpu::TexelCopyTextureInfo {
+            texture,
+            mip_level: 0,
+            origin: wgpu::Origin3d { x: 0, y: y as u32, z: 0 },
+            aspect: wgpu::TextureAspect::All,
+        };
+        for (y, width, height) in [(0, row, full), (full, rem, 1)] {
+            if width > 0 && height > 0 && y * row < c.texels {
+                let size = wgpu::Extent3d { width: width as u32, height: height as u32, depth_or_array_layers: 1 };
+                encoder.copy_buffer_to_texture(source(y), destination(y), size);
+            }
         }
     }
 

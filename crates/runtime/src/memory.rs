@@ -84,6 +84,39 @@ impl Pool {
     }
 }
 
+/// A texture held by an executable (the subgroup matmul's operands on CPU adapters, see
+/// `fusegraph_wgsl::LowerOptions::texture_operands`), counted in the pool's allocated bytes
+/// until dropped. Textures are not cached.
+pub(crate) struct TextureAllocation {
+    pub(crate) texture: wgpu::Texture,
+    pub(crate) view: wgpu::TextureView,
+    pub(crate) size: u64,
+    device: Arc<Device>,
+}
+
+impl Drop for TextureAllocation {
+    fn drop(&mut self) {
+        let mut st = self.device.pool.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.allocated -= self.size;
+    }
+}
+
+/// Makes room for `size` more bytes under the pool's limit, if it has one: fails if the
+/// allocated bytes leave no room, else releases cached buffers, largest first, until the new
+/// allocation fits beside what remains.
+fn reserve(pool: &Pool, st: &mut State, size: u64, label: &str) -> Result<()> {
+    if let Some(limit) = pool.limit {
+        if st.allocated + size > limit {
+            return Err(RuntimeError::DeviceMemory { what: label.into(), bytes: size, allocated: st.allocated, limit });
+        }
+        st.cache.sort_by_key(|(_, s, _)| *s);
+        while st.allocated + st.cached() + size > limit {
+            st.cache.pop();
+        }
+    }
+    Ok(())
+}
+
 /// The bytes a buffer for `size` bytes takes: wgpu buffers here are at least 4 bytes.
 pub(crate) fn buffer_bytes(size: u64) -> u64 {
     size.max(4)
@@ -119,21 +152,7 @@ impl Device {
                 (s, b)
             }
             None => {
-                if let Some(limit) = self.pool.limit {
-                    if st.allocated + size > limit {
-                        return Err(RuntimeError::DeviceMemory {
-                            what: label.into(),
-                            bytes: size,
-                            allocated: st.allocated,
-                            limit,
-                        });
-                    }
-                    // Release cached buffers, largest first, until the new one fits.
-                    st.cache.sort_by_key(|(_, s, _)| *s);
-                    while st.allocated + st.cached() + size > limit {
-                        st.cache.pop();
-                    }
-                }
+                reserve(&self.pool, &mut st, size, label)?;
                 let b = self.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some(label),
                     size,
@@ -146,6 +165,35 @@ impl Device {
         st.allocated += size;
         st.peak = st.peak.max(st.allocated);
         Ok(Allocation { buffer: Some(buffer), size, kind, device: self.clone() })
+    }
+
+    /// A `width`×`height` 2-D texture of `format` that kernels sample and copies write,
+    /// counted against the limit like a buffer.
+    pub(crate) fn allocate_texture(
+        self: &Arc<Self>,
+        format: wgpu::TextureFormat,
+        width: u32,
+        height: u32,
+        label: &str,
+    ) -> Result<TextureAllocation> {
+        let texel = format.block_copy_size(None).expect("a color format") as u64;
+        let size = width as u64 * height as u64 * texel;
+        let mut st = self.pool.state.lock().unwrap_or_else(|p| p.into_inner());
+        reserve(&self.pool, &mut st, size, label)?;
+        let texture = self.device.create_texture(&wgpu::TextureDescriptor {
+            label: Some(label),
+            size: wgpu::Extent3d { width, height, depth_or_array_layers: 1 },
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format,
+            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+            view_formats: &[],
+        });
+        let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
+        st.allocated += size;
+        st.peak = st.peak.max(st.allocated);
+        Ok(TextureAllocation { texture, view, size, device: self.clone() })
     }
 
     /// Bytes of device memory held by live executables (like `memory_allocated`).

@@ -150,19 +150,9 @@ impl Executable {
         Ok(Profile { kernels, gpu_timestamps: !sets.is_empty() })
     }
 
-    /// Records kernel `k` alone in a compute pass, with timestamps at `query` and
-    /// `query + 1` of `set` if given.
+    /// Records kernel `k` alone (after the copies of its texture operands), with timestamps
+    /// at `query` and `query + 1` of `set` around it, copies included, if given.
     fn encode_kernel(&self, encoder: &mut wgpu::CommandEncoder, k: usize, ts: Option<(&wgpu::QuerySet, u32)>) {
-        let timestamp_writes = ts.map(|(set, q)| wgpu::ComputePassTimestampWrites {
-            query_set: set,
-            beginning_of_pass_write_index: Some(q),
-            end_of_pass_write_index: Some(q + 1),
-        });
-        let mut pass = encoder
-            .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("fusegraph kernel"), timestamp_writes });
-        let kernel = &self.kernels[k];
-        pass.set_pipeline(&kernel.pipeline.0);
-        pass.set_bind_group(0, &kernel.bind_group, &[]);
-        pass.dispatch_workgroups(kernel.workgroups[0], kernel.workgroups[1], kernel.workgroups[2]);
+        self.encode_kernels(encoder, [k], ts);
     }
 }

@@ -20,7 +20,9 @@ mod validate;
 mod view;
 mod writer;
 
-pub use lower::{lower, lower_with, Binding, Cooperative, KernelSource, LowerOptions, Strategy, WORKGROUP_SIZE};
+pub use lower::{
+    lower, lower_with, Binding, Cooperative, KernelSource, LowerOptions, Strategy, TEXTURE_ROW, WORKGROUP_SIZE,
+};
 pub use matmul::{cooperative_matmul, gemm_shape, subgroup_matmul, CoopPlan, GemmShape, MatmulTiling, SubgroupPlan};
 pub use validate::{validate, ValidateError};
 pub use view::{reshape_strides, split_last_axis_view, strided_view, StridedView};

@@ -43,7 +43,23 @@ pub struct LowerOptions {
     /// blocks its workgroup stages in workgroup memory (`attention::tiled_main`: the GPU
     /// form); otherwise each invocation reads its keys one at a time (`attention::row_main`).
     pub tiled_attention: bool,
+    /// The subgroup matmul (`cpu`, `subgroups` and a fixed `subgroup_size`) reads its vec4
+    /// operands from sampled textures instead of storage buffers: `Some(rows)`, the most
+    /// rows a 2-D texture may have on the device (`max_texture_dimension_2d`). Each such
+    /// binding ([`Binding::texture`]) is a `texture_2d<f32>` holding the value's vec4s in
+    /// row-major order, [`TEXTURE_ROW`] per row (`rgba32float`, or `rgba16float` for f16),
+    /// which the runtime copies from the value's buffer before the dispatch. On lavapipe a
+    /// storage load whose address differs per lane is a loop over the lanes that inserts each
+    /// lane's value through memory, while a texel fetch is a gather: the product runs about
+    /// 3× faster (BENCHMARKS.md). Operands of more than `rows · TEXTURE_ROW` vec4s stay in
+    /// their buffers.
+    pub texture_operands: Option<u32>,
 }
+
+/// Texels (vec4s) per row of a texture operand (see [`LowerOptions::texture_operands`]): a
+/// power of two, so a vec4 index `q` is texel `(q % TEXTURE_ROW, q / TEXTURE_ROW)`, and rows
+/// of whole 256-byte multiples, as buffer-to-texture copies need.
+pub const TEXTURE_ROW: u32 = 1024;
 
 /// How the cooperative-matrix matmul ([`crate::CoopPlan`]) runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +87,9 @@ pub struct Binding {
     pub node: NodeId,
     /// Whether the kernel writes it (an output) or only reads it (an input).
     pub output: bool,
+    /// An input read from a sampled texture holding its contents (see
+    /// [`LowerOptions::texture_operands`]), not from its storage buffer.
+    pub texture: bool,
 }
 
 /// A lowered kernel.
@@ -140,8 +159,9 @@ pub fn lower(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> KernelSource {
 
 /// Lowers `kernel` of `g` to WGSL with explicit code-generation choices.
 pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strategy) -> KernelSource {
-    let mut bindings: Vec<Binding> = kernel.inputs.iter().map(|&node| Binding { node, output: false }).collect();
-    bindings.extend(kernel.outputs.iter().map(|&node| Binding { node, output: true }));
+    let mut bindings: Vec<Binding> =
+        kernel.inputs.iter().map(|&node| Binding { node, output: false, texture: false }).collect();
+    bindings.extend(kernel.outputs.iter().map(|&node| Binding { node, output: true, texture: false }));
 
     let regs = regions(g, kernel);
     let tiled = match kernel.kind {
@@ -152,6 +172,11 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     let subgroup = tiled
         .filter(|_| strategy.subgroup_matmul && coop.is_none())
         .and_then(|t| crate::matmul::subgroup_plan(g, kernel, &t, opts));
+    if let Some(p) = &subgroup {
+        for b in bindings.iter_mut().filter(|b| !b.output && p.textures.contains(&b.node)) {
+            b.texture = true;
+        }
+    }
     // A loop kernel on a CPU adapter walks four adjacent elements per step where it can,
     // reading and writing whole vec4s of the bindings `loop_vec4` names.
     let loop_vec4 = match kernel.kind {
@@ -174,8 +199,22 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     };
 
     let mut body = String::new();
+    // `fg_tK(q)`: vec4 `q` of texture binding K, after the declarations.
+    let mut texture_loads = String::new();
     for (k, b) in bindings.iter().enumerate() {
         let dt = g.ty(b.node).dtype;
+        if b.texture {
+            // Read as vec4s of its storage type by `fg_tK`, whatever the texture's format.
+            let _ = writeln!(body, "@group(0) @binding({k}) var b{k}: texture_2d<f32>;");
+            let _ = writeln!(
+                texture_loads,
+                "\nfn fg_t{k}(q: u32) -> vec4<{elem}> {{\n    return vec4<{elem}>(textureLoad(b{k}, vec2<u32>(q & {}u, q >> {}u), 0));\n}}",
+                TEXTURE_ROW - 1,
+                TEXTURE_ROW.trailing_zeros(),
+                elem = storage_elem(dt, opts),
+            );
+            continue;
+        }
         let elem = if b.output && packed_f16(dt, opts) && matches!(kernel.kind, KernelKind::Row { .. }) {
             // Rows write single halves of shared words from different workgroups.
             "atomic<u32>"
@@ -186,11 +225,14 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
         };
         let _ = writeln!(body, "@group(0) @binding({k}) var<storage, read_write> b{k}: array<{elem}>;");
     }
+    body.push_str(&texture_loads);
     body.push('\n');
     for (k, b) in bindings.iter().enumerate().filter(|(_, b)| !b.output) {
         let dt = g.ty(b.node).dtype;
         let load = if packed_f16(dt, opts) {
             format!("select(unpack2x16float(b{k}[i >> 1u]).x, unpack2x16float(b{k}[i >> 1u]).y, (i & 1u) == 1u)")
+        } else if b.texture {
+            load_value(dt, &format!("fg_t{k}(i >> 2u)[i & 3u]"))
         } else if vec4(b.node) {
             load_value(dt, &format!("b{k}[i >> 2u][i & 3u]"))
         } else {

@@ -679,6 +679,9 @@ pub struct SubgroupPlan {
     pub lanes: usize,
     /// Output rows per workgroup (a multiple of `lanes`: lane `l` loads rows `l`, `l + lanes`…).
     pub rows: usize,
+    /// The leaves of `lhs` and `rhs` read from textures rather than storage buffers (see
+    /// [`crate::LowerOptions::texture_operands`]).
+    pub textures: Vec<NodeId>,
 }
 
 impl SubgroupPlan {
@@ -755,9 +758,17 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
         _ => (None, false),
     };
     let rows = if m >= 64 { 64 } else { m.div_ceil(lanes) * lanes };
+    // Operand views read from textures, where their vec4s fit one.
+    let texels = |v: &StridedView| (g.ty(v.leaf).shape.numel() / 4) as u64;
+    let textures = [&lhs, &rhs]
+        .into_iter()
+        .flatten()
+        .filter(|v| opts.texture_operands.is_some_and(|rows| texels(v) <= rows as u64 * crate::TEXTURE_ROW as u64))
+        .map(|v| v.leaf)
+        .collect();
     let round = [lhs.is_some() && lhs_round, rhs.is_some() && rhs_round];
     let vec4_store = n.is_multiple_of(4) && matches!(g.ty(plan.output).dtype, DType::F32 | DType::F16);
-    Some(SubgroupPlan { lhs, lhs_k_axes, rhs, rhs_transposed, round, vec4_store, lanes, rows })
+    Some(SubgroupPlan { lhs, lhs_k_axes, rhs, rhs_transposed, round, vec4_store, lanes, rows, textures })
 }
 
 /// `op`, or the value below the float-to-float casts it is made of (mixed precision rounds
@@ -880,9 +891,13 @@ pub fn subgroup_main(
     // where the operand's casts round (`side`: 0 lhs, 1 rhs).
     let load = |view: &StridedView, side: usize, at: String| {
         let b = bindings.iter().position(|b| b.node == view.leaf && !b.output).expect("an input binding");
+        let read = match bindings[b].texture {
+            true => format!("fg_t{b}({at})"),
+            false => format!("b{b}[{at}]"),
+        };
         let v = match g.ty(view.leaf).dtype {
-            DType::F16 => format!("vec4<f32>(b{b}[{at}])"),
-            _ => format!("b{b}[{at}]"),
+            DType::F16 => format!("vec4<f32>({read})"),
+            _ => read,
         };
         if sg.round[side] {
             format!("fg_round_f16x4({v})")
