@@ -265,8 +265,22 @@ fn invariant_epilogue_values_are_read_once_per_row_or_column() {
     let b = c.input(DType::F32, &[64, 33], Domain::Any);
     let bias = c.input(DType::F32, &[33], Domain::Any);
     let column_bias = c.finish("column_bias", &[&a.matmul(&b).unwrap().add(&bias).unwrap()]);
+    // A batch norm's scale and shift per channel, computed in the kernel from its statistics
+    // (as batch-norm folding leaves them when they are parameters): each computed once per
+    // row, not per element.
+    let mut c = CaseBuilder::new(6);
+    let x = c.input(DType::F32, &[2, 4, 9, 10], Domain::Any);
+    let w = c.input(DType::F32, &[8, 4, 3, 3], Domain::Any);
+    let var = c.input(DType::F32, &[8, 1, 1], Domain::Positive);
+    let gamma = c.input(DType::F32, &[8, 1, 1], Domain::Any);
+    let beta = c.input(DType::F32, &[8, 1, 1], Domain::Any);
+    let y = x.conv2d(&w, [1, 1], [1, 1], [1, 1], 1).unwrap();
+    let dims = y.ty().shape.dims().to_vec();
+    let scale = gamma.mul(&var.rsqrt().unwrap()).unwrap().broadcast_to(dims.clone()).unwrap();
+    let shift = beta.sub(&gamma.mul(&gamma).unwrap()).unwrap().broadcast_to(dims).unwrap();
+    let batch_norm = c.finish("batch_norm", &[&y.mul(&scale).unwrap().add(&shift).unwrap().relu().unwrap()]);
     // (case, values per row, values per column)
-    for (c, per_row, per_col) in [(&mm, 1, 1), (&conv, 1, 0), (&column_bias, 0, 1)] {
+    for (c, per_row, per_col) in [(&mm, 1, 1), (&conv, 1, 0), (&column_bias, 0, 1), (&batch_norm, 2, 0)] {
         let k = &partition(&c.graph, &c.outputs, FusionMode::On).unwrap()[0];
         for opts in [cpu_opts(8), LowerOptions { cpu: false, subgroups: false, ..cpu_opts(8) }] {
             let src = lower(&c.graph, k, &opts).wgsl;
@@ -407,11 +421,12 @@ fn texture_opts(rows: u32) -> LowerOptions {
     LowerOptions { texture_operands: Some(rows), ..cpu_opts(8) }
 }
 
-/// With texture operands, exactly the operands the subgroup matmul reads as vec4 views
-/// become `texture_2d<f32>` bindings read through `fg_tK` (lhs and rhs, either rhs layout,
-/// sliced, strided and head views, convolution weights), every shader validates, and the
-/// element functions of those bindings read the texture too. A view whose binding holds
-/// more vec4s than `rows · TEXTURE_ROW` keeps its buffer.
+/// With texture operands, the bindings the subgroup matmul reads as vec4 views (lhs and
+/// rhs, either rhs layout, sliced, strided and head views, convolution weights) and the
+/// inputs that an operand without a view reads inside the `k` loop (a convolution's image,
+/// a transposed lhs through its element function) become `texture_2d<f32>` bindings read
+/// through `fg_tK` — those of whole vec4s — every shader validates, and no storage access to
+/// them is left. A binding of more vec4s than `rows · TEXTURE_ROW` keeps its buffer.
 #[test]
 fn texture_operands_replace_the_vec4_views_that_fit() {
     let mut textures = 0;
@@ -420,10 +435,28 @@ fn texture_operands_replace_the_vec4_views_that_fit() {
             let Some(plan) = subgroup_matmul(&case.graph, &k, &texture_opts(16384)) else { continue };
             let src = lower(&case.graph, &k, &texture_opts(16384));
             validate(&src.wgsl).unwrap_or_else(|e| panic!("{}: {e}\n{}", case.name, src.wgsl));
-            let views: Vec<NodeId> = [&plan.lhs, &plan.rhs].into_iter().flatten().map(|v| v.leaf).collect();
-            assert_eq!(plan.textures, views, "{}", case.name);
+            let mut expected: Vec<NodeId> = [&plan.lhs, &plan.rhs].into_iter().flatten().map(|v| v.leaf).collect();
+            let contraction = *k
+                .members
+                .iter()
+                .find(|&&m| matches!(case.graph.node(m).op, fusegraph::Op::MatMul | fusegraph::Op::Conv2d { .. }))
+                .expect("a contraction");
+            let conv = matches!(case.graph.node(contraction).op, fusegraph::Op::Conv2d { .. });
+            let ops = case.graph.operands(contraction).to_vec();
+            let (lhs_op, rhs_op) = if conv { (ops[1], ops[0]) } else { (ops[0], ops[1]) };
+            for (view, op) in [(&plan.lhs, lhs_op), (&plan.rhs, rhs_op)] {
+                let mut stack = if view.is_none() { vec![op] } else { vec![] };
+                while let Some(n) = stack.pop() {
+                    if k.members.contains(&n) {
+                        stack.extend(case.graph.operands(n).iter().copied());
+                    } else if case.graph.ty(n).shape.numel() % 4 == 0 && !expected.contains(&n) {
+                        expected.push(n);
+                    }
+                }
+            }
+            assert_eq!(plan.textures, expected, "{}", case.name);
             for (b, binding) in src.bindings.iter().enumerate() {
-                assert_eq!(binding.texture, views.contains(&binding.node) && !binding.output, "{}", case.name);
+                assert_eq!(binding.texture, expected.contains(&binding.node) && !binding.output, "{}", case.name);
                 let declared = format!("var b{b}: texture_2d<f32>;");
                 assert_eq!(src.wgsl.contains(&declared), binding.texture, "{}\n{}", case.name, src.wgsl);
                 // No storage access is left to a texture binding.
@@ -465,13 +498,13 @@ fn texture_operands_match_the_buffer_reads() {
             let exe = device.compile(&case.graph, &case.outputs, &CompileOptions::default()).expect("compiles");
             let stats = exe.stats();
             let read = stats.kernels.iter().map(|k| k.texture_operands).sum::<usize>();
-            let views = partition(&case.graph, &case.outputs, FusionMode::On)
+            // As many as the lowering makes textures (checked in the test above).
+            let lowered = partition(&case.graph, &case.outputs, FusionMode::On)
                 .unwrap()
                 .iter()
-                .filter_map(|k| subgroup_matmul(&case.graph, k, &cpu_opts(8)))
-                .map(|p| p.lhs.is_some() as usize + p.rhs.is_some() as usize)
+                .map(|k| lower(&case.graph, k, &texture_opts(16384)).bindings.iter().filter(|b| b.texture).count())
                 .sum::<usize>();
-            let expected = if textures && expect { views } else { 0 };
+            let expected = if textures && expect { lowered } else { 0 };
             if read != expected || (stats.workspace_bytes > 0) != (read > 0) {
                 failures.push(format!(
                     "{} (textures {textures}): {read} texture operands, {expected} expected, workspace {} bytes",

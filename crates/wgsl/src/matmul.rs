@@ -679,8 +679,10 @@ pub struct SubgroupPlan {
     pub lanes: usize,
     /// Output rows per workgroup (a multiple of `lanes`: lane `l` loads rows `l`, `l + lanes`…).
     pub rows: usize,
-    /// The leaves of `lhs` and `rhs` read from textures rather than storage buffers (see
-    /// [`crate::LowerOptions::texture_operands`]).
+    /// The bindings read from textures rather than storage buffers (see
+    /// [`crate::LowerOptions::texture_operands`]): the leaves of `lhs` and `rhs`, then the
+    /// inputs that an operand without a view reads inside the `k` loop (a convolution's
+    /// image, a fused prologue's inputs), each where it fits a texture.
     pub textures: Vec<NodeId>,
 }
 
@@ -758,14 +760,30 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
         _ => (None, false),
     };
     let rows = if m >= 64 { 64 } else { m.div_ceil(lanes) * lanes };
-    // Operand views read from textures, where their vec4s fit one.
-    let texels = |v: &StridedView| (g.ty(v.leaf).shape.numel() / 4) as u64;
-    let textures = [&lhs, &rhs]
-        .into_iter()
-        .flatten()
-        .filter(|v| opts.texture_operands.is_some_and(|rows| texels(v) <= rows as u64 * crate::TEXTURE_ROW as u64))
-        .map(|v| v.leaf)
-        .collect();
+    // Read from textures where their vec4s fit one: the operand views, and the bindings that
+    // operands without a view read through element functions inside the `k` loop (a
+    // convolution's image, a prologue's inputs), f32 or native f16 of whole vec4s.
+    let fits = |n: NodeId| {
+        let numel = g.ty(n).shape.numel();
+        opts.texture_operands.is_some_and(|rows| (numel / 4) as u64 <= rows as u64 * crate::TEXTURE_ROW as u64)
+            && numel > 0
+            && numel.is_multiple_of(4)
+            && matches!(g.ty(n).dtype, DType::F32 | DType::F16)
+            && !packed_f16(g.ty(n).dtype, opts)
+    };
+    let mut textures: Vec<NodeId> = [&lhs, &rhs].into_iter().flatten().map(|v| v.leaf).filter(|&n| fits(n)).collect();
+    let unviewed =
+        [(lhs.is_none(), if conv { ops[1] } else { ops[0] }), (rhs.is_none(), if conv { ops[0] } else { ops[1] })];
+    for (_, op) in unviewed.into_iter().filter(|(none, _)| *none) {
+        let mut stack = vec![op];
+        while let Some(n) = stack.pop() {
+            if kernel.members.contains(&n) {
+                stack.extend(g.operands(n).iter().copied());
+            } else if kernel.inputs.contains(&n) && fits(n) && !textures.contains(&n) {
+                textures.push(n);
+            }
+        }
+    }
     let round = [lhs.is_some() && lhs_round, rhs.is_some() && rhs_round];
     let vec4_store = n.is_multiple_of(4) && matches!(g.ty(plan.output).dtype, DType::F32 | DType::F16);
     Some(SubgroupPlan { lhs, lhs_k_axes, rhs, rhs_transposed, round, vec4_store, lanes, rows, textures })
@@ -1047,7 +1065,12 @@ impl Invariants {
         let mut out = Invariants::default();
         for v in region_calls(g, region, Some(plan.matmul)) {
             let dims = g.ty(v).shape.dims();
-            let Some(view) = strided_view(g, kernel, v) else { continue };
+            // A binding's view, or a computed value broadcast (a batch norm's shift per channel).
+            // (A constant fill costs nothing per element: left where it is.)
+            let Some(view) = crate::view::index_view(g, kernel, v) else { continue };
+            if matches!(g.node(view.leaf).op, Op::Full { .. }) {
+                continue;
+            }
             if g.ty(v).shape.numel() != g.ty(plan.output).shape.numel() {
                 continue;
             }

@@ -22,23 +22,44 @@ pub struct StridedView {
 /// than a layout op lies between (arithmetic, a cast, a gather, a reshape of a view whose
 /// axes cannot be merged or split without a copy).
 pub fn strided_view(g: &Graph, kernel: &Kernel, node: NodeId) -> Option<StridedView> {
+    view_of(g, kernel, node, false)
+}
+
+/// The strided view `node` is of the value its layout ops start from, a kernel input or a
+/// computed member (`leaf`, which may then be a member): how `node`'s elements index that
+/// value's. `None` only for a node outside the kernel. Which strides are 0 says along which
+/// axes `node` is constant (a per-channel value broadcast over a product's columns).
+pub fn index_view(g: &Graph, kernel: &Kernel, node: NodeId) -> Option<StridedView> {
+    view_of(g, kernel, node, true)
+}
+
+/// [`strided_view`], or with `computed` [`index_view`].
+fn view_of(g: &Graph, kernel: &Kernel, node: NodeId, computed: bool) -> Option<StridedView> {
     let dims = g.ty(node).shape.dims();
+    let zero_unit = |strides: Vec<usize>| -> Vec<usize> {
+        strides.into_iter().zip(dims).map(|(s, &d)| if d == 1 { 0 } else { s }).collect()
+    };
+    let identity =
+        || StridedView { leaf: node, offset: 0, strides: zero_unit(fusegraph_ir::Shape::new(dims.to_vec()).strides()) };
     if kernel.inputs.contains(&node) {
-        let strides = fusegraph_ir::Shape::new(dims.to_vec()).strides();
-        let strides = strides.iter().zip(dims).map(|(&s, &d)| if d == 1 { 0 } else { s }).collect();
-        return Some(StridedView { leaf: node, offset: 0, strides });
+        return Some(identity());
     }
     if !kernel.members.contains(&node) {
         return None;
     }
-    let operand = *g.operands(node).first()?;
-    let inner = strided_view(g, kernel, operand)?;
-    let od = g.ty(operand).shape.dims();
-    let zero_unit = |strides: Vec<usize>| -> Vec<usize> {
-        strides.into_iter().zip(dims).map(|(s, &d)| if d == 1 { 0 } else { s }).collect()
+    let op = &g.node(node).op;
+    let layout = matches!(op, Op::Reshape { .. } | Op::Transpose { .. } | Op::Slice { .. } | Op::Broadcast { .. });
+    let inner = match g.operands(node).first() {
+        Some(&operand) if layout => view_of(g, kernel, operand, computed),
+        _ => None,
     };
-    let (offset, strides) = match &g.node(node).op {
-        Op::Reshape { .. } => (inner.offset, reshape_strides(od, &inner.strides, dims)?),
+    let Some(inner) = inner else { return computed.then(identity) };
+    let od = g.ty(g.operands(node)[0]).shape.dims();
+    let (offset, strides) = match op {
+        Op::Reshape { .. } => match reshape_strides(od, &inner.strides, dims) {
+            Some(strides) => (inner.offset, strides),
+            None => return computed.then(identity),
+        },
         Op::Transpose { perm } => (inner.offset, perm.iter().map(|&p| inner.strides[p]).collect()),
         Op::Slice { start, stride, .. } => {
             let offset = inner.offset + start.iter().zip(&inner.strides).map(|(a, s)| a * s).sum::<usize>();
@@ -53,7 +74,7 @@ pub fn strided_view(g: &Graph, kernel: &Kernel, node: NodeId) -> Option<StridedV
             }
             (inner.offset, strides)
         }
-        _ => return None,
+        _ => return computed.then(identity),
     };
     Some(StridedView { leaf: inner.leaf, offset, strides: zero_unit(strides) })
 }
