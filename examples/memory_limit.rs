@@ -63,8 +63,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let out = exe.run(&w.feed_refs())?;
                 let s = exe.stats();
                 let same = out == reference;
+                // A CPU adapter's matmul workspace (textures) only where the limit leaves room.
+                let workspace = match s.workspace_bytes {
+                    0 => String::new(),
+                    w => format!(" (+ {w} of matmul workspace)"),
+                };
                 println!(
-                    "limit {limit:>9}: fits in {:>9} bytes, {} kernels{}; outputs {}",
+                    "limit {limit:>9}: fits in {:>9} bytes{workspace}, {} kernels{}; outputs {}",
                     s.arena_bytes + s.persistent_bytes + s.staging_bytes,
                     s.kernels.len(),
                     if s.arena_bytes < plain.arena_bytes {
