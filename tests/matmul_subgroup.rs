@@ -7,7 +7,7 @@
 mod common;
 
 use common::{Case, CaseBuilder, Domain};
-use fusegraph::crates::passes::{partition, FusionMode};
+use fusegraph::crates::passes::{partition, FusionMode, Kernel, KernelKind};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
 use fusegraph::crates::wgsl::{lower, subgroup_matmul, validate, LowerOptions, TEXTURE_ROW};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor, NodeId, Tensor};
@@ -476,6 +476,26 @@ fn texture_operands_replace_the_vec4_views_that_fit() {
     let two_rows = subgroup_matmul(&c.graph, k, &texture_opts(2)).expect("a subgroup matmul");
     assert_eq!(two_rows.textures.len(), 2);
     assert!(subgroup_matmul(&c.graph, k, &cpu_opts(8)).expect("a subgroup matmul").textures.is_empty());
+    // An lhs concatenated from 20 inputs along `k` reads each through its element function:
+    // 16 of them become textures (WebGPU's minimum of sampled textures per stage), the rest
+    // stay buffers.
+    let mut b = CaseBuilder::new(8);
+    let parts: Vec<Tensor> = (0..20).map(|_| b.input(DType::F32, &[12, 4], Domain::Any)).collect();
+    let rhs = b.input(DType::F32, &[80, 8], Domain::Any);
+    let lhs = b.b.concat(&parts.iter().collect::<Vec<_>>(), 1).unwrap();
+    let many = b.finish("concat_lhs", &[&lhs.matmul(&rhs).unwrap()]);
+    // (The fusion pass keeps a concatenation out of a product's kernel; the kernel is made
+    // by hand.)
+    let (cat, product) = (lhs.id(), many.outputs[0]);
+    let k = Kernel {
+        kind: KernelKind::Loop,
+        members: vec![cat, product],
+        outputs: vec![product],
+        inputs: parts.iter().map(|p| p.id()).chain([rhs.id()]).collect(),
+    };
+    let src = lower(&many.graph, &k, &texture_opts(16384));
+    validate(&src.wgsl).unwrap_or_else(|e| panic!("{e}\n{}", src.wgsl));
+    assert_eq!(src.bindings.iter().filter(|b| b.texture).count(), 16);
 }
 
 /// The executable copies each texture operand into its workspace texture before the kernel

@@ -898,7 +898,7 @@ impl Executable {
             aspect: wgpu::TextureAspect::All,
         };
         for (y, width, height) in [(0, row, full), (full, rem, 1)] {
-            if width > 0 && height > 0 && y * row < c.texels {
+            if width > 0 && height > 0 {
                 let size = wgpu::Extent3d { width: width as u32, height: height as u32, depth_or_array_layers: 1 };
                 encoder.copy_buffer_to_texture(source(y), destination(y), size);
             }

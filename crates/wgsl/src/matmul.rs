@@ -784,10 +784,16 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
             }
         }
     }
+    // Within the sampled textures every adapter allows a shader stage (WebGPU's minimum).
+    textures.truncate(MAX_TEXTURE_OPERANDS);
     let round = [lhs.is_some() && lhs_round, rhs.is_some() && rhs_round];
     let vec4_store = n.is_multiple_of(4) && matches!(g.ty(plan.output).dtype, DType::F32 | DType::F16);
     Some(SubgroupPlan { lhs, lhs_k_axes, rhs, rhs_transposed, round, vec4_store, lanes, rows, textures })
 }
+
+/// The most texture operands of one kernel: WebGPU's minimum of
+/// `max_sampled_textures_per_shader_stage`, so every adapter binds them.
+const MAX_TEXTURE_OPERANDS: usize = 16;
 
 /// `op`, or the value below the float-to-float casts it is made of (mixed precision rounds
 /// f32 weights to f16 on their way into a product), and whether those casts round to f16:
