@@ -1,6 +1,6 @@
 //! Compilation of a graph into an [`Executable`] and its execution.
 
-use crate::memory::{buffer_bytes, Allocation, Kind, TextureAllocation};
+use crate::memory::{buffer_bytes, texel_bytes, Allocation, Kind, TextureAllocation};
 use crate::{Device, Result, RuntimeError};
 use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
 use fusegraph_passes::{
@@ -223,8 +223,7 @@ impl WorkspacePlan {
     }
 
     fn bytes(&self) -> u64 {
-        let texel = |f: wgpu::TextureFormat| f.block_copy_size(None).expect("a color format") as u64;
-        self.textures.iter().map(|&(_, f, rows)| rows as u64 * TEXTURE_ROW as u64 * texel(f)).sum()
+        self.textures.iter().map(|&(_, f, rows)| rows as u64 * TEXTURE_ROW as u64 * texel_bytes(f)).sum()
     }
 }
 
@@ -503,8 +502,7 @@ impl Device {
         let mut workspace_plan = WorkspacePlan::of(graph, &sources);
         let aligned = sources.iter().zip(&workspace_plan.uses).all(|(src, uses)| {
             uses.iter().all(|&(b, t, _)| {
-                let texel = workspace_plan.textures[t].1.block_copy_size(None).expect("a color format") as u64;
-                plan.locations[&src.bindings[b].node].offset.is_multiple_of(texel)
+                plan.locations[&src.bindings[b].node].offset.is_multiple_of(texel_bytes(workspace_plan.textures[t].1))
             })
         });
         if workspace_plan.bytes() > 0 && (!aligned || limit.is_some_and(|l| held + workspace_plan.bytes() > l)) {
@@ -627,7 +625,7 @@ impl Device {
                 .map(|&(b, t, texels)| TextureCopy {
                     loc: plan.locations[&src.bindings[b].node],
                     texels,
-                    texel_bytes: workspace_plan.textures[t].1.block_copy_size(None).expect("a color format") as u64,
+                    texel_bytes: texel_bytes(workspace_plan.textures[t].1),
                     texture: t,
                 })
                 .collect();

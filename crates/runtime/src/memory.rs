@@ -117,6 +117,11 @@ fn reserve(pool: &Pool, st: &mut State, size: u64, label: &str) -> Result<()> {
     Ok(())
 }
 
+/// Bytes per texel of a (color) texture format.
+pub(crate) fn texel_bytes(format: wgpu::TextureFormat) -> u64 {
+    format.block_copy_size(None).expect("a color format") as u64
+}
+
 /// The bytes a buffer for `size` bytes takes: wgpu buffers here are at least 4 bytes.
 pub(crate) fn buffer_bytes(size: u64) -> u64 {
     size.max(4)
@@ -176,8 +181,7 @@ impl Device {
         height: u32,
         label: &str,
     ) -> Result<TextureAllocation> {
-        let texel = format.block_copy_size(None).expect("a color format") as u64;
-        let size = width as u64 * height as u64 * texel;
+        let size = width as u64 * height as u64 * texel_bytes(format);
         let mut st = self.pool.state.lock().unwrap_or_else(|p| p.into_inner());
         reserve(&self.pool, &mut st, size, label)?;
         let texture = self.device.create_texture(&wgpu::TextureDescriptor {
