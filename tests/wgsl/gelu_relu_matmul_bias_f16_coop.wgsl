@@ -211,11 +211,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 if (r + 2u < 9u) { x.z = v0(a_base + (r + 2u) * 33u + gk); }
                 if (r + 3u < 9u) { x.w = v0(a_base + (r + 3u) * 33u + gk); }
             }
-            let ia = (kk * 16u + e / 32u) * 4u;
+            let ia = (e / 32u) * 128u + kk;
             fg_tile_a[ia + 0u] = f16(x.x);
-            fg_tile_a[ia + 1u] = f16(x.y);
-            fg_tile_a[ia + 2u] = f16(x.z);
-            fg_tile_a[ia + 3u] = f16(x.w);
+            fg_tile_a[ia + 32u] = f16(x.y);
+            fg_tile_a[ia + 64u] = f16(x.z);
+            fg_tile_a[ia + 96u] = f16(x.w);
         }
         for (var l = 0u; l < 4u; l = l + 1u) {
             let e = l * 128u + lid;
@@ -235,8 +235,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
         for (var kk = 0u; kk < 32u; kk = kk + 16u) {
-            let fa0 = coopLoad<coop_mat16x16<f16, A>>(&fg_tile_a[kk * 64u + sg_row + 0u], 64u);
-            let fa1 = coopLoad<coop_mat16x16<f16, A>>(&fg_tile_a[kk * 64u + sg_row + 16u], 64u);
+            let fa0 = coopLoadT<coop_mat16x16<f16, A>>(&fg_tile_a[(sg_row + 0u) * 32u + kk], 32u);
+            let fa1 = coopLoadT<coop_mat16x16<f16, A>>(&fg_tile_a[(sg_row + 16u) * 32u + kk], 32u);
             let fb0 = coopLoadT<coop_mat16x16<f16, B>>(&fg_tile_b[kk * 64u + sg_col + 0u], 64u);
             let fb1 = coopLoadT<coop_mat16x16<f16, B>>(&fg_tile_b[kk * 64u + sg_col + 16u], 64u);
             fg_c0_0 = coopMultiplyAdd(fa0, fb0, fg_c0_0);

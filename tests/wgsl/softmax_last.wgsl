@@ -80,7 +80,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (; e < 100u; e = e + 128u) {
             let x0 = v0(fg_elem(row, e));
             let n0 = max(m0, x0);
-            s0 = select(s0 * exp(m0 - n0) + exp(x0 - n0), s0, n0 == bitcast<f32>(0xff800000u));
+            s0 = select(s0 * exp(m0 - n0) + exp(x0 - n0), s0, x0 == bitcast<f32>(0xff800000u));
             m0 = n0;
         }
         let m = m0;
@@ -96,7 +96,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         let row_max = fg_red0[0];
         {
-            let acc = select(s * exp(m - row_max), 0.0f, m == bitcast<f32>(0xff800000u));
+            let acc = select(s * exp(m - row_max), s, m == bitcast<f32>(0xff800000u));
             fg_red1[lid] = acc;
             workgroupBarrier();
             for (var w = 64u; w > 0u; w = w >> 1u) {

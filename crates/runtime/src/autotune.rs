@@ -1,6 +1,6 @@
 //! Autotuning of the tiled matmul: for each class of GEMM shape a kernel computes, every
 //! candidate tiling ([`MatmulTiling::CANDIDATES`]) is timed once on this adapter and the
-//! fastest kept: in memory, and on disk (`~/.cache/fusegraph/tiling-v2-<adapter>.txt`, keyed
+//! fastest kept: in memory, and on disk (`~/.cache/fusegraph/tiling-v3-<adapter>.txt`, keyed
 //! by adapter and driver) so the next run reuses it. Off with
 //! [`DeviceOptions::autotune`](crate::DeviceOptions::autotune) or `FUSEGRAPH_AUTOTUNE=off`
 //! (every kernel then takes [`MatmulTiling::default_for`] its shape, for reproducible runs),
@@ -10,7 +10,8 @@
 //! powers of two (from 16 to 4096). Products below [`MIN_TUNED_MACS`] multiply-adds are not
 //! tuned: dispatch cost dominates them and timing them says little. Each candidate runs the
 //! class's representative product (the first shape seen, scaled down to at most
-//! [`MAX_TIMED_MACS`]) once to warm up and three times timed; the median decides.
+//! [`MAX_TIMED_MACS`] on a CPU adapter, [`MAX_TIMED_MACS_GPU`] on a GPU) once to warm up and
+//! three times timed; the median decides.
 
 use crate::{CompileOptions, Device, FusionMode, Result};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor};
@@ -20,8 +21,13 @@ use std::sync::Arc;
 
 /// Products smaller than this many multiply-adds keep the default tiling.
 pub const MIN_TUNED_MACS: usize = 1 << 21;
-/// The timed product of a class is scaled down to at most this many multiply-adds.
+/// On a CPU adapter the timed product of a class is scaled down to at most this many
+/// multiply-adds.
 pub const MAX_TIMED_MACS: usize = 1 << 26;
+/// On a GPU, at most this many (4096³): a scaled-down product leaves most of a large GPU's
+/// multiprocessors idle and so favours small tiles (more workgroups), while the class's
+/// real products fill the chip. 4096³ takes milliseconds per run there.
+pub const MAX_TIMED_MACS_GPU: usize = 1 << 36;
 
 /// One tuned class: what was chosen, and whether it was measured in this process or read
 /// from the disk cache.
@@ -57,10 +63,10 @@ fn class(shape: &GemmShape, dtype: DType) -> String {
 }
 
 /// The representative product timed for a class: `shape` with its largest dimensions halved
-/// until it is at most [`MAX_TIMED_MACS`] multiply-adds (a batch first drops to 4).
-fn timed_shape(shape: &GemmShape) -> GemmShape {
+/// until it is at most `max_macs` multiply-adds (a batch first drops to 4).
+fn timed_shape(shape: &GemmShape, max_macs: usize) -> GemmShape {
     let mut s = GemmShape { batch: shape.batch.min(4), ..*shape };
-    while s.batch * s.m * s.n * s.k > MAX_TIMED_MACS {
+    while s.batch * s.m * s.n * s.k > max_macs {
         let largest = s.m.max(s.n).max(s.k);
         if s.m == largest {
             s.m = s.m.div_ceil(2);
@@ -92,7 +98,7 @@ impl Device {
             if !tuner.loaded {
                 tuner.loaded = true;
                 let text =
-                    crate::calibrate::cache_file(self, "tiling-v2").and_then(|p| std::fs::read_to_string(p).ok());
+                    crate::calibrate::cache_file(self, "tiling-v3").and_then(|p| std::fs::read_to_string(p).ok());
                 for (class, tiling) in text.iter().flat_map(|t| t.lines()).filter_map(parse_line) {
                     tuner.chosen.insert(class.clone(), TunedTiling { class, tiling, timings: vec![] });
                 }
@@ -102,7 +108,9 @@ impl Device {
             }
         }
         // Measured outside the lock: timing compiles and runs executables on this device.
-        let tuned = match self.measure_tilings(&key, &timed_shape(shape), dtype) {
+        let max_macs =
+            if self.info().device_type == wgpu::DeviceType::Cpu { MAX_TIMED_MACS } else { MAX_TIMED_MACS_GPU };
+        let tuned = match self.measure_tilings(&key, &timed_shape(shape, max_macs), dtype) {
             Ok(t) => t,
             // A candidate that cannot run here (limits) leaves the default in place.
             Err(_) => return None,
@@ -110,7 +118,7 @@ impl Device {
         let tiling = tuned.tiling;
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
         tuner.chosen.insert(key, tuned);
-        if let Some(path) = crate::calibrate::cache_file(self, "tiling-v2") {
+        if let Some(path) = crate::calibrate::cache_file(self, "tiling-v3") {
             let text: String = tuner.chosen.values().map(|t| format!("{} = {}\n", t.class, t.tiling)).collect();
             // Written aside and renamed, so a reader never sees half a file.
             let tmp = path.with_extension(format!("tmp{}", std::process::id()));
@@ -184,7 +192,7 @@ mod tests {
         assert_eq!(class(&s, DType::F32), "f32 b1 m512 n1024 k16");
         assert_eq!(class(&GemmShape { batch: 12, ..s }, DType::I32), "int batched m512 n1024 k16");
         let big = GemmShape { batch: 48, m: 4096, n: 4096, k: 4096 };
-        let t = timed_shape(&big);
+        let t = timed_shape(&big, MAX_TIMED_MACS);
         assert!(t.batch * t.m * t.n * t.k <= MAX_TIMED_MACS, "{t:?}");
         assert_eq!(t.batch, 4);
         assert_eq!(

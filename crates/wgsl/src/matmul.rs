@@ -84,7 +84,7 @@ impl MatmulTiling {
     /// tiles of 16×32 blocks, 128×128 tiles of 32×16 blocks 8 deep (on lavapipe these won 21
     /// of the 27 shape classes the test suite and benchmarks tuned, but take 2–4.5 s each to
     /// compile).
-    pub const CANDIDATES: [MatmulTiling; 9] = [
+    pub const CANDIDATES: [MatmulTiling; 10] = [
         SMALL,
         LARGE,
         MatmulTiling { gx: 8, gy: 8, bm: 8, bn: 8, tk: 32 },
@@ -94,6 +94,10 @@ impl MatmulTiling {
         CPU_LARGE,
         MatmulTiling { gx: 4, gy: 4, bm: 16, bn: 32, tk: 16 },
         MatmulTiling { gx: 8, gy: 4, bm: 32, bn: 16, tk: 8 },
+        // 32×32 tiles by 64 invocations: for products whose output is small beside a GPU
+        // (a transformer's 256×768 projections are 12 tiles of 128×128 on an H100's 132
+        // multiprocessors; 192 of these).
+        MatmulTiling { gx: 8, gy: 8, bm: 4, bn: 4, tk: 32 },
     ];
 
     /// The untuned choice: [`LARGE`] where both `m` and `n` fill its tiles, [`FEW_ROWS`]
@@ -201,9 +205,9 @@ pub fn subgroup_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Optio
 ///
 /// The kernel is [`tiled_main`] with [`COOP`]'s tiling: the operand tiles are staged in
 /// workgroup memory through the operand functions as for the plain kernel (so prologues,
-/// ragged edges, batches and convolutions work unchanged), as f16, the lhs tile column-major
-/// and the rhs tile row-major; per 16 steps of `k` each subgroup loads its A and B
-/// fragments with `coopLoad`/`coopLoadT` and updates its accumulators with
+/// ragged edges, batches and convolutions work unchanged), as f16, both tiles row-major;
+/// per 16 steps of `k` each subgroup loads its A and B fragments with `coopLoadT` and
+/// updates its accumulators with
 /// `coopMultiplyAdd` (f16 products, f32 sums). After the last step the accumulators are
 /// stored to a 64×64 f32 tile in workgroup memory, and each invocation reads its 8×4 block
 /// of it and runs the fused epilogue and the store of the plain kernel.
@@ -242,10 +246,10 @@ impl CoopPlan {
         }
     }
 
-    /// The A fragment at element `at` of the (column-major) lhs tile.
+    /// The A fragment at element `at` of the (row-major) lhs tile.
     fn load_a(&self, at: &str, stride: usize) -> String {
         match self.emulated {
-            None => format!("coopLoad<coop_mat16x16<f16, A>>(&fg_tile_a[{at}], {stride}u)"),
+            None => format!("coopLoadT<coop_mat16x16<f16, A>>(&fg_tile_a[{at}], {stride}u)"),
             Some(_) => format!("vec2<u32>({at}, {stride}u)"),
         }
     }
@@ -288,7 +292,7 @@ impl CoopPlan {
         let e = p * {size}u + lane;
         var acc = m[p];
         for (var q = 0u; q < 16u; q = q + 1u) {{
-            acc = acc + f32(fg_tile_a[a.x + q * a.y + e / 16u]) * f32(fg_tile_b[b.x + q * b.y + e % 16u]);
+            acc = acc + f32(fg_tile_a[a.x + (e / 16u) * a.y + q]) * f32(fg_tile_b[b.x + q * b.y + e % 16u]);
         }}
         m[p] = acc;
     }}
@@ -432,8 +436,10 @@ pub fn tiled_main(
 
     // Tiles of vec4s: fg_tile_a[kk * tm/4 + q] holds rows 4q..4q+3 of the lhs tile at `kk`,
     // fg_tile_b[kk * tn/4 + q] columns 4q..4q+3 of the rhs tile (one load per 4 values).
-    // Cooperative matrices load from scalar f16 arrays of the same layout: the lhs tile
-    // column-major (stride tm), the rhs tile row-major (stride tn).
+    // Cooperative matrices load from scalar f16 arrays, both tiles row-major: the lhs tile
+    // (stride tk) so that the invocations of a subgroup, which load adjacent `k` of one
+    // row, store adjacent halves (column-major, each stored to its own bank: a 32-way bank
+    // conflict per store on an H100), the rhs tile (stride tn).
     if coop.is_some() {
         let _ = writeln!(body, "var<workgroup> fg_tile_a: array<f16, {}>;", tk * tm);
         let _ = writeln!(body, "var<workgroup> fg_tile_b: array<f16, {}>;", tk * tn);
@@ -503,9 +509,9 @@ pub fn tiled_main(
     }
     w(&mut s, 3, "}".into());
     if coop.is_some() {
-        w(&mut s, 3, format!("let ia = (kk * {}u + e / {tk}u) * 4u;", tm / 4));
+        w(&mut s, 3, format!("let ia = (e / {tk}u) * {}u + kk;", 4 * tk));
         for (q, comp) in XYZW.iter().enumerate() {
-            w(&mut s, 3, format!("fg_tile_a[ia + {q}u] = f16(x.{comp});"));
+            w(&mut s, 3, format!("fg_tile_a[ia + {}u] = f16(x.{comp});", q * tk));
         }
     } else {
         w(&mut s, 3, format!("fg_tile_a[kk * {}u + e / {tk}u] = x;", tm / 4));
@@ -619,8 +625,8 @@ fn coop_compute(s: &mut String, cp: &CoopPlan, (tm, tn): (usize, usize), (bm, bn
     let (br, bc) = cp.blocks();
     w(s, 2, format!("for (var kk = 0u; kk < {tk}u; kk = kk + {COOP_SIDE}u) {{"));
     for i in 0..br {
-        let at = format!("kk * {tm}u + sg_row + {}u", i * COOP_SIDE);
-        w(s, 3, format!("let fa{i} = {};", cp.load_a(&at, tm)));
+        let at = format!("(sg_row + {}u) * {tk}u + kk", i * COOP_SIDE);
+        w(s, 3, format!("let fa{i} = {};", cp.load_a(&at, tk)));
     }
     for j in 0..bc {
         let at = format!("kk * {tn}u + sg_col + {}u", j * COOP_SIDE);

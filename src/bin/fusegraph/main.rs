@@ -12,12 +12,15 @@ const USAGE: &str = "usage: fusegraph <command>
 
 commands:
   info [--json]    the adapter fusegraph chooses: backend, driver, limits, features
-  bench [--quick] [--workload NAME] [--runs N] [--json PATH] [--plot DIR] [--profile] [--fused-attention]
+  bench [--quick] [--workload NAME] [--runs N] [--json PATH] [--plot DIR] [--profile]
+        [--fused-attention] [--mixed-precision]
                    compile every workload fused and unfused, check they agree, time them,
                    and print kernels, bytes moved, memory and speedup; --plot writes SVG
                    memory timelines and the fused graphs as DOT; --profile prints each
                    executable's slowest kernels, timed one by one; --fused-attention
-                   compiles the fused mode with attention in one kernel (no scores stored)
+                   compiles the fused mode with attention in one kernel (no scores stored);
+                   --mixed-precision compiles it with f16 storage and f32 sums (fused and
+                   unfused then agree within f16 tolerance)
   roofline [--quick] [--json PATH]
                    achieved GB/s and GFLOP/s per kernel family next to ceilings measured
                    in the same run (a streaming copy, the best matmul)

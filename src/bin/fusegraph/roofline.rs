@@ -65,10 +65,14 @@ fn median(v: &[f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// Compiles a graph and times it in `runs` rounds of one run each, every round followed by
-/// one run of the ceiling's copy, so that a kernel and the ceiling it is compared with see
-/// the same machine (on a shared CPU box the load drifts by ±20% within a minute); returns
-/// (median ms, the executable, the copy's GB/s over these rounds).
+/// Compiles a graph and times it. On a CPU adapter in `runs` rounds of one run each, every
+/// round followed by one run of the ceiling's copy, so that a kernel and the ceiling it is
+/// compared with see the same machine (on a shared CPU box the load drifts by ±20% within a
+/// minute); on a GPU, whose speed does not drift so, `runs` runs in one call and then as many
+/// of the copy: each call uploads the inputs and reads the outputs back, which over PCIe
+/// costs far more than the kernels at these sizes. Returns (median ms, the executable, the
+/// copy's GB/s over these rounds).
+#[allow(clippy::too_many_arguments)]
 fn time(
     device: &Arc<Device>,
     b: &GraphBuilder,
@@ -77,17 +81,19 @@ fn time(
     runs: usize,
     opts: &CompileOptions,
     ceiling: &mut Ceiling,
+    rounds: bool,
 ) -> Result<(f64, Executable, f64), String> {
     let exe = device.compile(&b.graph(), outs, opts).map_err(|e| e.to_string())?;
     let refs = refs(feeds);
+    let (per_round, rounds) = if rounds { (1, runs) } else { (runs, 1) };
     exe.time(&refs, 2, 1).map_err(|e| e.to_string())?;
     let mut ms = Vec::with_capacity(runs);
     let mut copy_ms = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        ms.push(exe.time(&refs, 0, 1).map_err(|e| e.to_string())?.median());
-        let t = ceiling.exe.time(&self::refs(&ceiling.feeds), 0, 1).map_err(|e| e.to_string())?;
-        copy_ms.push(t.median());
-        ceiling.ms.push(t.median());
+    for _ in 0..rounds {
+        ms.extend(exe.time(&refs, 0, per_round).map_err(|e| e.to_string())?.ms);
+        let t = ceiling.exe.time(&self::refs(&ceiling.feeds), 0, per_round).map_err(|e| e.to_string())?;
+        copy_ms.extend(&t.ms);
+        ceiling.ms.extend(&t.ms);
     }
     let copy_gbps = ceiling.exe.stats().bytes_moved as f64 / median(&copy_ms) / 1e6;
     Ok((median(&ms), exe, copy_gbps))
@@ -143,7 +149,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         eprintln!("timing {kernel} {dtype} {shape}");
         let b = GraphBuilder::new();
         let (outs, feeds) = build(&b);
-        let (ms, exe, ceiling_gbps) = time(&device, &b, &outs, &feeds, runs, opts, &mut ceiling)?;
+        let (ms, exe, ceiling_gbps) = time(&device, &b, &outs, &feeds, runs, opts, &mut ceiling, cpu)?;
         let bytes = exe.stats().bytes_moved as f64;
         // A tiled matmul is named with its tiling (autotuned, or the default for its shape),
         // a subgroup or cooperative-matrix matmul as such.
@@ -154,7 +160,18 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
             None if stats.kernels.iter().any(|k| k.cooperative_matmul) => format!("{kernel} coop"),
             None => kernel.to_string(),
         };
-        rows.push(Row { kernel, shape, dtype, ms, gflops: flops / ms / 1e6, gbps: bytes / ms / 1e6, ceiling_gbps });
+        let row = Row { kernel, shape, dtype, ms, gflops: flops / ms / 1e6, gbps: bytes / ms / 1e6, ceiling_gbps };
+        // Each row as it comes, so that a run cut short still says what it measured.
+        eprintln!(
+            "  {} {}: {:.4} ms, {:.1} GB/s ({:.0}% of copy), {:.1} GFLOP/s",
+            row.kernel,
+            row.dtype,
+            row.ms,
+            row.gbps,
+            100.0 * row.gbps / row.ceiling_gbps,
+            row.gflops
+        );
+        rows.push(row);
         Ok(())
     };
     let plain = CompileOptions::default();
@@ -229,6 +246,11 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         );
     }
     print!("{table}");
+    // What the autotuner measured in this run: every candidate tiling's median per class.
+    for t in device.tuned_tilings().iter().filter(|t| !t.timings.is_empty()) {
+        let each: Vec<String> = t.timings.iter().map(|(c, ms)| format!("{c} {ms:.3}")).collect();
+        println!("autotuned {}: {} (ms: {})", t.class, t.tiling, each.join(", "));
+    }
     println!("ceilings (measured in this run): copy {ceiling_gbps:.2} GB/s, matmul {ceiling_gflops:.2} GFLOP/s; adapter {} ({:?})", info.name, info.backend);
     // f16 against f32 at the largest product, best kernel of each (on an adapter with
     // cooperative matrices, the f16 one runs on them).

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The GPU run: everything a session lent an NVIDIA machine (the `device` tool) measures, in
+# one call, since each machine start costs minutes of a short budget.
+#
+# Here (the CPU machine), from the project root:
+#   ./scripts/gpu.sh pack        # builds, fetches the Vulkan loader into .gl/ and copies the
+#                                # release binaries and test executables into .gpu-bin/
+# There (device `run`, carry [".gl", ".gpu-bin"]):
+#   ./scripts/gpu.sh run [PHASE ...]   # phases: info tests roofline bench examples (all when
+#                                      # none is named; also: profile); logs and JSON
+#                                      # land in $OUT
+#
+# Every phase has a time limit so one slow phase cannot take the others' results with it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+pack() {
+    set -e
+    cargo build --release --bins --examples
+    cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
+        | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 > /tmp/fg-test-executables
+    ../shared/gpu/prepare.sh  # the loader packages into .gl/
+    local stage=/tmp/fg-gpu-stage
+    rm -rf "$stage" .gpu-bin/*
+    mkdir -p "$stage/tests"
+    cp target/release/fusegraph target/release/examples/{quickstart,mlp,cnn,transformer,memory_limit,train} "$stage/"
+    while read -r exe; do
+        name=$(basename "$exe")
+        # The golden WGSL files are device-independent and read by path from this checkout.
+        case "$exe" in */examples/*) continue ;; esac  # the examples run in their own phase
+        case "$name" in golden_wgsl-*) continue ;; esac
+        cp "$exe" "$stage/tests/${name%-*}"
+    done < /tmp/fg-test-executables
+    strip "$stage"/* "$stage"/tests/* 2>/dev/null || true
+    # The binaries share most of their code: one solid archive with a large window is ~8x
+    # smaller than the stripped files, which keeps the carried tree under 64 MiB.
+    realpath target/release/fusegraph > .gpu-bin/fusegraph-path
+    tar -C "$stage" -cf - . | xz -T2 --lzma2=preset=3,dict=256MiB > .gpu-bin/fg.tar.xz
+    du -sh .gl .gpu-bin
+}
+
+run() {
+    OUT=${OUT:-/tmp/fg-out}
+    mkdir -p "$OUT"
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    export XDG_CACHE_HOME=/tmp/fg-cache XDG_RUNTIME_DIR=/tmp
+    nvidia-smi -L
+    mkdir -p /tmp/fg && tar -C /tmp/fg -xJf .gpu-bin/fg.tar.xz || exit 1
+    local B=/tmp/fg
+    # tests/cli.rs runs the program from the path it was built at.
+    local bin_path
+    bin_path=$(cat .gpu-bin/fusegraph-path 2>/dev/null) && mkdir -p "$(dirname "$bin_path")" && cp $B/fusegraph "$bin_path"
+    local phases=("$@")
+    [ ${#phases[@]} -eq 0 ] && phases=(info roofline bench examples tests)
+    for phase in "${phases[@]}"; do
+        local t0=$SECONDS
+        echo "=== $phase"
+        case "$phase" in
+        info)
+            $B/fusegraph info
+            $B/fusegraph info --json > "$OUT/info.json"
+            ;;
+        tests)
+            # FG_TESTS="a b": only these test executables.
+            for t in $B/tests/*; do
+                if [ -n "${FG_TESTS:-}" ] && [[ " $FG_TESTS " != *" $(basename "$t") "* ]]; then continue; fi
+                # Stop before the device call's 600 s limit takes the logs with it.
+                if [ $SECONDS -gt "${FG_GPU_DEADLINE:-540}" ]; then echo "out of time before $(basename "$t")"; break; fi
+                timeout 120 "$t" --test-threads 4 > "$OUT/t.log" 2>&1
+                local rc=$?
+                grep -E "^test result|FAILED|panicked" "$OUT/t.log" | sed "s|^|$(basename "$t"): |" | head -20
+                cat "$OUT/t.log" >> "$OUT/tests.log"
+                [ $rc -ne 0 ] && echo "$(basename "$t"): exit $rc"
+            done
+            rm -f "$OUT/t.log"
+            ;;
+        roofline)
+            timeout 150 $B/fusegraph roofline --json "$OUT/roofline.json" 2>&1 | tee "$OUT/roofline.log" | grep -v "^timing"
+            # The autotuner's choices, per shape class.
+            cat "$XDG_CACHE_HOME"/fusegraph/* 2>/dev/null | tee -a "$OUT/roofline.log"
+            ;;
+        bench)
+            timeout 150 $B/fusegraph bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40
+            ;;
+        profile)
+            # The slowest kernels of the transformer block, f32, mixed precision and with
+            # attention in one kernel (tiled and not).
+            {
+                timeout 60 $B/fusegraph bench --workload transformer --runs 10 --profile
+                timeout 60 $B/fusegraph bench --workload transformer --runs 10 --profile --mixed-precision
+                timeout 60 $B/fusegraph bench --workload transformer --runs 10 --profile --fused-attention
+                FUSEGRAPH_TILED_ATTENTION=off timeout 60 $B/fusegraph bench --workload transformer --runs 10 --fused-attention
+            } > "$OUT/profile.log" 2>&1
+            grep -v "^\[" "$OUT/profile.log" | tail -120
+            ;;
+        examples)
+            {
+                for e in quickstart mlp cnn memory_limit train; do
+                    echo "== example: $e"
+                    timeout 30 "$B/$e"
+                done
+                for flags in "" "--mixed-precision" "--fused-attention"; do
+                    echo "== example: transformer $flags"
+                    timeout 30 $B/transformer $flags
+                done
+            } > "$OUT/examples.log" 2>&1
+            grep -E "^==|error|Error|mismatch|max |identical|MiB|ms" "$OUT/examples.log" | head -80
+            ;;
+        *) echo "unknown phase $phase" ;;
+        esac
+        echo "=== $phase took $((SECONDS - t0)) s"
+    done
+}
+
+case "${1:-}" in
+pack) pack ;;
+run) shift; run "$@" ;;
+*) echo "usage: scripts/gpu.sh pack | run [info tests roofline bench examples]" >&2; exit 2 ;;
+esac
