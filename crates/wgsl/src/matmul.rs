@@ -620,7 +620,7 @@ fn tiled_compute(s: &mut String, (tm, tn): (usize, usize), (bm, bn): (usize, usi
 /// fragments (rows sg_row..) and B fragments (columns sg_col..) and every product; after the
 /// last step the accumulators go through workgroup memory to each invocation's `bm`×`bn`
 /// block (`accR_P`, as the plain kernel leaves them).
-fn coop_compute(s: &mut String, cp: &CoopPlan, (tm, tn): (usize, usize), (bm, bn): (usize, usize), tk: usize) {
+fn coop_compute(s: &mut String, cp: &CoopPlan, (_, tn): (usize, usize), (bm, bn): (usize, usize), tk: usize) {
     let w = line;
     let (br, bc) = cp.blocks();
     w(s, 2, format!("for (var kk = 0u; kk < {tk}u; kk = kk + {COOP_SIDE}u) {{"));
