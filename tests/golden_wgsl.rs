@@ -192,3 +192,28 @@ fn causal_attention_stops_at_the_band() {
         ],
     );
 }
+
+/// On a GPU a loop kernel of at least `GPU_INTERLEAVE_MIN` elements reads and writes vec4s,
+/// four elements per invocation (one 4-byte load in flight per invocation held an f32 copy
+/// to a fifth of an H100's bandwidth); a smaller one keeps one element per invocation, so
+/// that it still spreads over the GPU's lanes.
+#[test]
+fn gpu_loop_kernels_take_four_elements_per_invocation_only_when_large() {
+    use fusegraph::crates::wgsl::{GPU_INTERLEAVE_MIN, WORKGROUP_SIZE};
+    let opts =
+        LowerOptions { f16_native: true, cpu: false, subgroups: true, subgroup_size: None, ..Default::default() };
+    for (n, four) in [(GPU_INTERLEAVE_MIN as usize, true), (GPU_INTERLEAVE_MIN as usize / 2, false)] {
+        let b = fusegraph::GraphBuilder::new();
+        let x = b.input("x", DType::F32, vec![n]).unwrap();
+        let y = b.input("y", DType::F32, vec![n]).unwrap();
+        let out = x.add(&y).unwrap().tanh().unwrap().mul_scalar(0.5).unwrap();
+        let g = b.graph();
+        let f = fuse(&g, &[out.id()], &FusionOptions::default()).unwrap();
+        assert_eq!(f.kernels.len(), 1);
+        let src = lower(&g, &f.kernels[0], &opts);
+        validate(&src.wgsl).unwrap();
+        let per_invocation = if four { 4 } else { 1 };
+        assert_eq!(src.workgroups, (n / per_invocation).div_ceil(WORKGROUP_SIZE as usize) as u64, "{n} elements");
+        assert_eq!(src.wgsl.contains("array<vec4<f32>>"), four, "{n} elements:\n{}", src.wgsl);
+    }
+}
