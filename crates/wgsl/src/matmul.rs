@@ -438,8 +438,9 @@ pub fn tiled_main(
     // fg_tile_b[kk * tn/4 + q] columns 4q..4q+3 of the rhs tile (one load per 4 values).
     // Cooperative matrices load from scalar f16 arrays, both tiles row-major: the lhs tile
     // (stride tk) so that the invocations of a subgroup, which load adjacent `k` of one
-    // row, store adjacent halves (column-major, each stored to its own bank: a 32-way bank
-    // conflict per store on an H100), the rhs tile (stride tn).
+    // row, store adjacent halves (column-major put their stores tm halves apart, all in one
+    // bank; row-major made the kernel 1.3× faster at 1024³ on an H100), the rhs tile
+    // (stride tn).
     if coop.is_some() {
         let _ = writeln!(body, "var<workgroup> fg_tile_a: array<f16, {}>;", tk * tm);
         let _ = writeln!(body, "var<workgroup> fg_tile_b: array<f16, {}>;", tk * tn);
