@@ -226,6 +226,16 @@ pub fn run_example(device: &std::sync::Arc<crate::Device>, w: &Workload, runs: u
     run_example_with(device, w, runs, &crate::CompileOptions::default())
 }
 
+/// The relative tolerance outputs compiled with `opts` are checked with: f16's (2e-2) under
+/// `mixed_precision`, else 1e-4.
+pub fn tolerance(opts: &crate::CompileOptions) -> f64 {
+    if opts.mixed_precision {
+        2e-2
+    } else {
+        1e-4
+    }
+}
+
 /// [`run_example`] compiled with `opts`; under `mixed_precision` the outputs are checked
 /// against the f32 reference within f16 tolerance (2e-2, scaled by the output's magnitude).
 pub fn run_example_with(
@@ -235,7 +245,7 @@ pub fn run_example_with(
     opts: &crate::CompileOptions,
 ) -> Result<Report, String> {
     use crate::crates::reference;
-    let tol = if opts.mixed_precision { 2e-2 } else { 1e-4 };
+    let tol = tolerance(opts);
     let mut exe = device.compile(&w.graph, &w.outputs, opts).map_err(|e| e.to_string())?;
     for (name, value) in &w.params {
         exe.set_parameter(name, value).map_err(|e| e.to_string())?;

@@ -220,7 +220,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             mixed_precision: args.mixed_precision,
             ..Default::default()
         };
-        let tol = if args.mixed_precision { 2e-2 } else { 1e-4 };
+        let tol = workloads::tolerance(&fused_opts);
         let fused = compile(&device, w, &fused_opts).map_err(|e| format!("{}: {e}", w.name))?;
         let unfused = compile(&device, w, &CompileOptions::unfused()).map_err(|e| format!("{}: {e}", w.name))?;
         let a = fused.run(&w.feed_refs()).map_err(|e| e.to_string())?;

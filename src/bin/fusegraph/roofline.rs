@@ -68,9 +68,10 @@ fn median(v: &[f64]) -> f64 {
 /// Compiles a graph and times it. On a CPU adapter in `runs` rounds of one run each, every
 /// round followed by one run of the ceiling's copy, so that a kernel and the ceiling it is
 /// compared with see the same machine (on a shared CPU box the load drifts by ±20% within a
-/// minute); on a GPU, whose speed does not drift so, `runs` runs in one call and then as many
-/// of the copy: each call uploads the inputs and reads the outputs back, which over PCIe
-/// costs far more than the kernels at these sizes. Returns (median ms, the executable, the
+/// minute); on a GPU (`interleave` false) `runs` runs in one call and then as many of the
+/// copy: each call uploads the inputs and reads the outputs back, which over PCIe costs far
+/// more than the kernels at these sizes (an H100's speed drifts too, so its rows are samples;
+/// BENCHMARKS.md). Returns (median ms, the executable, the
 /// copy's GB/s over these rounds).
 #[allow(clippy::too_many_arguments)]
 fn time(
@@ -81,11 +82,11 @@ fn time(
     runs: usize,
     opts: &CompileOptions,
     ceiling: &mut Ceiling,
-    rounds: bool,
+    interleave: bool,
 ) -> Result<(f64, Executable, f64), String> {
     let exe = device.compile(&b.graph(), outs, opts).map_err(|e| e.to_string())?;
     let refs = refs(feeds);
-    let (per_round, rounds) = if rounds { (1, runs) } else { (runs, 1) };
+    let (per_round, rounds) = if interleave { (1, runs) } else { (runs, 1) };
     exe.time(&refs, 2, 1).map_err(|e| e.to_string())?;
     let mut ms = Vec::with_capacity(runs);
     let mut copy_ms = Vec::with_capacity(runs);
