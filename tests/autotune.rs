@@ -53,7 +53,7 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     assert_eq!(best, chosen);
     eprintln!("timings: {:?}", tuned[0].timings.iter().map(|(t, ms)| format!("{t} {ms:.2} ms")).collect::<Vec<_>>());
     let files: Vec<_> = std::fs::read_dir(dir.join("fusegraph")).unwrap().flatten().map(|e| e.path()).collect();
-    let cache = files.iter().find(|p| p.to_string_lossy().contains("tiling-v3")).expect("a tiling cache file");
+    let cache = files.iter().find(|p| p.to_string_lossy().contains("tiling-v4")).expect("a tiling cache file");
     let text = std::fs::read_to_string(cache).unwrap();
     assert_eq!(text.trim(), format!("f32 b1 m256 n256 k128 = {chosen}"));
 

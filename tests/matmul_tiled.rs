@@ -237,7 +237,9 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
     let (mut shaders, mut spirv) = (0, 0);
     for case in coop_cases() {
         let kernels = partition(&case.graph, &case.outputs, FusionMode::On).unwrap();
-        for size in [8, 16, 32, 64, 128] {
+        for (size, tiling) in
+            [8, 16, 32, 64, 128].into_iter().flat_map(|s| MatmulTiling::COOP_CANDIDATES.map(|t| (s, t)))
+        {
             for (coop, marker) in
                 [(Cooperative::Native, COOP), (Cooperative::Emulated { subgroup_size: size }, COOP_EMULATED)]
             {
@@ -249,7 +251,8 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
                     cooperative_matrix: Some(coop),
                     ..Default::default()
                 };
-                let srcs: Vec<_> = kernels.iter().map(|k| lower(&case.graph, k, &opts)).collect();
+                let strategy = Strategy { matmul_tiling: Some(tiling), ..Default::default() };
+                let srcs: Vec<_> = kernels.iter().map(|k| lower_with(&case.graph, k, &opts, &strategy)).collect();
                 assert!(
                     srcs.iter().any(|s| s.wgsl.contains(marker)),
                     "{} ({size}, {coop:?}): no coop kernel",
@@ -259,11 +262,26 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
                     let module = validate(&src.wgsl)
                         .unwrap_or_else(|e| panic!("{} kernel {} ({opts:?}): {e}", case.name, src.label));
                     shaders += 1;
-                    // 128 / size subgroups on the squarest grid over 4×4 blocks: one block
-                    // each for 8, 2 for 16, 2×2 for 32, 4×2 for 64, all 16 for 128; one
+                    // invocations / size subgroups on the squarest grid over the tile's
+                    // blocks of 16×16 (4×4 of them by 128 invocations by default: one block
+                    // each for 8, 2 for 16, 2×2 for 32, 4×2 for 64, all 16 for 128); one
                     // multiply-add per block per step (the emulation also defines the helper).
+                    let (tm, tn) = tiling.tile();
+                    let per_subgroup = (tm / 16) * (tn / 16) * size as usize / (tiling.gx * tiling.gy);
                     let calls = src.wgsl.matches(marker).count() - usize::from(marker == COOP_EMULATED);
-                    assert_eq!(calls, 16 * size as usize / 128, "{} ({size}, {coop:?})", case.name);
+                    assert_eq!(calls, per_subgroup, "{} ({size}, {coop:?}, {tiling})", case.name);
+                    // One epilogue pass per fragment row of a subgroup, through an f32 band of
+                    // `rows`×16 rows: within 48 KiB with the 32-lane subgroups of NVIDIA.
+                    let band: usize = src
+                        .wgsl
+                        .split("var<workgroup> fg_tile_c: array<f32, ")
+                        .nth(1)
+                        .and_then(|r| r.split('>').next())
+                        .and_then(|n| n.parse().ok())
+                        .expect("an f32 band");
+                    let operands = (tm + tn) * tiling.tk * 2;
+                    assert!(band * 4 + operands <= 49152 || size < 32, "{} ({size}, {tiling}): {band} f32", case.name);
+                    assert_eq!(band % (16 * tn), 0, "{} ({size}, {tiling}): whole fragment rows", case.name);
                     // The SPIR-V a Vulkan driver would get (wgpu's own path: naga's writer).
                     if coop == Cooperative::Native {
                         let info = naga::valid::Validator::new(
@@ -291,7 +309,7 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
             }
         }
     }
-    assert!(shaders >= 80 && spirv >= 40, "{shaders} shaders, {spirv} SPIR-V modules");
+    assert!(shaders >= 160 && spirv >= 80, "{shaders} shaders, {spirv} SPIR-V modules");
     // Subgroups that do not split the 128 invocations, f32 products, packed f16: the plain kernel.
     let f16 = case(DType::F16, (65, 17, 130), false, false, false);
     let f32 = case(DType::F32, (65, 17, 130), false, false, false);
@@ -316,9 +334,10 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
     }
 }
 
-/// The cooperative-matrix kernel against the reference: emulated (pretend subgroups of 32 and
-/// 64 invocations: 2×2 blocks of 16×16 per subgroup, as on NVIDIA, and 4×2) on any adapter
-/// with native f16, and on the device's own cooperative matrices where it has them.
+/// The cooperative-matrix kernel with each of its tilings against the reference: emulated
+/// (pretend subgroups of 32 and 64 invocations: for 64×64 tiles 2×2 blocks of 16×16 per
+/// subgroup, as on NVIDIA, and 4×2; for 128×128 tiles 4×2 and 4×4) on any adapter with
+/// native f16, and on the device's own cooperative matrices where it has them.
 #[test]
 fn cooperative_matmul_matches_the_reference() {
     let shared = Device::shared().expect("a device");
@@ -338,9 +357,10 @@ fn cooperative_matmul_matches_the_reference() {
     }
     let (mut ran, mut failures) = (0, Vec::new());
     for (how, device) in &devices {
-        for case in &coop_cases() {
+        for (case, tiling) in coop_cases().iter().flat_map(|c| MatmulTiling::COOP_CANDIDATES.map(|t| (c, t))) {
             ran += 1;
-            match check(device, case) {
+            let how = format!("{how}, {tiling}");
+            match check_with(device, case, &CompileOptions { matmul_tiling: Some(tiling), ..Default::default() }) {
                 Ok(stats) if !stats.kernels.iter().any(|k| k.cooperative_matmul) => {
                     failures.push(format!("{} [{how}]: not on cooperative matrices", case.name))
                 }

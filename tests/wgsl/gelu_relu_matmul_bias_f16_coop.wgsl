@@ -151,7 +151,7 @@ fn e19_acc(i: u32, acc: f32, h7: f32) -> f32 {
 
 var<workgroup> fg_tile_a: array<f16, 2048>;
 var<workgroup> fg_tile_b: array<f16, 2048>;
-var<workgroup> fg_tile_c: array<f32, 4096>;
+var<workgroup> fg_tile_c: array<f32, 2048>;
 
 // The error function (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7).
 fn fg_erf(x: f32) -> f32 {
@@ -246,19 +246,43 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
     }
-    coopStoreT(fg_c0_0, &fg_tile_c[(sg_row + 0u) * 64u + sg_col + 0u], 64u);
-    coopStoreT(fg_c0_1, &fg_tile_c[(sg_row + 0u) * 64u + sg_col + 16u], 64u);
-    coopStoreT(fg_c1_0, &fg_tile_c[(sg_row + 16u) * 64u + sg_col + 0u], 64u);
-    coopStoreT(fg_c1_1, &fg_tile_c[(sg_row + 16u) * 64u + sg_col + 16u], 64u);
+    var acc0_0 = vec4<f32>();
+    var acc1_0 = vec4<f32>();
+    var acc2_0 = vec4<f32>();
+    var acc3_0 = vec4<f32>();
+    var acc4_0 = vec4<f32>();
+    var acc5_0 = vec4<f32>();
+    var acc6_0 = vec4<f32>();
+    var acc7_0 = vec4<f32>();
+    let my_pass = ((ty * 8u) % 32u) / 16u;
+    let band_row = ((ty * 8u) / 32u) * 16u + (ty * 8u) % 16u;
+    coopStoreT(fg_c0_0, &fg_tile_c[(sg_row / 2u) * 64u + sg_col + 0u], 64u);
+    coopStoreT(fg_c0_1, &fg_tile_c[(sg_row / 2u) * 64u + sg_col + 16u], 64u);
     workgroupBarrier();
-    let acc0_0 = vec4<f32>(fg_tile_c[(ty * 8u + 0u) * 64u + tx * 4u + 0u], fg_tile_c[(ty * 8u + 0u) * 64u + tx * 4u + 1u], fg_tile_c[(ty * 8u + 0u) * 64u + tx * 4u + 2u], fg_tile_c[(ty * 8u + 0u) * 64u + tx * 4u + 3u]);
-    let acc1_0 = vec4<f32>(fg_tile_c[(ty * 8u + 1u) * 64u + tx * 4u + 0u], fg_tile_c[(ty * 8u + 1u) * 64u + tx * 4u + 1u], fg_tile_c[(ty * 8u + 1u) * 64u + tx * 4u + 2u], fg_tile_c[(ty * 8u + 1u) * 64u + tx * 4u + 3u]);
-    let acc2_0 = vec4<f32>(fg_tile_c[(ty * 8u + 2u) * 64u + tx * 4u + 0u], fg_tile_c[(ty * 8u + 2u) * 64u + tx * 4u + 1u], fg_tile_c[(ty * 8u + 2u) * 64u + tx * 4u + 2u], fg_tile_c[(ty * 8u + 2u) * 64u + tx * 4u + 3u]);
-    let acc3_0 = vec4<f32>(fg_tile_c[(ty * 8u + 3u) * 64u + tx * 4u + 0u], fg_tile_c[(ty * 8u + 3u) * 64u + tx * 4u + 1u], fg_tile_c[(ty * 8u + 3u) * 64u + tx * 4u + 2u], fg_tile_c[(ty * 8u + 3u) * 64u + tx * 4u + 3u]);
-    let acc4_0 = vec4<f32>(fg_tile_c[(ty * 8u + 4u) * 64u + tx * 4u + 0u], fg_tile_c[(ty * 8u + 4u) * 64u + tx * 4u + 1u], fg_tile_c[(ty * 8u + 4u) * 64u + tx * 4u + 2u], fg_tile_c[(ty * 8u + 4u) * 64u + tx * 4u + 3u]);
-    let acc5_0 = vec4<f32>(fg_tile_c[(ty * 8u + 5u) * 64u + tx * 4u + 0u], fg_tile_c[(ty * 8u + 5u) * 64u + tx * 4u + 1u], fg_tile_c[(ty * 8u + 5u) * 64u + tx * 4u + 2u], fg_tile_c[(ty * 8u + 5u) * 64u + tx * 4u + 3u]);
-    let acc6_0 = vec4<f32>(fg_tile_c[(ty * 8u + 6u) * 64u + tx * 4u + 0u], fg_tile_c[(ty * 8u + 6u) * 64u + tx * 4u + 1u], fg_tile_c[(ty * 8u + 6u) * 64u + tx * 4u + 2u], fg_tile_c[(ty * 8u + 6u) * 64u + tx * 4u + 3u]);
-    let acc7_0 = vec4<f32>(fg_tile_c[(ty * 8u + 7u) * 64u + tx * 4u + 0u], fg_tile_c[(ty * 8u + 7u) * 64u + tx * 4u + 1u], fg_tile_c[(ty * 8u + 7u) * 64u + tx * 4u + 2u], fg_tile_c[(ty * 8u + 7u) * 64u + tx * 4u + 3u]);
+    if (my_pass == 0u) {
+        acc0_0 = vec4<f32>(fg_tile_c[(band_row + 0u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 0u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 0u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 0u) * 64u + tx * 4u + 3u]);
+        acc1_0 = vec4<f32>(fg_tile_c[(band_row + 1u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 1u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 1u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 1u) * 64u + tx * 4u + 3u]);
+        acc2_0 = vec4<f32>(fg_tile_c[(band_row + 2u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 2u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 2u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 2u) * 64u + tx * 4u + 3u]);
+        acc3_0 = vec4<f32>(fg_tile_c[(band_row + 3u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 3u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 3u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 3u) * 64u + tx * 4u + 3u]);
+        acc4_0 = vec4<f32>(fg_tile_c[(band_row + 4u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 4u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 4u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 4u) * 64u + tx * 4u + 3u]);
+        acc5_0 = vec4<f32>(fg_tile_c[(band_row + 5u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 5u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 5u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 5u) * 64u + tx * 4u + 3u]);
+        acc6_0 = vec4<f32>(fg_tile_c[(band_row + 6u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 6u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 6u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 6u) * 64u + tx * 4u + 3u]);
+        acc7_0 = vec4<f32>(fg_tile_c[(band_row + 7u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 7u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 7u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 7u) * 64u + tx * 4u + 3u]);
+    }
+    workgroupBarrier();
+    coopStoreT(fg_c1_0, &fg_tile_c[(sg_row / 2u) * 64u + sg_col + 0u], 64u);
+    coopStoreT(fg_c1_1, &fg_tile_c[(sg_row / 2u) * 64u + sg_col + 16u], 64u);
+    workgroupBarrier();
+    if (my_pass == 1u) {
+        acc0_0 = vec4<f32>(fg_tile_c[(band_row + 0u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 0u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 0u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 0u) * 64u + tx * 4u + 3u]);
+        acc1_0 = vec4<f32>(fg_tile_c[(band_row + 1u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 1u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 1u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 1u) * 64u + tx * 4u + 3u]);
+        acc2_0 = vec4<f32>(fg_tile_c[(band_row + 2u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 2u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 2u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 2u) * 64u + tx * 4u + 3u]);
+        acc3_0 = vec4<f32>(fg_tile_c[(band_row + 3u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 3u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 3u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 3u) * 64u + tx * 4u + 3u]);
+        acc4_0 = vec4<f32>(fg_tile_c[(band_row + 4u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 4u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 4u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 4u) * 64u + tx * 4u + 3u]);
+        acc5_0 = vec4<f32>(fg_tile_c[(band_row + 5u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 5u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 5u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 5u) * 64u + tx * 4u + 3u]);
+        acc6_0 = vec4<f32>(fg_tile_c[(band_row + 6u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 6u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 6u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 6u) * 64u + tx * 4u + 3u]);
+        acc7_0 = vec4<f32>(fg_tile_c[(band_row + 7u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 7u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 7u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 7u) * 64u + tx * 4u + 3u]);
+    }
     let gc = col0 + tx * 4u;
     let h7_0 = v7(o_base + min(row0 + ty * 8u, 8u) * 20u + min(gc + 0u, 19u));
     let h7_1 = v7(o_base + min(row0 + ty * 8u, 8u) * 20u + min(gc + 1u, 19u));

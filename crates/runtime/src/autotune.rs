@@ -1,13 +1,17 @@
 //! Autotuning of the tiled matmul: for each class of GEMM shape a kernel computes, every
-//! candidate tiling ([`MatmulTiling::CANDIDATES`]) is timed once on this adapter and the
-//! fastest kept: in memory, and on disk (`~/.cache/fusegraph/tiling-v3-<adapter>.txt`, keyed
+//! candidate tiling ([`MatmulTiling::CANDIDATES`], and for an f16 product that can run on
+//! the adapter's cooperative matrices [`MatmulTiling::COOP_CANDIDATES`] too, so the tuner
+//! also decides between tensor cores and the plain kernel) is timed once on this adapter and
+//! the fastest kept: in memory, and on disk (`~/.cache/fusegraph/tiling-v4-<adapter>.txt`, keyed
 //! by adapter and driver) so the next run reuses it. Off with
 //! [`DeviceOptions::autotune`](crate::DeviceOptions::autotune) or `FUSEGRAPH_AUTOTUNE=off`
 //! (every kernel then takes [`MatmulTiling::default_for`] its shape, for reproducible runs),
 //! and off by default on llvmpipe through GL, where each candidate takes seconds to compile.
 //!
 //! A class is the element type, whether there is a batch, and `m`, `n`, `k` rounded up to
-//! powers of two (from 16 to 4096). Products below [`MIN_TUNED_MACS`] multiply-adds are not
+//! powers of two (from 16 to 4096), and `coop` where cooperative tilings are candidates.
+//! A candidate that cannot be compiled here (over the adapter's workgroup memory, say) is
+//! left out. Products below [`MIN_TUNED_MACS`] multiply-adds are not
 //! tuned: dispatch cost dominates them and timing them says little. Each candidate runs the
 //! class's representative product (the first shape seen, scaled down to at most
 //! [`MAX_TIMED_MACS`] on a CPU adapter, [`MAX_TIMED_MACS_GPU`] on a GPU); on a CPU adapter
@@ -58,13 +62,14 @@ fn bucket(x: usize) -> usize {
     x.clamp(16, 4096).next_power_of_two()
 }
 
-fn class(shape: &GemmShape, dtype: DType) -> String {
+fn class(shape: &GemmShape, dtype: DType, coop: bool) -> String {
     let t = match dtype {
         DType::F32 | DType::F16 => dtype.to_string(),
         _ => "int".to_string(),
     };
     let b = if shape.batch > 1 { "batched" } else { "b1" };
-    format!("{t} {b} m{} n{} k{}", bucket(shape.m), bucket(shape.n), bucket(shape.k))
+    let c = if coop { " coop" } else { "" };
+    format!("{t} {b} m{} n{} k{}{c}", bucket(shape.m), bucket(shape.n), bucket(shape.k))
 }
 
 /// The representative product timed for a class: `shape` with its largest dimensions halved
@@ -93,17 +98,19 @@ impl Device {
     /// The tiling for a tiled matmul kernel computing `shape` in `dtype`: the tuned choice of
     /// its class (measured now if this device has not seen the class and the disk cache has
     /// not either), or `None` where autotuning is off or the product is too small to tune.
-    pub(crate) fn tuned_tiling(self: &Arc<Self>, shape: &GemmShape, dtype: DType) -> Option<MatmulTiling> {
+    /// With `coop` (the kernel can run on cooperative matrices) the cooperative tilings are
+    /// candidates too, and one of them is the choice where it was fastest.
+    pub(crate) fn tuned_tiling(self: &Arc<Self>, shape: &GemmShape, dtype: DType, coop: bool) -> Option<MatmulTiling> {
         if !self.autotune || shape.batch * shape.m * shape.n * shape.k < MIN_TUNED_MACS {
             return None;
         }
-        let key = class(shape, dtype);
+        let key = class(shape, dtype, coop);
         {
             let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
             if !tuner.loaded {
                 tuner.loaded = true;
                 let text =
-                    crate::calibrate::cache_file(self, "tiling-v3").and_then(|p| std::fs::read_to_string(p).ok());
+                    crate::calibrate::cache_file(self, "tiling-v4").and_then(|p| std::fs::read_to_string(p).ok());
                 for (class, tiling) in text.iter().flat_map(|t| t.lines()).filter_map(parse_line) {
                     tuner.chosen.insert(class.clone(), TunedTiling { class, tiling, timings: vec![] });
                 }
@@ -115,7 +122,7 @@ impl Device {
         // Measured outside the lock: timing compiles and runs executables on this device.
         let max_macs =
             if self.info().device_type == wgpu::DeviceType::Cpu { MAX_TIMED_MACS } else { MAX_TIMED_MACS_GPU };
-        let tuned = match self.measure_tilings(&key, &timed_shape(shape, max_macs), dtype) {
+        let tuned = match self.measure_tilings(&key, &timed_shape(shape, max_macs), dtype, coop) {
             Ok(t) => t,
             // A candidate that cannot run here (limits) leaves the default in place.
             Err(_) => return None,
@@ -123,7 +130,7 @@ impl Device {
         let tiling = tuned.tiling;
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
         tuner.chosen.insert(key, tuned);
-        if let Some(path) = crate::calibrate::cache_file(self, "tiling-v3") {
+        if let Some(path) = crate::calibrate::cache_file(self, "tiling-v4") {
             let text: String = tuner.chosen.values().map(|t| format!("{} = {}\n", t.class, t.tiling)).collect();
             // Written aside and renamed, so a reader never sees half a file.
             let tmp = path.with_extension(format!("tmp{}", std::process::id()));
@@ -135,10 +142,17 @@ impl Device {
         Some(tiling)
     }
 
-    /// Times every candidate tiling on `shape` in `dtype` (the integer class runs i32). Any
-    /// error (a candidate over the device's limits or memory limit) abandons the class,
-    /// which then keeps the default tiling.
-    fn measure_tilings(self: &Arc<Self>, class: &str, shape: &GemmShape, dtype: DType) -> Result<TunedTiling> {
+    /// Times every candidate tiling on `shape` in `dtype` (the integer class runs i32), the
+    /// cooperative ones too with `coop`. A candidate that fails to compile (over the device's
+    /// limits) is left out; an error while timing, or no candidate compiling, abandons the
+    /// class, which then keeps the default tiling.
+    fn measure_tilings(
+        self: &Arc<Self>,
+        class: &str,
+        shape: &GemmShape,
+        dtype: DType,
+        coop: bool,
+    ) -> Result<TunedTiling> {
         let dt = match dtype {
             DType::F32 | DType::F16 => dtype,
             _ => DType::I32,
@@ -164,13 +178,18 @@ impl Device {
             };
             self.compile(&b.graph(), &[out.id()], &opts)
         };
+        let coop_candidates: &[MatmulTiling] = if coop { &MatmulTiling::COOP_CANDIDATES } else { &[] };
+        let candidates = MatmulTiling::CANDIDATES.iter().chain(coop_candidates).copied();
         let mut timings = Vec::new();
+        let mut failed = None;
         if self.info().device_type == wgpu::DeviceType::Cpu {
             // One candidate at a time: each holds its buffers only while it is timed, and on
             // a CPU adapter compiling is what costs (up to seconds per candidate).
-            for tiling in MatmulTiling::CANDIDATES {
-                let t = compile(tiling)?.time(&feeds, 1, 3)?;
-                timings.push((tiling, t.median()));
+            for tiling in candidates {
+                match compile(tiling) {
+                    Ok(exe) => timings.push((tiling, exe.time(&feeds, 1, 3)?.median())),
+                    Err(e) => failed = Some(e),
+                }
             }
         } else {
             // A GPU's speed drifts with its clocks: on an H100 the second candidate, timed
@@ -178,7 +197,13 @@ impl Device {
             // 0.70 ms in the same process a little later, and the last candidate always
             // matched. So every candidate is compiled first, then all are run once untimed
             // and timed in GPU_ROUNDS interleaved rounds, and the median of each decides.
-            let exes = MatmulTiling::CANDIDATES.iter().map(|&t| Ok((t, compile(t)?))).collect::<Result<Vec<_>>>()?;
+            let mut exes = Vec::new();
+            for tiling in candidates {
+                match compile(tiling) {
+                    Ok(exe) => exes.push((tiling, exe)),
+                    Err(e) => failed = Some(e),
+                }
+            }
             let mut ms = vec![Vec::new(); exes.len()];
             for round in 0..=GPU_ROUNDS {
                 for ((_, exe), ms) in exes.iter().zip(&mut ms) {
@@ -193,7 +218,9 @@ impl Device {
                 timings.push((*tiling, t.median()));
             }
         }
-        let tiling = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0).expect("candidates");
+        let Some(tiling) = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0) else {
+            return Err(failed.expect("every candidate failed to compile"));
+        };
         Ok(TunedTiling { class: class.to_string(), tiling, timings })
     }
 
@@ -221,8 +248,9 @@ mod tests {
     #[test]
     fn classes_round_up_to_powers_of_two_and_timed_shapes_shrink() {
         let s = GemmShape { batch: 1, m: 300, n: 1000, k: 7 };
-        assert_eq!(class(&s, DType::F32), "f32 b1 m512 n1024 k16");
-        assert_eq!(class(&GemmShape { batch: 12, ..s }, DType::I32), "int batched m512 n1024 k16");
+        assert_eq!(class(&s, DType::F32, false), "f32 b1 m512 n1024 k16");
+        assert_eq!(class(&GemmShape { batch: 12, ..s }, DType::I32, false), "int batched m512 n1024 k16");
+        assert_eq!(class(&s, DType::F16, true), "f16 b1 m512 n1024 k16 coop");
         let big = GemmShape { batch: 48, m: 4096, n: 4096, k: 4096 };
         let t = timed_shape(&big, MAX_TIMED_MACS);
         assert!(t.batch * t.m * t.n * t.k <= MAX_TIMED_MACS, "{t:?}");
@@ -232,5 +260,10 @@ mod tests {
             Some("16x16/8x8/16")
         );
         assert_eq!(parse_line("f32 b1 m512 = 16x16/8x8/64"), None, "not a usable tiling");
+        // A cooperative tiling is read back as such, though its staging exceeds the plain
+        // kernel's 16 KiB.
+        let large = MatmulTiling::COOP_CANDIDATES[1];
+        assert!(!large.is_valid() && large.is_cooperative());
+        assert_eq!(parse_line(&format!("f16 b1 m4096 n4096 k4096 coop = {large}")).map(|p| p.1), Some(large));
     }
 }

@@ -43,6 +43,9 @@ pub struct CompileOptions {
     pub updates: Vec<(String, NodeId)>,
     /// Force this tiling on every tiled matmul kernel (experiments, tests of each
     /// candidate); `None` takes the device's autotuned choice, or the default for the shape.
+    /// One of [`MatmulTiling::COOP_CANDIDATES`] puts the f16 products that can run on
+    /// cooperative matrices on them with that tiling (any other tiling keeps them on the
+    /// plain kernel).
     pub matmul_tiling: Option<MatmulTiling>,
     /// Writes every kernel's WGSL into this folder as `k000.wgsl`, `k001.wgsl`, … in
     /// dispatch order, each headed by `// kernel LABEL (N workgroups)` (the environment
@@ -126,8 +129,8 @@ pub struct KernelStats {
     pub bytes_moved: u64,
     /// Workgroups dispatched `(x, y, z)`.
     pub workgroups: [u32; 3],
-    /// The tiling of a tiled matmul kernel (forced, autotuned or the default for its shape);
-    /// `None` for every other kernel.
+    /// The tiling of a tiled matmul kernel, plain or on cooperative matrices (forced,
+    /// autotuned or the default for its shape); `None` for every other kernel.
     pub matmul_tiling: Option<MatmulTiling>,
     /// A matmul kernel lowered by the subgroup matmul (CPU adapters with a fixed subgroup
     /// size; see `fusegraph_wgsl::subgroup_matmul`) rather than the workgroup-tiled one.
@@ -448,47 +451,51 @@ impl Device {
             // FUSEGRAPH_SUBGROUP_MATMUL=off (for comparisons).
             subgroup_matmul: opts.matmul_tiling.is_none()
                 && !std::env::var("FUSEGRAPH_SUBGROUP_MATMUL").is_ok_and(|v| v == "off"),
-            cooperative_matmul: opts.matmul_tiling.is_none(),
             ..Default::default()
         };
-        // Matmul kernels on cooperative matrices, and those that take the subgroup lowering
-        // (CPU adapters): not tuned.
-        let coop: Vec<bool> = kernels
-            .iter()
-            .map(|k| strategy.tiled_matmul && strategy.cooperative_matmul && cooperative_matmul(graph, k, &lower_opts))
-            .collect();
+        // Matmul kernels that can run on cooperative matrices (f16 products on adapters that
+        // have them), and those that take the subgroup lowering (CPU adapters, not tuned).
+        let coop_able: Vec<bool> =
+            kernels.iter().map(|k| strategy.tiled_matmul && cooperative_matmul(graph, k, &lower_opts)).collect();
         let subgroup: Vec<bool> = kernels
             .iter()
-            .zip(&coop)
-            .map(|(k, &coop)| {
-                !coop
+            .zip(&coop_able)
+            .map(|(k, &able)| {
+                !able
                     && strategy.tiled_matmul
                     && strategy.subgroup_matmul
                     && subgroup_matmul(graph, k, &lower_opts).is_some()
             })
             .collect();
         // Each tiled matmul kernel takes the forced tiling, else the tuned one for its shape
-        // class, else the default for its shape.
+        // class, else the default for its shape (the default cooperative one where it can
+        // run on cooperative matrices). The tuner weighs the cooperative tilings against the
+        // plain ones on an adapter's own cooperative matrices; emulated ones (a test vehicle,
+        // seconds per product) keep the default. A cooperative tiling selects that kernel.
+        let native_coop = self.cooperative_matrix() == Some(fusegraph_wgsl::Cooperative::Native);
         let tilings: Vec<Option<MatmulTiling>> = kernels
             .iter()
-            .zip(subgroup.iter().zip(&coop))
-            .map(|(k, (&subgroup, &coop))| {
+            .zip(subgroup.iter().zip(&coop_able))
+            .map(|(k, (&subgroup, &able))| {
                 let (shape, dtype) = gemm_shape(graph, k, &lower_opts).filter(|_| strategy.tiled_matmul)?;
-                if subgroup || coop {
+                if subgroup {
                     return None;
                 }
-                Some(
-                    opts.matmul_tiling
-                        .or_else(|| self.tuned_tiling(&shape, dtype))
-                        .unwrap_or(MatmulTiling::default_for(shape.m, shape.n)),
-                )
+                let tuned = || if able && !native_coop { None } else { self.tuned_tiling(&shape, dtype, able) };
+                let default =
+                    if able { MatmulTiling::COOP_CANDIDATES[0] } else { MatmulTiling::default_for(shape.m, shape.n) };
+                Some(opts.matmul_tiling.or_else(tuned).unwrap_or(default))
             })
             .collect();
+        let coop: Vec<bool> =
+            tilings.iter().zip(&coop_able).map(|(t, &able)| able && t.is_some_and(|t| t.is_cooperative())).collect();
         let lower_all = |lower_opts: &LowerOptions| -> Vec<KernelSource> {
             kernels
                 .iter()
-                .zip(&tilings)
-                .map(|(k, &matmul_tiling)| lower_with(graph, k, lower_opts, &Strategy { matmul_tiling, ..strategy }))
+                .zip(tilings.iter().zip(&coop))
+                .map(|(k, (&matmul_tiling, &cooperative_matmul))| {
+                    lower_with(graph, k, lower_opts, &Strategy { matmul_tiling, cooperative_matmul, ..strategy })
+                })
                 .collect()
         };
         let mut sources = lower_all(&lower_opts);

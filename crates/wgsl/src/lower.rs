@@ -168,7 +168,9 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
         KernelKind::Loop if strategy.tiled_matmul => crate::matmul::plan(g, kernel, &regs, opts),
         _ => None,
     };
-    let coop = tiled.filter(|_| strategy.cooperative_matmul).and_then(|t| crate::matmul::coop_plan(g, &t, opts));
+    let coop = tiled
+        .filter(|_| strategy.cooperative_matmul)
+        .and_then(|t| crate::matmul::coop_plan(g, &t, opts, strategy.matmul_tiling));
     let subgroup = tiled
         .filter(|_| strategy.subgroup_matmul && coop.is_none())
         .and_then(|t| crate::matmul::subgroup_plan(g, kernel, &t, opts));

@@ -70,9 +70,15 @@ const CPU_LARGE: MatmulTiling = MatmulTiling { gx: 8, gy: 8, bm: 16, bn: 16, tk:
 /// padding. On lavapipe through the tiled kernel, `[8, 768]·[768, 3072]` and
 /// `[1, 768]·[768, 3072]`: 27 ms against 75 ms for [`SMALL`] (medians of 7, in turn).
 const FEW_ROWS: MatmulTiling = MatmulTiling { gx: 16, gy: 4, bm: 4, bn: 4, tk: 32 };
-/// The tiling of the cooperative-matrix kernel: 64×64 tiles by 128 invocations, 32 deep (see
-/// [`CoopPlan`]).
+/// The default tiling of the cooperative-matrix kernel: 64×64 tiles by 128 invocations, 32
+/// deep (see [`CoopPlan`]).
 const COOP: MatmulTiling = MatmulTiling { gx: 16, gy: 8, bm: 8, bn: 4, tk: 32 };
+/// 128×128 tiles by 256 invocations, 32 deep: with 32-lane subgroups each owns 4×2
+/// fragments (6 fragment loads per 8 multiply-adds, against 4 per 4 for [`COOP`]), and the
+/// operands are loaded from device memory half as often per multiply-add. Its operand tiles
+/// (16 KiB of f16) exceed the plain kernel's 16 KiB of f32 staging, so it is a cooperative
+/// tiling only.
+const COOP_LARGE: MatmulTiling = MatmulTiling { gx: 16, gy: 16, bm: 8, bn: 8, tk: 32 };
 /// The side of a cooperative matrix the kernel uses (`coop_mat16x16`).
 const COOP_SIDE: usize = 16;
 
@@ -99,6 +105,18 @@ impl MatmulTiling {
         // multiprocessors; 192 of these).
         MatmulTiling { gx: 8, gy: 8, bm: 4, bn: 4, tk: 32 },
     ];
+
+    /// The tilings of the cooperative-matrix kernel ([`CoopPlan`]), the default first. A
+    /// tiling from this list, forced or tuned, selects that kernel for an f16 product that can
+    /// run on cooperative matrices (and the plain kernel with its default tiling for any
+    /// other product when the tiling is not [`is_valid`](Self::is_valid) for it); no
+    /// plain-kernel candidate is in the list, so a tuned choice says which kernel won.
+    pub const COOP_CANDIDATES: [MatmulTiling; 2] = [COOP, COOP_LARGE];
+
+    /// Whether this is one of [`COOP_CANDIDATES`](Self::COOP_CANDIDATES).
+    pub fn is_cooperative(&self) -> bool {
+        Self::COOP_CANDIDATES.contains(self)
+    }
 
     /// The untuned choice: [`LARGE`] where both `m` and `n` fill its tiles, [`FEW_ROWS`]
     /// for at most 16 rows, else [`SMALL`] (less padding).
@@ -156,7 +174,7 @@ impl std::str::FromStr for MatmulTiling {
             return Err(format!("matmul tiling `{s}`: expected five numbers gx x gy / bm x bn / tk"));
         };
         let t = MatmulTiling { gx, gy, bm, bn, tk };
-        if !t.is_valid() {
+        if !t.is_valid() && !t.is_cooperative() {
             return Err(format!("matmul tiling `{s}` is not usable (vec4 blocks, ≤ 256 invocations, ≤ 16 KiB)"));
         }
         Ok(t)
@@ -200,19 +218,24 @@ pub fn subgroup_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Optio
 }
 
 /// How the tiled kernel computes an f16 product on cooperative matrices (tensor cores): the
-/// workgroup's subgroups as a `rows`×`cols` grid over its 64×64 output tile, each subgroup
+/// workgroup's subgroups as a `rows`×`cols` grid over its output tile (64×64 by 128
+/// invocations by default, or another of [`MatmulTiling::COOP_CANDIDATES`]), each subgroup
 /// owning a block of 16×16 accumulators (`coop_mat16x16<f32, C>`).
 ///
-/// The kernel is [`tiled_main`] with [`COOP`]'s tiling: the operand tiles are staged in
+/// The kernel is [`tiled_main`] with that tiling: the operand tiles are staged in
 /// workgroup memory through the operand functions as for the plain kernel (so prologues,
 /// ragged edges, batches and convolutions work unchanged), as f16, both tiles row-major;
 /// per 16 steps of `k` each subgroup loads its A and B fragments with `coopLoadT` and
-/// updates its accumulators with
-/// `coopMultiplyAdd` (f16 products, f32 sums). After the last step the accumulators are
-/// stored to a 64×64 f32 tile in workgroup memory, and each invocation reads its 8×4 block
-/// of it and runs the fused epilogue and the store of the plain kernel.
+/// updates its accumulators with `coopMultiplyAdd` (f16 products, f32 sums). After the last
+/// step the results reach the invocations in one pass per fragment row of a subgroup: in
+/// pass `i` every subgroup stores its fragments of row `i` into an f32 band of workgroup
+/// memory (`rows`×16 rows of the tile), and each invocation whose `bm`×`bn` block lies in
+/// those rows reads it; then each runs the fused epilogue and the store of the plain
+/// kernel. The band, not the whole f32 tile, is what keeps 128×128 tiles within 48 KiB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CoopPlan {
+    /// The tiling: the tile, the invocations and their epilogue blocks, and `tk`.
+    pub tiling: MatmulTiling,
     /// Subgroups along the tile's rows.
     pub rows: usize,
     /// Subgroups along the tile's columns.
@@ -223,18 +246,31 @@ pub struct CoopPlan {
 }
 
 impl CoopPlan {
-    /// Invocations per workgroup of the kernel; a subgroup size must divide it.
+    /// Invocations per workgroup of the default tiling; a subgroup size must divide it (and
+    /// then divides every cooperative tiling's).
     pub const INVOCATIONS: usize = COOP.gx * COOP.gy;
 
-    /// Workgroup memory the kernel declares: the f16 operand tiles and the f32 result tile.
+    /// Workgroup memory the default tiling declares at most (its f16 operand tiles and, with
+    /// one subgroup per fragment row, the whole f32 tile as the band).
     pub const WORKGROUP_BYTES: usize = {
         let (tm, tn) = (COOP.gy * COOP.bm, COOP.gx * COOP.bn);
         (tm + tn) * COOP.tk * 2 + tm * tn * 4
     };
 
+    /// Workgroup memory this plan declares: the f16 operand tiles and the f32 band.
+    pub fn workgroup_bytes(&self) -> usize {
+        let (tm, tn) = self.tiling.tile();
+        (tm + tn) * self.tiling.tk * 2 + self.band_rows() * tn * 4
+    }
+
+    /// Rows of the f32 band an epilogue pass goes through: one fragment row per subgroup row.
+    fn band_rows(&self) -> usize {
+        self.rows * COOP_SIDE
+    }
+
     /// Accumulator blocks (16×16 each) per subgroup along the rows and the columns.
     fn blocks(&self) -> (usize, usize) {
-        let (tm, tn) = COOP.tile();
+        let (tm, tn) = self.tiling.tile();
         (tm / COOP_SIDE / self.rows, tn / COOP_SIDE / self.cols)
     }
 
@@ -313,9 +349,10 @@ fn fg_emu_store_c(m: array<f32, {per_lane}>, at: u32, stride: u32, lane: u32) {{
 
 /// Whether the tiled kernel of `plan` runs on cooperative matrices under `opts`: an f16
 /// product (a matmul or convolution) with [`LowerOptions::cooperative_matrix`] and native
-/// f16, where the subgroup size (the adapter's fixed one, or the emulated one) splits the 128
-/// invocations of [`COOP`] into a grid that divides the tile's 4×4 blocks of 16×16.
-pub fn coop_plan(g: &Graph, plan: &TiledPlan, opts: &LowerOptions) -> Option<CoopPlan> {
+/// f16, where the subgroup size (the adapter's fixed one, or the emulated one) splits the
+/// invocations of `tiling` (one of [`MatmulTiling::COOP_CANDIDATES`]; any other takes the
+/// default) into a grid that divides the tile's blocks of 16×16.
+pub fn coop_plan(g: &Graph, plan: &TiledPlan, opts: &LowerOptions, tiling: Option<MatmulTiling>) -> Option<CoopPlan> {
     if !opts.f16_native || g.ty(plan.matmul).dtype != DType::F16 {
         return None;
     }
@@ -323,20 +360,23 @@ pub fn coop_plan(g: &Graph, plan: &TiledPlan, opts: &LowerOptions) -> Option<Coo
         Cooperative::Native => (opts.subgroup_size? as usize, false),
         Cooperative::Emulated { subgroup_size } => (subgroup_size as usize, true),
     };
-    if size == 0 || !CoopPlan::INVOCATIONS.is_multiple_of(size) {
+    let tiling = tiling.filter(MatmulTiling::is_cooperative).unwrap_or(COOP);
+    let invocations = tiling.gx * tiling.gy;
+    if size == 0 || !invocations.is_multiple_of(size) {
         return None;
     }
-    let subgroups = CoopPlan::INVOCATIONS / size;
-    let (tm, tn) = COOP.tile();
+    let subgroups = invocations / size;
+    let (tm, tn) = tiling.tile();
     let (br, bc) = (tm / COOP_SIDE, tn / COOP_SIDE);
-    // The squarest grid: fewest fragment loads per multiply-add.
+    // The squarest grid (fewest fragment loads per multiply-add), of those the one with the
+    // fewest subgroup rows (the smallest f32 band).
     (1..=subgroups)
         .filter(|r| subgroups.is_multiple_of(*r))
-        .map(|rows| CoopPlan { rows, cols: subgroups / rows, emulated: emulated.then_some(size) })
+        .map(|rows| CoopPlan { tiling, rows, cols: subgroups / rows, emulated: emulated.then_some(size) })
         .filter(|p| br.is_multiple_of(p.rows) && bc.is_multiple_of(p.cols))
         .min_by_key(|p| {
             let (r, c) = p.blocks();
-            r + c
+            (r + c, p.rows)
         })
 }
 
@@ -347,7 +387,7 @@ pub fn cooperative_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> bo
         return false;
     }
     let regs = fusegraph_passes::kernel::regions(g, kernel);
-    plan(g, kernel, &regs, opts).and_then(|p| coop_plan(g, &p, opts)).is_some()
+    plan(g, kernel, &regs, opts).and_then(|p| coop_plan(g, &p, opts, None)).is_some()
 }
 
 /// What the tiled lowering of a kernel needs: the matmul and the output it feeds.
@@ -423,7 +463,7 @@ pub fn tiled_main(
     let dims = g.ty(mm).shape.dims();
     let rank = dims.len();
     let MatmulTiling { gx, gy, bm, bn, tk } = match coop {
-        Some(_) => COOP,
+        Some(cp) => cp.tiling,
         None => tiling.filter(MatmulTiling::is_valid).unwrap_or(MatmulTiling::default_for(m, n)),
     };
     let (tm, tn, wgs) = (gy * bm, gx * bn, gx * gy);
@@ -441,10 +481,10 @@ pub fn tiled_main(
     // row, store adjacent halves (column-major put their stores tm halves apart, all in one
     // bank; row-major made the kernel 1.3× faster at 1024³ on an H100), the rhs tile
     // (stride tn).
-    if coop.is_some() {
+    if let Some(cp) = coop {
         let _ = writeln!(body, "var<workgroup> fg_tile_a: array<f16, {}>;", tk * tm);
         let _ = writeln!(body, "var<workgroup> fg_tile_b: array<f16, {}>;", tk * tn);
-        let _ = writeln!(body, "var<workgroup> fg_tile_c: array<f32, {}>;\n", tm * tn);
+        let _ = writeln!(body, "var<workgroup> fg_tile_c: array<f32, {}>;\n", cp.band_rows() * tn);
         if let Some(size) = coop.and_then(|c| c.emulated) {
             body.push_str(&CoopPlan::emulation(size));
         }
@@ -642,19 +682,36 @@ fn coop_compute(s: &mut String, cp: &CoopPlan, (_, tn): (usize, usize), (bm, bn)
     w(s, 2, "}".into());
     w(s, 2, "workgroupBarrier();".into());
     w(s, 1, "}".into());
-    // The accumulators through workgroup memory to the invocations' blocks.
-    for i in 0..br {
-        for j in 0..bc {
-            let at = format!("(sg_row + {}u) * {tn}u + sg_col + {}u", i * COOP_SIDE, j * COOP_SIDE);
-            w(s, 1, cp.store(&format!("fg_c{i}_{j}"), &at, tn));
-        }
-    }
-    w(s, 1, "workgroupBarrier();".into());
+    // The accumulators through the f32 band to the invocations' blocks, one pass per
+    // fragment row of a subgroup: tile row `R` of pass `R % (br·16) / 16` is band row
+    // `R / (br·16) · 16 + R % 16`. A block of `bm` ≤ 16 rows from a multiple of `bm` lies in
+    // one fragment row, so each invocation reads in one pass.
+    let strip = br * COOP_SIDE;
+    debug_assert!(COOP_SIDE.is_multiple_of(bm), "a block of {bm} rows within one fragment row");
     for r in 0..bm {
         for p in 0..bn / 4 {
-            let at = format!("(ty * {bm}u + {r}u) * {tn}u + tx * {bn}u");
-            let v: Vec<String> = (0..4).map(|c| format!("fg_tile_c[{at} + {}u]", 4 * p + c)).collect();
-            w(s, 1, format!("let acc{r}_{p} = vec4<f32>({});", v.join(", ")));
+            w(s, 1, format!("var acc{r}_{p} = vec4<f32>();"));
+        }
+    }
+    w(s, 1, format!("let my_pass = ((ty * {bm}u) % {strip}u) / {COOP_SIDE}u;"));
+    w(s, 1, format!("let band_row = ((ty * {bm}u) / {strip}u) * {COOP_SIDE}u + (ty * {bm}u) % {COOP_SIDE}u;"));
+    for i in 0..br {
+        for j in 0..bc {
+            let at = format!("(sg_row / {br}u) * {tn}u + sg_col + {}u", j * COOP_SIDE);
+            w(s, 1, cp.store(&format!("fg_c{i}_{j}"), &at, tn));
+        }
+        w(s, 1, "workgroupBarrier();".into());
+        w(s, 1, format!("if (my_pass == {i}u) {{"));
+        for r in 0..bm {
+            for p in 0..bn / 4 {
+                let at = format!("(band_row + {r}u) * {tn}u + tx * {bn}u");
+                let v: Vec<String> = (0..4).map(|c| format!("fg_tile_c[{at} + {}u]", 4 * p + c)).collect();
+                w(s, 2, format!("acc{r}_{p} = vec4<f32>({});", v.join(", ")));
+            }
+        }
+        w(s, 1, "}".into());
+        if i + 1 < br {
+            w(s, 1, "workgroupBarrier();".into());
         }
     }
 }

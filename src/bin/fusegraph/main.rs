@@ -21,7 +21,7 @@ commands:
                    compiles the fused mode with attention in one kernel (no scores stored);
                    --mixed-precision compiles it with f16 storage and f32 sums (fused and
                    unfused then agree within f16 tolerance)
-  roofline [--quick] [--json PATH]
+  roofline [--quick] [--json PATH] [--kernels LIST] [--dtype f32|f16] [--runs N]
                    achieved GB/s and GFLOP/s per kernel family next to ceilings measured
                    in the same run (a streaming copy, the best matmul)
   dot FILE [--unfused]

@@ -10,16 +10,42 @@ use std::sync::Arc;
 pub struct RooflineArgs {
     pub quick: bool,
     pub json: Option<String>,
+    /// Only the kernel families whose names start with one of these (empty: all).
+    pub kernels: Vec<String>,
+    /// Only this dtype (none: f32 and f16).
+    pub dtype: Option<DType>,
+    /// Timed runs per row (none: 10, 5 with `quick`).
+    pub runs: Option<usize>,
 }
 
 impl RooflineArgs {
     pub fn parse(args: &[String]) -> Result<Self, String> {
-        let mut out = RooflineArgs { quick: false, json: None };
+        let mut out = RooflineArgs { quick: false, json: None, kernels: Vec::new(), dtype: None, runs: None };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--quick" => out.quick = true,
                 "--json" => out.json = Some(it.next().ok_or("--json needs a PATH")?.clone()),
+                "--kernels" => {
+                    let list = it.next().ok_or("--kernels needs a comma-separated LIST")?;
+                    out.kernels = list.split(',').filter(|k| !k.is_empty()).map(str::to_string).collect();
+                }
+                "--dtype" => {
+                    out.dtype = Some(match it.next().map(String::as_str) {
+                        Some("f32") => DType::F32,
+                        Some("f16") => DType::F16,
+                        other => return Err(format!("--dtype needs f32 or f16, not {other:?}")),
+                    })
+                }
+                "--runs" => {
+                    let v = it.next().ok_or("--runs needs a count")?;
+                    out.runs = Some(
+                        v.parse()
+                            .ok()
+                            .filter(|&r: &usize| r > 0)
+                            .ok_or(format!("--runs: `{v}` is not a positive count"))?,
+                    );
+                }
                 other => return Err(format!("roofline: unknown option `{other}`")),
             }
         }
@@ -128,7 +154,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         (false, true) => &[512, 1024],
         (false, false) => &[1024, 2048, 4096],
     };
-    let runs = if args.quick { 5 } else { 10 };
+    let runs = args.runs.unwrap_or(if args.quick { 5 } else { 10 });
     let mut rows: Vec<Row> = Vec::new();
     // The bandwidth ceiling: an f32 copy (`neg`: each element read once and written once),
     // run once after every timed run of every kernel.
@@ -147,18 +173,22 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
                             opts: &CompileOptions,
                             build: Build|
      -> Result<(), String> {
+        let wanted = args.kernels.is_empty() || args.kernels.iter().any(|k| kernel.starts_with(k.as_str()));
+        if !wanted || args.dtype.is_some_and(|d| d != dtype) {
+            return Ok(());
+        }
         eprintln!("timing {kernel} {dtype} {shape}");
         let b = GraphBuilder::new();
         let (outs, feeds) = build(&b);
         let (ms, exe, ceiling_gbps) = time(&device, &b, &outs, &feeds, runs, opts, &mut ceiling, cpu)?;
         let bytes = exe.stats().bytes_moved as f64;
-        // A tiled matmul is named with its tiling (autotuned, or the default for its shape),
-        // a subgroup or cooperative-matrix matmul as such.
+        // A tiled matmul is named with its tiling (autotuned, or the default for its shape)
+        // and `coop` on cooperative matrices, a subgroup matmul as such.
         let stats = exe.stats();
+        let coop = if stats.kernels.iter().any(|k| k.cooperative_matmul) { " coop" } else { "" };
         let kernel = match stats.kernels.iter().find_map(|k| k.matmul_tiling) {
-            Some(t) => format!("{kernel} {t}"),
+            Some(t) => format!("{kernel}{coop} {t}"),
             None if stats.kernels.iter().any(|k| k.subgroup_matmul) => format!("{kernel} subgroup"),
-            None if stats.kernels.iter().any(|k| k.cooperative_matmul) => format!("{kernel} coop"),
             None => kernel.to_string(),
         };
         let row = Row { kernel, shape, dtype, ms, gflops: flops / ms / 1e6, gbps: bytes / ms / 1e6, ceiling_gbps };
@@ -219,11 +249,21 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
                 let untuned = CompileOptions { matmul_tiling: Some(MatmulTiling::default_for(m, m)), ..plain.clone() };
                 measure_with("matmul untuned", dtype, format!("{m}x{m}x{m}"), flops, &untuned, build)?;
             }
+            // Each cooperative-matrix tiling forced, beside whatever the tuner chose.
+            if dtype == DType::F16 && device.cooperative_matrix().is_some() {
+                for t in MatmulTiling::COOP_CANDIDATES {
+                    let forced = CompileOptions { matmul_tiling: Some(t), ..plain.clone() };
+                    measure_with("matmul", dtype, format!("{m}x{m}x{m}"), flops, &forced, build)?;
+                }
+            }
         }
     }
     // Ceilings from this run: a row's "% of copy" is against the copy runs of its own rounds
     // (the same minute of machine load); the summary gives the copy's median over all
     // rounds, and the best matmul throughput.
+    if rows.is_empty() {
+        return Err(format!("roofline: no kernel family matches --kernels {}", args.kernels.join(",")));
+    }
     let ceiling_gbps = ceiling.exe.stats().bytes_moved as f64 / median(&ceiling.ms) / 1e6;
     let ceiling_gflops = rows.iter().filter(|r| r.kernel.starts_with("matmul")).map(|r| r.gflops).fold(0.0, f64::max);
     let mut table = String::new();
@@ -243,7 +283,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
             r.gbps,
             100.0 * r.gbps / r.ceiling_gbps,
             r.gflops,
-            if r.gflops > 0.0 { 100.0 * r.gflops / ceiling_gflops } else { 0.0 }
+            if r.gflops > 0.0 && ceiling_gflops > 0.0 { 100.0 * r.gflops / ceiling_gflops } else { 0.0 }
         );
     }
     print!("{table}");
@@ -253,8 +293,8 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         println!("autotuned {}: {} (ms: {})", t.class, t.tiling, each.join(", "));
     }
     println!("ceilings (measured in this run): copy {ceiling_gbps:.2} GB/s, matmul {ceiling_gflops:.2} GFLOP/s; adapter {} ({:?})", info.name, info.backend);
-    // f16 against f32 at the largest product, best kernel of each (on an adapter with
-    // cooperative matrices, the f16 one runs on them).
+    // f16 against f32 at the largest product, best kernel of each, and the best f16 kernel
+    // on cooperative matrices against f32 where the adapter has them.
     if let Some(&m) = mm.last() {
         let shape = format!("{m}x{m}x{m}");
         let best = |dt: DType| {
@@ -268,6 +308,17 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
             println!(
                 "matmul {shape}: f16 {f16_best:.2} against f32 {f32_best:.2} GFLOP/s ({:.2}x)",
                 f16_best / f32_best
+            );
+        }
+        let coop_best = rows
+            .iter()
+            .filter(|r| r.kernel.starts_with("matmul coop") && r.shape == shape)
+            .map(|r| r.gflops)
+            .fold(0.0, f64::max);
+        if f32_best > 0.0 && coop_best > 0.0 {
+            println!(
+                "matmul {shape}: f16 on cooperative matrices {coop_best:.2} against f32 {f32_best:.2} GFLOP/s ({:.2}x)",
+                coop_best / f32_best
             );
         }
     }
