@@ -9,7 +9,7 @@ mod common;
 
 use common::{CaseBuilder, Domain};
 use fusegraph::crates::reference::{assert_close, evaluate};
-use fusegraph::crates::runtime::{Backend, WgpuBackend, WgpuDeviceType};
+use fusegraph::crates::runtime::{Backend, Cooperative, WgpuBackend, WgpuDeviceType};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor, MatmulTiling};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -84,6 +84,28 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     let exe = second.compile(&small.graph, &small.outputs, &CompileOptions::default()).unwrap();
     assert_eq!(exe.stats().kernels[0].matmul_tiling, Some(MatmulTiling::default_for(33, 65)));
     assert_eq!(second.tuned_tilings().len(), 1);
+
+    // An f16 product: on an adapter's own cooperative matrices the cooperative tilings are
+    // candidates too (class `… coop`), and the kernel runs on them exactly when one of them
+    // won; elsewhere the plain candidates only, and the plain kernel.
+    let mut c = CaseBuilder::new(13);
+    let a = c.input(DType::F16, &[256, 66], Domain::Any);
+    let b = c.input(DType::F16, &[66, 256], Domain::Any);
+    let half = c.finish("autotune_f16", &[&a.matmul(&b).unwrap()]);
+    let exe = second.compile(&half.graph, &half.outputs, &CompileOptions::default()).unwrap();
+    let feeds: BTreeMap<String, HostTensor> = half.feeds.iter().cloned().collect();
+    let want = evaluate(&half.graph, &half.outputs, &feeds, &BTreeMap::new()).unwrap();
+    let refs: Vec<(&str, &HostTensor)> = half.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    assert_close(&exe.run(&refs).unwrap()[0], &want[0], 2e-2, 1e-2).unwrap();
+    let native = second.cooperative_matrix() == Some(Cooperative::Native);
+    let tuned = second.tuned_tilings().into_iter().find(|t| t.class.starts_with("f16")).expect("the f16 class tuned");
+    assert_eq!(tuned.class, if native { "f16 b1 m256 n256 k128 coop" } else { "f16 b1 m256 n256 k128" });
+    let coop_candidates = if native { MatmulTiling::COOP_CANDIDATES.len() } else { 0 };
+    assert_eq!(tuned.timings.len(), MatmulTiling::CANDIDATES.len() + coop_candidates, "{tuned:?}");
+    let kernel = &exe.stats().kernels[0];
+    assert_eq!(kernel.matmul_tiling, Some(tuned.tiling));
+    assert_eq!(kernel.cooperative_matmul, tuned.tiling.is_cooperative(), "{tuned:?}");
+    eprintln!("f16 timings: {:?}", tuned.timings.iter().map(|(t, ms)| format!("{t} {ms:.2} ms")).collect::<Vec<_>>());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
