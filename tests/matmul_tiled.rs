@@ -210,11 +210,12 @@ const COOP: &str = "coopMultiplyAdd(";
 const COOP_EMULATED: &str = "fg_emu_mad(";
 
 /// f16 products for the cooperative-matrix kernel, ragged in every dimension, with two `k`
-/// steps and 2×2 or 3×5 tiles: plain, and the first two also batched with a transposed lhs
-/// and an epilogue and batched with an epilogue; and a convolution with bias and ReLU.
+/// steps and 2×2 or 3×5 tiles, and one whose operands' rows are whole vec4s (staged a vec4
+/// per load): plain, and all but the third also batched with a transposed lhs and an
+/// epilogue and batched with an epilogue; and a convolution with bias and ReLU.
 fn coop_cases() -> Vec<Case> {
     let mut out = Vec::new();
-    for (shape, batched) in [((7, 33, 5), true), ((70, 40, 90), true), ((130, 40, 258), false)] {
+    for (shape, batched) in [((7, 33, 5), true), ((70, 40, 90), true), ((130, 40, 258), false), ((66, 24, 100), true)] {
         out.push(case(DType::F16, shape, false, false, false));
         if batched {
             out.push(case(DType::F16, shape, true, true, true));
@@ -270,6 +271,12 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
                     let per_subgroup = (tm / 16) * (tn / 16) * size as usize / (tiling.gx * tiling.gy);
                     let calls = src.wgsl.matches(marker).count() - usize::from(marker == COOP_EMULATED);
                     assert_eq!(calls, per_subgroup, "{} ({size}, {coop:?}, {tiling})", case.name);
+                    // Operands that are bindings with rows of whole vec4s (here both, unless
+                    // the lhs is transposed) are staged a vec4<f16> per load.
+                    if case.name.contains("_66x24x100_") {
+                        let direct = if case.name.contains("_ttrue") { 1 } else { 2 };
+                        assert_eq!(src.wgsl.matches("var x = vec4<f16>();").count(), direct, "{}", case.name);
+                    }
                     // One epilogue pass per fragment row of a subgroup, through an f32 band of
                     // `rows`×16 rows: within 48 KiB with the 32-lane subgroups of NVIDIA.
                     let band: usize = src

@@ -3,7 +3,7 @@ enable f16;
 enable wgpu_cooperative_matrix;
 
 @group(0) @binding(0) var<storage, read_write> b0: array<f16>;
-@group(0) @binding(1) var<storage, read_write> b1: array<f16>;
+@group(0) @binding(1) var<storage, read_write> b1: array<vec4<f16>>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f16>;
 @group(0) @binding(3) var<storage, read_write> b3: array<vec4<f16>>;
 
@@ -12,7 +12,7 @@ fn v0(i: u32) -> f32 {
 }
 
 fn v1(i: u32) -> f32 {
-    return f32(b1[i]);
+    return f32(b1[i >> 2u][i & 3u]);
 }
 
 fn v2(i: u32) -> f32 {
@@ -221,17 +221,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let e = l * 128u + lid;
             let gk = k0 + e / 16u;
             let c = col0 + (e % 16u) * 4u;
-            var x = vec4<f32>();
-            if (gk < 33u) {
-                if (c + 0u < 20u) { x.x = v1(b_base + gk * 20u + c + 0u); }
-                if (c + 1u < 20u) { x.y = v1(b_base + gk * 20u + c + 1u); }
-                if (c + 2u < 20u) { x.z = v1(b_base + gk * 20u + c + 2u); }
-                if (c + 3u < 20u) { x.w = v1(b_base + gk * 20u + c + 3u); }
-            }
-            fg_tile_b[e * 4u + 0u] = f16(x.x);
-            fg_tile_b[e * 4u + 1u] = f16(x.y);
-            fg_tile_b[e * 4u + 2u] = f16(x.z);
-            fg_tile_b[e * 4u + 3u] = f16(x.w);
+            var x = vec4<f16>();
+            if (gk < 33u && c < 20u) { x = b1[(b_base + gk * 20u + c) >> 2u]; }
+            fg_tile_b[e * 4u + 0u] = x.x;
+            fg_tile_b[e * 4u + 1u] = x.y;
+            fg_tile_b[e * 4u + 2u] = x.z;
+            fg_tile_b[e * 4u + 3u] = x.w;
         }
         workgroupBarrier();
         for (var kk = 0u; kk < 32u; kk = kk + 16u) {

@@ -170,7 +170,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     };
     let coop = tiled
         .filter(|_| strategy.cooperative_matmul)
-        .and_then(|t| crate::matmul::coop_plan(g, &t, opts, strategy.matmul_tiling));
+        .and_then(|t| crate::matmul::coop_plan(g, kernel, &t, opts, strategy.matmul_tiling));
     let subgroup = tiled
         .filter(|_| strategy.subgroup_matmul && coop.is_none())
         .and_then(|t| crate::matmul::subgroup_plan(g, kernel, &t, opts));
@@ -190,6 +190,12 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     // The subgroup matmul reads its operands' bindings as vec4s, and may write its output so.
     let vec4 = |node: NodeId| {
         subgroup.as_ref().is_some_and(|p| [&p.lhs, &p.rhs].iter().any(|v| v.as_ref().is_some_and(|v| v.leaf == node)))
+            || coop.is_some_and(|c| {
+                tiled.is_some_and(|t| {
+                    let ops = g.operands(t.matmul);
+                    c.vec4_lhs && node == ops[0] || c.vec4_rhs && node == ops[1]
+                })
+            })
             || kernel.outputs.contains(&node)
                 && match (&tiled, &subgroup) {
                     (Some(_), Some(p)) => p.vec4_store,

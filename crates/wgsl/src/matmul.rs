@@ -243,6 +243,11 @@ pub struct CoopPlan {
     /// The pretend subgroup size where the cooperative-matrix operations are emulated
     /// ([`Cooperative::Emulated`]); `None` on the device's own.
     pub emulated: Option<usize>,
+    /// The lhs is one of the kernel's bindings with `k` a multiple of 4: staged a
+    /// `vec4<f16>` (four adjacent `k` of a row) per load, the binding declared as `vec4`s.
+    pub vec4_lhs: bool,
+    /// The rhs likewise, with `n` a multiple of 4 (four adjacent columns per load).
+    pub vec4_rhs: bool,
 }
 
 impl CoopPlan {
@@ -352,7 +357,13 @@ fn fg_emu_store_c(m: array<f32, {per_lane}>, at: u32, stride: u32, lane: u32) {{
 /// f16, where the subgroup size (the adapter's fixed one, or the emulated one) splits the
 /// invocations of `tiling` (one of [`MatmulTiling::COOP_CANDIDATES`]; any other takes the
 /// default) into a grid that divides the tile's blocks of 16×16.
-pub fn coop_plan(g: &Graph, plan: &TiledPlan, opts: &LowerOptions, tiling: Option<MatmulTiling>) -> Option<CoopPlan> {
+pub fn coop_plan(
+    g: &Graph,
+    kernel: &Kernel,
+    plan: &TiledPlan,
+    opts: &LowerOptions,
+    tiling: Option<MatmulTiling>,
+) -> Option<CoopPlan> {
     if !opts.f16_native || g.ty(plan.matmul).dtype != DType::F16 {
         return None;
     }
@@ -368,11 +379,26 @@ pub fn coop_plan(g: &Graph, plan: &TiledPlan, opts: &LowerOptions, tiling: Optio
     let subgroups = invocations / size;
     let (tm, tn) = tiling.tile();
     let (br, bc) = (tm / COOP_SIDE, tn / COOP_SIDE);
+    // Operands read straight from their bindings (not a prologue, a view or a convolution's
+    // patches), whose rows are whole vec4s.
+    let ops = g.operands(plan.matmul);
+    let (_, _, n, k) = gemm_dims(g, plan.matmul);
+    let direct = |node: NodeId, len: usize| {
+        matches!(g.node(plan.matmul).op, Op::MatMul) && kernel.inputs.contains(&node) && len.is_multiple_of(4)
+    };
+    let (vec4_lhs, vec4_rhs) = (direct(ops[0], k), direct(ops[1], n));
     // The squarest grid (fewest fragment loads per multiply-add), of those the one with the
     // fewest subgroup rows (the smallest f32 band).
     (1..=subgroups)
         .filter(|r| subgroups.is_multiple_of(*r))
-        .map(|rows| CoopPlan { tiling, rows, cols: subgroups / rows, emulated: emulated.then_some(size) })
+        .map(|rows| CoopPlan {
+            tiling,
+            rows,
+            cols: subgroups / rows,
+            emulated: emulated.then_some(size),
+            vec4_lhs,
+            vec4_rhs,
+        })
         .filter(|p| br.is_multiple_of(p.rows) && bc.is_multiple_of(p.cols))
         .min_by_key(|p| {
             let (r, c) = p.blocks();
@@ -387,7 +413,7 @@ pub fn cooperative_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> bo
         return false;
     }
     let regs = fusegraph_passes::kernel::regions(g, kernel);
-    plan(g, kernel, &regs, opts).and_then(|p| coop_plan(g, &p, opts, None)).is_some()
+    plan(g, kernel, &regs, opts).and_then(|p| coop_plan(g, kernel, &p, opts, None)).is_some()
 }
 
 /// What the tiled lowering of a kernel needs: the matmul and the output it feeds.
@@ -538,46 +564,81 @@ pub fn tiled_main(
     // Load phase: each invocation loads four values of a column of the lhs tile (or a row of
     // the rhs tile) through the operand functions and stores them as one vec4.
     let (lv, rv) = (format!("v{}", lhs.index()), format!("v{}", rhs.index()));
-    w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tm * tk / 4 / wgs));
-    w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
-    w(&mut s, 3, format!("let r = row0 + (e / {tk}u) * 4u;"));
-    w(&mut s, 3, format!("let kk = e % {tk}u;"));
-    w(&mut s, 3, "let gk = k0 + kk;".into());
-    w(&mut s, 3, format!("var x = vec4<{t}>();"));
-    w(&mut s, 3, format!("if (gk < {k}u) {{"));
-    for (q, comp) in XYZW.iter().enumerate() {
-        w(&mut s, 4, format!("if (r + {q}u < {m}u) {{ x.{comp} = {lv}(a_base + (r + {q}u) * {k}u + gk); }}"));
-    }
-    w(&mut s, 3, "}".into());
-    if coop.is_some() {
-        w(&mut s, 3, format!("let ia = (e / {tk}u) * {}u + kk;", 4 * tk));
+    let binding = |node: NodeId| bindings.iter().position(|b| b.node == node && !b.output).expect("a bound operand");
+    if coop.is_some_and(|c| c.vec4_lhs) {
+        // Four adjacent `k` of one row per load, straight from the binding (row-major tile).
+        w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tm * tk / 4 / wgs));
+        w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
+        w(&mut s, 3, format!("let r = row0 + e / {}u;", tk / 4));
+        w(&mut s, 3, format!("let kq = (e % {}u) * 4u;", tk / 4));
+        w(&mut s, 3, "var x = vec4<f16>();".into());
+        let at = format!("(a_base + r * {k}u + k0 + kq) >> 2u");
+        w(&mut s, 3, format!("if (r < {m}u && k0 + kq < {k}u) {{ x = b{}[{at}]; }}", binding(lhs)));
+        w(&mut s, 3, format!("let ia = (e / {}u) * {tk}u + kq;", tk / 4));
         for (q, comp) in XYZW.iter().enumerate() {
-            w(&mut s, 3, format!("fg_tile_a[ia + {}u] = f16(x.{comp});", q * tk));
+            w(&mut s, 3, format!("fg_tile_a[ia + {q}u] = x.{comp};"));
         }
+        w(&mut s, 2, "}".into());
     } else {
-        w(&mut s, 3, format!("fg_tile_a[kk * {}u + e / {tk}u] = x;", tm / 4));
-    }
-    w(&mut s, 2, "}".into());
-    w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tk * tn / 4 / wgs));
-    w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
-    w(&mut s, 3, format!("let gk = k0 + e / {}u;", tn / 4));
-    w(&mut s, 3, format!("let c = col0 + (e % {}u) * 4u;", tn / 4));
-    w(&mut s, 3, format!("var x = vec4<{t}>();"));
-    w(&mut s, 3, format!("if (gk < {k}u) {{"));
-    for (q, comp) in XYZW.iter().enumerate() {
-        let load =
-            if conv { format!("fg_im2col(bt, gk, c + {q}u)") } else { format!("{rv}(b_base + gk * {n}u + c + {q}u)") };
-        w(&mut s, 4, format!("if (c + {q}u < {n}u) {{ x.{comp} = {load}; }}"));
-    }
-    w(&mut s, 3, "}".into());
-    if coop.is_some() {
+        w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tm * tk / 4 / wgs));
+        w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
+        w(&mut s, 3, format!("let r = row0 + (e / {tk}u) * 4u;"));
+        w(&mut s, 3, format!("let kk = e % {tk}u;"));
+        w(&mut s, 3, "let gk = k0 + kk;".into());
+        w(&mut s, 3, format!("var x = vec4<{t}>();"));
+        w(&mut s, 3, format!("if (gk < {k}u) {{"));
         for (q, comp) in XYZW.iter().enumerate() {
-            w(&mut s, 3, format!("fg_tile_b[e * 4u + {q}u] = f16(x.{comp});"));
+            w(&mut s, 4, format!("if (r + {q}u < {m}u) {{ x.{comp} = {lv}(a_base + (r + {q}u) * {k}u + gk); }}"));
         }
-    } else {
-        w(&mut s, 3, "fg_tile_b[e] = x;".into());
+        w(&mut s, 3, "}".into());
+        if coop.is_some() {
+            w(&mut s, 3, format!("let ia = (e / {tk}u) * {}u + kk;", 4 * tk));
+            for (q, comp) in XYZW.iter().enumerate() {
+                w(&mut s, 3, format!("fg_tile_a[ia + {}u] = f16(x.{comp});", q * tk));
+            }
+        } else {
+            w(&mut s, 3, format!("fg_tile_a[kk * {}u + e / {tk}u] = x;", tm / 4));
+        }
+        w(&mut s, 2, "}".into());
     }
-    w(&mut s, 2, "}".into());
+    if coop.is_some_and(|c| c.vec4_rhs) {
+        // Four adjacent columns of one row of `k` per load, straight from the binding.
+        w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tk * tn / 4 / wgs));
+        w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
+        w(&mut s, 3, format!("let gk = k0 + e / {}u;", tn / 4));
+        w(&mut s, 3, format!("let c = col0 + (e % {}u) * 4u;", tn / 4));
+        w(&mut s, 3, "var x = vec4<f16>();".into());
+        let at = format!("(b_base + gk * {n}u + c) >> 2u");
+        w(&mut s, 3, format!("if (gk < {k}u && c < {n}u) {{ x = b{}[{at}]; }}", binding(rhs)));
+        for (q, comp) in XYZW.iter().enumerate() {
+            w(&mut s, 3, format!("fg_tile_b[e * 4u + {q}u] = x.{comp};"));
+        }
+        w(&mut s, 2, "}".into());
+    } else {
+        w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tk * tn / 4 / wgs));
+        w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
+        w(&mut s, 3, format!("let gk = k0 + e / {}u;", tn / 4));
+        w(&mut s, 3, format!("let c = col0 + (e % {}u) * 4u;", tn / 4));
+        w(&mut s, 3, format!("var x = vec4<{t}>();"));
+        w(&mut s, 3, format!("if (gk < {k}u) {{"));
+        for (q, comp) in XYZW.iter().enumerate() {
+            let load = if conv {
+                format!("fg_im2col(bt, gk, c + {q}u)")
+            } else {
+                format!("{rv}(b_base + gk * {n}u + c + {q}u)")
+            };
+            w(&mut s, 4, format!("if (c + {q}u < {n}u) {{ x.{comp} = {load}; }}"));
+        }
+        w(&mut s, 3, "}".into());
+        if coop.is_some() {
+            for (q, comp) in XYZW.iter().enumerate() {
+                w(&mut s, 3, format!("fg_tile_b[e * 4u + {q}u] = f16(x.{comp});"));
+            }
+        } else {
+            w(&mut s, 3, "fg_tile_b[e] = x;".into());
+        }
+        w(&mut s, 2, "}".into());
+    }
     w(&mut s, 2, "workgroupBarrier();".into());
     match coop {
         Some(cp) => coop_compute(&mut s, &cp, (tm, tn), (bm, bn), tk),
