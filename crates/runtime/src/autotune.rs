@@ -259,7 +259,7 @@ mod tests {
             parse_line("f32 b1 m512 n1024 k16 = 16x16/8x8/16").map(|p| p.1.to_string()).as_deref(),
             Some("16x16/8x8/16")
         );
-        assert_eq!(parse_line("f32 b1 m512 = 16x16/8x8/64"), None, "not a usable tiling");
+        assert_eq!(parse_line("f32 b1 m512 = 16x16/8x8/128"), None, "not a usable tiling");
         // A cooperative tiling is read back as such, though its staging exceeds the plain
         // kernel's 16 KiB.
         let large = MatmulTiling::COOP_CANDIDATES[1];

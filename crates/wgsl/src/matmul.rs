@@ -79,6 +79,10 @@ const COOP: MatmulTiling = MatmulTiling { gx: 16, gy: 8, bm: 8, bn: 4, tk: 32 };
 /// (16 KiB of f16) exceed the plain kernel's 16 KiB of f32 staging, so it is a cooperative
 /// tiling only.
 const COOP_LARGE: MatmulTiling = MatmulTiling { gx: 16, gy: 16, bm: 8, bn: 8, tk: 32 };
+/// [`COOP`] and [`COOP_LARGE`] 64 deep: half the barriers and staging rounds per
+/// multiply-add, for twice the operand tiles (24 and 48 KiB in all with 32-lane subgroups).
+const COOP_DEEP: MatmulTiling = MatmulTiling { tk: 64, ..COOP };
+const COOP_LARGE_DEEP: MatmulTiling = MatmulTiling { tk: 64, ..COOP_LARGE };
 /// The side of a cooperative matrix the kernel uses (`coop_mat16x16`).
 const COOP_SIDE: usize = 16;
 
@@ -111,7 +115,7 @@ impl MatmulTiling {
     /// run on cooperative matrices (and the plain kernel with its default tiling for any
     /// other product when the tiling is not [`is_valid`](Self::is_valid) for it); no
     /// plain-kernel candidate is in the list, so a tuned choice says which kernel won.
-    pub const COOP_CANDIDATES: [MatmulTiling; 2] = [COOP, COOP_LARGE];
+    pub const COOP_CANDIDATES: [MatmulTiling; 4] = [COOP, COOP_LARGE, COOP_DEEP, COOP_LARGE_DEEP];
 
     /// Whether this is one of [`COOP_CANDIDATES`](Self::COOP_CANDIDATES).
     pub fn is_cooperative(&self) -> bool {
