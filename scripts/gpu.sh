@@ -7,7 +7,8 @@
 #                                # release binaries and test executables into .gpu-bin/
 # There (device `run`, carry [".gl", ".gpu-bin"]):
 #   ./scripts/gpu.sh run [PHASE ...]   # phases: info tests roofline bench examples (all when
-#                                      # none is named; also: profile); logs and JSON
+#                                      # none is named; also: profile, coop (the matmul rows
+#                                      # only, every cooperative tiling)); logs and JSON
 #                                      # land in $OUT
 #
 # Every phase has a time limit so one slow phase cannot take the others' results with it.
@@ -80,6 +81,13 @@ run() {
             timeout 150 $B/fusegraph roofline --json "$OUT/roofline.json" 2>&1 | tee "$OUT/roofline.log" | grep -v "^timing"
             # The autotuner's choices, per shape class.
             cat "$XDG_CACHE_HOME"/fusegraph/* 2>/dev/null | tee -a "$OUT/roofline.log"
+            ;;
+        coop)
+            # The matmul rows only: the tuner's picks, each cooperative-matrix tiling forced
+            # (rows `matmul coop TILING`), and the best of them against f32.
+            timeout 240 $B/fusegraph roofline --kernels matmul --runs 5 --json "$OUT/coop.json" 2>&1 \
+                | tee "$OUT/coop.log" | grep -v "^timing"
+            cat "$XDG_CACHE_HOME"/fusegraph/* 2>/dev/null | tee -a "$OUT/coop.log"
             ;;
         bench)
             timeout 150 $B/fusegraph bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40
