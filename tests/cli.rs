@@ -57,3 +57,26 @@ fn dot_draws_one_cluster_per_kernel() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read /nonexistent.ir"));
 }
+
+#[test]
+fn roofline_measures_only_the_families_and_dtype_asked_for() {
+    let out = fusegraph(&["roofline", "--quick", "--kernels", "copy,soft", "--dtype", "f16", "--runs", "2"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("[")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(rows[0].starts_with("copy ") && rows[0].contains(" f16 "), "{text}");
+    assert!(rows[1].starts_with("softmax_rows ") && rows[1].contains(" f16 "), "{text}");
+    assert!(text.contains("ceilings (measured in this run): copy"), "{text}");
+    // Bad filters are usage errors before anything is measured.
+    for (args, message) in [
+        (&["roofline", "--kernels", "tanh"][..], "no kernel family starts with `tanh`"),
+        (&["roofline", "--dtype", "f64"][..], "--dtype needs f32 or f16"),
+        (&["roofline", "--runs", "0"][..], "--runs: `0` is not a positive count"),
+    ] {
+        let out = fusegraph(args, None);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(message) && !err.contains("device:"), "{args:?}: {err}");
+    }
+}

@@ -29,6 +29,12 @@ impl RooflineArgs {
                 "--kernels" => {
                     let list = it.next().ok_or("--kernels needs a comma-separated LIST")?;
                     out.kernels = list.split(',').filter(|k| !k.is_empty()).map(str::to_string).collect();
+                    if let Some(k) = out.kernels.iter().find(|k| !FAMILIES.iter().any(|f| f.starts_with(k.as_str()))) {
+                        return Err(format!(
+                            "--kernels: no kernel family starts with `{k}` (families: {})",
+                            FAMILIES.join(", ")
+                        ));
+                    }
                 }
                 "--dtype" => {
                     out.dtype = Some(match it.next().map(String::as_str) {
@@ -52,6 +58,10 @@ impl RooflineArgs {
         Ok(out)
     }
 }
+
+/// The kernel families the roofline measures, in order.
+const FAMILIES: [&str; 6] =
+    ["copy", "elementwise_chain20", "reduce_sum_rows", "softmax_rows", "layer_norm_rows", "matmul"];
 
 /// Records a workload into a builder: its outputs and feeds.
 type Build<'a> = &'a dyn Fn(&GraphBuilder) -> (Vec<NodeId>, Vec<(String, HostTensor)>);
