@@ -1326,9 +1326,22 @@ mod tests {
         assert_eq!(MatmulTiling::default_for(1, 3072), FEW_ROWS);
         assert!(FEW_ROWS.is_valid() && FEW_ROWS.tile() == (16, 64));
         // 6 × 4 blocks are not whole vec4s; 32 × 32 invocations are too many; 128×128 tiles
-        // 32 deep need 32 KiB.
-        for bad in ["16x16/6x4/16", "32x32/4x4/16", "16x16/8x8/32", "16x16/8x8", "a"] {
+        // 128 deep need 128 KiB.
+        for bad in ["16x16/6x4/16", "32x32/4x4/16", "16x16/8x8/128", "16x16/8x8", "a"] {
             assert!(bad.parse::<MatmulTiling>().is_err(), "{bad}");
         }
+        // The cooperative tilings: none is a plain candidate (a tuned choice says which
+        // kernel won), each parses back, its staging loops divide evenly, its `k` steps are
+        // whole fragments, and an invocation's epilogue block lies within one fragment row.
+        for t in MatmulTiling::COOP_CANDIDATES {
+            assert!(t.is_cooperative() && !MatmulTiling::CANDIDATES.contains(&t), "{t}");
+            assert_eq!(t.to_string().parse::<MatmulTiling>(), Ok(t));
+            let (tm, tn) = t.tile();
+            let wgs = t.gx * t.gy;
+            assert!((tm * t.tk / 4).is_multiple_of(wgs) && (t.tk * tn / 4).is_multiple_of(wgs), "{t}");
+            assert!(t.tk.is_multiple_of(COOP_SIDE) && COOP_SIDE.is_multiple_of(t.bm), "{t}");
+            assert!(tm.is_multiple_of(COOP_SIDE) && tn.is_multiple_of(COOP_SIDE) && t.bn.is_multiple_of(4), "{t}");
+        }
+        assert_eq!(MatmulTiling::COOP_CANDIDATES[0], COOP, "the default first");
     }
 }
