@@ -198,6 +198,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var fg_c0_1 = coop_mat16x16<f32, C>();
     var fg_c1_0 = coop_mat16x16<f32, C>();
     var fg_c1_1 = coop_mat16x16<f32, C>();
+    var pb0 = vec4<f16>();
+    { let e = 0u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb0 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    var pb1 = vec4<f16>();
+    { let e = 128u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb1 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    var pb2 = vec4<f16>();
+    { let e = 256u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb2 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    var pb3 = vec4<f16>();
+    { let e = 384u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb3 = b1[(b_base + gk * 20u + c) >> 2u]; } }
     for (var k0 = 0u; k0 < 33u; k0 = k0 + 32u) {
         for (var l = 0u; l < 4u; l = l + 1u) {
             let e = l * 128u + lid;
@@ -217,18 +225,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             fg_tile_a[ia + 64u] = f16(x.z);
             fg_tile_a[ia + 96u] = f16(x.w);
         }
-        for (var l = 0u; l < 4u; l = l + 1u) {
-            let e = l * 128u + lid;
-            let gk = k0 + e / 16u;
-            let c = col0 + (e % 16u) * 4u;
-            var x = vec4<f16>();
-            if (gk < 33u && c < 20u) { x = b1[(b_base + gk * 20u + c) >> 2u]; }
-            fg_tile_b[e * 4u + 0u] = x.x;
-            fg_tile_b[e * 4u + 1u] = x.y;
-            fg_tile_b[e * 4u + 2u] = x.z;
-            fg_tile_b[e * 4u + 3u] = x.w;
-        }
+        fg_tile_b[(0u + lid) * 4u + 0u] = pb0.x;
+        fg_tile_b[(0u + lid) * 4u + 1u] = pb0.y;
+        fg_tile_b[(0u + lid) * 4u + 2u] = pb0.z;
+        fg_tile_b[(0u + lid) * 4u + 3u] = pb0.w;
+        fg_tile_b[(128u + lid) * 4u + 0u] = pb1.x;
+        fg_tile_b[(128u + lid) * 4u + 1u] = pb1.y;
+        fg_tile_b[(128u + lid) * 4u + 2u] = pb1.z;
+        fg_tile_b[(128u + lid) * 4u + 3u] = pb1.w;
+        fg_tile_b[(256u + lid) * 4u + 0u] = pb2.x;
+        fg_tile_b[(256u + lid) * 4u + 1u] = pb2.y;
+        fg_tile_b[(256u + lid) * 4u + 2u] = pb2.z;
+        fg_tile_b[(256u + lid) * 4u + 3u] = pb2.w;
+        fg_tile_b[(384u + lid) * 4u + 0u] = pb3.x;
+        fg_tile_b[(384u + lid) * 4u + 1u] = pb3.y;
+        fg_tile_b[(384u + lid) * 4u + 2u] = pb3.z;
+        fg_tile_b[(384u + lid) * 4u + 3u] = pb3.w;
         workgroupBarrier();
+        pb0 = vec4<f16>();
+        { let e = 0u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb0 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        pb1 = vec4<f16>();
+        { let e = 128u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb1 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        pb2 = vec4<f16>();
+        { let e = 256u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb2 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        pb3 = vec4<f16>();
+        { let e = 384u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb3 = b1[(b_base + gk * 20u + c) >> 2u]; } }
         for (var kk = 0u; kk < 32u; kk = kk + 16u) {
             let fa0 = coopLoadT<coop_mat16x16<f16, A>>(&fg_tile_a[(sg_row + 0u) * 32u + kk], 32u);
             let fa1 = coopLoadT<coop_mat16x16<f16, A>>(&fg_tile_a[(sg_row + 16u) * 32u + kk], 32u);

@@ -564,25 +564,25 @@ pub fn tiled_main(
             }
         }
     }
+    // Operands that are bindings with rows of whole vec4s are loaded into registers one `k`
+    // slice ahead: the loads of the next slice are in flight while this one is multiplied.
+    let binding = |node: NodeId| bindings.iter().position(|b| b.node == node && !b.output).expect("a bound operand");
+    let prefetch = coop.map(|c| Prefetch {
+        lhs: c.vec4_lhs.then(|| binding(lhs)),
+        rhs: c.vec4_rhs.then(|| binding(rhs)),
+        dims: (m, n, k),
+        tile: (tm, tn, tk),
+        wgs,
+    });
+    if let Some(p) = &prefetch {
+        p.load(&mut s, "0u", true);
+    }
     w(&mut s, 1, format!("for (var k0 = 0u; k0 < {k}u; k0 = k0 + {tk}u) {{"));
     // Load phase: each invocation loads four values of a column of the lhs tile (or a row of
     // the rhs tile) through the operand functions and stores them as one vec4.
     let (lv, rv) = (format!("v{}", lhs.index()), format!("v{}", rhs.index()));
-    let binding = |node: NodeId| bindings.iter().position(|b| b.node == node && !b.output).expect("a bound operand");
-    if coop.is_some_and(|c| c.vec4_lhs) {
-        // Four adjacent `k` of one row per load, straight from the binding (row-major tile).
-        w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tm * tk / 4 / wgs));
-        w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
-        w(&mut s, 3, format!("let r = row0 + e / {}u;", tk / 4));
-        w(&mut s, 3, format!("let kq = (e % {}u) * 4u;", tk / 4));
-        w(&mut s, 3, "var x = vec4<f16>();".into());
-        let at = format!("(a_base + r * {k}u + k0 + kq) >> 2u");
-        w(&mut s, 3, format!("if (r < {m}u && k0 + kq < {k}u) {{ x = b{}[{at}]; }}", binding(lhs)));
-        w(&mut s, 3, format!("let ia = (e / {}u) * {tk}u + kq;", tk / 4));
-        for (q, comp) in XYZW.iter().enumerate() {
-            w(&mut s, 3, format!("fg_tile_a[ia + {q}u] = x.{comp};"));
-        }
-        w(&mut s, 2, "}".into());
+    if let Some(p) = prefetch.as_ref().filter(|p| p.lhs.is_some()) {
+        p.store_a(&mut s);
     } else {
         w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tm * tk / 4 / wgs));
         w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
@@ -605,19 +605,8 @@ pub fn tiled_main(
         }
         w(&mut s, 2, "}".into());
     }
-    if coop.is_some_and(|c| c.vec4_rhs) {
-        // Four adjacent columns of one row of `k` per load, straight from the binding.
-        w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tk * tn / 4 / wgs));
-        w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
-        w(&mut s, 3, format!("let gk = k0 + e / {}u;", tn / 4));
-        w(&mut s, 3, format!("let c = col0 + (e % {}u) * 4u;", tn / 4));
-        w(&mut s, 3, "var x = vec4<f16>();".into());
-        let at = format!("(b_base + gk * {n}u + c) >> 2u");
-        w(&mut s, 3, format!("if (gk < {k}u && c < {n}u) {{ x = b{}[{at}]; }}", binding(rhs)));
-        for (q, comp) in XYZW.iter().enumerate() {
-            w(&mut s, 3, format!("fg_tile_b[e * 4u + {q}u] = x.{comp};"));
-        }
-        w(&mut s, 2, "}".into());
+    if let Some(p) = prefetch.as_ref().filter(|p| p.rhs.is_some()) {
+        p.store_b(&mut s);
     } else {
         w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tk * tn / 4 / wgs));
         w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
@@ -644,6 +633,9 @@ pub fn tiled_main(
         w(&mut s, 2, "}".into());
     }
     w(&mut s, 2, "workgroupBarrier();".into());
+    if let Some(p) = &prefetch {
+        p.load(&mut s, &format!("k0 + {tk}u"), false);
+    }
     match coop {
         Some(cp) => coop_compute(&mut s, &cp, (tm, tn), (bm, bn), tk),
         None => tiled_compute(&mut s, (tm, tn), (bm, bn), tk),
@@ -720,6 +712,97 @@ fn tiled_compute(s: &mut String, (tm, tn): (usize, usize), (bm, bn): (usize, usi
     w(s, 2, "}".into());
     w(s, 2, "workgroupBarrier();".into());
     w(s, 1, "}".into());
+}
+
+/// How the cooperative-matrix kernel stages the operands that are bindings with rows of
+/// whole vec4s (`lhs`/`rhs`: their binding indices): each invocation holds its share of the
+/// next `k` slice in registers (`pa{l}`, `pb{l}`: a `vec4<f16>` per load, one bounds check
+/// each), loaded right after the slice before is in workgroup memory, so those loads are in
+/// flight during the multiply-adds; at the top of the next step they are stored to the tiles.
+struct Prefetch {
+    lhs: Option<usize>,
+    rhs: Option<usize>,
+    /// `m`, `n`, `k` of the product.
+    dims: (usize, usize, usize),
+    /// `tm`, `tn`, `tk` of the tiling.
+    tile: (usize, usize, usize),
+    /// Invocations per workgroup.
+    wgs: usize,
+}
+
+impl Prefetch {
+    /// vec4 loads per invocation per slice: of the lhs tile (four adjacent `k` of a row
+    /// each) and of the rhs tile (four adjacent columns each).
+    fn counts(&self) -> (usize, usize) {
+        let (tm, tn, tk) = self.tile;
+        (tm * tk / 4 / self.wgs, tk * tn / 4 / self.wgs)
+    }
+
+    /// Loads (declaring the registers where `declare`) the slice starting at `k0`.
+    fn load(&self, s: &mut String, k0: &str, declare: bool) {
+        let ((m, n, k), (_, tn, tk), wgs) = (self.dims, self.tile, self.wgs);
+        let (ca, cb) = self.counts();
+        let indent = if declare { 1 } else { 2 };
+        let head = |name: String| {
+            if declare {
+                format!("var {name} = vec4<f16>();")
+            } else {
+                format!("{name} = vec4<f16>();")
+            }
+        };
+        if let Some(b) = self.lhs {
+            for l in 0..ca {
+                line(s, indent, head(format!("pa{l}")));
+                line(
+                    s,
+                    indent,
+                    format!(
+                        "{{ let e = {}u + lid; let r = row0 + e / {q}u; let kq = (e % {q}u) * 4u; \
+                         if (r < {m}u && {k0} + kq < {k}u) {{ pa{l} = b{b}[(a_base + r * {k}u + {k0} + kq) >> 2u]; }} }}",
+                        l * wgs,
+                        q = tk / 4
+                    ),
+                );
+            }
+        }
+        if let Some(b) = self.rhs {
+            for l in 0..cb {
+                line(s, indent, head(format!("pb{l}")));
+                line(
+                    s,
+                    indent,
+                    format!(
+                        "{{ let e = {}u + lid; let gk = {k0} + e / {q}u; let c = col0 + (e % {q}u) * 4u; \
+                         if (gk < {k}u && c < {n}u) {{ pb{l} = b{b}[(b_base + gk * {n}u + c) >> 2u]; }} }}",
+                        l * wgs,
+                        q = tn / 4
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Stores the lhs registers to the (row-major) lhs tile (the lhs is prefetched).
+    fn store_a(&self, s: &mut String) {
+        let (_, _, tk) = self.tile;
+        for l in 0..self.counts().0 {
+            let e = format!("({}u + lid)", l * self.wgs);
+            line(s, 2, format!("{{ let ia = ({e} / {q}u) * {tk}u + ({e} % {q}u) * 4u;", q = tk / 4));
+            for (q, comp) in XYZW.iter().enumerate() {
+                line(s, 3, format!("fg_tile_a[ia + {q}u] = pa{l}.{comp};"));
+            }
+            line(s, 2, "}".into());
+        }
+    }
+
+    /// Stores the rhs registers to the (row-major) rhs tile (the rhs is prefetched).
+    fn store_b(&self, s: &mut String) {
+        for l in 0..self.counts().1 {
+            for (q, comp) in XYZW.iter().enumerate() {
+                line(s, 2, format!("fg_tile_b[({}u + lid) * 4u + {q}u] = pb{l}.{comp};", l * self.wgs));
+            }
+        }
+    }
 }
 
 /// The compute phase on cooperative matrices: per 16 steps of `k`, the subgroup's A
