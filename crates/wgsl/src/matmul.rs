@@ -228,7 +228,9 @@ pub fn subgroup_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Optio
 ///
 /// The kernel is [`tiled_main`] with that tiling: the operand tiles are staged in
 /// workgroup memory through the operand functions as for the plain kernel (so prologues,
-/// ragged edges, batches and convolutions work unchanged), as f16, both tiles row-major;
+/// ragged edges, batches and convolutions work unchanged), as f16, both tiles row-major —
+/// except an operand that is a binding with rows of whole vec4s (`vec4_lhs`, `vec4_rhs`),
+/// loaded a `vec4<f16>` at a time into registers one `k` slice ahead;
 /// per 16 steps of `k` each subgroup loads its A and B fragments with `coopLoadT` and
 /// updates its accumulators with `coopMultiplyAdd` (f16 products, f32 sums). After the last
 /// step the results reach the invocations in one pass per fragment row of a subgroup: in
