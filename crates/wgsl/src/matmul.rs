@@ -268,12 +268,6 @@ impl CoopPlan {
         (tm + tn) * COOP.tk * 2 + tm * tn * 4
     };
 
-    /// Workgroup memory this plan declares: the f16 operand tiles and the f32 band.
-    pub fn workgroup_bytes(&self) -> usize {
-        let (tm, tn) = self.tiling.tile();
-        (tm + tn) * self.tiling.tk * 2 + self.band_rows() * tn * 4
-    }
-
     /// Rows of the f32 band an epilogue pass goes through: one fragment row per subgroup row.
     fn band_rows(&self) -> usize {
         self.rows * COOP_SIDE
@@ -517,7 +511,7 @@ pub fn tiled_main(
         let _ = writeln!(body, "var<workgroup> fg_tile_a: array<f16, {}>;", tk * tm);
         let _ = writeln!(body, "var<workgroup> fg_tile_b: array<f16, {}>;", tk * tn);
         let _ = writeln!(body, "var<workgroup> fg_tile_c: array<f32, {}>;\n", cp.band_rows() * tn);
-        if let Some(size) = coop.and_then(|c| c.emulated) {
+        if let Some(size) = cp.emulated {
             body.push_str(&CoopPlan::emulation(size));
         }
     } else {
@@ -580,8 +574,10 @@ pub fn tiled_main(
         p.load(&mut s, "0u", true);
     }
     w(&mut s, 1, format!("for (var k0 = 0u; k0 < {k}u; k0 = k0 + {tk}u) {{"));
-    // Load phase: each invocation loads four values of a column of the lhs tile (or a row of
-    // the rhs tile) through the operand functions and stores them as one vec4.
+    // Load phase: prefetched operands store their registers; any other operand is loaded
+    // four values of a column of the lhs tile (or a row of the rhs tile) per invocation
+    // through its operand function, and stored as one vec4 (as f16 halves for cooperative
+    // matrices).
     let (lv, rv) = (format!("v{}", lhs.index()), format!("v{}", rhs.index()));
     if let Some(p) = prefetch.as_ref().filter(|p| p.lhs.is_some()) {
         p.store_a(&mut s);
