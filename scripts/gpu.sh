@@ -8,7 +8,9 @@
 # There (device `run`, carry [".gl", ".gpu-bin"]):
 #   ./scripts/gpu.sh run [PHASE ...]   # phases: info tests roofline bench examples (all when
 #                                      # none is named; also: profile, coop (the matmul rows
-#                                      # only, every cooperative tiling)); logs and JSON
+#                                      # only, every cooperative tiling), vec4 (the matmul
+#                                      # rows with and without the vec4 operand prefetch));
+#                                      # logs and JSON
 #                                      # land in $OUT
 #
 # Every phase has a time limit so one slow phase cannot take the others' results with it.
@@ -88,6 +90,17 @@ run() {
             timeout 240 $B/fusegraph roofline --kernels matmul --runs 5 --json "$OUT/coop.json" 2>&1 \
                 | tee "$OUT/coop.log" | grep -v "^timing"
             cat "$XDG_CACHE_HOME"/fusegraph/* 2>/dev/null | tee -a "$OUT/coop.log"
+            ;;
+        vec4)
+            # The matmul rows with the operands' vec4 prefetch (the default since the
+            # sixteenth session) and without (FUSEGRAPH_VEC4_OPERANDS=off), twice in turn.
+            for round in 1 2; do
+                for v in on off; do
+                    echo "== vec4 operands $v, round $round" | tee -a "$OUT/vec4.log"
+                    FUSEGRAPH_VEC4_OPERANDS=$v timeout 120 $B/fusegraph roofline --kernels matmul --runs 5 2>&1 \
+                        | tee -a "$OUT/vec4.log" | grep -E "^matmul"
+                done
+            done
             ;;
         bench)
             timeout 150 $B/fusegraph bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40

@@ -13,9 +13,12 @@ use fusegraph::{CompileOptions, DType, Device, DeviceOptions, ExecutableStats, H
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// The last shape takes the 128×128 tiles (m and n ≥ 128), ragged in m, n and k.
-const SHAPES: [(usize, usize, usize); 7] =
-    [(1, 1, 1), (7, 33, 5), (64, 64, 64), (65, 17, 129), (100, 1000, 7), (128, 256, 64), (130, 40, 258)];
+/// `(m, k, n)`. The last but one takes the 128×128 tiles (m and n ≥ 128), ragged in m, n
+/// and k. Operands whose rows are whole vec4s (k or n a multiple of 4) are staged a vec4 per
+/// load: both of the last shape, ragged against every tile and `k` slice, and of 64³ and
+/// 128×256×64; the lhs alone of 100×1000×7 and 130×40×258.
+const SHAPES: [(usize, usize, usize); 8] =
+    [(1, 1, 1), (7, 33, 5), (64, 64, 64), (65, 17, 129), (100, 1000, 7), (128, 256, 64), (130, 40, 258), (66, 72, 100)];
 
 /// The shader marker of the tiled lowering.
 const TILED: &str = "var<workgroup> fg_tile_a";
@@ -143,6 +146,31 @@ fn every_candidate_tiling_validates() {
                         panic!("{} kernel {} ({opts:?}, {tiling}): {e}", case.name, src.label);
                     }
                     shaders += src.wgsl.contains(TILED) as usize;
+                    // Operands that are bindings with rows of whole vec4s (both here, unless
+                    // the lhs is transposed; packed f16 never) are loaded a vec4 of their
+                    // storage type at a time, into registers one `k` slice ahead.
+                    if case.name.contains("_66x72x100_") && src.wgsl.contains(TILED) {
+                        let dt = case.graph.ty(case.outputs[0]).dtype;
+                        let elem = match dt {
+                            DType::F16 if f16_native => Some("f16"),
+                            DType::F16 => None,
+                            DType::I32 => Some("i32"),
+                            _ => Some("f32"),
+                        };
+                        let lhs = elem.filter(|_| !case.name.contains("_ttrue"));
+                        let declared = |r: &str, e: Option<&str>| {
+                            e.is_some_and(|e| src.wgsl.contains(&format!("var {r}0 = vec4<{e}>();")))
+                        };
+                        assert_eq!(declared("pa", lhs), lhs.is_some(), "{} [{tiling}]", case.name);
+                        assert_eq!(declared("pb", elem), elem.is_some(), "{} [{tiling}]", case.name);
+                        assert_eq!(src.wgsl.contains("var pa0") || src.wgsl.contains("var pb0"), elem.is_some());
+                        // Turned off (for comparisons): every value through the element functions.
+                        let off = Strategy { vec4_operands: false, ..strategy };
+                        let plain = lower_with(&case.graph, k, &opts, &off).wgsl;
+                        validate(&plain)
+                            .unwrap_or_else(|e| panic!("{} [{tiling}] without vec4 operands: {e}", case.name));
+                        assert!(!plain.contains("var pa0") && !plain.contains("var pb0"), "{}", case.name);
+                    }
                 }
             }
         }
@@ -171,7 +199,13 @@ fn every_candidate_tiling_matches_the_reference() {
     for tiling in MatmulTiling::CANDIDATES {
         let opts = CompileOptions { matmul_tiling: Some(tiling), ..Default::default() };
         let heavy = tiling.bm * tiling.bn >= 256;
-        let subset = ["_7x33x5_bfalse", "_65x17x129_", "_130x40x258_btrue_tfalse", "_100x1000x7_bfalse"];
+        let subset = [
+            "_7x33x5_bfalse",
+            "_65x17x129_",
+            "_130x40x258_btrue_tfalse",
+            "_100x1000x7_bfalse",
+            "_66x72x100_btrue_tfalse",
+        ];
         for case in cases.iter().filter(|c| !heavy || subset.iter().any(|s| c.name.contains(s))) {
             let n = case.graph.ty(case.outputs[0]).shape.dims().last().copied().unwrap();
             let packed_odd = case.graph.ty(case.outputs[0]).dtype == DType::F16 && !device.f16_native() && n % 2 == 1;

@@ -1,6 +1,6 @@
 // kernel matmul+full+broadcast+max+broadcast+add+full+broadcast+mul+erf+full+broadcast+add+mul+full+broadcast+mul (1 workgroups)
 @group(0) @binding(0) var<storage, read_write> b0: array<f32>;
-@group(0) @binding(1) var<storage, read_write> b1: array<f32>;
+@group(0) @binding(1) var<storage, read_write> b1: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f32>;
 @group(0) @binding(3) var<storage, read_write> b3: array<vec4<f32>>;
 
@@ -9,7 +9,7 @@ fn v0(i: u32) -> f32 {
 }
 
 fn v1(i: u32) -> f32 {
-    return b1[i];
+    return b1[i >> 2u][i & 3u];
 }
 
 fn v2(i: u32) -> f32 {
@@ -175,6 +175,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc1_0 = vec4<f32>();
     var acc2_0 = vec4<f32>();
     var acc3_0 = vec4<f32>();
+    var pb0 = vec4<f32>();
+    { let e = 0u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb0 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    var pb1 = vec4<f32>();
+    { let e = 64u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb1 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    var pb2 = vec4<f32>();
+    { let e = 128u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb2 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    var pb3 = vec4<f32>();
+    { let e = 192u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb3 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    var pb4 = vec4<f32>();
+    { let e = 256u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb4 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    var pb5 = vec4<f32>();
+    { let e = 320u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb5 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    var pb6 = vec4<f32>();
+    { let e = 384u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb6 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    var pb7 = vec4<f32>();
+    { let e = 448u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb7 = b1[(b_base + gk * 20u + c) >> 2u]; } }
     for (var k0 = 0u; k0 < 33u; k0 = k0 + 32u) {
         for (var l = 0u; l < 2u; l = l + 1u) {
             let e = l * 64u + lid;
@@ -190,20 +206,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
             fg_tile_a[kk * 4u + e / 32u] = x;
         }
-        for (var l = 0u; l < 8u; l = l + 1u) {
-            let e = l * 64u + lid;
-            let gk = k0 + e / 16u;
-            let c = col0 + (e % 16u) * 4u;
-            var x = vec4<f32>();
-            if (gk < 33u) {
-                if (c + 0u < 20u) { x.x = v1(b_base + gk * 20u + c + 0u); }
-                if (c + 1u < 20u) { x.y = v1(b_base + gk * 20u + c + 1u); }
-                if (c + 2u < 20u) { x.z = v1(b_base + gk * 20u + c + 2u); }
-                if (c + 3u < 20u) { x.w = v1(b_base + gk * 20u + c + 3u); }
-            }
-            fg_tile_b[e] = x;
-        }
+        fg_tile_b[0u + lid] = pb0;
+        fg_tile_b[64u + lid] = pb1;
+        fg_tile_b[128u + lid] = pb2;
+        fg_tile_b[192u + lid] = pb3;
+        fg_tile_b[256u + lid] = pb4;
+        fg_tile_b[320u + lid] = pb5;
+        fg_tile_b[384u + lid] = pb6;
+        fg_tile_b[448u + lid] = pb7;
         workgroupBarrier();
+        pb0 = vec4<f32>();
+        { let e = 0u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb0 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        pb1 = vec4<f32>();
+        { let e = 64u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb1 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        pb2 = vec4<f32>();
+        { let e = 128u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb2 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        pb3 = vec4<f32>();
+        { let e = 192u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb3 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        pb4 = vec4<f32>();
+        { let e = 256u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb4 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        pb5 = vec4<f32>();
+        { let e = 320u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb5 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        pb6 = vec4<f32>();
+        { let e = 384u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb6 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        pb7 = vec4<f32>();
+        { let e = 448u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb7 = b1[(b_base + gk * 20u + c) >> 2u]; } }
         for (var kk = 0u; kk < 32u; kk = kk + 1u) {
             let a0 = fg_tile_a[kk * 4u + ty * 1u + 0u];
             let b0 = fg_tile_b[kk * 16u + tx * 1u + 0u];

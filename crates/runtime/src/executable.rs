@@ -451,6 +451,8 @@ impl Device {
             // FUSEGRAPH_SUBGROUP_MATMUL=off (for comparisons).
             subgroup_matmul: opts.matmul_tiling.is_none()
                 && !std::env::var("FUSEGRAPH_SUBGROUP_MATMUL").is_ok_and(|v| v == "off"),
+            // FUSEGRAPH_VEC4_OPERANDS=off: every operand value through its element function.
+            vec4_operands: !std::env::var("FUSEGRAPH_VEC4_OPERANDS").is_ok_and(|v| v == "off"),
             ..Default::default()
         };
         // Matmul kernels that can run on cooperative matrices (f16 products on adapters that

@@ -113,7 +113,7 @@ impl KernelSource {
     }
 }
 
-fn storage_elem(dtype: DType, opts: &LowerOptions) -> &'static str {
+pub(crate) fn storage_elem(dtype: DType, opts: &LowerOptions) -> &'static str {
     match dtype {
         DType::F32 => "f32",
         DType::F16 if opts.f16_native => "f16",
@@ -144,11 +144,23 @@ pub struct Strategy {
     /// [`cooperative_matmul`](crate::cooperative_matmul) says it can (adapters with
     /// [`LowerOptions::cooperative_matrix`]); otherwise the plain tiled kernel.
     pub cooperative_matmul: bool,
+    /// The tiled kernel (plain or cooperative) loads operands that are bindings with rows of
+    /// whole vec4s a vec4 at a time, one `k` slice ahead ([`TiledPlan::vec4_lhs`]); otherwise
+    /// every operand value through its element function (for comparisons).
+    ///
+    /// [`TiledPlan::vec4_lhs`]: crate::matmul::TiledPlan::vec4_lhs
+    pub vec4_operands: bool,
 }
 
 impl Default for Strategy {
     fn default() -> Self {
-        Strategy { tiled_matmul: true, matmul_tiling: None, subgroup_matmul: true, cooperative_matmul: true }
+        Strategy {
+            tiled_matmul: true,
+            matmul_tiling: None,
+            subgroup_matmul: true,
+            cooperative_matmul: true,
+            vec4_operands: true,
+        }
     }
 }
 
@@ -167,10 +179,17 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     let tiled = match kernel.kind {
         KernelKind::Loop if strategy.tiled_matmul => crate::matmul::plan(g, kernel, &regs, opts),
         _ => None,
-    };
+    }
+    .map(|t| {
+        if strategy.vec4_operands {
+            t
+        } else {
+            crate::matmul::TiledPlan { vec4_lhs: false, vec4_rhs: false, ..t }
+        }
+    });
     let coop = tiled
         .filter(|_| strategy.cooperative_matmul)
-        .and_then(|t| crate::matmul::coop_plan(g, kernel, &t, opts, strategy.matmul_tiling));
+        .and_then(|t| crate::matmul::coop_plan(g, &t, opts, strategy.matmul_tiling));
     let subgroup = tiled
         .filter(|_| strategy.subgroup_matmul && coop.is_none())
         .and_then(|t| crate::matmul::subgroup_plan(g, kernel, &t, opts));
@@ -190,12 +209,11 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     // The subgroup matmul reads its operands' bindings as vec4s, and may write its output so.
     let vec4 = |node: NodeId| {
         subgroup.as_ref().is_some_and(|p| [&p.lhs, &p.rhs].iter().any(|v| v.as_ref().is_some_and(|v| v.leaf == node)))
-            || coop.is_some_and(|c| {
-                tiled.is_some_and(|t| {
+            || subgroup.is_none()
+                && tiled.is_some_and(|t| {
                     let ops = g.operands(t.matmul);
-                    c.vec4_lhs && node == ops[0] || c.vec4_rhs && node == ops[1]
+                    t.vec4_lhs && node == ops[0] || t.vec4_rhs && node == ops[1]
                 })
-            })
             || kernel.outputs.contains(&node)
                 && match (&tiled, &subgroup) {
                     (Some(_), Some(p)) => p.vec4_store,
@@ -637,7 +655,7 @@ fn loop_parts(
 }
 
 /// Whether a binding of `dtype` can be read and written as `vec4`s of its storage type.
-fn vec4_storage(dtype: DType, opts: &LowerOptions) -> bool {
+pub(crate) fn vec4_storage(dtype: DType, opts: &LowerOptions) -> bool {
     matches!(dtype, DType::F32 | DType::I32 | DType::U32) || (dtype == DType::F16 && opts.f16_native)
 }
 

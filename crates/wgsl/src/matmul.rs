@@ -25,7 +25,8 @@
 //! [`regions`]: fusegraph_passes::kernel::regions
 
 use crate::lower::{
-    packed_f16, region_calls, store_value, write_region, Binding, Cooperative, LowerOptions, MAIN_ARGS,
+    packed_f16, region_calls, storage_elem, store_value, vec4_storage, write_region, Binding, Cooperative,
+    LowerOptions, MAIN_ARGS,
 };
 use crate::view::{reshape_strides, split_last_axis_view, strided_view, StridedView};
 use crate::writer::{ravel, unravel, vty};
@@ -229,8 +230,9 @@ pub fn subgroup_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Optio
 /// The kernel is [`tiled_main`] with that tiling: the operand tiles are staged in
 /// workgroup memory through the operand functions as for the plain kernel (so prologues,
 /// ragged edges, batches and convolutions work unchanged), as f16, both tiles row-major —
-/// except an operand that is a binding with rows of whole vec4s (`vec4_lhs`, `vec4_rhs`),
-/// loaded a `vec4<f16>` at a time into registers one `k` slice ahead;
+/// except an operand that is a binding with rows of whole vec4s ([`TiledPlan::vec4_lhs`],
+/// [`TiledPlan::vec4_rhs`]), loaded a `vec4<f16>` at a time into registers one `k` slice
+/// ahead, as in the plain kernel;
 /// per 16 steps of `k` each subgroup loads its A and B fragments with `coopLoadT` and
 /// updates its accumulators with `coopMultiplyAdd` (f16 products, f32 sums). After the last
 /// step the results reach the invocations in one pass per fragment row of a subgroup: in
@@ -249,11 +251,6 @@ pub struct CoopPlan {
     /// The pretend subgroup size where the cooperative-matrix operations are emulated
     /// ([`Cooperative::Emulated`]); `None` on the device's own.
     pub emulated: Option<usize>,
-    /// The lhs is one of the kernel's bindings with `k` a multiple of 4: staged a
-    /// `vec4<f16>` (four adjacent `k` of a row) per load, the binding declared as `vec4`s.
-    pub vec4_lhs: bool,
-    /// The rhs likewise, with `n` a multiple of 4 (four adjacent columns per load).
-    pub vec4_rhs: bool,
 }
 
 impl CoopPlan {
@@ -357,13 +354,7 @@ fn fg_emu_store_c(m: array<f32, {per_lane}>, at: u32, stride: u32, lane: u32) {{
 /// f16, where the subgroup size (the adapter's fixed one, or the emulated one) splits the
 /// invocations of `tiling` (one of [`MatmulTiling::COOP_CANDIDATES`]; any other takes the
 /// default) into a grid that divides the tile's blocks of 16×16.
-pub fn coop_plan(
-    g: &Graph,
-    kernel: &Kernel,
-    plan: &TiledPlan,
-    opts: &LowerOptions,
-    tiling: Option<MatmulTiling>,
-) -> Option<CoopPlan> {
+pub fn coop_plan(g: &Graph, plan: &TiledPlan, opts: &LowerOptions, tiling: Option<MatmulTiling>) -> Option<CoopPlan> {
     if !opts.f16_native || g.ty(plan.matmul).dtype != DType::F16 {
         return None;
     }
@@ -379,26 +370,11 @@ pub fn coop_plan(
     let subgroups = invocations / size;
     let (tm, tn) = tiling.tile();
     let (br, bc) = (tm / COOP_SIDE, tn / COOP_SIDE);
-    // Operands read straight from their bindings (not a prologue, a view or a convolution's
-    // patches), whose rows are whole vec4s.
-    let ops = g.operands(plan.matmul);
-    let (_, _, n, k) = gemm_dims(g, plan.matmul);
-    let direct = |node: NodeId, len: usize| {
-        matches!(g.node(plan.matmul).op, Op::MatMul) && kernel.inputs.contains(&node) && len.is_multiple_of(4)
-    };
-    let (vec4_lhs, vec4_rhs) = (direct(ops[0], k), direct(ops[1], n));
     // The squarest grid (fewest fragment loads per multiply-add), of those the one with the
     // fewest subgroup rows (the smallest f32 band).
     (1..=subgroups)
         .filter(|r| subgroups.is_multiple_of(*r))
-        .map(|rows| CoopPlan {
-            tiling,
-            rows,
-            cols: subgroups / rows,
-            emulated: emulated.then_some(size),
-            vec4_lhs,
-            vec4_rhs,
-        })
+        .map(|rows| CoopPlan { tiling, rows, cols: subgroups / rows, emulated: emulated.then_some(size) })
         .filter(|p| br.is_multiple_of(p.rows) && bc.is_multiple_of(p.cols))
         .min_by_key(|p| {
             let (r, c) = p.blocks();
@@ -413,16 +389,24 @@ pub fn cooperative_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> bo
         return false;
     }
     let regs = fusegraph_passes::kernel::regions(g, kernel);
-    plan(g, kernel, &regs, opts).and_then(|p| coop_plan(g, kernel, &p, opts, None)).is_some()
+    plan(g, kernel, &regs, opts).and_then(|p| coop_plan(g, &p, opts, None)).is_some()
 }
 
-/// What the tiled lowering of a kernel needs: the matmul and the output it feeds.
+/// What the tiled lowering of a kernel needs: the matmul and the output it feeds, and which
+/// operands the tiled kernel (plain or cooperative) reads straight from their bindings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TiledPlan {
     /// The matmul member whose value the accumulators hold.
     pub matmul: NodeId,
     /// The kernel's single output, whose region contains `matmul`.
     pub output: NodeId,
+    /// The lhs of a matmul (not a convolution) is one of the kernel's bindings (not a
+    /// prologue or a view), stored as vec4s (f32, i32, u32 or native f16), with `k` a
+    /// multiple of 4: the binding is declared as `vec4`s and the tiled kernel loads four
+    /// adjacent `k` of a row per load, into registers one `k` slice ahead.
+    pub vec4_lhs: bool,
+    /// The rhs likewise, with `n` a multiple of 4 (four adjacent columns per load).
+    pub vec4_rhs: bool,
 }
 
 /// Whether `kernel` (a loop kernel) takes the tiled lowering, and with which matmul.
@@ -440,11 +424,18 @@ pub fn plan(g: &Graph, kernel: &Kernel, regions: &[(NodeId, Vec<NodeId>)], opts:
         .filter(|&m| matches!(g.node(m).op, Op::MatMul | Op::Conv2d { groups: 1, .. }))
         .filter(|&m| g.ty(m).shape.numel() == numel && g.ty(m).shape.rank() >= 2)
         .max_by_key(|&m| gemm_dims(g, m).3)?;
-    let n = gemm_dims(g, matmul).2;
+    let (_, _, n, k) = gemm_dims(g, matmul);
     if packed_f16(out_ty.dtype, opts) && n % 2 == 1 {
         return None;
     }
-    Some(TiledPlan { matmul, output: *output })
+    let direct = |node: NodeId, len: usize| {
+        matches!(g.node(matmul).op, Op::MatMul)
+            && kernel.inputs.contains(&node)
+            && len.is_multiple_of(4)
+            && vec4_storage(g.ty(node).dtype, opts)
+    };
+    let ops = g.operands(matmul);
+    Some(TiledPlan { matmul, output: *output, vec4_lhs: direct(ops[0], k), vec4_rhs: direct(ops[1], n) })
 }
 
 /// A vec4 of an f32 or (native) f16 output binding from four stored values.
@@ -475,7 +466,7 @@ pub fn tiled_main(
     inv: &Invariants,
     body: &mut String,
 ) -> (String, u64) {
-    let TiledPlan { matmul: mm, output } = *plan;
+    let TiledPlan { matmul: mm, output, vec4_lhs, vec4_rhs } = *plan;
     let region = &regions.iter().find(|(o, _)| *o == output).expect("the output has a region").1;
     write_region(g, output, region, Some(mm), &inv.params(), body);
 
@@ -563,12 +554,15 @@ pub fn tiled_main(
     // Operands that are bindings with rows of whole vec4s are loaded into registers one `k`
     // slice ahead: the loads of the next slice are in flight while this one is multiplied.
     let binding = |node: NodeId| bindings.iter().position(|b| b.node == node && !b.output).expect("a bound operand");
-    let prefetch = coop.map(|c| Prefetch {
-        lhs: c.vec4_lhs.then(|| binding(lhs)),
-        rhs: c.vec4_rhs.then(|| binding(rhs)),
+    let prefetch = ((vec4_lhs || vec4_rhs) && tk.is_multiple_of(4)).then(|| Prefetch {
+        lhs: vec4_lhs.then(|| binding(lhs)),
+        rhs: vec4_rhs.then(|| binding(rhs)),
         dims: (m, n, k),
         tile: (tm, tn, tk),
         wgs,
+        elem: storage_elem(g.ty(lhs).dtype, opts),
+        tile_elem: if coop.is_some() { "f16" } else { t },
+        coop: coop.is_some(),
     });
     if let Some(p) = &prefetch {
         p.load(&mut s, "0u", true);
@@ -712,11 +706,12 @@ fn tiled_compute(s: &mut String, (tm, tn): (usize, usize), (bm, bn): (usize, usi
     w(s, 1, "}".into());
 }
 
-/// How the cooperative-matrix kernel stages the operands that are bindings with rows of
-/// whole vec4s (`lhs`/`rhs`: their binding indices): each invocation holds its share of the
-/// next `k` slice in registers (`pa{l}`, `pb{l}`: a `vec4<f16>` per load, one bounds check
-/// each), loaded right after the slice before is in workgroup memory, so those loads are in
-/// flight during the multiply-adds; at the top of the next step they are stored to the tiles.
+/// How the tiled kernel stages the operands that are bindings with rows of whole vec4s
+/// (`lhs`/`rhs`: their binding indices): each invocation holds its share of the next `k`
+/// slice in registers (`pa{l}`, `pb{l}`: a vec4 of the storage type per load, one bounds
+/// check each, where the operand functions take a load and a check per value), loaded right
+/// after the slice before is in workgroup memory, so those loads are in flight during the
+/// multiply-adds; at the top of the next step they are stored to the tiles.
 struct Prefetch {
     lhs: Option<usize>,
     rhs: Option<usize>,
@@ -726,6 +721,13 @@ struct Prefetch {
     tile: (usize, usize, usize),
     /// Invocations per workgroup.
     wgs: usize,
+    /// The operands' storage element (`f32`, `f16`, `i32`, `u32`).
+    elem: &'static str,
+    /// The tiles' element: `f16` on cooperative matrices, else the compute type.
+    tile_elem: &'static str,
+    /// The cooperative kernel's tile layouts (both row-major, scalars) instead of the plain
+    /// kernel's (vec4s of four rows of the lhs at one `k`, of four columns of the rhs).
+    coop: bool,
 }
 
 impl Prefetch {
@@ -741,11 +743,12 @@ impl Prefetch {
         let ((m, n, k), (_, tn, tk), wgs) = (self.dims, self.tile, self.wgs);
         let (ca, cb) = self.counts();
         let indent = if declare { 1 } else { 2 };
+        let elem = self.elem;
         let head = |name: String| {
             if declare {
-                format!("var {name} = vec4<f16>();")
+                format!("var {name} = vec4<{elem}>();")
             } else {
-                format!("{name} = vec4<f16>();")
+                format!("{name} = vec4<{elem}>();")
             }
         };
         if let Some(b) = self.lhs {
@@ -780,24 +783,52 @@ impl Prefetch {
         }
     }
 
-    /// Stores the lhs registers to the (row-major) lhs tile (the lhs is prefetched).
+    /// Stores the lhs registers (four adjacent `k` of a row each) to the lhs tile (the lhs
+    /// is prefetched): row-major for cooperative matrices; in the plain kernel each value to
+    /// its row's component of the vec4 at its `k`.
     fn store_a(&self, s: &mut String) {
-        let (_, _, tk) = self.tile;
+        let (tm, _, tk) = self.tile;
+        let t = |v: String| if self.elem == self.tile_elem { v } else { format!("{}({v})", self.tile_elem) };
         for l in 0..self.counts().0 {
             let e = format!("({}u + lid)", l * self.wgs);
-            line(s, 2, format!("{{ let ia = ({e} / {q}u) * {tk}u + ({e} % {q}u) * 4u;", q = tk / 4));
-            for (q, comp) in XYZW.iter().enumerate() {
-                line(s, 3, format!("fg_tile_a[ia + {q}u] = pa{l}.{comp};"));
+            if self.coop {
+                line(s, 2, format!("{{ let ia = ({e} / {q}u) * {tk}u + ({e} % {q}u) * 4u;", q = tk / 4));
+                for (q, comp) in XYZW.iter().enumerate() {
+                    line(s, 3, format!("fg_tile_a[ia + {q}u] = {};", t(format!("pa{l}.{comp}"))));
+                }
+            } else {
+                line(s, 2, format!("{{ let rl = {e} / {q}u; let kq = ({e} % {q}u) * 4u;", q = tk / 4));
+                for (q, comp) in XYZW.iter().enumerate() {
+                    line(
+                        s,
+                        3,
+                        format!(
+                            "fg_tile_a[(kq + {q}u) * {}u + rl / 4u][rl % 4u] = {};",
+                            tm / 4,
+                            t(format!("pa{l}.{comp}"))
+                        ),
+                    );
+                }
             }
             line(s, 2, "}".into());
         }
     }
 
-    /// Stores the rhs registers to the (row-major) rhs tile (the rhs is prefetched).
+    /// Stores the rhs registers (four adjacent columns each) to the rhs tile (the rhs is
+    /// prefetched): as scalars of the row-major tile for cooperative matrices, as the vec4 at
+    /// the same place in the plain kernel.
     fn store_b(&self, s: &mut String) {
+        let t = self.tile_elem;
+        let same = self.elem == t;
         for l in 0..self.counts().1 {
-            for (q, comp) in XYZW.iter().enumerate() {
-                line(s, 2, format!("fg_tile_b[({}u + lid) * 4u + {q}u] = pb{l}.{comp};", l * self.wgs));
+            let e = format!("{}u + lid", l * self.wgs);
+            if self.coop {
+                for (q, comp) in XYZW.iter().enumerate() {
+                    line(s, 2, format!("fg_tile_b[({e}) * 4u + {q}u] = pb{l}.{comp};"));
+                }
+            } else {
+                let v = if same { format!("pb{l}") } else { format!("vec4<{t}>(pb{l})") };
+                line(s, 2, format!("fg_tile_b[{e}] = {v};"));
             }
         }
     }
@@ -1041,7 +1072,7 @@ pub fn subgroup_main(
     inv: &Invariants,
     body: &mut String,
 ) -> (String, u64) {
-    let TiledPlan { matmul: mm, output } = *plan;
+    let TiledPlan { matmul: mm, output, .. } = *plan;
     let region = &regions.iter().find(|(o, _)| *o == output).expect("the output has a region").1;
     write_region(g, output, region, Some(mm), &inv.params(), body);
     let (batch, m, n, k) = gemm_dims(g, mm);
