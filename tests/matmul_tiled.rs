@@ -223,6 +223,43 @@ fn every_candidate_tiling_matches_the_reference() {
     assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// Operands that are reshapes of bindings (elements in the same order, as a transformer's
+/// `[1, s, d]` activations reshaped to `[s, d]`) are read from their bindings as vec4s like
+/// bindings; a transposed or sliced-from-the-middle one is not. Checked on the GPU form of
+/// the lowering and, with the plain kernel's tilings forced, against the reference.
+#[test]
+fn reshaped_operands_are_read_as_vec4s() {
+    let (m, k, n) = (66, 72, 100);
+    let build = |variant: &str| {
+        let mut c = CaseBuilder::new(91 + variant.len() as u64);
+        let a = match variant {
+            "reshape" => c.input(DType::F32, &[1, m, k], Domain::Any).reshape(vec![m, k]).unwrap(),
+            "transpose" => c.input(DType::F32, &[k, m], Domain::Any).t().unwrap(),
+            _ => c.input(DType::F32, &[m + 2, k], Domain::Any).slice(&[1, 0], &[m + 1, k], &[1, 1]).unwrap(),
+        };
+        let b = c.input(DType::F32, &[k * n], Domain::Any).reshape(vec![k, n]).unwrap();
+        let bias = c.input(DType::F32, &[n], Domain::Any);
+        let y = a.matmul(&b).unwrap().add(&bias).unwrap();
+        let mut case = c.finish(format!("matmul_{variant}_{m}x{k}x{n}"), &[&y]);
+        case.atol = 1e-3;
+        case
+    };
+    let gpu = LowerOptions { cpu: false, subgroups: false, subgroup_size: None, ..Default::default() };
+    let device = Device::shared().expect("a device");
+    for (variant, lhs) in [("reshape", true), ("transpose", false), ("slice", false)] {
+        let case = build(variant);
+        let kernels = partition(&case.graph, &case.outputs, FusionMode::On).unwrap();
+        let src = kernels.iter().map(|k| lower(&case.graph, k, &gpu)).find(|s| s.wgsl.contains(TILED)).expect("tiled");
+        validate(&src.wgsl).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        assert_eq!(src.wgsl.contains("var pa0 = vec4<f32>();"), lhs, "{}", case.name);
+        assert!(src.wgsl.contains("var pb0 = vec4<f32>();"), "{}", case.name);
+        for tiling in [MatmulTiling::default_for(m, n), MatmulTiling::CANDIDATES[0]] {
+            let opts = CompileOptions { matmul_tiling: Some(tiling), ..Default::default() };
+            check_with(&device, &case, &opts).unwrap_or_else(|e| panic!("{} [{tiling}]: {e}", case.name));
+        }
+    }
+}
+
 #[test]
 fn tiled_kernel_workgroups_cover_every_tile_of_every_batch_entry() {
     // (shape, workgroups for batch 2×3, whether 8×8 blocks per invocation are used)

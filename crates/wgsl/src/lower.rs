@@ -176,17 +176,18 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     bindings.extend(kernel.outputs.iter().map(|&node| Binding { node, output: true, texture: false }));
 
     let regs = regions(g, kernel);
-    let tiled = match kernel.kind {
-        KernelKind::Loop if strategy.tiled_matmul => crate::matmul::plan(g, kernel, &regs, opts),
-        _ => None,
-    }
-    .map(|t| {
-        if strategy.vec4_operands {
-            t
-        } else {
-            crate::matmul::TiledPlan { vec4_lhs: false, vec4_rhs: false, ..t }
+    let tiled =
+        match kernel.kind {
+            KernelKind::Loop if strategy.tiled_matmul => crate::matmul::plan(g, kernel, &regs, opts),
+            _ => None,
         }
-    });
+        .map(|t| {
+            if strategy.vec4_operands {
+                t
+            } else {
+                crate::matmul::TiledPlan { vec4_lhs: None, vec4_rhs: None, ..t }
+            }
+        });
     let coop = tiled
         .filter(|_| strategy.cooperative_matmul)
         .and_then(|t| crate::matmul::coop_plan(g, &t, opts, strategy.matmul_tiling));
@@ -209,11 +210,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     // The subgroup matmul reads its operands' bindings as vec4s, and may write its output so.
     let vec4 = |node: NodeId| {
         subgroup.as_ref().is_some_and(|p| [&p.lhs, &p.rhs].iter().any(|v| v.as_ref().is_some_and(|v| v.leaf == node)))
-            || subgroup.is_none()
-                && tiled.is_some_and(|t| {
-                    let ops = g.operands(t.matmul);
-                    t.vec4_lhs && node == ops[0] || t.vec4_rhs && node == ops[1]
-                })
+            || subgroup.is_none() && tiled.is_some_and(|t| [t.vec4_lhs, t.vec4_rhs].contains(&Some(node)))
             || kernel.outputs.contains(&node)
                 && match (&tiled, &subgroup) {
                     (Some(_), Some(p)) => p.vec4_store,

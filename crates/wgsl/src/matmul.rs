@@ -400,13 +400,15 @@ pub struct TiledPlan {
     pub matmul: NodeId,
     /// The kernel's single output, whose region contains `matmul`.
     pub output: NodeId,
-    /// The lhs of a matmul (not a convolution) is one of the kernel's bindings (not a
-    /// prologue or a view), stored as vec4s (f32, i32, u32 or native f16), with `k` a
-    /// multiple of 4: the binding is declared as `vec4`s and the tiled kernel loads four
-    /// adjacent `k` of a row per load, into registers one `k` slice ahead.
-    pub vec4_lhs: bool,
+    /// The binding the lhs of a matmul (not a convolution) is read from as vec4s: the lhs is
+    /// one of the kernel's bindings, or a view of one whose elements lie in the same order
+    /// from the same place (a reshape; not a transpose, broadcast or prologue), stored as
+    /// vec4s (f32, i32, u32 or native f16), with `k` a multiple of 4. The binding is
+    /// declared as `vec4`s and the tiled kernel loads four adjacent `k` of a row per load,
+    /// into registers one `k` slice ahead.
+    pub vec4_lhs: Option<NodeId>,
     /// The rhs likewise, with `n` a multiple of 4 (four adjacent columns per load).
-    pub vec4_rhs: bool,
+    pub vec4_rhs: Option<NodeId>,
 }
 
 /// Whether `kernel` (a loop kernel) takes the tiled lowering, and with which matmul.
@@ -429,10 +431,16 @@ pub fn plan(g: &Graph, kernel: &Kernel, regions: &[(NodeId, Vec<NodeId>)], opts:
         return None;
     }
     let direct = |node: NodeId, len: usize| {
-        matches!(g.node(matmul).op, Op::MatMul)
-            && kernel.inputs.contains(&node)
-            && len.is_multiple_of(4)
-            && vec4_storage(g.ty(node).dtype, opts)
+        if !matches!(g.node(matmul).op, Op::MatMul) || !len.is_multiple_of(4) {
+            return None;
+        }
+        let view = strided_view(g, kernel, node)?;
+        let dims = g.ty(node).shape.dims();
+        let dense = fusegraph_ir::Shape::new(dims.to_vec()).strides();
+        let same_order =
+            view.offset == 0 && dims.iter().zip(&dense).zip(&view.strides).all(|((&d, &r), &s)| s == r || d == 1);
+        let leaf = g.ty(view.leaf);
+        (same_order && leaf.dtype == g.ty(node).dtype && vec4_storage(leaf.dtype, opts)).then_some(view.leaf)
     };
     let ops = g.operands(matmul);
     Some(TiledPlan { matmul, output: *output, vec4_lhs: direct(ops[0], k), vec4_rhs: direct(ops[1], n) })
@@ -467,6 +475,7 @@ pub fn tiled_main(
     body: &mut String,
 ) -> (String, u64) {
     let TiledPlan { matmul: mm, output, vec4_lhs, vec4_rhs } = *plan;
+    let binding = |node: NodeId| bindings.iter().position(|b| b.node == node && !b.output).expect("a bound operand");
     let region = &regions.iter().find(|(o, _)| *o == output).expect("the output has a region").1;
     write_region(g, output, region, Some(mm), &inv.params(), body);
 
@@ -553,10 +562,9 @@ pub fn tiled_main(
     }
     // Operands that are bindings with rows of whole vec4s are loaded into registers one `k`
     // slice ahead: the loads of the next slice are in flight while this one is multiplied.
-    let binding = |node: NodeId| bindings.iter().position(|b| b.node == node && !b.output).expect("a bound operand");
-    let prefetch = ((vec4_lhs || vec4_rhs) && tk.is_multiple_of(4)).then(|| Prefetch {
-        lhs: vec4_lhs.then(|| binding(lhs)),
-        rhs: vec4_rhs.then(|| binding(rhs)),
+    let prefetch = ((vec4_lhs.is_some() || vec4_rhs.is_some()) && tk.is_multiple_of(4)).then(|| Prefetch {
+        lhs: vec4_lhs.map(binding),
+        rhs: vec4_rhs.map(binding),
         dims: (m, n, k),
         tile: (tm, tn, tk),
         wgs,
