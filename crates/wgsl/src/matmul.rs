@@ -560,8 +560,9 @@ pub fn tiled_main(
             }
         }
     }
-    // Operands that are bindings with rows of whole vec4s are loaded into registers one `k`
-    // slice ahead: the loads of the next slice are in flight while this one is multiplied.
+    // Operands read from bindings with rows of whole vec4s (`vec4_lhs`, `vec4_rhs`) are
+    // loaded into registers one `k` slice ahead: the loads of the next slice are in flight
+    // while this one is multiplied.
     let prefetch = ((vec4_lhs.is_some() || vec4_rhs.is_some()) && tk.is_multiple_of(4)).then(|| Prefetch {
         lhs: vec4_lhs.map(binding),
         rhs: vec4_rhs.map(binding),
@@ -714,8 +715,8 @@ fn tiled_compute(s: &mut String, (tm, tn): (usize, usize), (bm, bn): (usize, usi
     w(s, 1, "}".into());
 }
 
-/// How the tiled kernel stages the operands that are bindings with rows of whole vec4s
-/// (`lhs`/`rhs`: their binding indices): each invocation holds its share of the next `k`
+/// How the tiled kernel stages the operands read from bindings with rows of whole vec4s
+/// ([`TiledPlan::vec4_lhs`]; `lhs`/`rhs`: the bindings' indices): each invocation holds its share of the next `k`
 /// slice in registers (`pa{l}`, `pb{l}`: a vec4 of the storage type per load, one bounds
 /// check each, where the operand functions take a load and a check per value), loaded right
 /// after the slice before is in workgroup memory, so those loads are in flight during the
