@@ -680,8 +680,7 @@ fn quad_view(g: &Graph, kernel: &Kernel, opts: &LowerOptions, stmt: &RegionStmt)
 /// The binding index (a WGSL expression) of element `i` of a value of shape `dims` seen
 /// through `view`.
 fn view_index(view: &StridedView, dims: &[usize], i: &str) -> String {
-    let dense = fusegraph_ir::Shape::new(dims.to_vec()).strides();
-    if view.offset == 0 && dims.iter().zip(&dense).zip(&view.strides).all(|((&d, &r), &s)| s == r || d == 1) {
+    if view.is_identity(dims) {
         return i.to_string();
     }
     let mut terms = Vec::new();

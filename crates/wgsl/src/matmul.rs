@@ -435,10 +435,7 @@ pub fn plan(g: &Graph, kernel: &Kernel, regions: &[(NodeId, Vec<NodeId>)], opts:
             return None;
         }
         let view = strided_view(g, kernel, node)?;
-        let dims = g.ty(node).shape.dims();
-        let dense = fusegraph_ir::Shape::new(dims.to_vec()).strides();
-        let same_order =
-            view.offset == 0 && dims.iter().zip(&dense).zip(&view.strides).all(|((&d, &r), &s)| s == r || d == 1);
+        let same_order = view.is_identity(g.ty(node).shape.dims());
         let leaf = g.ty(view.leaf);
         (same_order && leaf.dtype == g.ty(node).dtype && vec4_storage(leaf.dtype, opts)).then_some(view.leaf)
     };

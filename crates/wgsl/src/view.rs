@@ -18,6 +18,15 @@ pub struct StridedView {
     pub strides: Vec<usize>,
 }
 
+impl StridedView {
+    /// Whether a value of shape `dims` seen through this view is its binding's elements in
+    /// the same order from the start: element `i` of the value is element `i` of the binding.
+    pub fn is_identity(&self, dims: &[usize]) -> bool {
+        let dense = fusegraph_ir::Shape::new(dims.to_vec()).strides();
+        self.offset == 0 && dims.iter().zip(&dense).zip(&self.strides).all(|((&d, &r), &s)| s == r || d == 1)
+    }
+}
+
 /// The strided view `node` is of one of `kernel`'s inputs, or `None` where something other
 /// than a layout op lies between (arithmetic, a cast, a gather, a reshape of a view whose
 /// axes cannot be merged or split without a copy).
