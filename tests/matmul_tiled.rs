@@ -223,37 +223,61 @@ fn every_candidate_tiling_matches_the_reference() {
     assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
 }
 
-/// Operands that are reshapes of bindings (elements in the same order, as a transformer's
-/// `[1, s, d]` activations reshaped to `[s, d]`) are read from their bindings as vec4s like
-/// bindings; a transposed or sliced-from-the-middle one is not. Checked on the GPU form of
-/// the lowering and, with the plain kernel's tilings forced, against the reference.
+/// Operands that are strided views of bindings — reshapes (as a transformer's `[1, s, d]`
+/// activations seen as `[s, d]`), transposes, attention's heads split out of `[s, h·d]`
+/// (`Q` and `Kᵀ`), a slice from an aligned row — are read from their bindings a vec4 at a
+/// time like bindings; a view whose vec4s would not be aligned is not. Checked on the GPU
+/// form of the lowering and, with the plain kernel's 64×64 and 128×128 tilings forced, against the
+/// reference.
 #[test]
-fn reshaped_operands_are_read_as_vec4s() {
-    let (m, k, n) = (66, 72, 100);
+fn strided_operands_are_read_as_vec4s() {
+    let (m, k, n) = (68, 72, 100);
+    let (h, d) = (3, 20);
     let build = |variant: &str| {
         let mut c = CaseBuilder::new(91 + variant.len() as u64);
-        let a = match variant {
-            "reshape" => c.input(DType::F32, &[1, m, k], Domain::Any).reshape(vec![m, k]).unwrap(),
-            "transpose" => c.input(DType::F32, &[k, m], Domain::Any).t().unwrap(),
-            _ => c.input(DType::F32, &[m + 2, k], Domain::Any).slice(&[1, 0], &[m + 1, k], &[1, 1]).unwrap(),
+        let (a, b) = match variant {
+            "reshape" => (
+                c.input(DType::F32, &[1, m, k], Domain::Any).reshape(vec![m, k]).unwrap(),
+                c.input(DType::F32, &[k * n], Domain::Any).reshape(vec![k, n]).unwrap(),
+            ),
+            "transpose" => (
+                c.input(DType::F32, &[k, m], Domain::Any).t().unwrap(),
+                c.input(DType::F32, &[n, k], Domain::Any).t().unwrap(),
+            ),
+            "heads" => {
+                let split = |t: Tensor, perm: &[usize]| t.reshape(vec![m, h, d]).unwrap().transpose(perm).unwrap();
+                let q = split(c.input(DType::F32, &[m, h * d], Domain::Any), &[1, 0, 2]);
+                let kt = split(c.input(DType::F32, &[m, h * d], Domain::Any), &[1, 2, 0]);
+                (q, kt)
+            }
+            "slice" => (
+                c.input(DType::F32, &[m + 2, k], Domain::Any).slice(&[1, 0], &[m + 1, k], &[1, 1]).unwrap(),
+                c.input(DType::F32, &[k, n], Domain::Any),
+            ),
+            _ => (
+                c.input(DType::F32, &[m, k + 4], Domain::Any).slice(&[0, 1], &[m, k + 1], &[1, 1]).unwrap(),
+                c.input(DType::F32, &[k, n + 1], Domain::Any).slice(&[0, 0], &[k, n], &[1, 1]).unwrap(),
+            ),
         };
-        let b = c.input(DType::F32, &[k * n], Domain::Any).reshape(vec![k, n]).unwrap();
-        let bias = c.input(DType::F32, &[n], Domain::Any);
-        let y = a.matmul(&b).unwrap().add(&bias).unwrap();
+        let y = a.matmul(&b).unwrap();
+        let bias = c.input(DType::F32, &[*y.shape().dims().last().unwrap()], Domain::Any);
+        let y = y.add(&bias).unwrap();
         let mut case = c.finish(format!("matmul_{variant}_{m}x{k}x{n}"), &[&y]);
         case.atol = 1e-3;
         case
     };
     let gpu = LowerOptions { cpu: false, subgroups: false, subgroup_size: None, ..Default::default() };
     let device = Device::shared().expect("a device");
-    for (variant, lhs) in [("reshape", true), ("transpose", false), ("slice", false)] {
+    for (variant, vec4) in
+        [("reshape", true), ("transpose", true), ("heads", true), ("slice", true), ("misaligned", false)]
+    {
         let case = build(variant);
         let kernels = partition(&case.graph, &case.outputs, FusionMode::On).unwrap();
         let src = kernels.iter().map(|k| lower(&case.graph, k, &gpu)).find(|s| s.wgsl.contains(TILED)).expect("tiled");
         validate(&src.wgsl).unwrap_or_else(|e| panic!("{}: {e}", case.name));
-        assert_eq!(src.wgsl.contains("var pa0 = vec4<f32>();"), lhs, "{}", case.name);
-        assert!(src.wgsl.contains("var pb0 = vec4<f32>();"), "{}", case.name);
-        for tiling in [MatmulTiling::default_for(m, n), MatmulTiling::CANDIDATES[0]] {
+        assert_eq!(src.wgsl.contains("var pa0 = vec4<f32>();"), vec4, "{}", case.name);
+        assert_eq!(src.wgsl.contains("var pb0 = vec4<f32>();"), vec4, "{}", case.name);
+        for tiling in [MatmulTiling::CANDIDATES[0], MatmulTiling::CANDIDATES[1]] {
             let opts = CompileOptions { matmul_tiling: Some(tiling), ..Default::default() };
             check_with(&device, &case, &opts).unwrap_or_else(|e| panic!("{} [{tiling}]: {e}", case.name));
         }

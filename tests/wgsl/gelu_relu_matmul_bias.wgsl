@@ -176,21 +176,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc2_0 = vec4<f32>();
     var acc3_0 = vec4<f32>();
     var pb0 = vec4<f32>();
-    { let e = 0u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb0 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    { let kq = (0u + lid) / 16u; let o = ((0u + lid) % 16u) * 4u; if (col0 + o < 20u && 0u + kq < 33u) { pb0 = b1[(col0 + o + (0u + kq) * 20u) >> 2u]; } }
     var pb1 = vec4<f32>();
-    { let e = 64u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb1 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    { let kq = (64u + lid) / 16u; let o = ((64u + lid) % 16u) * 4u; if (col0 + o < 20u && 0u + kq < 33u) { pb1 = b1[(col0 + o + (0u + kq) * 20u) >> 2u]; } }
     var pb2 = vec4<f32>();
-    { let e = 128u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb2 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    { let kq = (128u + lid) / 16u; let o = ((128u + lid) % 16u) * 4u; if (col0 + o < 20u && 0u + kq < 33u) { pb2 = b1[(col0 + o + (0u + kq) * 20u) >> 2u]; } }
     var pb3 = vec4<f32>();
-    { let e = 192u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb3 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    { let kq = (192u + lid) / 16u; let o = ((192u + lid) % 16u) * 4u; if (col0 + o < 20u && 0u + kq < 33u) { pb3 = b1[(col0 + o + (0u + kq) * 20u) >> 2u]; } }
     var pb4 = vec4<f32>();
-    { let e = 256u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb4 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    { let kq = (256u + lid) / 16u; let o = ((256u + lid) % 16u) * 4u; if (col0 + o < 20u && 0u + kq < 33u) { pb4 = b1[(col0 + o + (0u + kq) * 20u) >> 2u]; } }
     var pb5 = vec4<f32>();
-    { let e = 320u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb5 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    { let kq = (320u + lid) / 16u; let o = ((320u + lid) % 16u) * 4u; if (col0 + o < 20u && 0u + kq < 33u) { pb5 = b1[(col0 + o + (0u + kq) * 20u) >> 2u]; } }
     var pb6 = vec4<f32>();
-    { let e = 384u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb6 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    { let kq = (384u + lid) / 16u; let o = ((384u + lid) % 16u) * 4u; if (col0 + o < 20u && 0u + kq < 33u) { pb6 = b1[(col0 + o + (0u + kq) * 20u) >> 2u]; } }
     var pb7 = vec4<f32>();
-    { let e = 448u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb7 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    { let kq = (448u + lid) / 16u; let o = ((448u + lid) % 16u) * 4u; if (col0 + o < 20u && 0u + kq < 33u) { pb7 = b1[(col0 + o + (0u + kq) * 20u) >> 2u]; } }
     for (var k0 = 0u; k0 < 33u; k0 = k0 + 32u) {
         for (var l = 0u; l < 2u; l = l + 1u) {
             let e = l * 64u + lid;
@@ -206,31 +206,47 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
             fg_tile_a[kk * 4u + e / 32u] = x;
         }
-        fg_tile_b[0u + lid] = pb0;
-        fg_tile_b[64u + lid] = pb1;
-        fg_tile_b[128u + lid] = pb2;
-        fg_tile_b[192u + lid] = pb3;
-        fg_tile_b[256u + lid] = pb4;
-        fg_tile_b[320u + lid] = pb5;
-        fg_tile_b[384u + lid] = pb6;
-        fg_tile_b[448u + lid] = pb7;
+        { let kq = (0u + lid) / 16u; let o = ((0u + lid) % 16u) * 4u;
+            fg_tile_b[kq * 16u + o / 4u] = pb0;
+        }
+        { let kq = (64u + lid) / 16u; let o = ((64u + lid) % 16u) * 4u;
+            fg_tile_b[kq * 16u + o / 4u] = pb1;
+        }
+        { let kq = (128u + lid) / 16u; let o = ((128u + lid) % 16u) * 4u;
+            fg_tile_b[kq * 16u + o / 4u] = pb2;
+        }
+        { let kq = (192u + lid) / 16u; let o = ((192u + lid) % 16u) * 4u;
+            fg_tile_b[kq * 16u + o / 4u] = pb3;
+        }
+        { let kq = (256u + lid) / 16u; let o = ((256u + lid) % 16u) * 4u;
+            fg_tile_b[kq * 16u + o / 4u] = pb4;
+        }
+        { let kq = (320u + lid) / 16u; let o = ((320u + lid) % 16u) * 4u;
+            fg_tile_b[kq * 16u + o / 4u] = pb5;
+        }
+        { let kq = (384u + lid) / 16u; let o = ((384u + lid) % 16u) * 4u;
+            fg_tile_b[kq * 16u + o / 4u] = pb6;
+        }
+        { let kq = (448u + lid) / 16u; let o = ((448u + lid) % 16u) * 4u;
+            fg_tile_b[kq * 16u + o / 4u] = pb7;
+        }
         workgroupBarrier();
         pb0 = vec4<f32>();
-        { let e = 0u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb0 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        { let kq = (0u + lid) / 16u; let o = ((0u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb0 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         pb1 = vec4<f32>();
-        { let e = 64u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb1 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        { let kq = (64u + lid) / 16u; let o = ((64u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb1 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         pb2 = vec4<f32>();
-        { let e = 128u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb2 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        { let kq = (128u + lid) / 16u; let o = ((128u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb2 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         pb3 = vec4<f32>();
-        { let e = 192u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb3 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        { let kq = (192u + lid) / 16u; let o = ((192u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb3 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         pb4 = vec4<f32>();
-        { let e = 256u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb4 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        { let kq = (256u + lid) / 16u; let o = ((256u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb4 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         pb5 = vec4<f32>();
-        { let e = 320u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb5 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        { let kq = (320u + lid) / 16u; let o = ((320u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb5 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         pb6 = vec4<f32>();
-        { let e = 384u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb6 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        { let kq = (384u + lid) / 16u; let o = ((384u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb6 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         pb7 = vec4<f32>();
-        { let e = 448u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb7 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        { let kq = (448u + lid) / 16u; let o = ((448u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb7 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         for (var kk = 0u; kk < 32u; kk = kk + 1u) {
             let a0 = fg_tile_a[kk * 4u + ty * 1u + 0u];
             let b0 = fg_tile_b[kk * 16u + tx * 1u + 0u];

@@ -199,13 +199,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var fg_c1_0 = coop_mat16x16<f32, C>();
     var fg_c1_1 = coop_mat16x16<f32, C>();
     var pb0 = vec4<f16>();
-    { let e = 0u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb0 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    { let kq = (0u + lid) / 16u; let o = ((0u + lid) % 16u) * 4u; if (col0 + o < 20u && 0u + kq < 33u) { pb0 = b1[(col0 + o + (0u + kq) * 20u) >> 2u]; } }
     var pb1 = vec4<f16>();
-    { let e = 128u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb1 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    { let kq = (128u + lid) / 16u; let o = ((128u + lid) % 16u) * 4u; if (col0 + o < 20u && 0u + kq < 33u) { pb1 = b1[(col0 + o + (0u + kq) * 20u) >> 2u]; } }
     var pb2 = vec4<f16>();
-    { let e = 256u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb2 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    { let kq = (256u + lid) / 16u; let o = ((256u + lid) % 16u) * 4u; if (col0 + o < 20u && 0u + kq < 33u) { pb2 = b1[(col0 + o + (0u + kq) * 20u) >> 2u]; } }
     var pb3 = vec4<f16>();
-    { let e = 384u + lid; let gk = 0u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb3 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+    { let kq = (384u + lid) / 16u; let o = ((384u + lid) % 16u) * 4u; if (col0 + o < 20u && 0u + kq < 33u) { pb3 = b1[(col0 + o + (0u + kq) * 20u) >> 2u]; } }
     for (var k0 = 0u; k0 < 33u; k0 = k0 + 32u) {
         for (var l = 0u; l < 4u; l = l + 1u) {
             let e = l * 128u + lid;
@@ -225,31 +225,39 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             fg_tile_a[ia + 64u] = f16(x.z);
             fg_tile_a[ia + 96u] = f16(x.w);
         }
-        fg_tile_b[(0u + lid) * 4u + 0u] = pb0.x;
-        fg_tile_b[(0u + lid) * 4u + 1u] = pb0.y;
-        fg_tile_b[(0u + lid) * 4u + 2u] = pb0.z;
-        fg_tile_b[(0u + lid) * 4u + 3u] = pb0.w;
-        fg_tile_b[(128u + lid) * 4u + 0u] = pb1.x;
-        fg_tile_b[(128u + lid) * 4u + 1u] = pb1.y;
-        fg_tile_b[(128u + lid) * 4u + 2u] = pb1.z;
-        fg_tile_b[(128u + lid) * 4u + 3u] = pb1.w;
-        fg_tile_b[(256u + lid) * 4u + 0u] = pb2.x;
-        fg_tile_b[(256u + lid) * 4u + 1u] = pb2.y;
-        fg_tile_b[(256u + lid) * 4u + 2u] = pb2.z;
-        fg_tile_b[(256u + lid) * 4u + 3u] = pb2.w;
-        fg_tile_b[(384u + lid) * 4u + 0u] = pb3.x;
-        fg_tile_b[(384u + lid) * 4u + 1u] = pb3.y;
-        fg_tile_b[(384u + lid) * 4u + 2u] = pb3.z;
-        fg_tile_b[(384u + lid) * 4u + 3u] = pb3.w;
+        { let kq = (0u + lid) / 16u; let o = ((0u + lid) % 16u) * 4u;
+            fg_tile_b[(kq) * 64u + o + 0u] = pb0.x;
+            fg_tile_b[(kq) * 64u + o + 1u] = pb0.y;
+            fg_tile_b[(kq) * 64u + o + 2u] = pb0.z;
+            fg_tile_b[(kq) * 64u + o + 3u] = pb0.w;
+        }
+        { let kq = (128u + lid) / 16u; let o = ((128u + lid) % 16u) * 4u;
+            fg_tile_b[(kq) * 64u + o + 0u] = pb1.x;
+            fg_tile_b[(kq) * 64u + o + 1u] = pb1.y;
+            fg_tile_b[(kq) * 64u + o + 2u] = pb1.z;
+            fg_tile_b[(kq) * 64u + o + 3u] = pb1.w;
+        }
+        { let kq = (256u + lid) / 16u; let o = ((256u + lid) % 16u) * 4u;
+            fg_tile_b[(kq) * 64u + o + 0u] = pb2.x;
+            fg_tile_b[(kq) * 64u + o + 1u] = pb2.y;
+            fg_tile_b[(kq) * 64u + o + 2u] = pb2.z;
+            fg_tile_b[(kq) * 64u + o + 3u] = pb2.w;
+        }
+        { let kq = (384u + lid) / 16u; let o = ((384u + lid) % 16u) * 4u;
+            fg_tile_b[(kq) * 64u + o + 0u] = pb3.x;
+            fg_tile_b[(kq) * 64u + o + 1u] = pb3.y;
+            fg_tile_b[(kq) * 64u + o + 2u] = pb3.z;
+            fg_tile_b[(kq) * 64u + o + 3u] = pb3.w;
+        }
         workgroupBarrier();
         pb0 = vec4<f16>();
-        { let e = 0u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb0 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        { let kq = (0u + lid) / 16u; let o = ((0u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb0 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         pb1 = vec4<f16>();
-        { let e = 128u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb1 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        { let kq = (128u + lid) / 16u; let o = ((128u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb1 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         pb2 = vec4<f16>();
-        { let e = 256u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb2 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        { let kq = (256u + lid) / 16u; let o = ((256u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb2 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         pb3 = vec4<f16>();
-        { let e = 384u + lid; let gk = k0 + 32u + e / 16u; let c = col0 + (e % 16u) * 4u; if (gk < 33u && c < 20u) { pb3 = b1[(b_base + gk * 20u + c) >> 2u]; } }
+        { let kq = (384u + lid) / 16u; let o = ((384u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb3 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         for (var kk = 0u; kk < 32u; kk = kk + 16u) {
             let fa0 = coopLoadT<coop_mat16x16<f16, A>>(&fg_tile_a[(sg_row + 0u) * 32u + kk], 32u);
             let fa1 = coopLoadT<coop_mat16x16<f16, A>>(&fg_tile_a[(sg_row + 16u) * 32u + kk], 32u);

@@ -144,9 +144,10 @@ pub struct Strategy {
     /// [`cooperative_matmul`](crate::cooperative_matmul) says it can (adapters with
     /// [`LowerOptions::cooperative_matrix`]); otherwise the plain tiled kernel.
     pub cooperative_matmul: bool,
-    /// The tiled kernel (plain or cooperative) loads operands that are bindings with rows of
-    /// whole vec4s a vec4 at a time, one `k` slice ahead ([`TiledPlan::vec4_lhs`]); otherwise
-    /// every operand value through its element function (for comparisons).
+    /// The tiled kernel (plain or cooperative) loads operands that are bindings or strided
+    /// views of them a vec4 at a time, one `k` slice ahead, where their layout allows
+    /// ([`TiledPlan::vec4_lhs`]); otherwise every operand value through its element function
+    /// (for comparisons).
     ///
     /// [`TiledPlan::vec4_lhs`]: crate::matmul::TiledPlan::vec4_lhs
     pub vec4_operands: bool,
@@ -210,7 +211,8 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     // The subgroup matmul reads its operands' bindings as vec4s, and may write its output so.
     let vec4 = |node: NodeId| {
         subgroup.as_ref().is_some_and(|p| [&p.lhs, &p.rhs].iter().any(|v| v.as_ref().is_some_and(|v| v.leaf == node)))
-            || subgroup.is_none() && tiled.is_some_and(|t| [t.vec4_lhs, t.vec4_rhs].contains(&Some(node)))
+            || subgroup.is_none()
+                && tiled.is_some_and(|t| [t.vec4_lhs, t.vec4_rhs].iter().flatten().any(|v| v.leaf == node))
             || kernel.outputs.contains(&node)
                 && match (&tiled, &subgroup) {
                     (Some(_), Some(p)) => p.vec4_store,
@@ -317,7 +319,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             (Some(t), None) => {
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
                 let tiling = strategy.matmul_tiling;
-                crate::matmul::tiled_main(g, &bindings, t, &regs, opts, tiling, coop, &inv, &mut body)
+                crate::matmul::tiled_main(g, kernel, &bindings, t, &regs, opts, tiling, coop, &inv, &mut body)
             }
             (None, _) => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
         },

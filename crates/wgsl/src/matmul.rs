@@ -230,7 +230,7 @@ pub fn subgroup_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Optio
 /// The kernel is [`tiled_main`] with that tiling: the operand tiles are staged in
 /// workgroup memory through the operand functions as for the plain kernel (so prologues,
 /// ragged edges, batches and convolutions work unchanged), as f16, both tiles row-major —
-/// except an operand that is a binding with rows of whole vec4s ([`TiledPlan::vec4_lhs`],
+/// except an operand read from its binding as vec4s ([`TiledPlan::vec4_lhs`],
 /// [`TiledPlan::vec4_rhs`]), loaded a `vec4<f16>` at a time into registers one `k` slice
 /// ahead, as in the plain kernel;
 /// per 16 steps of `k` each subgroup loads its A and B fragments with `coopLoadT` and
@@ -400,15 +400,28 @@ pub struct TiledPlan {
     pub matmul: NodeId,
     /// The kernel's single output, whose region contains `matmul`.
     pub output: NodeId,
-    /// The binding the lhs of a matmul (not a convolution) is read from as vec4s: the lhs is
-    /// one of the kernel's bindings, or a view of one whose elements lie in the same order
-    /// from the same place (a reshape; not a transpose, broadcast or prologue), stored as
-    /// vec4s (f32, i32, u32 or native f16), with `k` a multiple of 4. The binding is
-    /// declared as `vec4`s and the tiled kernel loads four adjacent `k` of a row per load,
-    /// into registers one `k` slice ahead.
-    pub vec4_lhs: Option<NodeId>,
-    /// The rhs likewise, with `n` a multiple of 4 (four adjacent columns per load).
-    pub vec4_rhs: Option<NodeId>,
+    /// How the lhs of a matmul (not a convolution) is read from its binding as vec4s, if it
+    /// is: the lhs is one of the kernel's bindings or a view of one whose elements lie in
+    /// the same order from the same place (a reshape), or in that order with its last two
+    /// axes swapped (a transpose of the last two axes, as attention's `Kᵀ`); not a
+    /// broadcast, slice or prologue. Stored as vec4s (f32, i32, u32 or native f16), with
+    /// the contiguous axis a multiple of 4 long. The binding is declared as `vec4`s and the
+    /// tiled kernel loads four adjacent elements per load, into registers one `k` slice
+    /// ahead.
+    pub vec4_lhs: Option<Vec4Operand>,
+    /// The rhs likewise.
+    pub vec4_rhs: Option<Vec4Operand>,
+}
+
+/// How the tiled kernel reads an operand straight from its binding ([`TiledPlan::vec4_lhs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vec4Operand {
+    /// The kernel input whose binding holds the operand's elements.
+    pub leaf: NodeId,
+    /// The four elements of a load are adjacent along `k` (a row-major lhs, a transposed
+    /// rhs); otherwise along the operand's other axis (a transposed lhs's rows, a row-major
+    /// rhs's columns).
+    pub along_k: bool,
 }
 
 /// Whether `kernel` (a loop kernel) takes the tiled lowering, and with which matmul.
@@ -426,21 +439,35 @@ pub fn plan(g: &Graph, kernel: &Kernel, regions: &[(NodeId, Vec<NodeId>)], opts:
         .filter(|&m| matches!(g.node(m).op, Op::MatMul | Op::Conv2d { groups: 1, .. }))
         .filter(|&m| g.ty(m).shape.numel() == numel && g.ty(m).shape.rank() >= 2)
         .max_by_key(|&m| gemm_dims(g, m).3)?;
-    let (_, _, n, k) = gemm_dims(g, matmul);
+    let n = gemm_dims(g, matmul).2;
     if packed_f16(out_ty.dtype, opts) && n % 2 == 1 {
         return None;
     }
-    let direct = |node: NodeId, len: usize| {
-        if !matches!(g.node(matmul).op, Op::MatMul) || !len.is_multiple_of(4) {
+    // An operand `[.., rows, cols]` that is a strided view of a binding, one of its two
+    // matrix axes contiguous (stride 1) and a multiple of 4 long, every other stride and the
+    // offset multiples of 4, so that four adjacent elements from a multiple of 4 along it are
+    // one aligned vec4 of the binding.
+    let direct = |node: NodeId, lhs: bool| {
+        if !matches!(g.node(matmul).op, Op::MatMul) {
             return None;
         }
         let view = strided_view(g, kernel, node)?;
-        let same_order = view.is_identity(g.ty(node).shape.dims());
+        let dims = g.ty(node).shape.dims();
+        let r = dims.len();
+        if r < 2 {
+            return None;
+        }
+        let contiguous = [r - 1, r - 2].into_iter().find(|&a| view.strides[a] == 1 && dims[a].is_multiple_of(4))?;
+        let aligned =
+            view.offset.is_multiple_of(4) && (0..r).all(|a| a == contiguous || view.strides[a].is_multiple_of(4));
         let leaf = g.ty(view.leaf);
-        (same_order && leaf.dtype == g.ty(node).dtype && vec4_storage(leaf.dtype, opts)).then_some(view.leaf)
+        let storage =
+            leaf.dtype == g.ty(node).dtype && vec4_storage(leaf.dtype, opts) && leaf.shape.numel().is_multiple_of(4);
+        // `k` is the lhs's last axis and the rhs's one before.
+        (aligned && storage).then_some(Vec4Operand { leaf: view.leaf, along_k: (contiguous == r - 1) == lhs })
     };
     let ops = g.operands(matmul);
-    Some(TiledPlan { matmul, output: *output, vec4_lhs: direct(ops[0], k), vec4_rhs: direct(ops[1], n) })
+    Some(TiledPlan { matmul, output: *output, vec4_lhs: direct(ops[0], true), vec4_rhs: direct(ops[1], false) })
 }
 
 /// A vec4 of an f32 or (native) f16 output binding from four stored values.
@@ -462,6 +489,7 @@ pub fn tiled_vec4_store(g: &Graph, plan: &TiledPlan, opts: &LowerOptions) -> boo
 #[allow(clippy::too_many_arguments)]
 pub fn tiled_main(
     g: &Graph,
+    kernel: &Kernel,
     bindings: &[Binding],
     plan: &TiledPlan,
     regions: &[(NodeId, Vec<NodeId>)],
@@ -523,15 +551,17 @@ pub fn tiled_main(
         _ => "",
     };
     s.push_str(&tile_head(wgs, extra_args, workgroups, tiles_m, tiles_n));
-    if conv {
+    let bc = if conv {
         write_im2col(g, mm, body);
         w(&mut s, 1, "let a_base = 0u;".into());
+        Vec::new()
     } else {
         let bc = unravel(&mut s, &dims[..rank - 2], "bt", "bc");
         for (name, od, size) in [("a_base", ld, m * k), ("b_base", rd, k * n)] {
             w(&mut s, 1, format!("let {name} = {};", operand_base(&bc, od, size)));
         }
-    }
+        bc
+    };
     w(&mut s, 1, format!("let o_base = bt * {}u;", m * n));
     w(&mut s, 1, format!("let row0 = tile_row * {tm}u;"));
     w(&mut s, 1, format!("let col0 = tile_col * {tn}u;"));
@@ -557,12 +587,12 @@ pub fn tiled_main(
             }
         }
     }
-    // Operands read from bindings with rows of whole vec4s (`vec4_lhs`, `vec4_rhs`) are
-    // loaded into registers one `k` slice ahead: the loads of the next slice are in flight
+    // Operands read from their bindings as vec4s (`vec4_lhs`, `vec4_rhs`) are loaded into
+    // registers one `k` slice ahead: the loads of the next slice are in flight
     // while this one is multiplied.
     let prefetch = ((vec4_lhs.is_some() || vec4_rhs.is_some()) && tk.is_multiple_of(4)).then(|| Prefetch {
-        lhs: vec4_lhs.map(binding),
-        rhs: vec4_rhs.map(binding),
+        lhs: vec4_lhs.map(|v| Staged::of(g, kernel, lhs, v, true, &bc, binding(v.leaf))),
+        rhs: vec4_rhs.map(|v| Staged::of(g, kernel, rhs, v, false, &bc, binding(v.leaf))),
         dims: (m, n, k),
         tile: (tm, tn, tk),
         wgs,
@@ -580,7 +610,7 @@ pub fn tiled_main(
     // matrices).
     let (lv, rv) = (format!("v{}", lhs.index()), format!("v{}", rhs.index()));
     if let Some(p) = prefetch.as_ref().filter(|p| p.lhs.is_some()) {
-        p.store_a(&mut s);
+        p.store(&mut s, true);
     } else {
         w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tm * tk / 4 / wgs));
         w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
@@ -604,7 +634,7 @@ pub fn tiled_main(
         w(&mut s, 2, "}".into());
     }
     if let Some(p) = prefetch.as_ref().filter(|p| p.rhs.is_some()) {
-        p.store_b(&mut s);
+        p.store(&mut s, false);
     } else {
         w(&mut s, 2, format!("for (var l = 0u; l < {}u; l = l + 1u) {{", tk * tn / 4 / wgs));
         w(&mut s, 3, format!("let e = l * {wgs}u + lid;"));
@@ -712,15 +742,19 @@ fn tiled_compute(s: &mut String, (tm, tn): (usize, usize), (bm, bn): (usize, usi
     w(s, 1, "}".into());
 }
 
-/// How the tiled kernel stages the operands read from bindings with rows of whole vec4s
-/// ([`TiledPlan::vec4_lhs`]; `lhs`/`rhs`: the bindings' indices): each invocation holds its share of the next `k`
-/// slice in registers (`pa{l}`, `pb{l}`: a vec4 of the storage type per load, one bounds
-/// check each, where the operand functions take a load and a check per value), loaded right
-/// after the slice before is in workgroup memory, so those loads are in flight during the
-/// multiply-adds; at the top of the next step they are stored to the tiles.
+/// How the tiled kernel stages the operands it reads straight from their bindings
+/// ([`TiledPlan::vec4_lhs`], [`TiledPlan::vec4_rhs`]): each invocation holds its share of the
+/// next `k` slice in registers (`pa{l}`, `pb{l}`: a vec4 of the storage type per load, one
+/// bounds check each, where the operand functions take a load and a check per value), loaded
+/// right after the slice before is in workgroup memory, so those loads are in flight during
+/// the multiply-adds; at the top of the next step they are stored to the tiles.
+///
+/// Both operands are handled alike, as `outer × k` (the lhs's `m` rows, the rhs's `n`
+/// columns): a load holds four elements adjacent along `k` or along `outer`, element `(o, kk)`
+/// of the tile is `o` from the tile's origin (`row0`, `col0`) and `kk` from `k0`.
 struct Prefetch {
-    lhs: Option<usize>,
-    rhs: Option<usize>,
+    lhs: Option<Staged>,
+    rhs: Option<Staged>,
     /// `m`, `n`, `k` of the product.
     dims: (usize, usize, usize),
     /// `tm`, `tn`, `tk` of the tiling.
@@ -731,111 +765,141 @@ struct Prefetch {
     elem: &'static str,
     /// The tiles' element: `f16` on cooperative matrices, else the compute type.
     tile_elem: &'static str,
-    /// The cooperative kernel's tile layouts (both row-major, scalars) instead of the plain
-    /// kernel's (vec4s of four rows of the lhs at one `k`, of four columns of the rhs).
+    /// The cooperative kernel's tile layouts (scalars, row-major: the lhs `tm × tk`, the rhs
+    /// `tk × tn`) instead of the plain kernel's (vec4s of four adjacent `outer` at one `k`,
+    /// the vec4s of each `k` together).
     coop: bool,
 }
 
+/// One prefetched operand: its binding index, whether its vec4s run along `k`, and where
+/// element `(o, kk)` of the operand's batch entry lies in the binding: `base + o·outer +
+/// kk·k_stride` (`base` a WGSL expression of the batch coordinates).
+struct Staged {
+    binding: usize,
+    along_k: bool,
+    base: String,
+    outer: usize,
+    k_stride: usize,
+}
+
+impl Staged {
+    /// The staging of operand `op` (the lhs where `lhs`) read as `v` from binding `binding`,
+    /// at the result's batch coordinates `bc` (its batch dims are the result's last ones,
+    /// broadcast where 1).
+    fn of(g: &Graph, kernel: &Kernel, op: NodeId, v: Vec4Operand, lhs: bool, bc: &[String], binding: usize) -> Staged {
+        let view = strided_view(g, kernel, op).expect("the plan's strided view");
+        let (od, st) = (g.ty(op).shape.dims(), &view.strides);
+        let r = od.len();
+        let mut terms: Vec<String> = (view.offset > 0).then(|| format!("{}u", view.offset)).into_iter().collect();
+        for q in 0..r - 2 {
+            if od[q] > 1 && st[q] > 0 {
+                terms.push(format!("{} * {}u", bc[q + bc.len() + 2 - r], st[q]));
+            }
+        }
+        let base = if terms.is_empty() { "0u".to_string() } else { terms.join(" + ") };
+        let (outer, k_stride) = if lhs { (st[r - 2], st[r - 1]) } else { (st[r - 1], st[r - 2]) };
+        Staged { binding, along_k: v.along_k, base, outer, k_stride }
+    }
+}
+
+/// `expr · stride` in WGSL (`None` for stride 0).
+fn scaled(expr: &str, stride: usize) -> Option<String> {
+    match stride {
+        0 => None,
+        1 => Some(expr.to_string()),
+        s => Some(format!("({expr}) * {s}u")),
+    }
+}
+
 impl Prefetch {
-    /// vec4 loads per invocation per slice: of the lhs tile (four adjacent `k` of a row
-    /// each) and of the rhs tile (four adjacent columns each).
-    fn counts(&self) -> (usize, usize) {
-        let (tm, tn, tk) = self.tile;
-        (tm * tk / 4 / self.wgs, tk * tn / 4 / self.wgs)
+    /// The lhs's or the rhs's staging, with its tile side (`tm`, `tn`), extent (`m`, `n`),
+    /// origin and register and tile names.
+    fn side(&self, lhs: bool) -> (Option<&Staged>, usize, usize, &'static str, &'static str) {
+        let ((m, n, _), (tm, tn, _)) = (self.dims, self.tile);
+        if lhs {
+            (self.lhs.as_ref(), tm, m, "row0", "a")
+        } else {
+            (self.rhs.as_ref(), tn, n, "col0", "b")
+        }
+    }
+
+    /// vec4 loads per invocation per slice of the operand.
+    fn count(&self, lhs: bool) -> usize {
+        let (_, side, ..) = self.side(lhs);
+        side * self.tile.2 / 4 / self.wgs
+    }
+
+    /// WGSL defining `o` and `kq`, the tile coordinates of the first of the four elements of
+    /// load `l` of the operand.
+    fn coords(&self, lhs: bool, l: usize) -> String {
+        let (staged, side, ..) = self.side(lhs);
+        let (tk, e) = (self.tile.2, format!("({}u + lid)", l * self.wgs));
+        match staged {
+            Some(Staged { along_k: true, .. }) => {
+                format!("let o = {e} / {q}u; let kq = ({e} % {q}u) * 4u;", q = tk / 4)
+            }
+            _ => format!("let kq = {e} / {q}u; let o = ({e} % {q}u) * 4u;", q = side / 4),
+        }
     }
 
     /// Loads (declaring the registers where `declare`) the slice starting at `k0`.
     fn load(&self, s: &mut String, k0: &str, declare: bool) {
-        let ((m, n, k), (_, tn, tk), wgs) = (self.dims, self.tile, self.wgs);
-        let (ca, cb) = self.counts();
-        let indent = if declare { 1 } else { 2 };
-        let elem = self.elem;
-        let head = |name: String| {
-            if declare {
-                format!("var {name} = vec4<{elem}>();")
-            } else {
-                format!("{name} = vec4<{elem}>();")
-            }
-        };
-        if let Some(b) = self.lhs {
-            for l in 0..ca {
-                line(s, indent, head(format!("pa{l}")));
+        let (k, indent, elem) = (self.dims.2, if declare { 1 } else { 2 }, self.elem);
+        for lhs in [true, false] {
+            let (Some(st), _, extent, origin, name) = self.side(lhs) else { continue };
+            let index: Vec<String> = [
+                (st.base != "0u").then(|| st.base.clone()),
+                scaled(&format!("{origin} + o"), st.outer),
+                scaled(&format!("{k0} + kq"), st.k_stride),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let index = index.join(" + ");
+            for l in 0..self.count(lhs) {
+                let decl = if declare { "var " } else { "" };
+                line(s, indent, format!("{decl}p{name}{l} = vec4<{elem}>();"));
                 line(
                     s,
                     indent,
                     format!(
-                        "{{ let e = {}u + lid; let r = row0 + e / {q}u; let kq = (e % {q}u) * 4u; \
-                         if (r < {m}u && {k0} + kq < {k}u) {{ pa{l} = b{b}[(a_base + r * {k}u + {k0} + kq) >> 2u]; }} }}",
-                        l * wgs,
-                        q = tk / 4
-                    ),
-                );
-            }
-        }
-        if let Some(b) = self.rhs {
-            for l in 0..cb {
-                line(s, indent, head(format!("pb{l}")));
-                line(
-                    s,
-                    indent,
-                    format!(
-                        "{{ let e = {}u + lid; let gk = {k0} + e / {q}u; let c = col0 + (e % {q}u) * 4u; \
-                         if (gk < {k}u && c < {n}u) {{ pb{l} = b{b}[(b_base + gk * {n}u + c) >> 2u]; }} }}",
-                        l * wgs,
-                        q = tn / 4
+                        "{{ {} if ({origin} + o < {extent}u && {k0} + kq < {k}u) {{ p{name}{l} = b{}[({index}) >> 2u]; }} }}",
+                        self.coords(lhs, l),
+                        st.binding
                     ),
                 );
             }
         }
     }
 
-    /// Stores the lhs registers (four adjacent `k` of a row each) to the lhs tile (the lhs
-    /// is prefetched): row-major for cooperative matrices; in the plain kernel each value to
-    /// its row's component of the vec4 at its `k`.
-    fn store_a(&self, s: &mut String) {
-        let (tm, _, tk) = self.tile;
-        let t = |v: String| if self.elem == self.tile_elem { v } else { format!("{}({v})", self.tile_elem) };
-        for l in 0..self.counts().0 {
-            let e = format!("({}u + lid)", l * self.wgs);
-            if self.coop {
-                line(s, 2, format!("{{ let ia = ({e} / {q}u) * {tk}u + ({e} % {q}u) * 4u;", q = tk / 4));
-                for (q, comp) in XYZW.iter().enumerate() {
-                    line(s, 3, format!("fg_tile_a[ia + {q}u] = {};", t(format!("pa{l}.{comp}"))));
-                }
+    /// Stores the operand's registers to its tile: element `(o, kk)` to the cooperative
+    /// kernel's row-major tile, or to component `o % 4` of the plain tile's vec4 — the
+    /// whole vec4 at once where the load ran along `outer` and the types agree.
+    fn store(&self, s: &mut String, lhs: bool) {
+        let (Some(st), side, _, _, name) = self.side(lhs) else { return };
+        let (tk, t) = (self.tile.2, self.tile_elem);
+        let cast = |v: String| if self.elem == t { v } else { format!("{t}({v})") };
+        for l in 0..self.count(lhs) {
+            line(s, 2, format!("{{ {}", self.coords(lhs, l)));
+            if !self.coop && !st.along_k {
+                let v = if self.elem == t { format!("p{name}{l}") } else { format!("vec4<{t}>(p{name}{l})") };
+                line(s, 3, format!("fg_tile_{name}[kq * {}u + o / 4u] = {v};", side / 4));
             } else {
-                line(s, 2, format!("{{ let rl = {e} / {q}u; let kq = ({e} % {q}u) * 4u;", q = tk / 4));
                 for (q, comp) in XYZW.iter().enumerate() {
-                    line(
-                        s,
-                        3,
-                        format!(
-                            "fg_tile_a[(kq + {q}u) * {}u + rl / 4u][rl % 4u] = {};",
-                            tm / 4,
-                            t(format!("pa{l}.{comp}"))
-                        ),
-                    );
+                    let (o, kk) = if st.along_k {
+                        ("o".to_string(), format!("kq + {q}u"))
+                    } else {
+                        (format!("o + {q}u"), "kq".to_string())
+                    };
+                    let at = match (self.coop, lhs) {
+                        (false, _) => format!("[({kk}) * {}u + ({o}) / 4u][({o}) % 4u]", side / 4),
+                        (true, true) => format!("[({o}) * {tk}u + {kk}]"),
+                        (true, false) => format!("[({kk}) * {side}u + {o}]"),
+                    };
+                    line(s, 3, format!("fg_tile_{name}{at} = {};", cast(format!("p{name}{l}.{comp}"))));
                 }
             }
             line(s, 2, "}".into());
-        }
-    }
-
-    /// Stores the rhs registers (four adjacent columns each) to the rhs tile (the rhs is
-    /// prefetched): as scalars of the row-major tile for cooperative matrices, as the vec4 at
-    /// the same place in the plain kernel.
-    fn store_b(&self, s: &mut String) {
-        let t = self.tile_elem;
-        let same = self.elem == t;
-        for l in 0..self.counts().1 {
-            let e = format!("{}u + lid", l * self.wgs);
-            if self.coop {
-                for (q, comp) in XYZW.iter().enumerate() {
-                    line(s, 2, format!("fg_tile_b[({e}) * 4u + {q}u] = pb{l}.{comp};"));
-                }
-            } else {
-                let v = if same { format!("pb{l}") } else { format!("vec4<{t}>(pb{l})") };
-                line(s, 2, format!("fg_tile_b[{e}] = {v};"));
-            }
         }
     }
 }
