@@ -9,7 +9,9 @@
 #   ./scripts/gpu.sh run [PHASE ...]   # phases: info tests roofline bench examples (all when
 #                                      # none is named; also: profile, coop (the matmul rows
 #                                      # only, every cooperative tiling), vec4 (the matmul
-#                                      # rows with and without the vec4 operand prefetch));
+#                                      # rows with and without the vec4 operand prefetch),
+#                                      # splitk (the transformer block with split-k off and
+#                                      # at three occupancy targets, in turn));
 #                                      # logs and JSON
 #                                      # land in $OUT
 #
@@ -101,6 +103,20 @@ run() {
                         | tee -a "$OUT/vec4.log" | grep -E "^matmul"
                 done
             done
+            ;;
+        splitk)
+            # The transformer block (256×768 outputs: 12 tiles of 128×128) with its products
+            # split over k until each has W workgroups, against no split, twice in turn;
+            # then the profile of the best guess (132 SMs: two workgroups each).
+            for round in 1 2; do
+                for s in off fill:132 fill:264 fill:528; do
+                    echo "== split-k $s, round $round" | tee -a "$OUT/splitk.log"
+                    FUSEGRAPH_SPLIT_K=$s timeout 60 $B/fusegraph bench --workload transformer --runs 20 2>&1 \
+                        | tee -a "$OUT/splitk.log" | grep -E "transformer|speedup"
+                done
+            done
+            FUSEGRAPH_SPLIT_K=fill:264 timeout 60 $B/fusegraph bench --workload transformer --runs 10 --profile \
+                >> "$OUT/splitk.log" 2>&1
             ;;
         bench)
             timeout 150 $B/fusegraph bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40

@@ -25,6 +25,7 @@ pub mod planner;
 pub mod remat;
 pub mod schedule;
 pub mod simplify;
+pub mod split_k;
 #[doc(hidden)]
 pub mod testing;
 

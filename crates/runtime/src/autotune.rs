@@ -174,6 +174,8 @@ impl Device {
                 simplify: false,
                 matmul_tiling: Some(tiling),
                 name: Some(format!("autotuning {class} with {tiling}")),
+                // The product as the class has it, whatever FUSEGRAPH_SPLIT_K says.
+                split_k: crate::SplitK::Off,
                 ..Default::default()
             };
             self.compile(&b.graph(), &[out.id()], &opts)

@@ -61,7 +61,12 @@ impl Device {
     }
 
     fn measure_cost(self: &Arc<Self>) -> Result<CostModel> {
-        let opts = CompileOptions { fusion: FusionMode::Off, simplify: false, ..Default::default() };
+        let opts = CompileOptions {
+            fusion: FusionMode::Off,
+            simplify: false,
+            split_k: crate::SplitK::Off,
+            ..Default::default()
+        };
         let ms = |b: &GraphBuilder, outs: &[NodeId], feeds: &[(&str, &HostTensor)]| -> Result<f64> {
             let exe = self.compile(&b.graph(), outs, &opts)?;
             Ok(exe.time(feeds, 2, 5)?.median())
@@ -90,7 +95,7 @@ impl Device {
         for k in 0..32 {
             y = if k % 2 == 0 { y.mul(&x)? } else { y.add(&x)? };
         }
-        let fused = CompileOptions { calibrating: true, ..Default::default() };
+        let fused = CompileOptions { calibrating: true, split_k: crate::SplitK::Off, ..Default::default() };
         let exe = self.compile(&b.graph(), &[y.id()], &fused)?;
         let chain_ms = exe.time(&[("x", &big)], 2, 5)?.median();
         let stream_ms = (8 * n) as f64 / bandwidth * 1e3;

@@ -3,6 +3,7 @@
 use crate::memory::{buffer_bytes, texel_bytes, Allocation, Kind, TextureAllocation};
 use crate::{Device, Result, RuntimeError};
 use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
+use fusegraph_passes::split_k::{fill_splits, split_k, FillOptions, Gemm};
 use fusegraph_passes::{
     plan_summary_within, plan_within, FusionMode, Location, MemoryPlan, PlanOptions, PlanSummary, Region,
 };
@@ -59,6 +60,63 @@ pub struct CompileOptions {
     /// `2 · batch · heads · seq²` values per attention layer; the kernel suits GPUs, and is
     /// slower than the unfused attention on a CPU adapter (BENCHMARKS.md).
     pub fused_attention: Option<bool>,
+    /// Split-k: matrix products too small to occupy the device become `s` products over
+    /// slices of `k`, summed ([`fusegraph_passes::split_k`]). Off by default; the
+    /// environment variable `FUSEGRAPH_SPLIT_K` (`off`, `fill:W` or a slice count `S`) sets
+    /// the default for experiments. A split that would make the plan exceed the memory
+    /// limit is not made.
+    pub split_k: SplitK,
+}
+
+/// Which matrix products [`CompileOptions::split_k`] splits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SplitK {
+    /// None (the default).
+    #[default]
+    Off,
+    /// Each product whose tiled kernel would have fewer than `workgroups` workgroups (one
+    /// per output tile of its untuned tiling per batch entry), into the fewest
+    /// power-of-two slices that bring it there, each slice at least 128 long and a
+    /// multiple of 4 ([`fusegraph_passes::split_k::fill_splits`]).
+    Fill {
+        /// The workgroups a product should have (a few per multiprocessor of the GPU).
+        workgroups: u64,
+    },
+    /// Every product whose `k` is a multiple of `4 · s`, into `s` slices (experiments and
+    /// tests).
+    Slices(usize),
+}
+
+impl SplitK {
+    /// `off`, `fill:W` (W workgroups) or `S` (slices), as `FUSEGRAPH_SPLIT_K` takes them;
+    /// `None` for anything else.
+    pub fn parse(v: &str) -> Option<SplitK> {
+        match v.trim() {
+            "off" => Some(SplitK::Off),
+            v => match v.strip_prefix("fill:") {
+                Some(w) => w.parse().ok().map(|workgroups| SplitK::Fill { workgroups }),
+                None => v.parse().ok().map(SplitK::Slices),
+            },
+        }
+    }
+
+    /// `FUSEGRAPH_SPLIT_K`'s choice; `None` when unset or not one [`SplitK::parse`] takes.
+    fn from_env() -> Option<SplitK> {
+        SplitK::parse(&std::env::var("FUSEGRAPH_SPLIT_K").ok()?)
+    }
+
+    /// Into how many slices this splits `gemm` (1: not at all).
+    pub fn splits(&self, gemm: &Gemm) -> usize {
+        match *self {
+            SplitK::Off => 1,
+            SplitK::Fill { workgroups } => {
+                let tile = MatmulTiling::default_for(gemm.m, gemm.n).tile();
+                fill_splits(gemm, &FillOptions { workgroups, tile, ..Default::default() })
+            }
+            SplitK::Slices(s) if s >= 2 && gemm.k.is_multiple_of(4 * s) => s,
+            SplitK::Slices(_) => 1,
+        }
+    }
 }
 
 impl Default for CompileOptions {
@@ -75,6 +133,7 @@ impl Default for CompileOptions {
             matmul_tiling: None,
             dump_wgsl: None,
             fused_attention: None,
+            split_k: SplitK::from_env().unwrap_or_default(),
         }
     }
 }
@@ -327,11 +386,34 @@ impl Device {
         popts.updates = planned_updates(opts, outputs.len());
         let mut outs = outputs.to_vec();
         outs.extend(opts.updates.iter().map(|(_, node)| *node));
-        if opts.mixed_precision {
-            let (g, outs) = fusegraph_passes::mixed_precision::to_mixed_precision(graph, &outs, &opts.masters())?;
-            return Ok(plan_summary_within(&g, &outs, &popts, self.limit_for(opts))?);
+        let limit = self.limit_for(opts);
+        let mixed = if opts.mixed_precision {
+            let (g, mixed_outs) = fusegraph_passes::mixed_precision::to_mixed_precision(graph, &outs, &opts.masters())?;
+            outs = mixed_outs;
+            Some(g)
+        } else {
+            None
+        };
+        let g = mixed.as_ref().unwrap_or(graph);
+        let choice = opts.split_k;
+        if choice == SplitK::Off {
+            return Ok(plan_summary_within(g, &outs, &popts, limit)?);
         }
-        Ok(plan_summary_within(graph, &outs, &popts, self.limit_for(opts))?)
+        // As `compile`: simplified, then split where the split plan fits the limit as it is.
+        let mut simplified = g.clone();
+        if popts.simplify {
+            fusegraph_passes::simplify(&mut simplified, &mut outs)?;
+        }
+        popts.simplify = false;
+        let mut split = simplified.clone();
+        let mut split_outs = outs.clone();
+        if !split_k(&mut split, &mut split_outs, &|gemm| choice.splits(gemm))?.is_empty() {
+            let summary = plan_summary_within(&split, &split_outs, &popts, None)?;
+            if limit.is_none_or(|l| summary.total_bytes <= l) {
+                return Ok(summary);
+            }
+        }
+        Ok(plan_summary_within(&simplified, &outs, &popts, limit)?)
     }
 
     /// The largest batch in `1..=max_batch` whose plan fits `limit` bytes on this device,
@@ -393,16 +475,31 @@ impl Device {
         if opts.simplify {
             fusegraph_passes::simplify(&mut simplified, &mut outs_vec)?;
         }
-        let update_nodes = outs_vec.split_off(user_outputs);
-        let mut plan_outputs = outs_vec.clone();
-        plan_outputs.extend(update_nodes.iter().copied());
-        let (graph, outputs, plan_outputs) = (&simplified, outs_vec.as_slice(), plan_outputs.as_slice());
         let limits = self.limits();
         let mut popts = self.plan_options(opts);
         let limit = self.limit_for(opts);
         popts.remat = opts.remat;
         // Updates are planned in place where safe (their values follow the user's outputs).
         popts.updates = planned_updates(opts, user_outputs);
+        // Split-k after simplification (batch-norm folding looks for the unsplit product),
+        // kept only where the split plan fits the limit as it is (without rematerialization
+        // or fused attention): a split never costs a graph its fit or a recomputation.
+        let choice = opts.split_k;
+        if choice != SplitK::Off {
+            let mut split = simplified.clone();
+            let mut split_outs = outs_vec.clone();
+            if !split_k(&mut split, &mut split_outs, &|gemm| choice.splits(gemm))?.is_empty()
+                && limit.is_none_or(|l| {
+                    plan_within(&split, &split_outs, &popts, None).is_ok_and(|p| p.summary.total_bytes <= l)
+                })
+            {
+                (simplified, outs_vec) = (split, split_outs);
+            }
+        }
+        let update_nodes = outs_vec.split_off(user_outputs);
+        let mut plan_outputs = outs_vec.clone();
+        plan_outputs.extend(update_nodes.iter().copied());
+        let (graph, outputs, plan_outputs) = (&simplified, outs_vec.as_slice(), plan_outputs.as_slice());
         let mut planned = plan_within(graph, plan_outputs, &popts, limit)?;
         // The planner counts every output it was given as staging; update values stay on the
         // device and are never read back.
@@ -1074,5 +1171,29 @@ impl Executable {
                 .collect::<std::result::Result<Vec<_>, _>>()
         };
         Ok(result?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_k_choices_parse_and_apply() {
+        assert_eq!(SplitK::parse("off"), Some(SplitK::Off));
+        assert_eq!(SplitK::parse(" fill:264 "), Some(SplitK::Fill { workgroups: 264 }));
+        assert_eq!(SplitK::parse("4"), Some(SplitK::Slices(4)));
+        for bad in ["", "on", "fill:", "fill:x", "-2", "4.5"] {
+            assert_eq!(SplitK::parse(bad), None, "{bad:?}");
+        }
+        let gemm = |m, n, k| Gemm { batch: 1, m, n, k, dtype: fusegraph_ir::DType::F32 };
+        // Slices: only where every slice is whole vec4s.
+        assert_eq!(SplitK::Slices(4).splits(&gemm(8, 8, 64)), 4);
+        assert_eq!(SplitK::Slices(4).splits(&gemm(8, 8, 40)), 1);
+        assert_eq!(SplitK::Slices(1).splits(&gemm(8, 8, 64)), 1);
+        assert_eq!(SplitK::Off.splits(&gemm(8, 8, 1 << 16)), 1);
+        // Fill counts the untuned tiling's tiles: 256×768 takes 128×128 tiles (12 of them).
+        assert_eq!(SplitK::Fill { workgroups: 48 }.splits(&gemm(256, 768, 3072)), 4);
+        assert_eq!(SplitK::Fill { workgroups: 12 }.splits(&gemm(256, 768, 3072)), 1);
     }
 }

@@ -35,7 +35,9 @@ environment:
   FUSEGRAPH_SUBGROUP_MATMUL=off            the tiled matmul on CPU adapters too (comparisons)
   FUSEGRAPH_COST_MODEL=default             fusion's device-free cost model (no measuring)
   FUSEGRAPH_TILED_ATTENTION=on|off         fused attention stages blocks of keys in workgroup
-                                           memory (default: on, off on CPU adapters)";
+                                           memory (default: on, off on CPU adapters)
+  FUSEGRAPH_SPLIT_K=off|fill:W|S           split matmuls over k: until each has W workgroups,
+                                           or every one into S slices (default: off)";
 
 fn json_str(s: &str) -> String {
     let mut out = String::from("\"");
