@@ -6,7 +6,7 @@ mod common;
 
 use common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode};
-use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
+use fusegraph::crates::reference::{assert_close, evaluate};
 use fusegraph::crates::runtime::Cooperative;
 use fusegraph::crates::wgsl::{lower, lower_with, validate, LowerOptions, Strategy};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, ExecutableStats, HostTensor, MatmulTiling, Tensor};
@@ -498,18 +498,7 @@ fn check_with(device: &Arc<Device>, case: &Case, opts: &CompileOptions) -> Resul
     }
     let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
-    for (g, w) in got.iter().zip(&want) {
-        let (mut rtol, atol) = tolerance(w.dtype());
-        let mut atol = if w.dtype().is_float() { atol.max(case.atol) } else { atol };
-        if w.dtype() == DType::F16 {
-            // f16 products summed in f32 in another order than the reference's f64 sum can
-            // round to a neighbouring f16 value before the epilogue.
-            let scale = w.to_f64().iter().fold(1.0f64, |m, v| m.max(v.abs()));
-            rtol = rtol.max(case.f16_tol);
-            atol = atol.max(case.f16_tol * scale);
-        }
-        assert_close(g, w, rtol, atol)?;
-    }
+    case.check_outputs(&got, &want)?;
     Ok(exe.stats().clone())
 }
 

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Case, CaseBuilder, Domain};
-use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
+use fusegraph::crates::reference::evaluate;
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, Executable, HostTensor, SplitK};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,21 +36,10 @@ fn feeds(case: &Case) -> Vec<(&str, &HostTensor)> {
     case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect()
 }
 
-/// Runs `exe` on `case`'s feeds and compares with `want` at the dtype's tolerance (widened
-/// for long accumulations and f16 as the tiled matmul's own tests do).
+/// Runs `exe` on `case`'s feeds and compares with `want` ([`Case::check_outputs`]).
 fn compare(exe: &Executable, case: &Case, want: &[HostTensor]) -> Result<(), String> {
     let got = exe.run(&feeds(case)).map_err(|e| format!("run: {e}"))?;
-    for (g, w) in got.iter().zip(want) {
-        let (mut rtol, atol) = tolerance(w.dtype());
-        let mut atol = if w.dtype().is_float() { atol.max(case.atol) } else { atol };
-        if w.dtype() == DType::F16 {
-            let scale = w.to_f64().iter().fold(1.0f64, |m, v| m.max(v.abs()));
-            rtol = rtol.max(case.f16_tol);
-            atol = atol.max(case.f16_tol * scale);
-        }
-        assert_close(g, w, rtol, atol)?;
-    }
-    Ok(())
+    case.check_outputs(&got, want)
 }
 
 /// The labels of `exe`'s kernels (their members' op names joined by `+`).

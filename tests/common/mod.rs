@@ -106,6 +106,28 @@ pub struct Case {
     pub f16_tol: f64,
 }
 
+impl Case {
+    /// Compares `got` with `want` (the reference's outputs, or another run's) at each
+    /// output dtype's tolerance, widened by the case's `atol` for floats and, for f16, by
+    /// its `f16_tol` relative to the largest magnitude: f16 products summed in f32 in
+    /// another order than the reference's f64 sum can round to a neighbouring f16 value
+    /// before an epilogue.
+    pub fn check_outputs(&self, got: &[HostTensor], want: &[HostTensor]) -> Result<(), String> {
+        use fusegraph::crates::reference::{assert_close, tolerance};
+        for (g, w) in got.iter().zip(want) {
+            let (mut rtol, atol) = tolerance(w.dtype());
+            let mut atol = if w.dtype().is_float() { atol.max(self.atol) } else { atol };
+            if w.dtype() == DType::F16 {
+                let scale = w.to_f64().iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                rtol = rtol.max(self.f16_tol);
+                atol = atol.max(self.f16_tol * scale);
+            }
+            assert_close(g, w, rtol, atol)?;
+        }
+        Ok(())
+    }
+}
+
 /// Records inputs with random values while a case is built.
 pub struct CaseBuilder {
     pub b: GraphBuilder,
