@@ -401,13 +401,13 @@ pub struct TiledPlan {
     /// The kernel's single output, whose region contains `matmul`.
     pub output: NodeId,
     /// How the lhs of a matmul (not a convolution) is read from its binding as vec4s, if it
-    /// is: the lhs is one of the kernel's bindings or a view of one whose elements lie in
-    /// the same order from the same place (a reshape), or in that order with its last two
-    /// axes swapped (a transpose of the last two axes, as attention's `Kᵀ`); not a
-    /// broadcast, slice or prologue. Stored as vec4s (f32, i32, u32 or native f16), with
-    /// the contiguous axis a multiple of 4 long. The binding is declared as `vec4`s and the
-    /// tiled kernel loads four adjacent elements per load, into registers one `k` slice
-    /// ahead.
+    /// is: the lhs is one of the kernel's bindings or a strided view of one
+    /// (`view::strided_view`: a reshape, a transpose, attention's heads split out of
+    /// `[s, h·d]`, a slice, batch axes broadcast; not a prologue with arithmetic) with one of
+    /// its two matrix axes contiguous and a multiple of 4 long and every other stride and
+    /// its offset multiples of 4, stored as vec4s (f32, i32, u32 or native f16). The
+    /// binding is declared as `vec4`s and the tiled kernel loads four adjacent elements
+    /// (along that axis) per load, into registers one `k` slice ahead.
     pub vec4_lhs: Option<Vec4Operand>,
     /// The rhs likewise.
     pub vec4_rhs: Option<Vec4Operand>,
