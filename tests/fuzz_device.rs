@@ -7,7 +7,7 @@
 //! failure names its seed, and `FUSEGRAPH_FUZZ_CASES=N` runs more graphs.
 
 use fusegraph::crates::reference::{assert_close, evaluate};
-use fusegraph::{CompileOptions, DType, Device, Graph, GraphBuilder, HostTensor, NodeId, RuntimeError, Tensor};
+use fusegraph::{CompileOptions, DType, Device, Graph, GraphBuilder, HostTensor, NodeId, RuntimeError, SplitK, Tensor};
 use std::collections::BTreeMap;
 
 struct Rng(u64);
@@ -202,35 +202,54 @@ fn random_graphs_match_the_reference_fused_unfused_and_in_mixed_precision() {
     assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// Fused with every product whose `k` is a multiple of 8 split in two (`SplitK::Slices`):
+/// the backward pass's products contract over the rows (`Aᵀ·dY`) and the columns
+/// (`dY·Wᵀ`) of the random shapes, so most graphs with a matmul split some.
+fn split_k() -> CompileOptions {
+    CompileOptions { split_k: SplitK::Slices(2), ..Default::default() }
+}
+
 /// The same random graphs with a backward pass: the gradient of Σ last² with respect to every
 /// input and parameter (`fusegraph::grad` appends it as ordinary ops, so fusion sees forward
-/// and backward together), fused and unfused, against the reference evaluating the same
-/// graph. Smooth graphs only (a `select` or an f16 rounding has no useful gradient).
+/// and backward together), fused, unfused and fused with split-k, against the reference
+/// evaluating the same graph. Smooth graphs only (a `select` or an f16 rounding has no
+/// useful gradient).
 #[test]
 fn random_backward_graphs_match_the_reference_fused_and_unfused() {
     let cases = case_count();
     let device = Device::shared().unwrap();
     let mut failures = Vec::new();
-    let mut kernels = 0;
+    let (mut kernels, mut split) = (0, 0);
     for seed in 1..=cases {
         let mut case = random_case(seed, true);
         let (loss, grads) = loss_and_grads(&case, &case.leaves);
         case.graph = case.builder.graph();
         case.outputs = std::iter::once(loss.id()).chain(grads.iter().map(|t| t.id())).collect();
-        for (mode, opts) in [("fused", CompileOptions::default()), ("unfused", CompileOptions::unfused())] {
+        let modes =
+            [("fused", CompileOptions::default()), ("unfused", CompileOptions::unfused()), ("split-k", split_k())];
+        for (mode, opts) in modes {
             if let Err(e) = check(&device, &case, &opts, 5e-4) {
                 failures.push(format!("seed {seed} ({mode}; {}): {e}", case.ops.join(", ")));
             }
         }
-        kernels += device.plan(&case.graph, &case.outputs, &CompileOptions::default()).map_or(0, |p| p.kernels);
+        let fused = device.plan(&case.graph, &case.outputs, &CompileOptions::default()).map_or(0, |p| p.kernels);
+        kernels += fused;
+        // A split adds the sum's kernel.
+        split += device.plan(&case.graph, &case.outputs, &split_k()).is_ok_and(|p| p.kernels > fused) as usize;
     }
-    eprintln!("{cases} graphs with gradients, {kernels} fused kernels, {} failures", failures.len());
+    eprintln!(
+        "{cases} graphs with gradients, {kernels} fused kernels, {split} with products split, {} failures",
+        failures.len()
+    );
     assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
+    // The split-k mode is not vacuous: over the default 40 graphs (20 in CI's GL run) some
+    // products have a `k` it splits.
+    assert!(cases < 10 || split > 0, "no graph of {cases} had a product split");
 }
 
 /// Two SGD steps on the same random graphs: every parameter takes `p - 0.1·∂(Σ last²)/∂p`
 /// as an update (`CompileOptions::updates`: applied on the device after the step, in place
-/// where the planner finds it safe), fused, unfused and in mixed precision (the updated
+/// where the planner finds it safe), fused, unfused, with split-k and in mixed precision (the updated
 /// parameters keep f32 masters; f16 tolerance); after each step the parameters read
 /// back match the reference's step from the reference's previous parameters, and the loss
 /// matches too (so the second step saw the updated weights).
@@ -265,7 +284,11 @@ fn random_training_steps_update_parameters_like_the_reference() {
             at = names.iter().cloned().zip(want[1..].iter().cloned()).collect();
             expected.push(want);
         }
-        let mut modes = vec![("fused", CompileOptions::default(), 5e-4), ("unfused", CompileOptions::unfused(), 5e-4)];
+        let mut modes = vec![
+            ("fused", CompileOptions::default(), 5e-4),
+            ("unfused", CompileOptions::unfused(), 5e-4),
+            ("split-k", split_k(), 5e-4),
+        ];
         // f16 storage only where every loss fits f16's range (beyond 65504 it is infinite, and
         // so are its gradients: what `fusegraph::train`'s loss scaling exists for).
         if expected.iter().all(|w| w[0].to_f64()[0].abs() < 3.0e4) {
