@@ -10,8 +10,8 @@
 #                                      # none is named; also: profile, coop (the matmul rows
 #                                      # only, every cooperative tiling), vec4 (the matmul
 #                                      # rows with and without the vec4 operand prefetch),
-#                                      # splitk (the transformer block with split-k off and
-#                                      # at three occupancy targets, in turn));
+#                                      # splitk (the transformer block with split-k off, at
+#                                      # three occupancy targets and tuned, in turn));
 #                                      # logs and JSON
 #                                      # land in $OUT
 #
@@ -106,10 +106,11 @@ run() {
             ;;
         splitk)
             # The transformer block (256×768 outputs: 12 tiles of 128×128) with its products
-            # split over k until each has W workgroups, against no split, twice in turn;
-            # then the profile of the best guess (132 SMs: two workgroups each).
+            # split over k until each has W workgroups, and as tuned on the card, against no
+            # split, twice in turn; then the profile of the best guess (132 SMs: two
+            # workgroups each) and the tuner's choices.
             for round in 1 2; do
-                for s in off fill:132 fill:264 fill:528; do
+                for s in off fill:132 fill:264 fill:528 tuned; do
                     echo "== split-k $s, round $round" | tee -a "$OUT/splitk.log"
                     FUSEGRAPH_SPLIT_K=$s timeout 60 $B/fusegraph bench --workload transformer --runs 20 2>&1 \
                         | tee -a "$OUT/splitk.log" | grep -E "transformer|speedup"
@@ -117,6 +118,7 @@ run() {
             done
             FUSEGRAPH_SPLIT_K=fill:264 timeout 60 $B/fusegraph bench --workload transformer --runs 10 --profile \
                 >> "$OUT/splitk.log" 2>&1
+            cat "$XDG_CACHE_HOME"/fusegraph/splitk-* 2>/dev/null | tee -a "$OUT/splitk.log"
             ;;
         bench)
             timeout 150 $B/fusegraph bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40

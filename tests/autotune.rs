@@ -10,7 +10,7 @@ mod common;
 use common::{CaseBuilder, Domain};
 use fusegraph::crates::reference::{assert_close, evaluate};
 use fusegraph::crates::runtime::{Backend, Cooperative, WgpuBackend, WgpuDeviceType};
-use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor, MatmulTiling};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor, MatmulTiling, SplitK};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -106,6 +106,45 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     assert_eq!(kernel.matmul_tiling, Some(tuned.tiling));
     assert_eq!(kernel.cooperative_matmul, tuned.tiling.is_cooperative(), "{tuned:?}");
     eprintln!("f16 timings: {:?}", tuned.timings.iter().map(|(t, ms)| format!("{t} {ms:.2} ms")).collect::<Vec<_>>());
+
+    // Split-k, tuned: a 128×128 output over k 1024 is timed unsplit and in 2, 4 and 8 slices
+    // (16 would leave slices of 64), the product and its sum together; the fastest is
+    // kept, compiled, cached and read back.
+    let mut c = CaseBuilder::new(14);
+    let a = c.input(DType::F32, &[128, 1024], Domain::Any);
+    let b = c.input(DType::F32, &[1024, 128], Domain::Any);
+    let bias = c.input(DType::F32, &[128], Domain::Any);
+    let skinny = c.finish("split_k_tuned", &[&a.matmul(&b).unwrap().add(&bias).unwrap()]);
+    let feeds: BTreeMap<String, HostTensor> = skinny.feeds.iter().cloned().collect();
+    let want = evaluate(&skinny.graph, &skinny.outputs, &feeds, &BTreeMap::new()).unwrap();
+    let refs: Vec<(&str, &HostTensor)> = skinny.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let tuned_split = CompileOptions { split_k: SplitK::Tuned, ..Default::default() };
+    let run_split = |device: &Arc<Device>| -> usize {
+        let exe = device.compile(&skinny.graph, &skinny.outputs, &tuned_split).unwrap();
+        assert_close(&exe.run(&refs).unwrap()[0], &want[0], 1e-4, 2e-3).unwrap();
+        exe.stats().kernels.len()
+    };
+    let kernels = run_split(&first);
+    let splits = first.tuned_splits();
+    assert_eq!(splits.len(), 1, "{splits:?}");
+    assert_eq!(splits[0].class, "f32 b1 m128 n128 k1024");
+    assert_eq!(splits[0].timings.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 2, 4, 8]);
+    let fastest = splits[0].timings.iter().min_by(|x, y| x.1.total_cmp(&y.1)).unwrap().0;
+    assert_eq!(splits[0].splits, fastest);
+    // The product and its epilogue in one kernel, or the split product and the sum.
+    assert_eq!(kernels, if fastest == 1 { 1 } else { 2 }, "{splits:?}");
+    eprintln!("split-k timings: {:?}", splits[0].timings);
+    let files: Vec<_> = std::fs::read_dir(dir.join("fusegraph")).unwrap().flatten().map(|e| e.path()).collect();
+    let cache = files.iter().find(|p| p.to_string_lossy().contains("splitk-v1")).expect("a split-k cache file");
+    assert_eq!(std::fs::read_to_string(cache).unwrap().trim(), format!("f32 b1 m128 n128 k1024 = {fastest}"));
+    // Read back, not measured; a cached choice of 2 slices is taken as it is.
+    std::fs::write(cache, "f32 b1 m128 n128 k1024 = 2\n").unwrap();
+    let fourth = Arc::new(Device::new(&DeviceOptions { autotune: Some(true), ..Default::default() }).unwrap());
+    assert_eq!(run_split(&fourth), 2);
+    assert!(fourth.tuned_splits()[0].timings.is_empty(), "{:?}", fourth.tuned_splits());
+    // Autotuning off: no split, nothing measured.
+    assert_eq!(run_split(&off), 1);
+    assert!(off.tuned_splits().is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

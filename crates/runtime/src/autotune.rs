@@ -18,9 +18,15 @@
 //! each candidate once to warm up and three times timed, one after the other; on a GPU, whose
 //! clocks drift, all candidates once untimed and then once per round for five interleaved
 //! rounds. The median decides.
+//!
+//! Split-k ([`SplitK::Tuned`](crate::SplitK::Tuned)) is tuned the same way: per class, the
+//! class's first product at its full size, compiled fused unsplit and split into each of
+//! [`split_candidates`] slices (the product and its sum), timed as above; the fastest slice
+//! count is kept in memory and in `splitk-v1-<adapter>.txt`.
 
 use crate::{CompileOptions, Device, FusionMode, Result};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor};
+use fusegraph_passes::split_k::{FillOptions, Gemm};
 use fusegraph_wgsl::{GemmShape, MatmulTiling};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,6 +62,49 @@ pub struct TunedTiling {
 pub(crate) struct Tuner {
     loaded: bool,
     chosen: BTreeMap<String, TunedTiling>,
+    splits_loaded: bool,
+    splits: BTreeMap<String, TunedSplit>,
+}
+
+/// One class tuned for split-k ([`SplitK::Tuned`](crate::SplitK::Tuned)): the slice count
+/// chosen (1: no split), and the timings when measured in this process.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunedSplit {
+    /// The shape class, as for tilings (`f32 b1 m256 n1024 k4096`).
+    pub class: String,
+    /// The fastest slice count.
+    pub splits: usize,
+    /// Median milliseconds of the product (and its sum) per slice count, when measured in
+    /// this process; empty when read from the cache.
+    pub timings: Vec<(usize, f64)>,
+}
+
+/// The slice counts split-k tuning tries for `gemm`: 1 (no split), then 2, 4, 8, 16 while each
+/// slice is whole vec4s and at least `min_k` long.
+pub(crate) fn split_candidates(gemm: &Gemm) -> Vec<usize> {
+    let min_k = FillOptions::default().min_k;
+    let mut out = vec![1];
+    let mut s = 2;
+    while s <= FillOptions::default().max_splits && gemm.k.is_multiple_of(4 * s) && gemm.k / s >= min_k {
+        out.push(s);
+        s *= 2;
+    }
+    out
+}
+
+/// Median milliseconds per candidate that compiled, and the last compile error.
+type Timed<C> = (Vec<(C, f64)>, Option<crate::RuntimeError>);
+
+/// Writes `lines` to the cache file `stem` of `device`, aside and renamed, so a reader never
+/// sees half a file.
+fn write_cache(device: &Device, stem: &str, lines: String) {
+    if let Some(path) = crate::calibrate::cache_file(device, stem) {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let _ = std::fs::create_dir_all(path.parent().expect("a file in a folder"));
+        if std::fs::write(&tmp, lines).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
 }
 
 fn bucket(x: usize) -> usize {
@@ -89,9 +138,9 @@ fn timed_shape(shape: &GemmShape, max_macs: usize) -> GemmShape {
     s
 }
 
-fn parse_line(line: &str) -> Option<(String, MatmulTiling)> {
-    let (class, tiling) = line.rsplit_once(" = ")?;
-    Some((class.trim().to_string(), tiling.trim().parse().ok()?))
+fn parse_line<T: std::str::FromStr>(line: &str) -> Option<(String, T)> {
+    let (class, value) = line.rsplit_once(" = ")?;
+    Some((class.trim().to_string(), value.trim().parse().ok()?))
 }
 
 impl Device {
@@ -130,16 +179,128 @@ impl Device {
         let tiling = tuned.tiling;
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
         tuner.chosen.insert(key, tuned);
-        if let Some(path) = crate::calibrate::cache_file(self, "tiling-v4") {
-            let text: String = tuner.chosen.values().map(|t| format!("{} = {}\n", t.class, t.tiling)).collect();
-            // Written aside and renamed, so a reader never sees half a file.
-            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-            let _ = std::fs::create_dir_all(path.parent().expect("a file in a folder"));
-            if std::fs::write(&tmp, text).is_ok() {
-                let _ = std::fs::rename(&tmp, &path);
+        write_cache(
+            self,
+            "tiling-v4",
+            tuner.chosen.values().map(|t| format!("{} = {}\n", t.class, t.tiling)).collect(),
+        );
+        Some(tiling)
+    }
+
+    /// Into how many slices of `k` [`SplitK::Tuned`](crate::SplitK::Tuned) splits a product
+    /// of `gemm`'s dims: its class's tuned choice (measured now if neither this device nor
+    /// the disk cache, `splitk-v1-<adapter>.txt`, has it), where that divides this `k`
+    /// into whole vec4s; 1 where autotuning is off, the product is below
+    /// [`MIN_TUNED_MACS`], or `k` allows no split. Each candidate of
+    /// [`split_candidates`] is the class's first product (at its full size: the split is
+    /// about filling the device) compiled fused with that many slices and timed, the sum
+    /// included, as tilings are timed.
+    pub(crate) fn tuned_split_count(self: &Arc<Self>, gemm: &Gemm) -> usize {
+        let shape = GemmShape { batch: gemm.batch, m: gemm.m, n: gemm.n, k: gemm.k };
+        if !self.autotune || gemm.batch * gemm.m * gemm.n * gemm.k < MIN_TUNED_MACS || split_candidates(gemm).len() < 2
+        {
+            return 1;
+        }
+        let fits = |s: usize| if s >= 2 && gemm.k.is_multiple_of(4 * s) { s } else { 1 };
+        let key = class(&shape, gemm.dtype, false);
+        {
+            let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
+            if !tuner.splits_loaded {
+                tuner.splits_loaded = true;
+                let text =
+                    crate::calibrate::cache_file(self, "splitk-v1").and_then(|p| std::fs::read_to_string(p).ok());
+                for (class, splits) in text.iter().flat_map(|t| t.lines()).filter_map(parse_line) {
+                    tuner.splits.insert(class.clone(), TunedSplit { class, splits, timings: vec![] });
+                }
+            }
+            if let Some(t) = tuner.splits.get(&key) {
+                return fits(t.splits);
             }
         }
-        Some(tiling)
+        let Ok(tuned) = self.measure_splits(&key, gemm) else { return 1 };
+        let splits = tuned.splits;
+        let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
+        tuner.splits.insert(key, tuned);
+        write_cache(
+            self,
+            "splitk-v1",
+            tuner.splits.values().map(|t| format!("{} = {}\n", t.class, t.splits)).collect(),
+        );
+        fits(splits)
+    }
+
+    /// Times `gemm`'s product split into each of [`split_candidates`] slices.
+    fn measure_splits(self: &Arc<Self>, class: &str, gemm: &Gemm) -> Result<TunedSplit> {
+        let shape = GemmShape { batch: gemm.batch, m: gemm.m, n: gemm.n, k: gemm.k };
+        let (b, out, a_host, b_host) = product(&shape, gemm.dtype)?;
+        let feeds = [("a", &a_host), ("b", &b_host)];
+        let compile = |s: usize| {
+            let opts = CompileOptions {
+                split_k: if s > 1 { crate::SplitK::Slices(s) } else { crate::SplitK::Off },
+                name: Some(format!("split-k tuning {class} with {s} slices")),
+                ..Default::default()
+            };
+            self.compile(&b.graph(), &[out], &opts)
+        };
+        let (timings, failed) = self.time_candidates(split_candidates(gemm), compile, &feeds)?;
+        let Some(splits) = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0) else {
+            return Err(failed.expect("every candidate failed to compile"));
+        };
+        Ok(TunedSplit { class: class.to_string(), splits, timings })
+    }
+
+    /// The split-k classes tuned so far on this device (measured or read from the disk
+    /// cache).
+    pub fn tuned_splits(&self) -> Vec<TunedSplit> {
+        self.tuner.lock().unwrap_or_else(|p| p.into_inner()).splits.values().cloned().collect()
+    }
+
+    /// Times each candidate's executable on `feeds`: on a CPU adapter one after the other
+    /// (one warm-up, three timed runs each; each holds its buffers only while it is timed,
+    /// and compiling is what costs there, up to seconds per candidate); on a GPU all
+    /// compiled first, run once untimed, then timed in [`GPU_ROUNDS`] interleaved rounds. A
+    /// GPU's speed drifts with its clocks: on an H100 the second candidate, timed one after
+    /// the other with one warm-up, took 3.8 ms for a kernel that ran in 0.70 ms in the same
+    /// process a little later, and the last candidate always matched. Returns the median
+    /// per candidate that compiled, and the last compile error.
+    fn time_candidates<C: Copy>(
+        self: &Arc<Self>,
+        candidates: impl IntoIterator<Item = C>,
+        compile: impl Fn(C) -> Result<crate::Executable>,
+        feeds: &[(&str, &HostTensor)],
+    ) -> Result<Timed<C>> {
+        let mut timings = Vec::new();
+        let mut failed = None;
+        if self.info().device_type == wgpu::DeviceType::Cpu {
+            for c in candidates {
+                match compile(c) {
+                    Ok(exe) => timings.push((c, exe.time(feeds, 1, 3)?.median())),
+                    Err(e) => failed = Some(e),
+                }
+            }
+        } else {
+            let mut exes = Vec::new();
+            for c in candidates {
+                match compile(c) {
+                    Ok(exe) => exes.push((c, exe)),
+                    Err(e) => failed = Some(e),
+                }
+            }
+            let mut ms = vec![Vec::new(); exes.len()];
+            for round in 0..=GPU_ROUNDS {
+                for ((_, exe), ms) in exes.iter().zip(&mut ms) {
+                    let t = exe.time(feeds, 0, 1)?;
+                    if round > 0 {
+                        ms.extend(t.ms);
+                    }
+                }
+            }
+            for ((c, _), ms) in exes.iter().zip(ms) {
+                let t = crate::Timing { ms, gpu_timestamps: self.has_timestamps() };
+                timings.push((*c, t.median()));
+            }
+        }
+        Ok((timings, failed))
     }
 
     /// Times every candidate tiling on `shape` in `dtype` (the integer class runs i32), the
@@ -153,20 +314,7 @@ impl Device {
         dtype: DType,
         coop: bool,
     ) -> Result<TunedTiling> {
-        let dt = match dtype {
-            DType::F32 | DType::F16 => dtype,
-            _ => DType::I32,
-        };
-        let GemmShape { batch, m, n, k } = *shape;
-        let b = GraphBuilder::new();
-        let lead: Vec<usize> = if batch > 1 { vec![batch] } else { vec![] };
-        let x = b.input("a", dt, [lead.clone(), vec![m, k]].concat())?;
-        let y = b.input("b", dt, [lead.clone(), vec![k, n]].concat())?;
-        let out = x.matmul(&y)?;
-        let (a_host, b_host) = (
-            HostTensor::from_f64(dt, x.ty().shape.clone(), &pattern(batch * m * k, 1))?,
-            HostTensor::from_f64(dt, y.ty().shape.clone(), &pattern(batch * k * n, 5))?,
-        );
+        let (b, out, a_host, b_host) = product(shape, dtype)?;
         let feeds = [("a", &a_host), ("b", &b_host)];
         let compile = |tiling: MatmulTiling| {
             let opts = CompileOptions {
@@ -178,48 +326,11 @@ impl Device {
                 split_k: crate::SplitK::Off,
                 ..Default::default()
             };
-            self.compile(&b.graph(), &[out.id()], &opts)
+            self.compile(&b.graph(), &[out], &opts)
         };
         let coop_candidates: &[MatmulTiling] = if coop { &MatmulTiling::COOP_CANDIDATES } else { &[] };
         let candidates = MatmulTiling::CANDIDATES.iter().chain(coop_candidates).copied();
-        let mut timings = Vec::new();
-        let mut failed = None;
-        if self.info().device_type == wgpu::DeviceType::Cpu {
-            // One candidate at a time: each holds its buffers only while it is timed, and on
-            // a CPU adapter compiling is what costs (up to seconds per candidate).
-            for tiling in candidates {
-                match compile(tiling) {
-                    Ok(exe) => timings.push((tiling, exe.time(&feeds, 1, 3)?.median())),
-                    Err(e) => failed = Some(e),
-                }
-            }
-        } else {
-            // A GPU's speed drifts with its clocks: on an H100 the second candidate, timed
-            // one after the other with one warm-up, took 3.8 ms for a kernel that ran in
-            // 0.70 ms in the same process a little later, and the last candidate always
-            // matched. So every candidate is compiled first, then all are run once untimed
-            // and timed in GPU_ROUNDS interleaved rounds, and the median of each decides.
-            let mut exes = Vec::new();
-            for tiling in candidates {
-                match compile(tiling) {
-                    Ok(exe) => exes.push((tiling, exe)),
-                    Err(e) => failed = Some(e),
-                }
-            }
-            let mut ms = vec![Vec::new(); exes.len()];
-            for round in 0..=GPU_ROUNDS {
-                for ((_, exe), ms) in exes.iter().zip(&mut ms) {
-                    let t = exe.time(&feeds, 0, 1)?;
-                    if round > 0 {
-                        ms.extend(t.ms);
-                    }
-                }
-            }
-            for ((tiling, _), ms) in exes.iter().zip(ms) {
-                let t = crate::Timing { ms, gpu_timestamps: self.has_timestamps() };
-                timings.push((*tiling, t.median()));
-            }
-        }
+        let (timings, failed) = self.time_candidates(candidates, compile, &feeds)?;
         let Some(tiling) = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0) else {
             return Err(failed.expect("every candidate failed to compile"));
         };
@@ -236,6 +347,23 @@ impl Device {
     pub fn autotune(&self) -> bool {
         self.autotune
     }
+}
+
+/// The product `a · b` of `shape` in `dtype` (the integer class runs i32), with feeds.
+fn product(shape: &GemmShape, dtype: DType) -> Result<(GraphBuilder, fusegraph_ir::NodeId, HostTensor, HostTensor)> {
+    let dt = match dtype {
+        DType::F32 | DType::F16 => dtype,
+        _ => DType::I32,
+    };
+    let GemmShape { batch, m, n, k } = *shape;
+    let b = GraphBuilder::new();
+    let lead: Vec<usize> = if batch > 1 { vec![batch] } else { vec![] };
+    let x = b.input("a", dt, [lead.clone(), vec![m, k]].concat())?;
+    let y = b.input("b", dt, [lead.clone(), vec![k, n]].concat())?;
+    let out = x.matmul(&y)?.id();
+    let a_host = HostTensor::from_f64(dt, x.ty().shape.clone(), &pattern(batch * m * k, 1))?;
+    let b_host = HostTensor::from_f64(dt, y.ty().shape.clone(), &pattern(batch * k * n, 5))?;
+    Ok((b, out, a_host, b_host))
 }
 
 /// Values in [-0.5, 0.5) that vary along the buffer (not zeros, so timing sees real data).
@@ -258,10 +386,17 @@ mod tests {
         assert!(t.batch * t.m * t.n * t.k <= MAX_TIMED_MACS, "{t:?}");
         assert_eq!(t.batch, 4);
         assert_eq!(
-            parse_line("f32 b1 m512 n1024 k16 = 16x16/8x8/16").map(|p| p.1.to_string()).as_deref(),
+            parse_line::<MatmulTiling>("f32 b1 m512 n1024 k16 = 16x16/8x8/16").map(|p| p.1.to_string()).as_deref(),
             Some("16x16/8x8/16")
         );
-        assert_eq!(parse_line("f32 b1 m512 = 16x16/8x8/128"), None, "not a usable tiling");
+        assert_eq!(parse_line::<MatmulTiling>("f32 b1 m512 = 16x16/8x8/128"), None, "not a usable tiling");
+        assert_eq!(parse_line::<usize>("f32 b1 m256 n1024 k4096 = 8"), Some(("f32 b1 m256 n1024 k4096".into(), 8)));
+        assert_eq!(parse_line::<usize>("f32 b1 m256 = 8x"), None);
+        let gemm = |k| Gemm { batch: 1, m: 256, n: 768, k, dtype: DType::F32 };
+        // Whole vec4s and at least 128 per slice, at most 16 slices.
+        assert_eq!(split_candidates(&gemm(3072)), vec![1, 2, 4, 8, 16]);
+        assert_eq!(split_candidates(&gemm(768)), vec![1, 2, 4]);
+        assert_eq!(split_candidates(&gemm(260)), vec![1]);
         // A cooperative tiling is read back as such, though its staging exceeds the plain
         // kernel's 16 KiB.
         let large = MatmulTiling::COOP_CANDIDATES[1];

@@ -62,8 +62,8 @@ pub struct CompileOptions {
     pub fused_attention: Option<bool>,
     /// Split-k: matrix products too small to occupy the device become `s` products over
     /// slices of `k`, summed ([`fusegraph_passes::split_k`]). Off by default; the
-    /// environment variable `FUSEGRAPH_SPLIT_K` (`off`, `fill:W` or a slice count `S`) sets
-    /// the default for experiments. A split that would make the plan exceed the memory
+    /// environment variable `FUSEGRAPH_SPLIT_K` (`off`, `tuned`, `fill:W` or a slice count
+    /// `S`) sets the default for experiments. A split that would make the plan exceed the memory
     /// limit is not made.
     pub split_k: SplitK,
 }
@@ -85,14 +85,22 @@ pub enum SplitK {
     /// Every product whose `k` is a multiple of `4 · s`, into `s` slices (experiments and
     /// tests).
     Slices(usize),
+    /// Each product into the slice count measured fastest on this device for its shape
+    /// class (1, 2, 4, 8 or 16, each slice whole vec4s and at least 128 long; the product
+    /// and its sum timed together, as matmul tilings are tuned, and cached on disk beside
+    /// them). Products below the autotuner's size threshold, and every product where
+    /// autotuning is off, are not split. Measuring happens in `compile` (and `plan`) the
+    /// first time a class is seen.
+    Tuned,
 }
 
 impl SplitK {
-    /// `off`, `fill:W` (W workgroups) or `S` (slices), as `FUSEGRAPH_SPLIT_K` takes them;
-    /// `None` for anything else.
+    /// `off`, `tuned`, `fill:W` (W workgroups) or `S` (slices), as `FUSEGRAPH_SPLIT_K` takes
+    /// them; `None` for anything else.
     pub fn parse(v: &str) -> Option<SplitK> {
         match v.trim() {
             "off" => Some(SplitK::Off),
+            "tuned" => Some(SplitK::Tuned),
             v => match v.strip_prefix("fill:") {
                 Some(w) => w.parse().ok().map(|workgroups| SplitK::Fill { workgroups }),
                 None => v.parse().ok().map(SplitK::Slices),
@@ -105,10 +113,11 @@ impl SplitK {
         SplitK::parse(&std::env::var("FUSEGRAPH_SPLIT_K").ok()?)
     }
 
-    /// Into how many slices this splits `gemm` (1: not at all).
-    pub fn splits(&self, gemm: &Gemm) -> usize {
+    /// Into how many slices this splits `gemm` on `device` (1: not at all).
+    fn splits(&self, device: &Arc<Device>, gemm: &Gemm) -> usize {
         match *self {
             SplitK::Off => 1,
+            SplitK::Tuned => device.tuned_split_count(gemm),
             SplitK::Fill { workgroups } => {
                 let tile = MatmulTiling::default_for(gemm.m, gemm.n).tile();
                 fill_splits(gemm, &FillOptions { workgroups, tile, ..Default::default() })
@@ -407,7 +416,7 @@ impl Device {
         popts.simplify = false;
         let mut split = simplified.clone();
         let mut split_outs = outs.clone();
-        if !split_k(&mut split, &mut split_outs, &|gemm| choice.splits(gemm))?.is_empty() {
+        if !split_k(&mut split, &mut split_outs, &|gemm| choice.splits(self, gemm))?.is_empty() {
             let summary = plan_summary_within(&split, &split_outs, &popts, None)?;
             if limit.is_none_or(|l| summary.total_bytes <= l) {
                 return Ok(summary);
@@ -488,7 +497,7 @@ impl Device {
         if choice != SplitK::Off {
             let mut split = simplified.clone();
             let mut split_outs = outs_vec.clone();
-            if !split_k(&mut split, &mut split_outs, &|gemm| choice.splits(gemm))?.is_empty()
+            if !split_k(&mut split, &mut split_outs, &|gemm| choice.splits(self, gemm))?.is_empty()
                 && limit.is_none_or(|l| {
                     plan_within(&split, &split_outs, &popts, None).is_ok_and(|p| p.summary.total_bytes <= l)
                 })
@@ -1186,14 +1195,22 @@ mod tests {
         for bad in ["", "on", "fill:", "fill:x", "-2", "4.5"] {
             assert_eq!(SplitK::parse(bad), None, "{bad:?}");
         }
-        let gemm = |m, n, k| Gemm { batch: 1, m, n, k, dtype: fusegraph_ir::DType::F32 };
+        assert_eq!(SplitK::parse("tuned"), Some(SplitK::Tuned));
+        let device = Arc::new(Device::new(&crate::DeviceOptions::default()).expect("a device"));
+        let splits =
+            |s: SplitK, m, n, k| s.splits(&device, &Gemm { batch: 1, m, n, k, dtype: fusegraph_ir::DType::F32 });
         // Slices: only where every slice is whole vec4s.
-        assert_eq!(SplitK::Slices(4).splits(&gemm(8, 8, 64)), 4);
-        assert_eq!(SplitK::Slices(4).splits(&gemm(8, 8, 40)), 1);
-        assert_eq!(SplitK::Slices(1).splits(&gemm(8, 8, 64)), 1);
-        assert_eq!(SplitK::Off.splits(&gemm(8, 8, 1 << 16)), 1);
+        assert_eq!(splits(SplitK::Slices(4), 8, 8, 64), 4);
+        assert_eq!(splits(SplitK::Slices(4), 8, 8, 40), 1);
+        assert_eq!(splits(SplitK::Slices(1), 8, 8, 64), 1);
+        assert_eq!(splits(SplitK::Off, 8, 8, 1 << 16), 1);
         // Fill counts the untuned tiling's tiles: 256×768 takes 128×128 tiles (12 of them).
-        assert_eq!(SplitK::Fill { workgroups: 48 }.splits(&gemm(256, 768, 3072)), 4);
-        assert_eq!(SplitK::Fill { workgroups: 12 }.splits(&gemm(256, 768, 3072)), 1);
+        assert_eq!(splits(SplitK::Fill { workgroups: 48 }, 256, 768, 3072), 4);
+        assert_eq!(splits(SplitK::Fill { workgroups: 12 }, 256, 768, 3072), 1);
+        // Tuned: products below the tuning threshold, or whose k allows no slice of 128,
+        // are not measured.
+        assert_eq!(splits(SplitK::Tuned, 8, 8, 64), 1);
+        assert_eq!(splits(SplitK::Tuned, 1024, 1024, 200), 1);
+        assert!(device.tuned_splits().is_empty());
     }
 }

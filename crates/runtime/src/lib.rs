@@ -15,7 +15,7 @@ mod executable;
 mod memory;
 mod profile;
 
-pub use autotune::{TunedTiling, MAX_TIMED_MACS, MAX_TIMED_MACS_GPU, MIN_TUNED_MACS};
+pub use autotune::{TunedSplit, TunedTiling, MAX_TIMED_MACS, MAX_TIMED_MACS_GPU, MIN_TUNED_MACS};
 pub use device::{Backend, Device, DeviceOptions};
 pub use error::{Result, RuntimeError};
 pub use executable::{CompileOptions, Executable, ExecutableStats, KernelStats, SplitK, Timing};

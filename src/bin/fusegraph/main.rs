@@ -36,8 +36,9 @@ environment:
   FUSEGRAPH_COST_MODEL=default             fusion's device-free cost model (no measuring)
   FUSEGRAPH_TILED_ATTENTION=on|off         fused attention stages blocks of keys in workgroup
                                            memory (default: on, off on CPU adapters)
-  FUSEGRAPH_SPLIT_K=off|fill:W|S           split matmuls over k: until each has W workgroups,
-                                           or every one into S slices (default: off)";
+  FUSEGRAPH_SPLIT_K=off|tuned|fill:W|S     split matmuls over k: as timed on this adapter,
+                                           until each has W workgroups, or every one into S
+                                           slices (default: off)";
 
 fn json_str(s: &str) -> String {
     let mut out = String::from("\"");
