@@ -60,10 +60,48 @@ pub struct TunedTiling {
 /// The autotuner's state on a device.
 #[derive(Default)]
 pub(crate) struct Tuner {
+    tilings: Choices<TunedTiling>,
+    splits: Choices<TunedSplit>,
+}
+
+/// One kind of tuned choice by class: read from the device's cache file on first use, the
+/// whole file rewritten after each measurement (`class = value` lines).
+struct Choices<T> {
     loaded: bool,
-    chosen: BTreeMap<String, TunedTiling>,
-    splits_loaded: bool,
-    splits: BTreeMap<String, TunedSplit>,
+    by_class: BTreeMap<String, T>,
+}
+
+impl<T> Default for Choices<T> {
+    fn default() -> Self {
+        Choices { loaded: false, by_class: BTreeMap::new() }
+    }
+}
+
+impl<T> Choices<T> {
+    /// The choice for `key`, the cache file `stem` read first if it has not been; `read`
+    /// makes a choice of a cached line's class and value.
+    fn get<V: std::str::FromStr>(
+        &mut self,
+        device: &Device,
+        stem: &str,
+        key: &str,
+        read: impl Fn(String, V) -> T,
+    ) -> Option<&T> {
+        if !self.loaded {
+            self.loaded = true;
+            let text = crate::calibrate::cache_file(device, stem).and_then(|p| std::fs::read_to_string(p).ok());
+            for (class, value) in text.iter().flat_map(|t| t.lines()).filter_map(parse_line) {
+                self.by_class.insert(class.clone(), read(class, value));
+            }
+        }
+        self.by_class.get(key)
+    }
+
+    /// Records a measured choice and rewrites the cache file `stem`, a `line` per class.
+    fn insert(&mut self, device: &Device, stem: &str, key: String, choice: T, line: impl Fn(&T) -> String) {
+        self.by_class.insert(key, choice);
+        write_cache(device, stem, self.by_class.values().map(line).collect());
+    }
 }
 
 /// One class tuned for split-k ([`SplitK::Tuned`](crate::SplitK::Tuned)): the slice count
@@ -156,15 +194,8 @@ impl Device {
         let key = class(shape, dtype, coop);
         {
             let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
-            if !tuner.loaded {
-                tuner.loaded = true;
-                let text =
-                    crate::calibrate::cache_file(self, "tiling-v4").and_then(|p| std::fs::read_to_string(p).ok());
-                for (class, tiling) in text.iter().flat_map(|t| t.lines()).filter_map(parse_line) {
-                    tuner.chosen.insert(class.clone(), TunedTiling { class, tiling, timings: vec![] });
-                }
-            }
-            if let Some(t) = tuner.chosen.get(&key) {
+            let read = |class, tiling| TunedTiling { class, tiling, timings: vec![] };
+            if let Some(t) = tuner.tilings.get(self, "tiling-v4", &key, read) {
                 return Some(t.tiling);
             }
         }
@@ -178,12 +209,7 @@ impl Device {
         };
         let tiling = tuned.tiling;
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
-        tuner.chosen.insert(key, tuned);
-        write_cache(
-            self,
-            "tiling-v4",
-            tuner.chosen.values().map(|t| format!("{} = {}\n", t.class, t.tiling)).collect(),
-        );
+        tuner.tilings.insert(self, "tiling-v4", key, tuned, |t| format!("{} = {}\n", t.class, t.tiling));
         Some(tiling)
     }
 
@@ -205,34 +231,21 @@ impl Device {
         let key = class(&shape, gemm.dtype, false);
         {
             let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
-            if !tuner.splits_loaded {
-                tuner.splits_loaded = true;
-                let text =
-                    crate::calibrate::cache_file(self, "splitk-v1").and_then(|p| std::fs::read_to_string(p).ok());
-                for (class, splits) in text.iter().flat_map(|t| t.lines()).filter_map(parse_line) {
-                    tuner.splits.insert(class.clone(), TunedSplit { class, splits, timings: vec![] });
-                }
-            }
-            if let Some(t) = tuner.splits.get(&key) {
+            let read = |class, splits| TunedSplit { class, splits, timings: vec![] };
+            if let Some(t) = tuner.splits.get(self, "splitk-v1", &key, read) {
                 return fits(t.splits);
             }
         }
-        let Ok(tuned) = self.measure_splits(&key, gemm) else { return 1 };
+        let Ok(tuned) = self.measure_splits(&key, &shape, gemm) else { return 1 };
         let splits = tuned.splits;
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
-        tuner.splits.insert(key, tuned);
-        write_cache(
-            self,
-            "splitk-v1",
-            tuner.splits.values().map(|t| format!("{} = {}\n", t.class, t.splits)).collect(),
-        );
+        tuner.splits.insert(self, "splitk-v1", key, tuned, |t| format!("{} = {}\n", t.class, t.splits));
         fits(splits)
     }
 
     /// Times `gemm`'s product split into each of [`split_candidates`] slices.
-    fn measure_splits(self: &Arc<Self>, class: &str, gemm: &Gemm) -> Result<TunedSplit> {
-        let shape = GemmShape { batch: gemm.batch, m: gemm.m, n: gemm.n, k: gemm.k };
-        let (b, out, a_host, b_host) = product(&shape, gemm.dtype)?;
+    fn measure_splits(self: &Arc<Self>, class: &str, shape: &GemmShape, gemm: &Gemm) -> Result<TunedSplit> {
+        let (b, out, a_host, b_host) = product(shape, gemm.dtype)?;
         let feeds = [("a", &a_host), ("b", &b_host)];
         let compile = |s: usize| {
             let opts = CompileOptions {
@@ -252,7 +265,7 @@ impl Device {
     /// The split-k classes tuned so far on this device (measured or read from the disk
     /// cache).
     pub fn tuned_splits(&self) -> Vec<TunedSplit> {
-        self.tuner.lock().unwrap_or_else(|p| p.into_inner()).splits.values().cloned().collect()
+        self.tuner.lock().unwrap_or_else(|p| p.into_inner()).splits.by_class.values().cloned().collect()
     }
 
     /// Times each candidate's executable on `feeds`: on a CPU adapter one after the other
@@ -340,7 +353,7 @@ impl Device {
     /// The tilings tuned so far on this device (measured or read from the disk cache), by
     /// class.
     pub fn tuned_tilings(&self) -> Vec<TunedTiling> {
-        self.tuner.lock().unwrap_or_else(|p| p.into_inner()).chosen.values().cloned().collect()
+        self.tuner.lock().unwrap_or_else(|p| p.into_inner()).tilings.by_class.values().cloned().collect()
     }
 
     /// Whether matmul autotuning is on for this device.
