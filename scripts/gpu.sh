@@ -10,6 +10,8 @@
 #                                      # none is named; also: profile, coop (the matmul rows
 #                                      # only, every cooperative tiling), vec4 (the matmul
 #                                      # rows with and without the vec4 operand prefetch),
+#                                      # columns (the matmul rows with the tiled kernel's
+#                                      # column groups strided and blocked, in turn),
 #                                      # splitk (the transformer block with split-k off, at
 #                                      # three occupancy targets and tuned, in turn));
 #                                      # logs and JSON
@@ -101,6 +103,19 @@ run() {
                     echo "== vec4 operands $v, round $round" | tee -a "$OUT/vec4.log"
                     FUSEGRAPH_VEC4_OPERANDS=$v timeout 120 $B/fusegraph roofline --kernels matmul --runs 5 2>&1 \
                         | tee -a "$OUT/vec4.log" | grep -E "^matmul"
+                done
+            done
+            ;;
+        columns)
+            # The matmul rows with the tiled kernel's column groups strided (the default since
+            # the eighteenth session: conflict-free rhs loads from workgroup memory, adjacent
+            # stores) and blocked (FUSEGRAPH_MATMUL_COLUMNS=blocked, before), twice in turn.
+            # The `untuned` rows use the default tiling (8x8 blocks at 1024³ and up) in both.
+            for round in 1 2; do
+                for v in strided blocked; do
+                    echo "== matmul columns $v, round $round" | tee -a "$OUT/columns.log"
+                    FUSEGRAPH_MATMUL_COLUMNS=$v timeout 120 $B/fusegraph roofline --kernels matmul --runs 5 2>&1 \
+                        | tee -a "$OUT/columns.log" | grep -E "^matmul"
                 done
             done
             ;;

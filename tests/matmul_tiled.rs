@@ -171,6 +171,19 @@ fn every_candidate_tiling_validates() {
                             .unwrap_or_else(|e| panic!("{} [{tiling}] without vec4 operands: {e}", case.name));
                         assert!(!plain.contains("var pa0") && !plain.contains("var pb0"), "{}", case.name);
                     }
+                    // Each invocation's columns side by side (for comparisons): also valid, and
+                    // different from the default wherever a block has two groups of four.
+                    let blocked = lower_with(&case.graph, k, &opts, &Strategy { blocked_columns: true, ..strategy });
+                    if let Err(e) = validate(&blocked.wgsl) {
+                        panic!("{} kernel {} ({tiling}, blocked columns): {e}", case.name, blocked.label);
+                    }
+                    if src.wgsl.contains(TILED) && tiling.bn > 4 {
+                        assert_ne!(blocked.wgsl, src.wgsl, "{} [{tiling}]", case.name);
+                        // The second group of four is `gx` fours after the first.
+                        let second =
+                            format!("let b1 = fg_tile_b[kk * {}u + {}u + tx];", tiling.tile().1 / 4, tiling.gx);
+                        assert!(src.wgsl.contains(&second), "{} [{tiling}]: no `{second}`", case.name);
+                    }
                 }
             }
         }

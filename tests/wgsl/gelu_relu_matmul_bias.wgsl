@@ -249,7 +249,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         { let kq = (448u + lid) / 16u; let o = ((448u + lid) % 16u) * 4u; if (col0 + o < 20u && k0 + 32u + kq < 33u) { pb7 = b1[(col0 + o + (k0 + 32u + kq) * 20u) >> 2u]; } }
         for (var kk = 0u; kk < 32u; kk = kk + 1u) {
             let a0 = fg_tile_a[kk * 4u + ty * 1u + 0u];
-            let b0 = fg_tile_b[kk * 16u + tx * 1u + 0u];
+            let b0 = fg_tile_b[kk * 16u + tx];
             acc0_0 = acc0_0 + a0.x * b0;
             acc1_0 = acc1_0 + a0.y * b0;
             acc2_0 = acc2_0 + a0.z * b0;
@@ -257,25 +257,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
     }
-    let gc = col0 + tx * 4u;
-    let h7_0 = v7(o_base + min(row0 + ty * 4u, 8u) * 20u + min(gc + 0u, 19u));
-    let h7_1 = v7(o_base + min(row0 + ty * 4u, 8u) * 20u + min(gc + 1u, 19u));
-    let h7_2 = v7(o_base + min(row0 + ty * 4u, 8u) * 20u + min(gc + 2u, 19u));
-    let h7_3 = v7(o_base + min(row0 + ty * 4u, 8u) * 20u + min(gc + 3u, 19u));
+    let gc0 = col0 + tx * 4u;
+    let h7_0 = v7(o_base + min(row0 + ty * 4u, 8u) * 20u + min(gc0 + 0u, 19u));
+    let h7_1 = v7(o_base + min(row0 + ty * 4u, 8u) * 20u + min(gc0 + 1u, 19u));
+    let h7_2 = v7(o_base + min(row0 + ty * 4u, 8u) * 20u + min(gc0 + 2u, 19u));
+    let h7_3 = v7(o_base + min(row0 + ty * 4u, 8u) * 20u + min(gc0 + 3u, 19u));
     if (row0 + ty * 4u + 0u < 9u) {
-        let idx = o_base + (row0 + ty * 4u + 0u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc0_0.x, h7_0), e19_acc(idx + 1u, acc0_0.y, h7_1), e19_acc(idx + 2u, acc0_0.z, h7_2), e19_acc(idx + 3u, acc0_0.w, h7_3)); }
+        let idx = o_base + (row0 + ty * 4u + 0u) * 20u;
+        if (gc0 + 0u < 20u) { b3[(idx + gc0 + 0u) >> 2u] = vec4<f32>(e19_acc(idx + gc0 + 0u, acc0_0.x, h7_0), e19_acc(idx + gc0 + 1u, acc0_0.y, h7_1), e19_acc(idx + gc0 + 2u, acc0_0.z, h7_2), e19_acc(idx + gc0 + 3u, acc0_0.w, h7_3)); }
     }
     if (row0 + ty * 4u + 1u < 9u) {
-        let idx = o_base + (row0 + ty * 4u + 1u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc1_0.x, h7_0), e19_acc(idx + 1u, acc1_0.y, h7_1), e19_acc(idx + 2u, acc1_0.z, h7_2), e19_acc(idx + 3u, acc1_0.w, h7_3)); }
+        let idx = o_base + (row0 + ty * 4u + 1u) * 20u;
+        if (gc0 + 0u < 20u) { b3[(idx + gc0 + 0u) >> 2u] = vec4<f32>(e19_acc(idx + gc0 + 0u, acc1_0.x, h7_0), e19_acc(idx + gc0 + 1u, acc1_0.y, h7_1), e19_acc(idx + gc0 + 2u, acc1_0.z, h7_2), e19_acc(idx + gc0 + 3u, acc1_0.w, h7_3)); }
     }
     if (row0 + ty * 4u + 2u < 9u) {
-        let idx = o_base + (row0 + ty * 4u + 2u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc2_0.x, h7_0), e19_acc(idx + 1u, acc2_0.y, h7_1), e19_acc(idx + 2u, acc2_0.z, h7_2), e19_acc(idx + 3u, acc2_0.w, h7_3)); }
+        let idx = o_base + (row0 + ty * 4u + 2u) * 20u;
+        if (gc0 + 0u < 20u) { b3[(idx + gc0 + 0u) >> 2u] = vec4<f32>(e19_acc(idx + gc0 + 0u, acc2_0.x, h7_0), e19_acc(idx + gc0 + 1u, acc2_0.y, h7_1), e19_acc(idx + gc0 + 2u, acc2_0.z, h7_2), e19_acc(idx + gc0 + 3u, acc2_0.w, h7_3)); }
     }
     if (row0 + ty * 4u + 3u < 9u) {
-        let idx = o_base + (row0 + ty * 4u + 3u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f32>(e19_acc(idx + 0u, acc3_0.x, h7_0), e19_acc(idx + 1u, acc3_0.y, h7_1), e19_acc(idx + 2u, acc3_0.z, h7_2), e19_acc(idx + 3u, acc3_0.w, h7_3)); }
+        let idx = o_base + (row0 + ty * 4u + 3u) * 20u;
+        if (gc0 + 0u < 20u) { b3[(idx + gc0 + 0u) >> 2u] = vec4<f32>(e19_acc(idx + gc0 + 0u, acc3_0.x, h7_0), e19_acc(idx + gc0 + 1u, acc3_0.y, h7_1), e19_acc(idx + gc0 + 2u, acc3_0.z, h7_2), e19_acc(idx + gc0 + 3u, acc3_0.w, h7_3)); }
     }
 }

@@ -307,41 +307,41 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         acc6_0 = vec4<f32>(fg_tile_c[(band_row + 6u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 6u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 6u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 6u) * 64u + tx * 4u + 3u]);
         acc7_0 = vec4<f32>(fg_tile_c[(band_row + 7u) * 64u + tx * 4u + 0u], fg_tile_c[(band_row + 7u) * 64u + tx * 4u + 1u], fg_tile_c[(band_row + 7u) * 64u + tx * 4u + 2u], fg_tile_c[(band_row + 7u) * 64u + tx * 4u + 3u]);
     }
-    let gc = col0 + tx * 4u;
-    let h7_0 = v7(o_base + min(row0 + ty * 8u, 8u) * 20u + min(gc + 0u, 19u));
-    let h7_1 = v7(o_base + min(row0 + ty * 8u, 8u) * 20u + min(gc + 1u, 19u));
-    let h7_2 = v7(o_base + min(row0 + ty * 8u, 8u) * 20u + min(gc + 2u, 19u));
-    let h7_3 = v7(o_base + min(row0 + ty * 8u, 8u) * 20u + min(gc + 3u, 19u));
+    let gc0 = col0 + tx * 4u;
+    let h7_0 = v7(o_base + min(row0 + ty * 8u, 8u) * 20u + min(gc0 + 0u, 19u));
+    let h7_1 = v7(o_base + min(row0 + ty * 8u, 8u) * 20u + min(gc0 + 1u, 19u));
+    let h7_2 = v7(o_base + min(row0 + ty * 8u, 8u) * 20u + min(gc0 + 2u, 19u));
+    let h7_3 = v7(o_base + min(row0 + ty * 8u, 8u) * 20u + min(gc0 + 3u, 19u));
     if (row0 + ty * 8u + 0u < 9u) {
-        let idx = o_base + (row0 + ty * 8u + 0u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + 0u, acc0_0.x, h7_0)), f16(e19_acc(idx + 1u, acc0_0.y, h7_1)), f16(e19_acc(idx + 2u, acc0_0.z, h7_2)), f16(e19_acc(idx + 3u, acc0_0.w, h7_3))); }
+        let idx = o_base + (row0 + ty * 8u + 0u) * 20u;
+        if (gc0 + 0u < 20u) { b3[(idx + gc0 + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + gc0 + 0u, acc0_0.x, h7_0)), f16(e19_acc(idx + gc0 + 1u, acc0_0.y, h7_1)), f16(e19_acc(idx + gc0 + 2u, acc0_0.z, h7_2)), f16(e19_acc(idx + gc0 + 3u, acc0_0.w, h7_3))); }
     }
     if (row0 + ty * 8u + 1u < 9u) {
-        let idx = o_base + (row0 + ty * 8u + 1u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + 0u, acc1_0.x, h7_0)), f16(e19_acc(idx + 1u, acc1_0.y, h7_1)), f16(e19_acc(idx + 2u, acc1_0.z, h7_2)), f16(e19_acc(idx + 3u, acc1_0.w, h7_3))); }
+        let idx = o_base + (row0 + ty * 8u + 1u) * 20u;
+        if (gc0 + 0u < 20u) { b3[(idx + gc0 + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + gc0 + 0u, acc1_0.x, h7_0)), f16(e19_acc(idx + gc0 + 1u, acc1_0.y, h7_1)), f16(e19_acc(idx + gc0 + 2u, acc1_0.z, h7_2)), f16(e19_acc(idx + gc0 + 3u, acc1_0.w, h7_3))); }
     }
     if (row0 + ty * 8u + 2u < 9u) {
-        let idx = o_base + (row0 + ty * 8u + 2u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + 0u, acc2_0.x, h7_0)), f16(e19_acc(idx + 1u, acc2_0.y, h7_1)), f16(e19_acc(idx + 2u, acc2_0.z, h7_2)), f16(e19_acc(idx + 3u, acc2_0.w, h7_3))); }
+        let idx = o_base + (row0 + ty * 8u + 2u) * 20u;
+        if (gc0 + 0u < 20u) { b3[(idx + gc0 + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + gc0 + 0u, acc2_0.x, h7_0)), f16(e19_acc(idx + gc0 + 1u, acc2_0.y, h7_1)), f16(e19_acc(idx + gc0 + 2u, acc2_0.z, h7_2)), f16(e19_acc(idx + gc0 + 3u, acc2_0.w, h7_3))); }
     }
     if (row0 + ty * 8u + 3u < 9u) {
-        let idx = o_base + (row0 + ty * 8u + 3u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + 0u, acc3_0.x, h7_0)), f16(e19_acc(idx + 1u, acc3_0.y, h7_1)), f16(e19_acc(idx + 2u, acc3_0.z, h7_2)), f16(e19_acc(idx + 3u, acc3_0.w, h7_3))); }
+        let idx = o_base + (row0 + ty * 8u + 3u) * 20u;
+        if (gc0 + 0u < 20u) { b3[(idx + gc0 + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + gc0 + 0u, acc3_0.x, h7_0)), f16(e19_acc(idx + gc0 + 1u, acc3_0.y, h7_1)), f16(e19_acc(idx + gc0 + 2u, acc3_0.z, h7_2)), f16(e19_acc(idx + gc0 + 3u, acc3_0.w, h7_3))); }
     }
     if (row0 + ty * 8u + 4u < 9u) {
-        let idx = o_base + (row0 + ty * 8u + 4u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + 0u, acc4_0.x, h7_0)), f16(e19_acc(idx + 1u, acc4_0.y, h7_1)), f16(e19_acc(idx + 2u, acc4_0.z, h7_2)), f16(e19_acc(idx + 3u, acc4_0.w, h7_3))); }
+        let idx = o_base + (row0 + ty * 8u + 4u) * 20u;
+        if (gc0 + 0u < 20u) { b3[(idx + gc0 + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + gc0 + 0u, acc4_0.x, h7_0)), f16(e19_acc(idx + gc0 + 1u, acc4_0.y, h7_1)), f16(e19_acc(idx + gc0 + 2u, acc4_0.z, h7_2)), f16(e19_acc(idx + gc0 + 3u, acc4_0.w, h7_3))); }
     }
     if (row0 + ty * 8u + 5u < 9u) {
-        let idx = o_base + (row0 + ty * 8u + 5u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + 0u, acc5_0.x, h7_0)), f16(e19_acc(idx + 1u, acc5_0.y, h7_1)), f16(e19_acc(idx + 2u, acc5_0.z, h7_2)), f16(e19_acc(idx + 3u, acc5_0.w, h7_3))); }
+        let idx = o_base + (row0 + ty * 8u + 5u) * 20u;
+        if (gc0 + 0u < 20u) { b3[(idx + gc0 + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + gc0 + 0u, acc5_0.x, h7_0)), f16(e19_acc(idx + gc0 + 1u, acc5_0.y, h7_1)), f16(e19_acc(idx + gc0 + 2u, acc5_0.z, h7_2)), f16(e19_acc(idx + gc0 + 3u, acc5_0.w, h7_3))); }
     }
     if (row0 + ty * 8u + 6u < 9u) {
-        let idx = o_base + (row0 + ty * 8u + 6u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + 0u, acc6_0.x, h7_0)), f16(e19_acc(idx + 1u, acc6_0.y, h7_1)), f16(e19_acc(idx + 2u, acc6_0.z, h7_2)), f16(e19_acc(idx + 3u, acc6_0.w, h7_3))); }
+        let idx = o_base + (row0 + ty * 8u + 6u) * 20u;
+        if (gc0 + 0u < 20u) { b3[(idx + gc0 + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + gc0 + 0u, acc6_0.x, h7_0)), f16(e19_acc(idx + gc0 + 1u, acc6_0.y, h7_1)), f16(e19_acc(idx + gc0 + 2u, acc6_0.z, h7_2)), f16(e19_acc(idx + gc0 + 3u, acc6_0.w, h7_3))); }
     }
     if (row0 + ty * 8u + 7u < 9u) {
-        let idx = o_base + (row0 + ty * 8u + 7u) * 20u + gc;
-        if (gc + 0u < 20u) { b3[(idx + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + 0u, acc7_0.x, h7_0)), f16(e19_acc(idx + 1u, acc7_0.y, h7_1)), f16(e19_acc(idx + 2u, acc7_0.z, h7_2)), f16(e19_acc(idx + 3u, acc7_0.w, h7_3))); }
+        let idx = o_base + (row0 + ty * 8u + 7u) * 20u;
+        if (gc0 + 0u < 20u) { b3[(idx + gc0 + 0u) >> 2u] = vec4<f16>(f16(e19_acc(idx + gc0 + 0u, acc7_0.x, h7_0)), f16(e19_acc(idx + gc0 + 1u, acc7_0.y, h7_1)), f16(e19_acc(idx + gc0 + 2u, acc7_0.z, h7_2)), f16(e19_acc(idx + gc0 + 3u, acc7_0.w, h7_3))); }
     }
 }

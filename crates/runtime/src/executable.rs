@@ -559,6 +559,8 @@ impl Device {
                 && !std::env::var("FUSEGRAPH_SUBGROUP_MATMUL").is_ok_and(|v| v == "off"),
             // FUSEGRAPH_VEC4_OPERANDS=off: every operand value through its element function.
             vec4_operands: !std::env::var("FUSEGRAPH_VEC4_OPERANDS").is_ok_and(|v| v == "off"),
+            // FUSEGRAPH_MATMUL_COLUMNS=blocked: each invocation's columns side by side.
+            blocked_columns: std::env::var("FUSEGRAPH_MATMUL_COLUMNS").is_ok_and(|v| v == "blocked"),
             ..Default::default()
         };
         // Matmul kernels that can run on cooperative matrices (f16 products on adapters that

@@ -151,6 +151,12 @@ pub struct Strategy {
     ///
     /// [`TiledPlan::vec4_lhs`]: crate::matmul::TiledPlan::vec4_lhs
     pub vec4_operands: bool,
+    /// The plain tiled kernel gives each invocation `bn` adjacent columns of its tile (the
+    /// layout before the eighteenth session, kept for comparisons); otherwise its columns are
+    /// `bn / 4` groups of four, `gx` groups apart, so that the invocations of a row read
+    /// adjacent vec4s of the rhs tile in each step and store adjacent vec4s of the result
+    /// (see [`crate::matmul::tiled_main`]).
+    pub blocked_columns: bool,
 }
 
 impl Default for Strategy {
@@ -161,6 +167,7 @@ impl Default for Strategy {
             subgroup_matmul: true,
             cooperative_matmul: true,
             vec4_operands: true,
+            blocked_columns: false,
         }
     }
 }
@@ -318,8 +325,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             }
             (Some(t), None) => {
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
-                let tiling = strategy.matmul_tiling;
-                crate::matmul::tiled_main(g, kernel, &bindings, t, &regs, opts, tiling, coop, &inv, &mut body)
+                crate::matmul::tiled_main(g, kernel, &bindings, t, &regs, opts, strategy, coop, &inv, &mut body)
             }
             (None, _) => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
         },

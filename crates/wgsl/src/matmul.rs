@@ -26,7 +26,7 @@
 
 use crate::lower::{
     packed_f16, region_calls, storage_elem, store_value, vec4_storage, write_region, Binding, Cooperative,
-    LowerOptions, MAIN_ARGS,
+    LowerOptions, Strategy, MAIN_ARGS,
 };
 use crate::view::{reshape_strides, split_last_axis_view, strided_view, StridedView};
 use crate::writer::{ravel, unravel, vty};
@@ -494,7 +494,7 @@ pub fn tiled_main(
     plan: &TiledPlan,
     regions: &[(NodeId, Vec<NodeId>)],
     opts: &LowerOptions,
-    tiling: Option<MatmulTiling>,
+    strategy: &Strategy,
     coop: Option<CoopPlan>,
     inv: &Invariants,
     body: &mut String,
@@ -515,9 +515,10 @@ pub fn tiled_main(
     let rank = dims.len();
     let MatmulTiling { gx, gy, bm, bn, tk } = match coop {
         Some(cp) => cp.tiling,
-        None => tiling.filter(MatmulTiling::is_valid).unwrap_or(MatmulTiling::default_for(m, n)),
+        None => strategy.matmul_tiling.filter(MatmulTiling::is_valid).unwrap_or(MatmulTiling::default_for(m, n)),
     };
     let (tm, tn, wgs) = (gy * bm, gx * bn, gx * gy);
+    let groups = ColumnGroups { gx, per: bn / 4, blocked: strategy.blocked_columns };
     let (tiles_m, tiles_n) = (m.div_ceil(tm), n.div_ceil(tn));
     let workgroups = (batch * tiles_m * tiles_n) as u64;
     let t = vty(g.ty(mm).dtype);
@@ -665,47 +666,55 @@ pub fn tiled_main(
         p.load(&mut s, &format!("k0 + {tk}u"), false);
     }
     match coop {
-        Some(cp) => coop_compute(&mut s, &cp, (tm, tn), (bm, bn), tk),
-        None => tiled_compute(&mut s, (tm, tn), (bm, bn), tk),
+        Some(cp) => coop_compute(&mut s, &cp, (tm, tn), (bm, bn), tk, &groups),
+        None => tiled_compute(&mut s, (tm, tn), (bm, bn), tk, &groups),
     }
 
-    // Epilogue and store, in-range outputs only.
+    // Epilogue and store, in-range outputs only: column `c` of the invocation's block is
+    // `gcP + c % 4` (P = c / 4), element `idx + gcP + c % 4` of the output.
     let e = format!("e{}_acc", output.index());
-    w(&mut s, 1, format!("let gc = col0 + tx * {bn}u;"));
-    let cols: Vec<String> = (0..bn).map(|c| format!("gc + {c}u")).collect();
+    for p in 0..bn / 4 {
+        w(&mut s, 1, format!("let gc{p} = col0 + {};", groups.column(p)));
+    }
+    let col = |c: usize| format!("gc{} + {}u", c / 4, c % 4);
+    let cols: Vec<String> = (0..bn).map(col).collect();
     inv.read_columns(&mut s, "o_base", &format!("min(row0 + ty * {bm}u, {}u)", m - 1), &cols, n);
     for r in 0..bm {
         w(&mut s, 1, format!("if (row0 + ty * {bm}u + {r}u < {m}u) {{"));
-        w(&mut s, 2, format!("let idx = o_base + (row0 + ty * {bm}u + {r}u) * {n}u + gc;"));
-        let given = inv.read_row(&mut s, "idx - gc");
+        w(&mut s, 2, format!("let idx = o_base + (row0 + ty * {bm}u + {r}u) * {n}u;"));
+        let given = inv.read_row(&mut s, "idx");
         for c in 0..bn {
             // `eO_acc`'s arguments after the index: the accumulator, then the invariants.
             let acc = |c: usize| format!("acc{r}_{}.{}{}", c / 4, XYZW[c % 4], given(c));
             if packed_f16(out_dt, opts) {
-                // `n` is even and `gc` a multiple of 4: both halves of each word are ours.
+                // `n` is even and `gcP` a multiple of 4: both halves of each word are ours.
                 if c % 2 == 0 {
                     w(
                         &mut s,
                         2,
                         format!(
-                            "if (gc + {c}u < {n}u) {{ b{k_out}[(idx + {c}u) >> 1u] = \
-                             pack2x16float(vec2<f32>({e}(idx + {c}u, {}), {e}(idx + {}u, {}))); }}",
+                            "if ({} < {n}u) {{ b{k_out}[(idx + {}) >> 1u] = \
+                             pack2x16float(vec2<f32>({e}(idx + {}, {}), {e}(idx + {}, {}))); }}",
+                            col(c),
+                            col(c),
+                            col(c),
                             acc(c),
-                            c + 1,
+                            col(c + 1),
                             acc(c + 1)
                         ),
                     );
                 }
             } else if vec4_store {
-                // `n` is a multiple of 4 and so are `idx` and `gc`: whole aligned vec4s.
+                // `n` is a multiple of 4 and so are `idx` and `gcP`: whole aligned vec4s.
                 if c % 4 == 0 {
-                    let value = |c: usize| store_value(out_dt, &format!("{e}(idx + {c}u, {})", acc(c)));
+                    let value = |c: usize| store_value(out_dt, &format!("{e}(idx + {}, {})", col(c), acc(c)));
                     let quad = vec4_value(out_dt, [value(c), value(c + 1), value(c + 2), value(c + 3)]);
-                    w(&mut s, 2, format!("if (gc + {c}u < {n}u) {{ b{k_out}[(idx + {c}u) >> 2u] = {quad}; }}"));
+                    let at = col(c);
+                    w(&mut s, 2, format!("if ({at} < {n}u) {{ b{k_out}[(idx + {at}) >> 2u] = {quad}; }}"));
                 }
             } else {
-                let value = store_value(out_dt, &format!("{e}(idx + {c}u, {})", acc(c)));
-                w(&mut s, 2, format!("if (gc + {c}u < {n}u) {{ b{k_out}[idx + {c}u] = {value}; }}"));
+                let value = store_value(out_dt, &format!("{e}(idx + {}, {})", col(c), acc(c)));
+                w(&mut s, 2, format!("if ({} < {n}u) {{ b{k_out}[idx + {}] = {value}; }}", col(c), col(c)));
             }
         }
         w(&mut s, 1, "}".into());
@@ -721,16 +730,54 @@ fn line(s: &mut String, indent: usize, text: String) {
     let _ = writeln!(s, "{:indent$}{text}", "", indent = indent * 4);
 }
 
-/// The compute phase of the plain tiled kernel: rows ty*bm.., columns tx*bn.. of the tile;
-/// (bm + bn) / 4 vec4 loads per bm × bn multiply-adds.
-fn tiled_compute(s: &mut String, (tm, tn): (usize, usize), (bm, bn): (usize, usize), tk: usize) {
+/// Where an invocation's columns lie in its workgroup's tile: `per` (= `bn / 4`) groups of four
+/// adjacent columns, group `p` the `at(p)`-th four of the tile.
+///
+/// Strided (the default): group `p` of invocation `tx` is `p·gx + tx`, so in each step of the
+/// compute phase the invocations along a row (adjacent `tx`) read adjacent vec4s of the rhs
+/// tile, and the epilogue's vec4 stores of adjacent invocations are adjacent. Blocked
+/// ([`Strategy::blocked_columns`]): groups `tx·per ..`, the invocation's `bn` columns side by
+/// side, which puts adjacent invocations' loads `bn · 4` bytes apart: with `bn` = 8 two vec4s
+/// apart, so eight lanes reading 16 bytes each share four of a GPU's 32 four-byte banks in
+/// pairs (two passes where one would do, on every rhs load of the 128×128 tiling's inner
+/// loop).
+#[derive(Clone, Copy, Debug)]
+struct ColumnGroups {
+    gx: usize,
+    per: usize,
+    blocked: bool,
+}
+
+impl ColumnGroups {
+    /// WGSL for the index (in fours of columns, from the tile's first column) of group `p`.
+    fn at(&self, p: usize) -> String {
+        match (self.blocked, p) {
+            (true, _) if self.per == 1 => "tx".into(),
+            (true, _) => format!("tx * {}u + {p}u", self.per),
+            (false, 0) => "tx".into(),
+            (false, _) => format!("{}u + tx", p * self.gx),
+        }
+    }
+
+    /// WGSL for the tile column of group `p`'s first column.
+    fn column(&self, p: usize) -> String {
+        match self.at(p).as_str() {
+            "tx" => "tx * 4u".into(),
+            at => format!("({at}) * 4u"),
+        }
+    }
+}
+
+/// The compute phase of the plain tiled kernel: rows ty*bm.., column groups `groups` of the
+/// tile; (bm + bn) / 4 vec4 loads per bm × bn multiply-adds.
+fn tiled_compute(s: &mut String, (tm, tn): (usize, usize), (bm, bn): (usize, usize), tk: usize, groups: &ColumnGroups) {
     let w = line;
     w(s, 2, format!("for (var kk = 0u; kk < {tk}u; kk = kk + 1u) {{"));
     for q in 0..bm / 4 {
         w(s, 3, format!("let a{q} = fg_tile_a[kk * {}u + ty * {}u + {q}u];", tm / 4, bm / 4));
     }
     for p in 0..bn / 4 {
-        w(s, 3, format!("let b{p} = fg_tile_b[kk * {}u + tx * {}u + {p}u];", tn / 4, bn / 4));
+        w(s, 3, format!("let b{p} = fg_tile_b[kk * {}u + {}];", tn / 4, groups.at(p)));
     }
     for r in 0..bm {
         for p in 0..bn / 4 {
@@ -908,7 +955,14 @@ impl Prefetch {
 /// fragments (rows sg_row..) and B fragments (columns sg_col..) and every product; after the
 /// last step the accumulators go through workgroup memory to each invocation's `bm`×`bn`
 /// block (`accR_P`, as the plain kernel leaves them).
-fn coop_compute(s: &mut String, cp: &CoopPlan, (_, tn): (usize, usize), (bm, bn): (usize, usize), tk: usize) {
+fn coop_compute(
+    s: &mut String,
+    cp: &CoopPlan,
+    (_, tn): (usize, usize),
+    (bm, bn): (usize, usize),
+    tk: usize,
+    groups: &ColumnGroups,
+) {
     let w = line;
     let (br, bc) = cp.blocks();
     w(s, 2, format!("for (var kk = 0u; kk < {tk}u; kk = kk + {COOP_SIDE}u) {{"));
@@ -951,8 +1005,8 @@ fn coop_compute(s: &mut String, cp: &CoopPlan, (_, tn): (usize, usize), (bm, bn)
         w(s, 1, format!("if (my_pass == {i}u) {{"));
         for r in 0..bm {
             for p in 0..bn / 4 {
-                let at = format!("(band_row + {r}u) * {tn}u + tx * {bn}u");
-                let v: Vec<String> = (0..4).map(|c| format!("fg_tile_c[{at} + {}u]", 4 * p + c)).collect();
+                let at = format!("(band_row + {r}u) * {tn}u + {}", groups.column(p));
+                let v: Vec<String> = (0..4).map(|c| format!("fg_tile_c[{at} + {c}u]")).collect();
                 w(s, 2, format!("acc{r}_{p} = vec4<f32>({});", v.join(", ")));
             }
         }
