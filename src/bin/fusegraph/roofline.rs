@@ -123,7 +123,7 @@ fn time(
     let exe = device.compile(&b.graph(), outs, opts).map_err(|e| e.to_string())?;
     let refs = refs(feeds);
     let (per_round, rounds) = if interleave { (1, runs) } else { (runs, 1) };
-    exe.time(&refs, 2, 1).map_err(|e| e.to_string())?;
+    warm_up(&exe, &refs, interleave)?;
     let mut ms = Vec::with_capacity(runs);
     let mut copy_ms = Vec::with_capacity(runs);
     for _ in 0..rounds {
@@ -135,6 +135,25 @@ fn time(
     let copy_gbps = ceiling.exe.stats().bytes_moved as f64 / median(&copy_ms) / 1e6;
     Ok((median(&ms), exe, copy_gbps))
 }
+
+/// Untimed runs before a row is timed: two on a CPU adapter; on a GPU enough back to back (one
+/// upload of the inputs, then each run submitted as soon as the last is done) to fill
+/// [`GPU_WARM_UP_MS`] of kernel time (at least two runs, at most 200), so that every row
+/// starts on a card that has been busy for a while. With two runs, an H100's 4096³ product
+/// took 15 ms compiled right after the same tiling had run at 5.7 ms (fourteenth session,
+/// every run): the card's clocks after a pause for compiling are the suspect.
+fn warm_up(exe: &Executable, feeds: &[(&str, &HostTensor)], cpu: bool) -> Result<(), String> {
+    let first = exe.time(feeds, 1, 1).map_err(|e| e.to_string())?;
+    if !cpu {
+        let per_run = first.median().max(1e-3);
+        let more = ((GPU_WARM_UP_MS / per_run).ceil() as usize).clamp(1, 198);
+        exe.time(feeds, more, 0).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The kernel time a GPU row's warm-up runs fill (see [`warm_up`]).
+const GPU_WARM_UP_MS: f64 = 250.0;
 
 fn inputs(b: &GraphBuilder, dtype: DType, shapes: &[&[usize]]) -> (Vec<Tensor>, Vec<(String, HostTensor)>) {
     let mut ts = Vec::new();
