@@ -58,6 +58,49 @@ fn dot_draws_one_cluster_per_kernel() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read /nonexistent.ir"));
 }
 
+/// `wgsl` lowers without a device: one kernel fused (a row kernel, validated by naga), seven
+/// unfused; `--cpu` changes the code; `--out` writes the files the dump names.
+#[test]
+fn wgsl_prints_or_writes_every_kernel() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/softmax.ir");
+    let text = |args: &[&str]| {
+        let out = fusegraph(args, None);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let fused = text(&["wgsl", path]);
+    assert_eq!(fused.matches("@compute").count(), 1, "{fused}");
+    fusegraph::crates::wgsl::validate(&fused).unwrap_or_else(|e| panic!("{e}\n{fused}"));
+    assert_eq!(text(&["wgsl", path, "--unfused"]).matches("@compute").count(), 7);
+    // A loop kernel takes four elements per invocation on a CPU adapter, one on a GPU (below
+    // 2^20 elements).
+    let dir = std::env::temp_dir().join(format!("fusegraph-cli-wgsl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tanh = dir.join("tanh.ir");
+    std::fs::write(&tanh, "%0 = input() {name=\"x\"} : f32[1024]\n%1 = tanh(%0) : f32[1024]\n").unwrap();
+    let tanh = tanh.to_str().unwrap();
+    assert!(text(&["wgsl", tanh, "--cpu"]).contains("let i_3 = 4u * t + 3u;"));
+    assert!(!text(&["wgsl", tanh]).contains("let i_3"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let written = text(&["wgsl", "--out", dir.to_str().unwrap(), path, "--unfused"]);
+    assert!(written.is_empty(), "{written}");
+    let mut names: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names.len(), 7);
+    assert_eq!((names[0].as_str(), names[6].as_str()), ("k000.wgsl", "k006.wgsl"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    for (args, message) in [
+        (&["wgsl", path, "--gpu"][..], "unknown option `--gpu`"),
+        (&["wgsl", path, "--out"][..], "--out needs a DIR"),
+        (&["wgsl"][..], "give a FILE"),
+    ] {
+        let out = fusegraph(args, None);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(message), "{args:?}");
+    }
+}
+
 #[test]
 fn roofline_measures_only_the_families_and_dtype_asked_for() {
     let out = fusegraph(&["roofline", "--quick", "--kernels", "copy,soft", "--dtype", "f16", "--runs", "2"], None);

@@ -545,8 +545,27 @@ fn region_stmts(g: &Graph, region: &[NodeId], acc: Option<NodeId>) -> Vec<Region
     stmts
 }
 
-/// The most workgroups a loop kernel dispatches on a CPU adapter (see `loop_main`).
+/// The most workgroups a loop kernel of the plain form dispatches on a CPU adapter (see
+/// `loop_main`).
 pub const CPU_LOOP_WORKGROUPS: u64 = 1024;
+
+/// Grid-stride steps each invocation of an interleaved loop kernel (see `interleaved_main`)
+/// takes on a CPU adapter: the kernel dispatches `steps / (256 · CPU_LOOP_STEPS)` workgroups,
+/// rounded up.
+///
+/// Since the eighteenth session; before it these kernels were capped at
+/// [`CPU_LOOP_WORKGROUPS`] as the plain form is, so the steps per invocation grew with the
+/// kernel. On lavapipe (`time_wgsl`,
+/// the 20-op chain's kernel, all counts in turn per round, medians) what mattered was the
+/// steps per invocation, not the workgroups: 16 Mi elements (4 Mi vec4 steps) took 112.6,
+/// 58.6, 52.5, 71.0 ms with 16, 8, 4, 1 steps per invocation (1024, 2048, 4096, 16384
+/// workgroups); 4 Mi elements 27.6, 13.7, 12.1, 14.6, 18.1 ms with 16, 8, 4, 2, 1 (256 to
+/// 4096 workgroups); 32 Mi elements 257, 160, 126, 140, 172 ms with 16, 8, 4, 2, 1 (2048 to
+/// 32768). The copy alike (16 Mi: 26.1 ms with 16 steps, 15.3 with 4). A constant trip count
+/// of 4 instead of the loop's bound measured the same. The plain form (one element, or one
+/// packed f16 word, per step) goes the other way: the f16 chain's over 16 Mi elements took
+/// 206, 217, 231, 254, 394 ms with 32, 16, 8, 4, 1 steps per invocation, so it keeps the cap.
+pub const CPU_LOOP_STEPS: u64 = 4;
 
 pub(crate) const MAIN_ARGS: &str =
     "@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32";
@@ -762,8 +781,8 @@ fn vec4_loop(
 /// A loop kernel whose outputs are unpacked and of one length (see [`loop_parts`]),
 /// computing `ilp` elements of each per grid-stride step: every value the regions read from
 /// outside is loaded first, then each region statement runs for the elements in turn, then
-/// the elements are stored. On a CPU adapter at most [`CPU_LOOP_WORKGROUPS`] are
-/// dispatched; on a GPU one invocation per step, so the loop runs once, and the `ilp` loads
+/// the elements are stored. On a CPU adapter each invocation takes [`CPU_LOOP_STEPS`]
+/// steps; on a GPU one invocation per step, so the loop runs once, and the `ilp` loads
 /// of each binding are in flight together: with one element per invocation an f32 copy of
 /// 64 Mi elements moved 652 GB/s on an H100 (Vulkan), about a fifth of its bandwidth, each
 /// invocation having a single 4-byte load outstanding.
@@ -789,8 +808,9 @@ fn interleaved_main(
     // a value read or a member shared by several regions is loaded or computed once.
     let stmts = merged_stmts(parts.iter().map(|(.., stmts)| stmts.as_slice()));
     let steps = if vec4.is_some() { n / 4 } else { n };
-    let workgroups = steps.div_ceil(WORKGROUP_SIZE as u64 * if vec4.is_some() { 1 } else { ilp as u64 });
-    let workgroups = if opts.cpu { workgroups.min(CPU_LOOP_WORKGROUPS) } else { workgroups };
+    let per_step = if vec4.is_some() { 1 } else { ilp as u64 };
+    let per_invocation = if opts.cpu { CPU_LOOP_STEPS } else { 1 };
+    let workgroups = steps.div_ceil(WORKGROUP_SIZE as u64 * per_step * per_invocation);
     let step = if vec4.is_some() { "stride".to_string() } else { format!("{ilp}u * stride") };
     let mut main = grid_stride_main(steps, &step);
     for u in 0..ilp {

@@ -27,6 +27,10 @@ commands:
   dot FILE [--unfused]
                    read a graph in fusegraph's text form, simplify and fuse it (no device
                    needed), and print it as Graphviz DOT with one cluster per kernel
+  wgsl FILE [--unfused] [--cpu] [--f16-native] [--out DIR]
+                   the same graph's kernels lowered to WGSL (no device needed) for a GPU
+                   without subgroups, or a CPU adapter (--cpu), with f16 storage native or
+                   packed two to a word; printed, or written to DIR/k000.wgsl, ...
   help             this text
 
 environment:
@@ -121,11 +125,18 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
     Ok(())
 }
 
-fn dot(args: &[String]) -> Result<(), String> {
+/// The graph in fusegraph's text form at the first non-flag argument of `args`, simplified and
+/// fused (partitioned one op per kernel with `--unfused`), and its kernels; `cmd` names the
+/// command in errors.
+fn read_kernels(
+    cmd: &str,
+    args: &[String],
+) -> Result<(fusegraph::Graph, Vec<fusegraph::crates::passes::Kernel>), String> {
     use fusegraph::crates::passes::{fuse, partition, simplify, FusionMode, FusionOptions};
-    let path = args.iter().find(|a| !a.starts_with("--")).ok_or("dot: give a FILE in fusegraph's text form")?;
-    let text = std::fs::read_to_string(path).map_err(|e| format!("dot: cannot read {path}: {e}"))?;
-    let mut g = fusegraph::text::parse(&text).map_err(|e| format!("dot: {path}: {e}"))?;
+    let path =
+        args.iter().find(|a| !a.starts_with("--")).ok_or(format!("{cmd}: give a FILE in fusegraph's text form"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{cmd}: cannot read {path}: {e}"))?;
+    let mut g = fusegraph::text::parse(&text).map_err(|e| format!("{cmd}: {path}: {e}"))?;
     // Outputs: the nodes nothing uses.
     let mut outs: Vec<fusegraph::NodeId> = g.node_ids().into_iter().filter(|&n| g.users(n).is_empty()).collect();
     let kernels = if args.iter().any(|a| a == "--unfused") {
@@ -134,8 +145,49 @@ fn dot(args: &[String]) -> Result<(), String> {
         simplify(&mut g, &mut outs).map_err(|e| e.to_string())?;
         fuse(&g, &outs, &FusionOptions { max_bindings: 32, ..Default::default() }).map_err(|e| e.to_string())?.kernels
     };
+    Ok((g, kernels))
+}
+
+fn dot(args: &[String]) -> Result<(), String> {
+    let (g, kernels) = read_kernels("dot", args)?;
     let clusters: Vec<Vec<fusegraph::NodeId>> = kernels.iter().map(|k| k.members.clone()).collect();
     print!("{}", fusegraph::dot::to_dot(&g, &clusters));
+    eprintln!("{} kernels", kernels.len());
+    Ok(())
+}
+
+/// `fusegraph wgsl FILE [--unfused] [--cpu] [--f16-native] [--out DIR]`: every kernel's WGSL
+/// as lowered for an adapter of that kind (a GPU without subgroups unless `--cpu`), no device
+/// needed; printed, or written to `DIR/k000.wgsl`, … (`FUSEGRAPH_DUMP_WGSL`'s names).
+fn wgsl(args: &[String]) -> Result<(), String> {
+    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    // `--out DIR` taken out; every other flag known.
+    let (mut out, mut rest) = (None, Vec::new());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--out" => out = Some(it.next().ok_or("wgsl: --out needs a DIR")?.clone()),
+            "--unfused" | "--cpu" | "--f16-native" => rest.push(a.clone()),
+            f if f.starts_with("--") => return Err(format!("wgsl: unknown option `{f}`")),
+            _ => rest.push(a.clone()),
+        }
+    }
+    let (g, kernels) = read_kernels("wgsl", &rest)?;
+    let opts = LowerOptions { cpu: flag("--cpu"), f16_native: flag("--f16-native"), ..Default::default() };
+    if let Some(dir) = &out {
+        std::fs::create_dir_all(dir).map_err(|e| format!("wgsl: cannot create {dir}: {e}"))?;
+    }
+    for (i, k) in kernels.iter().enumerate() {
+        let src = lower(&g, k, &opts).annotated();
+        match &out {
+            Some(dir) => {
+                let path = format!("{dir}/k{i:03}.wgsl");
+                std::fs::write(&path, src).map_err(|e| format!("wgsl: cannot write {path}: {e}"))?;
+            }
+            None => println!("{src}"),
+        }
+    }
     eprintln!("{} kernels", kernels.len());
     Ok(())
 }
@@ -158,13 +210,16 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         },
-        Some("dot") => match dot(&args[1..]) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                eprintln!("fusegraph: {e}");
-                return ExitCode::FAILURE;
+        Some(cmd @ ("dot" | "wgsl")) => {
+            let run = if cmd == "dot" { dot } else { wgsl };
+            match run(&args[1..]) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    eprintln!("fusegraph: {e}");
+                    return ExitCode::FAILURE;
+                }
             }
-        },
+        }
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{USAGE}");
             Ok(())
