@@ -12,6 +12,8 @@
 #                                      # rows with and without the vec4 operand prefetch),
 #                                      # columns (the matmul rows with the tiled kernel's
 #                                      # column groups strided and blocked, in turn),
+#                                      # chain (the elementwise chain's kernel beside edits
+#                                      # that take its parts away: what bounds it),
 #                                      # splitk (the transformer block with split-k off, at
 #                                      # three occupancy targets and tuned, in turn));
 #                                      # logs and JSON
@@ -31,6 +33,11 @@ pack() {
     rm -rf "$stage" .gpu-bin/*
     mkdir -p "$stage/tests"
     cp target/release/fusegraph target/release/examples/{quickstart,mlp,cnn,transformer,memory_limit,train} "$stage/"
+    # The chain's kernel and its variants in the GPU form at the roofline's 64 Mi elements,
+    # and the program that times them (phase chain).
+    cargo build --release -p fusegraph-runtime --example time_wgsl
+    cp target/release/examples/time_wgsl "$stage/"
+    FG=target/release/fusegraph scripts/chain_variants.sh "$stage/chain" 67108864
     while read -r exe; do
         name=$(basename "$exe")
         # The golden WGSL files are device-independent and read by path from this checkout.
@@ -117,6 +124,18 @@ run() {
                     FUSEGRAPH_MATMUL_COLUMNS=$v timeout 120 $B/fusegraph roofline --kernels matmul --runs 5 2>&1 \
                         | tee -a "$OUT/columns.log" | grep -E "^matmul"
                 done
+            done
+            ;;
+        chain)
+            # What bounds the elementwise chain (47% of copy on the H100, fourteenth session):
+            # its kernel as generated beside edits that take its parts away and the copy, f32
+            # and native f16 (scripts/chain_variants.sh), 64 Mi elements, in turn per round,
+            # GPU timestamps; twice.
+            for round in 1 2; do
+                echo "== chain, round $round" | tee -a "$OUT/chain.log"
+                timeout 120 $B/time_wgsl 67108864 15 auto $B/chain/copy.wgsl $B/chain/copy16.wgsl \
+                    $(ls $B/chain/*.wgsl | grep -v /copy) 2>&1 | sed "s|$B/chain/||" \
+                    | scripts/chain_report.sh 67108864 | tee -a "$OUT/chain.log"
             done
             ;;
         splitk)
