@@ -4,7 +4,7 @@
 # and its share of its own dtype's copy, which must come first.
 # Usage: time_wgsl N RUNS auto copy.wgsl [copy16.wgsl] ... | scripts/chain_report.sh N
 n=$1
-awk -v n="$n" '{ ms = $3; f = $1; sub(".*/", "", f);
+awk -v n="$n" '!/: median / { print; next } { ms = $3; f = $1; sub(".*/", "", f);
     bytes = (f ~ /^copy/ ? 8 : 12) * n / (f ~ /16\.wgsl/ ? 2 : 1); gbps = bytes / ms / 1e6;
     if (f == "copy.wgsl:") copy = gbps; if (f == "copy16.wgsl:") copy16 = gbps;
     c = (f ~ /16\.wgsl/) ? copy16 : copy;
