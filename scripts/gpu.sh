@@ -53,6 +53,20 @@ pack() {
     du -sh .gl .gpu-bin
 }
 
+# The roofline's matmul rows with environment variable $1 set to each of $4… in turn, twice,
+# headed "$2 VALUE, round R" and logged to $3 (run's $B is the unpacked archive).
+matmul_in_turn() {
+    local var=$1 label=$2 log=$3
+    shift 3
+    for round in 1 2; do
+        for v in "$@"; do
+            echo "== $label $v, round $round" | tee -a "$log"
+            env "$var=$v" timeout 120 "$B"/fusegraph roofline --kernels matmul --runs 5 2>&1 \
+                | tee -a "$log" | grep -E "^matmul"
+        done
+    done
+}
+
 run() {
     OUT=${OUT:-/tmp/fg-out}
     mkdir -p "$OUT"
@@ -105,26 +119,14 @@ run() {
         vec4)
             # The matmul rows with the operands' vec4 prefetch (the default since the
             # sixteenth session) and without (FUSEGRAPH_VEC4_OPERANDS=off), twice in turn.
-            for round in 1 2; do
-                for v in on off; do
-                    echo "== vec4 operands $v, round $round" | tee -a "$OUT/vec4.log"
-                    FUSEGRAPH_VEC4_OPERANDS=$v timeout 120 $B/fusegraph roofline --kernels matmul --runs 5 2>&1 \
-                        | tee -a "$OUT/vec4.log" | grep -E "^matmul"
-                done
-            done
+            matmul_in_turn FUSEGRAPH_VEC4_OPERANDS "vec4 operands" "$OUT/vec4.log" on off
             ;;
         columns)
             # The matmul rows with the tiled kernel's column groups strided (the default since
             # the eighteenth session: conflict-free rhs loads from workgroup memory, adjacent
             # stores) and blocked (FUSEGRAPH_MATMUL_COLUMNS=blocked, before), twice in turn.
             # The `untuned` rows use the default tiling (8x8 blocks at 1024³ and up) in both.
-            for round in 1 2; do
-                for v in strided blocked; do
-                    echo "== matmul columns $v, round $round" | tee -a "$OUT/columns.log"
-                    FUSEGRAPH_MATMUL_COLUMNS=$v timeout 120 $B/fusegraph roofline --kernels matmul --runs 5 2>&1 \
-                        | tee -a "$OUT/columns.log" | grep -E "^matmul"
-                done
-            done
+            matmul_in_turn FUSEGRAPH_MATMUL_COLUMNS "matmul columns" "$OUT/columns.log" strided blocked
             ;;
         chain)
             # What bounds the elementwise chain (47% of copy on the H100, fourteenth session):
