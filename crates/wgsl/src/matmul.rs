@@ -738,9 +738,9 @@ fn line(s: &mut String, indent: usize, text: String) {
 /// tile, and the epilogue's vec4 stores of adjacent invocations are adjacent. Blocked
 /// ([`Strategy::blocked_columns`]): groups `tx·per ..`, the invocation's `bn` columns side by
 /// side, which puts adjacent invocations' loads `bn · 4` bytes apart: with `bn` = 8 two vec4s
-/// apart, so eight lanes reading 16 bytes each share four of a GPU's 32 four-byte banks in
-/// pairs (two passes where one would do, on every rhs load of the 128×128 tiling's inner
-/// loop).
+/// apart, so of eight lanes reading 16 bytes each at a 32-byte stride, two fall on each group
+/// of four of a GPU's 32 four-byte banks (two passes where one would do, on every rhs load of
+/// the 128×128 tiling's inner loop).
 #[derive(Clone, Copy, Debug)]
 struct ColumnGroups {
     gx: usize,
