@@ -1,4 +1,4 @@
-// kernel mul+tanh+sub+full+broadcast+mul+tanh (1 workgroups)
+// kernel mul+tanh+sub+full+broadcast+mul+tanh (2 workgroups)
 @group(0) @binding(0) var<storage, read_write> b0: array<f32>;
 @group(0) @binding(1) var<storage, read_write> b1: array<f32>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f32>;

@@ -545,27 +545,50 @@ fn region_stmts(g: &Graph, region: &[NodeId], acc: Option<NodeId>) -> Vec<Region
     stmts
 }
 
-/// The most workgroups a loop kernel of the plain form dispatches on a CPU adapter (see
-/// `loop_main`).
-pub const CPU_LOOP_WORKGROUPS: u64 = 1024;
-
-/// Grid-stride steps each invocation of an interleaved loop kernel (see `interleaved_main`)
-/// takes on a CPU adapter: the kernel dispatches `steps / (256 · CPU_LOOP_STEPS)` workgroups,
-/// rounded up.
+/// Grid-stride steps each invocation of a plain loop kernel (see `loop_main`: one element, or
+/// one packed f16 word, per step) takes on a CPU adapter, where a workgroup costs a call
+/// looping over its SIMD batches (see [`cpu_loop_workgroups`]).
 ///
-/// Since the eighteenth session; before it these kernels were capped at
-/// [`CPU_LOOP_WORKGROUPS`] as the plain form is, so the steps per invocation grew with the
-/// kernel. On lavapipe (`time_wgsl`,
-/// the 20-op chain's kernel, all counts in turn per round, medians) what mattered was the
-/// steps per invocation, not the workgroups: 16 Mi elements (4 Mi vec4 steps) took 112.6,
-/// 58.6, 52.5, 71.0 ms with 16, 8, 4, 1 steps per invocation (1024, 2048, 4096, 16384
-/// workgroups); 4 Mi elements 27.6, 13.7, 12.1, 14.6, 18.1 ms with 16, 8, 4, 2, 1 (256 to
-/// 4096 workgroups); 32 Mi elements 257, 160, 126, 140, 172 ms with 16, 8, 4, 2, 1 (2048 to
-/// 32768). The copy alike (16 Mi: 26.1 ms with 16 steps, 15.3 with 4). A constant trip count
-/// of 4 instead of the loop's bound measured the same. The plain form (one element, or one
-/// packed f16 word, per step) goes the other way: the f16 chain's over 16 Mi elements took
-/// 206, 217, 231, 254, 394 ms with 32, 16, 8, 4, 1 steps per invocation, so it keeps the cap.
+/// Since the eighteenth session; before it these kernels dispatched one invocation per step
+/// up to 1024 workgroups and then strided, so a kernel below 2^18 steps took one step per
+/// invocation. On lavapipe (`time_wgsl`, the f16 chain's kernel, all counts in turn per round,
+/// medians): 196,608 elements (a transformer's `[256, 768]` activations) 5.27 ms with 1 step
+/// per invocation, 3.47 / 3.33 / 3.36 / 3.28 / 3.13 with 4 / 8 / 16 / 32 / 96; 1 Mi elements
+/// 27.4 / 20.8 / 17.8 / 17.0 / 15.9 / 15.7 ms with 1 / 2 / 4 / 8 / 16 / 32; 16 Mi elements
+/// 394 / 254 / 231 / 217 / 206 ms with 1 / 4 / 8 / 16 / 32.
+pub const CPU_PLAIN_STEPS: u64 = 32;
+
+/// Grid-stride steps each invocation of an interleaved loop kernel (see `interleaved_main`:
+/// four elements per step) takes on a CPU adapter (see [`cpu_loop_workgroups`]).
+///
+/// Since the eighteenth session; before it these kernels were capped at 1024 workgroups, so
+/// the steps per invocation grew with the kernel. On lavapipe (`time_wgsl`, the 20-op chain's
+/// kernel, all counts in turn per round, medians) what mattered was the steps per invocation,
+/// not the workgroups, and unlike the plain form's, four was best: 16 Mi elements (4 Mi vec4
+/// steps) took 112.6, 58.6, 52.5, 71.0 ms with 16, 8, 4, 1 steps per invocation (1024, 2048,
+/// 4096, 16384 workgroups); 4 Mi elements 27.6, 13.7, 12.1, 14.6, 18.1 ms with 16, 8, 4, 2, 1
+/// (256 to 4096 workgroups); 32 Mi elements 257, 160, 126, 140, 172 ms with 16, 8, 4, 2, 1
+/// (2048 to 32768). The copy alike (16 Mi: 26.1 ms with 16 steps, 15.3 with 4). A constant
+/// trip count of 4 instead of the loop's bound measured the same.
 pub const CPU_LOOP_STEPS: u64 = 4;
+
+/// The fewest workgroups a loop kernel dispatches on a CPU adapter where it has invocations
+/// for them, so that it can spread over a CPU's threads (lavapipe runs one per core). A guard
+/// for CPUs with more cores than the two this was measured on, where the counts above leave
+/// small kernels a handful of workgroups; not measured.
+pub const CPU_MIN_WORKGROUPS: u64 = 16;
+
+/// Workgroups of 256 invocations for a loop kernel of `invocations` grid-stride steps, each
+/// invocation taking `steps` of them on a CPU adapter (one on a GPU), and at least
+/// [`CPU_MIN_WORKGROUPS`] where there are invocations for them.
+fn cpu_loop_workgroups(opts: &LowerOptions, invocations: u64, steps: u64) -> u64 {
+    let one_step = invocations.div_ceil(WORKGROUP_SIZE as u64);
+    if opts.cpu {
+        invocations.div_ceil(WORKGROUP_SIZE as u64 * steps).max(one_step.min(CPU_MIN_WORKGROUPS))
+    } else {
+        one_step
+    }
+}
 
 pub(crate) const MAIN_ARGS: &str =
     "@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32";
@@ -617,12 +640,10 @@ fn loop_main(
     }
     // A grid-stride loop: on a GPU one invocation per element, so it runs once. A CPU
     // adapter pays for every workgroup (lavapipe runs each as a call looping over its SIMD
-    // batches), so there at most CPU_LOOP_WORKGROUPS are dispatched and each invocation
-    // strides over several elements: 2.2 vs 0.57 GB/s for a 16 Mi-element copy, 0.70 vs
-    // 0.24 GB/s for the 20-op chain on lavapipe (caps of 256 to 16384 measured; 512 to 2048
-    // within noise of each other).
-    let cap = if opts.cpu { CPU_LOOP_WORKGROUPS } else { u64::MAX };
-    let workgroups = invocations.div_ceil(WORKGROUP_SIZE as u64).min(cap);
+    // batches), so there each invocation strides over CPU_PLAIN_STEPS elements (one element
+    // per invocation against a stride: 0.57 vs 2.2 GB/s for a 16 Mi-element copy, 0.24 vs
+    // 0.70 GB/s for the 20-op chain on lavapipe, sixth session).
+    let workgroups = cpu_loop_workgroups(opts, invocations, CPU_PLAIN_STEPS);
     let mut main = grid_stride_main(invocations, "stride");
     main.push_str(&body);
     main.push_str("    }\n}\n");
@@ -809,8 +830,7 @@ fn interleaved_main(
     let stmts = merged_stmts(parts.iter().map(|(.., stmts)| stmts.as_slice()));
     let steps = if vec4.is_some() { n / 4 } else { n };
     let per_step = if vec4.is_some() { 1 } else { ilp as u64 };
-    let per_invocation = if opts.cpu { CPU_LOOP_STEPS } else { 1 };
-    let workgroups = steps.div_ceil(WORKGROUP_SIZE as u64 * per_step * per_invocation);
+    let workgroups = cpu_loop_workgroups(opts, steps.div_ceil(per_step), CPU_LOOP_STEPS);
     let step = if vec4.is_some() { "stride".to_string() } else { format!("{ilp}u * stride") };
     let mut main = grid_stride_main(steps, &step);
     for u in 0..ilp {
