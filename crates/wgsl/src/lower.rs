@@ -547,7 +547,7 @@ fn region_stmts(g: &Graph, region: &[NodeId], acc: Option<NodeId>) -> Vec<Region
 
 /// Grid-stride steps each invocation of a plain loop kernel (see `loop_main`: one element, or
 /// one packed f16 word, per step) takes on a CPU adapter, where a workgroup costs a call
-/// looping over its SIMD batches (see [`cpu_loop_workgroups`]).
+/// looping over its SIMD batches (see [`loop_workgroups`]).
 ///
 /// Since the eighteenth session; before it these kernels dispatched one invocation per step
 /// up to 1024 workgroups and then strided, so a kernel below 2^18 steps took one step per
@@ -559,7 +559,7 @@ fn region_stmts(g: &Graph, region: &[NodeId], acc: Option<NodeId>) -> Vec<Region
 pub const CPU_PLAIN_STEPS: u64 = 32;
 
 /// Grid-stride steps each invocation of an interleaved loop kernel (see `interleaved_main`:
-/// four elements per step) takes on a CPU adapter (see [`cpu_loop_workgroups`]).
+/// four elements per step) takes on a CPU adapter (see [`loop_workgroups`]).
 ///
 /// Since the eighteenth session; before it these kernels were capped at 1024 workgroups, so
 /// the steps per invocation grew with the kernel. On lavapipe (`time_wgsl`, the 20-op chain's
@@ -581,7 +581,7 @@ pub const CPU_MIN_WORKGROUPS: u64 = 16;
 /// Workgroups of 256 invocations for a loop kernel of `invocations` grid-stride steps, each
 /// invocation taking `steps` of them on a CPU adapter (one on a GPU), and at least
 /// [`CPU_MIN_WORKGROUPS`] where there are invocations for them.
-fn cpu_loop_workgroups(opts: &LowerOptions, invocations: u64, steps: u64) -> u64 {
+fn loop_workgroups(opts: &LowerOptions, invocations: u64, steps: u64) -> u64 {
     let one_step = invocations.div_ceil(WORKGROUP_SIZE as u64);
     if opts.cpu {
         invocations.div_ceil(WORKGROUP_SIZE as u64 * steps).max(one_step.min(CPU_MIN_WORKGROUPS))
@@ -643,7 +643,7 @@ fn loop_main(
     // batches), so there each invocation strides over CPU_PLAIN_STEPS elements (one element
     // per invocation against a stride: 0.57 vs 2.2 GB/s for a 16 Mi-element copy, 0.24 vs
     // 0.70 GB/s for the 20-op chain on lavapipe, sixth session).
-    let workgroups = cpu_loop_workgroups(opts, invocations, CPU_PLAIN_STEPS);
+    let workgroups = loop_workgroups(opts, invocations, CPU_PLAIN_STEPS);
     let mut main = grid_stride_main(invocations, "stride");
     main.push_str(&body);
     main.push_str("    }\n}\n");
@@ -830,7 +830,7 @@ fn interleaved_main(
     let stmts = merged_stmts(parts.iter().map(|(.., stmts)| stmts.as_slice()));
     let steps = if vec4.is_some() { n / 4 } else { n };
     let per_step = if vec4.is_some() { 1 } else { ilp as u64 };
-    let workgroups = cpu_loop_workgroups(opts, steps.div_ceil(per_step), CPU_LOOP_STEPS);
+    let workgroups = loop_workgroups(opts, steps.div_ceil(per_step), CPU_LOOP_STEPS);
     let step = if vec4.is_some() { "stride".to_string() } else { format!("{ilp}u * stride") };
     let mut main = grid_stride_main(steps, &step);
     for u in 0..ilp {
