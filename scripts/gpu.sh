@@ -15,7 +15,10 @@
 #                                      # chain (the elementwise chain's kernel beside edits
 #                                      # that take its parts away: what bounds it),
 #                                      # splitk (the transformer block with split-k off, at
-#                                      # three occupancy targets and tuned, in turn));
+#                                      # three occupancy targets and tuned, in turn),
+#                                      # checks (matmul rows, the chain's kernels and the
+#                                      # transformer block with wgpu's shader checks on and
+#                                      # off, in turn));
 #                                      # logs and JSON
 #                                      # land in $OUT
 #
@@ -138,6 +141,25 @@ run() {
                 timeout 120 $B/time_wgsl 67108864 15 auto $B/chain/copy.wgsl $B/chain/copy16.wgsl \
                     $(ls $B/chain/*.wgsl | grep -v /copy) 2>&1 | sed "s|$B/chain/||" \
                     | scripts/chain_report.sh 67108864 | tee -a "$OUT/chain.log"
+            done
+            ;;
+        checks)
+            # wgpu's runtime checks (index clamps on workgroup tiles and vectors, a counter in
+            # every loop, which may keep the driver from unrolling the matmul's inner loop)
+            # against trusted modules without them (FUSEGRAPH_SHADER_CHECKS=off): the matmul
+            # rows, the chain's kernels (f32 and f16, with the copies) and the transformer
+            # block, in turn, twice.
+            matmul_in_turn FUSEGRAPH_SHADER_CHECKS "shader checks" "$OUT/checks.log" on off
+            for round in 1 2; do
+                echo "== chain, shader checks on and off, round $round" | tee -a "$OUT/checks.log"
+                FUSEGRAPH_SHADER_CHECKS=both timeout 120 $B/time_wgsl 67108864 15 auto $B/chain/copy.wgsl \
+                    $B/chain/chain.wgsl $B/chain/copy16.wgsl $B/chain/chain16.wgsl 2>&1 | sed "s|$B/chain/||" \
+                    | tee -a "$OUT/checks.log"
+                for v in on off; do
+                    echo "== transformer, shader checks $v, round $round" | tee -a "$OUT/checks.log"
+                    FUSEGRAPH_SHADER_CHECKS=$v timeout 60 $B/fusegraph bench --workload transformer --runs 20 2>&1 \
+                        | tee -a "$OUT/checks.log" | grep -E "transformer|speedup"
+                done
             done
             ;;
         splitk)

@@ -4,38 +4,15 @@
 
 mod common;
 
-use common::{devices, Case};
+use common::{devices, run_case, Case};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
 use fusegraph::{CompileOptions, Device, FusionMode, HostTensor};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 fn check(device: &Arc<Device>, case: &Case, fusion: FusionMode) -> Result<(), String> {
-    let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
-    let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).map_err(|e| format!("reference: {e}"))?;
-    let exe = device
-        .compile(
-            &case.graph,
-            &case.outputs,
-            &CompileOptions { fusion, simplify: fusion == FusionMode::On, ..Default::default() },
-        )
-        .map_err(|e| format!("compile: {e}"))?;
-    let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
-    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-        let (rtol, atol) = tolerance(w.dtype());
-        let mut atol = if w.dtype().is_float() { atol.max(case.atol) } else { atol };
-        let mut rtol = rtol;
-        if w.dtype() == fusegraph::DType::F16 {
-            // Scaled by the output's magnitude: f16 rounding of folded weights or of
-            // intermediates grows with the size of the sums they enter.
-            let scale = w.to_f64().iter().fold(1.0f64, |m, v| m.max(v.abs()));
-            rtol = rtol.max(case.f16_tol);
-            atol = atol.max(case.f16_tol * scale);
-        }
-        assert_close(g, w, rtol, atol).map_err(|e| format!("output {k}: {e}"))?;
-    }
-    Ok(())
+    run_case(device, case, &CompileOptions { fusion, simplify: fusion == FusionMode::On, ..Default::default() })
+        .map(|_| ())
 }
 
 fn run_all(cases: &[Case], fusion: FusionMode) {

@@ -6,11 +6,10 @@ mod common;
 
 use common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode};
-use fusegraph::crates::reference::{assert_close, evaluate};
+use fusegraph::crates::reference::assert_close;
 use fusegraph::crates::runtime::Cooperative;
 use fusegraph::crates::wgsl::{lower, lower_with, validate, LowerOptions, Strategy};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, ExecutableStats, HostTensor, MatmulTiling, Tensor};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// `(m, k, n)`. The last but one takes the 128×128 tiles (m and n ≥ 128), ragged in m, n
@@ -497,22 +496,17 @@ fn check(device: &Arc<Device>, case: &Case) -> Result<ExecutableStats, String> {
     check_with(device, case, &CompileOptions::default())
 }
 
-/// Compiles `case` under `opts`, runs it and compares with the reference; the executable's
-/// stats, for callers that check which kernels it took.
+/// Compiles and checks `case` under `opts` ([`common::run_case`]), and that every matmul
+/// took the tiling `opts` forces, if any.
 fn check_with(device: &Arc<Device>, case: &Case, opts: &CompileOptions) -> Result<ExecutableStats, String> {
-    let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
-    let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).map_err(|e| format!("reference: {e}"))?;
-    let exe = device.compile(&case.graph, &case.outputs, opts).map_err(|e| format!("{e}"))?;
+    let stats = common::run_case(device, case, opts)?;
     if let Some(forced) = opts.matmul_tiling {
-        let used: Vec<_> = exe.stats().kernels.iter().filter_map(|k| k.matmul_tiling).collect();
+        let used: Vec<_> = stats.kernels.iter().filter_map(|k| k.matmul_tiling).collect();
         if used.is_empty() || used.iter().any(|&t| t != forced) {
             return Err(format!("tilings {used:?}, forced {forced}"));
         }
     }
-    let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
-    case.check_outputs(&got, &want)?;
-    Ok(exe.stats().clone())
+    Ok(stats)
 }
 
 #[test]

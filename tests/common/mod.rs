@@ -128,6 +128,25 @@ impl Case {
     }
 }
 
+/// Compiles `case` on `device` under `opts`, runs it on its feeds and compares the outputs
+/// with the CPU reference's ([`Case::check_outputs`]); the executable's stats, for callers
+/// that check which kernels it took.
+pub fn run_case(
+    device: &std::sync::Arc<fusegraph::Device>,
+    case: &Case,
+    opts: &fusegraph::CompileOptions,
+) -> Result<fusegraph::ExecutableStats, String> {
+    use fusegraph::crates::reference::evaluate;
+    use std::collections::BTreeMap;
+    let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
+    let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).map_err(|e| format!("reference: {e}"))?;
+    let exe = device.compile(&case.graph, &case.outputs, opts).map_err(|e| format!("compile: {e}"))?;
+    let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
+    case.check_outputs(&got, &want)?;
+    Ok(exe.stats().clone())
+}
+
 /// Records inputs with random values while a case is built.
 pub struct CaseBuilder {
     pub b: GraphBuilder,

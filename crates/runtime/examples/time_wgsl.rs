@@ -9,6 +9,9 @@
 //! untimed, then once per round for `RUNS` rounds, the kernels in turn within a round so they
 //! see the same machine load. Printed per kernel: median and minimum of the compute pass's GPU
 //! timestamps where the adapter has them, else of the wall time of submit and wait.
+//! `FUSEGRAPH_SHADER_CHECKS=off` creates the kernels without wgpu's runtime checks (index
+//! clamps, loop-bounding counters; for kernels whose indexing is trusted, as fusegraph's
+//! are), `both` times each kernel both ways in turn (the second as `FILE (unchecked)`).
 //!
 //! ```text
 //! cargo run --release -p fusegraph-runtime --example time_wgsl -- N RUNS WORKGROUPS|auto FILE.wgsl...
@@ -77,8 +80,14 @@ fn run() -> Result<(), String> {
     });
     let max_dim = wgpu_device.limits().max_compute_workgroups_per_dimension as u64;
     let mut seed = 1u64;
+    let checks: &[bool] = match std::env::var("FUSEGRAPH_SHADER_CHECKS").as_deref() {
+        Ok("off") => &[false],
+        Ok("both") => &[true, false],
+        _ => &[true],
+    };
     let mut kernels = Vec::new();
-    for file in files {
+    for (file, checked) in files.iter().flat_map(|f| checks.iter().map(move |&c| (f, c))) {
+        let label = if checked { file.clone() } else { format!("{file} (unchecked)") };
         let src = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
         let wg = match workgroups {
             Some(w) => w,
@@ -109,10 +118,12 @@ fn run() -> Result<(), String> {
             })
             .collect();
         let scope = wgpu_device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = wgpu_device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(file),
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(file), source: wgpu::ShaderSource::Wgsl(src.into()) };
+        let module = match checked {
+            true => wgpu_device.create_shader_module(desc),
+            // SAFETY: asked for by the user, for kernels whose indexing they trust.
+            false => unsafe { wgpu_device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) },
+        };
         let pipeline = wgpu_device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(file),
             layout: None,
@@ -135,7 +146,7 @@ fn run() -> Result<(), String> {
             layout: &layout,
             entries: &entries,
         });
-        kernels.push((file, pipeline, bind_group, buffers, dispatch, Vec::new()));
+        kernels.push((label, pipeline, bind_group, buffers, dispatch, Vec::new()));
     }
     let wait = || wgpu_device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| e.to_string());
     for round in 0..=runs {

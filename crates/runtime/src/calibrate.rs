@@ -10,13 +10,15 @@ use fusegraph_passes::cost::CostModel;
 use std::sync::Arc;
 
 /// `~/.cache/fusegraph/{stem}-{adapter, backend and driver}.txt` (or under
-/// `$XDG_CACHE_HOME`): where measurements of this adapter are kept between runs.
+/// `$XDG_CACHE_HOME`; `-unchecked` added for a device without shader checks, whose kernels
+/// compile to other code): where measurements of this adapter are kept between runs.
 pub(crate) fn cache_file(device: &Device, stem: &str) -> Option<std::path::PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
     let i = device.info();
-    let key: String = format!("{}-{:?}-{}-{}", i.name, i.backend, i.driver, i.driver_info)
+    let checks = if device.shader_checks() { "" } else { "-unchecked" };
+    let key: String = format!("{}-{:?}-{}-{}{checks}", i.name, i.backend, i.driver, i.driver_info)
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();

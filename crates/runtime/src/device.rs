@@ -86,6 +86,14 @@ pub struct DeviceOptions {
     /// extra memory that an executable holds only where its memory limit leaves room).
     /// `None` reads `FUSEGRAPH_TEXTURE_OPERANDS` (`on`/`off`); unset, on.
     pub texture_operands: Option<bool>,
+    /// Whether wgpu adds its runtime checks to every kernel: `min` clamps on dynamic indices
+    /// into arrays (workgroup tiles, vectors), a counter that bounds every loop, and, where
+    /// the driver has no robust buffer access, clamps on buffer indices. `Some(false)` creates
+    /// the kernels as trusted modules without them (see [`Device::shader_checks`] for why that
+    /// is sound for fusegraph's kernels). `None` reads `FUSEGRAPH_SHADER_CHECKS` (`on`/`off`);
+    /// unset, on: unchecked kernels were no faster on lavapipe (BENCHMARKS.md, eleventh
+    /// session) and are not yet measured on a GPU (`scripts/gpu.sh run checks`).
+    pub shader_checks: Option<bool>,
 }
 
 /// Whether `adapter` runs the cooperative-matrix matmul (see `fusegraph_wgsl::CoopPlan`):
@@ -138,6 +146,7 @@ pub struct Device {
     pub(crate) cost: std::sync::OnceLock<fusegraph_passes::cost::CostModel>,
     pub(crate) autotune: bool,
     tiled_attention: bool,
+    shader_checks: bool,
     texture_operands: bool,
     pub(crate) tuner: Mutex<crate::autotune::Tuner>,
 }
@@ -251,6 +260,7 @@ impl Device {
             .unwrap_or(info.device_type != wgpu::DeviceType::Cpu);
         let texture_operands =
             opts.texture_operands.or_else(|| env_switch("FUSEGRAPH_TEXTURE_OPERANDS")).unwrap_or(true);
+        let shader_checks = opts.shader_checks.or_else(|| env_switch("FUSEGRAPH_SHADER_CHECKS")).unwrap_or(true);
         Ok(Device {
             device,
             queue,
@@ -265,6 +275,7 @@ impl Device {
             cost: std::sync::OnceLock::new(),
             autotune,
             tiled_attention,
+            shader_checks,
             texture_operands,
             tuner: Mutex::new(Default::default()),
         })
@@ -280,6 +291,18 @@ impl Device {
         let d = Arc::new(Device::new(&DeviceOptions::default())?);
         *slot = Some(d.clone());
         Ok(d)
+    }
+
+    /// Whether kernels carry wgpu's runtime checks ([`DeviceOptions::shader_checks`]).
+    ///
+    /// Without them a kernel relies on its own indexing. fusegraph's kernels are generated
+    /// with a bounds test on every buffer access whose index can pass the end (ragged tiles,
+    /// grid-stride tails), workgroup tiles indexed by invocation ids within their declared
+    /// size, and loops over bounds written into the kernel; every kernel form is checked
+    /// against the reference with the checks off too (`tests/shader_checks.rs`). Vulkan
+    /// drivers keep their robust buffer access either way.
+    pub fn shader_checks(&self) -> bool {
+        self.shader_checks
     }
 
     /// The adapter's name, vendor, backend and driver.
@@ -338,10 +361,12 @@ impl Device {
         &self.cooperative_configs
     }
 
-    /// A one-line description: `name (backend, device type, driver)`.
+    /// A one-line description: `name (backend, device type, driver)`, with `, shader checks
+    /// off` where [`Device::shader_checks`] is off.
     pub fn describe(&self) -> String {
         let i = &self.info;
-        format!("{} ({:?}, {:?}, {} {})", i.name, i.backend, i.device_type, i.driver, i.driver_info)
+        let checks = if self.shader_checks { "" } else { ", shader checks off" };
+        format!("{} ({:?}, {:?}, {} {}){checks}", i.name, i.backend, i.device_type, i.driver, i.driver_info)
     }
 
     /// Number of distinct pipelines compiled so far.
@@ -389,10 +414,15 @@ impl Device {
             bind_group_layouts: &[Some(&bgl)],
             immediate_size: 0,
         });
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(label),
-            source: wgpu::ShaderSource::Wgsl(wgsl.into()),
-        });
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(label), source: wgpu::ShaderSource::Wgsl(wgsl.into()) };
+        let module = match self.shader_checks {
+            true => self.device.create_shader_module(desc),
+            // SAFETY: only fusegraph's generated kernels come here (see `shader_checks`):
+            // every buffer access is guarded by the kernel's own bounds test, workgroup and
+            // vector indices are derived from the invocation id within the tile's extent, and
+            // every loop runs over a bound written into the kernel.
+            false => unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) },
+        };
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(label),
             layout: Some(&layout),

@@ -40,6 +40,8 @@ environment:
   FUSEGRAPH_COST_MODEL=default             fusion's device-free cost model (no measuring)
   FUSEGRAPH_TILED_ATTENTION=on|off         fused attention stages blocks of keys in workgroup
                                            memory (default: on, off on CPU adapters)
+  FUSEGRAPH_SHADER_CHECKS=on|off          wgpu's runtime checks in every kernel (index clamps,
+                                           loop counters); off: trusted modules (default: on)
   FUSEGRAPH_SPLIT_K=off|tuned|fill:W|S     split matmuls over k: as timed on this adapter,
                                            until each has W workgroups, or every one into S
                                            slices (default: off)";
@@ -92,7 +94,7 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
         let lim: Vec<String> = limits.iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
         let feat: Vec<String> = features.iter().map(|f| json_str(f)).collect();
         println!(
-            "{{\"adapter\": {}, \"backend\": {}, \"device_type\": {}, \"driver\": {}, \"driver_info\": {}, \"f16_storage\": {}, \"matmul\": {}, \"attention\": {}, \"cooperative_matrix_configs\": [{}], \"limits\": {{{}}}, \"features\": [{}]}}",
+            "{{\"adapter\": {}, \"backend\": {}, \"device_type\": {}, \"driver\": {}, \"driver_info\": {}, \"f16_storage\": {}, \"matmul\": {}, \"attention\": {}, \"shader_checks\": {}, \"cooperative_matrix_configs\": [{}], \"limits\": {{{}}}, \"features\": [{}]}}",
             json_str(&i.name),
             json_str(&format!("{:?}", i.backend)),
             json_str(&format!("{:?}", i.device_type)),
@@ -101,6 +103,7 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
             json_str(f16),
             json_str(matmul),
             json_str(attention),
+            device.shader_checks(),
             configs.iter().map(|c| json_str(c)).collect::<Vec<_>>().join(", "),
             lim.join(", "),
             feat.join(", ")
@@ -113,6 +116,9 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
         println!("f16 storage  {f16}");
         println!("matmul       {matmul}");
         println!("attention    {attention}");
+        let checks =
+            if device.shader_checks() { "on (wgpu's index clamps and loop counters)" } else { "off (trusted modules)" };
+        println!("shader checks {checks}");
         if !configs.is_empty() {
             println!("cooperative matrix configurations: {}", configs.join(", "));
         }

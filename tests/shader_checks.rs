@@ -1,0 +1,146 @@
+//! Kernels created without wgpu's runtime checks (`DeviceOptions::shader_checks`): no index
+//! clamps, no loop-bounding counters. They rely on fusegraph's own indexing, so every kernel
+//! form runs here on a device with the checks off against the CPU reference: every op
+//! unfused and fused, the composite patterns (rows, epilogues, long chains), the tiled
+//! matmul with each candidate tiling on ragged, batched and transposed shapes, and the fused
+//! attention in both of its forms. The option's resolution and its cache key are checked too.
+
+mod common;
+
+use common::{run_case, Case, CaseBuilder, Domain};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, FusionMode, MatmulTiling};
+use std::sync::Arc;
+
+fn unchecked(tiled_attention: bool) -> Arc<Device> {
+    let opts =
+        DeviceOptions { shader_checks: Some(false), tiled_attention: Some(tiled_attention), ..Default::default() };
+    let device = Device::new(&opts).expect("a device");
+    assert!(!device.shader_checks());
+    assert!(device.describe().ends_with(", shader checks off"), "{}", device.describe());
+    Arc::new(device)
+}
+
+/// Runs `cases` under `opts`, collecting failures named by case and `form`.
+fn run_all(
+    device: &Arc<Device>,
+    cases: &[Case],
+    opts: &CompileOptions,
+    form: &str,
+    failures: &mut Vec<String>,
+) -> usize {
+    for case in cases {
+        if let Err(e) = run_case(device, case, opts) {
+            failures.push(format!("{} [{form}]: {e}", case.name));
+        }
+    }
+    cases.len()
+}
+
+#[test]
+fn shader_checks_are_on_unless_turned_off() {
+    let checked = Device::new(&DeviceOptions { shader_checks: Some(true), ..Default::default() }).expect("a device");
+    assert!(checked.shader_checks());
+    assert!(!checked.describe().contains("shader checks"), "{}", checked.describe());
+    let unset = Device::new(&DeviceOptions::default()).expect("a device");
+    let env_off = std::env::var("FUSEGRAPH_SHADER_CHECKS").is_ok_and(|v| matches!(v.trim(), "off" | "0" | "false"));
+    assert_eq!(unset.shader_checks(), !env_off);
+}
+
+#[test]
+fn every_op_matches_the_reference_without_shader_checks() {
+    let device = unchecked(false);
+    let mut failures = Vec::new();
+    let mut ran = run_all(
+        &device,
+        &common::catalog(3),
+        &CompileOptions { fusion: FusionMode::Off, simplify: false, ..Default::default() },
+        "unfused",
+        &mut failures,
+    );
+    let mut fused = common::catalog(5);
+    fused.extend(common::composite_cases());
+    ran += run_all(&device, &fused, &CompileOptions::default(), "fused", &mut failures);
+    eprintln!("{ran} checks on {}, {} failed", device.describe(), failures.len());
+    assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// A matmul `[b, m, k] · [k, n]` (lhs transposed from `[b, k, m]` where `transposed`) with
+/// the epilogue `relu(x + bias)`.
+fn matmul(dt: DType, b: usize, (m, k, n): (usize, usize, usize), transposed: bool) -> Case {
+    let mut c = CaseBuilder::new((m * 131 + k * 7 + n + b) as u64);
+    let a = match transposed {
+        true => c.input(dt, &[b, k, m], Domain::Any).transpose(&[0, 2, 1]).unwrap(),
+        false => c.input(dt, &[b, m, k], Domain::Any),
+    };
+    let w = c.input(dt, &[k, n], Domain::Any);
+    let bias = c.input(dt, &[n], Domain::Any);
+    let y = a.matmul(&w).and_then(|y| y.add(&bias)).and_then(|y| y.relu()).unwrap();
+    let mut case = c.finish(format!("matmul_{dt}_{b}x{m}x{k}x{n}_t{transposed}"), &[&y]);
+    case.atol = 1e-3 * (k as f64 / 1000.0).max(0.1);
+    case.f16_tol = 1e-2;
+    case
+}
+
+#[test]
+fn tiled_matmuls_match_the_reference_without_shader_checks() {
+    let device = unchecked(false);
+    let shapes = [(7, 33, 5), (65, 17, 129), (130, 40, 258), (129, 200, 131)];
+    let mut cases = Vec::new();
+    for (s, &shape) in shapes.iter().enumerate() {
+        cases.push(matmul(DType::F32, 1 + s % 2, shape, s % 2 == 1));
+    }
+    cases.push(matmul(DType::F16, 2, (66, 72, 100), false));
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for tiling in MatmulTiling::CANDIDATES {
+        let opts = CompileOptions { matmul_tiling: Some(tiling), ..Default::default() };
+        // Tilings with 256 or more outputs per invocation take seconds to compile on
+        // lavapipe: the ragged 2-D and the batched, transposed shapes only.
+        let heavy = tiling.bm * tiling.bn >= 256;
+        let cases = if heavy { &cases[2..4] } else { &cases[..] };
+        ran += run_all(&device, cases, &opts, &tiling.to_string(), &mut failures);
+    }
+    eprintln!("{ran} checks on {}, {} failed", device.describe(), failures.len());
+    assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// `softmax(causal(q·kᵀ/√d))·v` over `[1, 2, s, d]`, in one kernel.
+fn attention(dt: DType, s: usize, d: usize) -> Case {
+    let mut c = CaseBuilder::new((s * 17 + d) as u64);
+    let q = c.input(dt, &[1, 2, s, d], Domain::Any);
+    let k = c.input(dt, &[1, 2, s, d], Domain::Any);
+    let v = c.input(dt, &[1, 2, s, d], Domain::Any);
+    let scores = q.matmul(&k.transpose(&[0, 1, 3, 2]).unwrap()).unwrap().mul_scalar(1.0 / (d as f64).sqrt()).unwrap();
+    let row = c.b.iota(DType::I32, [s, s], 0).unwrap();
+    let col = c.b.iota(DType::I32, [s, s], 1).unwrap();
+    let masked = c.b.scalar(dt, -1e9).unwrap();
+    let logits = row.ge(&col).and_then(|m| m.select(&scores, &masked)).unwrap();
+    let y = logits.softmax(3).and_then(|p| p.matmul(&v)).unwrap();
+    let mut case = c.finish(format!("attention_{dt}_{s}x{d}"), &[&y]);
+    case.atol = 1e-4;
+    case.f16_tol = 1e-2;
+    case
+}
+
+#[test]
+fn fused_attention_matches_the_reference_without_shader_checks() {
+    let cases = [attention(DType::F32, 7, 8), attention(DType::F32, 70, 16), attention(DType::F16, 33, 8)];
+    let opts = CompileOptions { fused_attention: Some(true), ..Default::default() };
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for tiled in [false, true] {
+        let device = unchecked(tiled);
+        let form = if tiled { "tiled" } else { "one key at a time" };
+        for case in &cases {
+            ran += 1;
+            match run_case(&device, case, &opts) {
+                Ok(stats) if stats.kernels.len() != 1 => {
+                    failures.push(format!("{} [{form}]: {} kernels, not one", case.name, stats.kernels.len()))
+                }
+                Ok(_) => {}
+                Err(e) => failures.push(format!("{} [{form}]: {e}", case.name)),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
+}
