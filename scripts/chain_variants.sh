@@ -15,36 +15,17 @@
 #   conversion, which may flush f16 subnormals — timing only).
 # Usage: scripts/chain_variants.sh DIR N [--cpu]   (FG=path/to/fusegraph, default
 # target/release/fusegraph). With --cpu, the form for a CPU adapter (four elements side by
-# side per invocation, at most 1024 workgroups).
+# side per invocation, four grid-stride steps each).
 set -euo pipefail
 dir=$1 n=$2 cpu=${3:-}
 fg=${FG:-target/release/fusegraph}
 mkdir -p "$dir"
+# The chain's graph as `fusegraph bench` builds it, at N elements; f16 by its types.
+"$fg" ir "elementwise_chain_$n" > "$dir/chain_f32.ir" 2>/dev/null
+sed 's/f32\[/f16[/g' "$dir/chain_f32.ir" > "$dir/chain_f16.ir"
 for dt in f32 f16; do
     [ "$dt" = f16 ] && [ -n "$cpu" ] && continue
-    python3 - "$dir/chain_$dt.ir" "$n" "$dt" <<'PY'
-import sys
-path, n, dt = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-t = f"{dt}[{n}]"
-lines = [f'%0 = input() {{name="x"}} : {t}', f'%1 = input() {{name="y"}} : {t}']
-x, k = 0, 2
-for r in range(20):
-    op = r % 4
-    if op == 0:
-        lines.append(f"%{k} = add(%{x}, %1) : {t}")
-    elif op == 1:
-        lines.append(f"%{k} = full() {{value=0.5}} : {dt}[]")
-        lines.append(f"%{k + 1} = broadcast(%{k}) {{shape=[{n}], dims=[]}} : {t}")
-        lines.append(f"%{k + 2} = mul(%{x}, %{k + 1}) : {t}")
-        k += 2
-    elif op == 2:
-        lines.append(f"%{k} = tanh(%{x}) : {t}")
-    else:
-        lines.append(f"%{k} = sub(%{x}, %1) : {t}")
-    x, k = k, k + 1
-open(path, "w").write("\n".join(lines) + "\n")
-open(path.replace("chain_", "copy_"), "w").write(f'%0 = input() {{name="x"}} : {t}\n%1 = neg(%0) : {t}\n')
-PY
+    printf '%%0 = input() {name="x"} : %s[%s]\n%%1 = neg(%%0) : %s[%s]\n' "$dt" "$n" "$dt" "$n" > "$dir/copy_$dt.ir"
     flags=$cpu
     [ "$dt" = f16 ] && flags="--f16-native"
     for what in chain copy; do

@@ -144,11 +144,11 @@ run() {
             done
             ;;
         checks)
-            # wgpu's runtime checks (index clamps on workgroup tiles and vectors, a counter in
-            # every loop, which may keep the driver from unrolling the matmul's inner loop)
-            # against trusted modules without them (FUSEGRAPH_SHADER_CHECKS=off): the matmul
-            # rows, the chain's kernels (f32 and f16, with the copies) and the transformer
-            # block, in turn, twice.
+            # wgpu's runtime checks (FUSEGRAPH_SHADER_CHECKS=on: index clamps on workgroup
+            # tiles and vectors, a counter in every loop, which may keep the driver from
+            # unrolling the matmul's inner loop) against trusted modules without them (off,
+            # the default since the nineteenth session): the matmul rows, the chain's kernels
+            # (f32 and f16, with the copies) and the transformer block, in turn, twice.
             matmul_in_turn FUSEGRAPH_SHADER_CHECKS "shader checks" "$OUT/checks.log" on off
             for round in 1 2; do
                 echo "== chain, shader checks on and off, round $round" | tee -a "$OUT/checks.log"

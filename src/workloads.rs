@@ -183,6 +183,25 @@ pub fn micro(quick: bool) -> Vec<Workload> {
     out
 }
 
+/// A micro workload at the size its name gives, as the micro workloads are named:
+/// `elementwise_chain_N`, `gelu_relu_matmul_bias_N`, `layer_norm_gelu_RxD`,
+/// `softmax_axisA_N` (A 0 or 1), any positive sizes. `None` for any other name.
+pub fn sized(name: &str) -> Option<Workload> {
+    let num = |s: &str| s.parse::<usize>().ok().filter(|&n| n > 0);
+    if let Some(n) = name.strip_prefix("elementwise_chain_") {
+        return Some(elementwise_chain(num(n)?));
+    }
+    if let Some(n) = name.strip_prefix("gelu_relu_matmul_bias_") {
+        return Some(matmul_epilogue(num(n)?));
+    }
+    if let Some((rows, d)) = name.strip_prefix("layer_norm_gelu_").and_then(|s| s.split_once('x')) {
+        return Some(layer_norm_gelu(num(rows)?, num(d)?));
+    }
+    let (axis, n) = name.strip_prefix("softmax_axis")?.split_once('_')?;
+    let axis = axis.parse().ok().filter(|&a: &usize| a < 2)?;
+    Some(softmax(num(n)?, axis))
+}
+
 /// Every workload's name, for `--workload` (a prefix of a name selects it).
 pub fn names(quick: bool) -> Vec<String> {
     all(quick).into_iter().map(|w| w.name).collect()
@@ -317,5 +336,28 @@ impl std::fmt::Display for Report {
             if self.gpu_timer { "GPU timestamps" } else { "wall" }
         )?;
         write!(f, "reference    matches (max |error| {:.2e})", self.max_abs_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every micro workload's name builds it again, at its size and at another.
+    #[test]
+    fn micro_workloads_are_rebuilt_from_their_names() {
+        for w in micro(true) {
+            let again = sized(&w.name).unwrap_or_else(|| panic!("`{}` not rebuilt", w.name));
+            assert_eq!(again.name, w.name);
+            assert_eq!(crate::text::print(&again.graph), crate::text::print(&w.graph), "{}", w.name);
+        }
+        assert_eq!(sized("elementwise_chain_12").map(|w| w.graph.ty(w.outputs[0]).shape.numel()), Some(12));
+        assert_eq!(
+            sized("layer_norm_gelu_3x5").map(|w| w.graph.ty(w.outputs[0]).shape.dims().to_vec()),
+            Some(vec![3, 5])
+        );
+        for bad in ["elementwise_chain_0", "elementwise_chain_x", "softmax_axis2_8", "layer_norm_gelu_3", "mlp", ""] {
+            assert!(sized(bad).is_none(), "`{bad}` should name no workload");
+        }
     }
 }

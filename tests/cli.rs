@@ -101,6 +101,35 @@ fn wgsl_prints_or_writes_every_kernel() {
     }
 }
 
+/// `ir` prints a workload's graph, at another size where its name gives one, in the text
+/// form `wgsl` reads back: the 20-op chain at 4096 elements is one kernel.
+#[test]
+fn ir_prints_a_workload_that_wgsl_reads_back() {
+    let out = fusegraph(&["ir", "elementwise_chain_4096"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let graph = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(graph.matches(" = tanh(").count(), 5, "{graph}");
+    assert!(graph.contains("f32[4096]"), "{graph}");
+    let path = std::env::temp_dir().join(format!("fusegraph-cli-ir-{}.ir", std::process::id()));
+    std::fs::write(&path, &graph).unwrap();
+    let wgsl = fusegraph(&["wgsl", path.to_str().unwrap()], None);
+    std::fs::remove_file(&path).unwrap();
+    assert!(wgsl.status.success(), "{}", String::from_utf8_lossy(&wgsl.stderr));
+    let src = String::from_utf8(wgsl.stdout).unwrap();
+    assert_eq!(src.matches("@compute").count(), 1, "{src}");
+    let quick = fusegraph(&["ir", "mlp", "--quick"], None);
+    assert!(quick.status.success(), "{}", String::from_utf8_lossy(&quick.stderr));
+    for (args, message) in [
+        (&["ir", "nonsense"][..], "no workload matches `nonsense`"),
+        (&["ir"][..], "give a workload NAME"),
+        (&["ir", "mlp", "--fast"][..], "unknown option `--fast`"),
+    ] {
+        let out = fusegraph(args, None);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(message), "{args:?}");
+    }
+}
+
 #[test]
 fn roofline_measures_only_the_families_and_dtype_asked_for() {
     let out = fusegraph(&["roofline", "--quick", "--kernels", "copy,soft", "--dtype", "f16", "--runs", "2"], None);

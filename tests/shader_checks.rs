@@ -1,9 +1,10 @@
-//! Kernels created without wgpu's runtime checks (`DeviceOptions::shader_checks`): no index
-//! clamps, no loop-bounding counters. They rely on fusegraph's own indexing, so every kernel
-//! form runs here on a device with the checks off against the CPU reference: every op
-//! unfused and fused, the composite patterns (rows, epilogues, long chains), the tiled
+//! wgpu's shader runtime checks (`DeviceOptions::shader_checks`: index clamps, loop-bounding
+//! counters), off by default. Without them kernels rely on fusegraph's own indexing, so every
+//! kernel form runs here on a device without the checks and on one with them (whatever
+//! `FUSEGRAPH_SHADER_CHECKS` says for the rest of the suite) against the CPU reference: every
+//! op unfused and fused, the composite patterns (rows, epilogues, long chains), the tiled
 //! matmul with each candidate tiling on ragged, batched and transposed shapes, and the fused
-//! attention in both of its forms. The option's resolution and its cache key are checked too.
+//! attention in both of its forms. The option's resolution is checked too.
 
 mod common;
 
@@ -11,13 +12,22 @@ use common::{run_case, Case, CaseBuilder, Domain};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, FusionMode, MatmulTiling};
 use std::sync::Arc;
 
-fn unchecked(tiled_attention: bool) -> Arc<Device> {
+/// A device with the shader checks `on` or off, and `tiled_attention`.
+fn device(checks: bool, tiled_attention: bool) -> Arc<Device> {
     let opts =
-        DeviceOptions { shader_checks: Some(false), tiled_attention: Some(tiled_attention), ..Default::default() };
+        DeviceOptions { shader_checks: Some(checks), tiled_attention: Some(tiled_attention), ..Default::default() };
     let device = Device::new(&opts).expect("a device");
-    assert!(!device.shader_checks());
-    assert!(device.describe().ends_with(", shader checks off"), "{}", device.describe());
+    assert_eq!(device.shader_checks(), checks);
+    assert_eq!(device.describe().ends_with(", shader checks on"), checks, "{}", device.describe());
     Arc::new(device)
+}
+
+fn form(checks: bool) -> &'static str {
+    if checks {
+        "checked"
+    } else {
+        "unchecked"
+    }
 }
 
 /// Runs `cases` under `opts`, collecting failures named by case and `form`.
@@ -37,30 +47,27 @@ fn run_all(
 }
 
 #[test]
-fn shader_checks_are_on_unless_turned_off() {
-    let checked = Device::new(&DeviceOptions { shader_checks: Some(true), ..Default::default() }).expect("a device");
-    assert!(checked.shader_checks());
-    assert!(!checked.describe().contains("shader checks"), "{}", checked.describe());
+fn shader_checks_are_off_unless_turned_on() {
     let unset = Device::new(&DeviceOptions::default()).expect("a device");
-    let env_off = std::env::var("FUSEGRAPH_SHADER_CHECKS").is_ok_and(|v| matches!(v.trim(), "off" | "0" | "false"));
-    assert_eq!(unset.shader_checks(), !env_off);
+    let env_on = std::env::var("FUSEGRAPH_SHADER_CHECKS").is_ok_and(|v| matches!(v.trim(), "on" | "1" | "true"));
+    assert_eq!(unset.shader_checks(), env_on);
+    assert!(!device(false, false).shader_checks());
+    assert!(device(true, false).shader_checks());
 }
 
 #[test]
-fn every_op_matches_the_reference_without_shader_checks() {
-    let device = unchecked(false);
+fn every_op_matches_the_reference_with_and_without_shader_checks() {
     let mut failures = Vec::new();
-    let mut ran = run_all(
-        &device,
-        &common::catalog(3),
-        &CompileOptions { fusion: FusionMode::Off, simplify: false, ..Default::default() },
-        "unfused",
-        &mut failures,
-    );
-    let mut fused = common::catalog(5);
-    fused.extend(common::composite_cases());
-    ran += run_all(&device, &fused, &CompileOptions::default(), "fused", &mut failures);
-    eprintln!("{ran} checks on {}, {} failed", device.describe(), failures.len());
+    let mut ran = 0;
+    for checks in [false, true] {
+        let device = device(checks, false);
+        let unfused = CompileOptions { fusion: FusionMode::Off, simplify: false, ..Default::default() };
+        ran += run_all(&device, &common::catalog(3), &unfused, &format!("unfused, {}", form(checks)), &mut failures);
+        let mut fused = common::catalog(5);
+        fused.extend(common::composite_cases());
+        ran += run_all(&device, &fused, &CompileOptions::default(), &format!("fused, {}", form(checks)), &mut failures);
+    }
+    eprintln!("{ran} checks, {} failed", failures.len());
     assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -82,8 +89,7 @@ fn matmul(dt: DType, b: usize, (m, k, n): (usize, usize, usize), transposed: boo
 }
 
 #[test]
-fn tiled_matmuls_match_the_reference_without_shader_checks() {
-    let device = unchecked(false);
+fn tiled_matmuls_match_the_reference_with_and_without_shader_checks() {
     let shapes = [(7, 33, 5), (65, 17, 129), (130, 40, 258), (129, 200, 131)];
     let mut cases = Vec::new();
     for (s, &shape) in shapes.iter().enumerate() {
@@ -92,15 +98,18 @@ fn tiled_matmuls_match_the_reference_without_shader_checks() {
     cases.push(matmul(DType::F16, 2, (66, 72, 100), false));
     let mut failures = Vec::new();
     let mut ran = 0;
-    for tiling in MatmulTiling::CANDIDATES {
-        let opts = CompileOptions { matmul_tiling: Some(tiling), ..Default::default() };
-        // Tilings with 256 or more outputs per invocation take seconds to compile on
-        // lavapipe: the ragged 2-D and the batched, transposed shapes only.
-        let heavy = tiling.bm * tiling.bn >= 256;
-        let cases = if heavy { &cases[2..4] } else { &cases[..] };
-        ran += run_all(&device, cases, &opts, &tiling.to_string(), &mut failures);
+    for checks in [false, true] {
+        let device = device(checks, false);
+        for tiling in MatmulTiling::CANDIDATES {
+            let opts = CompileOptions { matmul_tiling: Some(tiling), ..Default::default() };
+            // Tilings with 256 or more outputs per invocation take seconds to compile on
+            // lavapipe: the ragged 2-D and the batched, transposed shapes only.
+            let heavy = tiling.bm * tiling.bn >= 256;
+            let cases = if heavy { &cases[2..4] } else { &cases[..] };
+            ran += run_all(&device, cases, &opts, &format!("{tiling}, {}", form(checks)), &mut failures);
+        }
     }
-    eprintln!("{ran} checks on {}, {} failed", device.describe(), failures.len());
+    eprintln!("{ran} checks, {} failed", failures.len());
     assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -123,14 +132,14 @@ fn attention(dt: DType, s: usize, d: usize) -> Case {
 }
 
 #[test]
-fn fused_attention_matches_the_reference_without_shader_checks() {
+fn fused_attention_matches_the_reference_with_and_without_shader_checks() {
     let cases = [attention(DType::F32, 7, 8), attention(DType::F32, 70, 16), attention(DType::F16, 33, 8)];
     let opts = CompileOptions { fused_attention: Some(true), ..Default::default() };
     let mut failures = Vec::new();
     let mut ran = 0;
-    for tiled in [false, true] {
-        let device = unchecked(tiled);
-        let form = if tiled { "tiled" } else { "one key at a time" };
+    for (checks, tiled) in [(false, false), (false, true), (true, false), (true, true)] {
+        let device = device(checks, tiled);
+        let form = format!("{}, {}", if tiled { "tiled" } else { "one key at a time" }, form(checks));
         for case in &cases {
             ran += 1;
             match run_case(&device, case, &opts) {

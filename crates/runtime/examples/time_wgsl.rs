@@ -9,9 +9,10 @@
 //! untimed, then once per round for `RUNS` rounds, the kernels in turn within a round so they
 //! see the same machine load. Printed per kernel: median and minimum of the compute pass's GPU
 //! timestamps where the adapter has them, else of the wall time of submit and wait.
-//! `FUSEGRAPH_SHADER_CHECKS=off` creates the kernels without wgpu's runtime checks (index
-//! clamps, loop-bounding counters; for kernels whose indexing is trusted, as fusegraph's
-//! are), `both` times each kernel both ways in turn (the second as `FILE (unchecked)`).
+//! Kernels keep wgpu's runtime checks (index clamps, loop-bounding counters), since edited
+//! kernels are not trusted as the runtime trusts its own: `FUSEGRAPH_SHADER_CHECKS=off`
+//! creates them without (as the runtime does by default), `both` times each kernel both ways
+//! in turn (the second as `FILE (unchecked)`).
 //!
 //! ```text
 //! cargo run --release -p fusegraph-runtime --example time_wgsl -- N RUNS WORKGROUPS|auto FILE.wgsl...

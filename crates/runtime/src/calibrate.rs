@@ -10,8 +10,9 @@ use fusegraph_passes::cost::CostModel;
 use std::sync::Arc;
 
 /// `~/.cache/fusegraph/{stem}-{adapter, backend and driver}.txt` (or under
-/// `$XDG_CACHE_HOME`; `-unchecked` added for a device without shader checks, whose kernels
-/// compile to other code): where measurements of this adapter are kept between runs.
+/// `$XDG_CACHE_HOME`; `-unchecked` added for a device without wgpu's shader checks, the
+/// default, whose kernels compile to other code than a checked device's): where
+/// measurements of this adapter are kept between runs.
 pub(crate) fn cache_file(device: &Device, stem: &str) -> Option<std::path::PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(std::path::PathBuf::from)

@@ -88,11 +88,13 @@ pub struct DeviceOptions {
     pub texture_operands: Option<bool>,
     /// Whether wgpu adds its runtime checks to every kernel: `min` clamps on dynamic indices
     /// into arrays (workgroup tiles, vectors), a counter that bounds every loop, and, where
-    /// the driver has no robust buffer access, clamps on buffer indices. `Some(false)` creates
-    /// the kernels as trusted modules without them (see [`Device::shader_checks`] for why that
-    /// is sound for fusegraph's kernels). `None` reads `FUSEGRAPH_SHADER_CHECKS` (`on`/`off`);
-    /// unset, on: unchecked kernels were no faster on lavapipe (BENCHMARKS.md, eleventh
-    /// session) and are not yet measured on a GPU (`scripts/gpu.sh run checks`).
+    /// the driver has no robust buffer access, clamps on buffer indices. `None` reads
+    /// `FUSEGRAPH_SHADER_CHECKS` (`on`/`off`); unset, off: the kernels are created as trusted
+    /// modules (see [`Device::shader_checks`] for why that is sound for fusegraph's kernels),
+    /// since the checks are redundant work in every kernel's hottest loop (22 clamps in the
+    /// tiled 4096³ matmul) and the loop counters can keep a driver from unrolling loops
+    /// (wgpu issue gfx-rs/wgpu#7698: a pipeline went from 0.1 to 10 ms). `Some(true)` keeps
+    /// them, to compare or to debug a kernel.
     pub shader_checks: Option<bool>,
 }
 
@@ -260,7 +262,7 @@ impl Device {
             .unwrap_or(info.device_type != wgpu::DeviceType::Cpu);
         let texture_operands =
             opts.texture_operands.or_else(|| env_switch("FUSEGRAPH_TEXTURE_OPERANDS")).unwrap_or(true);
-        let shader_checks = opts.shader_checks.or_else(|| env_switch("FUSEGRAPH_SHADER_CHECKS")).unwrap_or(true);
+        let shader_checks = opts.shader_checks.or_else(|| env_switch("FUSEGRAPH_SHADER_CHECKS")).unwrap_or(false);
         Ok(Device {
             device,
             queue,
@@ -293,14 +295,16 @@ impl Device {
         Ok(d)
     }
 
-    /// Whether kernels carry wgpu's runtime checks ([`DeviceOptions::shader_checks`]).
+    /// Whether kernels carry wgpu's runtime checks ([`DeviceOptions::shader_checks`]; off
+    /// unless asked for).
     ///
-    /// Without them a kernel relies on its own indexing. fusegraph's kernels are generated
-    /// with a bounds test on every buffer access whose index can pass the end (ragged tiles,
-    /// grid-stride tails), workgroup tiles indexed by invocation ids within their declared
-    /// size, and loops over bounds written into the kernel; every kernel form is checked
-    /// against the reference with the checks off too (`tests/shader_checks.rs`). Vulkan
-    /// drivers keep their robust buffer access either way.
+    /// Without them a kernel relies on its own indexing, which fusegraph's generator owns:
+    /// every buffer access whose index can pass the end (ragged tiles, grid-stride tails) is
+    /// behind the kernel's own bounds test or `min`, data-dependent indices (`gather`) are
+    /// clamped as the op defines, workgroup tiles are indexed from invocation ids within
+    /// their declared size, and loops run to bounds written into the kernel. The whole test
+    /// suite runs without the checks, and `tests/shader_checks.rs` runs every kernel form both
+    /// ways against the reference. Vulkan drivers keep their robust buffer access either way.
     pub fn shader_checks(&self) -> bool {
         self.shader_checks
     }
@@ -362,10 +366,10 @@ impl Device {
     }
 
     /// A one-line description: `name (backend, device type, driver)`, with `, shader checks
-    /// off` where [`Device::shader_checks`] is off.
+    /// on` where [`Device::shader_checks`] is on.
     pub fn describe(&self) -> String {
         let i = &self.info;
-        let checks = if self.shader_checks { "" } else { ", shader checks off" };
+        let checks = if self.shader_checks { ", shader checks on" } else { "" };
         format!("{} ({:?}, {:?}, {} {}){checks}", i.name, i.backend, i.device_type, i.driver, i.driver_info)
     }
 
@@ -418,9 +422,10 @@ impl Device {
         let module = match self.shader_checks {
             true => self.device.create_shader_module(desc),
             // SAFETY: only fusegraph's generated kernels come here (see `shader_checks`):
-            // every buffer access is guarded by the kernel's own bounds test, workgroup and
-            // vector indices are derived from the invocation id within the tile's extent, and
-            // every loop runs over a bound written into the kernel.
+            // every buffer access that can pass the end is guarded by the kernel's own bounds
+            // test or clamp (gather's indices included), workgroup and vector indices are
+            // derived from the invocation id within the tile's extent, and every loop runs to
+            // a bound written into the kernel.
             false => unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) },
         };
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {

@@ -782,7 +782,9 @@ fn vec4_loop(
     opts: &LowerOptions,
 ) -> Option<Vec<NodeId>> {
     let (n, parts) = loop_parts(g, bindings, regions, opts)?;
-    if n % 4 != 0 {
+    // A vec4 is the four elements one step computes: only with four side by side (the
+    // interleaved form falls back to scalar accesses otherwise, so the bindings must too).
+    if n % 4 != 0 || (opts.cpu && CPU_INTERLEAVE != 4) {
         return None;
     }
     let mut nodes: Vec<NodeId> = Vec::new();

@@ -27,6 +27,10 @@ commands:
   dot FILE [--unfused]
                    read a graph in fusegraph's text form, simplify and fuse it (no device
                    needed), and print it as Graphviz DOT with one cluster per kernel
+  ir NAME [--quick]
+                   a benchmark workload's graph in fusegraph's text form (for dot and
+                   wgsl): NAME a prefix of a bench workload's name, or a micro workload's
+                   name with other sizes in it (elementwise_chain_16777216, layer_norm_gelu_64x768)
   wgsl FILE [--unfused] [--cpu] [--f16-native] [--out DIR]
                    the same graph's kernels lowered to WGSL (no device needed) for a GPU
                    without subgroups, or a CPU adapter (--cpu), with f16 storage native or
@@ -41,7 +45,7 @@ environment:
   FUSEGRAPH_TILED_ATTENTION=on|off         fused attention stages blocks of keys in workgroup
                                            memory (default: on, off on CPU adapters)
   FUSEGRAPH_SHADER_CHECKS=on|off          wgpu's runtime checks in every kernel (index clamps,
-                                           loop counters); off: trusted modules (default: on)
+                                           loop counters); off: trusted modules (default: off)
   FUSEGRAPH_SPLIT_K=off|tuned|fill:W|S     split matmuls over k: as timed on this adapter,
                                            until each has W workgroups, or every one into S
                                            slices (default: off)";
@@ -198,6 +202,22 @@ fn wgsl(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// `fusegraph ir NAME [--quick]`: the workload's graph in text form (see `USAGE`).
+fn ir(args: &[String]) -> Result<(), String> {
+    use fusegraph::workloads;
+    let quick = args.iter().any(|a| a == "--quick");
+    if let Some(f) = args.iter().find(|a| a.starts_with("--") && *a != "--quick") {
+        return Err(format!("ir: unknown option `{f}`"));
+    }
+    let name = args.iter().find(|a| !a.starts_with("--")).ok_or("ir: give a workload NAME")?;
+    let w = workloads::sized(name)
+        .or_else(|| workloads::all(quick).into_iter().find(|w| w.name.starts_with(name.as_str())))
+        .ok_or_else(|| format!("ir: no workload matches `{name}` (have: {})", workloads::names(quick).join(", ")))?;
+    print!("{}", fusegraph::text::print(&w.graph));
+    eprintln!("{}: {} nodes", w.name, w.graph.node_ids().len());
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
@@ -216,8 +236,12 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         },
-        Some(cmd @ ("dot" | "wgsl")) => {
-            let run = if cmd == "dot" { dot } else { wgsl };
+        Some(cmd @ ("dot" | "wgsl" | "ir")) => {
+            let run = match cmd {
+                "dot" => dot,
+                "wgsl" => wgsl,
+                _ => ir,
+            };
             match run(&args[1..]) {
                 Ok(()) => Ok(()),
                 Err(e) => {
