@@ -43,7 +43,7 @@ pub struct Node {
 /// A dataflow graph of primitive ops. Edges run from operand to user and carry the operand
 /// position.
 ///
-/// Invariants (checked by [`crate::verify`]): every node's type is what [`infer_type`] gives
+/// Invariants (checked by [`crate::verify()`]): every node's type is what [`infer_type`] gives
 /// for its operands; each node's operand positions are exactly `0..arity`; there are no
 /// cycles.
 #[derive(Clone, Debug, Default)]

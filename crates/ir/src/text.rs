@@ -26,7 +26,7 @@ const MAX_INT: usize = u32::MAX as usize;
 /// Prints `g` in the text form: one line per node in topological order, each ending in `\n`.
 ///
 /// Node numbers are positions in that order, so the output does not depend on the graph's
-/// internal indices. (A graph with a cycle, which [`crate::verify`] rejects, prints in id
+/// internal indices. (A graph with a cycle, which [`crate::verify()`] rejects, prints in id
 /// order.)
 pub fn print(g: &Graph) -> String {
     let order = g.topo_order().unwrap_or_else(|_| g.node_ids());

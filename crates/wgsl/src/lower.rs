@@ -136,7 +136,7 @@ pub struct Strategy {
     /// The tiling of a tiled matmul kernel (an autotuner's choice); `None` (or a tiling that
     /// is not [`MatmulTiling::is_valid`]) picks [`MatmulTiling::default_for`] its shape.
     pub matmul_tiling: Option<MatmulTiling>,
-    /// With `tiled_matmul`, lower a matmul by [`crate::matmul::subgroup_main`] where
+    /// With `tiled_matmul`, lower a matmul by `crate::matmul::subgroup_main` where
     /// [`subgroup_matmul`](crate::subgroup_matmul) says it can (CPU adapters); otherwise
     /// the workgroup-tiled kernel with `matmul_tiling`.
     pub subgroup_matmul: bool,
@@ -146,16 +146,14 @@ pub struct Strategy {
     pub cooperative_matmul: bool,
     /// The tiled kernel (plain or cooperative) loads operands that are bindings or strided
     /// views of them a vec4 at a time, one `k` slice ahead, where their layout allows
-    /// ([`TiledPlan::vec4_lhs`]); otherwise every operand value through its element function
+    /// (`TiledPlan::vec4_lhs`); otherwise every operand value through its element function
     /// (for comparisons).
-    ///
-    /// [`TiledPlan::vec4_lhs`]: crate::matmul::TiledPlan::vec4_lhs
     pub vec4_operands: bool,
     /// The plain tiled kernel gives each invocation `bn` adjacent columns of its tile (the
     /// layout before the eighteenth session, kept for comparisons); otherwise its columns are
     /// `bn / 4` groups of four, `gx` groups apart, so that the invocations of a row read
     /// adjacent vec4s of the rhs tile in each step and store adjacent vec4s of the result
-    /// (see [`crate::matmul::tiled_main`]).
+    /// (see `crate::matmul::tiled_main`).
     pub blocked_columns: bool,
 }
 

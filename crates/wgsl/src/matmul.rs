@@ -88,10 +88,10 @@ const COOP_LARGE_DEEP: MatmulTiling = MatmulTiling { tk: 64, ..COOP_LARGE };
 const COOP_SIDE: usize = 16;
 
 impl MatmulTiling {
-    /// The tilings an autotuner times: [`SMALL`] and [`LARGE`]; 64×64 tiles of 8×8 blocks
+    /// The tilings an autotuner times: `SMALL` and `LARGE`; 64×64 tiles of 8×8 blocks
     /// by 64 invocations; 64×128 tiles by 128 invocations; 32×32 tiles of 4×4 blocks with a
     /// 64-deep `k` slice (small matrices, batched attention); 16×64 tiles (few rows); and
-    /// for CPU adapters, blocks of 256 and 512 outputs per invocation: [`CPU_LARGE`], 64×128
+    /// for CPU adapters, blocks of 256 and 512 outputs per invocation: `CPU_LARGE`, 64×128
     /// tiles of 16×32 blocks, 128×128 tiles of 32×16 blocks 8 deep (on lavapipe these won 21
     /// of the 27 shape classes the test suite and benchmarks tuned, but take 2–4.5 s each to
     /// compile).
@@ -123,8 +123,8 @@ impl MatmulTiling {
         Self::COOP_CANDIDATES.contains(self)
     }
 
-    /// The untuned choice: [`LARGE`] where both `m` and `n` fill its tiles, [`FEW_ROWS`]
-    /// for at most 16 rows, else [`SMALL`] (less padding).
+    /// The untuned choice: `LARGE` where both `m` and `n` fill its tiles, `FEW_ROWS`
+    /// for at most 16 rows, else `SMALL` (less padding).
     pub fn default_for(m: usize, n: usize) -> MatmulTiling {
         if m >= 128 && n >= 128 {
             LARGE
@@ -212,7 +212,7 @@ pub fn gemm_shape(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Option<(Ge
     Some((GemmShape { batch, m, n, k }, g.ty(p.matmul).dtype))
 }
 
-/// How `kernel` is lowered by the subgroup matmul under `opts` (see [`subgroup_plan`]), or
+/// How `kernel` is lowered by the subgroup matmul under `opts` (see `subgroup_plan`), or
 /// `None` where it is not (no matmul, another adapter, operands that are not plain views).
 pub fn subgroup_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Option<SubgroupPlan> {
     if kernel.kind != fusegraph_passes::KernelKind::Loop {
@@ -227,11 +227,11 @@ pub fn subgroup_matmul(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Optio
 /// invocations by default, or another of [`MatmulTiling::COOP_CANDIDATES`]), each subgroup
 /// owning a block of 16×16 accumulators (`coop_mat16x16<f32, C>`).
 ///
-/// The kernel is [`tiled_main`] with that tiling: the operand tiles are staged in
+/// The kernel is `tiled_main` with that tiling: the operand tiles are staged in
 /// workgroup memory through the operand functions as for the plain kernel (so prologues,
 /// ragged edges, batches and convolutions work unchanged), as f16, both tiles row-major —
-/// except an operand read from its binding as vec4s ([`TiledPlan::vec4_lhs`],
-/// [`TiledPlan::vec4_rhs`]), loaded a `vec4<f16>` at a time into registers one `k` slice
+/// except an operand read from its binding as vec4s (`TiledPlan::vec4_lhs`,
+/// `TiledPlan::vec4_rhs`), loaded a `vec4<f16>` at a time into registers one `k` slice
 /// ahead, as in the plain kernel;
 /// per 16 steps of `k` each subgroup loads its A and B fragments with `coopLoadT` and
 /// updates its accumulators with `coopMultiplyAdd` (f16 products, f32 sums). After the last
@@ -1017,7 +1017,7 @@ fn coop_compute(
     }
 }
 
-/// How a subgroup matmul (see [`subgroup_main`]) reads its operands: an operand that is a
+/// How a subgroup matmul (see `subgroup_main`) reads its operands: an operand that is a
 /// strided view of an f32 binding ([`StridedView`]) is loaded as vec4s straight from the
 /// binding, which the kernel declares as `array<vec4<f32>>` (the lhs along `k`, the rhs
 /// along `n`, or along `k` where `rhs_transposed`); any other operand (a fused prologue, a
@@ -1035,7 +1035,7 @@ pub struct SubgroupPlan {
     /// The rhs view is contiguous along `k` (a transposed operand, `Q·Kᵀ`), not along `n`.
     pub rhs_transposed: bool,
     /// Whether the lhs and rhs views are of values below casts that round to f16 (see
-    /// [`below_float_casts`]): each vec4 loaded is rounded.
+    /// `below_float_casts`): each vec4 loaded is rounded.
     pub round: [bool; 2],
     /// The output is written a vec4 at a time (its rows' length is a multiple of 4, its
     /// storage f32 or native f16), from each lane's 4 adjacent columns.
