@@ -27,14 +27,15 @@ commands:
   dot FILE [--unfused]
                    read a graph in fusegraph's text form, simplify and fuse it (no device
                    needed), and print it as Graphviz DOT with one cluster per kernel
-  ir NAME [--quick]
-                   a benchmark workload's graph in fusegraph's text form (for dot and
-                   wgsl): NAME a prefix of a bench workload's name, or a micro workload's
-                   name with other sizes in it (elementwise_chain_16777216, layer_norm_gelu_64x768)
   wgsl FILE [--unfused] [--cpu] [--f16-native] [--out DIR]
                    the same graph's kernels lowered to WGSL (no device needed) for a GPU
                    without subgroups, or a CPU adapter (--cpu), with f16 storage native or
                    packed two to a word; printed, or written to DIR/k000.wgsl, ...
+  ir NAME [--quick]
+                   a benchmark workload's graph in that text form (for dot and wgsl):
+                   NAME a prefix of a bench workload's name, or a micro workload's name
+                   with other sizes in it (elementwise_chain_16777216,
+                   layer_norm_gelu_64x768)
   help             this text
 
 environment:
@@ -44,7 +45,7 @@ environment:
   FUSEGRAPH_COST_MODEL=default             fusion's device-free cost model (no measuring)
   FUSEGRAPH_TILED_ATTENTION=on|off         fused attention stages blocks of keys in workgroup
                                            memory (default: on, off on CPU adapters)
-  FUSEGRAPH_SHADER_CHECKS=on|off          wgpu's runtime checks in every kernel (index clamps,
+  FUSEGRAPH_SHADER_CHECKS=on|off           wgpu's runtime checks in every kernel (index clamps,
                                            loop counters); off: trusted modules (default: off)
   FUSEGRAPH_SPLIT_K=off|tuned|fill:W|S     split matmuls over k: as timed on this adapter,
                                            until each has W workgroups, or every one into S
