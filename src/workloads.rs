@@ -202,6 +202,16 @@ pub fn sized(name: &str) -> Option<Workload> {
     Some(softmax(num(n)?, axis))
 }
 
+/// The workloads `name` selects (every one without a name): those whose names start with
+/// it, else the micro workload it names at other sizes ([`sized`]). Empty if none.
+pub fn select(name: Option<&str>, quick: bool) -> Vec<Workload> {
+    let listed: Vec<Workload> = all(quick).into_iter().filter(|w| name.is_none_or(|n| w.name.starts_with(n))).collect();
+    match (listed.is_empty(), name) {
+        (true, Some(n)) => sized(n).into_iter().collect(),
+        _ => listed,
+    }
+}
+
 /// Every workload's name, for `--workload` (a prefix of a name selects it).
 pub fn names(quick: bool) -> Vec<String> {
     all(quick).into_iter().map(|w| w.name).collect()
@@ -359,5 +369,11 @@ mod tests {
         for bad in ["elementwise_chain_0", "elementwise_chain_x", "softmax_axis2_8", "layer_norm_gelu_3", "mlp", ""] {
             assert!(sized(bad).is_none(), "`{bad}` should name no workload");
         }
+        // Selection: listed workloads by prefix first, then sized names.
+        let names = |name: &str| select(Some(name), true).into_iter().map(|w| w.name).collect::<Vec<_>>();
+        assert_eq!(names("softmax"), ["softmax_axis1_128", "softmax_axis0_128"]);
+        assert_eq!(names("softmax_axis0_64"), ["softmax_axis0_64"]);
+        assert!(names("nonsense").is_empty());
+        assert_eq!(select(None, true).len(), all(true).len());
     }
 }

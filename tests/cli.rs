@@ -130,6 +130,20 @@ fn ir_prints_a_workload_that_wgsl_reads_back() {
     }
 }
 
+/// `bench --workload` takes a micro workload at other sizes too: the chain at 4096 elements,
+/// fused into one kernel against 30 unfused, both checked against the reference.
+#[test]
+fn bench_runs_a_micro_workload_at_the_size_its_name_gives() {
+    let out = fusegraph(&["bench", "--workload", "elementwise_chain_4096", "--runs", "2"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let kernels = |mode: &str| -> Option<u32> {
+        let line = text.lines().find(|l| l.starts_with("elementwise_chain_4096") && l.contains(mode))?;
+        line.split_whitespace().nth(2)?.parse().ok()
+    };
+    assert_eq!((kernels(" fused "), kernels(" unfused ")), (Some(1), Some(30)), "{text}");
+}
+
 #[test]
 fn roofline_measures_only_the_families_and_dtype_asked_for() {
     let out = fusegraph(&["roofline", "--quick", "--kernels", "copy,soft", "--dtype", "f16", "--runs", "2"], None);

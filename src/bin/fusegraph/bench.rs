@@ -201,9 +201,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let device = Device::shared().map_err(|e| e.to_string())?;
     let info = device.info().clone();
     eprintln!("device: {}", device.describe());
-    let all = workloads::all(args.quick);
-    let selected: Vec<Workload> =
-        all.into_iter().filter(|w| args.workload.as_ref().is_none_or(|n| w.name.starts_with(n.as_str()))).collect();
+    let selected: Vec<Workload> = workloads::select(args.workload.as_deref(), args.quick);
     if selected.is_empty() {
         return Err(format!(
             "bench: no workload matches `{}` (have: {})",

@@ -20,7 +20,9 @@ commands:
                    executable's slowest kernels, timed one by one; --fused-attention
                    compiles the fused mode with attention in one kernel (no scores stored);
                    --mixed-precision compiles it with f16 storage and f32 sums (fused and
-                   unfused then agree within f16 tolerance)
+                   unfused then agree within f16 tolerance); --workload takes the workloads
+                   whose names start with NAME, else a micro workload at the sizes NAME
+                   gives (see ir)
   roofline [--quick] [--json PATH] [--kernels LIST] [--dtype f32|f16] [--runs N]
                    achieved GB/s and GFLOP/s per kernel family next to ceilings measured
                    in the same run (a streaming copy, the best matmul)
@@ -211,8 +213,9 @@ fn ir(args: &[String]) -> Result<(), String> {
         return Err(format!("ir: unknown option `{f}`"));
     }
     let name = args.iter().find(|a| !a.starts_with("--")).ok_or("ir: give a workload NAME")?;
-    let w = workloads::sized(name)
-        .or_else(|| workloads::all(quick).into_iter().find(|w| w.name.starts_with(name.as_str())))
+    let w = workloads::select(Some(name), quick)
+        .into_iter()
+        .next()
         .ok_or_else(|| format!("ir: no workload matches `{name}` (have: {})", workloads::names(quick).join(", ")))?;
     print!("{}", fusegraph::text::print(&w.graph));
     eprintln!("{}: {} nodes", w.name, w.graph.node_ids().len());
