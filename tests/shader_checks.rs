@@ -9,7 +9,7 @@
 mod common;
 
 use common::{run_case, Case, CaseBuilder, Domain};
-use fusegraph::{CompileOptions, DType, Device, DeviceOptions, FusionMode, MatmulTiling};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, ExecutableStats, FusionMode, MatmulTiling};
 use std::sync::Arc;
 
 /// A device with the shader checks `on` or off, and `tiled_attention`.
@@ -30,20 +30,27 @@ fn form(checks: bool) -> &'static str {
     }
 }
 
-/// Runs `cases` under `opts`, collecting failures named by case and `form`.
+/// Runs `cases` under `opts`, collecting failures named by case and `form`, and those
+/// `expect` finds in a run's stats (`None` where they are as expected).
 fn run_all(
     device: &Arc<Device>,
     cases: &[Case],
     opts: &CompileOptions,
     form: &str,
+    expect: impl Fn(&ExecutableStats) -> Option<String>,
     failures: &mut Vec<String>,
 ) -> usize {
     for case in cases {
-        if let Err(e) = run_case(device, case, opts) {
+        if let Err(e) = run_case(device, case, opts).and_then(|stats| expect(&stats).map_or(Ok(()), Err)) {
             failures.push(format!("{} [{form}]: {e}", case.name));
         }
     }
     cases.len()
+}
+
+/// No expectation on the stats.
+fn any(_: &ExecutableStats) -> Option<String> {
+    None
 }
 
 #[test]
@@ -62,10 +69,18 @@ fn every_op_matches_the_reference_with_and_without_shader_checks() {
     for checks in [false, true] {
         let device = device(checks, false);
         let unfused = CompileOptions { fusion: FusionMode::Off, simplify: false, ..Default::default() };
-        ran += run_all(&device, &common::catalog(3), &unfused, &format!("unfused, {}", form(checks)), &mut failures);
+        ran +=
+            run_all(&device, &common::catalog(3), &unfused, &format!("unfused, {}", form(checks)), any, &mut failures);
         let mut fused = common::catalog(5);
         fused.extend(common::composite_cases());
-        ran += run_all(&device, &fused, &CompileOptions::default(), &format!("fused, {}", form(checks)), &mut failures);
+        ran += run_all(
+            &device,
+            &fused,
+            &CompileOptions::default(),
+            &format!("fused, {}", form(checks)),
+            any,
+            &mut failures,
+        );
     }
     eprintln!("{ran} checks, {} failed", failures.len());
     assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
@@ -106,17 +121,11 @@ fn tiled_matmuls_match_the_reference_with_and_without_shader_checks() {
             // lavapipe: the ragged 2-D and the batched, transposed shapes only.
             let heavy = tiling.bm * tiling.bn >= 256;
             let cases = if heavy { &cases[2..4] } else { &cases[..] };
-            for case in cases {
-                ran += 1;
-                let form = format!("{tiling}, {}", form(checks));
-                match run_case(&device, case, &opts) {
-                    Ok(stats) if !stats.kernels.iter().any(|k| k.matmul_tiling == Some(tiling)) => {
-                        failures.push(format!("{} [{form}]: the tiled kernel not taken", case.name))
-                    }
-                    Ok(_) => {}
-                    Err(e) => failures.push(format!("{} [{form}]: {e}", case.name)),
-                }
-            }
+            let took = |stats: &ExecutableStats| {
+                (!stats.kernels.iter().any(|k| k.matmul_tiling == Some(tiling)))
+                    .then(|| "the tiled kernel not taken".to_string())
+            };
+            ran += run_all(&device, cases, &opts, &format!("{tiling}, {}", form(checks)), took, &mut failures);
         }
     }
     eprintln!("{ran} checks, {} failed", failures.len());
@@ -150,16 +159,10 @@ fn fused_attention_matches_the_reference_with_and_without_shader_checks() {
     for (checks, tiled) in [(false, false), (false, true), (true, false), (true, true)] {
         let device = device(checks, tiled);
         let form = format!("{}, {}", if tiled { "tiled" } else { "one key at a time" }, form(checks));
-        for case in &cases {
-            ran += 1;
-            match run_case(&device, case, &opts) {
-                Ok(stats) if stats.kernels.len() != 1 => {
-                    failures.push(format!("{} [{form}]: {} kernels, not one", case.name, stats.kernels.len()))
-                }
-                Ok(_) => {}
-                Err(e) => failures.push(format!("{} [{form}]: {e}", case.name)),
-            }
-        }
+        let one = |stats: &ExecutableStats| {
+            (stats.kernels.len() != 1).then(|| format!("{} kernels, not one", stats.kernels.len()))
+        };
+        ran += run_all(&device, &cases, &opts, &form, one, &mut failures);
     }
     assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
 }
