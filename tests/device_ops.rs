@@ -400,3 +400,119 @@ fn row_kernels_move_vec4s_on_a_cpu_adapter() {
         }
     }
 }
+
+/// f16 on a CPU adapter: loop kernels read and write f16 four elements at a time as pairs of
+/// words, converted by integer operations (`fg_f16x4_from_words`, `fg_f16x4_to_words` in
+/// shaders/helpers.wgsl), in both f16 forms. Bit for bit against the reference, fused (one
+/// kernel) and not, with f16 native and packed: every one of the 65 536 f16 bit patterns
+/// negated and widened to f32 (both exact), and f32 values narrowed to f16 (rounded by the
+/// cast, then stored exactly) at every kind of rounding boundary — each pattern's value, the
+/// midpoint to the next pattern (a tie, to even) and one f32 step either side of it,
+/// subnormals, the overflow at 65 520, f32 subnormals, ±0, ±inf and NaN. 65 534 elements (not a multiple of 4) take the element-wise
+/// forms; the lowering for a CPU adapter is checked to take the words where it can.
+#[test]
+fn f16_moves_as_words_on_a_cpu_adapter() {
+    use fusegraph::crates::passes::partition;
+    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::DType;
+    use half::f16;
+    let next_up = |v: f32| f32::from_bits(if v >= 0.0 { v.to_bits() + 1 } else { v.to_bits() - 1 });
+    let next_down = |v: f32| f32::from_bits(if v > 0.0 { v.to_bits() - 1 } else { v.to_bits() + 1 });
+    for n in [65536usize, 65534] {
+        let xs: Vec<f16> = (0..n).map(|k| f16::from_bits(k as u16)).collect();
+        let mut ys: Vec<f32> = (0..n)
+            .map(|k| {
+                let h = f16::from_bits(k as u16);
+                let up = f16::from_bits((k as u16).wrapping_add(1));
+                if !h.is_finite() || !up.is_finite() || (k & 0x7fff) == 0x7fff {
+                    return h.to_f32();
+                }
+                // The midpoint of two adjacent f16 values has 12 significant bits: exact in f32.
+                let mid = ((h.to_f64() + up.to_f64()) / 2.0) as f32;
+                match k.wrapping_mul(2_654_435_761) >> 9 & 3 {
+                    0 => h.to_f32(),
+                    1 => mid,
+                    2 => next_up(mid),
+                    _ => next_down(mid),
+                }
+            })
+            .collect();
+        let specials = [
+            65519.996,
+            65520.0,
+            -65520.0,
+            65504.0,
+            1e30,
+            -f32::MAX,
+            2.9802322e-8,
+            2.9802326e-8,
+            1e-8,
+            1e-40,
+            -1e-40,
+            6.1035156e-5,
+            6.103515e-5,
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1.0,
+            -2.5,
+        ];
+        ys[..specials.len()].copy_from_slice(&specials);
+        let x = HostTensor::new(vec![n], xs).unwrap();
+        let y = HostTensor::new(vec![n], ys).unwrap();
+        let b = fusegraph::GraphBuilder::new();
+        let xi = b.input("x", DType::F16, vec![n]).unwrap();
+        let yi = b.input("y", DType::F32, vec![n]).unwrap();
+        let outs = [xi.neg().unwrap().id(), xi.cast(DType::F32).unwrap().id(), yi.cast(DType::F16).unwrap().id()];
+        let g = b.graph();
+        let feeds: BTreeMap<String, HostTensor> = [("x".to_string(), x.clone()), ("y".to_string(), y.clone())].into();
+        let want = evaluate(&g, &outs, &feeds, &BTreeMap::new()).unwrap();
+        let bits = |t: &HostTensor| -> Vec<u32> {
+            match t.dtype() {
+                DType::F16 => t
+                    .as_slice::<f16>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| if v.is_nan() { u32::MAX } else { v.to_bits() as u32 })
+                    .collect(),
+                _ => t
+                    .as_slice::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| if v.is_nan() { u32::MAX } else { v.to_bits() })
+                    .collect(),
+            }
+        };
+        for (form, device) in devices() {
+            for fusion in [FusionMode::On, FusionMode::Off] {
+                let exe = device.compile(&g, &outs, &CompileOptions { fusion, ..Default::default() }).unwrap();
+                let got = exe.run(&[("x", &x), ("y", &y)]).unwrap();
+                for (o, (gv, wv)) in got.iter().zip(&want).enumerate() {
+                    let (gb, wb) = (bits(gv), bits(wv));
+                    let bad: Vec<String> = (0..n)
+                        .filter(|&i| gb[i] != wb[i])
+                        .take(5)
+                        .map(|i| {
+                            format!("[{i}] x {:#06x} y {:e}: got {:#x}, want {:#x}", i, y.to_f64()[i], gb[i], wb[i])
+                        })
+                        .collect();
+                    assert!(bad.is_empty(), "n {n}, {form}, {fusion:?}, output {o}: {}", bad.join("; "));
+                }
+            }
+        }
+        // Two kernels: the outputs of x, and the cast of y (they share no input).
+        let kernels = partition(&g, &outs, FusionMode::On).unwrap();
+        assert_eq!(kernels.len(), 2);
+        for f16_native in [true, false] {
+            let opts =
+                LowerOptions { f16_native, cpu: true, subgroups: false, subgroup_size: None, ..Default::default() };
+            let wgsl: Vec<String> = kernels.iter().map(|k| lower(&g, k, &opts).wgsl).collect();
+            let wgsl = wgsl.join("\n");
+            let words = wgsl.contains("fg_f16x4_from_words(b0[")
+                && wgsl.matches("] = fg_f16x4_to_words(vec4<f32>(").count() == 2;
+            assert_eq!(words, n % 4 == 0, "n {n}, f16 native {f16_native}:\n{wgsl}");
+        }
+    }
+}

@@ -126,6 +126,37 @@ pub(crate) fn packed_f16(dtype: DType, opts: &LowerOptions) -> bool {
     dtype == DType::F16 && !opts.f16_native
 }
 
+/// Whether an f16 binding that a loop or row kernel reads or writes four adjacent elements
+/// at a time (its quads: see [`quad_view`]) is declared as pairs of `u32` words and
+/// converted by integer operations (`fg_f16x4_from_words`, `fg_f16x4_to_words` in
+/// shaders/helpers.wgsl), native f16 or not: on a CPU adapter, whose own f16 conversions
+/// are slower than the copy they convert (lavapipe, 16 Mi elements: an f16 copy through
+/// `vec4<f16>` 32–37 ms, through words 20–24 ms, an f32 copy 23 ms).
+pub(crate) fn f16_words(dtype: DType, opts: &LowerOptions) -> bool {
+    dtype == DType::F16 && opts.cpu
+}
+
+/// The element type of a binding read and written in quads: `vec4` of its storage type, or
+/// a pair of words for f16 on a CPU adapter (see [`f16_words`]).
+fn quad_elem(dtype: DType, opts: &LowerOptions) -> String {
+    if f16_words(dtype, opts) {
+        "vec2<u32>".to_string()
+    } else {
+        format!("vec4<{}>", storage_elem(dtype, opts))
+    }
+}
+
+/// The quad of a binding of `dtype` that stores the four values `values` (WGSL expressions
+/// of the values' computed type).
+fn quad_value(dtype: DType, opts: &LowerOptions, values: &[String]) -> String {
+    if f16_words(dtype, opts) {
+        format!("fg_f16x4_to_words(vec4<f32>({}))", values.join(", "))
+    } else {
+        let stored: Vec<String> = values.iter().map(|v| store_value(dtype, v)).collect();
+        format!("vec4<{}>({})", storage_elem(dtype, opts), stored.join(", "))
+    }
+}
+
 /// Code-generation choices that do not depend on the adapter; the default is the fast code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Strategy {
@@ -214,6 +245,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     // So does a row kernel with one invocation per row on a CPU adapter, where it can.
     let row_vec4 = row_quads(g, kernel, &bindings, &regs, opts);
     // The subgroup matmul reads its operands' bindings as vec4s, and may write its output so.
+    let quads = |node: NodeId| [&loop_vec4, &row_vec4].iter().any(|v| v.as_ref().is_some_and(|v| v.contains(&node)));
     let vec4 = |node: NodeId| {
         subgroup.as_ref().is_some_and(|p| [&p.lhs, &p.rhs].iter().any(|v| v.as_ref().is_some_and(|v| v.leaf == node)))
             || subgroup.is_none()
@@ -224,9 +256,10 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
                     (Some(t), None) => crate::matmul::tiled_vec4_store(g, t, opts),
                     (None, _) => false,
                 }
-            || loop_vec4.as_ref().is_some_and(|v| v.contains(&node))
-            || row_vec4.as_ref().is_some_and(|v| v.contains(&node))
+            || quads(node)
     };
+    // f16 quads on a CPU adapter: pairs of words (see `f16_words`).
+    let words = |node: NodeId| quads(node) && f16_words(g.ty(node).dtype, opts);
 
     let mut body = String::new();
     // `fg_tK(q)`: vec4 `q` of texture binding K, after the declarations.
@@ -245,7 +278,9 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
             );
             continue;
         }
-        let elem = if b.output && packed_f16(dt, opts) && matches!(kernel.kind, KernelKind::Row { .. }) {
+        let elem = if words(b.node) {
+            &quad_elem(dt, opts)
+        } else if b.output && packed_f16(dt, opts) && matches!(kernel.kind, KernelKind::Row { .. }) {
             // Rows write single halves of shared words from different workgroups.
             "atomic<u32>"
         } else if vec4(b.node) {
@@ -259,7 +294,9 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     body.push('\n');
     for (k, b) in bindings.iter().enumerate().filter(|(_, b)| !b.output) {
         let dt = g.ty(b.node).dtype;
-        let load = if packed_f16(dt, opts) {
+        let load = if words(b.node) {
+            format!("unpack2x16float(b{k}[i >> 2u][(i >> 1u) & 1u])[i & 1u]")
+        } else if packed_f16(dt, opts) {
             format!("select(unpack2x16float(b{k}[i >> 1u]).x, unpack2x16float(b{k}[i >> 1u]).y, (i & 1u) == 1u)")
         } else if b.texture {
             load_value(dt, &format!("fg_t{k}(i >> 2u)[i & 3u]"))
@@ -688,7 +725,9 @@ fn loop_parts(
     let mut parts = Vec::new();
     for &(k, b) in &outs {
         let ty = g.ty(b.node);
-        if packed_f16(ty.dtype, opts) || ty.shape.numel() as u64 != n {
+        // A packed output only as whole words: in quads (see `f16_words`).
+        let quads = opts.cpu && n.is_multiple_of(4) && CPU_INTERLEAVE == 4;
+        if (packed_f16(ty.dtype, opts) && !quads) || ty.shape.numel() as u64 != n {
             return None;
         }
         let region = &regions.iter().find(|(o, _)| *o == b.node)?.1;
@@ -720,7 +759,8 @@ fn quad_view(g: &Graph, kernel: &Kernel, opts: &LowerOptions, stmt: &RegionStmt)
         && last.is_multiple_of(4)
         && view.offset.is_multiple_of(4)
         && outer.iter().all(|s| s.is_multiple_of(4));
-    (aligned && leaf.shape.numel().is_multiple_of(4) && vec4_storage(leaf.dtype, opts)).then_some(view)
+    let storage = vec4_storage(leaf.dtype, opts) || f16_words(leaf.dtype, opts);
+    (aligned && leaf.shape.numel().is_multiple_of(4) && storage).then_some(view)
 }
 
 /// The binding index (a WGSL expression) of element `i` of a value of shape `dims` seen
@@ -787,7 +827,7 @@ fn vec4_loop(
     }
     let mut nodes: Vec<NodeId> = Vec::new();
     for (_, node, dtype, stmts) in &parts {
-        if vec4_storage(*dtype, opts) {
+        if vec4_storage(*dtype, opts) || f16_words(*dtype, opts) {
             nodes.push(*node);
         }
         for leaf in quad_leaves(g, kernel, opts, stmts) {
@@ -825,6 +865,10 @@ fn interleaved_main(
 ) -> Option<(String, u64)> {
     let (n, parts) = loop_parts(g, bindings, regions, opts)?;
     let vec4 = vec4.filter(|_| ilp == 4 && n % 4 == 0);
+    // A packed output is written in whole words, by quads only.
+    if vec4.is_none() && parts.iter().any(|(_, _, dtype, _)| packed_f16(*dtype, opts)) {
+        return None;
+    }
     // All outputs have one length, so element `i` of a value is the same in every region:
     // a value read or a member shared by several regions is loaded or computed once.
     let stmts = merged_stmts(parts.iter().map(|(.., stmts)| stmts.as_slice()));
@@ -844,11 +888,12 @@ fn interleaved_main(
     // shares the element with (a parameter updated in place) cannot change what another
     // output reads.
     for (k, node, dtype, _) in &parts {
-        let values: Vec<String> = (0..ilp).map(|u| store_value(*dtype, &format!("x{}_{u}", node.index()))).collect();
+        let raw: Vec<String> = (0..ilp).map(|u| format!("x{}_{u}", node.index())).collect();
         if quad(*node) {
-            let _ = writeln!(main, "        b{k}[t] = vec4<{}>({});", storage_elem(*dtype, opts), values.join(", "));
+            let _ = writeln!(main, "        b{k}[t] = {};", quad_value(*dtype, opts, &raw));
             continue;
         }
+        let values: Vec<String> = raw.iter().map(|v| store_value(*dtype, v)).collect();
         for (u, v) in values.iter().enumerate() {
             if vec4.is_some() {
                 let _ = writeln!(main, "        b{k}[i_{u}] = {v};");
@@ -908,10 +953,14 @@ fn emit_elements(main: &mut String, g: &Graph, stmts: &[&RegionStmt], ilp: usize
             let k = q.bindings.iter().position(|b| b.node == view.leaf).expect("a vec4 is read from a binding");
             let at = view_index(&view, g.ty(node).shape.dims(), "i_0");
             let at = if at.contains(" + ") { format!("({at})") } else { at };
-            let _ = writeln!(main, "{indent}let vq{} = b{k}[{at} >> 2u];", node.index());
+            let dtype = g.ty(view.leaf).dtype;
+            let quad = format!("b{k}[{at} >> 2u]");
+            let quad = if f16_words(dtype, q.opts) { format!("fg_f16x4_from_words({quad})") } else { quad };
+            let _ = writeln!(main, "{indent}let vq{} = {quad};", node.index());
             let name = if matches!(stmt, RegionStmt::Read(_)) { "y" } else { "x" };
             for u in 0..ilp {
-                let v = load_value(g.ty(view.leaf).dtype, &format!("vq{}[{u}u]", node.index()));
+                let v = format!("vq{}[{u}u]", node.index());
+                let v = if f16_words(dtype, q.opts) { v } else { load_value(dtype, &v) };
                 let _ = writeln!(main, "{indent}let {name}{}_{u} = {v};", node.index());
             }
             continue;
@@ -1148,7 +1197,8 @@ fn row_quads(
     }
     let mut nodes = quad_leaves(g, kernel, opts, &stmts);
     for b in bindings.iter().filter(|b| b.output && full_out(b.node)) {
-        if vec4_storage(g.ty(b.node).dtype, opts) && !packed_f16(g.ty(b.node).dtype, opts) {
+        let dtype = g.ty(b.node).dtype;
+        if (vec4_storage(dtype, opts) && !packed_f16(dtype, opts)) || f16_words(dtype, opts) {
             nodes.push(b.node);
         }
     }
@@ -1523,13 +1573,7 @@ fn write_row_outputs(
             let dtype = g.ty(b.node).dtype;
             let values: Vec<String> = (0..4).map(|u| format!("x{}_{u}", b.node.index())).collect();
             if q.quads.vec4.contains(&b.node) {
-                let stored: Vec<String> = values.iter().map(|v| store_value(dtype, v)).collect();
-                let _ = writeln!(
-                    main,
-                    "        b{k}[i_0 >> 2u] = vec4<{}>({});",
-                    storage_elem(dtype, opts),
-                    stored.join(", ")
-                );
+                let _ = writeln!(main, "        b{k}[i_0 >> 2u] = {};", quad_value(dtype, opts, &values));
             } else {
                 for (u, v) in values.iter().enumerate() {
                     row_store(main, *k, dtype, &format!("i_{u}"), v, opts, "        ");
