@@ -18,7 +18,7 @@ fn lm_step(layers: usize) -> TrainStep {
     build_step(&b, &mut params, &fwd, &Adam::new(1e-3), &TrainOptions::default()).expect("builds")
 }
 
-#[divan::bench(args = [2, 4, 8], sample_count = 3, sample_size = 1)]
+#[divan::bench(args = [2, 4, 8, 16, 32], sample_count = 3, sample_size = 1)]
 fn plan_lm_training_step(bencher: divan::Bencher, layers: usize) {
     let step = lm_step(layers);
     bencher.bench(|| step.plan_summary().expect("plans"));

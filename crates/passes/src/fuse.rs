@@ -116,6 +116,10 @@ struct Groups {
     owner: BTreeMap<NodeId, BTreeSet<usize>>,
     /// Each group's kernel as liveness sees it, kept until a change could alter it.
     summaries: RefCell<Vec<Option<Summary>>>,
+    /// `(group, node)`: whether the group stores the node may have changed since its summary
+    /// was taken (a user of the node moved); brought up to date when the summaries are next
+    /// read, without recomputing the rest of the summary.
+    stale: RefCell<Vec<(usize, NodeId)>>,
 }
 
 /// What liveness needs of a kernel: where it sits in graph order, what it stores and reads.
@@ -130,18 +134,22 @@ impl Groups {
     fn singletons(nodes: &[NodeId]) -> Groups {
         let sets = nodes.iter().map(|&n| BTreeSet::from([n])).collect();
         let owner = nodes.iter().enumerate().map(|(i, &n)| (n, BTreeSet::from([i]))).collect();
-        Groups { sets, owner, summaries: RefCell::new(vec![None; nodes.len()]) }
+        Groups { sets, owner, summaries: RefCell::new(vec![None; nodes.len()]), stale: RefCell::new(Vec::new()) }
     }
 
-    /// Forgets the summaries that moving `n` (with `operands`) in or out of group `gi` can
-    /// change: `gi`'s, those of the other groups computing `n` (whether they store it depends
-    /// on where its users are computed), and those of groups computing an operand of `n`.
+    /// Accounts for moving `n` (with `operands`) in or out of group `gi`: forgets `gi`'s
+    /// summary, and marks stale whether the other groups computing `n` store it and whether
+    /// the groups computing an operand of `n` store that operand (each depends on where its
+    /// users are computed; nothing else in their summaries does).
     fn invalidate(&mut self, gi: usize, n: NodeId, operands: &[NodeId]) {
         let s = self.summaries.get_mut();
         s[gi] = None;
+        let stale = self.stale.get_mut();
         for o in std::iter::once(&n).chain(operands) {
             for &k in self.owner.get(o).into_iter().flatten() {
-                s[k] = None;
+                if k != gi && s[k].is_some() {
+                    stale.push((k, *o));
+                }
             }
         }
     }
@@ -280,6 +288,28 @@ impl Ctx<'_> {
     /// indexed by node (this runs once per memory-relevant decision).
     fn peak(&self, groups: &Groups) -> u64 {
         let mut cache = groups.summaries.borrow_mut();
+        let mut stale: BTreeMap<NodeId, BTreeSet<usize>> = BTreeMap::new();
+        for (k, x) in groups.stale.borrow_mut().drain(..) {
+            stale.entry(x).or_default().insert(k);
+        }
+        for (x, ks) in stale {
+            // `x` is stored by a group computing it where one of these users is outside it.
+            let needs = self.users_needing_stored(x, groups);
+            for k in ks {
+                // A summary forgotten since, or a node no longer in the group (its removal
+                // forgot the summary), needs nothing.
+                if let (Some(sum), true) = (cache[k].as_mut(), groups.sets[k].contains(&x)) {
+                    let stored = self.output_set.contains(&x) || needs.iter().any(|u| !groups.sets[k].contains(u));
+                    match (sum.outputs.binary_search(&x), stored) {
+                        (Ok(at), false) => {
+                            sum.outputs.remove(at);
+                        }
+                        (Err(at), true) => sum.outputs.insert(at, x),
+                        _ => {}
+                    }
+                }
+            }
+        }
         for (gi, gr) in groups.sets.iter().enumerate() {
             if !gr.is_empty() && cache[gi].is_none() {
                 cache[gi] = Some(self.summary(gr, groups));
@@ -359,22 +389,34 @@ impl Ctx<'_> {
         self.operands.get(&id).map(Vec::as_slice).unwrap_or(&[])
     }
 
+    /// The members a kernel of `members` stores, in node order.
     fn group_outputs(&self, members: &BTreeSet<NodeId>, groups: &Groups) -> Vec<NodeId> {
-        // A member is stored if it is a graph output or some user outside this group (in a
-        // kernel that does not compute it itself) needs it.
-        members
-            .iter()
-            .copied()
-            .filter(|&m| {
-                self.output_set.contains(&m)
-                    || self
-                        .users
-                        .get(&m)
-                        .into_iter()
-                        .flatten()
-                        .any(|&u| !members.contains(&u) && groups.of(u).any(|gi| !groups.sets[gi].contains(&m)))
-            })
-            .collect()
+        members.iter().copied().filter(|&m| self.stored(m, members, groups)).collect()
+    }
+
+    /// Whether a kernel of `members` stores its member `m`: `m` is a graph output, or some
+    /// user outside the kernel needs it from memory (see [`Ctx::reads_stored`]).
+    fn stored(&self, m: NodeId, members: &BTreeSet<NodeId>, groups: &Groups) -> bool {
+        self.output_set.contains(&m)
+            || self
+                .users
+                .get(&m)
+                .into_iter()
+                .flatten()
+                .any(|&u| !members.contains(&u) && self.reads_stored(u, m, groups))
+    }
+
+    /// Whether user `u` of `m` is computed in some kernel that does not compute `m` itself
+    /// (and so reads it from memory).
+    fn reads_stored(&self, u: NodeId, m: NodeId, groups: &Groups) -> bool {
+        groups.of(u).any(|gi| !groups.sets[gi].contains(&m))
+    }
+
+    /// The users of `m` that read it from memory ([`Ctx::reads_stored`]): a kernel computing
+    /// `m` stores it where one of them is outside it.
+    fn users_needing_stored(&self, m: NodeId, groups: &Groups) -> Vec<NodeId> {
+        let users = self.users.get(&m).into_iter().flatten();
+        users.copied().filter(|&u| self.reads_stored(u, m, groups)).collect()
     }
 
     /// Evaluations per element of each member in a loop kernel whose stored members are
@@ -901,25 +943,35 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
     // projections of one input) would lose that.
     let contraction =
         |gr: &BTreeSet<NodeId>| gr.iter().any(|&m| matches!(g.node(m).op, Op::MatMul | Op::Conv2d { .. }));
+    // Pairs found dependent stay so: within this phase a group only grows, or empties when
+    // merged into another (a later pass skips them; the decision is logged again).
+    let mut dependent: BTreeSet<(usize, usize)> = BTreeSet::new();
     let mut changed = true;
     while changed {
         changed = false;
         for i in 0..groups.sets.len() {
             let mut j = i;
+            // Group `i`'s inputs and the groups that compute a member of `i` or read one of
+            // its inputs (the only candidates for sharing something with it), in index order:
+            // kept until `i` grows, since a merge changes no other group after `j` (so the
+            // candidates after `j` and what they compute and read stay the same).
+            let mut near: Option<(BTreeSet<NodeId>, Vec<usize>)> = None;
             loop {
                 if groups.sets[i].is_empty() || contraction(&groups.sets[i]) {
                     break;
                 }
-                // Groups that compute a member of `i` or read one of its inputs: the only
-                // candidates for sharing something with it.
-                let ii = inputs_of(&groups.sets[i]);
-                let near: BTreeSet<usize> = groups.sets[i]
-                    .iter()
-                    .flat_map(|&m| groups.of(m))
-                    .chain(ii.iter().flat_map(|&x| ctx.users(x)).flat_map(|u| groups.of(u)))
-                    .filter(|&k| k > j)
-                    .collect();
-                let Some(&next) = near.iter().find(|&&k| {
+                let (ii, cands) = near.get_or_insert_with(|| {
+                    let ii = inputs_of(&groups.sets[i]);
+                    let cands: BTreeSet<usize> = groups.sets[i]
+                        .iter()
+                        .flat_map(|&m| groups.of(m))
+                        .chain(ii.iter().flat_map(|&x| ctx.users(x)).flat_map(|u| groups.of(u)))
+                        .filter(|&k| k > i)
+                        .collect();
+                    (ii, cands.into_iter().collect())
+                });
+                let after = cands.partition_point(|&k| k <= j);
+                let Some(&next) = cands[after..].iter().find(|&&k| {
                     let gk = &groups.sets[k];
                     !gk.is_empty()
                         && !contraction(gk)
@@ -931,8 +983,22 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                 j = next;
                 let (a, b) = (*groups.sets[i].first().expect("non-empty"), *groups.sets[j].first().expect("non-empty"));
                 let mut decide = |veto: Option<Veto>| decisions.push(SiblingDecision { a, b, veto });
-                if depends(&groups.sets[i], &groups.sets[j]) || depends(&groups.sets[j], &groups.sets[i]) {
+                if dependent.contains(&(i, j))
+                    || depends(&groups.sets[i], &groups.sets[j])
+                    || depends(&groups.sets[j], &groups.sets[i])
+                {
+                    dependent.insert((i, j));
                     decide(Some(Veto::Cycle));
+                    continue;
+                }
+                // Most merges fail on the binding limit: counted on the union before anything
+                // moves (a member's users outside both groups are computed by neither, so
+                // what the union stores is what it would store after the move), so a refusal
+                // leaves every kernel summary valid.
+                let union: BTreeSet<NodeId> = groups.sets[i].union(&groups.sets[j]).copied().collect();
+                let needed = ctx.bindings(&union, &ctx.group_outputs(&union, groups));
+                if needed > ctx.opts.max_bindings {
+                    decide(Some(Veto::TooManyBindings { needed, limit: ctx.opts.max_bindings }));
                     continue;
                 }
                 if ctx.opts.memory_aware && *peak == u64::MAX {
@@ -956,6 +1022,7 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                     }
                 } else {
                     changed = true;
+                    near = None;
                 }
                 decide(veto);
             }
@@ -969,12 +1036,13 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
 fn judge_merge(ctx: &Ctx, groups: &Groups, i: usize, peak: &mut u64) -> Option<Veto> {
     let members = &groups.sets[i];
     let outs = ctx.group_outputs(members, groups);
-    if let Err(v) = ctx.analyze(members, &outs) {
-        return Some(v);
-    }
+    // The binding count first: it is cheap, and most merges that fail fail on it.
     let needed = ctx.bindings(members, &outs);
     if needed > ctx.opts.max_bindings {
         return Some(Veto::TooManyBindings { needed, limit: ctx.opts.max_bindings });
+    }
+    if let Err(v) = ctx.analyze(members, &outs) {
+        return Some(v);
     }
     if ctx.opts.memory_aware {
         let after = ctx.peak(groups);
