@@ -113,7 +113,8 @@ pub struct SiblingDecision {
 /// decision costs what it touches rather than a copy of every group.
 struct Groups {
     sets: Vec<BTreeSet<NodeId>>,
-    owner: BTreeMap<NodeId, BTreeSet<usize>>,
+    /// The groups computing each node, by node index, in ascending order.
+    owner: Vec<Vec<usize>>,
     /// Each group's kernel as liveness sees it, kept until a change could alter it.
     summaries: RefCell<Vec<Option<Summary>>>,
     /// `(group, node)`: whether the group stores the node may have changed since its summary
@@ -131,9 +132,12 @@ struct Summary {
 }
 
 impl Groups {
-    fn singletons(nodes: &[NodeId]) -> Groups {
+    fn singletons(nodes: &[NodeId], index_bound: usize) -> Groups {
         let sets = nodes.iter().map(|&n| BTreeSet::from([n])).collect();
-        let owner = nodes.iter().enumerate().map(|(i, &n)| (n, BTreeSet::from([i]))).collect();
+        let mut owner = vec![Vec::new(); index_bound];
+        for (i, &n) in nodes.iter().enumerate() {
+            owner[n.index()].push(i);
+        }
         Groups { sets, owner, summaries: RefCell::new(vec![None; nodes.len()]), stale: RefCell::new(Vec::new()) }
     }
 
@@ -146,7 +150,7 @@ impl Groups {
         s[gi] = None;
         let stale = self.stale.get_mut();
         for o in std::iter::once(&n).chain(operands) {
-            for &k in self.owner.get(o).into_iter().flatten() {
+            for &k in self.owner.get(o.index()).into_iter().flatten() {
                 if k != gi && s[k].is_some() {
                     stale.push((k, *o));
                 }
@@ -157,20 +161,25 @@ impl Groups {
     fn insert(&mut self, gi: usize, n: NodeId, operands: &[NodeId]) {
         self.invalidate(gi, n, operands);
         self.sets[gi].insert(n);
-        self.owner.entry(n).or_default().insert(gi);
+        let owners = &mut self.owner[n.index()];
+        if let Err(at) = owners.binary_search(&gi) {
+            owners.insert(at, gi);
+        }
     }
 
     fn remove(&mut self, gi: usize, n: NodeId, operands: &[NodeId]) {
         self.invalidate(gi, n, operands);
         self.sets[gi].remove(&n);
-        if let Some(o) = self.owner.get_mut(&n) {
-            o.remove(&gi);
+        if let Some(owners) = self.owner.get_mut(n.index()) {
+            if let Ok(at) = owners.binary_search(&gi) {
+                owners.remove(at);
+            }
         }
     }
 
     /// The groups that compute `n`.
     fn of(&self, n: NodeId) -> impl Iterator<Item = usize> + '_ {
-        self.owner.get(&n).into_iter().flatten().copied()
+        self.owner.get(n.index()).into_iter().flatten().copied()
     }
 }
 
@@ -649,7 +658,8 @@ impl Ctx<'_> {
     /// kernel with the earliest root (last member in graph order) first.
     fn order(&self, ks: &[&Summary]) -> Vec<usize> {
         let mut by_root: Vec<usize> = (0..ks.len()).collect();
-        by_root.sort_by_key(|&i| ks[i].root);
+        // Unique keys (root, then index): an unstable sort gives the stable order.
+        by_root.sort_unstable_by_key(|&i| (ks[i].root, i));
         // Usually every kernel's inputs are stored by kernels with earlier roots; then that
         // order is the one Kahn's algorithm below would pick.
         let mut stored = vec![false; self.index_bound];
@@ -724,7 +734,7 @@ impl Ctx<'_> {
 pub fn fuse(g: &Graph, outputs: &[NodeId], opts: &FusionOptions) -> Result<Fusion> {
     let (ctx, order) = Ctx::new(g, outputs, opts)?;
     let compute: Vec<NodeId> = order.iter().copied().filter(|&n| !is_memory_leaf(&g.node(n).op)).collect();
-    let mut groups = Groups::singletons(&compute);
+    let mut groups = Groups::singletons(&compute, ctx.index_bound);
     let own: BTreeMap<NodeId, usize> = compute.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let mut log = Vec::new();
     let mut peak = if opts.memory_aware { ctx.peak(&groups) } else { 0 };
