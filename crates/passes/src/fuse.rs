@@ -1052,16 +1052,12 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
     decisions
 }
 
-/// The verdict on group `i` just grown by a sibling: one valid kernel within the binding
-/// limit, and no rise of the plan's peak. Updates `peak` on acceptance.
+/// The verdict on group `i` just grown by a sibling (the caller has checked the binding
+/// limit on the union): one valid kernel, and no rise of the plan's peak. Updates `peak` on
+/// acceptance.
 fn judge_merge(ctx: &Ctx, groups: &Groups, i: usize, peak: &mut u64) -> Option<Veto> {
     let members = &groups.sets[i];
     let outs = ctx.group_outputs(members, groups);
-    // The binding count first: it is cheap, and most merges that fail fail on it.
-    let needed = ctx.bindings(members, &outs);
-    if needed > ctx.opts.max_bindings {
-        return Some(Veto::TooManyBindings { needed, limit: ctx.opts.max_bindings });
-    }
     if let Err(v) = ctx.analyze(members, &outs) {
         return Some(v);
     }

@@ -136,6 +136,12 @@ pub(crate) fn f16_words(dtype: DType, opts: &LowerOptions) -> bool {
     dtype == DType::F16 && opts.cpu
 }
 
+/// Whether a binding of `dtype` can be read and written in quads: `vec4`s of its storage
+/// type, or pairs of words for f16 on a CPU adapter (see [`f16_words`]).
+fn quad_storage(dtype: DType, opts: &LowerOptions) -> bool {
+    vec4_storage(dtype, opts) || f16_words(dtype, opts)
+}
+
 /// The element type of a binding read and written in quads: `vec4` of its storage type, or
 /// a pair of words for f16 on a CPU adapter (see [`f16_words`]).
 fn quad_elem(dtype: DType, opts: &LowerOptions) -> String {
@@ -721,12 +727,12 @@ fn loop_parts(
         return None;
     }
     // Every output unpacked and of the same length (the plain form guards each store by
-    // its own length), each with its region.
+    // its own length), each with its region; a packed output only as whole words, in quads
+    // (see `f16_words`).
+    let quads = opts.cpu && n.is_multiple_of(4) && CPU_INTERLEAVE == 4;
     let mut parts = Vec::new();
     for &(k, b) in &outs {
         let ty = g.ty(b.node);
-        // A packed output only as whole words: in quads (see `f16_words`).
-        let quads = opts.cpu && n.is_multiple_of(4) && CPU_INTERLEAVE == 4;
         if (packed_f16(ty.dtype, opts) && !quads) || ty.shape.numel() as u64 != n {
             return None;
         }
@@ -759,8 +765,7 @@ fn quad_view(g: &Graph, kernel: &Kernel, opts: &LowerOptions, stmt: &RegionStmt)
         && last.is_multiple_of(4)
         && view.offset.is_multiple_of(4)
         && outer.iter().all(|s| s.is_multiple_of(4));
-    let storage = vec4_storage(leaf.dtype, opts) || f16_words(leaf.dtype, opts);
-    (aligned && leaf.shape.numel().is_multiple_of(4) && storage).then_some(view)
+    (aligned && leaf.shape.numel().is_multiple_of(4) && quad_storage(leaf.dtype, opts)).then_some(view)
 }
 
 /// The binding index (a WGSL expression) of element `i` of a value of shape `dims` seen
@@ -827,7 +832,7 @@ fn vec4_loop(
     }
     let mut nodes: Vec<NodeId> = Vec::new();
     for (_, node, dtype, stmts) in &parts {
-        if vec4_storage(*dtype, opts) || f16_words(*dtype, opts) {
+        if quad_storage(*dtype, opts) {
             nodes.push(*node);
         }
         for leaf in quad_leaves(g, kernel, opts, stmts) {
@@ -1197,8 +1202,7 @@ fn row_quads(
     }
     let mut nodes = quad_leaves(g, kernel, opts, &stmts);
     for b in bindings.iter().filter(|b| b.output && full_out(b.node)) {
-        let dtype = g.ty(b.node).dtype;
-        if (vec4_storage(dtype, opts) && !packed_f16(dtype, opts)) || f16_words(dtype, opts) {
+        if quad_storage(g.ty(b.node).dtype, opts) {
             nodes.push(b.node);
         }
     }
