@@ -231,7 +231,7 @@ impl Ancestors {
     /// 198 s.
     const MAX_NODES: usize = 40_000;
 
-    fn new(order: &[NodeId], pos: &[usize], operands: &BTreeMap<NodeId, Vec<NodeId>>) -> Option<Ancestors> {
+    fn new(order: &[NodeId], pos: &[usize], operands: &[Vec<NodeId>]) -> Option<Ancestors> {
         let n = order.len();
         if n > Self::MAX_NODES {
             return None;
@@ -244,7 +244,7 @@ impl Ancestors {
         }
         let mut bits = vec![0u64; total];
         for (i, node) in order.iter().enumerate() {
-            for o in &operands[node] {
+            for o in &operands[node.index()] {
                 let j = pos[o.index()];
                 // Operands come earlier in graph order: row `j` is complete, before row `i`,
                 // and no longer than it.
@@ -281,8 +281,9 @@ struct Ctx<'a> {
     /// Strict ancestors of every reachable node, where the graph is small enough to hold them.
     ancestors: Option<Ancestors>,
     /// Operands and live users of every reachable node (the graph sorts edges on each call).
-    operands: BTreeMap<NodeId, Vec<NodeId>>,
-    users: BTreeMap<NodeId, Vec<NodeId>>,
+    /// By node index (empty for nodes not reachable).
+    operands: Vec<Vec<NodeId>>,
+    users: Vec<Vec<NodeId>>,
     opts: &'a FusionOptions,
 }
 
@@ -290,21 +291,27 @@ impl<'a> Ctx<'a> {
     /// The context of fusing what `outputs` need, and those nodes in graph order.
     fn new(g: &'a Graph, outputs: &'a [NodeId], opts: &'a FusionOptions) -> Result<(Ctx<'a>, Vec<NodeId>)> {
         let order = g.reachable(outputs)?;
-        let operands: BTreeMap<NodeId, Vec<NodeId>> = order.iter().map(|&n| (n, g.operands(n))).collect();
-        let mut users: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
-        for (&n, ops) in &operands {
-            for &o in ops {
-                let us = users.entry(o).or_default();
+        let index_bound = order.iter().map(|n| n.index() + 1).max().unwrap_or(0);
+        let mut operands = vec![Vec::new(); index_bound];
+        for &n in &order {
+            operands[n.index()] = g.operands(n);
+        }
+        let mut users: Vec<Vec<NodeId>> = vec![Vec::new(); index_bound];
+        // Users in node order (each node's operands, in node order).
+        let mut by_index = order.clone();
+        by_index.sort_unstable();
+        for &n in &by_index {
+            for &o in &operands[n.index()] {
+                let us = &mut users[o.index()];
                 if us.last() != Some(&n) {
                     us.push(n);
                 }
             }
         }
-        let index_bound = order.iter().map(|n| n.index() + 1).max().unwrap_or(0);
         let mut const_like = BTreeSet::new();
         for &n in &order {
             let op = &g.node(n).op;
-            if !is_memory_leaf(op) && !is_expensive(op) && operands[&n].iter().all(|o| const_like.contains(o)) {
+            if !is_memory_leaf(op) && !is_expensive(op) && operands[n.index()].iter().all(|o| const_like.contains(o)) {
                 const_like.insert(n);
             }
         }
@@ -464,7 +471,7 @@ impl Ctx<'_> {
     }
 
     fn users(&self, id: NodeId) -> Vec<NodeId> {
-        self.users.get(&id).cloned().unwrap_or_default()
+        self.users.get(id.index()).cloned().unwrap_or_default()
     }
 
     /// Storage bindings of a kernel of `members` storing `outs`: its inputs plus outputs.
@@ -475,7 +482,7 @@ impl Ctx<'_> {
     }
 
     fn operands(&self, id: NodeId) -> &[NodeId] {
-        self.operands.get(&id).map(Vec::as_slice).unwrap_or(&[])
+        self.operands.get(id.index()).map(Vec::as_slice).unwrap_or(&[])
     }
 
     /// The members a kernel of `members` stores, in node order.
@@ -504,7 +511,7 @@ impl Ctx<'_> {
         std::cell::RefMut::map(cache, |c| {
             c[m.index()]
                 .get_or_insert_with(|| {
-                    let users = self.users.get(&m).into_iter().flatten();
+                    let users = self.users.get(m.index()).into_iter().flatten();
                     users.copied().filter(|&u| self.reads_stored(u, m, groups)).collect()
                 })
                 .as_mut_slice()
