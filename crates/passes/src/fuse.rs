@@ -751,56 +751,85 @@ impl Ctx<'_> {
         let mut by_root: Vec<usize> = (0..ks.len()).collect();
         // Unique keys (root, then index): an unstable sort gives the stable order.
         by_root.sort_unstable_by_key(|&i| (ks[i].root, i));
-        // Usually every kernel's inputs are stored by kernels with earlier roots; then that
-        // order is the one Kahn's algorithm below would pick.
-        let mut stored = vec![false; self.index_bound];
-        let in_root_order = by_root.iter().all(|&i| {
-            let ready = ks[i].inputs.iter().all(|v| stored[v.index()] || self.info[v.index()].leaf);
-            for o in &ks[i].outputs {
-                stored[o.index()] = true;
-            }
-            ready
-        });
-        if in_root_order {
-            return by_root;
-        }
+        // Kahn's algorithm, taking kernels in root order as they come: usually each one's
+        // inputs are stored by then. One that is not waits until they are, and is then taken
+        // before any later root (it has the smallest rank of all ready kernels), as are the
+        // kernels its outputs release in turn.
         let mut rank = vec![0; ks.len()];
         for (r, &i) in by_root.iter().enumerate() {
             rank[i] = r;
         }
-        // Each kernel waits for one producer of every stored input.
-        let mut waiting: Vec<Vec<usize>> = vec![Vec::new(); self.index_bound];
-        let mut missing: Vec<usize> = vec![0; ks.len()];
-        for (i, k) in ks.iter().enumerate() {
-            for &v in k.inputs.iter().filter(|&&v| !self.info[v.index()].leaf) {
-                waiting[v.index()].push(i);
-                missing[i] += 1;
-            }
+        struct Kahn<'k> {
+            ks: &'k [&'k Summary],
+            by_root: Vec<usize>,
+            rank: Vec<usize>,
+            stored: Vec<bool>,
+            /// Kernels waiting for a value, and how many values each still waits for.
+            waiting: BTreeMap<NodeId, Vec<usize>>,
+            missing: Vec<usize>,
+            /// Waiting kernels whose inputs are all stored now, by rank.
+            released: BinaryHeap<Reverse<usize>>,
+            taken: Vec<bool>,
+            order: Vec<usize>,
         }
-        let mut ready: BinaryHeap<Reverse<usize>> =
-            (0..ks.len()).filter(|&i| missing[i] == 0).map(|i| Reverse(rank[i])).collect();
-        let mut taken = vec![false; ks.len()];
-        let mut order = Vec::with_capacity(ks.len());
-        while order.len() < ks.len() {
-            // A kernel whose inputs no kernel produces cannot happen in a valid grouping; take
-            // the earliest remaining one rather than loop forever.
-            let i = match ready.pop() {
-                Some(Reverse(r)) if !taken[by_root[r]] => by_root[r],
-                Some(_) => continue,
-                None => *by_root.iter().find(|&&i| !taken[i]).expect("a kernel remains"),
-            };
-            taken[i] = true;
-            for o in &ks[i].outputs {
-                for w in std::mem::take(&mut waiting[o.index()]) {
-                    missing[w] -= 1;
-                    if missing[w] == 0 {
-                        ready.push(Reverse(rank[w]));
+        impl Kahn<'_> {
+            /// Takes kernel `i`, then every kernel that releases.
+            fn take(&mut self, i: usize) {
+                let mut next = Some(i);
+                while let Some(i) = next {
+                    if std::mem::replace(&mut self.taken[i], true) {
+                        // Taken while still waiting (see below), released since.
+                        next = self.released.pop().map(|Reverse(r)| self.by_root[r]);
+                        continue;
                     }
+                    self.order.push(i);
+                    for o in &self.ks[i].outputs {
+                        if !std::mem::replace(&mut self.stored[o.index()], true) {
+                            for w in self.waiting.remove(o).unwrap_or_default() {
+                                self.missing[w] -= 1;
+                                if self.missing[w] == 0 {
+                                    self.released.push(Reverse(self.rank[w]));
+                                }
+                            }
+                        }
+                    }
+                    next = self.released.pop().map(|Reverse(r)| self.by_root[r]);
                 }
             }
-            order.push(i);
         }
-        order
+        let mut k = Kahn {
+            ks,
+            by_root,
+            rank,
+            stored: vec![false; self.index_bound],
+            waiting: BTreeMap::new(),
+            missing: vec![0; ks.len()],
+            released: BinaryHeap::new(),
+            taken: vec![false; ks.len()],
+            order: Vec::with_capacity(ks.len()),
+        };
+        let mut deferred = Vec::new();
+        for r in 0..ks.len() {
+            let i = k.by_root[r];
+            let absent: Vec<NodeId> =
+                ks[i].inputs.iter().copied().filter(|v| !self.info[v.index()].leaf && !k.stored[v.index()]).collect();
+            if absent.is_empty() {
+                k.take(i);
+            } else {
+                k.missing[i] = absent.len();
+                for v in absent {
+                    k.waiting.entry(v).or_default().push(i);
+                }
+                deferred.push(i);
+            }
+        }
+        // A kernel whose inputs no kernel stores cannot happen in a valid grouping; take the
+        // earliest one left rather than drop it.
+        while k.order.len() < ks.len() {
+            let i = *deferred.iter().find(|&&i| !k.taken[i]).expect("a kernel remains");
+            k.take(i);
+        }
+        k.order
     }
 
     /// The kernels of `groups` in execution order ([`Ctx::order`]).
@@ -1200,6 +1229,82 @@ mod tests {
         // Both answers occur, so the agreement means something.
         assert!(reached > checks / 10 && reached < checks * 9 / 10, "{reached} of {checks}");
     }
+    /// Kahn's algorithm as written before the root-order walk: every kernel in a heap by
+    /// rank once all its inputs are stored; the earliest kernel left when none is ready.
+    fn heap_order(ctx: &Ctx, ks: &[&Summary]) -> Vec<usize> {
+        let mut by_root: Vec<usize> = (0..ks.len()).collect();
+        by_root.sort_unstable_by_key(|&i| (ks[i].root, i));
+        let mut rank = vec![0; ks.len()];
+        for (r, &i) in by_root.iter().enumerate() {
+            rank[i] = r;
+        }
+        let mut waiting: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
+        let mut missing = vec![0; ks.len()];
+        for (i, k) in ks.iter().enumerate() {
+            for &v in k.inputs.iter().filter(|v| !ctx.info[v.index()].leaf) {
+                waiting.entry(v).or_default().push(i);
+                missing[i] += 1;
+            }
+        }
+        let mut ready: BinaryHeap<Reverse<usize>> =
+            (0..ks.len()).filter(|&i| missing[i] == 0).map(|i| Reverse(rank[i])).collect();
+        let mut taken = vec![false; ks.len()];
+        let mut order = Vec::new();
+        while order.len() < ks.len() {
+            let i = match ready.pop() {
+                Some(Reverse(r)) if !taken[by_root[r]] => by_root[r],
+                Some(_) => continue,
+                None => *by_root.iter().find(|&&i| !taken[i]).expect("a kernel remains"),
+            };
+            taken[i] = true;
+            for o in &ks[i].outputs {
+                for w in waiting.remove(o).unwrap_or_default() {
+                    missing[w] -= 1;
+                    if missing[w] == 0 {
+                        ready.push(Reverse(rank[w]));
+                    }
+                }
+            }
+            order.push(i);
+        }
+        order
+    }
+
+    #[test]
+    fn kernel_order_is_kahns() {
+        // Random kernels over a random graph's values: roots anywhere (shared too), inputs
+        // stored by kernels with later roots, by none, or by a kernel waiting for this one.
+        let mut rng = XorShift::new(5);
+        let opts = FusionOptions::default();
+        let mut out_of_root_order = 0;
+        for k in 0..200 {
+            let (g, outs) = random_graph(&mut rng, 30 + k % 40);
+            let (ctx, order) = Ctx::new(&g, &outs, &opts).expect("valid graph");
+            let n = 2 + rng.below(12);
+            let ks: Vec<Summary> = (0..n)
+                .map(|_| {
+                    let pick = |rng: &mut XorShift, count: usize| {
+                        let mut v: Vec<NodeId> = (0..count).map(|_| order[rng.below(order.len())]).collect();
+                        v.sort();
+                        v.dedup();
+                        v
+                    };
+                    let (o, i) = (1 + rng.below(3), rng.below(4));
+                    let (outputs, inputs) = (pick(&mut rng, o), pick(&mut rng, i));
+                    let inputs = inputs.into_iter().filter(|i| !outputs.contains(i)).collect();
+                    Summary { root: rng.below(order.len()), outputs, inputs }
+                })
+                .collect();
+            let refs: Vec<&Summary> = ks.iter().collect();
+            let got = ctx.order(&refs);
+            let mut by_root: Vec<usize> = (0..n).collect();
+            by_root.sort_by_key(|&i| (ks[i].root, i));
+            out_of_root_order += usize::from(got != by_root);
+            assert_eq!(got, heap_order(&ctx, &refs), "case {k}");
+        }
+        assert!(out_of_root_order > 50, "{out_of_root_order} of 200 cases leave root order");
+    }
+
     #[test]
     fn incremental_peak_agrees_with_the_sweep() {
         // Random groupings reached by the pass's own kinds of move (a producer into every
