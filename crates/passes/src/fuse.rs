@@ -1066,8 +1066,10 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
     // Whether `b` reads (through any path) a value of `a`; nodes before `a`'s first member in
     // graph order cannot lead there.
     let depends = |a: &BTreeSet<NodeId>, b: &BTreeSet<NodeId>| -> bool {
-        let inputs = inputs_of(b);
-        inputs.iter().any(|x| a.contains(x)) || ctx.reaches_any(inputs.into_iter().collect(), a)
+        // `b`'s inputs (repeats do no harm).
+        let inputs: Vec<NodeId> =
+            b.iter().flat_map(|&m| ctx.operands(m).iter().copied()).filter(|o| !b.contains(o)).collect();
+        inputs.iter().any(|x| a.contains(x)) || ctx.reaches_any(inputs, a)
     };
     // Contraction kernels lower to a tiled kernel with one output; merging two (q, k, v
     // projections of one input) would lose that.
@@ -1092,13 +1094,15 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                 }
                 let (ii, cands) = near.get_or_insert_with(|| {
                     let ii = inputs_of(&groups.sets[i]);
-                    let cands: BTreeSet<usize> = groups.sets[i]
+                    let mut cands: Vec<usize> = groups.sets[i]
                         .iter()
                         .flat_map(|&m| groups.of(m))
-                        .chain(ii.iter().flat_map(|&x| ctx.users(x)).flat_map(|u| groups.of(u)))
+                        .chain(ii.iter().flat_map(|&x| ctx.users[x.index()].iter()).flat_map(|&u| groups.of(u)))
                         .filter(|&k| k > i)
                         .collect();
-                    (ii, cands.into_iter().collect())
+                    cands.sort_unstable();
+                    cands.dedup();
+                    (ii, cands)
                 });
                 let after = cands.partition_point(|&k| k <= j);
                 let Some(&next) = cands[after..].iter().find(|&&k| {
