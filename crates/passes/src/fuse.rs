@@ -352,8 +352,9 @@ impl Ctx<'_> {
     /// The peak of live bytes of the kernels `groups` form, run in [`Ctx::order`]: what
     /// [`liveness::intervals`] and [`liveness::peak_live_bytes`] give for those kernels. This
     /// runs once per memory-relevant decision: the summaries of changed groups are brought up
-    /// to date and their live ranges moved in [`LivePeak`]; only when the kernels do not run
-    /// in root order is the plan swept ([`Ctx::swept_peak`]).
+    /// to date and their live ranges moved in [`LivePeak`]; only where that cannot place the
+    /// kernels (two share a root, or the grouping is not valid) is the plan swept
+    /// ([`Ctx::swept_peak`]).
     fn peak(&self, groups: &Groups) -> u64 {
         let mut cache = groups.summaries.borrow_mut();
         let mut changed = std::mem::take(&mut *groups.changed.borrow_mut());
@@ -1312,8 +1313,9 @@ mod tests {
     #[test]
     fn incremental_peak_agrees_with_the_sweep() {
         // Random groupings reached by the pass's own kinds of move (a producer into every
-        // group of one user, duplicated or not; two groups merged) on random graphs: after
-        // each, the peak kept up to date must equal a sweep over freshly taken summaries.
+        // group of one user, duplicated or not; two groups merged, which makes kernels wait
+        // for later roots, or for each other) on random graphs: after each, the peak kept up
+        // to date must equal a sweep over freshly taken summaries.
         let mut rng = XorShift::new(11);
         let opts = FusionOptions::default();
         let (mut answered, mut swept) = (0, 0);

@@ -1,19 +1,29 @@
 //! The fusion pass's peak of live bytes, kept up to date as kernels change instead of swept
 //! from scratch per decision (a training step's fusion asks thousands of times).
 //!
-//! Kernels are placed at their *root* (the graph position of their last member). While that
-//! order is a valid execution order — every value a kernel reads is stored by a kernel with
-//! an earlier root, or is a memory leaf — and no two kernels share a root, the kernels run in
-//! root order ([`super::Ctx::order`] picks it then), and each value's live range is an
-//! interval of positions: from its first producer (position 0 for a leaf) to its last
-//! reader (the end for a graph output). The peak over kernel steps is then the largest sum
-//! of live bytes over all positions: a position without a kernel holds a subset of what
-//! the next kernel's position holds. Those sums sit in a segment tree (range add, global
-//! max), so a change costs its values' ranges, not the plan. When the order is not root
-//! order, [`LivePeak::peak`] says so and the caller sweeps.
+//! [`super::Ctx::order`] runs kernels by Kahn's algorithm, the ready kernel with the
+//! earliest *root* (the graph position of its last member) first. Mostly that is root order:
+//! each kernel's inputs are stored by kernels with earlier roots. A kernel that reads a value
+//! first stored by a kernel with a later root (sibling merges make these) *waits*: it runs
+//! right after the kernel that releases it, before any later root, in a *block* with the
+//! other kernels that one releases. So every kernel has a *slot*: `root · SLOTS` if it runs in
+//! root order, `t · SLOTS + j` if it waits for the block of the kernel with root `t`, as the
+//! `j`th of that block. Each value's live range is an interval of slots, from its first
+//! producer (0 for a leaf) to its last reader (the end for a graph output), and the peak over
+//! kernel steps is the largest sum of live bytes over all slots (a slot without a kernel
+//! holds a subset of what the next kernel's slot holds). Those sums sit in a segment tree
+//! (range add, global max): a change costs the ranges of the values it touches, and the
+//! waiting kernels are found from the values read before they are stored. Where two kernels
+//! share a root, a block outgrows its slots, or kernels wait on each other (no valid
+//! grouping does), [`LivePeak::peak`] says so and the caller sweeps.
 
 use super::Summary;
 use fusegraph_ir::NodeId;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Slots per graph position: a kernel in root order and up to `SLOTS - 1` kernels waiting
+/// for it (a training step's largest block holds 13).
+const SLOTS: usize = 32;
 
 /// What liveness needs of one value, by node index.
 #[derive(Clone, Copy, Debug, Default)]
@@ -38,14 +48,20 @@ pub(super) struct LivePeak {
     producers: Vec<Vec<(usize, usize)>>,
     /// The kernels reading each value, as sorted `(root, group)`.
     readers: Vec<Vec<(usize, usize)>>,
-    /// Each value's range and bytes as added to the tree.
+    /// The waiting kernels reading each value, as `(slot, group)`.
+    waiting_readers: Vec<Vec<(usize, usize)>>,
+    /// Each value's range (slots) and bytes as added to the tree.
     range: Vec<Option<(usize, usize, u64)>>,
-    /// Values read before any kernel stores them in root order, and their count.
+    /// Values read, in root order, before any kernel stores them.
     early: Vec<bool>,
-    early_count: usize,
-    /// Kernels per root position, and the positions holding more than one.
+    early_values: BTreeSet<NodeId>,
+    /// Kernels per root position (and the last group placed there), and the positions
+    /// holding more than one.
     per_root: Vec<u32>,
+    at_root: Vec<usize>,
     shared_roots: usize,
+    /// The waiting kernels and their slots.
+    waiting: BTreeMap<usize, usize>,
     /// Values whose range may have changed since the last [`LivePeak::peak`].
     touched: Vec<NodeId>,
     is_touched: Vec<bool>,
@@ -59,14 +75,17 @@ impl LivePeak {
             applied: vec![None; groups],
             producers: vec![Vec::new(); values],
             readers: vec![Vec::new(); values],
+            waiting_readers: vec![Vec::new(); values],
             range: vec![None; values],
             early: vec![false; values],
-            early_count: 0,
+            early_values: BTreeSet::new(),
             per_root: vec![0; positions],
+            at_root: vec![usize::MAX; positions],
             shared_roots: 0,
+            waiting: BTreeMap::new(),
             touched: Vec::new(),
             is_touched: vec![false; values],
-            tree: MaxTree::new(positions),
+            tree: MaxTree::new(positions * SLOTS),
         }
     }
 
@@ -76,6 +95,7 @@ impl LivePeak {
             return;
         }
         if let Some(old) = self.applied[gi].take() {
+            self.set_slot(gi, &old, None);
             self.place(gi, &old, false);
         }
         if let Some(new) = new {
@@ -84,13 +104,21 @@ impl LivePeak {
         }
     }
 
-    /// Adds (or with `add` false, removes) kernel `s` of group `gi`.
+    fn touch(&mut self, v: NodeId) {
+        if !self.is_touched[v.index()] {
+            self.is_touched[v.index()] = true;
+            self.touched.push(v);
+        }
+    }
+
+    /// Adds (or with `add` false, removes) kernel `s` of group `gi`, in root order.
     fn place(&mut self, gi: usize, s: &Summary, add: bool) {
         let key = (s.root, gi);
         let count = &mut self.per_root[s.root];
         if add {
             *count += 1;
             self.shared_roots += usize::from(*count == 2);
+            self.at_root[s.root] = gi;
         } else {
             self.shared_roots -= usize::from(*count == 2);
             *count -= 1;
@@ -105,38 +133,82 @@ impl LivePeak {
                     }
                     _ => unreachable!("kernel {gi} placed twice or removed unplaced"),
                 }
-                if !self.is_touched[v.index()] {
-                    self.is_touched[v.index()] = true;
-                    self.touched.push(*v);
-                }
             }
+        }
+        for v in s.outputs.iter().chain(&s.inputs) {
+            self.touch(*v);
         }
     }
 
-    /// The peak of live bytes of the kernels set, run in root order; `None` when root order
-    /// is not a valid execution order or two kernels share a root.
+    /// Moves kernel `s` of group `gi` to waiting slot `slot` (`None`: back to root order).
+    fn set_slot(&mut self, gi: usize, s: &Summary, slot: Option<usize>) {
+        if let Some(old) = self.waiting.remove(&gi) {
+            for v in &s.inputs {
+                self.waiting_readers[v.index()].retain(|&e| e != (old, gi));
+            }
+        }
+        if let Some(slot) = slot {
+            self.waiting.insert(gi, slot);
+            for v in &s.inputs {
+                self.waiting_readers[v.index()].push((slot, gi));
+            }
+        }
+        for v in s.outputs.iter().chain(&s.inputs) {
+            self.touch(*v);
+        }
+    }
+
+    /// The slot of group `gi`, with root `root`.
+    fn slot(&self, gi: usize, root: usize) -> usize {
+        self.waiting.get(&gi).copied().unwrap_or(root * SLOTS)
+    }
+
+    /// The peak of live bytes of the kernels set, run in [`super::Ctx::order`]; `None` when
+    /// two kernels share a root, a block outgrows its slots, or kernels wait on each other.
     pub fn peak(&mut self, info: &[ValueInfo]) -> Option<u64> {
-        let last = self.per_root.len().saturating_sub(1);
-        for v in std::mem::take(&mut self.touched) {
+        for &v in &self.touched {
             let i = v.index();
-            self.is_touched[i] = false;
-            let (ps, rs, x) = (&self.producers[i], &self.readers[i], info[i]);
-            let early = !x.leaf && rs.first().is_some_and(|r| ps.first().is_none_or(|p| p >= r));
+            let (ps, rs) = (&self.producers[i], &self.readers[i]);
+            let early = !info[i].leaf && rs.first().is_some_and(|r| ps.first().is_none_or(|p| p >= r));
             if early != self.early[i] {
                 self.early[i] = early;
                 if early {
-                    self.early_count += 1;
+                    self.early_values.insert(v);
                 } else {
-                    self.early_count -= 1;
+                    self.early_values.remove(&v);
                 }
             }
+        }
+        let placed = (self.shared_roots == 0).then(|| self.waiting_slots(info)).flatten();
+        if let Some(new) = &placed {
+            let moved: Vec<usize> = self
+                .waiting
+                .iter()
+                .filter(|&(gi, s)| new.get(gi) != Some(s))
+                .map(|(&gi, _)| gi)
+                .chain(new.iter().filter(|&(gi, s)| self.waiting.get(gi) != Some(s)).map(|(&gi, _)| gi))
+                .collect();
+            for gi in moved {
+                let s = self.applied[gi].take().expect("a waiting kernel is placed");
+                self.set_slot(gi, &s, new.get(&gi).copied());
+                self.applied[gi] = Some(s);
+            }
+        }
+        let last = self.per_root.len() * SLOTS - 1;
+        for v in std::mem::take(&mut self.touched) {
+            let i = v.index();
+            self.is_touched[i] = false;
+            let x = info[i];
+            let (ps, rs) = (&self.producers[i], &self.readers[i]);
             let read = x.arena && !rs.is_empty();
             let kept = x.arena && x.output;
             let range = (x.counted && (!ps.is_empty() || read || kept)).then(|| {
-                let start = ps.first().map_or(0, |p| p.0);
+                let start = ps.iter().map(|&(r, p)| self.slot(p, r)).min().unwrap_or(0);
                 let mut end = start;
                 if read {
-                    end = end.max(rs.last().expect("read").0);
+                    let &(r, k) = rs.last().expect("read");
+                    end = end.max(self.slot(k, r));
+                    end = end.max(self.waiting_readers[i].iter().map(|e| e.0).max().unwrap_or(0));
                 }
                 if kept {
                     end = last;
@@ -153,7 +225,80 @@ impl LivePeak {
                 self.range[i] = range;
             }
         }
-        (self.early_count == 0 && self.shared_roots == 0).then(|| self.tree.max().max(0) as u64)
+        placed.map(|_| self.tree.max().max(0) as u64)
+    }
+
+    /// The waiting kernels' slots: which kernels wait, for which block (from the values read
+    /// before they are stored in root order, then the readers of what waiting kernels
+    /// store), and their order within each block (Kahn's, the earliest root first among the
+    /// ready). `None` where the slots cannot say it (see [`LivePeak::peak`]).
+    fn waiting_slots(&self, info: &[ValueInfo]) -> Option<BTreeMap<usize, usize>> {
+        let root = |gi: usize| self.applied[gi].as_ref().expect("placed").root;
+        // The block each waiting kernel runs in (the root of the kernel releasing it).
+        let mut block: BTreeMap<usize, usize> = BTreeMap::new();
+        let t_of = |block: &BTreeMap<usize, usize>, gi: usize| block.get(&gi).copied().unwrap_or_else(|| root(gi));
+        // The block of the first kernel storing `v` (none stores it: it can never be read).
+        let first = |block: &BTreeMap<usize, usize>, v: NodeId| -> Option<usize> {
+            self.producers[v.index()].iter().map(|&(_, p)| t_of(block, p)).min()
+        };
+        let mut work: Vec<usize> = Vec::new();
+        for &v in &self.early_values {
+            let p = first(&block, v)?;
+            work.extend(self.readers[v.index()].iter().take_while(|e| e.0 <= p).map(|e| e.1));
+        }
+        while let Some(k) = work.pop() {
+            let s = self.applied[k].as_ref().expect("placed");
+            let mut need = 0;
+            for &u in s.inputs.iter().filter(|u| !info[u.index()].leaf) {
+                need = need.max(first(&block, u)?);
+            }
+            let t = t_of(&block, k);
+            // A kernel in root order reading what its own block stores waits on itself.
+            if need == s.root && t == s.root {
+                return None;
+            }
+            if need <= t {
+                continue;
+            }
+            block.insert(k, need);
+            for &o in &s.outputs {
+                let p = first(&block, o)?;
+                for &(r, j) in self.readers[o.index()].iter().take_while(|e| e.0 <= p) {
+                    if t_of(&block, j) < p || r == p {
+                        work.push(j);
+                    }
+                }
+            }
+        }
+        // Within each block: its releasing kernel first, then Kahn's order.
+        let mut members: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (&k, &t) in &block {
+            members.entry(t).or_default().push(k);
+        }
+        let mut slots = BTreeMap::new();
+        for (t, mut left) in members {
+            let head = self.at_root[t];
+            if head == usize::MAX || block.contains_key(&head) || left.len() >= SLOTS {
+                return None;
+            }
+            left.sort_by_key(|&k| root(k));
+            let mut taken = BTreeSet::from([head]);
+            for j in 1..=left.len() {
+                // An input is there once a kernel storing it ran: in an earlier block, or in
+                // this one already.
+                let ready = |k: usize| {
+                    let s = self.applied[k].as_ref().expect("placed");
+                    s.inputs.iter().filter(|u| !info[u.index()].leaf).all(|u| {
+                        self.producers[u.index()].iter().any(|&(_, p)| t_of(&block, p) < t || taken.contains(&p))
+                    })
+                };
+                let at = left.iter().position(|&k| ready(k))?;
+                let k = left.remove(at);
+                taken.insert(k);
+                slots.insert(k, t * SLOTS + j);
+            }
+        }
+        Some(slots)
     }
 }
 
