@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Slots per graph position: a kernel in root order and up to `SLOTS - 1` kernels waiting
 /// for it (a training step's largest block holds 13).
-const SLOTS: usize = 32;
+const SLOTS: usize = 16;
 
 /// What liveness needs of one value, by node index.
 #[derive(Clone, Copy, Debug, Default)]
