@@ -142,8 +142,8 @@ struct Summary {
 }
 
 impl Groups {
-    /// One group per node of `nodes`, among `positions` graph positions.
-    fn singletons(nodes: &[NodeId], index_bound: usize, positions: usize) -> Groups {
+    /// One group per node of `nodes`, among `positions` graph positions, with graph `outputs`.
+    fn singletons(nodes: &[NodeId], index_bound: usize, positions: usize, outputs: &[NodeId]) -> Groups {
         let sets = nodes.iter().map(|&n| BTreeSet::from([n])).collect();
         let mut owner = vec![Vec::new(); index_bound];
         for (i, &n) in nodes.iter().enumerate() {
@@ -155,7 +155,7 @@ impl Groups {
             summaries: RefCell::new(vec![None; nodes.len()]),
             stale: RefCell::new(Vec::new()),
             changed: RefCell::new((0..nodes.len()).collect()),
-            live: RefCell::new(LivePeak::new(positions, index_bound, nodes.len())),
+            live: RefCell::new(LivePeak::new(positions, index_bound, nodes.len(), outputs)),
             needing: RefCell::new(vec![None; index_bound]),
         }
     }
@@ -855,7 +855,7 @@ impl Ctx<'_> {
 pub fn fuse(g: &Graph, outputs: &[NodeId], opts: &FusionOptions) -> Result<Fusion> {
     let (ctx, order) = Ctx::new(g, outputs, opts)?;
     let compute: Vec<NodeId> = order.iter().copied().filter(|&n| !is_memory_leaf(&g.node(n).op)).collect();
-    let mut groups = Groups::singletons(&compute, ctx.index_bound, order.len());
+    let mut groups = Groups::singletons(&compute, ctx.index_bound, order.len(), outputs);
     let own: BTreeMap<NodeId, usize> = compute.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let mut log = Vec::new();
     let mut peak = if opts.memory_aware { ctx.peak(&groups) } else { 0 };
@@ -1323,7 +1323,7 @@ mod tests {
             let (g, outs) = random_graph(&mut rng, if k % 2 == 0 { 40 } else { 120 });
             let (ctx, order) = Ctx::new(&g, &outs, &opts).expect("valid graph");
             let compute: Vec<NodeId> = order.iter().copied().filter(|&n| !is_memory_leaf(&g.node(n).op)).collect();
-            let mut groups = Groups::singletons(&compute, ctx.index_bound, order.len());
+            let mut groups = Groups::singletons(&compute, ctx.index_bound, order.len(), &outs);
             for _ in 0..60 {
                 let p = compute[rng.below(compute.len())];
                 let users = ctx.users(p);
@@ -1360,6 +1360,19 @@ mod tests {
                     None => swept += 1,
                 }
             }
+        }
+        // Graph outputs no kernel touches (an input returned as it is) are live all along.
+        let b = fusegraph_ir::GraphBuilder::new();
+        let x = b.input("x", fusegraph_ir::DType::F32, vec![8, 8]).expect("valid input");
+        let y = x.exp().expect("valid op");
+        let g = b.graph();
+        for outs in [vec![x.id()], vec![x.id(), y.id()]] {
+            let (ctx, order) = Ctx::new(&g, &outs, &opts).expect("valid graph");
+            let compute: Vec<NodeId> = order.iter().copied().filter(|&n| !is_memory_leaf(&g.node(n).op)).collect();
+            let groups = Groups::singletons(&compute, ctx.index_bound, order.len(), &outs);
+            let peak = ctx.peak(&groups);
+            assert_eq!(groups.live.borrow_mut().peak(&ctx.info), Some(peak));
+            assert_eq!(peak, 256 * outs.len() as u64, "{outs:?}");
         }
         // Both paths are taken, the kept-up-to-date one often.
         assert!(answered > 400 && swept > 100, "{answered} answered, {swept} swept");

@@ -69,9 +69,11 @@ pub(super) struct LivePeak {
 }
 
 impl LivePeak {
-    /// An empty plan over `positions` graph positions, `values` node indices and `groups`.
-    pub fn new(positions: usize, values: usize, groups: usize) -> LivePeak {
-        LivePeak {
+    /// An empty plan over `positions` graph positions, `values` node indices and `groups`,
+    /// whose graph `outputs` are live to the end whether or not a kernel touches them (an
+    /// input returned as it is).
+    pub fn new(positions: usize, values: usize, groups: usize, outputs: &[NodeId]) -> LivePeak {
+        let mut live = LivePeak {
             applied: vec![None; groups],
             producers: vec![Vec::new(); values],
             readers: vec![Vec::new(); values],
@@ -86,7 +88,11 @@ impl LivePeak {
             touched: Vec::new(),
             is_touched: vec![false; values],
             tree: MaxTree::new(positions * SLOTS),
+        };
+        for &o in outputs {
+            live.touch(o);
         }
+        live
     }
 
     /// Makes group `gi`'s kernel `new` (`None`: the group is empty).
