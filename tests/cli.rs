@@ -166,3 +166,55 @@ fn roofline_measures_only_the_families_and_dtype_asked_for() {
         assert!(err.contains(message) && !err.contains("device:"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn explain_gives_every_fusion_decision() {
+    // Two reductions of x and a third of exp(x), all outputs: one row kernel.
+    let path = std::env::temp_dir().join(format!("fusegraph_explain_{}.ir", std::process::id()));
+    std::fs::write(
+        &path,
+        "%0 = input() {name=\"x\"} : f32[4,64]\n\
+         %1 = reduce(%0) {kind=sum, axes=[1], keep_dims=false} : f32[4]\n\
+         %2 = reduce(%0) {kind=max, axes=[1], keep_dims=false} : f32[4]\n\
+         %3 = exp(%0) : f32[4,64]\n\
+         %4 = mul(%0, %3) : f32[4,64]\n\
+         %5 = reduce(%3) {kind=sum, axes=[1], keep_dims=false} : f32[4]\n",
+    )
+    .unwrap();
+    let file = path.to_str().unwrap();
+    let out = fusegraph(&["explain", file, "--graph"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("%0 = input()"), "{text}");
+    for line in [
+        "1 kernels:",
+        "  kernel 0 (rows of [4, 64] over axes [1]): %1 reduce, %2 reduce, %3 exp, %4 mul, %5 reduce; stores %1 reduce, %2 reduce, %4 mul, %5 reduce",
+        "  %5 reduce: not fused: a graph output (stored anyway)",
+        "  %3 exp: fused into its consumers' kernels",
+        "  %1 reduce and %2 reduce: merged",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing `{line}` in\n{text}");
+    }
+    let bad = fusegraph(&["explain", file, "--frobnicate"], None);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("explain: unknown option `--frobnicate`"));
+    std::fs::remove_file(&path).unwrap();
+
+    // A transformer block: the sibling phase refuses merges that would make a cycle, and
+    // says so once per pair.
+    let ir = fusegraph(&["ir", "transformer", "--quick"], None);
+    assert!(ir.status.success(), "{}", String::from_utf8_lossy(&ir.stderr));
+    let path = std::env::temp_dir().join(format!("fusegraph_explain_tr_{}.ir", std::process::id()));
+    std::fs::write(&path, ir.stdout).unwrap();
+    let out = fusegraph(&["explain", path.to_str().unwrap()], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let cycles: Vec<&str> = text
+        .lines()
+        .filter(|l| l.ends_with("not merged: the kernel would depend on itself through another kernel"))
+        .collect();
+    assert!(!cycles.is_empty(), "{text}");
+    let distinct: std::collections::BTreeSet<&&str> = cycles.iter().collect();
+    assert_eq!(distinct.len(), cycles.len(), "{text}");
+    std::fs::remove_file(&path).unwrap();
+}

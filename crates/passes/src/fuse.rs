@@ -79,7 +79,30 @@ pub enum Veto {
     NoBenefit,
 }
 
-/// One decision of the pass, for tests and `FUSEGRAPH_LOG`.
+impl std::fmt::Display for Veto {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Veto::GraphOutput => write!(f, "a graph output (stored anyway)"),
+            Veto::ReductionIntoReduction => {
+                write!(f, "a reduction would consume another reduction or a contraction in one loop kernel")
+            }
+            Veto::DuplicatesExpensive => write!(f, "an expensive op would be computed in more than one kernel"),
+            Veto::TooManyBindings { needed, limit } => {
+                write!(f, "the kernel would need {needed} storage bindings (the limit is {limit})")
+            }
+            Veto::Cycle => write!(f, "the kernel would depend on itself through another kernel"),
+            Veto::PeakMemory { before, after } => {
+                write!(f, "the plan's peak of live bytes would rise from {before} to {after}")
+            }
+            Veto::RowShape => write!(f, "a reduction's result would be used in a way a row kernel cannot express"),
+            Veto::SecondContraction => write!(f, "a second matmul or convolution would join the kernel"),
+            Veto::Prologue => write!(f, "arithmetic would be recomputed in a matmul, conv or pooling prologue"),
+            Veto::NoBenefit => write!(f, "the cost model estimates no gain"),
+        }
+    }
+}
+
+/// One decision of the pass, for tests and `fusegraph explain`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     /// The producer considered.

@@ -29,6 +29,11 @@ commands:
   dot FILE [--unfused]
                    read a graph in fusegraph's text form, simplify and fuse it (no device
                    needed), and print it as Graphviz DOT with one cluster per kernel
+  explain FILE [--graph]
+                   the same graph's fused kernels and every decision behind them: why each
+                   producer did or did not join its consumers' kernels, which sibling
+                   kernels merged and why others did not (node numbers of the simplified
+                   graph, which --graph prints first)
   wgsl FILE [--unfused] [--cpu] [--f16-native] [--out DIR]
                    the same graph's kernels lowered to WGSL (no device needed) for a GPU
                    without subgroups, or a CPU adapter (--cpu), with f16 storage native or
@@ -138,6 +143,31 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
     Ok(())
 }
 
+/// The graph in fusegraph's text form at the first non-flag argument of `args`, and its
+/// outputs (the nodes nothing uses); `cmd` names the command in errors.
+fn read_graph(cmd: &str, args: &[String]) -> Result<(fusegraph::Graph, Vec<fusegraph::NodeId>), String> {
+    let path =
+        args.iter().find(|a| !a.starts_with("--")).ok_or(format!("{cmd}: give a FILE in fusegraph's text form"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{cmd}: cannot read {path}: {e}"))?;
+    let g = fusegraph::text::parse(&text).map_err(|e| format!("{cmd}: {path}: {e}"))?;
+    let outs = g.node_ids().into_iter().filter(|&n| g.users(n).is_empty()).collect();
+    Ok((g, outs))
+}
+
+/// Writes `text` to stdout; a reader that stopped early (`| head`) is not an error.
+fn emit(text: &str) -> Result<(), String> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("cannot write to stdout: {e}")),
+        _ => Ok(()),
+    }
+}
+
+/// Fusion as `dot`, `wgsl` and `explain` run it: no device, so a binding limit of 32.
+fn fusion_options() -> fusegraph::crates::passes::FusionOptions {
+    fusegraph::crates::passes::FusionOptions { max_bindings: 32, ..Default::default() }
+}
+
 /// The graph in fusegraph's text form at the first non-flag argument of `args`, simplified and
 /// fused (partitioned one op per kernel with `--unfused`), and its kernels; `cmd` names the
 /// command in errors.
@@ -145,26 +175,69 @@ fn read_kernels(
     cmd: &str,
     args: &[String],
 ) -> Result<(fusegraph::Graph, Vec<fusegraph::crates::passes::Kernel>), String> {
-    use fusegraph::crates::passes::{fuse, partition, simplify, FusionMode, FusionOptions};
-    let path =
-        args.iter().find(|a| !a.starts_with("--")).ok_or(format!("{cmd}: give a FILE in fusegraph's text form"))?;
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{cmd}: cannot read {path}: {e}"))?;
-    let mut g = fusegraph::text::parse(&text).map_err(|e| format!("{cmd}: {path}: {e}"))?;
-    // Outputs: the nodes nothing uses.
-    let mut outs: Vec<fusegraph::NodeId> = g.node_ids().into_iter().filter(|&n| g.users(n).is_empty()).collect();
+    use fusegraph::crates::passes::{fuse, partition, simplify, FusionMode};
+    let (mut g, mut outs) = read_graph(cmd, args)?;
     let kernels = if args.iter().any(|a| a == "--unfused") {
         partition(&g, &outs, FusionMode::Off).map_err(|e| e.to_string())?
     } else {
         simplify(&mut g, &mut outs).map_err(|e| e.to_string())?;
-        fuse(&g, &outs, &FusionOptions { max_bindings: 32, ..Default::default() }).map_err(|e| e.to_string())?.kernels
+        fuse(&g, &outs, &fusion_options()).map_err(|e| e.to_string())?.kernels
     };
     Ok((g, kernels))
+}
+
+/// `fusegraph explain FILE [--graph]`: the fused kernels and every decision of the fusion
+/// pass behind them (why each producer did or did not join its consumers' kernels, and each
+/// pair of sibling kernels considered once, with its verdict), by node number in the
+/// simplified graph (`--graph` prints it first).
+fn explain(args: &[String]) -> Result<(), String> {
+    use fusegraph::crates::passes::{fuse, simplify, KernelKind};
+    use std::fmt::Write as _;
+    if let Some(f) = args.iter().find(|a| a.starts_with("--") && *a != "--graph") {
+        return Err(format!("explain: unknown option `{f}`"));
+    }
+    let (mut g, mut outs) = read_graph("explain", args)?;
+    simplify(&mut g, &mut outs).map_err(|e| e.to_string())?;
+    let f = fuse(&g, &outs, &fusion_options()).map_err(|e| e.to_string())?;
+    let mut o = String::new();
+    if args.iter().any(|a| a == "--graph") {
+        o.push_str(&fusegraph::text::print(&g));
+        o.push('\n');
+    }
+    let name = |n: &fusegraph::NodeId| format!("%{} {}", n.index(), g.node(*n).op.name());
+    let list = |ns: &[fusegraph::NodeId]| ns.iter().map(name).collect::<Vec<_>>().join(", ");
+    _ = writeln!(o, "{} kernels:", f.kernels.len());
+    for (i, k) in f.kernels.iter().enumerate() {
+        let kind = match &k.kind {
+            KernelKind::Loop => "loop".to_string(),
+            KernelKind::Row { shape, axes } => format!("rows of {shape:?} over axes {axes:?}"),
+            KernelKind::Attention { .. } => "attention".to_string(),
+        };
+        _ = writeln!(o, "  kernel {i} ({kind}): {}; stores {}", list(&k.members), list(&k.outputs));
+    }
+    _ = writeln!(o, "producers, from the outputs back:");
+    for d in &f.log {
+        match &d.veto {
+            None => _ = writeln!(o, "  {}: fused into its consumers' kernels", name(&d.producer)),
+            Some(v) => _ = writeln!(o, "  {}: not fused: {v}", name(&d.producer)),
+        }
+    }
+    // The sibling phase repeats its passes until nothing merges: each verdict once.
+    let mut seen = std::collections::BTreeSet::new();
+    _ = writeln!(o, "sibling kernels (by first member):");
+    for d in f.siblings.iter().filter(|d| seen.insert((d.a, d.b, d.veto.clone().map(|v| v.to_string())))) {
+        match &d.veto {
+            None => _ = writeln!(o, "  {} and {}: merged", name(&d.a), name(&d.b)),
+            Some(v) => _ = writeln!(o, "  {} and {}: not merged: {v}", name(&d.a), name(&d.b)),
+        }
+    }
+    emit(&o)
 }
 
 fn dot(args: &[String]) -> Result<(), String> {
     let (g, kernels) = read_kernels("dot", args)?;
     let clusters: Vec<Vec<fusegraph::NodeId>> = kernels.iter().map(|k| k.members.clone()).collect();
-    print!("{}", fusegraph::dot::to_dot(&g, &clusters));
+    emit(&fusegraph::dot::to_dot(&g, &clusters))?;
     eprintln!("{} kernels", kernels.len());
     Ok(())
 }
@@ -198,7 +271,7 @@ fn wgsl(args: &[String]) -> Result<(), String> {
                 let path = format!("{dir}/k{i:03}.wgsl");
                 std::fs::write(&path, src).map_err(|e| format!("wgsl: cannot write {path}: {e}"))?;
             }
-            None => println!("{src}"),
+            None => emit(&format!("{src}\n"))?,
         }
     }
     eprintln!("{} kernels", kernels.len());
@@ -217,7 +290,7 @@ fn ir(args: &[String]) -> Result<(), String> {
         .into_iter()
         .next()
         .ok_or_else(|| format!("ir: no workload matches `{name}` (have: {})", workloads::names(quick).join(", ")))?;
-    print!("{}", fusegraph::text::print(&w.graph));
+    emit(&fusegraph::text::print(&w.graph))?;
     eprintln!("{}: {} nodes", w.name, w.graph.node_ids().len());
     Ok(())
 }
@@ -240,10 +313,11 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         },
-        Some(cmd @ ("dot" | "wgsl" | "ir")) => {
+        Some(cmd @ ("dot" | "wgsl" | "ir" | "explain")) => {
             let run = match cmd {
                 "dot" => dot,
                 "wgsl" => wgsl,
+                "explain" => explain,
                 _ => ir,
             };
             match run(&args[1..]) {
