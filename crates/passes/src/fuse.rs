@@ -122,13 +122,13 @@ pub struct Fusion {
     pub siblings: Vec<SiblingDecision>,
 }
 
-/// One sibling-merge decision: kernels `a` and `b` (named by their first members) share an
-/// input; `veto` says why they were not merged.
+/// One sibling-merge decision: kernels `a` and `b` (named by their roots, the member last in
+/// graph order) share an input; `veto` says why they were not merged.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SiblingDecision {
-    /// First member of one kernel.
+    /// Root of one kernel.
     pub a: NodeId,
-    /// First member of the other.
+    /// Root of the other.
     pub b: NodeId,
     /// `None` if merged.
     pub veto: Option<Veto>,
@@ -1139,7 +1139,9 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                     break;
                 };
                 j = next;
-                let (a, b) = (*groups.sets[i].first().expect("non-empty"), *groups.sets[j].first().expect("non-empty"));
+                // Named by their roots: a first member is often a broadcast both recompute.
+                let root = |gi: usize| *groups.sets[gi].iter().max_by_key(|&&m| ctx.pos(m)).expect("non-empty");
+                let (a, b) = (root(i), root(j));
                 let mut decide = |veto: Option<Veto>| decisions.push(SiblingDecision { a, b, veto });
                 if dependent.contains(&(i, j))
                     || depends(&groups.sets[i], &groups.sets[j])

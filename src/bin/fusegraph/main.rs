@@ -224,7 +224,7 @@ fn explain(args: &[String]) -> Result<(), String> {
     }
     // The sibling phase repeats its passes until nothing merges: each verdict once.
     let mut seen = std::collections::BTreeSet::new();
-    _ = writeln!(o, "sibling kernels (by first member):");
+    _ = writeln!(o, "sibling kernels (by root, the member last in graph order):");
     for d in f.siblings.iter().filter(|d| seen.insert((d.a, d.b, d.veto.clone().map(|v| v.to_string())))) {
         match &d.veto {
             None => _ = writeln!(o, "  {} and {}: merged", name(&d.a), name(&d.b)),
