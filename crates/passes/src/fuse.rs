@@ -1301,6 +1301,13 @@ mod tests {
     }
 
     #[test]
+    fn nothing_to_fuse_is_no_kernels() {
+        let (g, _) = random_graph(&mut XorShift::new(1), 10);
+        let f = fuse(&g, &[], &FusionOptions::default()).expect("no outputs is valid");
+        assert!(f.kernels.is_empty() && f.log.is_empty() && f.siblings.is_empty());
+    }
+
+    #[test]
     fn kernel_order_is_kahns() {
         // Random kernels over a random graph's values: roots anywhere (shared too), inputs
         // stored by kernels with later roots, by none, or by a kernel waiting for this one.

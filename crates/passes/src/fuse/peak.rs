@@ -200,7 +200,7 @@ impl LivePeak {
                 self.applied[gi] = Some(s);
             }
         }
-        let last = self.per_root.len() * SLOTS - 1;
+        let last = (self.per_root.len() * SLOTS).saturating_sub(1);
         for v in std::mem::take(&mut self.touched) {
             let i = v.index();
             self.is_touched[i] = false;
