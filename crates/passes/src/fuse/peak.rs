@@ -55,8 +55,8 @@ pub(super) struct LivePeak {
     /// Values read, in root order, before any kernel stores them.
     early: Vec<bool>,
     early_values: BTreeSet<NodeId>,
-    /// Kernels per root position (and the last group placed there), and the positions
-    /// holding more than one.
+    /// Kernels per root position, the exclusive or of their groups (so the group where
+    /// there is one), and the positions holding more than one.
     per_root: Vec<u32>,
     at_root: Vec<usize>,
     shared_roots: usize,
@@ -82,7 +82,7 @@ impl LivePeak {
             early: vec![false; values],
             early_values: BTreeSet::new(),
             per_root: vec![0; positions],
-            at_root: vec![usize::MAX; positions],
+            at_root: vec![0; positions],
             shared_roots: 0,
             waiting: BTreeMap::new(),
             touched: Vec::new(),
@@ -121,10 +121,10 @@ impl LivePeak {
     fn place(&mut self, gi: usize, s: &Summary, add: bool) {
         let key = (s.root, gi);
         let count = &mut self.per_root[s.root];
+        self.at_root[s.root] ^= gi;
         if add {
             *count += 1;
             self.shared_roots += usize::from(*count == 2);
-            self.at_root[s.root] = gi;
         } else {
             self.shared_roots -= usize::from(*count == 2);
             *count -= 1;
@@ -284,7 +284,7 @@ impl LivePeak {
         let mut slots = BTreeMap::new();
         for (t, mut left) in members {
             let head = self.at_root[t];
-            if head == usize::MAX || block.contains_key(&head) || left.len() >= SLOTS {
+            if self.per_root[t] != 1 || block.contains_key(&head) || left.len() >= SLOTS {
                 return None;
             }
             left.sort_by_key(|&k| root(k));
