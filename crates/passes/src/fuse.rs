@@ -165,6 +165,13 @@ struct Summary {
 }
 
 impl Groups {
+    /// One group per op (not memory leaf) of `order` (graph order), and those ops.
+    fn of_each_op(ctx: &Ctx, order: &[NodeId]) -> (Vec<NodeId>, Groups) {
+        let compute: Vec<NodeId> = order.iter().copied().filter(|&n| !ctx.info[n.index()].leaf).collect();
+        let groups = Groups::singletons(&compute, ctx.index_bound, order.len(), ctx.outputs);
+        (compute, groups)
+    }
+
     /// One group per node of `nodes`, among `positions` graph positions, with graph `outputs`.
     fn singletons(nodes: &[NodeId], index_bound: usize, positions: usize, outputs: &[NodeId]) -> Groups {
         let sets = nodes.iter().map(|&n| BTreeSet::from([n])).collect();
@@ -877,8 +884,7 @@ impl Ctx<'_> {
 /// Fuses the nodes `outputs` depend on into kernels.
 pub fn fuse(g: &Graph, outputs: &[NodeId], opts: &FusionOptions) -> Result<Fusion> {
     let (ctx, order) = Ctx::new(g, outputs, opts)?;
-    let compute: Vec<NodeId> = order.iter().copied().filter(|&n| !is_memory_leaf(&g.node(n).op)).collect();
-    let mut groups = Groups::singletons(&compute, ctx.index_bound, order.len(), outputs);
+    let (compute, mut groups) = Groups::of_each_op(&ctx, &order);
     let own: BTreeMap<NodeId, usize> = compute.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let mut log = Vec::new();
     let mut peak = if opts.memory_aware { ctx.peak(&groups) } else { 0 };
@@ -1354,8 +1360,7 @@ mod tests {
         for k in 0..24 {
             let (g, outs) = random_graph(&mut rng, if k % 2 == 0 { 40 } else { 120 });
             let (ctx, order) = Ctx::new(&g, &outs, &opts).expect("valid graph");
-            let compute: Vec<NodeId> = order.iter().copied().filter(|&n| !is_memory_leaf(&g.node(n).op)).collect();
-            let mut groups = Groups::singletons(&compute, ctx.index_bound, order.len(), &outs);
+            let (compute, mut groups) = Groups::of_each_op(&ctx, &order);
             for _ in 0..60 {
                 let p = compute[rng.below(compute.len())];
                 let users = ctx.users(p);
@@ -1400,8 +1405,7 @@ mod tests {
         let g = b.graph();
         for outs in [vec![x.id()], vec![x.id(), y.id()]] {
             let (ctx, order) = Ctx::new(&g, &outs, &opts).expect("valid graph");
-            let compute: Vec<NodeId> = order.iter().copied().filter(|&n| !is_memory_leaf(&g.node(n).op)).collect();
-            let groups = Groups::singletons(&compute, ctx.index_bound, order.len(), &outs);
+            let (_, groups) = Groups::of_each_op(&ctx, &order);
             let peak = ctx.peak(&groups);
             assert_eq!(groups.live.borrow_mut().peak(&ctx.info), Some(peak));
             assert_eq!(peak, 256 * outs.len() as u64, "{outs:?}");
