@@ -572,7 +572,7 @@ impl Ctx<'_> {
         let mut calls: BTreeMap<NodeId, f64> = BTreeMap::new();
         for &n in &order {
             let mut total = 0.0;
-            for u in self.users(n).into_iter().filter(|u| members.contains(u)) {
+            for &u in self.users[n.index()].iter().filter(|u| members.contains(u)) {
                 let same = same_index_operands(self.g, u).contains(&n);
                 for (p, &o) in self.operands(u).iter().enumerate() {
                     if o != n {
