@@ -388,30 +388,21 @@ impl Ctx<'_> {
     fn peak(&self, groups: &Groups) -> u64 {
         let mut cache = groups.summaries.borrow_mut();
         let mut changed = std::mem::take(&mut *groups.changed.borrow_mut());
-        let mut stale: BTreeMap<NodeId, BTreeSet<usize>> = BTreeMap::new();
-        for (k, x) in groups.stale.borrow_mut().drain(..) {
-            stale.entry(x).or_default().insert(k);
-        }
-        for (x, ks) in stale {
-            // `x` is stored by a group computing it where one of these users is outside it.
-            let needs = self.users_needing_stored(x, groups);
-            let needs: &[NodeId] = &needs;
-            for k in ks {
-                // A summary forgotten since, or a node no longer in the group (its removal
-                // forgot the summary), needs nothing.
-                if let (Some(sum), true) = (cache[k].as_mut(), groups.sets[k].contains(&x)) {
-                    let stored = self.output_set.contains(&x) || needs.iter().any(|u| !groups.sets[k].contains(u));
-                    match (sum.outputs.binary_search(&x), stored) {
-                        (Ok(at), false) => {
-                            sum.outputs.remove(at);
-                            changed.push(k);
-                        }
-                        (Err(at), true) => {
-                            sum.outputs.insert(at, x);
-                            changed.push(k);
-                        }
-                        _ => {}
+        let stale: BTreeSet<(usize, NodeId)> = groups.stale.borrow_mut().drain(..).collect();
+        for (k, x) in stale {
+            // A summary forgotten since, or a node no longer in the group (its removal forgot
+            // the summary), needs nothing.
+            if let (Some(sum), true) = (cache[k].as_mut(), groups.sets[k].contains(&x)) {
+                match (sum.outputs.binary_search(&x), self.stored(x, &groups.sets[k], groups)) {
+                    (Ok(at), false) => {
+                        sum.outputs.remove(at);
+                        changed.push(k);
                     }
+                    (Err(at), true) => {
+                        sum.outputs.insert(at, x);
+                        changed.push(k);
+                    }
+                    _ => {}
                 }
             }
         }
@@ -481,7 +472,7 @@ impl Ctx<'_> {
     }
 
     fn summary(&self, gr: &BTreeSet<NodeId>, groups: &Groups) -> Summary {
-        let root = gr.iter().map(|n| self.pos(*n)).max().unwrap_or(0);
+        let root = self.root(gr).map_or(0, |r| self.pos(r));
         let mut members: Vec<NodeId> = gr.iter().copied().collect();
         members.sort_by_key(|n| self.pos(*n));
         let mut inputs = Vec::new();
@@ -507,9 +498,18 @@ impl Ctx<'_> {
 
     /// Storage bindings of a kernel of `members` storing `outs`: its inputs plus outputs.
     fn bindings(&self, members: &BTreeSet<NodeId>, outs: &[NodeId]) -> usize {
-        let inputs: BTreeSet<NodeId> =
-            members.iter().flat_map(|&m| self.operands(m).iter().copied()).filter(|o| !members.contains(o)).collect();
-        inputs.len() + outs.len()
+        self.inputs(members).collect::<BTreeSet<_>>().len() + outs.len()
+    }
+
+    /// What a kernel of `members` reads: the operands of members that are not members, in
+    /// member order, repeats included.
+    fn inputs<'s>(&'s self, members: &'s BTreeSet<NodeId>) -> impl Iterator<Item = NodeId> + 's {
+        members.iter().flat_map(|&m| self.operands(m).iter().copied()).filter(|o| !members.contains(o))
+    }
+
+    /// The root of a kernel of `members`: the member last in graph order.
+    fn root(&self, members: &BTreeSet<NodeId>) -> Option<NodeId> {
+        members.iter().copied().max_by_key(|&m| self.pos(m))
     }
 
     fn operands(&self, id: NodeId) -> &[NodeId] {
@@ -1090,15 +1090,11 @@ fn judge_fusion(
 fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<SiblingDecision> {
     let mut decisions = Vec::new();
     let g = ctx.g;
-    let inputs_of = |gr: &BTreeSet<NodeId>| -> BTreeSet<NodeId> {
-        gr.iter().flat_map(|&m| ctx.operands(m).iter().copied()).filter(|o| !gr.contains(o)).collect()
-    };
     // Whether `b` reads (through any path) a value of `a`; nodes before `a`'s first member in
     // graph order cannot lead there.
     let depends = |a: &BTreeSet<NodeId>, b: &BTreeSet<NodeId>| -> bool {
         // `b`'s inputs (repeats do no harm).
-        let inputs: Vec<NodeId> =
-            b.iter().flat_map(|&m| ctx.operands(m).iter().copied()).filter(|o| !b.contains(o)).collect();
+        let inputs: Vec<NodeId> = ctx.inputs(b).collect();
         inputs.iter().any(|x| a.contains(x)) || ctx.reaches_any(inputs, a)
     };
     // Contraction kernels lower to a tiled kernel with one output; merging two (q, k, v
@@ -1123,7 +1119,7 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                     break;
                 }
                 let (ii, cands) = near.get_or_insert_with(|| {
-                    let ii = inputs_of(&groups.sets[i]);
+                    let ii: BTreeSet<NodeId> = ctx.inputs(&groups.sets[i]).collect();
                     let mut cands: Vec<usize> = groups.sets[i]
                         .iter()
                         .flat_map(|&m| groups.of(m))
@@ -1139,14 +1135,13 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                     let gk = &groups.sets[k];
                     !gk.is_empty()
                         && !contraction(gk)
-                        && (groups.sets[i].iter().any(|m| gk.contains(m))
-                            || gk.iter().flat_map(|&m| ctx.operands(m)).any(|x| !gk.contains(x) && ii.contains(x)))
+                        && (groups.sets[i].iter().any(|m| gk.contains(m)) || ctx.inputs(gk).any(|x| ii.contains(&x)))
                 }) else {
                     break;
                 };
                 j = next;
                 // Named by their roots: a first member is often a broadcast both recompute.
-                let root = |gi: usize| *groups.sets[gi].iter().max_by_key(|&&m| ctx.pos(m)).expect("non-empty");
+                let root = |gi: usize| ctx.root(&groups.sets[gi]).expect("non-empty");
                 let (a, b) = (root(i), root(j));
                 let mut decide = |veto: Option<Veto>| decisions.push(SiblingDecision { a, b, veto });
                 if dependent.contains(&(i, j))
@@ -1265,6 +1260,7 @@ mod tests {
         // Both answers occur, so the agreement means something.
         assert!(reached > checks / 10 && reached < checks * 9 / 10, "{reached} of {checks}");
     }
+
     /// Kahn's algorithm as written before the root-order walk: every kernel in a heap by
     /// rank once all its inputs are stored; the earliest kernel left when none is ready.
     fn heap_order(ctx: &Ctx, ks: &[&Summary]) -> Vec<usize> {
