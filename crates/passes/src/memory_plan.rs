@@ -21,7 +21,7 @@
 //! is born. `plan_memory` runs it in debug builds.
 
 use crate::kernel::{same_index_operands, Kernel, KernelKind};
-use crate::liveness::{intervals_multi, is_arena, peak_live_multi, value_bytes, Interval};
+use crate::liveness::{intervals_multi, is_arena, value_bytes, Interval};
 use fusegraph_ir::{DType, Graph, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -57,8 +57,9 @@ pub struct MemoryPlan {
     pub arena_bytes: u64,
     /// Bytes if every arena value had its own aligned slot.
     pub naive_bytes: u64,
-    /// The peak over steps of live arena bytes: no assignment without in-place reuse can be
-    /// smaller (alignment padding aside).
+    /// The peak over steps of live arena bytes, each in-place chain counted once (see
+    /// [`MemoryPlan::live_bytes_per_step`]): no placement of these values with this plan's
+    /// in-place reuse fits a smaller arena (alignment padding aside).
     pub lower_bound_bytes: u64,
     /// Offset alignment used.
     pub alignment: u64,
@@ -254,22 +255,80 @@ pub fn plan_memory_updating(
     for (id, offset) in offsets {
         locations.insert(id, Location { region: Region::Arena, offset, size: value_bytes(g, id) });
     }
-    let plan = MemoryPlan {
+    let mut plan = MemoryPlan {
         locations,
         persistent_bytes: align_up(persistent, alignment),
         arena_bytes,
         naive_bytes: naive,
-        lower_bound_bytes: peak_live_multi(&live).0,
+        lower_bound_bytes: 0,
         alignment,
         in_place,
         intervals: live,
         updated_in_place,
     };
+    plan.lower_bound_bytes = plan.live_bytes_per_step().into_iter().max().unwrap_or(0);
+    debug_assert!(plan.lower_bound_bytes <= plan.arena_bytes, "the lower bound is above the arena");
     #[cfg(debug_assertions)]
     if let Err(e) = check_plan(&plan, &plan.intervals) {
         panic!("internal error: the memory plan is unsound: {e}");
     }
     plan
+}
+
+impl MemoryPlan {
+    /// Live arena bytes at each step (kernel), each in-place chain counted once: an output
+    /// written over the input it takes over shares that input's bytes at the step where both
+    /// are live. A chain counts its largest value's bytes wherever one of its values is live.
+    pub fn live_bytes_per_step(&self) -> Vec<u64> {
+        let mut chains: BTreeMap<NodeId, (u64, Vec<(usize, usize)>)> = BTreeMap::new();
+        for (&id, ivs) in &self.intervals {
+            let chain = chains.entry(chain_root(&self.in_place, id)).or_default();
+            for iv in ivs {
+                chain.0 = chain.0.max(iv.bytes);
+                chain.1.push((iv.start, iv.end));
+            }
+        }
+        let steps = self.intervals.values().flatten().map(|i| i.end + 1).max().unwrap_or(0);
+        let mut delta = vec![0i64; steps + 1];
+        for (bytes, mut spans) in chains.into_values() {
+            // The union of the chain's ranges: each step counted once.
+            spans.sort_unstable();
+            let mut merged: Vec<(usize, usize)> = Vec::with_capacity(spans.len());
+            for (start, end) in spans {
+                match merged.last_mut() {
+                    Some(last) if start <= last.1 + 1 => last.1 = last.1.max(end),
+                    _ => merged.push((start, end)),
+                }
+            }
+            for (start, end) in merged {
+                delta[start] += bytes as i64;
+                delta[end + 1] -= bytes as i64;
+            }
+        }
+        let mut cur = 0i64;
+        delta[..steps]
+            .iter()
+            .map(|d| {
+                cur += d;
+                cur.max(0) as u64
+            })
+            .collect()
+    }
+
+    /// The first value of the in-place chain `v` belongs to (`v` itself when it takes over
+    /// no input's bytes): values live at one step share bytes exactly when they share it.
+    pub fn chain_root(&self, v: NodeId) -> NodeId {
+        chain_root(&self.in_place, v)
+    }
+}
+
+/// Follows in-place pairs (output → the input whose bytes it takes over) back to the chain's
+/// first value.
+fn chain_root(pairs: &BTreeMap<NodeId, NodeId>, mut v: NodeId) -> NodeId {
+    while let Some(&i) = pairs.get(&v) {
+        v = i;
+    }
+    v
 }
 
 /// Groups arena values into allocation items: in-place chains become one item.
@@ -279,12 +338,7 @@ fn build_items(
     live: &BTreeMap<NodeId, Vec<Interval>>,
     pairs: &BTreeMap<NodeId, NodeId>,
 ) -> (Vec<Item>, BTreeMap<NodeId, usize>) {
-    let root = |mut v: NodeId| {
-        while let Some(&i) = pairs.get(&v) {
-            v = i;
-        }
-        v
-    };
+    let root = |v: NodeId| chain_root(pairs, v);
     let mut items: Vec<Item> = Vec::new();
     let mut by_root: BTreeMap<NodeId, usize> = BTreeMap::new();
     let mut owner = BTreeMap::new();

@@ -9,11 +9,12 @@
 use crate::attention::fuse_attention;
 use crate::fuse::{fuse, FusionOptions};
 use crate::kernel::{partition, FusionMode, Kernel};
-use crate::liveness::{live_bytes_per_step, value_bytes};
+use crate::liveness::value_bytes;
 use crate::memory_plan::{plan_memory_updating, MemoryOptions, MemoryPlan};
 use crate::remat::rematerialize_with;
 use crate::schedule::schedule;
 use fusegraph_ir::{verify, Graph, NodeId, Result};
+use std::collections::BTreeMap;
 
 /// Knobs of the planner.
 #[derive(Clone, Debug, PartialEq)]
@@ -94,7 +95,8 @@ pub struct PlanSummary {
     pub staging_bytes: u64,
     /// `persistent + arena + staging`.
     pub total_bytes: u64,
-    /// The peak of live arena bytes over the schedule.
+    /// The peak of live arena bytes over the schedule, each in-place chain counted once
+    /// (see [`MemoryPlan::lower_bound_bytes`]).
     pub lower_bound_bytes: u64,
     /// The arena if every value had its own slot.
     pub naive_bytes: u64,
@@ -102,7 +104,8 @@ pub struct PlanSummary {
     pub kernels: usize,
     /// The first step where live bytes peak.
     pub peak_step: usize,
-    /// The largest values live at the peak step, largest first (at most `top_values`).
+    /// The largest values live at the peak step, largest first (at most `top_values`), one
+    /// per in-place chain (an output written over its input is named, not both).
     pub peak_values: Vec<LiveValue>,
 }
 
@@ -154,7 +157,7 @@ fn update_pairs(g: &Graph, outputs: &[NodeId], updates: &[(String, usize)]) -> R
     if updates.is_empty() {
         return Ok(Vec::new());
     }
-    let mut by_name: std::collections::BTreeMap<&str, Vec<NodeId>> = Default::default();
+    let mut by_name: BTreeMap<&str, Vec<NodeId>> = Default::default();
     for id in g.reachable(outputs)? {
         if let fusegraph_ir::Op::Parameter { name } = &g.node(id).op {
             by_name.entry(name.as_str()).or_default().push(id);
@@ -220,15 +223,24 @@ pub fn plan_summary(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result
 fn summarize(g: &Graph, outputs: &[NodeId], kernels: &[Kernel], plan: &MemoryPlan, top: usize) -> PlanSummary {
     let staging_bytes: u64 =
         outputs.iter().map(|o| plan.locations.get(o).map_or_else(|| value_bytes(g, *o), |l| l.size)).sum();
-    let per_step = live_bytes_per_step(&plan.intervals);
+    let per_step = plan.live_bytes_per_step();
     let peak_step = per_step.iter().enumerate().fold(0, |best, (s, &b)| if b > per_step[best] { s } else { best });
-    let mut peak_values: Vec<LiveValue> = plan
-        .intervals
-        .iter()
-        .filter(|(_, ivs)| ivs.iter().any(|iv| iv.start <= peak_step && peak_step <= iv.end))
-        .map(|(&node, ivs)| {
+    // One value per in-place chain: at the step where an output takes over its input's bytes
+    // both are live, and the output (the later range) is named.
+    let mut at_peak: BTreeMap<NodeId, (usize, NodeId, u64)> = BTreeMap::new();
+    for (&node, ivs) in &plan.intervals {
+        if let Some(iv) = ivs.iter().find(|iv| iv.start <= peak_step && peak_step <= iv.end) {
+            let entry = at_peak.entry(plan.chain_root(node)).or_insert((iv.start, node, iv.bytes));
+            if iv.start > entry.0 {
+                *entry = (iv.start, node, iv.bytes);
+            }
+        }
+    }
+    let mut peak_values: Vec<LiveValue> = at_peak
+        .into_values()
+        .map(|(_, node, bytes)| {
             let n = g.node(node);
-            LiveValue { node, bytes: ivs[0].bytes, op: n.op.name(), name: n.name.clone() }
+            LiveValue { node, bytes, op: n.op.name(), name: n.name.clone() }
         })
         .collect();
     peak_values.sort_by_key(|v| (std::cmp::Reverse(v.bytes), v.node));

@@ -47,8 +47,9 @@ pub fn rematerialize_with(
     let score = |ks: &[Kernel]| {
         let plan = plan_memory_with(g, ks, outputs, opts);
         let per_step = live_bytes_per_step(&plan.intervals);
-        let at_peak = per_step.iter().filter(|&&b| b == plan.lower_bound_bytes).count();
-        (plan.arena_bytes, plan.lower_bound_bytes, at_peak)
+        let peak = per_step.iter().copied().max().unwrap_or(0);
+        let at_peak = per_step.iter().filter(|&&b| b == peak).count();
+        (plan.arena_bytes, peak, at_peak)
     };
     // Candidates must lower (arena, peak of live bytes, steps at that peak) lexicographically:
     // a copy that clears one of several equal peaks counts as progress. The result is the

@@ -29,8 +29,13 @@ fn elementwise_chain_reuses_two_buffers_or_one_in_place() {
     assert!(no_ip.arena_bytes <= t + 2 * t);
     assert!(ip.arena_bytes <= t + t);
     assert_eq!(ip.in_place.len(), n);
+    // Each kernel reads one tensor and writes the next: two live at every step, but written
+    // in place they are one chain of shared bytes, and the lower bound says so.
+    assert_eq!(no_ip.lower_bound_bytes, 2 * t);
+    assert_eq!(ip.lower_bound_bytes, t);
     for plan in [&no_ip, &ip] {
         check_plan(plan, &plan.intervals).unwrap();
+        assert!(plan.lower_bound_bytes <= plan.arena_bytes);
     }
 }
 
@@ -51,6 +56,7 @@ fn figures(name: &str, g: &Graph, outs: &[NodeId]) {
             plan.in_place.len()
         );
         assert!(plan.lower_bound_bytes <= given);
+        assert!(plan.lower_bound_bytes <= plan.arena_bytes);
         assert!(
             plan.arena_bytes as f64 <= 1.05 * plan.lower_bound_bytes as f64,
             "{name} {mode:?}: arena {} > 1.05 × lower bound {}",

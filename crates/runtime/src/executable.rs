@@ -227,7 +227,8 @@ pub struct ExecutableStats {
     pub persistent_bytes: u64,
     /// Bytes of the readback staging buffer.
     pub staging_bytes: u64,
-    /// The peak of live arena bytes over the schedule.
+    /// The peak of live arena bytes over the schedule, each in-place chain counted once: the
+    /// arena cannot be smaller (see `fusegraph_passes::MemoryPlan::lower_bound_bytes`).
     pub lower_bound_bytes: u64,
     /// The arena if every value had its own buffer.
     pub naive_bytes: u64,
