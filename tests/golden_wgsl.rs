@@ -217,3 +217,39 @@ fn gpu_loop_kernels_take_four_elements_per_invocation_only_when_large() {
         assert_eq!(src.wgsl.contains("array<vec4<f32>>"), four, "{n} elements:\n{}", src.wgsl);
     }
 }
+
+/// The text names a kernel's values by their place in the kernel, not by their graph ids:
+/// a model's later layers lower to the texts of its earlier ones (the runtime compiles one
+/// pipeline per text), and each kernel's bindings still name its own inputs and outputs.
+#[test]
+fn a_layer_more_adds_no_kernel_text() {
+    use fusegraph::crates::passes::{plan_graph, simplify, FusionMode, PlanOptions};
+    use fusegraph::crates::wgsl::localize;
+    use std::collections::BTreeSet;
+    let texts = |layers: usize, fusion: FusionMode| {
+        let w = fusegraph::workloads::transformer(16, layers, true).unwrap();
+        let (mut g, mut outs) = (w.graph.clone(), w.outputs.clone());
+        simplify(&mut g, &mut outs).unwrap();
+        let planned = plan_graph(&g, &outs, &PlanOptions { fusion, ..Default::default() }).unwrap();
+        let mut texts = BTreeSet::new();
+        for k in &planned.kernels {
+            assert!(localize(&g, k).is_some(), "kernel {} copies into a graph of its own", k.members.len());
+            let src = lower(&g, k, &LowerOptions::default());
+            let bound: Vec<NodeId> = src.bindings.iter().map(|b| b.node).collect();
+            assert_eq!(bound, [k.inputs.clone(), k.outputs.clone()].concat());
+            texts.insert(src.wgsl);
+        }
+        (planned.kernels.len(), texts)
+    };
+    for fusion in [FusionMode::On, FusionMode::Off] {
+        let (k2, two) = texts(2, fusion);
+        let (k3, three) = texts(3, fusion);
+        eprintln!(
+            "{fusion:?}: 2 layers {k2} kernels, {} texts; 3 layers {k3} kernels, {} texts",
+            two.len(),
+            three.len()
+        );
+        assert!(k3 > k2);
+        assert_eq!(two, three, "{fusion:?}: the third layer lowers to texts of the first two");
+    }
+}

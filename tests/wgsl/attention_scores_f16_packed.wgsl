@@ -4,11 +4,11 @@
 @group(0) @binding(2) var<storage, read_write> b2: array<u32>;
 @group(0) @binding(3) var<storage, read_write> b3: array<u32>;
 
-fn v1(i: u32) -> f32 {
+fn v0(i: u32) -> f32 {
     return select(unpack2x16float(b0[i >> 1u]).x, unpack2x16float(b0[i >> 1u]).y, (i & 1u) == 1u);
 }
 
-fn v0(i: u32) -> f32 {
+fn v1(i: u32) -> f32 {
     return select(unpack2x16float(b1[i >> 1u]).x, unpack2x16float(b1[i >> 1u]).y, (i & 1u) == 1u);
 }
 
@@ -24,7 +24,7 @@ fn v3(i: u32) -> f32 {
     let c1 = cr % 8u;
     cr = cr / 8u;
     let c0 = cr;
-    return v1(c0 * 128u + c2 * 8u + c1);
+    return v0(c0 * 128u + c2 * 8u + c1);
 }
 
 // matmul : f16[2,16,16]
@@ -94,7 +94,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     cr = cr / 16u;
     let c0 = cr;
     for (var kk = 0u; kk < 8u; kk = kk + 1u) {
-        fg_q[kk] = v0(c0 * 128u + c1 * 8u + kk);
+        fg_q[kk] = v1(c0 * 128u + c1 * 8u + kk);
     }
     var m: f32 = bitcast<f32>(0xff800000u);
     var l = 0.0f;

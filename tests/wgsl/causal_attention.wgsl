@@ -4,11 +4,11 @@
 @group(0) @binding(2) var<storage, read_write> b2: array<f32>;
 @group(0) @binding(3) var<storage, read_write> b3: array<f32>;
 
-fn v1(i: u32) -> f32 {
+fn v0(i: u32) -> f32 {
     return b0[i];
 }
 
-fn v0(i: u32) -> f32 {
+fn v1(i: u32) -> f32 {
     return b1[i];
 }
 
@@ -42,7 +42,7 @@ fn v5(i: u32) -> f32 {
     let c1 = cr % 8u;
     cr = cr / 8u;
     let c0 = cr;
-    return v1(c0 * 560u + c2 * 8u + c1);
+    return v0(c0 * 560u + c2 * 8u + c1);
 }
 
 // matmul : f32[2,70,70]
@@ -131,7 +131,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     cr = cr / 70u;
     let c0 = cr;
     for (var kk = 0u; kk < 8u; kk = kk + 1u) {
-        fg_q[kk] = v0(c0 * 560u + c1 * 8u + kk);
+        fg_q[kk] = v1(c0 * 560u + c1 * 8u + kk);
     }
     var m: f32 = bitcast<f32>(0xff800000u);
     var l = 0.0f;

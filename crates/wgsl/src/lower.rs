@@ -213,7 +213,64 @@ pub fn lower(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> KernelSource {
 }
 
 /// Lowers `kernel` of `g` to WGSL with explicit code-generation choices.
+///
+/// The kernel is lowered as a copy in a graph of its own (see [`localize`]), so the text
+/// names its values by their place in the kernel, not by their ids in `g`: kernels that
+/// compute the same thing on the same types — a layer's kernels in every layer of a model,
+/// the same op at the same shape anywhere — lower to the same text, and the runtime, which
+/// caches pipelines by their text, compiles one pipeline for all of them.
 pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strategy) -> KernelSource {
+    match localize(g, kernel) {
+        Some((local, k, ids)) => {
+            let mut src = lower_here(&local, &k, opts, strategy);
+            for b in &mut src.bindings {
+                b.node = ids[b.node.index()];
+            }
+            src
+        }
+        None => lower_here(g, kernel, opts, strategy),
+    }
+}
+
+/// `kernel` copied into a graph of its own: its inputs first, as graph inputs of their
+/// types in binding order, then its members in order, each with the op it has in `g`. Returns
+/// that graph, the kernel over its nodes and, for each of its nodes (by index), the node of
+/// `g` it copies. `None` where the copy would not be faithful (an operand that is neither an
+/// input nor an earlier member, or a type that comes out differently), which no kernel the
+/// passes make has: the caller then lowers `kernel` in `g` itself.
+pub fn localize(g: &Graph, kernel: &Kernel) -> Option<(Graph, Kernel, Vec<NodeId>)> {
+    let mut local = Graph::new();
+    let mut to_local: BTreeMap<NodeId, NodeId> = BTreeMap::new();
+    let mut ids = Vec::with_capacity(kernel.inputs.len() + kernel.members.len());
+    for (k, &i) in kernel.inputs.iter().enumerate() {
+        let id = local.add_leaf(Op::Input { name: format!("in{k}") }, g.ty(i).clone()).ok()?;
+        to_local.insert(i, id);
+        ids.push(i);
+    }
+    for &m in &kernel.members {
+        let node = g.node(m);
+        let id = if node.op.is_leaf() {
+            local.add_leaf(node.op.clone(), node.ty.clone()).ok()?
+        } else {
+            let operands: Option<Vec<NodeId>> = g.operands(m).iter().map(|o| to_local.get(o).copied()).collect();
+            local.add_op(node.op.clone(), &operands?).ok()?
+        };
+        if local.ty(id) != &node.ty || to_local.insert(m, id).is_some() {
+            return None;
+        }
+        ids.push(m);
+    }
+    let map = |ns: &[NodeId]| ns.iter().map(|n| to_local.get(n).copied()).collect::<Option<Vec<_>>>();
+    let kind = match &kernel.kind {
+        KernelKind::Attention { logits } => KernelKind::Attention { logits: *to_local.get(logits)? },
+        other => other.clone(),
+    };
+    let k =
+        Kernel { kind, members: map(&kernel.members)?, outputs: map(&kernel.outputs)?, inputs: map(&kernel.inputs)? };
+    Some((local, k, ids))
+}
+
+fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strategy) -> KernelSource {
     let mut bindings: Vec<Binding> =
         kernel.inputs.iter().map(|&node| Binding { node, output: false, texture: false }).collect();
     bindings.extend(kernel.outputs.iter().map(|&node| Binding { node, output: true, texture: false }));
