@@ -22,7 +22,7 @@ fn executables() -> &'static Vec<(Workload, Executable, Executable)> {
             .into_iter()
             .map(|w| {
                 let compile = |opts: &CompileOptions| {
-                    let mut e = device.compile(&w.graph, &w.outputs, opts).expect("compiles");
+                    let mut e = device.compile(&w.graph, &w.outputs, &w.options(opts.clone())).expect("compiles");
                     for (n, v) in &w.params {
                         e.set_parameter(n, v).expect("parameter");
                     }
@@ -44,6 +44,8 @@ const NAMES: &[&str] = &[
     "mlp",
     "cnn",
     "transformer",
+    "train_mlp",
+    "train_lm",
 ];
 
 fn find(prefix: &str) -> &'static (Workload, Executable, Executable) {

@@ -28,7 +28,14 @@ fn wide_residual_mlp(batch: usize, wide: usize) -> Result<Workload, Box<dyn std:
     let y = x.add(&s)?.add(&up)?;
     let feeds = vec![("x".to_string(), HostTensor::new([batch, wide], random_values(3, batch * wide))?)];
     let params = p.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    Ok(Workload { name: format!("wide_residual_mlp_b{batch}"), graph: b.graph(), outputs: vec![y.id()], feeds, params })
+    Ok(Workload {
+        name: format!("wide_residual_mlp_b{batch}"),
+        graph: b.graph(),
+        outputs: vec![y.id()],
+        feeds,
+        params,
+        updates: vec![],
+    })
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

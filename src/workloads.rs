@@ -15,12 +15,21 @@ pub struct Workload {
     pub feeds: Vec<(String, HostTensor)>,
     /// One value per parameter.
     pub params: Vec<(String, HostTensor)>,
+    /// A training step's parameter updates (`CompileOptions::updates`: new weights and
+    /// optimizer state, written on the device); empty for the inference workloads. Compile
+    /// with [`Workload::options`], or the backward pass and the update are dead code.
+    pub updates: Vec<(String, NodeId)>,
 }
 
 impl Workload {
     /// Feeds as the `(name, &tensor)` pairs `Executable::run` takes.
     pub fn feed_refs(&self) -> Vec<(&str, &HostTensor)> {
         self.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect()
+    }
+
+    /// `base` with this workload's parameter updates: the options to compile it with.
+    pub fn options(&self, base: crate::CompileOptions) -> crate::CompileOptions {
+        crate::CompileOptions { updates: self.updates.clone(), ..base }
     }
 }
 
@@ -62,6 +71,7 @@ impl Recorder {
             outputs: outs.iter().map(|t| t.id()).collect(),
             feeds: self.feeds,
             params: vec![],
+            updates: vec![],
         }
     }
 }
@@ -120,7 +130,7 @@ fn from_model(name: String, b: GraphBuilder, p: fusegraph_nn::Params, input: Ten
     let n = input.shape().numel();
     let x = HostTensor::new(input.dims().to_vec(), random_values(7, n)).expect("sizes agree");
     let params = p.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    Workload { name, graph: b.graph(), outputs: vec![out.id()], feeds: vec![("x".into(), x)], params }
+    Workload { name, graph: b.graph(), outputs: vec![out.id()], feeds: vec![("x".into(), x)], params, updates: vec![] }
 }
 
 /// The `mlp` example network: 784-1024-1024-10 with ReLU and softmax at `batch`
@@ -164,10 +174,36 @@ pub fn networks(quick: bool) -> Vec<Workload> {
     built.into_iter().map(|w| w.expect("the example networks are well formed")).collect()
 }
 
-/// Every workload: the micro ones, then the networks.
+/// A training step of the `train` example's `task` (forward, backward and Adam's update of
+/// every weight and its state, written in place on the device) at its sizes (`quick`: the
+/// example's `--quick` ones), named `train_mlp` or `train_lm`; the feeds are its first
+/// micro-batch. Its one output is the loss.
+pub fn train_step(task: crate::train::demo::Task, quick: bool) -> Result<Workload, crate::train::TrainError> {
+    let setup = crate::train::demo::build(&crate::train::demo::Config::new(task, quick))?;
+    Ok(Workload {
+        name: format!("train_{}", task.name()),
+        feeds: setup.feeds(0)?,
+        params: setup.params.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        outputs: setup.step.outputs(),
+        updates: setup.step.updates,
+        graph: setup.step.graph,
+    })
+}
+
+/// The training steps of both `train` tasks ([`train_step`]).
+pub fn training(quick: bool) -> Vec<Workload> {
+    use crate::train::demo::Task;
+    [Task::Mlp, Task::Lm]
+        .into_iter()
+        .map(|t| train_step(t, quick).expect("the training demos are well formed"))
+        .collect()
+}
+
+/// Every workload: the micro ones, the networks, then the training steps.
 pub fn all(quick: bool) -> Vec<Workload> {
     let mut out = micro(quick);
     out.extend(networks(quick));
+    out.extend(training(quick));
     out
 }
 

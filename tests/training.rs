@@ -151,3 +151,35 @@ fn one_kernel_updating_two_parameters_that_read_each_other() {
         exe.stats().kernels.iter().map(|k| &k.label).collect::<Vec<_>>()
     );
 }
+
+/// The bench's training-step workloads (`workloads::train_step`): compiled with their
+/// updates, one run moves every updated parameter, and fused and unfused agree on the loss
+/// and on every new value; compiled without the updates, the backward pass and the update
+/// are dead code.
+#[test]
+fn training_step_workload_updates_every_parameter_fused_as_unfused() {
+    use fusegraph::train::demo::Task;
+    let w = fusegraph::workloads::train_step(Task::Mlp, true).unwrap();
+    assert!(!w.updates.is_empty());
+    let device = Device::shared().unwrap();
+    let compile = |opts: CompileOptions| {
+        let mut e = device.compile(&w.graph, &w.outputs, &opts).unwrap();
+        for (n, v) in &w.params {
+            e.set_parameter(n, v).unwrap();
+        }
+        e
+    };
+    let fused = compile(w.options(CompileOptions::default()));
+    let unfused = compile(w.options(CompileOptions::unfused()));
+    let (a, b) = (fused.run(&w.feed_refs()).unwrap(), unfused.run(&w.feed_refs()).unwrap());
+    let tol = fusegraph::workloads::tolerance(&CompileOptions::default());
+    assert_close(&a[0], &b[0], tol, tol).unwrap();
+    let before: BTreeMap<&str, &HostTensor> = w.params.iter().map(|(n, v)| (n.as_str(), v)).collect();
+    for (name, _) in &w.updates {
+        let (x, y) = (fused.parameter(name).unwrap(), unfused.parameter(name).unwrap());
+        assert_close(&x, &y, tol, tol).unwrap_or_else(|e| panic!("update of `{name}`: {e}"));
+        assert_ne!(x.to_f64(), before[name.as_str()].to_f64(), "`{name}` did not move");
+    }
+    let forward_only = compile(CompileOptions::default());
+    assert!(forward_only.stats().kernels.len() < fused.stats().kernels.len());
+}

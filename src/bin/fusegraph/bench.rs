@@ -106,7 +106,7 @@ impl Speedup {
 }
 
 fn compile(device: &Arc<Device>, w: &Workload, opts: &CompileOptions) -> Result<Executable, RuntimeError> {
-    let mut exe = device.compile(&w.graph, &w.outputs, opts)?;
+    let mut exe = device.compile(&w.graph, &w.outputs, &w.options(opts.clone()))?;
     for (name, value) in &w.params {
         exe.set_parameter(name, value)?;
     }
@@ -225,6 +225,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         let b = unfused.run(&w.feed_refs()).map_err(|e| e.to_string())?;
         for (x, y) in a.iter().zip(&b) {
             assert_close(x, y, tol, tol).map_err(|e| format!("{}: fused and unfused differ: {e}", w.name))?;
+        }
+        // A training step: both ran one update from the same parameters.
+        for (name, _) in &w.updates {
+            let (x, y) = (fused.parameter(name), unfused.parameter(name));
+            let (x, y) = (x.map_err(|e| e.to_string())?, y.map_err(|e| e.to_string())?);
+            assert_close(&x, &y, tol, tol)
+                .map_err(|e| format!("{}: fused and unfused updates of `{name}` differ: {e}", w.name))?;
         }
         eprintln!("[{}/{total}] {}: outputs agree; timing {} runs each", i + 1, w.name, args.runs);
         if let Some(dir) = &args.plot {
