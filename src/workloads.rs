@@ -258,6 +258,8 @@ pub fn names(quick: bool) -> Vec<String> {
 pub struct Report {
     /// Kernels per run (fused).
     pub kernels: usize,
+    /// Distinct pipelines of the fused kernels ([`crate::ExecutableStats::pipelines`]).
+    pub pipelines: usize,
     /// Kernels with fusion off, for comparison.
     pub unfused_kernels: usize,
     /// Device bytes of the executable's buffers (parameters + arena + staging).
@@ -334,6 +336,7 @@ pub fn run_example_with(
     let fixed = s.persistent_bytes + s.staging_bytes;
     Ok(Report {
         kernels: s.kernels.len(),
+        pipelines: s.pipelines,
         unfused_kernels: unfused.kernels,
         device_bytes: s.device_bytes - s.workspace_bytes,
         workspace_bytes: s.workspace_bytes,
@@ -351,7 +354,11 @@ pub fn run_example_with(
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-        writeln!(f, "kernels      {} fused ({} unfused)", self.kernels, self.unfused_kernels)?;
+        writeln!(
+            f,
+            "kernels      {} fused ({} unfused); the fused ones need {} pipelines (kernels with the same code share one)",
+            self.kernels, self.unfused_kernels, self.pipelines
+        )?;
         writeln!(
             f,
             "memory       {:.2} MiB on the device (lower bound {:.2} MiB); every value its own buffer: {:.2} MiB fused, {:.2} MiB unfused ({:.2}x more)",

@@ -12,6 +12,9 @@ fn stats_and_dot_of_a_fused_softmax() {
     let unfused = device.compile(&b.graph(), &[y.id()], &CompileOptions::unfused()).unwrap();
     assert_eq!(fused.stats().kernels.len(), 1);
     assert_eq!(unfused.stats().kernels.len(), 7);
+    // Unfused, the max and the sum broadcast back over the rows by the same code: one
+    // pipeline for both.
+    assert_eq!((fused.stats().pipelines, unfused.stats().pipelines), (1, 6));
     assert_eq!(fused.stats().kernels[0].members.len(), 7);
     // Fused: read x once, write y once. Unfused: every intermediate is written and read.
     assert_eq!(fused.stats().bytes_moved, 2 * 8 * 128 * 4);
@@ -71,4 +74,22 @@ fn dump_wgsl_writes_each_kernel_in_dispatch_order() {
     }
     assert!(!dir.join(format!("k{n:03}.wgsl")).exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Kernels that lower to the same code share a pipeline: a third transformer layer's kernels
+/// mostly reuse the pipelines of the first two. (Not all: where the adapter's cost model
+/// has a layer norm recompute the residual stream's adds rather than read it, that kernel
+/// grows by a layer's adds with each layer.)
+#[test]
+fn repeated_layers_share_their_pipelines() {
+    let device = Device::shared().unwrap();
+    let pipelines = |layers: usize| {
+        let w = fusegraph::workloads::transformer(16, layers, true).unwrap();
+        let exe = device.compile(&w.graph, &w.outputs, &CompileOptions::default()).unwrap();
+        (exe.stats().kernels.len(), exe.stats().pipelines)
+    };
+    let ((k2, p2), (k3, p3)) = (pipelines(2), pipelines(3));
+    eprintln!("2 layers: {k2} kernels, {p2} pipelines; 3 layers: {k3} kernels, {p3} pipelines");
+    assert!(k3 > k2 && p2 < k2 && p3 >= p2);
+    assert!(2 * (p3 - p2) < k3 - k2, "the third layer's {} kernels need {} new pipelines", k3 - k2, p3 - p2);
 }

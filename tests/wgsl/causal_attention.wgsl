@@ -1,4 +1,4 @@
-// kernel iota+iota+transpose+matmul+full+broadcast+mul+ge+full+broadcast+broadcast+select+reduce+broadcast+sub+exp+reduce+broadcast+div+matmul (3 workgroups)
+// kernel iota+iota+ge+broadcast+transpose+matmul+full+broadcast+mul+full+broadcast+select+reduce+broadcast+sub+exp+reduce+broadcast+div+matmul (3 workgroups)
 @group(0) @binding(0) var<storage, read_write> b0: array<f32>;
 @group(0) @binding(1) var<storage, read_write> b1: array<f32>;
 @group(0) @binding(2) var<storage, read_write> b2: array<f32>;
@@ -34,8 +34,24 @@ fn v4(i: u32) -> i32 {
     return i32(c1);
 }
 
+// ge : bool[70,70]
+fn v5(i: u32) -> bool {
+    return (v3(i) >= v4(i));
+}
+
+// broadcast : bool[2,70,70]
+fn v6(i: u32) -> bool {
+    var cr = i;
+    let c2 = cr % 70u;
+    cr = cr / 70u;
+    let c1 = cr % 70u;
+    cr = cr / 70u;
+    let c0 = cr;
+    return v5(c1 * 70u + c2);
+}
+
 // transpose : f32[2,8,70]
-fn v5(i: u32) -> f32 {
+fn v7(i: u32) -> f32 {
     var cr = i;
     let c2 = cr % 70u;
     cr = cr / 70u;
@@ -46,7 +62,7 @@ fn v5(i: u32) -> f32 {
 }
 
 // matmul : f32[2,70,70]
-fn v6(i: u32) -> f32 {
+fn v8(i: u32) -> f32 {
     var cr = i;
     let c2 = cr % 70u;
     cr = cr / 70u;
@@ -55,51 +71,35 @@ fn v6(i: u32) -> f32 {
     let c0 = cr;
     var acc: f32 = 0.0f;
     for (var kk = 0u; kk < 8u; kk = kk + 1u) {
-        acc = acc + fg_q[kk] * v5(c0 * 560u + kk * 70u + c2);
+        acc = acc + fg_q[kk] * v7(c0 * 560u + kk * 70u + c2);
     }
     return acc;
 }
 
 // full : f32[]
-fn v7(i: u32) -> f32 {
+fn v9(i: u32) -> f32 {
     return 0.35f;
 }
 
 // broadcast : f32[2,70,70]
-fn v8(i: u32) -> f32 {
+fn v10(i: u32) -> f32 {
     var cr = i;
     let c2 = cr % 70u;
     cr = cr / 70u;
     let c1 = cr % 70u;
     cr = cr / 70u;
     let c0 = cr;
-    return v7(0u);
+    return v9(0u);
 }
 
 // mul : f32[2,70,70]
-fn v9(i: u32) -> f32 {
-    return (v6(i) * v8(i));
-}
-
-// ge : bool[70,70]
-fn v10(i: u32) -> bool {
-    return (v3(i) >= v4(i));
+fn v11(i: u32) -> f32 {
+    return (v8(i) * v10(i));
 }
 
 // full : f32[]
-fn v11(i: u32) -> f32 {
+fn v12(i: u32) -> f32 {
     return -1000000000.0f;
-}
-
-// broadcast : bool[2,70,70]
-fn v12(i: u32) -> bool {
-    var cr = i;
-    let c2 = cr % 70u;
-    cr = cr / 70u;
-    let c1 = cr % 70u;
-    cr = cr / 70u;
-    let c0 = cr;
-    return v10(c1 * 70u + c2);
 }
 
 // broadcast : f32[2,70,70]
@@ -110,12 +110,12 @@ fn v13(i: u32) -> f32 {
     let c1 = cr % 70u;
     cr = cr / 70u;
     let c0 = cr;
-    return v11(0u);
+    return v12(0u);
 }
 
 // select : f32[2,70,70]
 fn v14(i: u32) -> f32 {
-    return select(v13(i), v9(i), v12(i));
+    return select(v13(i), v11(i), v6(i));
 }
 
 var<private> fg_q: array<f32, 8>;

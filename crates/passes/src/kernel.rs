@@ -73,7 +73,7 @@ pub fn make_kernel(g: &Graph, members: Vec<NodeId>, graph_outputs: &[NodeId], li
 
 /// The values `members` read from memory: their operands that are not members, in order of
 /// first use.
-pub(crate) fn kernel_inputs(g: &Graph, members: &[NodeId]) -> Vec<NodeId> {
+pub fn kernel_inputs(g: &Graph, members: &[NodeId]) -> Vec<NodeId> {
     let set: BTreeSet<NodeId> = members.iter().copied().collect();
     let mut inputs = Vec::new();
     for &m in members {

@@ -219,6 +219,10 @@ pub struct KernelStats {
 pub struct ExecutableStats {
     /// One entry per kernel, in dispatch order.
     pub kernels: Vec<KernelStats>,
+    /// Distinct pipelines among the kernels: kernels that lower to the same WGSL (the same
+    /// computation on the same types, as a layer's kernels in every layer of a model) share
+    /// one (see `fusegraph_wgsl::lower_with`).
+    pub pipelines: usize,
     /// Total bytes moved by all kernels.
     pub bytes_moved: u64,
     /// Bytes of the arena (inputs and intermediates).
@@ -782,6 +786,7 @@ impl Device {
             return Err(RuntimeError::Wgpu { during: "creating bind groups".into(), detail: e.to_string() });
         }
         let stats = ExecutableStats {
+            pipelines: sources.iter().map(|s| s.wgsl.as_str()).collect::<std::collections::BTreeSet<_>>().len(),
             bytes_moved: kstats.iter().map(|k| k.bytes_moved).sum(),
             kernels: kstats,
             arena_bytes: plan.arena_bytes,

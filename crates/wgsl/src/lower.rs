@@ -232,22 +232,26 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
     }
 }
 
-/// `kernel` copied into a graph of its own: its inputs first, as graph inputs of their
-/// types in binding order, then its members in order, each with the op it has in `g`. Returns
-/// that graph, the kernel over its nodes and, for each of its nodes (by index), the node of
-/// `g` it copies. `None` where the copy would not be faithful (an operand that is neither an
-/// input nor an earlier member, or a type that comes out differently), which no kernel the
-/// passes make has: the caller then lowers `kernel` in `g` itself.
+/// `kernel` copied into a graph of its own, in an order that depends on what it computes
+/// and not on `g`'s node ids: its members in post-order from its outputs (operands in
+/// operand order; members no output reaches after them, in their order), its inputs — graph
+/// inputs of their types — in order of first use by those members, first. Returns that
+/// graph, the kernel over its nodes and, for each of its nodes (by index), the node of `g` it
+/// copies. `None` where the copy would not be faithful (an operand that is neither an input
+/// nor a member, or a type that comes out differently), which no kernel the passes make has:
+/// the caller then lowers `kernel` in `g` itself.
 pub fn localize(g: &Graph, kernel: &Kernel) -> Option<(Graph, Kernel, Vec<NodeId>)> {
+    let members = canonical_order(g, kernel);
+    let inputs = fusegraph_passes::kernel::kernel_inputs(g, &members);
     let mut local = Graph::new();
     let mut to_local: BTreeMap<NodeId, NodeId> = BTreeMap::new();
-    let mut ids = Vec::with_capacity(kernel.inputs.len() + kernel.members.len());
-    for (k, &i) in kernel.inputs.iter().enumerate() {
+    let mut ids = Vec::with_capacity(inputs.len() + members.len());
+    for (k, &i) in inputs.iter().enumerate() {
         let id = local.add_leaf(Op::Input { name: format!("in{k}") }, g.ty(i).clone()).ok()?;
         to_local.insert(i, id);
         ids.push(i);
     }
-    for &m in &kernel.members {
+    for &m in &members {
         let node = g.node(m);
         let id = if node.op.is_leaf() {
             local.add_leaf(node.op.clone(), node.ty.clone()).ok()?
@@ -265,9 +269,40 @@ pub fn localize(g: &Graph, kernel: &Kernel) -> Option<(Graph, Kernel, Vec<NodeId
         KernelKind::Attention { logits } => KernelKind::Attention { logits: *to_local.get(logits)? },
         other => other.clone(),
     };
-    let k =
-        Kernel { kind, members: map(&kernel.members)?, outputs: map(&kernel.outputs)?, inputs: map(&kernel.inputs)? };
+    let same_inputs = inputs.len() == kernel.inputs.len() && kernel.inputs.iter().all(|i| inputs.contains(i));
+    if !same_inputs {
+        return None;
+    }
+    let k = Kernel { kind, members: map(&members)?, outputs: map(&kernel.outputs)?, inputs: map(&inputs)? };
     Some((local, k, ids))
+}
+
+/// `kernel`'s members in post-order from its outputs (operands in operand order), then any
+/// member no output reaches, with those it reaches, in member order: a topological order
+/// that two kernels computing the same thing share whatever their node ids.
+fn canonical_order(g: &Graph, kernel: &Kernel) -> Vec<NodeId> {
+    let set: std::collections::BTreeSet<NodeId> = kernel.members.iter().copied().collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut order = Vec::with_capacity(kernel.members.len());
+    for &root in kernel.outputs.iter().chain(&kernel.members) {
+        if !set.contains(&root) || !seen.insert(root) {
+            continue;
+        }
+        let mut stack = vec![(root, g.operands(root), 0usize)];
+        while let Some((node, operands, next)) = stack.last_mut() {
+            if let Some(&o) = operands.get(*next) {
+                *next += 1;
+                if set.contains(&o) && seen.insert(o) {
+                    let ops = g.operands(o);
+                    stack.push((o, ops, 0));
+                }
+            } else {
+                order.push(*node);
+                stack.pop();
+            }
+        }
+    }
+    order
 }
 
 fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strategy) -> KernelSource {
