@@ -243,6 +243,9 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
 pub fn localize(g: &Graph, kernel: &Kernel) -> Option<(Graph, Kernel, Vec<NodeId>)> {
     let members = canonical_order(g, kernel);
     let inputs = fusegraph_passes::kernel::kernel_inputs(g, &members);
+    if inputs.len() != kernel.inputs.len() || !kernel.inputs.iter().all(|i| inputs.contains(i)) {
+        return None;
+    }
     let mut local = Graph::new();
     let mut to_local: BTreeMap<NodeId, NodeId> = BTreeMap::new();
     let mut ids = Vec::with_capacity(inputs.len() + members.len());
@@ -269,10 +272,6 @@ pub fn localize(g: &Graph, kernel: &Kernel) -> Option<(Graph, Kernel, Vec<NodeId
         KernelKind::Attention { logits } => KernelKind::Attention { logits: *to_local.get(logits)? },
         other => other.clone(),
     };
-    let same_inputs = inputs.len() == kernel.inputs.len() && kernel.inputs.iter().all(|i| inputs.contains(i));
-    if !same_inputs {
-        return None;
-    }
     let k = Kernel { kind, members: map(&members)?, outputs: map(&kernel.outputs)?, inputs: map(&inputs)? };
     Some((local, k, ids))
 }
