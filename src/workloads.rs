@@ -221,9 +221,14 @@ pub fn micro(quick: bool) -> Vec<Workload> {
 
 /// A micro workload at the size its name gives, as the micro workloads are named:
 /// `elementwise_chain_N`, `gelu_relu_matmul_bias_N`, `layer_norm_gelu_RxD`,
-/// `softmax_axisA_N` (A 0 or 1), any positive sizes. `None` for any other name.
-pub fn sized(name: &str) -> Option<Workload> {
+/// `softmax_axisA_N` (A 0 or 1), any positive sizes; and the transformer network at any
+/// sequence length and depth, `transformer_sS_lL` (its `quick` dimensions with `quick`).
+/// `None` for any other name.
+pub fn sized(name: &str, quick: bool) -> Option<Workload> {
     let num = |s: &str| s.parse::<usize>().ok().filter(|&n| n > 0);
+    if let Some((seq, layers)) = name.strip_prefix("transformer_s").and_then(|s| s.split_once("_l")) {
+        return transformer(num(seq)?, num(layers)?, quick).ok();
+    }
     if let Some(n) = name.strip_prefix("elementwise_chain_") {
         return Some(elementwise_chain(num(n)?));
     }
@@ -243,7 +248,7 @@ pub fn sized(name: &str) -> Option<Workload> {
 pub fn select(name: Option<&str>, quick: bool) -> Vec<Workload> {
     let listed: Vec<Workload> = all(quick).into_iter().filter(|w| name.is_none_or(|n| w.name.starts_with(n))).collect();
     match (listed.is_empty(), name) {
-        (true, Some(n)) => sized(n).into_iter().collect(),
+        (true, Some(n)) => sized(n, quick).into_iter().collect(),
         _ => listed,
     }
 }
@@ -400,17 +405,27 @@ mod tests {
     #[test]
     fn micro_workloads_are_rebuilt_from_their_names() {
         for w in micro(true) {
-            let again = sized(&w.name).unwrap_or_else(|| panic!("`{}` not rebuilt", w.name));
+            let again = sized(&w.name, true).unwrap_or_else(|| panic!("`{}` not rebuilt", w.name));
             assert_eq!(again.name, w.name);
             assert_eq!(crate::text::print(&again.graph), crate::text::print(&w.graph), "{}", w.name);
         }
-        assert_eq!(sized("elementwise_chain_12").map(|w| w.graph.ty(w.outputs[0]).shape.numel()), Some(12));
+        assert_eq!(sized("elementwise_chain_12", true).map(|w| w.graph.ty(w.outputs[0]).shape.numel()), Some(12));
         assert_eq!(
-            sized("layer_norm_gelu_3x5").map(|w| w.graph.ty(w.outputs[0]).shape.dims().to_vec()),
+            sized("layer_norm_gelu_3x5", true).map(|w| w.graph.ty(w.outputs[0]).shape.dims().to_vec()),
             Some(vec![3, 5])
         );
         for bad in ["elementwise_chain_0", "elementwise_chain_x", "softmax_axis2_8", "layer_norm_gelu_3", "mlp", ""] {
-            assert!(sized(bad).is_none(), "`{bad}` should name no workload");
+            assert!(sized(bad, true).is_none(), "`{bad}` should name no workload");
+        }
+        // The transformer at another depth: the listed one's graph with its block repeated.
+        let listed = networks(true).into_iter().find(|w| w.name.starts_with("transformer")).expect("listed");
+        let again = sized(&listed.name, true).expect("rebuilt");
+        assert_eq!(crate::text::print(&again.graph), crate::text::print(&listed.graph));
+        let deeper = sized("transformer_s8_l3", true).expect("deeper");
+        assert_eq!(deeper.name, "transformer_s8_l3");
+        assert!(deeper.graph.len() > 2 * sized("transformer_s8_l1", true).expect("one layer").graph.len());
+        for bad in ["transformer_s0_l1", "transformer_s8_l0", "transformer_s8", "transformer_l2"] {
+            assert!(sized(bad, true).is_none(), "`{bad}` should name no workload");
         }
         // Selection: listed workloads by prefix first, then sized names.
         let names = |name: &str| select(Some(name), true).into_iter().map(|w| w.name).collect::<Vec<_>>();

@@ -254,3 +254,62 @@ fn veto_a_second_contraction_in_one_kernel() {
     assert_eq!(f.kernels.len(), 2);
     assert!(f.log.iter().any(|d| d.veto == Some(Veto::SecondContraction)), "{:?}", f.log);
 }
+
+/// A residual add after a projection, `x + (a·w + b)`, read by two kernels (a layer norm and
+/// the next residual add): it is stored once by the projection's epilogue rather than
+/// recomputed in both, which would read `x` twice and save no dispatch. Fed by anything but
+/// a contraction, the same add is still recomputed.
+#[test]
+fn veto_recomputing_what_a_contraction_epilogue_can_store() {
+    let mut c = CaseBuilder::new(1);
+    let x = c.input(DType::F32, &[8, 16], Domain::Any);
+    let a = c.input(DType::F32, &[8, 16], Domain::Any);
+    let w = c.input(DType::F32, &[16, 16], Domain::Any);
+    let b = c.input(DType::F32, &[16], Domain::Any);
+    let z = c.input(DType::F32, &[8, 16], Domain::Any);
+    let projected = a.matmul(&w).unwrap().add(&b.broadcast_to([8, 16]).unwrap()).unwrap();
+    let h = x.add(&projected).unwrap();
+    let normed = h.layer_norm(&[1], 1e-5).unwrap();
+    let next = h.add(&z).unwrap().exp().unwrap();
+    let g = c.b.graph();
+    let outs = [normed.id(), next.id()];
+    assert_eq!(veto_of(&g, &outs, h.id(), &options()), Some(Veto::EpilogueInstead { kernels: 2 }));
+    let ks = kernels(&g, &outs);
+    let mm = ks.iter().find(|k| k.members.iter().any(|&m| matches!(g.node(m).op, fusegraph::Op::MatMul))).unwrap();
+    assert_eq!(mm.outputs, [h.id()], "the projection's kernel stores the residual sum: {ks:#?}");
+    // The layer norm and `exp(h + z)` read `h` and merge as siblings into one row kernel.
+    assert_eq!(ks.len(), 2, "{ks:#?}");
+    // The same add of an elementwise value is recomputed in both kernels (memory veto off:
+    // at these sizes the longer-lived `x` and `exp(a)` raise the peak).
+    let unaware = FusionOptions { memory_aware: false, ..options() };
+    assert_eq!(veto_of(&g, &outs, h.id(), &unaware), Some(Veto::EpilogueInstead { kernels: 2 }));
+    let e = a.exp().unwrap();
+    let h2 = x.add(&e).unwrap();
+    let normed2 = h2.layer_norm(&[1], 1e-5).unwrap();
+    let next2 = h2.add(&z).unwrap().exp().unwrap();
+    let g = c.b.graph();
+    assert_eq!(veto_of(&g, &[normed2.id(), next2.id()], h2.id(), &unaware), None);
+}
+
+/// Under a cost model where a dispatch costs as much as moving ~90 KB (lavapipe's measured
+/// one), each layer norm of a deep transformer used to re-add the whole residual stream from
+/// the embedding on: its kernel grew by a layer's adds per layer and every projection stayed
+/// alive to the last layer. Stored by the projections' epilogues, no kernel grows with depth.
+#[test]
+fn no_kernel_grows_with_the_model_depth() {
+    let lavapipe_like =
+        FusionOptions { cost: CostModel { dispatch_s: 17e-6, bandwidth: 5.3e9, flops: 53e9 }, ..options() };
+    for opts in [options(), lavapipe_like] {
+        let largest = |layers: usize| {
+            let w = fusegraph::workloads::transformer(16, layers, true).unwrap();
+            let (mut g, mut outs) = (w.graph.clone(), w.outputs.clone());
+            simplify(&mut g, &mut outs).unwrap();
+            let ks = fuse(&g, &outs, &opts).unwrap().kernels;
+            (ks.iter().map(|k| k.members.len()).max().unwrap(), ks.len())
+        };
+        let (two, k2) = largest(2);
+        let (six, k6) = largest(6);
+        assert!(k6 > k2);
+        assert_eq!(six, two, "{:?}: largest kernel at 2 and 6 layers", opts.cost);
+    }
+}

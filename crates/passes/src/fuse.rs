@@ -75,6 +75,13 @@ pub enum Veto {
     /// Arithmetic would be recomputed in the prologue of a matmul, conv or pooling, which
     /// reads each operand element many times; only data movement fuses there.
     Prologue,
+    /// A cheap producer would be recomputed in several kernels though it can instead be the
+    /// epilogue of the matmul or convolution it is computed from, stored once: recomputing
+    /// it would save no dispatch and read its other operands once per kernel.
+    EpilogueInstead {
+        /// The kernels that would recompute it.
+        kernels: usize,
+    },
     /// The cost model estimates no gain.
     NoBenefit,
 }
@@ -97,6 +104,10 @@ impl std::fmt::Display for Veto {
             Veto::RowShape => write!(f, "a reduction's result would be used in a way a row kernel cannot express"),
             Veto::SecondContraction => write!(f, "a second matmul or convolution would join the kernel"),
             Veto::Prologue => write!(f, "arithmetic would be recomputed in a matmul, conv or pooling prologue"),
+            Veto::EpilogueInstead { kernels } => write!(
+                f,
+                "recomputing it in {kernels} kernels costs more than storing it from the epilogue of the matmul or convolution it is computed from"
+            ),
             Veto::NoBenefit => write!(f, "the cost model estimates no gain"),
         }
     }
@@ -917,6 +928,9 @@ fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u
     if targets.iter().any(|&t| ctx.creates_cycle(&groups.sets[t], p)) {
         return Some(Veto::Cycle);
     }
+    if targets.len() > 1 && epilogue_is_cheaper(ctx, p, targets.len()) {
+        return Some(Veto::EpilogueInstead { kernels: targets.len() });
+    }
     // Fusing `p` frees its buffer and keeps its operands alive until the consumers instead;
     // when the operands held in memory are no larger than `p`, no step can rise, so the
     // (whole-plan) peak need not be recomputed.
@@ -941,6 +955,51 @@ fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u
         groups.insert(home, p, ctx.operands(p));
     }
     veto
+}
+
+/// Whether elementwise `p`, about to be recomputed in `copies` kernels, costs less stored
+/// once by the epilogue of a contraction it is computed from. Visiting from the outputs back,
+/// the pass judges "fuse `p` into its consumers" against "`p` alone", which saves a dispatch;
+/// but where an operand of `p` is (through elementwise ops and reshapes of as many elements,
+/// each used only by the next) a matmul or convolution used only by that chain, `p` would join the
+/// contraction's kernel at the chain's turn, with no dispatch of its own. Against that
+/// alternative, recomputing moves `(1 + copies)·(operand − p)` bytes more for the chain's
+/// value (read once per copy instead of `p`), and `p`'s other operands once more per extra
+/// copy. A residual add after an attention or MLP projection is the usual case: recomputed,
+/// each layer norm re-adds the whole residual stream, its kernels grow by a layer's adds per
+/// layer and every layer's projections stay alive to the last one.
+fn epilogue_is_cheaper(ctx: &Ctx, p: NodeId, copies: usize) -> bool {
+    let g = ctx.g;
+    let numel = g.ty(p).shape.numel();
+    let elementwise = |n: NodeId| {
+        matches!(g.node(n).op, Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast { .. })
+            && g.ty(n).shape.numel() == numel
+    };
+    if !elementwise(p) {
+        return false;
+    }
+    // Whether `n`, used by `user` alone, is such a chain down to a contraction.
+    fn reaches(ctx: &Ctx, n: NodeId, user: NodeId, depth: usize, elementwise: &dyn Fn(NodeId) -> bool) -> bool {
+        if depth == 0 || ctx.output_set.contains(&n) || ctx.users(n) != [user] {
+            return false;
+        }
+        let ty = ctx.g.ty(n);
+        match ctx.g.node(n).op {
+            Op::MatMul | Op::Conv2d { .. } => true,
+            // A reshape keeps the order of the elements: an epilogue stores through it.
+            Op::Reshape { .. } if ty.shape.numel() == ctx.g.ty(user).shape.numel() => {
+                reaches(ctx, ctx.operands(n)[0], n, depth - 1, elementwise)
+            }
+            _ => elementwise(n) && ctx.operands(n).iter().any(|&o| reaches(ctx, o, n, depth - 1, elementwise)),
+        }
+    }
+    let from_contraction = |o: NodeId| reaches(ctx, o, p, 8, &elementwise);
+    let ops = ctx.operands(p);
+    let Some(q) = ops.iter().copied().find(|&o| from_contraction(o)) else { return false };
+    let bytes = |n: NodeId| g.ty(n).buffer_bytes() as f64;
+    let others: f64 = ops.iter().filter(|&&o| o != q).map(|&o| bytes(o)).sum();
+    let t = copies as f64;
+    (1.0 + t) * (bytes(q) - bytes(p)) + (t - 1.0) * others >= 0.0
 }
 
 /// Retries fusing `p` into group `t` (where it has just been moved) after a peak-memory

@@ -21,8 +21,8 @@ commands:
                    compiles the fused mode with attention in one kernel (no scores stored);
                    --mixed-precision compiles it with f16 storage and f32 sums (fused and
                    unfused then agree within f16 tolerance); --workload takes the workloads
-                   whose names start with NAME, else a micro workload at the sizes NAME
-                   gives (see ir)
+                   whose names start with NAME, else a micro workload or the transformer
+                   at the sizes NAME gives (see ir)
   roofline [--quick] [--json PATH] [--kernels LIST] [--dtype f32|f16] [--runs N]
                    achieved GB/s and GFLOP/s per kernel family next to ceilings measured
                    in the same run (a streaming copy, the best matmul)
@@ -42,7 +42,8 @@ commands:
                    a benchmark workload's graph in that text form (for dot and wgsl):
                    NAME a prefix of a bench workload's name, or a micro workload's name
                    with other sizes in it (elementwise_chain_16777216,
-                   layer_norm_gelu_64x768)
+                   layer_norm_gelu_64x768), or transformer_sSEQ_lLAYERS (any sequence
+                   length and depth; its --quick dimensions with --quick)
   help             this text
 
 environment:
