@@ -279,6 +279,12 @@ fn veto_recomputing_what_a_contraction_epilogue_can_store() {
     assert_eq!(mm.outputs, [h.id()], "the projection's kernel stores the residual sum: {ks:#?}");
     // The layer norm and `exp(h + z)` read `h` and merge as siblings into one row kernel.
     assert_eq!(ks.len(), 2, "{ks:#?}");
+    // Where the projection cannot take the epilogue (here: too few bindings for `a`, `w`,
+    // `b`, `x` and the result), the add is judged again and recomputed after all.
+    let narrow = FusionOptions { max_bindings: 4, memory_aware: false, ..options() };
+    let f = fuse(&g, &outs, &narrow).unwrap();
+    assert!(f.log.iter().all(|d| !matches!(d.veto, Some(Veto::EpilogueInstead { .. }))), "{:?}", f.log);
+    assert!(f.kernels.iter().all(|k| !k.outputs.contains(&h.id())), "{:#?}", f.kernels);
     // The same add of an elementwise value is recomputed in both kernels (memory veto off:
     // at these sizes the longer-lived `x` and `exp(a)` raise the peak).
     let unaware = FusionOptions { memory_aware: false, ..options() };

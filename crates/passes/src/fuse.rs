@@ -903,17 +903,30 @@ pub fn fuse(g: &Graph, outputs: &[NodeId], opts: &FusionOptions) -> Result<Fusio
     for &p in compute.iter().rev() {
         // A producer pulled into a consumer's kernel along with a later one (see
         // `pull_exclusive_operands`) has been decided already.
-        let veto =
-            if groups.sets[own[&p]].contains(&p) { try_fuse(&ctx, &mut groups, own[&p], p, &mut peak) } else { None };
+        let veto = if groups.sets[own[&p]].contains(&p) {
+            try_fuse(&ctx, &mut groups, own[&p], p, &mut peak, true)
+        } else {
+            None
+        };
         log.push(Decision { producer: p, veto });
+    }
+    // A producer left for a contraction's epilogue that the contraction did not take (its
+    // own fusion was refused) is judged again as a plain duplication.
+    for d in &mut log {
+        let home = own[&d.producer];
+        let alone = groups.sets[home].iter().all(|&m| !matches!(g.node(m).op, Op::MatMul | Op::Conv2d { .. }));
+        if matches!(d.veto, Some(Veto::EpilogueInstead { .. })) && groups.sets[home].contains(&d.producer) && alone {
+            d.veto = try_fuse(&ctx, &mut groups, home, d.producer, &mut peak, false);
+        }
     }
     let siblings = merge_siblings(&ctx, &mut groups, &mut peak);
     Ok(Fusion { kernels: ctx.kernels(&groups), log, siblings })
 }
 
 /// Tries to move producer `p` out of its own group `home` into every group that uses it;
-/// leaves `groups` unchanged and names the reason on a veto.
-fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u64) -> Option<Veto> {
+/// leaves `groups` unchanged and names the reason on a veto. With `epilogues`, a duplication
+/// that a contraction's epilogue would do better is refused ([`epilogue_is_cheaper`]).
+fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u64, epilogues: bool) -> Option<Veto> {
     let g = ctx.g;
     if ctx.output_set.contains(&p) {
         return Some(Veto::GraphOutput);
@@ -928,7 +941,7 @@ fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u
     if targets.iter().any(|&t| ctx.creates_cycle(&groups.sets[t], p)) {
         return Some(Veto::Cycle);
     }
-    if targets.len() > 1 && epilogue_is_cheaper(ctx, p, targets.len()) {
+    if epilogues && targets.len() > 1 && epilogue_is_cheaper(ctx, p, targets.len()) {
         return Some(Veto::EpilogueInstead { kernels: targets.len() });
     }
     // Fusing `p` frees its buffer and keeps its operands alive until the consumers instead;
