@@ -261,8 +261,11 @@ pub fn names(quick: bool) -> Vec<String> {
 /// What an example run measured.
 #[derive(Clone, Debug)]
 pub struct Report {
-    /// Kernels per run (fused).
+    /// Kernels (fused), the hoisted ones included.
     pub kernels: usize,
+    /// Of those, the kernels that compute from parameters alone and run only after a
+    /// parameter is set ([`crate::CompileOptions::hoist_parameters`]).
+    pub prepared_kernels: usize,
     /// Distinct pipelines of the fused kernels ([`crate::ExecutableStats::pipelines`]).
     pub pipelines: usize,
     /// Kernels with fusion off, for comparison.
@@ -341,6 +344,7 @@ pub fn run_example_with(
     let fixed = s.persistent_bytes + s.staging_bytes;
     Ok(Report {
         kernels: s.kernels.len(),
+        prepared_kernels: s.prepared_kernels,
         pipelines: s.pipelines,
         unfused_kernels: unfused.kernels,
         device_bytes: s.device_bytes - s.workspace_bytes,
@@ -364,6 +368,13 @@ impl std::fmt::Display for Report {
             "kernels      {} fused ({} unfused); the fused ones need {} pipelines (kernels with the same code share one)",
             self.kernels, self.unfused_kernels, self.pipelines
         )?;
+        if self.prepared_kernels > 0 {
+            writeln!(
+                f,
+                "             {} of them compute from parameters alone (folded weights): run once after the parameters are set, not every run",
+                self.prepared_kernels
+            )?;
+        }
         writeln!(
             f,
             "memory       {:.2} MiB on the device (lower bound {:.2} MiB); every value its own buffer: {:.2} MiB fused, {:.2} MiB unfused ({:.2}x more)",

@@ -17,6 +17,7 @@ pub mod band;
 pub mod checkpoint;
 pub mod cost;
 pub mod fuse;
+pub mod hoist;
 pub mod kernel;
 pub mod liveness;
 pub mod memory_plan;
@@ -31,6 +32,7 @@ pub mod testing;
 
 pub use autodiff::{grad, GradError};
 pub use fuse::{fuse, Decision, Fusion, FusionOptions, SiblingDecision, Veto};
+pub use hoist::{hoist, Hoisted};
 pub use kernel::{partition, FusionMode, Kernel, KernelKind};
 pub use memory_plan::{check_plan, plan_memory_updating, plan_memory_with, MemoryOptions, PlanError};
 pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};

@@ -8,6 +8,7 @@
 
 use crate::attention::fuse_attention;
 use crate::fuse::{fuse, FusionOptions};
+use crate::hoist::hoist;
 use crate::kernel::{partition, FusionMode, Kernel};
 use crate::liveness::value_bytes;
 use crate::memory_plan::{plan_memory_updating, MemoryOptions, MemoryPlan};
@@ -50,6 +51,11 @@ pub struct PlanOptions {
     /// `Some(false)` never; `None` (the default) only where [`plan_within`] finds the plan
     /// over its limit, before rematerializing.
     pub fused_attention: Option<bool>,
+    /// Move the kernels that compute from parameters and constants alone to the front of
+    /// the schedule and keep the values they leave for later kernels ([`crate::hoist`]), so a
+    /// runtime can run them only after a parameter changes. Off with a `remat_budget`; in
+    /// [`plan_within`], dropped where the plan would not fit its limit otherwise.
+    pub hoist: bool,
 }
 
 impl Default for PlanOptions {
@@ -67,6 +73,7 @@ impl Default for PlanOptions {
             remat: true,
             updates: Vec::new(),
             fused_attention: None,
+            hoist: false,
         }
     }
 }
@@ -118,6 +125,10 @@ pub struct Planned {
     pub plan: MemoryPlan,
     /// Its bytes.
     pub summary: PlanSummary,
+    /// How many leading kernels compute from parameters and constants alone
+    /// ([`PlanOptions::hoist`]; 0 without it): they need to run only after a parameter
+    /// changes, and the plan keeps what they leave for later kernels.
+    pub prepared: usize,
 }
 
 /// Verifies `g`, then fuses (or partitions), schedules, plans memory and, with a budget,
@@ -146,9 +157,27 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
     if let Some(budget) = opts.remat_budget {
         kernels = rematerialize_with(g, kernels, outputs, budget, &mopts);
     }
-    let plan = plan_memory_updating(g, &kernels, outputs, &mopts, &update_pairs(g, outputs, &opts.updates)?);
+    let updates = update_pairs(g, outputs, &opts.updates)?;
+    // Hoisted kernels' values that later kernels read live to the end, as outputs do (but
+    // are not read back: the summary counts the real outputs).
+    let (mut prepared, mut kept) = (0, outputs.to_vec());
+    if opts.hoist && opts.remat_budget.is_none() {
+        // Every parameter node of an updated name (not only those updated in place).
+        let names: std::collections::BTreeSet<&str> = opts.updates.iter().map(|(n, _)| n.as_str()).collect();
+        let updated = g
+            .node_ids()
+            .into_iter()
+            .filter(
+                |&id| matches!(&g.node(id).op, fusegraph_ir::Op::Parameter { name } if names.contains(name.as_str())),
+            )
+            .collect();
+        let hoisted = hoist(g, kernels, outputs, &updated);
+        (kernels, prepared) = (hoisted.kernels, hoisted.prepared);
+        kept.extend(hoisted.pinned.into_iter().filter(|v| !outputs.contains(v)));
+    }
+    let plan = plan_memory_updating(g, &kernels, &kept, &mopts, &updates);
     let summary = summarize(g, outputs, &kernels, &plan, opts.top_values);
-    Ok(Planned { kernels, plan, summary })
+    Ok(Planned { kernels, plan, summary, prepared })
 }
 
 /// `(parameter node, value node)` of each update whose parameter name is one reachable
@@ -172,7 +201,8 @@ fn update_pairs(g: &Graph, outputs: &[NodeId], updates: &[(String, usize)]) -> R
         .collect())
 }
 
-/// Plans as [`plan_graph`]; if the total exceeds `limit`, plans again with memory-efficient
+/// Plans as [`plan_graph`]; if the total exceeds `limit`, plans again without hoisting, then
+/// with memory-efficient
 /// attention (unless `opts.fused_attention` decides it) and then, if `opts.remat` is set and
 /// it still does not fit, with rematerialization toward an arena budget of what the limit
 /// leaves after the persistent and staging bytes. The caller compares the result's total
@@ -181,6 +211,11 @@ pub fn plan_within(g: &Graph, outputs: &[NodeId], opts: &PlanOptions, limit: Opt
     let mut planned = plan_graph(g, outputs, opts)?;
     let Some(limit) = limit else { return Ok(planned) };
     let mut opts = opts.clone();
+    // Hoisting keeps values alive through the run: it never costs a plan its fit.
+    if planned.summary.total_bytes > limit && planned.prepared > 0 {
+        opts.hoist = false;
+        planned = plan_graph(g, outputs, &opts)?;
+    }
     if planned.summary.total_bytes > limit && opts.fused_attention.is_none() && opts.fusion == FusionMode::On {
         opts.fused_attention = Some(true);
         let attention = plan_graph(g, outputs, &opts)?;

@@ -66,6 +66,14 @@ pub struct CompileOptions {
     /// `S`) sets the default for experiments. A split that would make the plan exceed the memory
     /// limit is not made.
     pub split_k: SplitK,
+    /// Run the kernels that compute from parameters and constants alone (batch-norm
+    /// folding's scaled weights, a causal mask) once after the parameters are set rather
+    /// than on every run (default on): [`Executable::set_parameter`] marks them to run again
+    /// on the next run. What they leave for later kernels stays in the arena for the
+    /// executable's life, so this can cost arena bytes; it is dropped where the plan would
+    /// otherwise not fit the memory limit. Kernels that read a parameter `updates` writes
+    /// run every time. Off in [`CompileOptions::unfused`] (the naive baseline).
+    pub hoist_parameters: bool,
 }
 
 /// Which matrix products [`CompileOptions::split_k`] splits.
@@ -143,6 +151,7 @@ impl Default for CompileOptions {
             dump_wgsl: None,
             fused_attention: None,
             split_k: SplitK::from_env().unwrap_or_default(),
+            hoist_parameters: true,
         }
     }
 }
@@ -154,9 +163,10 @@ impl CompileOptions {
         self.updates.iter().map(|(name, _)| name.clone()).collect()
     }
 
-    /// One kernel per primitive op and no simplification: the baseline of comparisons.
+    /// One kernel per primitive op, no simplification and no hoisting: the baseline of
+    /// comparisons.
     pub fn unfused() -> Self {
-        CompileOptions { fusion: FusionMode::Off, simplify: false, ..Default::default() }
+        CompileOptions { fusion: FusionMode::Off, simplify: false, hoist_parameters: false, ..Default::default() }
     }
 }
 
@@ -240,6 +250,10 @@ pub struct ExecutableStats {
     /// [`crate::DeviceOptions::texture_operands`]): one per operand position and format,
     /// shared by every kernel, sized to the largest. 0 where no kernel reads a texture.
     pub workspace_bytes: u64,
+    /// How many of `kernels` (the first ones) compute from parameters and constants alone
+    /// and run only on the first run after a parameter is set
+    /// ([`CompileOptions::hoist_parameters`]); a run dispatches the others.
+    pub prepared_kernels: usize,
     /// Bytes of device memory the executable holds: its buffers (arena, persistent, staging,
     /// as allocated; a reused cached buffer may be up to 25% larger than planned) and its
     /// workspace textures.
@@ -331,6 +345,11 @@ pub struct Executable {
     /// outputs: runs share the arena and the staging buffer, so runs of one executable from
     /// several threads take turns.
     running: std::sync::Mutex<()>,
+    /// The leading kernels that compute from parameters and constants alone
+    /// ([`CompileOptions::hoist_parameters`]).
+    prepared: usize,
+    /// Whether those must run again: at first, and after a parameter is set.
+    stale: std::sync::atomic::AtomicBool,
 }
 
 /// Unmaps a buffer when dropped.
@@ -373,6 +392,7 @@ impl Device {
             simplify: opts.simplify,
             remat: opts.remat,
             fused_attention: opts.fused_attention,
+            hoist: opts.hoist_parameters,
             ..Default::default()
         }
     }
@@ -545,7 +565,7 @@ impl Device {
                 });
             }
         }
-        let (kernels, plan) = (planned.kernels, planned.plan);
+        let (kernels, plan, prepared) = (planned.kernels, planned.plan, planned.prepared);
         let lower_opts = LowerOptions {
             f16_native: self.f16_native(),
             cpu: self.info().device_type == wgpu::DeviceType::Cpu,
@@ -795,6 +815,7 @@ impl Device {
             lower_bound_bytes: plan.lower_bound_bytes,
             naive_bytes: plan.naive_bytes,
             workspace_bytes: workspace.iter().map(|t| t.size).sum(),
+            prepared_kernels: prepared,
             device_bytes: arena_alloc.size
                 + persistent_alloc.size
                 + staging_alloc.size
@@ -817,6 +838,8 @@ impl Device {
             plan,
             graph: graph.clone(),
             running: std::sync::Mutex::new(()),
+            prepared,
+            stale: std::sync::atomic::AtomicBool::new(true),
         })
     }
 }
@@ -860,7 +883,9 @@ impl Executable {
         self.declared_params.iter().map(|(n, t)| (n.clone(), t.clone())).collect()
     }
 
-    /// Uploads a parameter's value; it stays on the device for every later run.
+    /// Uploads a parameter's value; it stays on the device for every later run. The kernels
+    /// that compute from parameters alone ([`CompileOptions::hoist_parameters`]) run again on
+    /// the next run.
     pub fn set_parameter(&mut self, name: &str, value: &HostTensor) -> Result<()> {
         let declared =
             self.declared_params.get(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.into() })?;
@@ -881,6 +906,8 @@ impl Executable {
             };
             self.device.queue.write_buffer(self.persistent.buffer(), slot.loc.offset, &stored);
             *loaded = true;
+            // What the hoisted kernels computed from it is out of date.
+            *self.stale.get_mut() = true;
         }
         Ok(())
     }
@@ -945,9 +972,25 @@ impl Executable {
         Ok(value)
     }
 
-    /// Records every dispatch, with timestamps around them all if given.
+    /// Records every dispatch of a run, with timestamps around them all if given: the
+    /// hoisted kernels only while their values are stale. The caller submits it and then
+    /// calls [`Executable::prepared_done`].
     pub(crate) fn encode(&self, encoder: &mut wgpu::CommandEncoder, timestamps: Option<&wgpu::QuerySet>) {
-        self.encode_kernels(encoder, 0..self.kernels.len(), timestamps.map(|q| (q, 0)));
+        self.encode_kernels(encoder, self.first_kernel()..self.kernels.len(), timestamps.map(|q| (q, 0)));
+    }
+
+    /// The first kernel a run dispatches: past the hoisted ones unless they are stale.
+    pub(crate) fn first_kernel(&self) -> usize {
+        if self.stale.load(std::sync::atomic::Ordering::Acquire) {
+            0
+        } else {
+            self.prepared
+        }
+    }
+
+    /// Marks the hoisted kernels' values current, after a submit that ran them.
+    pub(crate) fn prepared_done(&self) {
+        self.stale.store(false, std::sync::atomic::Ordering::Release);
     }
 
     /// Records the dispatches of `kernels` in order, in as few compute passes as their
@@ -1066,6 +1109,7 @@ impl Executable {
             }
             let start = std::time::Instant::now();
             d.queue.submit([encoder.finish()]);
+            self.prepared_done();
             wait()?;
             let wall = start.elapsed().as_secs_f64() * 1e3;
             let value = match &ts {
@@ -1155,6 +1199,7 @@ impl Executable {
         // Parameters change last, so outputs hold this run's values whatever they alias.
         self.encode_updates(&mut encoder);
         d.queue.submit([encoder.finish()]);
+        self.prepared_done();
         let (tx, rx) = std::sync::mpsc::channel();
         self.staging.buffer().map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);

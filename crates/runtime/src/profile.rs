@@ -49,12 +49,15 @@ impl Profile {
 impl Executable {
     /// Runs once with `feeds` (uploading them and checking them as [`Executable::run`]
     /// does), then times each kernel over `runs` repetitions after `warmup` untimed ones.
-    /// Parameter updates are not applied by the repetitions.
+    /// Parameter updates are not applied by the repetitions. Kernels hoisted out of every run
+    /// ([`crate::CompileOptions::hoist_parameters`]) are not profiled.
     pub fn profile(&self, feeds: &[(&str, &HostTensor)], warmup: usize, runs: usize) -> Result<Profile> {
         let _running = self.take_turn();
         self.run_in_turn(feeds)?;
         let d = &self.device;
-        let active: Vec<usize> = (0..self.kernels.len()).filter(|&i| self.kernels[i].workgroups[0] > 0).collect();
+        // The hoisted kernels ran above; later runs skip them.
+        let active: Vec<usize> =
+            (self.first_kernel()..self.kernels.len()).filter(|&i| self.kernels[i].workgroups[0] > 0).collect();
         let stats = self.stats();
         let wait = || {
             d.device
