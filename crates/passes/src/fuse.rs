@@ -973,12 +973,12 @@ fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u
 /// Whether elementwise `p`, about to be recomputed in `copies` kernels, costs less stored
 /// once by the epilogue of a contraction it is computed from. Visiting from the outputs back,
 /// the pass judges "fuse `p` into its consumers" against "`p` alone", which saves a dispatch;
-/// but where an operand of `p` is (through elementwise ops and reshapes of as many elements,
-/// each used only by the next) a matmul or convolution used only by that chain, `p` would join the
-/// contraction's kernel at the chain's turn, with no dispatch of its own. Against that
-/// alternative, recomputing moves `(1 + copies)·(operand − p)` bytes more for the chain's
-/// value (read once per copy instead of `p`), and `p`'s other operands once more per extra
-/// copy. A residual add after an attention or MLP projection is the usual case: recomputed,
+/// but where an operand of `p` is (through elementwise ops and reshapes of as many
+/// elements, each used only by the next) a matmul or convolution used only by that chain,
+/// `p` would join the contraction's kernel at the chain's turn, with no dispatch of its own.
+/// Against that alternative, recomputing moves `(1 + copies)·(operand − p)` bytes more for
+/// the chain's value (read once per copy instead of `p`), and `p`'s other operands once more
+/// per extra copy. A residual add after an attention or MLP projection is the usual case: recomputed,
 /// each layer norm re-adds the whole residual stream, its kernels grow by a layer's adds per
 /// layer and every layer's projections stay alive to the last one.
 fn epilogue_is_cheaper(ctx: &Ctx, p: NodeId, copies: usize) -> bool {
@@ -996,13 +996,10 @@ fn epilogue_is_cheaper(ctx: &Ctx, p: NodeId, copies: usize) -> bool {
         if depth == 0 || ctx.output_set.contains(&n) || ctx.users(n) != [user] {
             return false;
         }
-        let ty = ctx.g.ty(n);
         match ctx.g.node(n).op {
             Op::MatMul | Op::Conv2d { .. } => true,
             // A reshape keeps the order of the elements: an epilogue stores through it.
-            Op::Reshape { .. } if ty.shape.numel() == ctx.g.ty(user).shape.numel() => {
-                reaches(ctx, ctx.operands(n)[0], n, depth - 1, elementwise)
-            }
+            Op::Reshape { .. } => reaches(ctx, ctx.operands(n)[0], n, depth - 1, elementwise),
             _ => elementwise(n) && ctx.operands(n).iter().any(|&o| reaches(ctx, o, n, depth - 1, elementwise)),
         }
     }

@@ -201,11 +201,10 @@ fn update_pairs(g: &Graph, outputs: &[NodeId], updates: &[(String, usize)]) -> R
         .collect())
 }
 
-/// Plans as [`plan_graph`]; if the total exceeds `limit`, plans again without hoisting, then
-/// with memory-efficient
-/// attention (unless `opts.fused_attention` decides it) and then, if `opts.remat` is set and
-/// it still does not fit, with rematerialization toward an arena budget of what the limit
-/// leaves after the persistent and staging bytes. The caller compares the result's total
+/// Plans as [`plan_graph`]; if the total exceeds `limit`, plans again without hoisting,
+/// then with memory-efficient attention (unless `opts.fused_attention` decides it) and then,
+/// if `opts.remat` is set and it still does not fit, with rematerialization toward an arena
+/// budget of what the limit leaves after the persistent and staging bytes. The caller compares the result's total
 /// with the limit.
 pub fn plan_within(g: &Graph, outputs: &[NodeId], opts: &PlanOptions, limit: Option<u64>) -> Result<Planned> {
     let mut planned = plan_graph(g, outputs, opts)?;

@@ -67,12 +67,12 @@ pub struct CompileOptions {
     /// limit is not made.
     pub split_k: SplitK,
     /// Run the kernels that compute from parameters and constants alone (batch-norm
-    /// folding's scaled weights, a causal mask) once after the parameters are set rather
-    /// than on every run (default on): [`Executable::set_parameter`] marks them to run again
-    /// on the next run. What they leave for later kernels stays in the arena for the
-    /// executable's life, so this can cost arena bytes; it is dropped where the plan would
-    /// otherwise not fit the memory limit. Kernels that read a parameter `updates` writes
-    /// run every time. Off in [`CompileOptions::unfused`] (the naive baseline).
+    /// folding's scaled weights, a constant computed on its own) once after the parameters
+    /// are set rather than on every run (default on): [`Executable::set_parameter`] marks
+    /// them to run again on the next run. What they leave for later kernels stays in the
+    /// arena for the executable's life, so this can cost arena bytes; it is dropped where the
+    /// plan would otherwise not fit the memory limit. Kernels that read a parameter `updates`
+    /// writes run every time. Off in [`CompileOptions::unfused`] (the naive baseline).
     pub hoist_parameters: bool,
 }
 
