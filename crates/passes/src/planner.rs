@@ -52,7 +52,7 @@ pub struct PlanOptions {
     /// over its limit, before rematerializing.
     pub fused_attention: Option<bool>,
     /// Move the kernels that compute from parameters and constants alone to the front of
-    /// the schedule and keep the values they leave for later kernels ([`crate::hoist`]), so a
+    /// the schedule and keep the values they leave for later kernels ([`mod@crate::hoist`]), so a
     /// runtime can run them only after a parameter changes. Off with a `remat_budget`; in
     /// [`plan_within`], dropped where the plan would not fit its limit otherwise.
     pub hoist: bool,
