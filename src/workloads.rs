@@ -371,7 +371,7 @@ impl std::fmt::Display for Report {
         if self.prepared_kernels > 0 {
             writeln!(
                 f,
-                "             {} of them compute from parameters alone (folded weights): run once after the parameters are set, not every run",
+                "             {} of them compute from parameters alone (such as folded weights): run once after the parameters are set, not every run",
                 self.prepared_kernels
             )?;
         }

@@ -72,25 +72,19 @@ fn folded_weights_are_computed_once_and_again_after_a_parameter_changes() {
 /// memory limit that only the plain plan fits, the compile drops hoisting instead of failing.
 #[test]
 fn a_memory_limit_drops_hoisting_where_it_would_not_fit() {
-    let b = GraphBuilder::new();
-    let x = b.input("x", DType::F32, [256, 64]).unwrap();
-    let w = b.parameter("w", DType::F32, [64, 64]).unwrap();
-    let s = b.parameter("s", DType::F32, [64]).unwrap();
-    let v = b.parameter("v", DType::F32, [64, 256]).unwrap();
-    let ws = w.mul(&s.broadcast_to([64, 64]).unwrap()).unwrap();
-    let y = x.matmul(&ws).unwrap().exp().unwrap().matmul(&v).unwrap().mul_scalar(0.5).unwrap();
-    let g = b.graph();
+    let (g, outs, _) = fusegraph::crates::passes::testing::scaled_matmul(256).unwrap();
+    let y = outs[0];
     let device = &common::devices()[0].1;
     let total = |hoist_parameters| {
         let opts = CompileOptions { hoist_parameters, ..Default::default() };
-        device.plan(&g, &[y.id()], &opts).unwrap().total_bytes
+        device.plan(&g, &[y], &opts).unwrap().total_bytes
     };
     let (plain, hoisted) = (total(false), total(true));
     assert!(hoisted > plain, "{hoisted} vs {plain}");
     let prepared = |limit| {
         // Without rematerialization (whose budgeted plans do not hoist either).
         let opts = CompileOptions { memory_limit: Some(limit), remat: false, ..Default::default() };
-        device.compile(&g, &[y.id()], &opts).unwrap().stats().prepared_kernels
+        device.compile(&g, &[y], &opts).unwrap().stats().prepared_kernels
     };
     assert_eq!(prepared(plain), 0);
     assert_eq!(prepared(hoisted), 1);

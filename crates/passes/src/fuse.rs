@@ -912,10 +912,10 @@ pub fn fuse(g: &Graph, outputs: &[NodeId], opts: &FusionOptions) -> Result<Fusio
     }
     // A producer left for a contraction's epilogue that the contraction did not take (its
     // own fusion was refused) is judged again as a plain duplication.
-    for d in &mut log {
+    for d in log.iter_mut().filter(|d| matches!(d.veto, Some(Veto::EpilogueInstead { .. }))) {
         let home = own[&d.producer];
-        let alone = groups.sets[home].iter().all(|&m| !matches!(g.node(m).op, Op::MatMul | Op::Conv2d { .. }));
-        if matches!(d.veto, Some(Veto::EpilogueInstead { .. })) && groups.sets[home].contains(&d.producer) && alone {
+        let set = &groups.sets[home];
+        if set.contains(&d.producer) && !set.iter().any(|&m| matches!(g.node(m).op, Op::MatMul | Op::Conv2d { .. })) {
             d.veto = try_fuse(&ctx, &mut groups, home, d.producer, &mut peak, false);
         }
     }

@@ -55,15 +55,8 @@ pub fn hoist(g: &Graph, kernels: Vec<Kernel>, outputs: &[NodeId], updated: &BTre
         .flat_map(|(k, _)| k.inputs.iter().copied())
         .filter(|v| derived.contains(v))
         .collect();
-    let prepared = is_prepared.iter().filter(|&&p| p).count();
-    let (mut front, mut back) = (Vec::with_capacity(kernels.len()), Vec::new());
-    for (k, p) in kernels.into_iter().zip(is_prepared) {
-        if p {
-            front.push(k);
-        } else {
-            back.push(k);
-        }
-    }
-    front.extend(back);
-    Hoisted { kernels: front, prepared, pinned: read_later.into_iter().collect() }
+    let (front, back): (Vec<_>, Vec<_>) = kernels.into_iter().zip(is_prepared).partition(|(_, p)| *p);
+    let prepared = front.len();
+    let kernels = front.into_iter().chain(back).map(|(k, _)| k).collect();
+    Hoisted { kernels, prepared, pinned: read_later.into_iter().collect() }
 }

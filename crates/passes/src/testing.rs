@@ -1,7 +1,7 @@
 //! Graphs for tests and benchmarks of the memory passes, shared with the device tests of the
 //! runtime (not a stable API): model-shaped graphs (an MLP, a small conv net, a transformer
-//! block), an elementwise chain, the rematerialization example, and random graphs from a
-//! xorshift generator.
+//! block), an elementwise chain, the rematerialization example, the scaled product of the
+//! hoisting tests, and random graphs from a xorshift generator.
 
 use fusegraph_ir::{DType, Graph, GraphBuilder, NodeId, Result, Tensor};
 
@@ -173,4 +173,21 @@ pub fn remat_graph() -> (Graph, Vec<NodeId>) {
         Ok((b.graph(), vec![y.id()]))
     };
     build().expect("the example graph is well typed")
+}
+
+/// `exp(x · (w ⊙ s)) · v · 0.5` on `x: [n, 64]`, with the scale applied per output column
+/// (batch-norm folding's shape): the scaled weight is arithmetic, so it cannot join the
+/// matmul's prologue and is a kernel of its own that reads parameters only (`w`, `s`). The
+/// second, wider product (`v: [64, 256]`) puts the plan's peak after the scaled weight's
+/// last use, so keeping it alive (hoisting) costs arena bytes. Returns the graph, `[y]`, and
+/// the scaled weight.
+pub fn scaled_matmul(n: usize) -> Result<(Graph, Vec<NodeId>, NodeId)> {
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [n, 64])?;
+    let w = b.parameter("w", DType::F32, [64, 64])?;
+    let s = b.parameter("s", DType::F32, [64])?;
+    let v = b.parameter("v", DType::F32, [64, 256])?;
+    let ws = w.mul(&s.broadcast_to([64, 64])?)?;
+    let y = x.matmul(&ws)?.exp()?.matmul(&v)?.mul_scalar(0.5)?;
+    Ok((b.graph(), vec![y.id()], ws.id()))
 }

@@ -3,22 +3,11 @@
 //! kernels out of every other value's bytes.
 
 use fusegraph_ir::{DType, Graph, GraphBuilder, NodeId};
+use fusegraph_passes::testing::scaled_matmul as scaled;
 use fusegraph_passes::{plan_graph, plan_within, PlanOptions, Planned, Region};
 
-/// `exp(x · (w ⊙ s)) · v` with the scale applied per output column (batch-norm folding's
-/// shape): the scaled weight is arithmetic, so it cannot join the matmul's prologue and is a
-/// kernel of its own that reads parameters only. The second, wider product makes the plan's
-/// peak come after the scaled weight's last use. Returns the graph, `[y]`, and the scaled
-/// weight.
 fn scaled_matmul(n: usize) -> (Graph, Vec<NodeId>, NodeId) {
-    let b = GraphBuilder::new();
-    let x = b.input("x", DType::F32, [n, 64]).unwrap();
-    let w = b.parameter("w", DType::F32, [64, 64]).unwrap();
-    let s = b.parameter("s", DType::F32, [64]).unwrap();
-    let v = b.parameter("v", DType::F32, [64, 256]).unwrap();
-    let ws = w.mul(&s.broadcast_to([64, 64]).unwrap()).unwrap();
-    let y = x.matmul(&ws).unwrap().exp().unwrap().matmul(&v).unwrap().mul_scalar(0.5).unwrap();
-    (b.graph(), vec![y.id()], ws.id())
+    scaled(n).unwrap()
 }
 
 fn plan(g: &Graph, outs: &[NodeId], hoist: bool) -> Planned {
