@@ -15,6 +15,7 @@ pub mod attention;
 pub mod autodiff;
 pub mod band;
 pub mod checkpoint;
+pub mod combine;
 pub mod cost;
 pub mod fuse;
 pub mod hoist;
@@ -31,14 +32,15 @@ pub mod split_k;
 pub mod testing;
 
 pub use autodiff::{grad, GradError};
+pub use combine::{combine_products, Combined, Joined};
 pub use fuse::{fuse, Decision, Fusion, FusionOptions, SiblingDecision, Veto};
 pub use hoist::{hoist, Hoisted};
 pub use kernel::{partition, FusionMode, Kernel, KernelKind};
 pub use memory_plan::{check_plan, plan_memory_updating, plan_memory_with, MemoryOptions, PlanError};
 pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};
 pub use planner::{
-    largest_batch, plan_graph, plan_summary, plan_summary_within, plan_within, LiveValue, PlanOptions, PlanSummary,
-    Planned,
+    largest_batch, plan_combined_within, plan_graph, plan_summary, plan_summary_within, plan_within, LiveValue,
+    PlanOptions, PlanSummary, Planned,
 };
 pub use remat::{rematerialize, rematerialize_with};
 pub use schedule::schedule;

@@ -7,6 +7,7 @@
 //! largest batch size whose plan fits a byte limit.
 
 use crate::attention::fuse_attention;
+use crate::combine::{combine_products, Combined};
 use crate::fuse::{fuse, FusionOptions};
 use crate::hoist::hoist;
 use crate::kernel::{partition, FusionMode, Kernel};
@@ -15,7 +16,7 @@ use crate::memory_plan::{plan_memory_updating, MemoryOptions, MemoryPlan};
 use crate::remat::rematerialize_with;
 use crate::schedule::schedule;
 use fusegraph_ir::{verify, Graph, NodeId, Result};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Knobs of the planner.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,6 +57,12 @@ pub struct PlanOptions {
     /// runtime can run them only after a parameter changes. Off with a `remat_budget`; in
     /// [`plan_within`], dropped where the plan would not fit its limit otherwise.
     pub hoist: bool,
+    /// With fusion on, combine the matrix products that share their left operand and whose
+    /// weights (parameters of one shape that no update writes) stack into one parameter
+    /// ([`mod@crate::combine`]), in the copy of the graph [`plan_summary_within`] (and so
+    /// [`largest_batch`]) plans, as the runtime's compile does; [`plan_graph`] plans the
+    /// graph it is given.
+    pub combine_products: bool,
 }
 
 impl Default for PlanOptions {
@@ -74,6 +81,7 @@ impl Default for PlanOptions {
             updates: Vec::new(),
             fused_attention: None,
             hoist: false,
+            combine_products: false,
         }
     }
 }
@@ -232,20 +240,50 @@ pub fn plan_within(g: &Graph, outputs: &[NodeId], opts: &PlanOptions, limit: Opt
     plan_graph(g, outputs, &with_budget)
 }
 
-/// The bytes of the plan of `outputs` (simplified first if `opts.simplify`), with
-/// rematerialization toward `limit` if given; see [`PlanSummary`].
+/// [`plan_within`] after combining the sibling products of `g` in place where
+/// `opts.combine_products` is set and fusion is on ([`combine_products`]; the parameters
+/// named in `opts.updates` are not stacked). A combined product's value lives until its
+/// last view is read, which can raise the peak; where the combined plan exceeds `limit` and
+/// the plan of `g` as it was is smaller, `g` is restored and that plan returned with no
+/// groups.
+pub fn plan_combined_within(
+    g: &mut Graph,
+    outputs: &[NodeId],
+    opts: &PlanOptions,
+    limit: Option<u64>,
+) -> Result<(Planned, Vec<Combined>)> {
+    if !opts.combine_products || opts.fusion != FusionMode::On {
+        return Ok((plan_within(g, outputs, opts, limit)?, Vec::new()));
+    }
+    let original = g.clone();
+    let updated: BTreeSet<String> = opts.updates.iter().map(|(name, _)| name.clone()).collect();
+    let groups = combine_products(g, outputs, &updated)?;
+    let planned = plan_within(g, outputs, opts, limit)?;
+    if groups.is_empty() || limit.is_none_or(|l| planned.summary.total_bytes <= l) {
+        return Ok((planned, groups));
+    }
+    let apart = plan_within(&original, outputs, opts, limit)?;
+    if apart.summary.total_bytes < planned.summary.total_bytes {
+        *g = original;
+        return Ok((apart, Vec::new()));
+    }
+    Ok((planned, groups))
+}
+
+/// The bytes of the plan of `outputs` (simplified first if `opts.simplify`, sibling products
+/// combined if `opts.combine_products`), with rematerialization toward `limit` if given; see
+/// [`PlanSummary`].
 pub fn plan_summary_within(
     g: &Graph,
     outputs: &[NodeId],
     opts: &PlanOptions,
     limit: Option<u64>,
 ) -> Result<PlanSummary> {
+    let (mut g2, mut outs) = (g.clone(), outputs.to_vec());
     if opts.simplify {
-        let (mut g2, mut outs) = (g.clone(), outputs.to_vec());
         crate::simplify(&mut g2, &mut outs)?;
-        return Ok(plan_within(&g2, &outs, opts, limit)?.summary);
     }
-    Ok(plan_within(g, outputs, opts, limit)?.summary)
+    Ok(plan_combined_within(&mut g2, &outs, opts, limit)?.0.summary)
 }
 
 /// The bytes of the plan of `outputs` (simplified first if `opts.simplify`); see

@@ -5,7 +5,8 @@ use crate::{Device, Result, RuntimeError};
 use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
 use fusegraph_passes::split_k::{fill_splits, split_k, FillOptions, Gemm};
 use fusegraph_passes::{
-    plan_summary_within, plan_within, FusionMode, Location, MemoryPlan, PlanOptions, PlanSummary, Region,
+    plan_combined_within, plan_summary_within, plan_within, FusionMode, Joined, Location, MemoryPlan, PlanOptions,
+    PlanSummary, Region,
 };
 use fusegraph_wgsl::{
     cooperative_matmul, gemm_shape, lower_with, subgroup_matmul, KernelSource, LowerOptions, MatmulTiling, Strategy,
@@ -74,6 +75,13 @@ pub struct CompileOptions {
     /// plan would otherwise not fit the memory limit. Kernels that read a parameter `updates`
     /// writes run every time. Off in [`CompileOptions::unfused`] (the naive baseline).
     pub hoist_parameters: bool,
+    /// With fusion on, matrix products that share their left operand and whose weights are
+    /// parameters of one shape that no update writes (attention's query, key and value
+    /// projections) become one batched product over the weights stacked into one parameter
+    /// ([`fusegraph_passes::combine`]): one kernel instead of one per product, no extra
+    /// byte (each weight is a contiguous part of the stack, set and read by its own name).
+    /// Default on; off in [`CompileOptions::unfused`].
+    pub combine_products: bool,
 }
 
 /// Which matrix products [`CompileOptions::split_k`] splits.
@@ -152,6 +160,7 @@ impl Default for CompileOptions {
             fused_attention: None,
             split_k: SplitK::from_env().unwrap_or_default(),
             hoist_parameters: true,
+            combine_products: true,
         }
     }
 }
@@ -163,10 +172,16 @@ impl CompileOptions {
         self.updates.iter().map(|(name, _)| name.clone()).collect()
     }
 
-    /// One kernel per primitive op, no simplification and no hoisting: the baseline of
-    /// comparisons.
+    /// One kernel per primitive op, no simplification, no hoisting and no combined
+    /// products: the baseline of comparisons.
     pub fn unfused() -> Self {
-        CompileOptions { fusion: FusionMode::Off, simplify: false, hoist_parameters: false, ..Default::default() }
+        CompileOptions {
+            fusion: FusionMode::Off,
+            simplify: false,
+            hoist_parameters: false,
+            combine_products: false,
+            ..Default::default()
+        }
     }
 }
 
@@ -393,6 +408,7 @@ impl Device {
             remat: opts.remat,
             fused_attention: opts.fused_attention,
             hoist: opts.hoist_parameters,
+            combine_products: opts.combine_products,
             ..Default::default()
         }
     }
@@ -533,8 +549,15 @@ impl Device {
         let update_nodes = outs_vec.split_off(user_outputs);
         let mut plan_outputs = outs_vec.clone();
         plan_outputs.extend(update_nodes.iter().copied());
-        let (graph, outputs, plan_outputs) = (&simplified, outs_vec.as_slice(), plan_outputs.as_slice());
-        let mut planned = plan_within(graph, plan_outputs, &popts, limit)?;
+        // Sibling products combined: their weights stack into parameters whose parts are the
+        // user's parameters, each written and read where it lies in the stack.
+        let (mut planned, groups) = plan_combined_within(&mut simplified, &plan_outputs, &popts, limit)?;
+        let stacked: BTreeMap<String, Joined> = groups
+            .into_iter()
+            .flat_map(|c| std::iter::once(c.weights).chain(c.biases))
+            .map(|j| (j.name.clone(), j))
+            .collect();
+        let (graph, outputs) = (&simplified, outs_vec.as_slice());
         // The planner counts every output it was given as staging; update values stay on the
         // device and are never read back.
         let update_staging: u64 = update_nodes
@@ -705,9 +728,19 @@ impl Device {
                 Op::Input { name } => {
                     inputs.insert(name.clone(), slot);
                 }
-                Op::Parameter { name } => {
-                    params.insert(name.clone(), (slot, false));
-                }
+                Op::Parameter { name } => match stacked.get(name) {
+                    // Each part where it lies in the stack.
+                    Some(joined) => {
+                        let bytes = joined.part.buffer_bytes() as u64;
+                        for (i, part) in joined.parts.iter().enumerate() {
+                            let loc = Location { offset: loc.offset + i as u64 * bytes, size: bytes, ..loc };
+                            params.insert(part.clone(), (Slot { ty: joined.part.clone(), loc }, false));
+                        }
+                    }
+                    None => {
+                        params.insert(name.clone(), (slot, false));
+                    }
+                },
                 Op::Constant { values } => {
                     let host = HostTensor::from_f64(node.ty.dtype, node.ty.shape.clone(), values)?;
                     self.queue.write_buffer(persistent, loc.offset, &host.to_bytes());

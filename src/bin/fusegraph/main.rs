@@ -27,13 +27,15 @@ commands:
                    achieved GB/s and GFLOP/s per kernel family next to ceilings measured
                    in the same run (a streaming copy, the best matmul)
   dot FILE [--unfused]
-                   read a graph in fusegraph's text form, simplify and fuse it (no device
-                   needed), and print it as Graphviz DOT with one cluster per kernel
+                   read a graph in fusegraph's text form, simplify it, combine products of
+                   one operand over stacked weights, and fuse it as the runtime compiles an
+                   inference graph (no device needed), and print it as Graphviz DOT with one
+                   cluster per kernel
   explain FILE [--graph]
                    the same graph's fused kernels and every decision behind them: why each
                    producer did or did not join its consumers' kernels, which sibling
-                   kernels merged and why others did not (node numbers of the simplified
-                   graph, which --graph prints first)
+                   kernels merged and why others did not, which products were combined
+                   (node numbers of the simplified graph, which --graph prints first)
   wgsl FILE [--unfused] [--cpu] [--f16-native] [--out DIR]
                    the same graph's kernels lowered to WGSL (no device needed) for a GPU
                    without subgroups, or a CPU adapter (--cpu), with f16 storage native or
@@ -176,15 +178,26 @@ fn read_kernels(
     cmd: &str,
     args: &[String],
 ) -> Result<(fusegraph::Graph, Vec<fusegraph::crates::passes::Kernel>), String> {
-    use fusegraph::crates::passes::{fuse, partition, simplify, FusionMode};
+    use fusegraph::crates::passes::{fuse, partition, FusionMode};
     let (mut g, mut outs) = read_graph(cmd, args)?;
     let kernels = if args.iter().any(|a| a == "--unfused") {
         partition(&g, &outs, FusionMode::Off).map_err(|e| e.to_string())?
     } else {
-        simplify(&mut g, &mut outs).map_err(|e| e.to_string())?;
+        prepare(&mut g, &mut outs)?;
         fuse(&g, &outs, &fusion_options()).map_err(|e| e.to_string())?.kernels
     };
     Ok((g, kernels))
+}
+
+/// Simplifies `g` and combines its sibling products as the runtime's default compile of an
+/// inference graph does (no parameter is updated); returns the groups combined.
+fn prepare(
+    g: &mut fusegraph::Graph,
+    outs: &mut [fusegraph::NodeId],
+) -> Result<Vec<fusegraph::crates::passes::Combined>, String> {
+    use fusegraph::crates::passes::{combine_products, simplify};
+    simplify(g, outs).map_err(|e| e.to_string())?;
+    combine_products(g, outs, &Default::default()).map_err(|e| e.to_string())
 }
 
 /// `fusegraph explain FILE [--graph]`: the fused kernels and every decision of the fusion
@@ -192,13 +205,13 @@ fn read_kernels(
 /// pair of sibling kernels considered once, with its verdict), by node number in the
 /// simplified graph (`--graph` prints it first).
 fn explain(args: &[String]) -> Result<(), String> {
-    use fusegraph::crates::passes::{fuse, simplify, KernelKind};
+    use fusegraph::crates::passes::{fuse, KernelKind};
     use std::fmt::Write as _;
     if let Some(f) = args.iter().find(|a| a.starts_with("--") && *a != "--graph") {
         return Err(format!("explain: unknown option `{f}`"));
     }
     let (mut g, mut outs) = read_graph("explain", args)?;
-    simplify(&mut g, &mut outs).map_err(|e| e.to_string())?;
+    let combined = prepare(&mut g, &mut outs)?;
     let f = fuse(&g, &outs, &fusion_options()).map_err(|e| e.to_string())?;
     let mut o = String::new();
     if args.iter().any(|a| a == "--graph") {
@@ -207,6 +220,16 @@ fn explain(args: &[String]) -> Result<(), String> {
     }
     let name = |n: &fusegraph::NodeId| format!("%{} {}", n.index(), g.node(*n).op.name());
     let list = |ns: &[fusegraph::NodeId]| ns.iter().map(name).collect::<Vec<_>>().join(", ");
+    for c in &combined {
+        let biases = c.biases.as_ref().map(|b| format!(" (and its epilogue's {})", b.name)).unwrap_or_default();
+        _ = writeln!(
+            o,
+            "combined {} products of one operand into {} over the stacked {}{biases}",
+            c.products.len(),
+            name(&c.product),
+            c.weights.name
+        );
+    }
     _ = writeln!(o, "{} kernels:", f.kernels.len());
     for (i, k) in f.kernels.iter().enumerate() {
         let kind = match &k.kind {
