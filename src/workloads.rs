@@ -266,6 +266,9 @@ pub struct Report {
     /// Of those, the kernels that compute from parameters alone and run only after a
     /// parameter is set ([`crate::CompileOptions::hoist_parameters`]).
     pub prepared_kernels: usize,
+    /// Matrix products run combined, and the batched products they became
+    /// ([`crate::ExecutableStats::combined_products`]).
+    pub combined_products: (usize, usize),
     /// Distinct pipelines of the fused kernels ([`crate::ExecutableStats::pipelines`]).
     pub pipelines: usize,
     /// Kernels with fusion off, for comparison.
@@ -345,6 +348,7 @@ pub fn run_example_with(
     Ok(Report {
         kernels: s.kernels.len(),
         prepared_kernels: s.prepared_kernels,
+        combined_products: s.combined_products,
         pipelines: s.pipelines,
         unfused_kernels: unfused.kernels,
         device_bytes: s.device_bytes - s.workspace_bytes,
@@ -373,6 +377,13 @@ impl std::fmt::Display for Report {
                 f,
                 "             {} of them compute from parameters alone (such as folded weights): run once after the parameters are set, not every run",
                 self.prepared_kernels
+            )?;
+        }
+        if self.combined_products.0 > 0 {
+            writeln!(
+                f,
+                "             {} matrix products of shared inputs run as {} (their weights stacked into parameters, no extra byte)",
+                self.combined_products.0, self.combined_products.1
             )?;
         }
         writeln!(

@@ -55,6 +55,8 @@ fn projections_run_as_one_product_on_stacked_parameters() {
             device.compile(&g, &[y], &CompileOptions { combine_products: false, ..Default::default() }).unwrap();
         // Three projection kernels became one.
         assert_eq!(on.stats().kernels.len() + 2, off.stats().kernels.len(), "{name}: {:#?}", on.stats().kernels);
+        assert_eq!(on.stats().combined_products, (3, 1), "{name}");
+        assert_eq!(off.stats().combined_products, (0, 0), "{name}");
         assert!(on.stats().persistent_bytes <= off.stats().persistent_bytes, "{name}");
         // The user's parameters, by their own names; the stacks are not among them.
         assert_eq!(on.parameters(), off.parameters(), "{name}");

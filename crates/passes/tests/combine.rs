@@ -197,3 +197,39 @@ fn the_fused_plan_has_fewer_kernels_and_no_more_bytes() {
     let with = PlanOptions { combine_products: true, ..Default::default() };
     assert_eq!(fusegraph_passes::plan_summary(&g, &outs, &with).unwrap().kernels, combined.kernels.len());
 }
+
+/// Three projections of `h: [rows, 16]`; `q` and `k` meet early, `v` is read at the end by
+/// a kernel that also reads the large scores: the combined value, kept whole for `v`, is
+/// live at the peak.
+fn late_value(rows: usize) -> (Graph, Vec<NodeId>) {
+    let b = GraphBuilder::new();
+    let h = b.input("h", DType::F32, [rows, 16]).unwrap().tanh().unwrap();
+    let p = |n: &str| h.matmul(&b.parameter(n, DType::F32, [16, 16]).unwrap()).unwrap();
+    let (q, k, v) = (p("q"), p("k"), p("v"));
+    let scores = q.matmul(&k.t().unwrap()).unwrap().exp().unwrap();
+    let out = scores.matmul(&v).unwrap().add(&h).unwrap();
+    (b.graph(), vec![out.id()])
+}
+
+#[test]
+fn products_stay_apart_where_only_that_plan_fits_the_limit() {
+    let (mut g, mut outs) = late_value(64);
+    simplify(&mut g, &mut outs).unwrap();
+    let opts = PlanOptions { combine_products: true, remat: false, ..Default::default() };
+    let apart = plan_graph(&g, &outs, &PlanOptions { remat: false, ..Default::default() }).unwrap();
+    let mut c = g.clone();
+    let (combined, groups) = fusegraph_passes::plan_combined_within(&mut c, &outs, &opts, None).unwrap();
+    assert_eq!(groups.len(), 1);
+    // Here the combined value outlives the projections it replaced: its plan is larger.
+    assert!(combined.summary.total_bytes > apart.summary.total_bytes);
+    let limit = Some(apart.summary.total_bytes);
+    let mut c = g.clone();
+    let (within, groups) = fusegraph_passes::plan_combined_within(&mut c, &outs, &opts, limit).unwrap();
+    assert!(groups.is_empty());
+    assert_eq!(within.summary.total_bytes, apart.summary.total_bytes);
+    assert_eq!(c.len(), g.len(), "the graph as it was");
+    // A limit both fit keeps the combined graph.
+    let limit = Some(combined.summary.total_bytes);
+    let mut c = g.clone();
+    assert_eq!(fusegraph_passes::plan_combined_within(&mut c, &outs, &opts, limit).unwrap().1.len(), 1);
+}

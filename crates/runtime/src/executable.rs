@@ -269,6 +269,10 @@ pub struct ExecutableStats {
     /// and run only on the first run after a parameter is set
     /// ([`CompileOptions::hoist_parameters`]); a run dispatches the others.
     pub prepared_kernels: usize,
+    /// Matrix products that run combined with others of the same operand
+    /// ([`CompileOptions::combine_products`]), and the batched products they became:
+    /// `(products, combined)`; `(0, 0)` where none combined.
+    pub combined_products: (usize, usize),
     /// Bytes of device memory the executable holds: its buffers (arena, persistent, staging,
     /// as allocated; a reused cached buffer may be up to 25% larger than planned) and its
     /// workspace textures.
@@ -552,6 +556,7 @@ impl Device {
         // Sibling products combined: their weights stack into parameters whose parts are the
         // user's parameters, each written and read where it lies in the stack.
         let (mut planned, groups) = plan_combined_within(&mut simplified, &plan_outputs, &popts, limit)?;
+        let combined_products = (groups.iter().map(|c| c.products.len()).sum(), groups.len());
         let stacked: BTreeMap<String, Joined> = groups
             .into_iter()
             .flat_map(|c| std::iter::once(c.weights).chain(c.biases))
@@ -849,6 +854,7 @@ impl Device {
             naive_bytes: plan.naive_bytes,
             workspace_bytes: workspace.iter().map(|t| t.size).sum(),
             prepared_kernels: prepared,
+            combined_products,
             device_bytes: arena_alloc.size
                 + persistent_alloc.size
                 + staging_alloc.size
