@@ -218,7 +218,8 @@ pub struct KernelStats {
     pub label: String,
     /// Nodes the kernel computes.
     pub members: Vec<NodeId>,
-    /// Bytes it reads and writes in memory (each binding once).
+    /// Bytes it reads and writes in memory (each binding once; an input read only through
+    /// slices, such as a combined product's views, counts the slices' bytes).
     pub bytes_moved: u64,
     /// Workgroups dispatched `(x, y, z)`.
     pub workgroups: [u32; 3],
@@ -387,6 +388,21 @@ pub(crate) fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::Buffe
         usage,
         mapped_at_creation: false,
     })
+}
+
+/// The bytes kernel `k` moves through its binding of `node` (`size` bytes): all of them,
+/// except for an input whose every use in the kernel is a slice, which reads the slices'
+/// elements only (at most the whole binding).
+fn binding_bytes(g: &Graph, k: &fusegraph_passes::Kernel, node: NodeId, size: u64) -> u64 {
+    let users: Vec<NodeId> = g.users(node).into_iter().filter(|u| k.members.contains(u)).collect();
+    let sliced = k.inputs.contains(&node)
+        && !k.outputs.contains(&node)
+        && !users.is_empty()
+        && users.iter().all(|&u| matches!(g.node(u).op, Op::Slice { .. }));
+    match sliced {
+        true => users.iter().map(|&u| g.ty(u).buffer_bytes() as u64).sum::<u64>().min(size),
+        false => size,
+    }
 }
 
 /// `opts.updates` as the planner takes them: each parameter's name with the index of its new
@@ -826,7 +842,8 @@ impl Device {
                 });
             }
             let workgroups = [x as u32, y as u32, 1];
-            let bytes_moved = src.bindings.iter().map(|b| plan.locations[&b.node].size).sum();
+            let bytes_moved =
+                src.bindings.iter().map(|b| binding_bytes(graph, k, b.node, plan.locations[&b.node].size)).sum();
             kstats.push(KernelStats {
                 label: src.label.clone(),
                 members: k.members.clone(),
