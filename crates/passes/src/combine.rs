@@ -144,11 +144,12 @@ pub fn combine_products(g: &mut Graph, outputs: &[NodeId], updated: &BTreeSet<St
         })
         .collect();
     let mut done: Vec<Combined> = Vec::new();
-    // A group's left operand may be a product (or epilogue) an earlier group replaced.
+    // A group's left operand may be a product (or epilogue) or a stacked weight that an
+    // earlier group replaced by a view.
     let mut replaced: BTreeMap<NodeId, NodeId> = BTreeMap::new();
     for ((lhs, ..), members) in groups {
         let lhs = replaced.get(&lhs).copied().unwrap_or(lhs);
-        let group = combine_group(g, outputs, lhs, &members, &mut names)?;
+        let group = combine_group(g, outputs, lhs, &members, &mut names, &mut replaced)?;
         for (&(p, ep), &slice) in members.iter().zip(&group.slices) {
             replaced.insert(ep.map_or(p, |e| e.node), slice);
         }
@@ -158,8 +159,13 @@ pub fn combine_products(g: &mut Graph, outputs: &[NodeId], updated: &BTreeSet<St
 }
 
 /// Stacks parameters `parts` (one type) into a new parameter `[g, ..]` and points every other
-/// use of each at its part of the stack.
-fn stack(g: &mut Graph, parts: &[NodeId], names: &mut BTreeSet<String>) -> Result<(NodeId, Joined)> {
+/// use of each at its part of the stack (recorded in `replaced`).
+fn stack(
+    g: &mut Graph,
+    parts: &[NodeId],
+    names: &mut BTreeSet<String>,
+    replaced: &mut BTreeMap<NodeId, NodeId>,
+) -> Result<(NodeId, Joined)> {
     let part_names: Vec<String> = parts
         .iter()
         .map(|&p| match &g.node(p).op {
@@ -184,6 +190,7 @@ fn stack(g: &mut Graph, parts: &[NodeId], names: &mut BTreeSet<String>) -> Resul
             let slice = g.add_op(Op::Slice { start, limit, stride: vec![1; dims.len()] }, &[stacked])?;
             let view = g.add_op(Op::Reshape { shape: part.shape.dims().to_vec() }, &[slice])?;
             g.replace_uses(p, view);
+            replaced.insert(p, view);
         }
         g.remove(p);
     }
@@ -196,6 +203,7 @@ fn combine_group(
     lhs: NodeId,
     members: &[(NodeId, Option<Epilogue>)],
     names: &mut BTreeSet<String>,
+    replaced: &mut BTreeMap<NodeId, NodeId>,
 ) -> Result<Combined> {
     let products: Vec<NodeId> = members.iter().map(|&(p, _)| p).collect();
     let rhs: Vec<NodeId> = products.iter().map(|&p| g.operands(p)[1]).collect();
@@ -208,7 +216,7 @@ fn combine_group(
         2 => lhs,
         _ => g.add_op(Op::Reshape { shape: vec![rows, g.ty(lhs).shape.dims()[g.ty(lhs).shape.rank() - 1]] }, &[lhs])?,
     };
-    let (weights, wj) = stack(g, &rhs, names)?;
+    let (weights, wj) = stack(g, &rhs, names, replaced)?;
     let product = g.add_op(Op::MatMul, &[flat, weights])?;
     let wide = vec![count, rows, columns];
     let mut combined = product;
@@ -224,7 +232,7 @@ fn combine_group(
                 g.remove(b);
             }
         }
-        let (stacked, bj) = stack(g, &eps.iter().map(|e| e.bias).collect::<Vec<_>>(), names)?;
+        let (stacked, bj) = stack(g, &eps.iter().map(|e| e.bias).collect::<Vec<_>>(), names, replaced)?;
         let b = g.add_op(Op::Broadcast { shape: wide.clone(), dims: vec![0, 2] }, &[stacked])?;
         let operands = if first.product_first { [product, b] } else { [b, product] };
         combined = g.add_op(op, &operands)?;

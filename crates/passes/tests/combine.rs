@@ -175,6 +175,26 @@ fn a_combined_view_can_lead_the_next_group_and_weights_keep_other_uses() {
 }
 
 #[test]
+fn a_stacked_weight_can_lead_the_next_group() {
+    // h·A and h·B join, stacking A; A·C and A·D join on A's part of that stack.
+    let b = GraphBuilder::new();
+    let h = b.input("h", DType::F32, [5, 8]).unwrap();
+    let w = |name: &str, n: usize| b.parameter(name, DType::F32, [8, n]).unwrap();
+    let a = w("a", 8);
+    let (ha, hb) = (h.matmul(&a).unwrap(), h.matmul(&w("b", 8)).unwrap());
+    let (ac, ad) = (a.matmul(&w("c", 3)).unwrap(), a.matmul(&w("d", 3)).unwrap());
+    let outs: Vec<NodeId> = [ha, hb, ac, ad].iter().map(|t| t.exp().unwrap().id()).collect();
+    let g = b.graph();
+    let mut cg = g.clone();
+    let groups = combine_products(&mut cg, &outs, &BTreeSet::new()).unwrap();
+    fusegraph_ir::verify(&cg).unwrap();
+    assert_eq!(groups.len(), 2);
+    assert_eq!(matmuls(&cg, &outs), 2);
+    let leaves = random_leaves(&g, 5);
+    assert_eq!(eval(&cg, &outs, &stacked(&leaves, &groups)), eval(&g, &outs, &leaves));
+}
+
+#[test]
 fn the_fused_plan_has_fewer_kernels_and_no_more_bytes() {
     let (mut g, mut outs) = projections();
     simplify(&mut g, &mut outs).unwrap();
