@@ -15,7 +15,9 @@
 //! ([`Joined`] names them), so combining costs no copy and no byte of memory. That is why
 //! the weights must be parameters no update writes (a training step's update would write the
 //! part's name) and why they must have one shape (a stack along a new leading axis keeps
-//! each part contiguous; joining columns of different widths would interleave them).
+//! each part contiguous; joining columns of different widths would interleave them). Each
+//! part must also fill whole 4-byte words (f16 parts an even count), since a part is written
+//! and read back on its own.
 //!
 //! The epilogue stacks too: where every product's only use is the same elementwise op with
 //! a bias parameter broadcast along the rows, in the same operand position, the biases
@@ -50,7 +52,9 @@ pub struct Combined {
     pub weights: Joined,
     /// The stacked biases of the joined epilogue, a parameter `[g, n]`, if any.
     pub biases: Option<Joined>,
-    /// The combined product `[g, m, n]` (before the joined epilogue, if any).
+    /// The combined product `[g, m, n]` (before the joined epilogue, if any); a batched left
+    /// operand `[b.., m', k]` is read as `[b·m', k]`, so `m` counts the rows of every batch
+    /// entry.
     pub product: NodeId,
     /// The views that replaced each product (or its epilogue), in the order of `products`.
     pub slices: Vec<NodeId>,
