@@ -62,7 +62,7 @@ pub struct Combined {
 
 /// The epilogue a product takes into the group: its only user, an elementwise binary op
 /// whose other operand broadcasts a bias parameter along the product's last axis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Epilogue {
     /// The op node.
     node: NodeId,
@@ -125,13 +125,13 @@ pub fn combine_products(g: &mut Graph, outputs: &[NodeId], updated: &BTreeSet<St
         if outputs.contains(&ep.map_or(id, |e| e.node)) {
             continue;
         }
-        // A weight (or bias) in two products of one group cannot be two parts of its stack.
         let key = (
             lhs,
             g.ty(rhs).shape.dims().to_vec(),
             g.ty(id).dtype,
             ep.map(|e| (g.node(e.node).op.name(), e.product_first)),
         );
+        // A weight (or bias) is a part of one stack only.
         if !taken.insert(rhs) || ep.is_some_and(|e| !taken.insert(e.bias)) {
             continue;
         }
@@ -162,6 +162,17 @@ pub fn combine_products(g: &mut Graph, outputs: &[NodeId], updated: &BTreeSet<St
     Ok(done)
 }
 
+/// Entry `i` of `stacked` along its leading axis, as a value of `shape`: a view.
+fn part_view(g: &mut Graph, stacked: NodeId, i: usize, shape: &[usize]) -> Result<NodeId> {
+    let dims = g.ty(stacked).shape.dims().to_vec();
+    let mut start = vec![0; dims.len()];
+    let mut limit = dims.clone();
+    start[0] = i;
+    limit[0] = i + 1;
+    let slice = g.add_op(Op::Slice { start, limit, stride: vec![1; dims.len()] }, &[stacked])?;
+    g.add_op(Op::Reshape { shape: shape.to_vec() }, &[slice])
+}
+
 /// Stacks parameters `parts` (one type) into a new parameter `[g, ..]` and points every other
 /// use of each at its part of the stack (recorded in `replaced`).
 fn stack(
@@ -184,15 +195,10 @@ fn stack(
     let part = g.ty(parts[0]).clone();
     let mut dims = vec![parts.len()];
     dims.extend_from_slice(part.shape.dims());
-    let stacked = g.add_leaf(Op::Parameter { name: name.clone() }, TensorType::new(part.dtype, dims.clone()))?;
+    let stacked = g.add_leaf(Op::Parameter { name: name.clone() }, TensorType::new(part.dtype, dims))?;
     for (i, &p) in parts.iter().enumerate() {
         if !g.users(p).is_empty() {
-            let mut start = vec![0; dims.len()];
-            let mut limit = dims.clone();
-            start[0] = i;
-            limit[0] = i + 1;
-            let slice = g.add_op(Op::Slice { start, limit, stride: vec![1; dims.len()] }, &[stacked])?;
-            let view = g.add_op(Op::Reshape { shape: part.shape.dims().to_vec() }, &[slice])?;
+            let view = part_view(g, stacked, i, part.shape.dims())?;
             g.replace_uses(p, view);
             replaced.insert(p, view);
         }
@@ -216,9 +222,10 @@ fn combine_group(
     // A batched left operand joins its batch into the rows: `[b.., m, k]` as `[b·m, k]`.
     let rows: usize = shape[..rank - 1].iter().product();
     let columns = shape[rank - 1];
-    let flat = match g.ty(lhs).shape.rank() {
-        2 => lhs,
-        _ => g.add_op(Op::Reshape { shape: vec![rows, g.ty(lhs).shape.dims()[g.ty(lhs).shape.rank() - 1]] }, &[lhs])?,
+    let lhs_dims = g.ty(lhs).shape.dims().to_vec();
+    let flat = match lhs_dims[..] {
+        [_, _] => lhs,
+        _ => g.add_op(Op::Reshape { shape: vec![rows, lhs_dims[lhs_dims.len() - 1]] }, &[lhs])?,
     };
     let (weights, wj) = stack(g, &rhs, names, replaced)?;
     let product = g.add_op(Op::MatMul, &[flat, weights])?;
@@ -245,11 +252,7 @@ fn combine_group(
     let mut slices = Vec::with_capacity(count);
     for (i, &(p, ep)) in members.iter().enumerate() {
         let end = ep.map_or(p, |e| e.node);
-        let slice = g.add_op(
-            Op::Slice { start: vec![i, 0, 0], limit: vec![i + 1, rows, columns], stride: vec![1; 3] },
-            &[combined],
-        )?;
-        let view = g.add_op(Op::Reshape { shape: shape.clone() }, &[slice])?;
+        let view = part_view(g, combined, i, &shape)?;
         if let Some(name) = g.node(end).name.clone() {
             g.set_name(view, name);
         }

@@ -27,9 +27,9 @@ commands:
                    achieved GB/s and GFLOP/s per kernel family next to ceilings measured
                    in the same run (a streaming copy, the best matmul)
   dot FILE [--unfused]
-                   read a graph in fusegraph's text form, simplify it, combine products of
-                   one operand over stacked weights, and fuse it as the runtime compiles an
-                   inference graph (no device needed), and print it as Graphviz DOT with one
+                   read a graph in fusegraph's text form; simplify it, combine products of
+                   one operand over stacked weights and fuse it, as the runtime compiles an
+                   inference graph (no device needed); print it as Graphviz DOT with one
                    cluster per kernel
   explain FILE [--graph]
                    the same graph's fused kernels and every decision behind them: why each
