@@ -195,6 +195,13 @@ fn explain_gives_every_fusion_decision() {
     ] {
         assert!(text.lines().any(|l| l == line), "missing `{line}` in\n{text}");
     }
+    // With --mixed-precision the graph stores f16 as the compile option does: the input
+    // cast once, each of the four outputs cast back to f32.
+    let mixed = fusegraph(&["explain", file, "--mixed-precision", "--graph"], None);
+    assert!(mixed.status.success(), "{}", String::from_utf8_lossy(&mixed.stderr));
+    let text = String::from_utf8(mixed.stdout).unwrap();
+    assert!(text.lines().any(|l| l.ends_with("= cast(%0) {to=f16} : f16[4,64]")), "{text}");
+    assert_eq!(text.lines().filter(|l| l.contains("{to=f32} : f32[")).count(), 4, "{text}");
     let bad = fusegraph(&["explain", file, "--frobnicate"], None);
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("explain: unknown option `--frobnicate`"));

@@ -26,17 +26,18 @@ commands:
   roofline [--quick] [--json PATH] [--kernels LIST] [--dtype f32|f16] [--runs N]
                    achieved GB/s and GFLOP/s per kernel family next to ceilings measured
                    in the same run (a streaming copy, the best matmul)
-  dot FILE [--unfused]
+  dot FILE [--unfused] [--mixed-precision]
                    read a graph in fusegraph's text form; simplify it, combine products of
                    one operand over stacked weights and fuse it, as the runtime compiles an
                    inference graph (no device needed); print it as Graphviz DOT with one
-                   cluster per kernel
-  explain FILE [--graph]
+                   cluster per kernel; --mixed-precision first rewrites it to store f16,
+                   as the compile option of that name does
+  explain FILE [--graph] [--mixed-precision]
                    the same graph's fused kernels and every decision behind them: why each
                    producer did or did not join its consumers' kernels, which sibling
                    kernels merged and why others did not, which products were combined
                    (node numbers of the simplified graph, which --graph prints first)
-  wgsl FILE [--unfused] [--cpu] [--f16-native] [--out DIR]
+  wgsl FILE [--unfused] [--cpu] [--f16-native] [--mixed-precision] [--out DIR]
                    the same graph's kernels lowered to WGSL (no device needed) for a GPU
                    without subgroups, or a CPU adapter (--cpu), with f16 storage native or
                    packed two to a word; printed, or written to DIR/k000.wgsl, ...
@@ -147,14 +148,20 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
 }
 
 /// The graph in fusegraph's text form at the first non-flag argument of `args`, and its
-/// outputs (the nodes nothing uses); `cmd` names the command in errors.
+/// outputs (the nodes nothing uses), rewritten to store f16 with `--mixed-precision`; `cmd`
+/// names the command in errors.
 fn read_graph(cmd: &str, args: &[String]) -> Result<(fusegraph::Graph, Vec<fusegraph::NodeId>), String> {
     let path =
         args.iter().find(|a| !a.starts_with("--")).ok_or(format!("{cmd}: give a FILE in fusegraph's text form"))?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{cmd}: cannot read {path}: {e}"))?;
     let g = fusegraph::text::parse(&text).map_err(|e| format!("{cmd}: {path}: {e}"))?;
-    let outs = g.node_ids().into_iter().filter(|&n| g.users(n).is_empty()).collect();
-    Ok((g, outs))
+    let outs: Vec<_> = g.node_ids().into_iter().filter(|&n| g.users(n).is_empty()).collect();
+    if !args.iter().any(|a| a == "--mixed-precision") {
+        return Ok((g, outs));
+    }
+    // As `CompileOptions::mixed_precision` compiles it: f16 storage, every output cast back.
+    fusegraph::crates::passes::mixed_precision::to_mixed_precision(&g, &outs, &Default::default())
+        .map_err(|e| format!("{cmd}: {path}: {e}"))
 }
 
 /// Writes `text` to stdout; a reader that stopped early (`| head`) is not an error.
@@ -207,7 +214,7 @@ fn prepare(
 fn explain(args: &[String]) -> Result<(), String> {
     use fusegraph::crates::passes::{fuse, KernelKind};
     use std::fmt::Write as _;
-    if let Some(f) = args.iter().find(|a| a.starts_with("--") && *a != "--graph") {
+    if let Some(f) = args.iter().find(|a| a.starts_with("--") && *a != "--graph" && *a != "--mixed-precision") {
         return Err(format!("explain: unknown option `{f}`"));
     }
     let (mut g, mut outs) = read_graph("explain", args)?;
@@ -278,7 +285,7 @@ fn wgsl(args: &[String]) -> Result<(), String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--out" => out = Some(it.next().ok_or("wgsl: --out needs a DIR")?.clone()),
-            "--unfused" | "--cpu" | "--f16-native" => rest.push(a.clone()),
+            "--unfused" | "--cpu" | "--f16-native" | "--mixed-precision" => rest.push(a.clone()),
             f if f.starts_with("--") => return Err(format!("wgsl: unknown option `{f}`")),
             _ => rest.push(a.clone()),
         }
