@@ -319,3 +319,28 @@ fn no_kernel_grows_with_the_model_depth() {
         assert_eq!(six, two, "{:?}: largest kernel at 2 and 6 layers", opts.cost);
     }
 }
+
+#[test]
+fn kernels_never_wait_on_each_other_through_a_merged_kernel() {
+    // Cut down from the gradient graph of `fuzz_device`'s seed 24 (the combined products'
+    // stacks left in): `Σ x1` and `max(x0 − mean, x1)` share `x1` and merge into one kernel;
+    // the kernel centring `x0` and one reducing rows of `x1` share the broadcast 1/8.
+    // Merging those two as well made a cycle through the first merge, though no node path
+    // joins them: on the device a gradient was read before it was written (wrong values
+    // that changed from run to run).
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kernel_cycle.ir")).unwrap();
+    let mut g = fusegraph::text::parse(&text).unwrap();
+    let mut outs: Vec<NodeId> = g.node_ids().into_iter().filter(|&n| g.users(n).is_empty()).collect();
+    simplify(&mut g, &mut outs).unwrap();
+    let f = fuse(&g, &outs, &options()).unwrap();
+    // Every kernel's inputs are leaves or stored by an earlier kernel.
+    let mut stored = std::collections::BTreeSet::new();
+    for (i, k) in f.kernels.iter().enumerate() {
+        for v in &k.inputs {
+            let leaf = matches!(g.node(*v).op, fusegraph::Op::Input { .. } | fusegraph::Op::Parameter { .. });
+            assert!(leaf || stored.contains(v), "kernel {i} reads %{} before any kernel stores it", v.index());
+        }
+        stored.extend(k.outputs.iter().copied());
+    }
+    assert!(f.siblings.iter().any(|d| d.veto == Some(Veto::Cycle)));
+}

@@ -15,7 +15,7 @@
 use crate::cost::{flops_per_element, is_data_movement, is_expensive, reads_per_operand_element, CostModel};
 use crate::kernel::{is_memory_leaf, regions, same_index_operands, Kernel, KernelKind};
 use crate::liveness;
-use fusegraph_ir::{Graph, NodeId, Op, Result};
+use fusegraph_ir::{Graph, IrError, NodeId, Op, Result};
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -866,7 +866,7 @@ impl Ctx<'_> {
             }
         }
         // A kernel whose inputs no kernel stores cannot happen in a valid grouping; take the
-        // earliest one left rather than drop it.
+        // earliest one left rather than drop it (`Ctx::kernels` refuses such an order).
         while k.order.len() < ks.len() {
             let i = *deferred.iter().find(|&&i| !k.taken[i]).expect("a kernel remains");
             k.take(i);
@@ -874,12 +874,28 @@ impl Ctx<'_> {
         k.order
     }
 
-    /// The kernels of `groups` in execution order ([`Ctx::order`]).
-    fn kernels(&self, groups: &Groups) -> Vec<Kernel> {
+    /// The kernels of `groups` in execution order ([`Ctx::order`]); an error if some kernel
+    /// would read a value no earlier kernel stores (kernels that depend on each other: a
+    /// bug of this pass, refused rather than run on stale memory).
+    fn kernels(&self, groups: &Groups) -> Result<Vec<Kernel>> {
         let sets: Vec<&BTreeSet<NodeId>> = groups.sets.iter().filter(|gr| !gr.is_empty()).collect();
         let summaries: Vec<Summary> = sets.iter().map(|gr| self.summary(gr, groups)).collect();
         let order = self.order(&summaries.iter().collect::<Vec<_>>());
-        order
+        let mut stored = vec![false; self.index_bound];
+        for &i in &order {
+            if let Some(v) = summaries[i].inputs.iter().find(|v| !self.info[v.index()].leaf && !stored[v.index()]) {
+                return Err(IrError::Verify {
+                    node: v.index(),
+                    detail: "fusion grouped kernels that depend on each other: one reads this value before \
+                             the other stores it (a fusegraph bug; `FusionMode::Off` compiles around it)"
+                        .into(),
+                });
+            }
+            for o in &summaries[i].outputs {
+                stored[o.index()] = true;
+            }
+        }
+        Ok(order
             .into_iter()
             .map(|i| {
                 let mut members: Vec<NodeId> = sets[i].iter().copied().collect();
@@ -888,7 +904,7 @@ impl Ctx<'_> {
                 let kind = self.analyze(sets[i], &outputs).unwrap_or(KernelKind::Loop);
                 Kernel { kind, members, outputs, inputs }
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -920,7 +936,7 @@ pub fn fuse(g: &Graph, outputs: &[NodeId], opts: &FusionOptions) -> Result<Fusio
         }
     }
     let siblings = merge_siblings(&ctx, &mut groups, &mut peak);
-    Ok(Fusion { kernels: ctx.kernels(&groups), log, siblings })
+    Ok(Fusion { kernels: ctx.kernels(&groups)?, log, siblings })
 }
 
 /// Tries to move producer `p` out of its own group `home` into every group that uses it;
@@ -1183,6 +1199,10 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
             // kept until `i` grows, since a merge changes no other group after `j` (so the
             // candidates after `j` and what they compute and read stay the same).
             let mut near: Option<(BTreeSet<NodeId>, Vec<usize>)> = None;
+            // The groups group `i` reads from, directly or not ([`walk_feeding`]): kept until
+            // `i` grows, as `near` (a merge into `i` is the only change while `i` is being
+            // matched).
+            let mut feeding_i: Option<Vec<bool>> = None;
             loop {
                 if groups.sets[i].is_empty() || contraction(&groups.sets[i]) {
                     break;
@@ -1231,6 +1251,15 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                     decide(Some(Veto::TooManyBindings { needed, limit: ctx.opts.max_bindings }));
                     continue;
                 }
+                // No node path joins the two, but a chain of kernels may: a kernel that
+                // earlier merges made of unrelated nodes can read from one and feed the
+                // other. Walked only here, for the few pairs that would otherwise merge.
+                let feeds_i = feeding_i.get_or_insert_with(|| walk_feeding(ctx, groups, i, None).0);
+                if feeds_i[j] || walk_feeding(ctx, groups, j, Some(i)).1 {
+                    dependent.insert((i, j));
+                    decide(Some(Veto::Cycle));
+                    continue;
+                }
                 if ctx.opts.memory_aware && *peak == u64::MAX {
                     *peak = ctx.peak(groups);
                 }
@@ -1253,12 +1282,40 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                 } else {
                     changed = true;
                     near = None;
+                    feeding_i = None;
                 }
                 decide(veto);
             }
         }
     }
     decisions
+}
+
+/// The groups that group `to` reads from, through a chain of one or more kernels (by index;
+/// `to` itself marked too), and whether the walk met `stop` (it ends there): back from
+/// `to`'s inputs over the groups computing them (every group computing a duplicated value
+/// counts). Node paths ([`Ctx::reaches_any`]) miss a chain through a group that sibling
+/// merging made of unrelated nodes: once `{r = reduce(y), m = max(c, y)}` is one kernel, a
+/// kernel reading `r` waits for the kernel storing `c`, though no node path leads from `c`
+/// to `r`; merging those two made a cycle of kernels (found by `tests/fuzz_device.rs`: a
+/// gradient read before it was written).
+fn walk_feeding(ctx: &Ctx, groups: &Groups, to: usize, stop: Option<usize>) -> (Vec<bool>, bool) {
+    let mut seen = vec![false; groups.sets.len()];
+    seen[to] = true;
+    let mut stack = vec![to];
+    while let Some(k) = stack.pop() {
+        for x in ctx.inputs(&groups.sets[k]) {
+            for p in groups.of(x) {
+                if Some(p) == stop {
+                    return (seen, true);
+                }
+                if !std::mem::replace(&mut seen[p], true) {
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    (seen, false)
 }
 
 /// The verdict on group `i` just grown by a sibling (the caller has checked the binding
