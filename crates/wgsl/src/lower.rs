@@ -734,7 +734,15 @@ fn loop_main(
     opts: &LowerOptions,
     vec4: Option<&[NodeId]>,
 ) -> (String, u64) {
-    if let Some(r) = interleaved_main(g, kernel, bindings, regions, opts, CPU_INTERLEAVE, vec4) {
+    // On a CPU adapter, serial reductions inside the kernel count against the loop budget of
+    // an invocation: fewer elements side by side and per invocation where they are long.
+    let serial = serial_steps(g, kernel);
+    let fits = |elements: u64| !opts.cpu || serial.saturating_mul(elements) <= CPU_LOOP_BUDGET;
+    let ilp = if fits(CPU_INTERLEAVE as u64) { CPU_INTERLEAVE } else { 1 };
+    let steps = |most: u64, per: u64| (1..=most).rev().find(|&s| fits(s * per)).unwrap_or(1);
+    if let Some(r) =
+        interleaved_main(g, kernel, bindings, regions, opts, (ilp, steps(CPU_LOOP_STEPS, ilp as u64)), vec4)
+    {
         return r;
     }
     let mut invocations = 0u64;
@@ -775,11 +783,28 @@ fn loop_main(
     // batches), so there each invocation strides over CPU_PLAIN_STEPS elements (one element
     // per invocation against a stride: 0.57 vs 2.2 GB/s for a 16 Mi-element copy, 0.24 vs
     // 0.70 GB/s for the 20-op chain on lavapipe, sixth session).
-    let workgroups = loop_workgroups(opts, invocations, CPU_PLAIN_STEPS);
+    let workgroups = loop_workgroups(opts, invocations, steps(CPU_PLAIN_STEPS, 1));
     let mut main = grid_stride_main(invocations, "stride");
     main.push_str(&body);
     main.push_str("    }\n}\n");
     (main, workgroups)
+}
+
+/// Serial loop iterations a loop kernel spends on one element: the lengths of the
+/// reductions it computes inside (small ones, or of another shape than a row kernel could
+/// take), each once per element.
+fn serial_steps(g: &Graph, kernel: &Kernel) -> u64 {
+    kernel
+        .members
+        .iter()
+        .filter_map(|&m| match &g.node(m).op {
+            Op::Reduce { axes, .. } => {
+                let dims = g.ty(g.operands(m)[0]).shape.dims().to_vec();
+                Some(axes.iter().map(|&a| dims[a] as u64).product::<u64>())
+            }
+            _ => None,
+        })
+        .sum()
 }
 
 /// Elements a loop kernel computes side by side per invocation on a CPU adapter.
@@ -956,7 +981,7 @@ fn interleaved_main(
     bindings: &[Binding],
     regions: &[(NodeId, Vec<NodeId>)],
     opts: &LowerOptions,
-    ilp: usize,
+    (ilp, cpu_steps): (usize, u64),
     vec4: Option<&[NodeId]>,
 ) -> Option<(String, u64)> {
     let (n, parts) = loop_parts(g, bindings, regions, opts)?;
@@ -970,7 +995,7 @@ fn interleaved_main(
     let stmts = merged_stmts(parts.iter().map(|(.., stmts)| stmts.as_slice()));
     let steps = if vec4.is_some() { n / 4 } else { n };
     let per_step = if vec4.is_some() { 1 } else { ilp as u64 };
-    let workgroups = loop_workgroups(opts, steps.div_ceil(per_step), CPU_LOOP_STEPS);
+    let workgroups = loop_workgroups(opts, steps.div_ceil(per_step), cpu_steps);
     let step = if vec4.is_some() { "stride".to_string() } else { format!("{ilp}u * stride") };
     let mut main = grid_stride_main(steps, &step);
     for u in 0..ilp {
@@ -1133,7 +1158,7 @@ fn row_main(
     let rows = full.checked_div(row_len).unwrap_or(0);
     // Many rows (or a CPU adapter): one invocation per row, no barriers. Few long rows: a
     // workgroup per row with a tree in workgroup memory.
-    let per_thread = rows_per_thread(opts, rows, row_len);
+    let per_thread = rows_per_thread(opts, rows, row_len, red.reduces.len() + 1);
     let wg = row_len.next_power_of_two().clamp(32, WORKGROUP_SIZE as usize);
     let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
     // fg_elem(row, e): the linear index in `shape` of element `e` of row `row`.
@@ -1243,11 +1268,23 @@ struct RowQuads<'a> {
     regions: &'a [(NodeId, Vec<NodeId>)],
 }
 
-/// Whether a row kernel gives each row one invocation (many rows, and always on a CPU
-/// adapter) rather than a workgroup.
-fn rows_per_thread(opts: &LowerOptions, rows: usize, row_len: usize) -> bool {
-    (opts.cpu && rows >= 16) || (!opts.cpu && rows >= 8192 && row_len <= 256)
+/// Whether a row kernel gives each row one invocation (many rows; on a CPU adapter, from
+/// 16 rows) rather than a workgroup.
+///
+/// On a CPU adapter only where one invocation's walks over its row (`passes` of them, one
+/// per reduction and one for the outputs) stay within [`CPU_LOOP_BUDGET`] iterations.
+fn rows_per_thread(opts: &LowerOptions, rows: usize, row_len: usize, passes: usize) -> bool {
+    let within = (passes as u64).saturating_mul(row_len as u64) <= CPU_LOOP_BUDGET;
+    (opts.cpu && rows >= 16 && within) || (!opts.cpu && rows >= 8192 && row_len <= 256)
 }
+
+/// Loop iterations one invocation of a kernel for a CPU adapter may take. Mesa's llvmpipe
+/// and lavapipe end every loop of a shader invocation once they have run 65 535 iterations
+/// between them (`LP_MAX_TGSI_LOOP_ITERATIONS`, a guard against infinite loops, shared by all
+/// the loops of a shader), silently: 64 rows of 131 072 elements, one invocation per row,
+/// summed about 99.7% of each row, and a softmax over them was wrong. Kept under it with a
+/// margin for the kernel's other loops.
+pub const CPU_LOOP_BUDGET: u64 = 60_000;
 
 /// The statements computing `root` at an element index (its region, or a read of it when it
 /// is not a member) and the name of its value (`xN` or `yN`).
@@ -1278,7 +1315,8 @@ fn row_quads(
     let full: usize = shape.iter().product();
     let rows = full.checked_div(row_len)?;
     let trailing = axes.iter().enumerate().all(|(j, &a)| a + axes.len() == shape.len() + j);
-    if !opts.cpu || !rows_per_thread(opts, rows, row_len) || !trailing || !row_len.is_multiple_of(4) {
+    let passes = kernel.members.iter().filter(|&&m| matches!(g.node(m).op, Op::Reduce { .. })).count() + 1;
+    if !opts.cpu || !rows_per_thread(opts, rows, row_len, passes) || !trailing || !row_len.is_multiple_of(4) {
         return None;
     }
     let full_out = |node: NodeId| g.ty(node).shape.numel() == full && full != rows;

@@ -1,0 +1,66 @@
+//! Kernels for CPU adapters keep each invocation's loop iterations under
+//! `fusegraph_wgsl::CPU_LOOP_BUDGET`: Mesa's llvmpipe and lavapipe end every loop of a shader
+//! invocation once 65 535 iterations have run between them, silently. Both cases were wrong
+//! answers on lavapipe and llvmpipe before the budget (the twenty-fifth session); on other
+//! adapters they check the same results.
+
+use fusegraph::crates::reference::{assert_close, evaluate};
+use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor, Tensor};
+use std::collections::BTreeMap;
+
+/// Found by `fuzz_device`'s backward test at 400 seeds (seeds 160 and 161) and cut down:
+/// eight inputs each summed whole and the sums added fuse into one loop kernel of eight
+/// serial loops (rows of two shapes, so no row kernel). Four elements side by side and four
+/// per invocation made that 32 loops of 2 600 iterations in one invocation, and the eighth
+/// input added only its first element.
+#[test]
+fn a_loop_kernel_of_long_serial_sums_reads_every_element() {
+    let device = Device::shared().unwrap();
+    let (a, b) = ([65usize, 40usize], [40usize, 65usize]);
+    let shapes = [b, a, a, a, a, a, a, a];
+    let g = GraphBuilder::new();
+    let mut total: Option<Tensor> = None;
+    for (i, &dims) in shapes.iter().enumerate() {
+        let s = g.input(&format!("x{i}"), DType::F32, dims).unwrap().sum(&[0, 1], false).unwrap();
+        total = Some(match total {
+            None => s,
+            Some(t) => t.add(&s).unwrap(),
+        });
+    }
+    let y = total.unwrap();
+    let exe = device.compile(&g.graph(), &[y.id()], &CompileOptions::default()).unwrap();
+    assert_eq!(exe.stats().kernels.len(), 1, "the case needs the sums in one kernel");
+    // Ones in input `k`, zeros elsewhere: the sum is that input's element count.
+    for k in 0..shapes.len() {
+        let feeds: Vec<(String, HostTensor)> = shapes
+            .iter()
+            .enumerate()
+            .map(|(j, d)| {
+                (format!("x{j}"), HostTensor::new(d.to_vec(), vec![(j == k) as u8 as f32; d[0] * d[1]]).unwrap())
+            })
+            .collect();
+        let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let got = exe.run(&refs).unwrap()[0].to_f64()[0];
+        assert_eq!(got, 2600.0, "input {k} of shape {:?}", shapes[k]);
+    }
+}
+
+/// 64 rows of 131 072 elements: a CPU adapter gave each row one invocation, whose passes over
+/// its row (max, sum, outputs) ran past the limit: the softmax was wrong and the row sums
+/// short by about 0.3%.
+#[test]
+fn long_rows_are_reduced_whole() {
+    let device = Device::shared().unwrap();
+    let (rows, len) = (64usize, 131_072usize);
+    let g = GraphBuilder::new();
+    let x = g.input("x", DType::F32, [rows, len]).unwrap();
+    let (y, s) = (x.softmax(1).unwrap(), x.sum(&[1], false).unwrap());
+    let graph = g.graph();
+    let xv = HostTensor::new([rows, len], fusegraph::workloads::random_values(5, rows * len)).unwrap();
+    let want = evaluate(&graph, &[y.id(), s.id()], &BTreeMap::from([("x".to_string(), xv.clone())]), &BTreeMap::new())
+        .unwrap();
+    let exe = device.compile(&graph, &[y.id(), s.id()], &CompileOptions::default()).unwrap();
+    let got = exe.run(&[("x", &xv)]).unwrap();
+    assert_close(&got[0], &want[0], 1e-3, 1e-8).unwrap();
+    assert_close(&got[1], &want[1], 1e-4, 1e-2).unwrap();
+}
