@@ -253,8 +253,8 @@ fn random_graphs_match_the_reference_fused_unfused_and_in_mixed_precision() {
         failures.len()
     );
     assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
-    // The sibling products are not vacuous: over the default 40 graphs (CI's GL run takes 8, too few to assert on)
-    // some are combined.
+    // The sibling products are not vacuous: over the default 40 graphs some are combined
+    // (CI's GL run takes 8, too few to assert on).
     assert!(cases < 10 || combined > 0, "no products of {cases} graphs were combined");
 }
 
@@ -320,8 +320,8 @@ fn random_backward_graphs_match_the_reference_fused_and_unfused() {
         failures.len()
     );
     assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
-    // The split-k mode is not vacuous: over the default 40 graphs (CI's GL run takes 8, too few to assert on) some
-    // products have a `k` it splits.
+    // The split-k mode is not vacuous: over the default 40 graphs some products have a `k`
+    // it splits (CI's GL run takes 8, too few to assert on).
     assert!(cases < 10 || split > 0, "no graph of {cases} had a product split");
 }
 
