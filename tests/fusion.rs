@@ -147,6 +147,29 @@ fn veto_duplicating_an_expensive_producer() {
     assert_eq!(veto_of(&g, &[y1.id(), y2.id()], m.id(), &options()), Some(Veto::DuplicatesExpensive));
 }
 
+/// `eq(x, max(x))` (a max reduction's gradient) holds for the maximum only where both
+/// sides see the same bits of `x`: `x` is stored once rather than recomputed in the kernels
+/// of the maximum and of the comparison (a transpose between them copies bits and still
+/// fuses). A comparison with an unrelated value (relu's gradient) leaves its operand free.
+#[test]
+fn veto_recomputing_a_value_compared_with_itself() {
+    let mut c = CaseBuilder::new(1);
+    let a = c.input(DType::F32, &[8, 8], Domain::Any);
+    let x = a.exp().unwrap();
+    let t = x.t().unwrap();
+    let m = t.max(&[0], true).unwrap();
+    let hit = t.eq(&m.broadcast_to(vec![8, 8]).unwrap()).unwrap();
+    let relu_mask = x.gt(&c.b.scalar(DType::F32, 0.0).unwrap().broadcast_to(vec![8, 8]).unwrap()).unwrap();
+    let g = c.b.graph();
+    let outs = [hit.id(), relu_mask.id()];
+    assert_eq!(veto_of(&g, &outs, x.id(), &options()), Some(Veto::ComparedWithItself));
+    assert_eq!(veto_of(&g, &outs, t.id(), &options()), None);
+    let e = x.exp().unwrap();
+    let only_relu = e.gt(&c.b.scalar(DType::F32, 0.0).unwrap().broadcast_to(vec![8, 8]).unwrap()).unwrap();
+    let g = c.b.graph();
+    assert_eq!(veto_of(&g, &[only_relu.id()], e.id(), &options()), None);
+}
+
 #[test]
 fn veto_arithmetic_in_a_matmul_prologue() {
     let mut c = CaseBuilder::new(1);

@@ -76,3 +76,29 @@ fn transformer_gradients_match_the_reference() {
     let (x, y) = models::gpt(&b, &mut p, 1, 8, 16, 2, 32, 1, None).unwrap();
     check("transformer", &b, &p, &x, &y);
 }
+
+/// A max reduction's gradient goes to the elements equal to the maximum, found by
+/// comparing `x` with `max(x)`: an exact tie. Fused, `x = silu(silu(input))` was recomputed
+/// in the kernel of the maximum and again in the kernels of the comparison, and lavapipe
+/// rounded one copy differently: the gradient of a maximum went missing (found by
+/// `tests/fuzz_device.rs`, seed 333). Fusion now stores such a value once.
+#[test]
+fn max_reduction_gradients_reach_every_maximum() {
+    let b = GraphBuilder::new();
+    let (rows, cols) = (65, 256);
+    let x = b.input("x", fusegraph::DType::F32, vec![rows, cols]).unwrap();
+    let y = x.silu().unwrap().silu().unwrap();
+    let centered = y.sub(&y.max(&[0], true).unwrap()).unwrap();
+    let squares = |t: &Tensor| t.mul(t).unwrap().sum(&[0, 1], false).unwrap();
+    let loss = squares(&centered).add(&squares(&y)).unwrap();
+    let grads = grad(&loss, &[&x]).unwrap();
+    let g = b.graph();
+    let xv = HostTensor::new([rows, cols], fusegraph::workloads::random_values(7, rows * cols)).unwrap();
+    let feeds = BTreeMap::from([("x".to_string(), xv.clone())]);
+    let want = evaluate(&g, &[grads[0].id()], &feeds, &BTreeMap::new()).unwrap();
+    let device = Device::shared().unwrap();
+    let exe = device.compile(&g, &[grads[0].id()], &CompileOptions::default()).unwrap();
+    let got = exe.run(&[("x", &xv)]).unwrap();
+    let scale = want[0].to_f64().iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    assert_close(&got[0], &want[0], 1e-4, 1e-5 * scale).unwrap();
+}

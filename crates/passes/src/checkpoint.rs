@@ -11,6 +11,11 @@
 //! as the checkpoints) and can be scheduled right before their backward users. The price is
 //! recomputing the cloned part of the segment once.
 //!
+//! A backward comparison of a cloned value with a value computed from it (`eq(x, max(x))`,
+//! a max's gradient) gets clones on both sides, recomputing the segment values between them
+//! even where one is a checkpoint: a clone may round differently from its original, and the
+//! tie must hold exactly.
+//!
 //! Clones carry the name `checkpoint:{original name or id}`. Common subexpression elimination
 //! keys on the node name, so it does not merge a clone back into its original.
 //!
@@ -63,13 +68,35 @@ pub fn checkpoint(g: &mut Graph, segment: &[NodeId], is_backward: impl Fn(NodeId
         .filter(|&id| !g.users(id).into_iter().any(|u| !seg.contains(&u) && !is_backward(u)))
         .collect();
     // Inner values some backward node reads.
-    let read: BTreeSet<NodeId> = inner
+    let mut read: BTreeSet<NodeId> = inner
         .iter()
         .copied()
         .filter(|&id| g.users(id).into_iter().any(|u| !seg.contains(&u) && is_backward(u)))
         .collect();
     if read.is_empty() {
         return Ok(Checkpointed::default());
+    }
+    // A backward comparison of a cloned value with a value computed from it (a max's
+    // gradient compares `x` with `max(x)`) holds for the maximum only if both sides see the
+    // clone: a recomputed copy may round differently from the original. The segment values
+    // between the two (the maximum, even where it is a checkpoint) are recomputed for the
+    // backward pass too.
+    let backward: Vec<NodeId> = g.node_ids().into_iter().filter(|&n| is_backward(n)).collect();
+    for (x, other) in crate::fuse::self_comparisons(g, &backward) {
+        if !read.contains(&x) {
+            continue;
+        }
+        let mut stack = vec![other];
+        let mut seen = BTreeSet::new();
+        while let Some(m) = stack.pop() {
+            if m == x || !seen.insert(m) || !crate::fuse::computed_from(g, m, x) {
+                continue;
+            }
+            if seg.contains(&m) {
+                read.insert(m);
+            }
+            stack.extend(g.operands(m));
+        }
     }
     // Every inner value those are computed from.
     let mut needed = BTreeSet::new();
@@ -172,5 +199,28 @@ mod tests {
         let done = checkpoint(&mut g, &[y.id()], |u| !forward.contains(&u)).unwrap();
         assert_eq!(done, Checkpointed::default());
         assert_eq!(g.len(), n);
+    }
+
+    /// `m = max(x)` is a checkpoint (the forward pass reads it after the segment) and `x`
+    /// is recomputed: the max's gradient compares the clone of `x` with a clone of `m`, not
+    /// with the original `m` computed from bits the clone may not reproduce.
+    #[test]
+    fn a_max_gradient_compares_clones_on_both_sides() {
+        let b = GraphBuilder::new();
+        let a = b.input("a", DType::F32, [3, 4]).unwrap();
+        let x = a.exp().unwrap();
+        let m = x.max(&[0], true).unwrap();
+        let loss = m.mul_scalar(2.0).unwrap().sum(&[0, 1], false).unwrap();
+        let mut g = b.graph();
+        let forward: BTreeSet<NodeId> = g.node_ids().into_iter().collect();
+        let da = crate::grad(&mut g, loss.id(), &[a.id()]).unwrap()[0];
+        let done = checkpoint(&mut g, &[x.id(), m.id()], |u| !forward.contains(&u)).unwrap();
+        fusegraph_ir::verify(&g).unwrap();
+        let da = done.map(da);
+        let clone = |n: NodeId| done.clones.iter().find(|(o, _)| *o == n).map(|(_, c)| *c);
+        let (x2, m2) = (clone(x.id()).expect("x recomputed"), clone(m.id()).expect("m recomputed"));
+        let live = g.reachable(&[da]).unwrap();
+        assert!(live.contains(&m2) && !live.contains(&m.id()));
+        assert_eq!(crate::compared_with_themselves(&g, &live), BTreeSet::from([x2]));
     }
 }

@@ -82,6 +82,12 @@ pub enum Veto {
         /// The kernels that would recompute it.
         kernels: usize,
     },
+    /// The producer is compared with a value computed from it (a max reduction's gradient
+    /// compares `x` with `max(x)`): the comparison relies on an exact tie, and a copy of `x`
+    /// recomputed in another kernel may round differently (the driver compiles each copy in
+    /// its own context; lavapipe lost 20 of 256 column maxima so), so it is computed once
+    /// and stored.
+    ComparedWithItself,
     /// The cost model estimates no gain.
     NoBenefit,
 }
@@ -107,6 +113,10 @@ impl std::fmt::Display for Veto {
             Veto::EpilogueInstead { kernels } => write!(
                 f,
                 "recomputing it in {kernels} kernels costs more than storing it from the epilogue of the matmul or convolution it is computed from"
+            ),
+            Veto::ComparedWithItself => write!(
+                f,
+                "compared with a value computed from it: stored once, as a recomputed copy may round differently"
             ),
             Veto::NoBenefit => write!(f, "the cost model estimates no gain"),
         }
@@ -307,6 +317,9 @@ impl Ancestors {
 }
 
 struct Ctx<'a> {
+    /// Values compared with a value computed from them ([`Veto::ComparedWithItself`]):
+    /// never fused into their consumers, so every kernel reads the same stored bits.
+    compared: BTreeSet<NodeId>,
     /// Cheap values computed from `full`/`iota` alone: inlined wherever used, never stored
     /// once fusion is done, so they do not count toward peak memory.
     const_like: BTreeSet<NodeId>,
@@ -372,7 +385,8 @@ impl<'a> Ctx<'a> {
         for (i, &n) in order.iter().enumerate() {
             pos[n.index()] = i;
         }
-        let ctx = Ctx {
+        let mut ctx = Ctx {
+            compared: BTreeSet::new(),
             const_like,
             g,
             outputs,
@@ -385,8 +399,75 @@ impl<'a> Ctx<'a> {
             users,
             opts,
         };
+        ctx.compared = compared_with_themselves(g, &order);
+        ctx.compared.retain(|n| !ctx.const_like.contains(n));
         Ok((ctx, order))
     }
+}
+
+/// The cheap computed values of `nodes` that a comparison reads (through data movement,
+/// which copies bits) on one side while its other side is computed from them: `eq(x,
+/// max(x))` holds for the maximum only where both sides see the same bits of `x`, so such a
+/// value must be computed once and stored, never recomputed (fusion's
+/// [`Veto::ComparedWithItself`]; rematerialization skips them too). Expensive producers are
+/// left out: they are computed once per element wherever they fuse.
+pub fn compared_with_themselves(g: &Graph, nodes: &[NodeId]) -> BTreeSet<NodeId> {
+    self_comparisons(g, nodes).into_iter().map(|(x, _)| x).collect()
+}
+
+/// `(x, other)` for every comparison among `nodes` that reads the cheap computed value `x`
+/// on one side (through data movement) and `other`, computed from `x`, on the other (see
+/// [`compared_with_themselves`]).
+pub fn self_comparisons(g: &Graph, nodes: &[NodeId]) -> Vec<(NodeId, NodeId)> {
+    // The cheap values `n` copies its bits from: itself unless it is data movement.
+    let sources = |n: NodeId| -> Vec<NodeId> {
+        let mut stack = vec![n];
+        let mut found = Vec::new();
+        while let Some(m) = stack.pop() {
+            let op = &g.node(m).op;
+            if is_memory_leaf(op) || is_expensive(op) {
+                continue;
+            }
+            if is_data_movement(op) {
+                stack.extend(g.operands(m));
+            } else {
+                found.push(m);
+            }
+        }
+        found
+    };
+    let mut pairs = Vec::new();
+    for &n in nodes {
+        let Op::Binary(b) = g.node(n).op else { continue };
+        let operands = g.operands(n);
+        let [lhs, rhs] = operands.as_slice() else { continue };
+        if !b.is_comparison() {
+            continue;
+        }
+        for (side, other) in [(*lhs, *rhs), (*rhs, *lhs)] {
+            for x in sources(side) {
+                if computed_from(g, other, x) {
+                    pairs.push((x, other));
+                }
+            }
+        }
+    }
+    pairs
+}
+
+/// Whether `x` is `from` or one of its operands, direct or not.
+pub(crate) fn computed_from(g: &Graph, from: NodeId, x: NodeId) -> bool {
+    let mut stack = vec![from];
+    let mut seen = BTreeSet::new();
+    while let Some(m) = stack.pop() {
+        if m == x {
+            return true;
+        }
+        if seen.insert(m) {
+            stack.extend(g.operands(m));
+        }
+    }
+    false
 }
 
 impl Ctx<'_> {
@@ -947,6 +1028,9 @@ fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u
     if ctx.output_set.contains(&p) {
         return Some(Veto::GraphOutput);
     }
+    if ctx.compared.contains(&p) {
+        return Some(Veto::ComparedWithItself);
+    }
     let targets: BTreeSet<usize> = ctx.users(p).into_iter().flat_map(|u| groups.of(u)).filter(|&i| i != home).collect();
     if targets.is_empty() {
         return Some(Veto::NoBenefit);
@@ -1060,6 +1144,7 @@ fn pull_exclusive_operands(
             && !is_expensive(op)
             && !ctx.output_set.contains(&c)
             && !ctx.const_like.contains(&c)
+            && !ctx.compared.contains(&c)
             && home.len() == 1
             && groups.sets[home[0]].len() == 1
             && ctx.users(c).iter().all(|u| inside.contains(u))

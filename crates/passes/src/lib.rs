@@ -33,7 +33,9 @@ pub mod testing;
 
 pub use autodiff::{grad, GradError};
 pub use combine::{combine_products, Combined, Joined};
-pub use fuse::{fuse, Decision, Fusion, FusionOptions, SiblingDecision, Veto};
+pub use fuse::{
+    compared_with_themselves, fuse, self_comparisons, Decision, Fusion, FusionOptions, SiblingDecision, Veto,
+};
 pub use hoist::{hoist, Hoisted};
 pub use kernel::{partition, FusionMode, Kernel, KernelKind};
 pub use memory_plan::{check_plan, plan_memory_updating, plan_memory_with, MemoryOptions, PlanError};

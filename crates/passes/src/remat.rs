@@ -17,7 +17,9 @@
 //! is met or no candidate helps, and returns the first schedule that reached the smallest
 //! arena (copies that never paid off are dropped). Deterministic. What it does not do:
 //! recompute expensive kernels, recompute a chain of values (one kernel per copy), extend an
-//! input's live range to make a copy possible, or reorder kernels.
+//! input's live range to make a copy possible, reorder kernels, or recompute a value that a
+//! comparison checks against a value computed from it ([`crate::compared_with_themselves`]:
+//! the copy could round differently and break the tie).
 
 use crate::cost::is_expensive;
 use crate::kernel::{Kernel, KernelKind};
@@ -54,6 +56,10 @@ pub fn rematerialize_with(
     // Candidates must lower (arena, peak of live bytes, steps at that peak) lexicographically:
     // a copy that clears one of several equal peaks counts as progress. The result is the
     // first schedule that reached the smallest arena, so copies that did not pay are dropped.
+    // A value compared with a value computed from it must keep the bits it was stored with:
+    // a copy computed by another kernel may round differently.
+    let members: Vec<NodeId> = kernels.iter().flat_map(|k| k.members.iter().copied()).collect();
+    let compared = crate::fuse::compared_with_themselves(g, &members);
     let mut key = score(&kernels);
     let mut best = (key.0, kernels.clone());
     let max_rounds = 2 * kernels.len() + 8;
@@ -70,7 +76,7 @@ pub fn rematerialize_with(
         for &peak in steps.iter().take(PEAK_STEPS) {
             let inserts = candidates(g, &kernels, outputs, &live, peak).into_iter().map(|(v, at, k)| (v, at, k, false));
             let folds = fold_candidates(g, &kernels, &live, peak).into_iter().map(|(v, at, k)| (v, at, k, true));
-            for (value, at, copy, replace) in inserts.chain(folds) {
+            for (value, at, copy, replace) in inserts.chain(folds).filter(|(v, ..)| !compared.contains(v)) {
                 let mut trial = kernels.clone();
                 if replace {
                     trial[at] = copy;
@@ -287,5 +293,30 @@ mod tests {
             }
         }
         assert_eq!(first_unready(&g, &remat), None);
+    }
+
+    /// `remat_graph` recomputes `a = exp(x)` for its late use; where that use compares `a`
+    /// with a maximum computed from it, the copy could round differently and miss the
+    /// maximum, so `a` is not recomputed.
+    #[test]
+    fn never_recomputes_a_value_compared_with_itself() {
+        let b = fusegraph_ir::GraphBuilder::new();
+        let x = b.input("x", fusegraph_ir::DType::F32, vec![32, 32]).unwrap();
+        let a = x.exp().unwrap();
+        let d = a.tanh().unwrap().t().unwrap().t().unwrap();
+        let top = d.max(&[0, 1], true).unwrap().broadcast_to(vec![32, 32]).unwrap();
+        let y = a.eq(&top).unwrap().cast(fusegraph_ir::DType::F32).unwrap().add(&x).unwrap();
+        let (g, outs) = (b.graph(), vec![y.id()]);
+        let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
+        let writes_a = |ks: &[Kernel]| ks.iter().filter(|k| k.outputs.contains(&a.id())).count();
+        assert_eq!(writes_a(&kernels), 1);
+        let remat = rematerialize(&g, kernels.clone(), &outs, 0, 256);
+        assert_eq!(writes_a(&remat), 1);
+        assert_eq!(first_unready(&g, &remat), None);
+        // Without the comparison the same value is recomputed (the test is not vacuous).
+        let y = a.add(&top).unwrap().add(&x).unwrap();
+        let (g, outs) = (b.graph(), vec![y.id()]);
+        let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
+        assert_eq!(writes_a(&rematerialize(&g, kernels, &outs, 0, 256)), 2);
     }
 }
