@@ -9,7 +9,7 @@
 
 mod common;
 
-use fusegraph::crates::reference::{assert_close, evaluate};
+use fusegraph::crates::reference::evaluate;
 use fusegraph::{CompileOptions, DType, Device, Graph, GraphBuilder, HostTensor, NodeId, RuntimeError, SplitK, Tensor};
 use std::collections::BTreeMap;
 
@@ -166,8 +166,9 @@ fn loss_and_grads(case: &Case, wrt: &[Tensor]) -> (Tensor, Vec<Tensor>) {
     (loss, grads)
 }
 
-/// Compiles and runs `case` under `opts` and compares its outputs with the reference;
-/// returns how many matrix products ran combined with others of their operand.
+/// Compiles and runs `case` under `opts` and compares its outputs with the reference
+/// ([`common::Program::check`]); returns how many matrix products ran combined with others
+/// of their operand.
 fn check(
     device: &std::sync::Arc<Device>,
     case: &Case,
@@ -175,35 +176,9 @@ fn check(
     tol: f64,
     nudge_by: f64,
 ) -> Result<usize, String> {
-    let mut exe = device.compile(&case.graph, &case.outputs, opts).map_err(|e| format!("compile: {e}"))?;
-    for (name, value) in &case.params {
-        exe.set_parameter(name, value).map_err(|e| format!("set {name}: {e}"))?;
-    }
-    let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
-    let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
-    let params: BTreeMap<String, HostTensor> = case.params.iter().cloned().collect();
-    let reference = |feeds: &BTreeMap<String, HostTensor>, params: &BTreeMap<String, HostTensor>| {
-        evaluate(&case.graph, &case.outputs, feeds, params).map_err(|e| format!("reference: {e}"))
-    };
-    let want = reference(&feeds, &params)?;
-    let nudged = reference(&nudge(&feeds, nudge_by), &nudge(&params, nudge_by))?;
-    for (k, g) in got.iter().enumerate() {
-        close(g, &want[k], &nudged[k], tol).map_err(|e| format!("output {k}: {e}"))?;
-    }
-    Ok(exe.stats().combined_products.0)
-}
-
-/// Compares `got` with the reference's `want` within `tol` (relative, and absolute against
-/// the largest magnitude of `want`), widened by four times how far the reference moved to
-/// `nudged` when its operands moved by about the storage's rounding (see [`nudge`]): where
-/// a graph is ill-conditioned (a layer norm of a nearly constant row, a column max whose
-/// tie a step breaks), the device's own rounding moves its results as much.
-fn close(got: &HostTensor, want: &HostTensor, nudged: &HostTensor, tol: f64) -> Result<(), String> {
-    let (w, moved) = (want.to_f64(), nudged.to_f64());
-    let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-    let moved = w.iter().zip(&moved).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-    assert_close(got, want, tol, tol * scale + 4.0 * moved)
+    let program =
+        common::Program { graph: &case.graph, outputs: &case.outputs, feeds: &case.feeds, params: &case.params };
+    Ok(program.check(device, opts, tol, nudge_by)?.combined_products.0)
 }
 
 #[test]
@@ -256,20 +231,6 @@ fn random_graphs_match_the_reference_fused_unfused_and_in_mixed_precision() {
     // The sibling products are not vacuous: over the default 40 graphs some are combined
     // (CI's GL run takes 8, too few to assert on).
     assert!(cases < 10 || combined > 0, "no products of {cases} graphs were combined");
-}
-
-/// `values` with every element moved by `by` of itself, up and down in turn: about the
-/// storage's rounding (f32: a millionth, ten times its unit roundoff; f16: a thousandth,
-/// twice its).
-fn nudge(values: &BTreeMap<String, HostTensor>, by: f64) -> BTreeMap<String, HostTensor> {
-    values
-        .iter()
-        .map(|(name, v)| {
-            let values: Vec<f32> =
-                v.to_f64().iter().enumerate().map(|(i, x)| (x * (1.0 + by * [1.0, -1.0][i % 2])) as f32).collect();
-            (name.clone(), HostTensor::new(v.shape().dims().to_vec(), values).expect("same shape"))
-        })
-        .collect()
 }
 
 /// Whether every floating-point value of `graph` (all its nodes, as the reference computes
@@ -392,10 +353,10 @@ fn random_training_steps_update_parameters_like_the_reference() {
                         .map_err(|e| e.to_string())?;
                     let want = reference(&at).map_err(|e| format!("reference: {e}"))?;
                     // The reference with the parameters nudged, for `close`.
-                    let nudged = reference(&nudge(&at, nudge_by)).map_err(|e| format!("reference: {e}"))?;
+                    let nudged = reference(&common::nudge(&at, nudge_by)).map_err(|e| format!("reference: {e}"))?;
                     let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
                     let step_close = |k: usize, g: &HostTensor, what: &str| {
-                        close(g, &want[k], &nudged[k], tol).map_err(|e| format!("step {step}, {what}: {e}"))
+                        common::close(g, &want[k], &nudged[k], tol).map_err(|e| format!("step {step}, {what}: {e}"))
                     };
                     step_close(0, &got[0], "loss")?;
                     for (k, name) in names.iter().enumerate() {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use fusegraph::{BinaryOp, DType, Graph, GraphBuilder, HostTensor, NodeId, ReduceKind, Tensor, UnaryOp};
+use std::collections::BTreeMap;
 
 /// The devices a device test runs on: the adapter with native f16 where it has it, and with
 /// f16 stored packed in `u32`, each named.
@@ -147,7 +148,6 @@ pub fn run_case(
     opts: &fusegraph::CompileOptions,
 ) -> Result<fusegraph::ExecutableStats, String> {
     use fusegraph::crates::reference::evaluate;
-    use std::collections::BTreeMap;
     let feeds: BTreeMap<String, HostTensor> = case.feeds.iter().cloned().collect();
     let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).map_err(|e| format!("reference: {e}"))?;
     let exe = device.compile(&case.graph, &case.outputs, opts).map_err(|e| format!("compile: {e}"))?;
@@ -515,4 +515,73 @@ pub fn composite_builders() -> Vec<(&'static str, Builder)> {
             vec![a, b]
         }),
     ]
+}
+
+/// A random program of a differential fuzzer: a graph, the outputs compared, the inputs fed
+/// and the parameters set (both by name).
+pub struct Program<'a> {
+    pub graph: &'a Graph,
+    pub outputs: &'a [NodeId],
+    pub feeds: &'a [(String, HostTensor)],
+    pub params: &'a [(String, HostTensor)],
+}
+
+impl Program<'_> {
+    /// Compiles the program under `opts`, sets its parameters, runs it and compares every
+    /// output with the CPU reference within `tol` (relative, and absolute against the
+    /// output's largest magnitude), widened where the program is ill-conditioned: by four
+    /// times how far the reference moves when every feed and parameter moves by `nudge_by`
+    /// of itself (see [`nudge`]). Returns the executable's stats.
+    pub fn check(
+        &self,
+        device: &std::sync::Arc<fusegraph::Device>,
+        opts: &fusegraph::CompileOptions,
+        tol: f64,
+        nudge_by: f64,
+    ) -> Result<fusegraph::ExecutableStats, String> {
+        use fusegraph::crates::reference::evaluate;
+        let mut exe = device.compile(self.graph, self.outputs, opts).map_err(|e| format!("compile: {e}"))?;
+        for (name, value) in self.params {
+            exe.set_parameter(name, value).map_err(|e| format!("set {name}: {e}"))?;
+        }
+        let refs: Vec<(&str, &HostTensor)> = self.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
+        let feeds: BTreeMap<String, HostTensor> = self.feeds.iter().cloned().collect();
+        let params: BTreeMap<String, HostTensor> = self.params.iter().cloned().collect();
+        let reference = |feeds: &BTreeMap<String, HostTensor>, params: &BTreeMap<String, HostTensor>| {
+            evaluate(self.graph, self.outputs, feeds, params).map_err(|e| format!("reference: {e}"))
+        };
+        let want = reference(&feeds, &params)?;
+        let nudged = reference(&nudge(&feeds, nudge_by), &nudge(&params, nudge_by))?;
+        for (k, got) in got.iter().enumerate() {
+            close(got, &want[k], &nudged[k], tol).map_err(|e| format!("output {k}: {e}"))?;
+        }
+        Ok(exe.stats().clone())
+    }
+}
+
+/// Compares `got` with the reference's `want` within `tol` (relative, and absolute against
+/// the largest magnitude of `want`), widened by four times how far the reference moved to
+/// `nudged` when its operands moved by about the storage's rounding (see [`nudge`]).
+pub fn close(got: &HostTensor, want: &HostTensor, nudged: &HostTensor, tol: f64) -> Result<(), String> {
+    let (w, moved) = (want.to_f64(), nudged.to_f64());
+    let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    let moved = w.iter().zip(&moved).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    fusegraph::crates::reference::assert_close(got, want, tol, tol * scale + 4.0 * moved)
+}
+
+/// `values` with every element moved by `by` of itself, up and down in turn: about the
+/// storage's rounding (f32: a millionth, ten times its unit roundoff; f16: a thousandth,
+/// twice its). Where a graph is ill-conditioned (a layer norm of a nearly constant row, a
+/// column max whose tie a step breaks), the device's own rounding moves its results as much
+/// as this moves the reference's.
+pub fn nudge(values: &BTreeMap<String, HostTensor>, by: f64) -> BTreeMap<String, HostTensor> {
+    values
+        .iter()
+        .map(|(name, v)| {
+            let values: Vec<f32> =
+                v.to_f64().iter().enumerate().map(|(i, x)| (x * (1.0 + by * [1.0, -1.0][i % 2])) as f32).collect();
+            (name.clone(), HostTensor::new(v.shape().dims().to_vec(), values).expect("same shape"))
+        })
+        .collect()
 }
