@@ -9,12 +9,13 @@ use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor, Tensor}
 use std::collections::BTreeMap;
 
 /// Found by `fuzz_device`'s backward test at 400 seeds (seeds 160 and 161) and cut down:
-/// eight inputs each summed whole and the sums added fuse into one loop kernel of eight
+/// eight inputs each summed whole and the sums added fused into one loop kernel of eight
 /// serial loops (rows of two shapes, so no row kernel). Four elements side by side and four
 /// per invocation made that 32 loops of 2 600 iterations in one invocation, and the eighth
-/// input added only its first element.
+/// input added only its first element. Since the twenty-sixth session fusion gives long
+/// reductions row kernels; unfused, each sum is a loop kernel of its own.
 #[test]
-fn a_loop_kernel_of_long_serial_sums_reads_every_element() {
+fn long_serial_sums_read_every_element() {
     let device = Device::shared().unwrap();
     let (a, b) = ([65usize, 40usize], [40usize, 65usize]);
     let shapes = [b, a, a, a, a, a, a, a];
@@ -28,21 +29,41 @@ fn a_loop_kernel_of_long_serial_sums_reads_every_element() {
         });
     }
     let y = total.unwrap();
-    let exe = device.compile(&g.graph(), &[y.id()], &CompileOptions::default()).unwrap();
-    assert_eq!(exe.stats().kernels.len(), 1, "the case needs the sums in one kernel");
-    // Ones in input `k`, zeros elsewhere: the sum is that input's element count.
-    for k in 0..shapes.len() {
-        let feeds: Vec<(String, HostTensor)> = shapes
-            .iter()
-            .enumerate()
-            .map(|(j, d)| {
-                (format!("x{j}"), HostTensor::new(d.to_vec(), vec![(j == k) as u8 as f32; d[0] * d[1]]).unwrap())
-            })
-            .collect();
-        let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let got = exe.run(&refs).unwrap()[0].to_f64()[0];
-        assert_eq!(got, 2600.0, "input {k} of shape {:?}", shapes[k]);
+    for opts in [CompileOptions::default(), CompileOptions::unfused()] {
+        let exe = device.compile(&g.graph(), &[y.id()], &opts).unwrap();
+        // Ones in input `k`, zeros elsewhere: the sum is that input's element count.
+        for k in 0..shapes.len() {
+            let feeds: Vec<(String, HostTensor)> = shapes
+                .iter()
+                .enumerate()
+                .map(|(j, d)| {
+                    (format!("x{j}"), HostTensor::new(d.to_vec(), vec![(j == k) as u8 as f32; d[0] * d[1]]).unwrap())
+                })
+                .collect();
+            let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            let got = exe.run(&refs).unwrap()[0].to_f64()[0];
+            assert_eq!(got, 2600.0, "input {k} of shape {:?}, fusion {:?}", shapes[k], opts.fusion);
+        }
     }
+}
+
+/// Unfused, a sum is a loop kernel of its own, one invocation per output: over rows of
+/// 100 000 lavapipe summed the first 65 535 elements. A CPU adapter lowers such a lone
+/// reduction as a row kernel (a workgroup per row). Four outputs: the loop kernel also
+/// declared its output as vec4s while storing one element at a time (invalid WGSL).
+#[test]
+fn an_unfused_sum_longer_than_the_loop_budget_reads_every_element() {
+    let device = Device::shared().unwrap();
+    let (rows, len) = (4usize, 100_000usize);
+    let g = GraphBuilder::new();
+    let s = g.input("x", DType::F32, [rows, len]).unwrap().sum(&[1], false).unwrap();
+    let graph = g.graph();
+    let xv = HostTensor::new([rows, len], fusegraph::workloads::random_values(6, rows * len)).unwrap();
+    let feeds = BTreeMap::from([("x".to_string(), xv.clone())]);
+    let want = evaluate(&graph, &[s.id()], &feeds, &BTreeMap::new()).unwrap();
+    let exe = device.compile(&graph, &[s.id()], &CompileOptions::unfused()).unwrap();
+    let got = exe.run(&[("x", &xv)]).unwrap();
+    assert_close(&got[0], &want[0], 1e-4, 1e-2).unwrap();
 }
 
 /// 64 rows of 131 072 elements: a CPU adapter gave each row one invocation, whose passes over

@@ -248,6 +248,28 @@ fn veto_cycle_between_siblings() {
     assert!(f.siblings.iter().any(|d| d.veto == Some(Veto::Cycle)), "{:?}", f.siblings);
 }
 
+/// Two reductions of one input over different rows cannot share a row kernel; a loop
+/// kernel could hold both, each output element summing its row serially in one invocation.
+/// That is kept for short rows, refused for long ones: one thread per output of a long
+/// reduction starves a GPU, and CPU adapters cut loops short (`CPU_LOOP_BUDGET`).
+#[test]
+fn long_reductions_of_different_rows_stay_row_kernels() {
+    for (rows, long) in [(256, true), (16, false)] {
+        let mut c = CaseBuilder::new(1);
+        let x = c.input(DType::F32, &[rows, 8], Domain::Any);
+        let down = x.exp().unwrap().sum(&[0], false).unwrap();
+        let across = x.tanh().unwrap().sum(&[1], false).unwrap();
+        let g = c.b.graph();
+        let f = fuse(&g, &[down.id(), across.id()], &options()).unwrap();
+        let merged = f.siblings.iter().any(|d| d.veto.is_none());
+        assert_eq!(merged, !long, "{rows} rows: {:?}", f.siblings);
+        if long {
+            assert_eq!(f.kernels.len(), 2);
+            assert!(f.kernels.iter().filter(|k| k.members.contains(&down.id())).all(is_row), "{:#?}", f.kernels);
+        }
+    }
+}
+
 #[test]
 fn fusion_off_is_one_kernel_per_op() {
     let (g, outs) = composite("chain20");

@@ -759,6 +759,10 @@ impl Ctx<'_> {
         });
         match (loop_kind, row) {
             (Ok(l), Ok(r)) => Ok(if long { r } else { l }),
+            // A loop kernel reduces each output's row serially in one invocation: fine for
+            // short rows, but a long one (reductions over different rows merged as
+            // siblings) starves a GPU of threads and passes a CPU adapter's loop limit.
+            (Ok(_), Err(re)) if long => Err(re),
             (Ok(l), Err(_)) => Ok(l),
             (Err(_), Ok(r)) => Ok(r),
             (Err(e), Err(re)) => Err(if e == Veto::DuplicatesExpensive && reduces.len() > 1 { re } else { e }),

@@ -220,6 +220,14 @@ pub fn lower(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> KernelSource {
 /// the same op at the same shape anywhere — lower to the same text, and the runtime, which
 /// caches pipelines by their text, compiles one pipeline for all of them.
 pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strategy) -> KernelSource {
+    let row;
+    let kernel = match row_instead(g, kernel, opts) {
+        Some(k) => {
+            row = k;
+            &row
+        }
+        None => kernel,
+    };
     match localize(g, kernel) {
         Some((local, k, ids)) => {
             let mut src = lower_here(&local, &k, opts, strategy);
@@ -230,6 +238,20 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
         }
         None => lower_here(g, kernel, opts, strategy),
     }
+}
+
+/// A lone reduction in a loop kernel (an unfused kernel: fusion gives long reductions row
+/// kernels) whose rows a CPU adapter's invocation cannot sum within [`CPU_LOOP_BUDGET`]
+/// iterations, as a row kernel: a workgroup per row. In a loop kernel lavapipe summed the
+/// first 65 535 elements of each row of 100 000 and stopped there.
+fn row_instead(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Option<Kernel> {
+    let [m] = kernel.members.as_slice() else { return None };
+    let Op::Reduce { axes, .. } = &g.node(*m).op else { return None };
+    if !opts.cpu || kernel.kind != KernelKind::Loop || serial_steps(g, kernel) <= CPU_LOOP_BUDGET {
+        return None;
+    }
+    let shape = g.ty(g.operands(*m)[0]).shape.dims().to_vec();
+    Some(Kernel { kind: KernelKind::Row { shape, axes: axes.clone() }, ..kernel.clone() })
 }
 
 /// `kernel` copied into a graph of its own, in an order that depends on what it computes
@@ -738,7 +760,7 @@ fn loop_main(
     // an invocation: fewer elements side by side and per invocation where they are long.
     let serial = serial_steps(g, kernel);
     let fits = |elements: u64| !opts.cpu || serial.saturating_mul(elements) <= CPU_LOOP_BUDGET;
-    let ilp = if fits(CPU_INTERLEAVE as u64) { CPU_INTERLEAVE } else { 1 };
+    let ilp = loop_ilp(g, kernel, opts);
     let steps = |most: u64, per: u64| (1..=most).rev().find(|&s| fits(s * per)).unwrap_or(1);
     if let Some(r) =
         interleaved_main(g, kernel, bindings, regions, opts, (ilp, steps(CPU_LOOP_STEPS, ilp as u64)), vec4)
@@ -788,6 +810,17 @@ fn loop_main(
     main.push_str(&body);
     main.push_str("    }\n}\n");
     (main, workgroups)
+}
+
+/// Elements a loop kernel computes side by side ([`CPU_INTERLEAVE`]), or one where a CPU
+/// adapter's loop budget cannot take the kernel's serial reductions for that many.
+fn loop_ilp(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> usize {
+    let serial = serial_steps(g, kernel);
+    if !opts.cpu || serial.saturating_mul(CPU_INTERLEAVE as u64) <= CPU_LOOP_BUDGET {
+        CPU_INTERLEAVE
+    } else {
+        1
+    }
 }
 
 /// Serial loop iterations a loop kernel spends on one element: the lengths of the
@@ -942,8 +975,9 @@ fn vec4_loop(
 ) -> Option<Vec<NodeId>> {
     let (n, parts) = loop_parts(g, bindings, regions, opts)?;
     // A vec4 is the four elements one step computes: only with four side by side (the
-    // interleaved form falls back to scalar accesses otherwise, so the bindings must too).
-    if n % 4 != 0 || (opts.cpu && CPU_INTERLEAVE != 4) {
+    // interleaved form falls back to scalar accesses otherwise, so the bindings must too;
+    // a CPU adapter takes one at a time where the kernel's serial reductions are long).
+    if n % 4 != 0 || (opts.cpu && CPU_INTERLEAVE != 4) || loop_ilp(g, kernel, opts) != 4 {
         return None;
     }
     let mut nodes: Vec<NodeId> = Vec::new();
@@ -1738,7 +1772,39 @@ fn write_row_outputs(
 
 #[cfg(test)]
 mod tests {
-    use super::suffix_names;
+    use super::*;
+
+    /// A loop kernel whose serial reduction is too long for four elements side by side on a
+    /// CPU adapter computes one at a time, so its bindings are scalars too: it declared its
+    /// four outputs as a vec4 while storing them one by one (naga rejected the module). A
+    /// lone reduction that long becomes a row kernel.
+    #[test]
+    fn loop_kernels_with_long_serial_reductions_stay_valid_on_cpu_adapters() {
+        let b = fusegraph_ir::GraphBuilder::new();
+        let x = b.input("x", DType::F32, [4, 20_000]).unwrap();
+        let s = x.sum(&[1], false).unwrap();
+        let y = s.exp().unwrap();
+        let g = b.graph();
+        let opts = LowerOptions { cpu: true, ..Default::default() };
+        let kernel = |members: Vec<NodeId>, out: NodeId| Kernel {
+            kind: KernelKind::Loop,
+            members,
+            outputs: vec![out],
+            inputs: vec![x.id()],
+        };
+        let fused = lower(&g, &kernel(vec![s.id(), y.id()], y.id()), &opts);
+        crate::validate(&fused.wgsl).unwrap_or_else(|e| panic!("{e}\n{}", fused.wgsl));
+        assert!(!fused.wgsl.contains("vec4"), "{}", fused.wgsl);
+        let long = fusegraph_ir::GraphBuilder::new();
+        let x = long.input("x", DType::F32, [4, 100_000]).unwrap();
+        let s = x.sum(&[1], false).unwrap();
+        let g = long.graph();
+        let alone =
+            Kernel { kind: KernelKind::Loop, members: vec![s.id()], outputs: vec![s.id()], inputs: vec![x.id()] };
+        let src = lower(&g, &alone, &opts);
+        crate::validate(&src.wgsl).unwrap_or_else(|e| panic!("{e}\n{}", src.wgsl));
+        assert_eq!(src.workgroups, 4, "a workgroup per row: {}", src.wgsl);
+    }
 
     #[test]
     fn suffixes_region_names_but_not_literals_or_functions() {
