@@ -207,6 +207,39 @@ fn explain_gives_every_fusion_decision() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("explain: unknown option `--frobnicate`"));
     std::fs::remove_file(&path).unwrap();
 
+    // Two products of `x` combined over stacked weights: the rewritten graph's node ids are
+    // not its printed numbers, and every node the kernels and decisions name is the node of
+    // that number in the printed graph.
+    std::fs::write(
+        &path,
+        "%0 = input() {name=\"x\"} : f32[4,8]\n\
+         %1 = parameter() {name=\"w1\"} : f32[8,8]\n\
+         %2 = parameter() {name=\"w2\"} : f32[8,8]\n\
+         %3 = matmul(%0, %1) : f32[4,8]\n\
+         %4 = matmul(%0, %2) : f32[4,8]\n\
+         %5 = tanh(%3) : f32[4,8]\n\
+         %6 = mul(%5, %4) : f32[4,8]\n",
+    )
+    .unwrap();
+    let out = fusegraph(&["explain", file, "--graph"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("combined 2 products of one operand"), "{text}");
+    let named: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("  kernel ").and_then(|k| k.split_once("): ")).map(|(_, m)| m))
+        .flat_map(|m| m.split("; stores ").flat_map(|part| part.split(", ")))
+        .chain(text.lines().filter_map(|l| l.strip_prefix("  ").and_then(|d| d.split_once(": ")).map(|(n, _)| n)))
+        .filter(|n| n.starts_with('%'))
+        .collect();
+    assert!(named.len() > 10, "{text}");
+    for member in named {
+        let (num, op) = member.split_once(' ').unwrap();
+        let printed = format!("{num} = {op}(");
+        assert!(text.lines().any(|l| l.starts_with(&printed)), "`{member}` is not `{printed}…` in\n{text}");
+    }
+    std::fs::remove_file(&path).unwrap();
+
     // A transformer block: the sibling phase refuses merges that would make a cycle, and
     // says so once per pair.
     let ir = fusegraph(&["ir", "transformer", "--quick"], None);

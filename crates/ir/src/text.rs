@@ -29,8 +29,8 @@ const MAX_INT: usize = u32::MAX as usize;
 /// internal indices. (A graph with a cycle, which [`crate::verify()`] rejects, prints in id
 /// order.)
 pub fn print(g: &Graph) -> String {
-    let order = g.topo_order().unwrap_or_else(|_| g.node_ids());
-    let num: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
+    let order = print_order(g);
+    let num = numbers(g);
     let mut out = String::new();
     for (i, &id) in order.iter().enumerate() {
         let node = g.node(id);
@@ -50,6 +50,17 @@ pub fn print(g: &Graph) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The nodes of `g` in the order [`print`] prints them.
+fn print_order(g: &Graph) -> Vec<NodeId> {
+    g.topo_order().unwrap_or_else(|_| g.node_ids())
+}
+
+/// The number [`print`] gives each node of `g` (`%N`): its position in topological order,
+/// not its id. Tools that name nodes next to a printed graph use these.
+pub fn numbers(g: &Graph) -> HashMap<NodeId, usize> {
+    print_order(g).into_iter().enumerate().map(|(i, id)| (id, i)).collect()
 }
 
 fn ints(v: &[usize]) -> String {

@@ -225,7 +225,9 @@ fn explain(args: &[String]) -> Result<(), String> {
         o.push_str(&fusegraph::text::print(&g));
         o.push('\n');
     }
-    let name = |n: &fusegraph::NodeId| format!("%{} {}", n.index(), g.node(*n).op.name());
+    // Named as the printed graph numbers them (positions in topological order, not ids).
+    let numbers = fusegraph::text::numbers(&g);
+    let name = |n: &fusegraph::NodeId| format!("%{} {}", numbers[n], g.node(*n).op.name());
     let list = |ns: &[fusegraph::NodeId]| ns.iter().map(name).collect::<Vec<_>>().join(", ");
     for c in &combined {
         let biases = c.biases.as_ref().map(|b| format!(" (and its epilogue's {})", b.name)).unwrap_or_default();
