@@ -10,10 +10,12 @@ for a in "$@"; do
     if [ "$a" = "--quick" ]; then quick=(--quick); fi
 done
 cargo build --release --bins --examples
-./target/release/fusegraph info
-./target/release/fusegraph bench "$@"
+# Where cargo put them: CARGO_TARGET_DIR where set (relative to the repository root).
+bin="${CARGO_TARGET_DIR:-target}/release"
+"$bin/fusegraph" info
+"$bin/fusegraph" bench "$@"
 for example in mlp cnn transformer memory_limit; do
     echo
     echo "== example: $example"
-    "./target/release/examples/$example" "${quick[@]}"
+    "$bin/examples/$example" "${quick[@]}"
 done
