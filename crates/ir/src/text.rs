@@ -52,12 +52,12 @@ pub fn print(g: &Graph) -> String {
     out
 }
 
-/// The nodes of `g` in the order [`print`] prints them.
+/// The nodes of `g` in the order [`print()`] prints them.
 fn print_order(g: &Graph) -> Vec<NodeId> {
     g.topo_order().unwrap_or_else(|_| g.node_ids())
 }
 
-/// The number [`print`] gives each node of `g` (`%N`): its position in topological order,
+/// The number [`print()`] gives each node of `g` (`%N`): its position in topological order,
 /// not its id. Tools that name nodes next to a printed graph use these.
 pub fn numbers(g: &Graph) -> HashMap<NodeId, usize> {
     print_order(g).into_iter().enumerate().map(|(i, id)| (id, i)).collect()
