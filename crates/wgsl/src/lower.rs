@@ -247,7 +247,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
 fn row_instead(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Option<Kernel> {
     let [m] = kernel.members.as_slice() else { return None };
     let Op::Reduce { axes, .. } = &g.node(*m).op else { return None };
-    if !opts.cpu || kernel.kind != KernelKind::Loop || serial_steps(g, kernel) <= CPU_LOOP_BUDGET {
+    if kernel.kind != KernelKind::Loop || within_budget(opts, serial_steps(g, kernel), 1) {
         return None;
     }
     let shape = g.ty(g.operands(*m)[0]).shape.dims().to_vec();
@@ -759,7 +759,7 @@ fn loop_main(
     // On a CPU adapter, serial reductions inside the kernel count against the loop budget of
     // an invocation: fewer elements side by side and per invocation where they are long.
     let serial = serial_steps(g, kernel);
-    let fits = |elements: u64| !opts.cpu || serial.saturating_mul(elements) <= CPU_LOOP_BUDGET;
+    let fits = |elements: u64| within_budget(opts, serial, elements);
     let ilp = loop_ilp(g, kernel, opts);
     let steps = |most: u64, per: u64| (1..=most).rev().find(|&s| fits(s * per)).unwrap_or(1);
     if let Some(r) =
@@ -815,12 +815,17 @@ fn loop_main(
 /// Elements a loop kernel computes side by side ([`CPU_INTERLEAVE`]), or one where a CPU
 /// adapter's loop budget cannot take the kernel's serial reductions for that many.
 fn loop_ilp(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> usize {
-    let serial = serial_steps(g, kernel);
-    if !opts.cpu || serial.saturating_mul(CPU_INTERLEAVE as u64) <= CPU_LOOP_BUDGET {
+    if within_budget(opts, serial_steps(g, kernel), CPU_INTERLEAVE as u64) {
         CPU_INTERLEAVE
     } else {
         1
     }
+}
+
+/// Whether `times` walks of `serial` iterations fit one invocation: always on a GPU, within
+/// [`CPU_LOOP_BUDGET`] on a CPU adapter.
+fn within_budget(opts: &LowerOptions, serial: u64, times: u64) -> bool {
+    !opts.cpu || serial.saturating_mul(times) <= CPU_LOOP_BUDGET
 }
 
 /// Serial loop iterations a loop kernel spends on one element: the lengths of the
@@ -1308,7 +1313,7 @@ struct RowQuads<'a> {
 /// On a CPU adapter only where one invocation's walks over its row (`passes` of them, one
 /// per reduction and one for the outputs) stay within [`CPU_LOOP_BUDGET`] iterations.
 fn rows_per_thread(opts: &LowerOptions, rows: usize, row_len: usize, passes: usize) -> bool {
-    let within = (passes as u64).saturating_mul(row_len as u64) <= CPU_LOOP_BUDGET;
+    let within = within_budget(opts, row_len as u64, passes as u64);
     (opts.cpu && rows >= 16 && within) || (!opts.cpu && rows >= 8192 && row_len <= 256)
 }
 
