@@ -13,6 +13,17 @@
 //! node's debug name follows as a trailing `// name` comment (inputs and parameters carry
 //! theirs as the `name` attribute, so the comment only appears when the debug name differs).
 //! [`parse`] reads the form back, and `print(&parse(&print(g))?) == print(g)` for every graph.
+//!
+//! A [`Program`] adds what a graph alone does not say: which values the computation returns
+//! and which parameters it updates (a training step's new weights). [`print_program`] writes
+//! them after the nodes, and [`parse_program`] reads them back:
+//!
+//! ```text
+//! outputs(%2)
+//! update(%5) {name="w"}
+//! ```
+//!
+//! Without an `outputs` line a program's outputs are the nodes nothing uses.
 
 use crate::{BinaryOp, DType, Graph, IrError, NodeId, Op, PoolKind, ReduceKind, Result, TensorType, UnaryOp};
 use std::collections::HashMap;
@@ -171,18 +182,133 @@ fn unescape(s: &str) -> Result<String, String> {
 /// Leaves (input, parameter, constant, full, iota) take their type from the `: type` suffix;
 /// every other node's type is inferred from its operands and must equal the printed one.
 /// Node numbers need only be unique and defined before use. Empty lines and lines starting
-/// with `//` are ignored. Every problem is an [`IrError::Parse`] naming the 1-based line.
+/// with `//` are ignored; a [`Program`]'s `outputs` and `update` lines are checked and
+/// dropped ([`parse_program`] keeps them). Every problem is an [`IrError::Parse`] naming the
+/// 1-based line.
 pub fn parse(text: &str) -> Result<Graph> {
+    Ok(parse_program(text)?.graph)
+}
+
+/// A graph with the values a computation returns and the parameters it updates, as
+/// [`print_program`] writes it and [`parse_program`] reads it.
+#[derive(Clone, Debug)]
+pub struct Program {
+    /// The nodes.
+    pub graph: Graph,
+    /// The values returned, in order.
+    pub outputs: Vec<NodeId>,
+    /// Parameter updates: each parameter's name and the node holding its new value (written
+    /// back to the parameter, not returned).
+    pub updates: Vec<(String, NodeId)>,
+}
+
+impl Program {
+    /// The outputs, then the updates' values: every value a run must leave behind (what a
+    /// compile that writes the updates stores).
+    pub fn kept(&self) -> Vec<NodeId> {
+        self.outputs.iter().copied().chain(self.updates.iter().map(|(_, n)| *n)).collect()
+    }
+}
+
+/// Prints `p`: its graph as [`print()`] does, then one `outputs(%a, %b, …)` line and one
+/// `update(%n) {name="…"}` line per update, in order.
+pub fn print_program(p: &Program) -> String {
+    let mut out = print(&p.graph);
+    let num = numbers(&p.graph);
+    let list: Vec<String> = p.outputs.iter().map(|o| format!("%{}", num[o])).collect();
+    let _ = writeln!(out, "outputs({})", list.join(", "));
+    for (name, node) in &p.updates {
+        let _ = writeln!(out, "update(%{}) {{name=\"{}\"}}", num[node], escape(name, true));
+    }
+    out
+}
+
+/// Parses a [`Program`]: the graph as [`parse`] reads it, then at most one `outputs` line and
+/// any number of `update` lines, after every node. Without an `outputs` line the outputs are
+/// the nodes nothing uses (updates' values excepted), in printing order. An update must name
+/// a parameter of the graph, once, with a value of its type.
+pub fn parse_program(text: &str) -> Result<Program> {
     let mut g = Graph::new();
     let mut ids: HashMap<usize, NodeId> = HashMap::new();
+    let (mut outputs, mut updates): (Option<Vec<NodeId>>, Vec<(String, NodeId)>) = (None, Vec::new());
     for (i, raw) in text.lines().enumerate() {
         let trimmed = raw.trim();
         if trimmed.is_empty() || trimmed.starts_with("//") {
             continue;
         }
-        parse_line(&mut g, &mut ids, raw).map_err(|detail| IrError::Parse { line: i + 1, detail })?;
+        let line = if trimmed.starts_with('%') {
+            if outputs.is_some() || !updates.is_empty() {
+                Err("a node after the outputs or updates (they come last)".to_string())
+            } else {
+                parse_line(&mut g, &mut ids, raw)
+            }
+        } else {
+            parse_tail_line(&g, &ids, raw, &mut outputs, &mut updates)
+        };
+        line.map_err(|detail| IrError::Parse { line: i + 1, detail })?;
     }
-    Ok(g)
+    let outputs = outputs.unwrap_or_else(|| {
+        let updated: Vec<NodeId> = updates.iter().map(|(_, n)| *n).collect();
+        print_order(&g).into_iter().filter(|&n| g.users(n).is_empty() && !updated.contains(&n)).collect()
+    });
+    Ok(Program { graph: g, outputs, updates })
+}
+
+/// An `outputs(…)` or `update(%n) {name="…"}` line.
+fn parse_tail_line(
+    g: &Graph,
+    ids: &HashMap<usize, NodeId>,
+    line: &str,
+    outputs: &mut Option<Vec<NodeId>>,
+    updates: &mut Vec<(String, NodeId)>,
+) -> Result<(), String> {
+    let mut c = Cursor { s: line, pos: 0 };
+    let what = c.word("`%`, `outputs` or `update`")?;
+    let is_outputs = match what.as_str() {
+        "outputs" => true,
+        "update" => false,
+        other => return Err(format!("expected `%`, `outputs` or `update`, found `{other}`")),
+    };
+    c.expect('(')?;
+    let nodes = c.seq(')', |c| {
+        c.expect('%')?;
+        let n = c.number("a node")?;
+        ids.get(&n).copied().ok_or_else(|| format!("{what}: unknown node %{n}"))
+    })?;
+    let mut attrs = if c.eat('{') { c.attrs()? } else { Attrs(Vec::new()) };
+    c.skip_ws();
+    if !c.rest().is_empty() {
+        return Err(format!("unexpected {} after {what}", c.found()));
+    }
+    if is_outputs {
+        attrs.finish("outputs")?;
+        if outputs.is_some() {
+            return Err("outputs given twice".into());
+        }
+        if !updates.is_empty() {
+            return Err("outputs after an update (outputs come first)".into());
+        }
+        *outputs = Some(nodes);
+        return Ok(());
+    }
+    let name = attrs.string("name")?;
+    attrs.finish("update")?;
+    let &[node] = nodes.as_slice() else {
+        return Err(format!("update takes one value, got {}", nodes.len()));
+    };
+    let param = g
+        .node_ids()
+        .into_iter()
+        .find(|&n| matches!(&g.node(n).op, Op::Parameter { name: p } if *p == name))
+        .ok_or_else(|| format!("update of `{name}`, which no parameter is named"))?;
+    if updates.iter().any(|(n, _)| *n == name) {
+        return Err(format!("`{name}` updated twice"));
+    }
+    if g.ty(node) != g.ty(param) {
+        return Err(format!("update of `{name}`: {} with a value of type {}", g.ty(param), g.ty(node)));
+    }
+    updates.push((name, node));
+    Ok(())
 }
 
 fn parse_line(g: &mut Graph, ids: &mut HashMap<usize, NodeId>, line: &str) -> Result<(), String> {
@@ -519,7 +645,7 @@ mod tests {
     }
 
     fn parse_err(text: &str) -> (usize, String) {
-        match parse(text) {
+        match parse_program(text) {
             Err(IrError::Parse { line, detail }) => (line, detail),
             other => panic!("expected a parse error for {text:?}, got {other:?}"),
         }
@@ -673,22 +799,93 @@ mod tests {
         assert_eq!(parse_err(zero_window).0, 2);
     }
 
+    /// `%2 = x · w`, its sum `%3` and an update of `w` to `%4 = w − %2`.
+    fn program() -> Program {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [2, 2]).unwrap();
+        let w = b.parameter("w \"1\"", DType::F32, [2, 2]).unwrap();
+        let y = x.matmul(&w).unwrap();
+        let loss = y.sum(&[0, 1], false).unwrap();
+        let step = w.sub(&y).unwrap();
+        Program { graph: b.graph(), outputs: vec![loss.id(), y.id()], updates: vec![("w \"1\"".into(), step.id())] }
+    }
+
+    #[test]
+    fn programs_round_trip_with_outputs_and_updates() {
+        let p = program();
+        let text = print_program(&p);
+        assert!(text.ends_with("outputs(%3, %2)\nupdate(%4) {name=\"w \\\"1\\\"\"}\n"), "{text}");
+        let back = parse_program(&text).unwrap();
+        assert_eq!(print_program(&back), text);
+        let num = numbers(&back.graph);
+        assert_eq!(back.outputs.iter().map(|o| num[o]).collect::<Vec<_>>(), [3, 2]);
+        assert_eq!(back.updates.iter().map(|(n, v)| (n.as_str(), num[v])).collect::<Vec<_>>(), [("w \"1\"", 4)]);
+        assert_eq!(back.kept().len(), 3);
+        // `parse` reads the same text as a graph.
+        assert_eq!(print(&parse(&text).unwrap()), print(&p.graph));
+    }
+
+    #[test]
+    fn outputs_default_to_the_nodes_nothing_uses() {
+        let p = program();
+        let graph_only = parse_program(&print(&p.graph)).unwrap();
+        let num = numbers(&graph_only.graph);
+        assert_eq!(graph_only.outputs.iter().map(|o| num[o]).collect::<Vec<_>>(), [3, 4]);
+        // An update's value is written back, not returned.
+        let mut text = print(&p.graph);
+        text.push_str("update(%4) {name=\"w \\\"1\\\"\"}\n");
+        let updating = parse_program(&text).unwrap();
+        assert_eq!(updating.outputs.iter().map(|o| num[o]).collect::<Vec<_>>(), [3]);
+    }
+
+    #[test]
+    fn program_errors_name_the_line() {
+        let g = print(&program().graph);
+        let cases = [
+            (format!("{g}outputs(%9)"), 6, "unknown node %9"),
+            (format!("{g}outputs(%3)\noutputs(%2)"), 7, "outputs given twice"),
+            (format!("{g}outputs(%3)\n%5 = neg(%3) : f32[]"), 7, "a node after the outputs"),
+            (format!("{g}update(%4) {{name=\"v\"}}"), 6, "which no parameter is named"),
+            (format!("{g}update(%3) {{name=\"w \\\"1\\\"\"}}"), 6, "with a value of type f32[]"),
+            (format!("{g}update(%4, %2) {{name=\"w \\\"1\\\"\"}}"), 6, "one value, got 2"),
+            (format!("{g}update(%4)"), 6, "missing attribute `name`"),
+            (
+                format!("{g}update(%4) {{name=\"w \\\"1\\\"\"}}\nupdate(%2) {{name=\"w \\\"1\\\"\"}}"),
+                7,
+                "updated twice",
+            ),
+            (format!("{g}update(%4) {{name=\"w \\\"1\\\"\"}}\noutputs(%3)"), 7, "outputs after an update"),
+            (format!("{g}outputs(%3) {{x=1}}"), 6, "no attribute `x`"),
+            (format!("{g}outputs(%3) extra"), 6, "unexpected"),
+            (format!("{g}returns(%4)"), 6, "expected `%`, `outputs` or `update`, found `returns`"),
+        ];
+        for (text, line, needle) in cases {
+            let (l, detail) = parse_err(&text);
+            assert_eq!(l, line, "{text}: {detail}");
+            assert!(detail.contains(needle), "{text}: {detail:?} lacks {needle:?}");
+        }
+    }
+
     #[test]
     fn never_panics_on_mangled_text() {
-        let (_, text) = every_op();
+        // Every op, then a program's outputs and update lines.
+        let (_, ops) = every_op();
+        let text =
+            ops + print_program(&program()).lines().skip(5).map(|l| format!("{l}\n")).collect::<String>().as_str();
         let lines: Vec<&str> = text.lines().collect();
         let mut seen = BTreeSet::new();
         for (i, line) in lines.iter().enumerate() {
-            // One line per op mnemonic is enough to reach every parsing path.
-            if !seen.insert(line.split(['(', '=']).nth(1).unwrap_or_default().trim()) {
+            // One line per op mnemonic (or tail line) is enough to reach every parsing path.
+            let kind = if line.starts_with('%') { line.split(['(', '=']).nth(1) } else { line.split('(').next() };
+            if !seen.insert(kind.unwrap_or_default().trim()) {
                 continue;
             }
             let prefix: String = lines[..i].iter().map(|l| format!("{l}\n")).collect();
             for (cut, ch) in line.char_indices() {
                 let (head, tail) = (&line[..cut], &line[cut + ch.len_utf8()..]);
-                let _ = parse(&format!("{prefix}{head}"));
+                let _ = parse_program(&format!("{prefix}{head}"));
                 for junk in ["", "%", "]", "\"", "\\", "\u{e9}"] {
-                    let _ = parse(&format!("{prefix}{head}{junk}{tail}"));
+                    let _ = parse_program(&format!("{prefix}{head}{junk}{tail}"));
                 }
             }
         }

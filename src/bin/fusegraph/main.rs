@@ -27,9 +27,10 @@ commands:
                    achieved GB/s and GFLOP/s per kernel family next to ceilings measured
                    in the same run (a streaming copy, the best matmul)
   dot FILE [--unfused] [--mixed-precision]
-                   read a graph in fusegraph's text form; simplify it, combine products of
-                   one operand over stacked weights and fuse it, as the runtime compiles an
-                   inference graph (no device needed); print it as Graphviz DOT with one
+                   read a program in fusegraph's text form (a graph, its outputs and its
+                   parameter updates); simplify it, combine products of one operand over
+                   stacked weights and fuse it, as the runtime compiles it (no device
+                   needed); print it as Graphviz DOT with one
                    cluster per kernel; --mixed-precision first rewrites it to store f16,
                    as the compile option of that name does
   explain FILE [--graph] [--mixed-precision]
@@ -42,7 +43,8 @@ commands:
                    without subgroups, or a CPU adapter (--cpu), with f16 storage native or
                    packed two to a word; printed, or written to DIR/k000.wgsl, ...
   ir NAME [--quick]
-                   a benchmark workload's graph in that text form (for dot and wgsl):
+                   a benchmark workload's program in that text form (for dot, explain
+                   and wgsl; a training step's with its parameter updates):
                    NAME a prefix of a bench workload's name, or a micro workload's name
                    with other sizes in it (elementwise_chain_16777216,
                    layer_norm_gelu_64x768), or transformer_sSEQ_lLAYERS (any sequence
@@ -147,22 +149,27 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
     Ok(())
 }
 
-/// The graph in fusegraph's text form at the first non-flag argument of `args`, and its
-/// outputs (the nodes nothing uses), rewritten to store f16 with `--mixed-precision`; `cmd`
-/// names the command in errors.
-fn read_graph(cmd: &str, args: &[String]) -> Result<(fusegraph::Graph, Vec<fusegraph::NodeId>), String> {
+/// The program in fusegraph's text form at the first non-flag argument of `args`: its graph,
+/// every value a run keeps (its outputs, the nodes nothing uses where it names none, then its
+/// updates' values, as a compile with `CompileOptions::updates` stores them) and the names of
+/// the parameters it updates; rewritten to store f16 with `--mixed-precision` (updated
+/// parameters kept in f32, as the compile option does). `cmd` names the command in errors.
+fn read_graph(cmd: &str, args: &[String]) -> Result<(fusegraph::Graph, Vec<fusegraph::NodeId>, Updated), String> {
     let path =
         args.iter().find(|a| !a.starts_with("--")).ok_or(format!("{cmd}: give a FILE in fusegraph's text form"))?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{cmd}: cannot read {path}: {e}"))?;
-    let g = fusegraph::text::parse(&text).map_err(|e| format!("{cmd}: {path}: {e}"))?;
-    let outs: Vec<_> = g.node_ids().into_iter().filter(|&n| g.users(n).is_empty()).collect();
+    let p = fusegraph::text::parse_program(&text).map_err(|e| format!("{cmd}: {path}: {e}"))?;
+    let (kept, updated) = (p.kept(), p.updates.into_iter().map(|(name, _)| name).collect());
     if !args.iter().any(|a| a == "--mixed-precision") {
-        return Ok((g, outs));
+        return Ok((p.graph, kept, updated));
     }
-    // As `CompileOptions::mixed_precision` compiles it: f16 storage, every output cast back.
-    fusegraph::crates::passes::mixed_precision::to_mixed_precision(&g, &outs, &Default::default())
-        .map_err(|e| format!("{cmd}: {path}: {e}"))
+    let (g, kept) = fusegraph::crates::passes::mixed_precision::to_mixed_precision(&p.graph, &kept, &updated)
+        .map_err(|e| format!("{cmd}: {path}: {e}"))?;
+    Ok((g, kept, updated))
 }
+
+/// The names of the parameters a program updates.
+type Updated = std::collections::BTreeSet<String>;
 
 /// Writes `text` to stdout; a reader that stopped early (`| head`) is not an error.
 fn emit(text: &str) -> Result<(), String> {
@@ -186,25 +193,26 @@ fn read_kernels(
     args: &[String],
 ) -> Result<(fusegraph::Graph, Vec<fusegraph::crates::passes::Kernel>), String> {
     use fusegraph::crates::passes::{fuse, partition, FusionMode};
-    let (mut g, mut outs) = read_graph(cmd, args)?;
+    let (mut g, mut outs, updated) = read_graph(cmd, args)?;
     let kernels = if args.iter().any(|a| a == "--unfused") {
         partition(&g, &outs, FusionMode::Off).map_err(|e| e.to_string())?
     } else {
-        prepare(&mut g, &mut outs)?;
+        prepare(&mut g, &mut outs, &updated)?;
         fuse(&g, &outs, &fusion_options()).map_err(|e| e.to_string())?.kernels
     };
     Ok((g, kernels))
 }
 
-/// Simplifies `g` and combines its sibling products as the runtime's default compile of an
-/// inference graph does (no parameter is updated); returns the groups combined.
+/// Simplifies `g` and combines its sibling products as the runtime's default compile does
+/// (the products of `updated` parameters are not combined); returns the groups combined.
 fn prepare(
     g: &mut fusegraph::Graph,
     outs: &mut [fusegraph::NodeId],
+    updated: &Updated,
 ) -> Result<Vec<fusegraph::crates::passes::Combined>, String> {
     use fusegraph::crates::passes::{combine_products, simplify};
     simplify(g, outs).map_err(|e| e.to_string())?;
-    combine_products(g, outs, &Default::default()).map_err(|e| e.to_string())
+    combine_products(g, outs, updated).map_err(|e| e.to_string())
 }
 
 /// `fusegraph explain FILE [--graph]`: the fused kernels and every decision of the fusion
@@ -217,8 +225,8 @@ fn explain(args: &[String]) -> Result<(), String> {
     if let Some(f) = args.iter().find(|a| a.starts_with("--") && *a != "--graph" && *a != "--mixed-precision") {
         return Err(format!("explain: unknown option `{f}`"));
     }
-    let (mut g, mut outs) = read_graph("explain", args)?;
-    let combined = prepare(&mut g, &mut outs)?;
+    let (mut g, mut outs, updated) = read_graph("explain", args)?;
+    let combined = prepare(&mut g, &mut outs, &updated)?;
     let f = fuse(&g, &outs, &fusion_options()).map_err(|e| e.to_string())?;
     let mut o = String::new();
     if args.iter().any(|a| a == "--graph") {
@@ -311,7 +319,8 @@ fn wgsl(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `fusegraph ir NAME [--quick]`: the workload's graph in text form (see `USAGE`).
+/// `fusegraph ir NAME [--quick]`: the workload's program (graph, outputs, updates) in text
+/// form (see `USAGE`).
 fn ir(args: &[String]) -> Result<(), String> {
     use fusegraph::workloads;
     let quick = args.iter().any(|a| a == "--quick");
@@ -323,8 +332,9 @@ fn ir(args: &[String]) -> Result<(), String> {
         .into_iter()
         .next()
         .ok_or_else(|| format!("ir: no workload matches `{name}` (have: {})", workloads::names(quick).join(", ")))?;
-    emit(&fusegraph::text::print(&w.graph))?;
-    eprintln!("{}: {} nodes", w.name, w.graph.node_ids().len());
+    let program = fusegraph::text::Program { graph: w.graph, outputs: w.outputs, updates: w.updates };
+    emit(&fusegraph::text::print_program(&program))?;
+    eprintln!("{}: {} nodes", w.name, program.graph.node_ids().len());
     Ok(())
 }
 
