@@ -7,6 +7,7 @@ mod common;
 use common::{composite_builders, CaseBuilder, Domain};
 use fusegraph::crates::passes::{cost::CostModel, fuse, simplify, FusionOptions, Kernel, KernelKind, Veto};
 use fusegraph::{DType, Graph, NodeId};
+use std::collections::BTreeSet;
 
 fn options() -> FusionOptions {
     FusionOptions { max_bindings: 32, ..Default::default() }
@@ -115,14 +116,39 @@ fn veto_of(g: &Graph, outs: &[NodeId], producer: NodeId, opts: &FusionOptions) -
     f.log.iter().find(|d| d.producer == producer).and_then(|d| d.veto.clone())
 }
 
+/// A graph output read by one other kernel joins it, which stores both (multi-output
+/// fusion: an optimizer's new moments, stored and read by the new weights); one read by two
+/// kernels stays in its own kernel (stored once, never recomputed). A product's kernel stores
+/// one value, and an output computed from a product is stored by its epilogue.
 #[test]
 fn veto_graph_output() {
     let mut c = CaseBuilder::new(1);
-    let x = c.input(DType::F32, &[16], Domain::Any);
+    let x = c.input(DType::F32, &[16, 16], Domain::Any);
+    let w = c.input(DType::F32, &[16, 16], Domain::Any);
     let e = x.exp().unwrap();
     let y = e.neg().unwrap();
     let g = c.b.graph();
-    assert_eq!(veto_of(&g, &[e.id(), y.id()], e.id(), &options()), Some(Veto::GraphOutput));
+    assert_eq!(veto_of(&g, &[e.id(), y.id()], e.id(), &options()), None);
+    let ks = kernels(&g, &[e.id(), y.id()]);
+    assert_eq!(ks.len(), 1, "{ks:#?}");
+    assert_eq!(ks[0].outputs.iter().collect::<BTreeSet<_>>(), BTreeSet::from([&e.id(), &y.id()]));
+    // Read by two kernels: `y`'s and a reduction's over columns.
+    let s = e.sum(&[0], false).unwrap();
+    let g = c.b.graph();
+    assert_eq!(veto_of(&g, &[e.id(), y.id(), s.id()], e.id(), &options()), Some(Veto::GraphOutput));
+    // A product that is an output, read by one kernel: that kernel would store two values.
+    let m = x.matmul(&w).unwrap();
+    let t = m.tanh().unwrap();
+    let g = c.b.graph();
+    assert_eq!(veto_of(&g, &[m.id(), t.id()], m.id(), &options()), Some(Veto::SecondOutput));
+    // An output computed from a product (which nothing else reads) is its epilogue, not a
+    // member of its consumer's kernel: the product's value is never stored.
+    let u = t.neg().unwrap();
+    let g = c.b.graph();
+    assert_eq!(veto_of(&g, &[t.id(), u.id()], t.id(), &options()), Some(Veto::EpilogueInstead { kernels: 1 }));
+    let ks = kernels(&g, &[t.id(), u.id()]);
+    assert_eq!(ks.len(), 2, "{ks:#?}");
+    assert!(ks.iter().all(|k| k.outputs.len() == 1), "{ks:#?}");
 }
 
 #[test]
@@ -237,15 +263,41 @@ fn veto_no_benefit_under_a_cost_model_that_makes_dispatch_free() {
 #[test]
 fn veto_cycle_between_siblings() {
     // a = exp(x) and b = x·a share the input x, but b reads a: merging them would make the
-    // kernel depend on itself.
+    // kernel depend on itself. (`a`, an output read by `b` and by a product, is stored by a
+    // kernel of its own.)
     let mut c = CaseBuilder::new(1);
-    let x = c.input(DType::F32, &[64], Domain::Any);
+    let x = c.input(DType::F32, &[8, 8], Domain::Any);
+    let w = c.input(DType::F32, &[8, 8], Domain::Any);
     let a = x.exp().unwrap();
     let b = x.mul(&a).unwrap();
+    let p = a.matmul(&w).unwrap();
     let g = c.b.graph();
-    let f = fuse(&g, &[a.id(), b.id()], &options()).unwrap();
-    assert_eq!(f.kernels.len(), 2);
+    let f = fuse(&g, &[a.id(), b.id(), p.id()], &options()).unwrap();
+    assert_eq!(f.kernels.len(), 3);
     assert!(f.siblings.iter().any(|d| d.veto == Some(Veto::Cycle)), "{:?}", f.siblings);
+}
+
+/// Sibling kernels that both recompute a constant which the kernel storing a value they
+/// read computes too do not depend on each other through it: each computes the constant
+/// itself. (An Adam step's weight updates recompute `1.0` as the step counter's `t + 1`
+/// does; they were kept in separate kernels, one per weight.)
+#[test]
+fn siblings_recomputing_a_shared_constant_merge() {
+    let mut c = CaseBuilder::new(1);
+    let t = c.input(DType::F32, &[], Domain::Any);
+    let x = c.input(DType::F32, &[64], Domain::Any);
+    let y = c.input(DType::F32, &[64], Domain::Any);
+    let one = c.b.scalar(DType::F32, 1.0).unwrap();
+    let t1 = t.add(&one).unwrap();
+    let scale = t1.mul(&one).unwrap().broadcast_to([64]).unwrap();
+    let u = x.mul(&scale).unwrap().add(&one.broadcast_to([64]).unwrap()).unwrap();
+    let v = y.mul(&scale).unwrap().sub(&one.broadcast_to([64]).unwrap()).unwrap();
+    let g = c.b.graph();
+    // (Merged, `x` and `y` would live together: no peak check in a graph this small.)
+    let opts = FusionOptions { memory_aware: false, ..options() };
+    let f = fuse(&g, &[t1.id(), u.id(), v.id()], &opts).unwrap();
+    assert_eq!(f.kernels.len(), 2, "{:#?}\n{:?}", f.kernels, f.siblings);
+    assert!(f.siblings.iter().any(|d| (d.a, d.b) == (u.id(), v.id()) && d.veto.is_none()), "{:?}", f.siblings);
 }
 
 /// Two reductions of one input over different rows cannot share a row kernel; a loop

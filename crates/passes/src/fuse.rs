@@ -4,8 +4,9 @@
 //! its consumers' kernels or into none: cheap producers (elementwise, layout) may be
 //! duplicated into several kernels; expensive ones (reductions, matmul, conv, pooling) only
 //! join a single consumer kernel and only where each of their elements is computed once.
-//! Every refusal has a named [`Veto`] that tests assert. What it does not do: reorder the
-//! graph, or fuse graph outputs into their consumers (they must be stored anyway).
+//! Every refusal has a named [`Veto`] that tests assert. A graph output, stored anyway, joins
+//! its consumers' kernel only where one kernel reads it (which then stores it: multi-output
+//! fusion), never by recomputation. What it does not do: reorder the graph.
 //!
 //! After the pass every kernel is one of two kinds (see [`KernelKind`]): a loop kernel (one
 //! invocation per output element; matmul/conv/reductions with fused prologues and epilogues
@@ -45,7 +46,9 @@ impl Default for FusionOptions {
 /// Why a producer was not fused into its consumers.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Veto {
-    /// The producer is a graph output and must be stored anyway.
+    /// The producer is a graph output, stored anyway, that no kernel or more than one reads:
+    /// it is not recomputed in each. (An output read by one other kernel joins it and is
+    /// stored from there.)
     GraphOutput,
     /// A reduction would consume another reduction (or a contraction) inside one loop kernel.
     ReductionIntoReduction,
@@ -72,14 +75,20 @@ pub enum Veto {
     /// A second matmul or convolution would join a kernel that already has one: the tiled
     /// lowering computes one contraction per kernel, so the other would run naively.
     SecondContraction,
+    /// A matmul or convolution's kernel would store a second value (an intermediate of its
+    /// epilogue, or the contraction itself, that a graph output or another kernel needs): the
+    /// tiled lowering stores one value per kernel, so the kernel would run naively.
+    SecondOutput,
     /// Arithmetic would be recomputed in the prologue of a matmul, conv or pooling, which
     /// reads each operand element many times; only data movement fuses there.
     Prologue,
     /// A cheap producer would be recomputed in several kernels though it can instead be the
     /// epilogue of the matmul or convolution it is computed from, stored once: recomputing
-    /// it would save no dispatch and read its other operands once per kernel.
+    /// it would save no dispatch and read its other operands once per kernel. (A graph
+    /// output so computed is that epilogue rather than join its one consumer's kernel,
+    /// which would store the contraction's value as well.)
     EpilogueInstead {
-        /// The kernels that would recompute it.
+        /// The kernels that would recompute (or compute) it.
         kernels: usize,
     },
     /// The producer is compared with a value computed from it (a max reduction's gradient
@@ -95,7 +104,7 @@ pub enum Veto {
 impl std::fmt::Display for Veto {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Veto::GraphOutput => write!(f, "a graph output (stored anyway)"),
+            Veto::GraphOutput => write!(f, "a graph output (stored anyway) not read by exactly one other kernel"),
             Veto::ReductionIntoReduction => {
                 write!(f, "a reduction would consume another reduction or a contraction in one loop kernel")
             }
@@ -109,7 +118,12 @@ impl std::fmt::Display for Veto {
             }
             Veto::RowShape => write!(f, "a reduction's result would be used in a way a row kernel cannot express"),
             Veto::SecondContraction => write!(f, "a second matmul or convolution would join the kernel"),
+            Veto::SecondOutput => write!(f, "a matmul or convolution's kernel would store a second value"),
             Veto::Prologue => write!(f, "arithmetic would be recomputed in a matmul, conv or pooling prologue"),
+            Veto::EpilogueInstead { kernels: 1 } => write!(
+                f,
+                "a graph output stored from the epilogue of the matmul or convolution it is computed from"
+            ),
             Veto::EpilogueInstead { kernels } => write!(
                 f,
                 "recomputing it in {kernels} kernels costs more than storing it from the epilogue of the matmul or convolution it is computed from"
@@ -342,8 +356,14 @@ struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    /// The context of fusing what `outputs` need, and those nodes in graph order.
-    fn new(g: &'a Graph, outputs: &'a [NodeId], opts: &'a FusionOptions) -> Result<(Ctx<'a>, Vec<NodeId>)> {
+    /// The context of fusing what `outputs` need, and those nodes in graph order; the
+    /// outputs in `updates` are written in place ([`fuse_updating`]).
+    fn new(
+        g: &'a Graph,
+        outputs: &'a [NodeId],
+        updates: &[NodeId],
+        opts: &'a FusionOptions,
+    ) -> Result<(Ctx<'a>, Vec<NodeId>)> {
         let order = g.reachable(outputs)?;
         let index_bound = order.iter().map(|n| n.index() + 1).max().unwrap_or(0);
         let mut operands = vec![Vec::new(); index_bound];
@@ -376,7 +396,7 @@ impl<'a> Ctx<'a> {
             info[n.index()] = ValueInfo {
                 bytes: liveness::value_bytes(g, n),
                 arena: liveness::is_arena(g, n),
-                counted: output || !const_like.contains(&n),
+                counted: (output || !const_like.contains(&n)) && !updates.contains(&n),
                 output,
                 leaf: is_memory_leaf(&g.node(n).op),
             };
@@ -741,6 +761,8 @@ impl Ctx<'_> {
             Err(Veto::Prologue)
         } else if contractions > 1 {
             Err(Veto::SecondContraction)
+        } else if contractions == 1 && outs.len() > 1 {
+            Err(Veto::SecondOutput)
         } else if !loop_ok {
             Err(Veto::DuplicatesExpensive)
         } else if reduce_after_expensive {
@@ -995,7 +1017,16 @@ impl Ctx<'_> {
 
 /// Fuses the nodes `outputs` depend on into kernels.
 pub fn fuse(g: &Graph, outputs: &[NodeId], opts: &FusionOptions) -> Result<Fusion> {
-    let (ctx, order) = Ctx::new(g, outputs, opts)?;
+    fuse_updating(g, outputs, &[], opts)
+}
+
+/// [`fuse`], where the outputs in `updates` are a training step's parameter updates, written
+/// over their parameters' buffers (as the memory planner places them where safe): they
+/// occupy no arena bytes, so the peak-memory check does not count them. (Counted, the new
+/// momentum of one weight joined to the kernel of its new weight looked like a rise: the
+/// gradient it reads lives to that kernel, beside update values that take no arena.)
+pub fn fuse_updating(g: &Graph, outputs: &[NodeId], updates: &[NodeId], opts: &FusionOptions) -> Result<Fusion> {
+    let (ctx, order) = Ctx::new(g, outputs, updates, opts)?;
     let (compute, mut groups) = Groups::of_each_op(&ctx, &order);
     let own: BTreeMap<NodeId, usize> = compute.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let mut log = Vec::new();
@@ -1029,13 +1060,16 @@ pub fn fuse(g: &Graph, outputs: &[NodeId], opts: &FusionOptions) -> Result<Fusio
 /// that a contraction's epilogue would do better is refused ([`epilogue_is_cheaper`]).
 fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u64, epilogues: bool) -> Option<Veto> {
     let g = ctx.g;
-    if ctx.output_set.contains(&p) {
+    let targets: BTreeSet<usize> = ctx.users(p).into_iter().flat_map(|u| groups.of(u)).filter(|&i| i != home).collect();
+    // A graph output is stored anyway: it may join the one kernel that reads it, which then
+    // stores it too (an optimizer's new moments, stored and read by the new weights), but
+    // is never recomputed in several.
+    if ctx.output_set.contains(&p) && targets.len() != 1 {
         return Some(Veto::GraphOutput);
     }
     if ctx.compared.contains(&p) {
         return Some(Veto::ComparedWithItself);
     }
-    let targets: BTreeSet<usize> = ctx.users(p).into_iter().flat_map(|u| groups.of(u)).filter(|&i| i != home).collect();
     if targets.is_empty() {
         return Some(Veto::NoBenefit);
     }
@@ -1045,7 +1079,8 @@ fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u
     if targets.iter().any(|&t| ctx.creates_cycle(&groups.sets[t], p)) {
         return Some(Veto::Cycle);
     }
-    if epilogues && targets.len() > 1 && epilogue_is_cheaper(ctx, p, targets.len()) {
+    let output = ctx.output_set.contains(&p);
+    if epilogues && (targets.len() > 1 || output) && epilogue_is_cheaper(ctx, p, targets.len()) {
         return Some(Veto::EpilogueInstead { kernels: targets.len() });
     }
     // Fusing `p` frees its buffer and keeps its operands alive until the consumers instead;
@@ -1074,8 +1109,9 @@ fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u
     veto
 }
 
-/// Whether elementwise `p`, about to be recomputed in `copies` kernels, costs less stored
-/// once by the epilogue of a contraction it is computed from. Visiting from the outputs back,
+/// Whether elementwise `p`, about to be recomputed in `copies` kernels (or, a graph output,
+/// to join its one consumer's kernel), costs less stored once by the epilogue of a
+/// contraction it is computed from. Visiting from the outputs back,
 /// the pass judges "fuse `p` into its consumers" against "`p` alone", which saves a dispatch;
 /// but where an operand of `p` is (through elementwise ops and reshapes of as many
 /// elements, each used only by the next) a matmul or convolution used only by that chain,
@@ -1110,6 +1146,11 @@ fn epilogue_is_cheaper(ctx: &Ctx, p: NodeId, copies: usize) -> bool {
     let from_contraction = |o: NodeId| reaches(ctx, o, p, 8, &elementwise);
     let ops = ctx.operands(p);
     let Some(q) = ops.iter().copied().find(|&o| from_contraction(o)) else { return false };
+    // A graph output is stored either way: as the epilogue the contraction's value is never
+    // stored, joined to its consumer that value is written and read back.
+    if ctx.output_set.contains(&p) {
+        return true;
+    }
     let bytes = |n: NodeId| g.ty(n).buffer_bytes() as f64;
     let others: f64 = ops.iter().filter(|&&o| o != q).map(|&o| bytes(o)).sum();
     let t = copies as f64;
@@ -1230,12 +1271,14 @@ fn judge_fusion(
             KernelKind::Attention { .. } => 1.0,
         };
     }
-    // Benefit: one dispatch fewer, and the producer is neither written nor read back; cost:
-    // its arithmetic repeated where it is recomputed, and its operands read once per copy.
+    // Benefit: one dispatch fewer, and the producer is neither written (unless a graph
+    // output) nor read back; cost: its arithmetic repeated where it is recomputed, and its
+    // operands read once per copy.
     let c = &ctx.opts.cost;
     let bytes = g.ty(p).buffer_bytes() as f64;
     let operand_bytes: f64 = ctx.operands(p).iter().map(|&o| g.ty(o).buffer_bytes() as f64).sum();
-    let saved = c.dispatch_s + bytes * (1.0 + targets.len() as f64) / c.bandwidth;
+    let written = if ctx.output_set.contains(&p) { 0.0 } else { 1.0 };
+    let saved = c.dispatch_s + bytes * (written + targets.len() as f64) / c.bandwidth;
     let extra_flops = (recompute - 1.0).max(0.0) * flops_per_element(g, p) * g.ty(p).shape.numel() as f64;
     let cached = if is_data_movement(&g.node(p).op) { 0.25 } else { 1.0 };
     let extra = extra_flops / c.flops + (targets.len() as f64 - 1.0) * operand_bytes * cached / c.bandwidth;
@@ -1264,12 +1307,16 @@ fn judge_fusion(
 fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<SiblingDecision> {
     let mut decisions = Vec::new();
     let g = ctx.g;
-    // Whether `b` reads (through any path) a value of `a`; nodes before `a`'s first member in
-    // graph order cannot lead there.
-    let depends = |a: &BTreeSet<NodeId>, b: &BTreeSet<NodeId>| -> bool {
+    // Whether `b` reads (through any path) a value that only `a` computes: then it waits for
+    // `a`. A member other kernels compute too (a constant or broadcast every kernel
+    // recomputes) proves nothing, as they compute it themselves: two Adam updates recompute
+    // `1.0` as the step counter's update does, whose value both read, and were kept apart so.
+    // Such pairs go to the kernel-level walk below.
+    let depends = |groups: &Groups, a: usize, b: usize| -> bool {
+        let own: BTreeSet<NodeId> = groups.sets[a].iter().copied().filter(|&m| groups.of(m).nth(1).is_none()).collect();
         // `b`'s inputs (repeats do no harm).
-        let inputs: Vec<NodeId> = ctx.inputs(b).collect();
-        inputs.iter().any(|x| a.contains(x)) || ctx.reaches_any(inputs, a)
+        let inputs: Vec<NodeId> = ctx.inputs(&groups.sets[b]).collect();
+        inputs.iter().any(|x| own.contains(x)) || ctx.reaches_any(inputs, &own)
     };
     // Contraction kernels lower to a tiled kernel with one output; merging two (q, k, v
     // projections of one input) would lose that.
@@ -1322,10 +1369,7 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                 let root = |gi: usize| ctx.root(&groups.sets[gi]).expect("non-empty");
                 let (a, b) = (root(i), root(j));
                 let mut decide = |veto: Option<Veto>| decisions.push(SiblingDecision { a, b, veto });
-                if dependent.contains(&(i, j))
-                    || depends(&groups.sets[i], &groups.sets[j])
-                    || depends(&groups.sets[j], &groups.sets[i])
-                {
+                if dependent.contains(&(i, j)) || depends(groups, i, j) || depends(groups, j, i) {
                     dependent.insert((i, j));
                     decide(Some(Veto::Cycle));
                     continue;
@@ -1459,8 +1503,8 @@ mod tests {
         // Graphs past 64 and 128 nodes too: rows of several words, of different lengths.
         for k in 0..20 {
             let (g, outs) = random_graph(&mut rng, if k % 2 == 0 { 60 } else { 200 });
-            let (with, order) = Ctx::new(&g, &outs, &opts).expect("valid graph");
-            let (mut walking, _) = Ctx::new(&g, &outs, &opts).expect("valid graph");
+            let (with, order) = Ctx::new(&g, &outs, &[], &opts).expect("valid graph");
+            let (mut walking, _) = Ctx::new(&g, &outs, &[], &opts).expect("valid graph");
             assert!(with.ancestors.is_some());
             walking.ancestors = None;
             for _ in 0..200 {
@@ -1533,7 +1577,7 @@ mod tests {
         let mut out_of_root_order = 0;
         for k in 0..200 {
             let (g, outs) = random_graph(&mut rng, 30 + k % 40);
-            let (ctx, order) = Ctx::new(&g, &outs, &opts).expect("valid graph");
+            let (ctx, order) = Ctx::new(&g, &outs, &[], &opts).expect("valid graph");
             let n = 2 + rng.below(12);
             let ks: Vec<Summary> = (0..n)
                 .map(|_| {
@@ -1570,7 +1614,7 @@ mod tests {
         let (mut answered, mut swept) = (0, 0);
         for k in 0..24 {
             let (g, outs) = random_graph(&mut rng, if k % 2 == 0 { 40 } else { 120 });
-            let (ctx, order) = Ctx::new(&g, &outs, &opts).expect("valid graph");
+            let (ctx, order) = Ctx::new(&g, &outs, &[], &opts).expect("valid graph");
             let (compute, mut groups) = Groups::of_each_op(&ctx, &order);
             for _ in 0..60 {
                 let p = compute[rng.below(compute.len())];
@@ -1615,7 +1659,7 @@ mod tests {
         let y = x.exp().expect("valid op");
         let g = b.graph();
         for outs in [vec![x.id()], vec![x.id(), y.id()]] {
-            let (ctx, order) = Ctx::new(&g, &outs, &opts).expect("valid graph");
+            let (ctx, order) = Ctx::new(&g, &outs, &[], &opts).expect("valid graph");
             let (_, groups) = Groups::of_each_op(&ctx, &order);
             let peak = ctx.peak(&groups);
             assert_eq!(groups.live.borrow_mut().peak(&ctx.info), Some(peak));

@@ -34,7 +34,8 @@ pub mod testing;
 pub use autodiff::{grad, GradError};
 pub use combine::{combine_products, Combined, Joined};
 pub use fuse::{
-    compared_with_themselves, fuse, self_comparisons, Decision, Fusion, FusionOptions, SiblingDecision, Veto,
+    compared_with_themselves, fuse, fuse_updating, self_comparisons, Decision, Fusion, FusionOptions, SiblingDecision,
+    Veto,
 };
 pub use hoist::{hoist, Hoisted};
 pub use kernel::{partition, FusionMode, Kernel, KernelKind};

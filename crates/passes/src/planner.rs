@@ -8,7 +8,7 @@
 
 use crate::attention::fuse_attention;
 use crate::combine::{combine_products, Combined};
-use crate::fuse::{fuse, FusionOptions};
+use crate::fuse::{fuse_updating, FusionOptions};
 use crate::hoist::hoist;
 use crate::kernel::{partition, FusionMode, Kernel};
 use crate::liveness::value_bytes;
@@ -146,11 +146,13 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
     for &o in outputs {
         g.check(o)?;
     }
+    let updates = update_pairs(g, outputs, &opts.updates)?;
     let mut kernels = match opts.fusion {
         FusionMode::Off => partition(g, outputs, FusionMode::Off)?,
         FusionMode::On => {
             let fopts = FusionOptions { max_bindings: opts.max_bindings, cost: opts.cost, ..Default::default() };
-            let kernels = fuse(g, outputs, &fopts)?.kernels;
+            let values: Vec<NodeId> = updates.iter().map(|&(_, v)| v).collect();
+            let kernels = fuse_updating(g, outputs, &values, &fopts)?.kernels;
             if opts.fused_attention == Some(true) {
                 fuse_attention(g, kernels, outputs, opts.max_bindings)
             } else {
@@ -165,7 +167,6 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
     if let Some(budget) = opts.remat_budget {
         kernels = rematerialize_with(g, kernels, outputs, budget, &mopts);
     }
-    let updates = update_pairs(g, outputs, &opts.updates)?;
     // Hoisted kernels' values that later kernels read live to the end, as outputs do (but
     // are not read back: the summary counts the real outputs).
     let (mut prepared, mut kept) = (0, outputs.to_vec());

@@ -149,27 +149,47 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
     Ok(())
 }
 
+/// A program read by [`read_graph`].
+struct Read {
+    graph: fusegraph::Graph,
+    /// Every value a run keeps: the outputs, then the updates' values.
+    kept: Vec<fusegraph::NodeId>,
+    /// How many of `kept` are outputs.
+    outputs: usize,
+    /// The names of the parameters the program updates.
+    updated: std::collections::BTreeSet<String>,
+}
+
+impl Read {
+    /// The updates' values (written over their parameters: see `fuse_updating`).
+    fn update_values(&self) -> &[fusegraph::NodeId] {
+        &self.kept[self.outputs..]
+    }
+}
+
 /// The program in fusegraph's text form at the first non-flag argument of `args`: its graph,
 /// every value a run keeps (its outputs, the nodes nothing uses where it names none, then its
 /// updates' values, as a compile with `CompileOptions::updates` stores them) and the names of
 /// the parameters it updates; rewritten to store f16 with `--mixed-precision` (updated
 /// parameters kept in f32, as the compile option does). `cmd` names the command in errors.
-fn read_graph(cmd: &str, args: &[String]) -> Result<(fusegraph::Graph, Vec<fusegraph::NodeId>, Updated), String> {
+fn read_graph(cmd: &str, args: &[String]) -> Result<Read, String> {
     let path =
         args.iter().find(|a| !a.starts_with("--")).ok_or(format!("{cmd}: give a FILE in fusegraph's text form"))?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{cmd}: cannot read {path}: {e}"))?;
     let p = fusegraph::text::parse_program(&text).map_err(|e| format!("{cmd}: {path}: {e}"))?;
-    let (kept, updated) = (p.kept(), p.updates.into_iter().map(|(name, _)| name).collect());
-    if !args.iter().any(|a| a == "--mixed-precision") {
-        return Ok((p.graph, kept, updated));
+    let mut read = Read {
+        kept: p.kept(),
+        outputs: p.outputs.len(),
+        updated: p.updates.into_iter().map(|(n, _)| n).collect(),
+        graph: p.graph,
+    };
+    if args.iter().any(|a| a == "--mixed-precision") {
+        (read.graph, read.kept) =
+            fusegraph::crates::passes::mixed_precision::to_mixed_precision(&read.graph, &read.kept, &read.updated)
+                .map_err(|e| format!("{cmd}: {path}: {e}"))?;
     }
-    let (g, kept) = fusegraph::crates::passes::mixed_precision::to_mixed_precision(&p.graph, &kept, &updated)
-        .map_err(|e| format!("{cmd}: {path}: {e}"))?;
-    Ok((g, kept, updated))
+    Ok(read)
 }
-
-/// The names of the parameters a program updates.
-type Updated = std::collections::BTreeSet<String>;
 
 /// Writes `text` to stdout; a reader that stopped early (`| head`) is not an error.
 fn emit(text: &str) -> Result<(), String> {
@@ -192,27 +212,29 @@ fn read_kernels(
     cmd: &str,
     args: &[String],
 ) -> Result<(fusegraph::Graph, Vec<fusegraph::crates::passes::Kernel>), String> {
-    use fusegraph::crates::passes::{fuse, partition, FusionMode};
-    let (mut g, mut outs, updated) = read_graph(cmd, args)?;
+    use fusegraph::crates::passes::{partition, FusionMode};
+    let mut read = read_graph(cmd, args)?;
     let kernels = if args.iter().any(|a| a == "--unfused") {
-        partition(&g, &outs, FusionMode::Off).map_err(|e| e.to_string())?
+        partition(&read.graph, &read.kept, FusionMode::Off).map_err(|e| e.to_string())?
     } else {
-        prepare(&mut g, &mut outs, &updated)?;
-        fuse(&g, &outs, &fusion_options()).map_err(|e| e.to_string())?.kernels
+        prepare(&mut read)?;
+        fused(&read)?.kernels
     };
-    Ok((g, kernels))
+    Ok((read.graph, kernels))
 }
 
-/// Simplifies `g` and combines its sibling products as the runtime's default compile does
-/// (the products of `updated` parameters are not combined); returns the groups combined.
-fn prepare(
-    g: &mut fusegraph::Graph,
-    outs: &mut [fusegraph::NodeId],
-    updated: &Updated,
-) -> Result<Vec<fusegraph::crates::passes::Combined>, String> {
+/// Simplifies the program and combines its sibling products as the runtime's default compile
+/// does (the products of updated parameters are not combined); returns the groups combined.
+fn prepare(read: &mut Read) -> Result<Vec<fusegraph::crates::passes::Combined>, String> {
     use fusegraph::crates::passes::{combine_products, simplify};
-    simplify(g, outs).map_err(|e| e.to_string())?;
-    combine_products(g, outs, updated).map_err(|e| e.to_string())
+    simplify(&mut read.graph, &mut read.kept).map_err(|e| e.to_string())?;
+    combine_products(&mut read.graph, &read.kept, &read.updated).map_err(|e| e.to_string())
+}
+
+/// The program fused as the runtime fuses it (updates written in place).
+fn fused(read: &Read) -> Result<fusegraph::crates::passes::Fusion, String> {
+    fusegraph::crates::passes::fuse_updating(&read.graph, &read.kept, read.update_values(), &fusion_options())
+        .map_err(|e| e.to_string())
 }
 
 /// `fusegraph explain FILE [--graph]`: the fused kernels and every decision of the fusion
@@ -220,21 +242,22 @@ fn prepare(
 /// pair of sibling kernels considered once, with its verdict), by node number in the
 /// simplified graph (`--graph` prints it first).
 fn explain(args: &[String]) -> Result<(), String> {
-    use fusegraph::crates::passes::{fuse, KernelKind};
+    use fusegraph::crates::passes::KernelKind;
     use std::fmt::Write as _;
     if let Some(f) = args.iter().find(|a| a.starts_with("--") && *a != "--graph" && *a != "--mixed-precision") {
         return Err(format!("explain: unknown option `{f}`"));
     }
-    let (mut g, mut outs, updated) = read_graph("explain", args)?;
-    let combined = prepare(&mut g, &mut outs, &updated)?;
-    let f = fuse(&g, &outs, &fusion_options()).map_err(|e| e.to_string())?;
+    let mut read = read_graph("explain", args)?;
+    let combined = prepare(&mut read)?;
+    let f = fused(&read)?;
+    let g = &read.graph;
     let mut o = String::new();
     if args.iter().any(|a| a == "--graph") {
-        o.push_str(&fusegraph::text::print(&g));
+        o.push_str(&fusegraph::text::print(g));
         o.push('\n');
     }
     // Named as the printed graph numbers them (positions in topological order, not ids).
-    let numbers = fusegraph::text::numbers(&g);
+    let numbers = fusegraph::text::numbers(g);
     let name = |n: &fusegraph::NodeId| format!("%{} {}", numbers[n], g.node(*n).op.name());
     let list = |ns: &[fusegraph::NodeId]| ns.iter().map(name).collect::<Vec<_>>().join(", ");
     for c in &combined {
