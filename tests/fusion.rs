@@ -5,7 +5,9 @@
 mod common;
 
 use common::{composite_builders, CaseBuilder, Domain};
-use fusegraph::crates::passes::{cost::CostModel, fuse, simplify, FusionOptions, Kernel, KernelKind, Veto};
+use fusegraph::crates::passes::{
+    cost::CostModel, fuse, fuse_updating, simplify, FusionOptions, Kernel, KernelKind, Veto,
+};
 use fusegraph::{DType, Graph, NodeId};
 use std::collections::BTreeSet;
 
@@ -298,6 +300,37 @@ fn siblings_recomputing_a_shared_constant_merge() {
     let f = fuse(&g, &[t1.id(), u.id(), v.id()], &opts).unwrap();
     assert_eq!(f.kernels.len(), 2, "{:#?}\n{:?}", f.kernels, f.siblings);
     assert!(f.siblings.iter().any(|d| (d.a, d.b) == (u.id(), v.id()) && d.veto.is_none()), "{:?}", f.siblings);
+}
+
+/// Parameter updates are written over their parameters by loop kernels, so the peak check
+/// does not count them there; a row kernel cannot write them in place, so an update merged
+/// into one (a weight's momentum step beside a bias gradient's column sum) is counted, and
+/// that merge, which would give both new values arena bytes, is refused. (Counted nowhere,
+/// `train_mlp`'s weight updates joined its bias gradients' row kernel: arena +32%.)
+#[test]
+fn updates_stay_in_place_out_of_row_kernels() {
+    let mut c = CaseBuilder::new(1);
+    let w = c.input(DType::F32, &[256, 256], Domain::Any);
+    let mw = c.input(DType::F32, &[256, 256], Domain::Any);
+    let gw = c.input(DType::F32, &[256, 256], Domain::Any);
+    let b = c.input(DType::F32, &[256], Domain::Any);
+    let mb = c.input(DType::F32, &[256], Domain::Any);
+    let dy = c.input(DType::F32, &[256, 256], Domain::Any);
+    // One momentum and one step size for both (a shared constant makes them siblings).
+    let (nine, tenth) = (c.b.scalar(DType::F32, 0.9).unwrap(), c.b.scalar(DType::F32, 0.1).unwrap());
+    let scaled = |t: &fusegraph::Tensor, k: &fusegraph::Tensor| t.mul(&k.broadcast_to(t.dims()).unwrap()).unwrap();
+    let mw1 = scaled(&mw, &nine).add(&gw).unwrap();
+    let w1 = w.sub(&scaled(&mw1, &tenth)).unwrap();
+    let mb1 = scaled(&mb, &nine).add(&dy.sum(&[0], false).unwrap()).unwrap();
+    let b1 = b.sub(&scaled(&mb1, &tenth)).unwrap();
+    let g = c.b.graph();
+    let outs = [w1.id(), mw1.id(), b1.id(), mb1.id()];
+    let f = fuse_updating(&g, &outs, &outs, &options()).unwrap();
+    let storing = |v: NodeId| f.kernels.iter().find(|k| k.outputs.contains(&v)).unwrap();
+    assert!(matches!(storing(w1.id()).kind, KernelKind::Loop), "{:#?}", f.kernels);
+    assert!(storing(w1.id()).outputs.contains(&mw1.id()), "{:#?}", f.kernels);
+    assert!(matches!(storing(b1.id()).kind, KernelKind::Row { .. }), "{:#?}", f.kernels);
+    assert!(f.siblings.iter().any(|d| matches!(d.veto, Some(Veto::PeakMemory { .. }))), "{:?}", f.siblings);
 }
 
 /// Two reductions of one input over different rows cannot share a row kernel; a loop

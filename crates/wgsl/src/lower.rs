@@ -773,12 +773,42 @@ fn loop_main(
     // Several plain outputs: every value of element `t` is computed before any is stored, so
     // an output written over an input it shares the element with (a parameter updated in
     // place) cannot change what another output reads.
-    let two_phase = outputs.iter().filter(|(_, b)| !packed_f16(g.ty(b.node).dtype, opts)).count() > 1;
+    let plain: Vec<(usize, &Binding)> =
+        outputs.iter().copied().filter(|(_, b)| !packed_f16(g.ty(b.node).dtype, opts)).collect();
+    let two_phase = plain.len() > 1;
     if two_phase {
-        for (k, b) in outputs.iter().filter(|(_, b)| !packed_f16(g.ty(b.node).dtype, opts)) {
-            let ty = g.ty(b.node);
-            let _ = writeln!(body, "        var r{k}: {};", vty(ty.dtype));
-            let _ = writeln!(body, "        if (t < {}u) {{ r{k} = e{}(t); }}", ty.shape.numel(), b.node.index());
+        // Outputs of one length (the interleaved form takes kernels whose outputs all have
+        // one; sibling merges make ragged ones) share element `t`: what their regions share
+        // is read or computed once (an optimizer's new moment, stored, and the new weight
+        // computed from it), not once per output's element function.
+        let mut lengths: Vec<usize> = plain.iter().map(|(_, b)| g.ty(b.node).shape.numel()).collect();
+        lengths.dedup();
+        lengths.sort_unstable();
+        lengths.dedup();
+        for n in lengths {
+            let class: Vec<(usize, &Binding)> =
+                plain.iter().copied().filter(|(_, b)| g.ty(b.node).shape.numel() == n).collect();
+            for (k, b) in &class {
+                let _ = writeln!(body, "        var r{k}: {};", vty(g.ty(b.node).dtype));
+            }
+            if let [(k, b)] = class.as_slice() {
+                let _ = writeln!(body, "        if (t < {n}u) {{ r{k} = e{}(t); }}", b.node.index());
+                continue;
+            }
+            let stmts: Vec<Vec<RegionStmt>> = class
+                .iter()
+                .map(|(_, b)| {
+                    let region = regions.iter().find(|(o, _)| *o == b.node).map_or(&[][..], |(_, r)| r.as_slice());
+                    region_stmts(g, region, None)
+                })
+                .collect();
+            let _ = writeln!(body, "        if (t < {n}u) {{");
+            let _ = writeln!(body, "            let i_0 = t;");
+            emit_elements(&mut body, g, &merged_stmts(stmts.iter().map(Vec::as_slice)), 1, None, "            ");
+            for (k, b) in &class {
+                let _ = writeln!(body, "            r{k} = x{}_0;", b.node.index());
+            }
+            let _ = writeln!(body, "        }}");
         }
     }
     for (k, b) in outputs {
@@ -1809,6 +1839,38 @@ mod tests {
         let src = lower(&g, &alone, &opts);
         crate::validate(&src.wgsl).unwrap_or_else(|e| panic!("{e}\n{}", src.wgsl));
         assert_eq!(src.workgroups, 4, "a workgroup per row: {}", src.wgsl);
+    }
+
+    /// A loop kernel whose outputs have two lengths (a sibling merge of an optimizer's
+    /// updates of a weight and of a bias) computes what the outputs of one length share once
+    /// per element: the new moment `m`, stored, is not computed again for the new weight.
+    #[test]
+    fn ragged_loop_kernels_compute_shared_values_once() {
+        let b = fusegraph_ir::GraphBuilder::new();
+        let (g1, m) = (b.input("g", DType::F32, [300]).unwrap(), b.input("m", DType::F32, [300]).unwrap());
+        let w = b.input("w", DType::F32, [300]).unwrap();
+        let m1 = m.mul_scalar(0.9).unwrap().add(&g1.exp().unwrap()).unwrap();
+        let w1 = w.sub(&m1.sqrt().unwrap()).unwrap();
+        let bias = b.input("b", DType::F32, [7]).unwrap();
+        let b1 = bias.neg().unwrap();
+        let g = b.graph();
+        let mut members: Vec<NodeId> =
+            g.node_ids().into_iter().filter(|&n| !matches!(g.node(n).op, Op::Input { .. })).collect();
+        members.sort();
+        let kernel = Kernel {
+            kind: KernelKind::Loop,
+            members,
+            outputs: vec![m1.id(), w1.id(), b1.id()],
+            inputs: vec![g1.id(), m.id(), w.id(), bias.id()],
+        };
+        for cpu in [false, true] {
+            let src = lower(&g, &kernel, &LowerOptions { cpu, ..Default::default() });
+            crate::validate(&src.wgsl).unwrap_or_else(|e| panic!("{e}\n{}", src.wgsl));
+            let main = &src.wgsl[src.wgsl.find("@compute").unwrap()..];
+            assert_eq!(main.matches("exp(").count(), 1, "{main}");
+            assert!(!main.contains(&format!("e{}(", w1.id().index())), "{main}");
+            assert!(main.contains(&format!("e{}(", b1.id().index())), "{main}");
+        }
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub(super) struct ValueInfo {
     pub output: bool,
     /// A memory leaf (parameter, input, constant): never produced by a kernel.
     pub leaf: bool,
+    /// A parameter update ([`super::fuse_updating`]): written over its parameter, so not
+    /// `counted`, unless the kernel storing it reduces (a row kernel writes no update in
+    /// place: the memory planner gives it arena bytes then).
+    pub update: bool,
 }
 
 /// Kernels as liveness sees them, with each value's live range in a segment tree.
@@ -208,7 +212,9 @@ impl LivePeak {
             let (ps, rs) = (&self.producers[i], &self.readers[i]);
             let read = x.arena && !rs.is_empty();
             let kept = x.arena && x.output;
-            let range = (x.counted && (!ps.is_empty() || read || kept)).then(|| {
+            let counted =
+                x.counted || (x.update && ps.iter().any(|&(_, p)| self.applied[p].as_ref().is_some_and(|s| s.reduces)));
+            let range = (counted && (!ps.is_empty() || read || kept)).then(|| {
                 let start = ps.iter().map(|&(r, p)| self.slot(p, r)).min().unwrap_or(0);
                 let mut end = start;
                 if read {
