@@ -516,3 +516,53 @@ fn f16_moves_as_words_on_a_cpu_adapter() {
         }
     }
 }
+
+/// Single values computed from single-element inputs (an optimizer's bias corrections from
+/// its step counter) are computed once per invocation at the start of `main`
+/// (`fg_usN`), not once per use per element; fused results match the reference.
+#[test]
+fn uniform_scalars_are_computed_once_per_invocation() {
+    use fusegraph::crates::passes::{fuse, simplify, FusionOptions};
+    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::DType;
+    let device = Device::shared().expect("a device");
+    let mut rng = common::Rng::new(11);
+    let b = fusegraph::GraphBuilder::new();
+    let step = b.input("step", DType::F32, Vec::<usize>::new()).unwrap();
+    let x = b.input("x", DType::F32, [300, 7]).unwrap();
+    let w = b.parameter("w", DType::F32, [300, 7]).unwrap();
+    let t = step.add_scalar(1.0).unwrap();
+    let decay =
+        |beta: f64| b.scalar(DType::F32, beta).unwrap().pow(&t).unwrap().neg().unwrap().add_scalar(1.0).unwrap();
+    let lr = b.scalar(DType::F32, 0.01).unwrap().div(&decay(0.9)).unwrap();
+    let root = decay(0.7).sqrt().unwrap(); // (1 − 0.999ᵗ loses digits to cancellation)
+    let y = w
+        .sub(&x.mul(&lr.broadcast_to([300, 7]).unwrap()).unwrap().div(&root.broadcast_to([300, 7]).unwrap()).unwrap())
+        .unwrap();
+    let (mut g, mut outs) = (b.graph(), vec![t.id(), y.id()]);
+    let sv = HostTensor::new(Vec::<usize>::new(), vec![rng.uniform(1.0, 20.0).round() as f32]).unwrap();
+    let xv = HostTensor::new(vec![300, 7], (0..2100).map(|_| rng.uniform(-2.0, 2.0) as f32).collect()).unwrap();
+    let wv = HostTensor::new(vec![300, 7], (0..2100).map(|_| rng.uniform(-1.0, 1.0) as f32).collect()).unwrap();
+    let feeds: BTreeMap<String, HostTensor> = [("step".to_string(), sv.clone()), ("x".to_string(), xv.clone())].into();
+    let params: BTreeMap<String, HostTensor> = [("w".to_string(), wv.clone())].into();
+    let want = evaluate(&g, &outs, &feeds, &params).unwrap();
+    let mut exe = device.compile(&g, &outs, &CompileOptions::default()).unwrap();
+    exe.set_parameter("w", &wv).unwrap();
+    let got = exe.run(&[("step", &sv), ("x", &xv)]).unwrap();
+    for (o, (gv, wv)) in got.iter().zip(&want).enumerate() {
+        let (rtol, atol) = tolerance(wv.dtype());
+        assert_close(gv, wv, rtol, atol).map_err(|e| format!("output {o}: {e}")).unwrap();
+    }
+    // The kernel of `y` computes the two corrections up front.
+    simplify(&mut g, &mut outs).unwrap();
+    let kernels = fuse(&g, &outs, &FusionOptions { max_bindings: 32, ..Default::default() }).unwrap().kernels;
+    for cpu in [false, true] {
+        let srcs: Vec<String> =
+            kernels.iter().map(|k| lower(&g, k, &LowerOptions { cpu, ..Default::default() }).wgsl).collect();
+        let of_y = srcs.iter().find(|s| s.contains("pow(")).expect("a kernel computes the corrections");
+        let main = &of_y[of_y.find("fn main(").unwrap()..];
+        let first = main.lines().nth(1).unwrap_or_default();
+        assert!(first.trim_start().starts_with("fg_us0 = fg_u"), "{of_y}");
+        assert!(main.matches("fg_us").count() >= 2, "{of_y}");
+    }
+}

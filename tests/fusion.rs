@@ -6,7 +6,8 @@ mod common;
 
 use common::{composite_builders, CaseBuilder, Domain};
 use fusegraph::crates::passes::{
-    cost::CostModel, fuse, fuse_updating, simplify, FusionOptions, Kernel, KernelKind, Veto,
+    combine_products, cost::CostModel, fuse, fuse_updating, mixed_precision::to_mixed_precision, simplify,
+    FusionOptions, Kernel, KernelKind, Veto,
 };
 use fusegraph::{DType, Graph, NodeId};
 use std::collections::BTreeSet;
@@ -473,4 +474,40 @@ fn kernels_never_wait_on_each_other_through_a_merged_kernel() {
         stored.extend(k.outputs.iter().copied());
     }
     assert!(f.siblings.iter().any(|d| d.veto == Some(Veto::Cycle)));
+}
+
+/// Two training steps from `tests/fuzz_device.rs` (seeds 379 and 285, in the text form with
+/// their updates) whose fusion made kernels wait on each other, both through a value a
+/// duplicated user reads: fused as the runtime fuses them, every kernel's inputs are stored
+/// before it runs.
+///
+/// - `duplicated_user.ir`: `exp(tanh(·))` and its user `+` were computed in one kernel and
+///   the `+` again in another, which read `exp(…)` from memory; the first kernel did not
+///   store it, since its only user was inside it (failed before the twenty-seventh session).
+/// - `pulled_operand.ir` (in mixed precision): a centred value pulled into a kernel after a
+///   peak veto (`pull_exclusive_operands`) because its users were all in that kernel, though
+///   one was also computed in a kernel that the first read from.
+#[test]
+fn duplicated_users_never_make_kernels_wait_on_each_other() {
+    for (file, mixed) in [("duplicated_user.ir", false), ("pulled_operand.ir", true)] {
+        let path = format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"));
+        let p = fusegraph::text::parse_program(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let updated: BTreeSet<String> = p.updates.iter().map(|(n, _)| n.clone()).collect();
+        let (mut g, mut kept) = (p.graph.clone(), p.kept());
+        if mixed {
+            (g, kept) = to_mixed_precision(&p.graph, &kept, &updated).unwrap();
+        }
+        simplify(&mut g, &mut kept).unwrap();
+        combine_products(&mut g, &kept, &updated).unwrap();
+        let values = kept[p.outputs.len()..].to_vec();
+        let f = fuse_updating(&g, &kept, &values, &options()).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let mut stored = BTreeSet::new();
+        for (i, k) in f.kernels.iter().enumerate() {
+            for v in &k.inputs {
+                let leaf = matches!(g.node(*v).op, fusegraph::Op::Input { .. } | fusegraph::Op::Parameter { .. });
+                assert!(leaf || stored.contains(v), "{file}: kernel {i} reads %{} before it is stored", v.index());
+            }
+            stored.extend(k.outputs.iter().copied());
+        }
+    }
 }

@@ -509,7 +509,7 @@ impl Ctx<'_> {
             // A summary forgotten since, or a node no longer in the group (its removal forgot
             // the summary), needs nothing.
             if let (Some(sum), true) = (cache[k].as_mut(), groups.sets[k].contains(&x)) {
-                match (sum.outputs.binary_search(&x), self.stored(x, &groups.sets[k], groups)) {
+                match (sum.outputs.binary_search(&x), self.stored(x, groups)) {
                     (Ok(at), false) => {
                         sum.outputs.remove(at);
                         changed.push(k);
@@ -640,13 +640,17 @@ impl Ctx<'_> {
 
     /// The members a kernel of `members` stores, in node order.
     fn group_outputs(&self, members: &BTreeSet<NodeId>, groups: &Groups) -> Vec<NodeId> {
-        members.iter().copied().filter(|&m| self.stored(m, members, groups)).collect()
+        members.iter().copied().filter(|&m| self.stored(m, groups)).collect()
     }
 
-    /// Whether a kernel of `members` stores its member `m`: `m` is a graph output, or some
-    /// user outside the kernel needs it from memory (see [`Ctx::reads_stored`]).
-    fn stored(&self, m: NodeId, members: &BTreeSet<NodeId>, groups: &Groups) -> bool {
-        self.output_set.contains(&m) || self.users_needing_stored(m, groups).iter().any(|u| !members.contains(u))
+    /// Whether a kernel computing `m` stores it: `m` is a graph output, or some user of it is
+    /// computed by a kernel that does not compute `m` (see [`Ctx::reads_stored`]). That user
+    /// may be a member too, duplicated into the other kernel (where a producer fuses into all
+    /// its consumers' kernels this does not happen, but `pull_exclusive_operands` made it
+    /// happen: a kernel computing `exp(t)` and `exp(t) + a` did not store `exp(t)`, which
+    /// another kernel computing `exp(t) + a` read from memory).
+    fn stored(&self, m: NodeId, groups: &Groups) -> bool {
+        self.output_set.contains(&m) || !self.users_needing_stored(m, groups).is_empty()
     }
 
     /// Whether user `u` of `m` is computed in some kernel that does not compute `m` itself
@@ -1189,13 +1193,18 @@ fn pull_exclusive_operands(
 ) -> Option<Veto> {
     let g = ctx.g;
     let Veto::PeakMemory { before, .. } = vetoed else { return Some(vetoed) };
-    // Cheap, not yet fused (alone in their own group), every user in `t` or pulled.
+    // Cheap, not yet fused (alone in their own group), every user computed only in `t` or
+    // pulled: a user that another kernel computes too (a duplicate) reads the value from
+    // memory there, and that kernel may feed `t` (a cycle of kernels no node path shows:
+    // `tests/fuzz_device.rs` training seed 285).
     let mut inside = groups.sets[t].clone();
     let mut pulled: Vec<(NodeId, usize)> = Vec::new();
     let mut stack = ctx.operands(p).to_vec();
     while let Some(c) = stack.pop() {
         let op = &g.node(c).op;
         let home: Vec<usize> = groups.of(c).collect();
+        let only_in_t =
+            |u: &NodeId| inside.contains(u) && groups.of(*u).all(|gi| gi == t || pulled.contains(&(*u, gi)));
         let candidate = !inside.contains(&c)
             && !is_memory_leaf(op)
             && !is_expensive(op)
@@ -1204,7 +1213,7 @@ fn pull_exclusive_operands(
             && !ctx.compared.contains(&c)
             && home.len() == 1
             && groups.sets[home[0]].len() == 1
-            && ctx.users(c).iter().all(|u| inside.contains(u))
+            && ctx.users(c).iter().all(only_in_t)
             && !ctx.creates_cycle(&inside, c);
         if candidate && pulled.len() < 16 {
             inside.insert(c);

@@ -7,7 +7,7 @@ use crate::writer::{literal, ravel, unravel, vty};
 use fusegraph_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
 use fusegraph_passes::kernel::{region_of, regions, same_index_operands};
 use fusegraph_passes::{Kernel, KernelKind};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 /// Invocations per workgroup of every loop kernel.
@@ -435,6 +435,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     };
     let row_deps = reduction_deps(g, kernel, &row_reduces);
     let row_scalars = row_scalars(g, kernel, &row_reduces, &row_deps);
+    let uniform = uniform_scalars(g, kernel);
     // An attention kernel calls the element functions of its logits and `v` only.
     let (needed, row_scores) = match kernel.kind {
         KernelKind::Attention { logits } => {
@@ -455,6 +456,13 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
             let _ = writeln!(body, "    return fg_rs{j};\n}}\n");
             let _ = writeln!(body, "var<private> fg_rs{j}: {};", vty(ty.dtype));
             let _ = writeln!(body, "fn c{}(i: u32) -> {} {{", m.index(), vty(ty.dtype));
+            write_body(g, m, &mut body);
+        } else if let Some(j) = uniform.iter().position(|&u| u == m) {
+            // One value for the whole dispatch (an optimizer's bias correction): computed
+            // once per invocation, at the start of `main`, instead of once per use.
+            let _ = writeln!(body, "    return fg_us{j};\n}}\n");
+            let _ = writeln!(body, "var<private> fg_us{j}: {};", vty(ty.dtype));
+            let _ = writeln!(body, "fn fg_u{}(i: u32) -> {} {{", m.index(), vty(ty.dtype));
             write_body(g, m, &mut body);
         } else if row_scores == Some(m) {
             crate::attention::write_row_scores(g, kernel, m, opts.tiled_attention, &mut body);
@@ -494,6 +502,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
             crate::attention::attention_main(g, kernel, &bindings, *logits, row_scores, opts)
         }
     };
+    let main = with_uniform_scalars(main, &uniform);
     let mut wgsl = String::new();
     let uses_f16 = opts.f16_native && bindings.iter().any(|b| g.ty(b.node).dtype == DType::F16);
     // A cooperative-matrix kernel stages f16 tiles even where no binding is f16.
@@ -1514,6 +1523,47 @@ fn workgroup_combine(main: &mut String, kind: ReduceKind, k: usize, value: &str,
     if value != "acc" {
         let _ = writeln!(main, "        }}");
     }
+}
+
+/// Members of a loop or row kernel that hold one value for the whole dispatch: single
+/// elements computed by elementwise ops from single-element inputs, literals and each
+/// other (Adam's bias corrections `lr / (1 − β₁ᵗ)`, `√(1 − β₂ᵗ)` from the step counter),
+/// in member order. `main` computes each once per invocation ([`with_uniform_scalars`])
+/// instead of once per use per element. Literals (full, constant, iota) stay literals.
+fn uniform_scalars(g: &Graph, kernel: &Kernel) -> Vec<NodeId> {
+    if matches!(kernel.kind, KernelKind::Attention { .. }) {
+        return Vec::new();
+    }
+    let members: BTreeSet<NodeId> = kernel.members.iter().copied().collect();
+    let literal = |n: NodeId| matches!(g.node(n).op, Op::Full { .. } | Op::Constant { .. } | Op::Iota { .. });
+    let mut out: Vec<NodeId> = Vec::new();
+    for &m in &kernel.members {
+        let node = g.node(m);
+        let elementwise = matches!(node.op, Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast { .. });
+        if !elementwise || g.ty(m).shape.numel() != 1 {
+            continue;
+        }
+        let uniform_operand =
+            |o: &NodeId| g.ty(*o).shape.numel() == 1 && (!members.contains(o) || literal(*o) || out.contains(o));
+        if g.operands(m).iter().all(uniform_operand) {
+            out.push(m);
+        }
+    }
+    out
+}
+
+/// `main` with the uniform scalars `uniform` computed first thing (in member order, each
+/// after those it reads).
+fn with_uniform_scalars(main: String, uniform: &[NodeId]) -> String {
+    let Some(start) = main.find("fn main(").and_then(|at| main[at..].find('\n').map(|nl| at + nl + 1)) else {
+        return main;
+    };
+    let mut out = main[..start].to_string();
+    for (j, m) in uniform.iter().enumerate() {
+        let _ = writeln!(out, "    fg_us{j} = fg_u{}(0u);", m.index());
+    }
+    out.push_str(&main[start..]);
+    out
 }
 
 /// Members of a row kernel that hold one value per row and depend on the kernel's
