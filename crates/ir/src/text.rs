@@ -270,11 +270,7 @@ fn parse_tail_line(
         other => return Err(format!("expected `%`, `outputs` or `update`, found `{other}`")),
     };
     c.expect('(')?;
-    let nodes = c.seq(')', |c| {
-        c.expect('%')?;
-        let n = c.number("a node")?;
-        ids.get(&n).copied().ok_or_else(|| format!("{what}: unknown node %{n}"))
-    })?;
+    let nodes = c.nodes(ids, "a node", |n| format!("{what}: unknown node %{n}"))?;
     let mut attrs = if c.eat('{') { c.attrs()? } else { Attrs(Vec::new()) };
     c.skip_ws();
     if !c.rest().is_empty() {
@@ -321,11 +317,7 @@ fn parse_line(g: &mut Graph, ids: &mut HashMap<usize, NodeId>, line: &str) -> Re
     c.expect('=')?;
     let mnemonic = c.word("an op name")?;
     c.expect('(')?;
-    let operands = c.seq(')', |c| {
-        c.expect('%')?;
-        let n = c.number("an operand")?;
-        ids.get(&n).copied().ok_or_else(|| format!("unknown operand %{n} (not defined on an earlier line)"))
-    })?;
+    let operands = c.nodes(ids, "an operand", |n| format!("unknown operand %{n} (not defined on an earlier line)"))?;
     let mut attrs = if c.eat('{') { c.attrs()? } else { Attrs(Vec::new()) };
     c.expect(':')?;
     let ty = c.ty()?;
@@ -577,6 +569,21 @@ impl<'a> Cursor<'a> {
             }
             self.expect(',')?;
         }
+    }
+
+    /// `%a, %b, …)` after the opening `(`: nodes defined on earlier lines (`ids`); `what`
+    /// names a number in errors, `unknown` words the error for an undefined one.
+    fn nodes(
+        &mut self,
+        ids: &HashMap<usize, NodeId>,
+        what: &str,
+        unknown: impl Fn(usize) -> String,
+    ) -> Result<Vec<NodeId>, String> {
+        self.seq(')', |c| {
+            c.expect('%')?;
+            let n = c.number(what)?;
+            ids.get(&n).copied().ok_or_else(|| unknown(n))
+        })
     }
 
     /// A quoted string, after its opening `"`.
