@@ -464,15 +464,7 @@ fn kernels_never_wait_on_each_other_through_a_merged_kernel() {
     let mut outs: Vec<NodeId> = g.node_ids().into_iter().filter(|&n| g.users(n).is_empty()).collect();
     simplify(&mut g, &mut outs).unwrap();
     let f = fuse(&g, &outs, &options()).unwrap();
-    // Every kernel's inputs are leaves or stored by an earlier kernel.
-    let mut stored = std::collections::BTreeSet::new();
-    for (i, k) in f.kernels.iter().enumerate() {
-        for v in &k.inputs {
-            let leaf = matches!(g.node(*v).op, fusegraph::Op::Input { .. } | fusegraph::Op::Parameter { .. });
-            assert!(leaf || stored.contains(v), "kernel {i} reads %{} before any kernel stores it", v.index());
-        }
-        stored.extend(k.outputs.iter().copied());
-    }
+    assert_inputs_stored_first(&g, &f.kernels, "kernel_cycle.ir");
     assert!(f.siblings.iter().any(|d| d.veto == Some(Veto::Cycle)));
 }
 
@@ -501,13 +493,18 @@ fn duplicated_users_never_make_kernels_wait_on_each_other() {
         combine_products(&mut g, &kept, &updated).unwrap();
         let values = kept[p.outputs.len()..].to_vec();
         let f = fuse_updating(&g, &kept, &values, &options()).unwrap_or_else(|e| panic!("{file}: {e}"));
-        let mut stored = BTreeSet::new();
-        for (i, k) in f.kernels.iter().enumerate() {
-            for v in &k.inputs {
-                let leaf = matches!(g.node(*v).op, fusegraph::Op::Input { .. } | fusegraph::Op::Parameter { .. });
-                assert!(leaf || stored.contains(v), "{file}: kernel {i} reads %{} before it is stored", v.index());
-            }
-            stored.extend(k.outputs.iter().copied());
+        assert_inputs_stored_first(&g, &f.kernels, file);
+    }
+}
+
+/// Every kernel's inputs, in run order, are leaves or stored by an earlier kernel.
+fn assert_inputs_stored_first(g: &Graph, kernels: &[Kernel], what: &str) {
+    let mut stored = BTreeSet::new();
+    for (i, k) in kernels.iter().enumerate() {
+        for v in &k.inputs {
+            let leaf = matches!(g.node(*v).op, fusegraph::Op::Input { .. } | fusegraph::Op::Parameter { .. });
+            assert!(leaf || stored.contains(v), "{what}: kernel {i} reads %{} before any kernel stores it", v.index());
         }
+        stored.extend(k.outputs.iter().copied());
     }
 }

@@ -791,7 +791,6 @@ fn loop_main(
         // is read or computed once (an optimizer's new moment, stored, and the new weight
         // computed from it), not once per output's element function.
         let mut lengths: Vec<usize> = plain.iter().map(|(_, b)| g.ty(b.node).shape.numel()).collect();
-        lengths.dedup();
         lengths.sort_unstable();
         lengths.dedup();
         for n in lengths {
