@@ -40,12 +40,16 @@ impl Rng {
 }
 
 /// The seeds a differential fuzz test runs: `1..=default` cases, `FUSEGRAPH_FUZZ_CASES=N`
-/// for more or fewer, `FUSEGRAPH_FUZZ_SEED=S` for seed `S` alone (the one a failure named).
+/// for more or fewer, `FUSEGRAPH_FUZZ_FROM=F` to start at seed `F` (fresh cases after a long
+/// run), `FUSEGRAPH_FUZZ_SEED=S` for seed `S` alone (the one a failure named).
 pub fn fuzz_seeds(default: u64) -> std::ops::RangeInclusive<u64> {
     let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok());
     match var("FUSEGRAPH_FUZZ_SEED") {
         Some(seed) => seed..=seed,
-        None => 1..=var("FUSEGRAPH_FUZZ_CASES").unwrap_or(default),
+        None => {
+            let from = var("FUSEGRAPH_FUZZ_FROM").unwrap_or(1);
+            from..=from.saturating_add(var("FUSEGRAPH_FUZZ_CASES").unwrap_or(default).saturating_sub(1))
+        }
     }
 }
 

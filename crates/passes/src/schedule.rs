@@ -11,6 +11,13 @@
 //!   (inputs it reads last), then the one that allocates least;
 //! - greedy list scheduling by smallest growth of live bytes (allocated − freed).
 //!
+//! Each candidate is then *sunk* ([`Dag::sink`]): a kernel moves down to just before its
+//! first user wherever every value it reads stays alive until then anyway, so its outputs
+//! are born later and nothing lives longer. The list schedulers run a kernel as soon as it is
+//! ready and cheap; a checkpointed segment's recomputation is ready from the start of the
+//! backward pass but read only when the gradients reach its segment, and without sinking it
+//! ran early and held its values through the gradients of every later segment.
+//!
 //! Ties keep the earlier candidate in that list, and every choice inside a candidate breaks
 //! ties by the kernel's position in the given order, so the result is deterministic.
 //!
@@ -160,6 +167,49 @@ impl<'a> Dag<'a> {
     }
 }
 
+impl Dag<'_> {
+    /// `order` with each kernel, last first, moved down to just before its first user where
+    /// every arena value it reads is read again at or after that point (or is a graph
+    /// output, alive to the end): live bytes then fall or stay at every step. Kernels no
+    /// other kernel reads stay where they are.
+    fn sink(&self, mut order: Vec<usize>) -> Vec<usize> {
+        let n = order.len();
+        let mut pos = vec![0; n];
+        for (p, &k) in order.iter().enumerate() {
+            pos[k] = p;
+        }
+        // The kernels reading each arena value that is not a graph output.
+        let mut readers: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
+        for (k, kernel) in self.kernels.iter().enumerate() {
+            for &i in &kernel.inputs {
+                if is_arena(self.g, i) && !self.outputs.contains(&i) {
+                    readers.entry(i).or_default().push(k);
+                }
+            }
+        }
+        for p in (0..n).rev() {
+            let k = order[p];
+            let Some(first) = self.users[k].iter().map(|&u| pos[u]).min() else { continue };
+            let to = first - 1;
+            if to == p {
+                continue;
+            }
+            let alive = self.kernels[k]
+                .inputs
+                .iter()
+                .all(|i| readers.get(i).is_none_or(|rs| rs.iter().any(|&r| r != k && pos[r] >= first)));
+            if !alive {
+                continue;
+            }
+            order[p..=to].rotate_left(1);
+            for (q, &m) in order.iter().enumerate().take(to + 1).skip(p) {
+                pos[m] = q;
+            }
+        }
+        order
+    }
+}
+
 /// Reorders `kernels` (a valid order from [`crate::partition`] or [`crate::fuse()`]) into the
 /// candidate topological order with the lowest peak of live bytes; see the module docs.
 pub fn schedule(g: &Graph, kernels: Vec<Kernel>, outputs: &[NodeId]) -> Vec<Kernel> {
@@ -179,6 +229,7 @@ pub fn schedule(g: &Graph, kernels: Vec<Kernel>, outputs: &[NodeId]) -> Vec<Kern
 
     let mut best: Option<(u64, Vec<Kernel>)> = None;
     for order in candidates {
+        let order = dag.sink(order);
         let ks: Vec<Kernel> = order.iter().map(|&k| kernels[k].clone()).collect();
         if first_unready(g, &ks).is_some() {
             continue;
@@ -233,6 +284,53 @@ mod tests {
         let before = peak_live_bytes(&intervals(&g, &kernels, &outs));
         let after = peak_live_bytes(&intervals(&g, &schedule(&g, kernels, &outs), &outs));
         assert_eq!((before, after), (3 * 16384, 2 * 16384 + 256));
+    }
+
+    /// A kernel ready at the start but read only at the end (a checkpointed recomputation)
+    /// moves down to just before its reader, unless that would keep a value it reads alive
+    /// longer.
+    #[test]
+    fn sinks_a_kernel_to_its_first_user_where_nothing_lives_longer() {
+        let b = fusegraph_ir::GraphBuilder::new();
+        let x = b.input("x", fusegraph_ir::DType::F32, vec![64, 64]).unwrap();
+        // `late = exp(x)` first in id order, read only after the chain, beside `x`.
+        let late = x.exp().unwrap();
+        let mut c = x.tanh().unwrap();
+        for _ in 0..3 {
+            c = c.sin().unwrap();
+        }
+        let s = c.sum(&[1], true).unwrap();
+        let y = s.add(&late.add(&x).unwrap().sum(&[1], true).unwrap()).unwrap();
+        let (g, outs) = (b.graph(), vec![y.id()]);
+        let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
+        let dag = Dag::new(&g, &kernels, &outs).unwrap();
+        let at = |order: &[usize], v: NodeId| order.iter().position(|&k| kernels[k].outputs.contains(&v)).unwrap();
+        let given: Vec<usize> = (0..kernels.len()).collect();
+        assert_eq!(at(&given, late.id()), 0);
+        let sunk = dag.sink(given.clone());
+        // Right before the kernel that reads it (the first `add`).
+        let reader = kernels.iter().position(|k| k.inputs.contains(&late.id())).unwrap();
+        assert_eq!(at(&sunk, late.id()) + 1, sunk.iter().position(|&k| k == reader).unwrap());
+        let ks = |order: &[usize]| order.iter().map(|&k| kernels[k].clone()).collect::<Vec<_>>();
+        assert_eq!(first_unready(&g, &ks(&sunk)), None);
+        let peak = |order: &[usize]| peak_live_bytes(&intervals(&g, &ks(order), &outs));
+        assert!(peak(&sunk) < peak(&given), "{} -> {}", peak(&given), peak(&sunk));
+        // The same value computed from `t = tanh(x)`, which nothing else reads: sinking it would
+        // keep `t` alive, so it stays.
+        let b = fusegraph_ir::GraphBuilder::new();
+        let x = b.input("x", fusegraph_ir::DType::F32, vec![64, 64]).unwrap();
+        let t = x.tanh().unwrap();
+        let late = t.exp().unwrap();
+        let mut c = x.sin().unwrap();
+        for _ in 0..3 {
+            c = c.sin().unwrap();
+        }
+        let y = c.add(&late).unwrap();
+        let (g, outs) = (b.graph(), vec![y.id()]);
+        let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
+        let dag = Dag::new(&g, &kernels, &outs).unwrap();
+        let given: Vec<usize> = (0..kernels.len()).collect();
+        assert_eq!(dag.sink(given.clone())[..2], given[..2], "tanh and exp stay first");
     }
 
     #[test]

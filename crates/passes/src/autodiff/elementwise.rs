@@ -138,15 +138,24 @@ pub(super) fn binary(
             }
         }
         BinaryOp::Max | BinaryOp::Min => {
-            // The selected side gets the cotangent; ties go to the first operand.
-            let cmp = if b == BinaryOp::Max { BinaryOp::Ge } else { BinaryOp::Le };
-            let first = e.bin(cmp, a, c)?;
             let zero = e.full_like(gy, 0.0)?;
-            if wa {
+            if wa && wc {
+                // The selected side gets the cotangent; ties go to the first operand.
+                let cmp = if b == BinaryOp::Max { BinaryOp::Ge } else { BinaryOp::Le };
+                let first = e.bin(cmp, a, c)?;
                 da = Some(e.select(first, gy, zero)?);
-            }
-            if wc {
                 dc = Some(e.select(first, zero, gy)?);
+            } else {
+                // One side wants a cotangent, the other is a bound (relu's `0`, a clamp's
+                // limit): the side gets it where the result passed the bound, written with
+                // the result rather than the operand, so the operand need not be kept for
+                // the backward pass (`relu(x·W + b)` stores only its result, and the product
+                // fuses with the bias and the relu). At a tie the bound won: no cotangent
+                // (relu'(0) = 0, as PyTorch and JAX define it).
+                let cmp = if b == BinaryOp::Max { BinaryOp::Gt } else { BinaryOp::Lt };
+                let (bound, d) = if wa { (c, &mut da) } else { (a, &mut dc) };
+                let passed = e.bin(cmp, y, bound)?;
+                *d = Some(e.select(passed, gy, zero)?);
             }
         }
         BinaryOp::Eq
