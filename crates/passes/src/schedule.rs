@@ -11,7 +11,7 @@
 //!   (inputs it reads last), then the one that allocates least;
 //! - greedy list scheduling by smallest growth of live bytes (allocated − freed).
 //!
-//! Each candidate is then *sunk* ([`Dag::sink`]): a kernel moves down to just before its
+//! Each candidate is then *sunk*: a kernel moves down to just before its
 //! first user wherever every value it reads stays alive until then anyway, so its outputs
 //! are born later and nothing lives longer. The list schedulers run a kernel as soon as it is
 //! ready and cheap; a checkpointed segment's recomputation is ready from the start of the
