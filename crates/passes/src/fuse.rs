@@ -1339,6 +1339,16 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
         let inputs: Vec<NodeId> = ctx.inputs(&groups.sets[b]).collect();
         inputs.iter().any(|x| own.contains(x)) || ctx.reaches_any(inputs, &own)
     };
+    // Whether every value group `gi` stores is a graph output (an optimizer update, a new
+    // moment), alive to the end of the step wherever it is computed. Kernels sharing nothing
+    // but constants merge only when both are such (the updates of two weights, one dispatch
+    // for both): elsewhere the merged kernel runs when the first of its values is needed,
+    // holding the others until they are read — a training step's checkpointed
+    // recomputations, one per segment and all computing gelu's constants, merged into
+    // kernels that recomputed four segments at once at the start of the backward pass.
+    let tail = |groups: &Groups, gi: usize| {
+        ctx.group_outputs(&groups.sets[gi], groups).iter().all(|o| ctx.output_set.contains(o))
+    };
     // Contraction kernels lower to a tiled kernel with one output; merging two (q, k, v
     // projections of one input) would lose that.
     let contraction =
@@ -1379,9 +1389,15 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                 let after = cands.partition_point(|&k| k <= j);
                 let Some(&next) = cands[after..].iter().find(|&&k| {
                     let gk = &groups.sets[k];
-                    !gk.is_empty()
-                        && !contraction(gk)
-                        && (groups.sets[i].iter().any(|m| gk.contains(m)) || ctx.inputs(gk).any(|x| ii.contains(&x)))
+                    if gk.is_empty() || contraction(gk) {
+                        return false;
+                    }
+                    let mut shared = groups.sets[i].iter().filter(|m| gk.contains(m));
+                    // A shared constant (computed from `full`/`iota` alone) saves nothing: it
+                    // joins only kernels that end the step (see `tail`).
+                    shared.clone().any(|m| !ctx.const_like.contains(m))
+                        || ctx.inputs(gk).any(|x| ii.contains(&x))
+                        || (shared.next().is_some() && tail(groups, i) && tail(groups, k))
                 }) else {
                     break;
                 };
