@@ -5,9 +5,8 @@
 //! peak of live arena bytes ([`crate::liveness::peak_live_bytes`]) is lowest:
 //!
 //! - the given order (when valid);
-//! - depth-first from the graph outputs, visiting a kernel's producers in input order, again
-//!   in reverse input order, and again tallest first (the longest chain of dependencies
-//!   first, as Sethi–Ullman order an expression's operands);
+//! - depth-first from the graph outputs, visiting a kernel's producers in input order, and
+//!   again in reverse input order;
 //! - greedy list scheduling that runs, among ready kernels, the one that frees the most bytes
 //!   (inputs it reads last), then the one that allocates least;
 //! - greedy list scheduling by smallest growth of live bytes (allocated − freed).
@@ -49,22 +48,6 @@ pub fn first_unready(g: &Graph, kernels: &[Kernel]) -> Option<(usize, NodeId)> {
     None
 }
 
-/// The order [`Dag::depth_first`] visits a kernel's producers in.
-#[derive(Clone, Copy)]
-enum Visit {
-    /// As the kernel lists its inputs.
-    Inputs,
-    /// The reverse.
-    Reversed,
-    /// The tallest first ([`Dag::heights`]; ties in input order), as Sethi and Ullman order
-    /// the operands of an expression: a long chain's result is then computed first and a
-    /// short chain's last, just before it is read, instead of held while the long one runs.
-    /// A backward kernel reads a checkpointed segment's recomputation (a short chain from
-    /// the segment's input) and the gradient from the later segments (the whole rest of the
-    /// backward pass).
-    Tallest,
-}
-
 /// The kernel DAG: producers of each kernel, and what the list schedulers need.
 struct Dag<'a> {
     g: &'a Graph,
@@ -101,26 +84,8 @@ impl<'a> Dag<'a> {
     }
 
     /// Depth-first post-order from the graph outputs' producers, then from every other kernel
-    /// in the given order, visiting each kernel's producers in `visit` order. `None` on a
-    /// cycle.
-    fn depth_first(&self, visit: Visit) -> Option<Vec<usize>> {
-        // The producers of each kernel in the order they are visited.
-        let deps: Vec<Vec<usize>> = match visit {
-            Visit::Inputs => self.deps.clone(),
-            Visit::Reversed => self.deps.iter().map(|d| d.iter().rev().copied().collect()).collect(),
-            Visit::Tallest => {
-                let height = self.heights()?;
-                self.deps
-                    .iter()
-                    .map(|d| {
-                        let mut d = d.clone();
-                        // Stable: ties keep input order.
-                        d.sort_by_key(|&p| std::cmp::Reverse(height[p]));
-                        d
-                    })
-                    .collect()
-            }
-        };
+    /// in the given order. `None` on a cycle.
+    fn depth_first(&self, reverse: bool) -> Option<Vec<usize>> {
         let n = self.kernels.len();
         let mut state = vec![0u8; n]; // 0 new, 1 on the stack, 2 done
         let mut order = Vec::with_capacity(n);
@@ -134,9 +99,9 @@ impl<'a> Dag<'a> {
             state[root] = 1;
             while let Some(top) = stack.last_mut() {
                 let (k, next) = *top;
-                let deps = &deps[k];
+                let deps = &self.deps[k];
                 if next < deps.len() {
-                    let d = deps[next];
+                    let d = if reverse { deps[deps.len() - 1 - next] } else { deps[next] };
                     top.1 += 1;
                     match state[d] {
                         0 => {
@@ -154,17 +119,6 @@ impl<'a> Dag<'a> {
             }
         }
         Some(order)
-    }
-
-    /// Each kernel's height: the most kernels on a path of dependencies ending at it (1 for a
-    /// kernel reading no other's output). `None` on a cycle.
-    fn heights(&self) -> Option<Vec<usize>> {
-        let order = self.depth_first(Visit::Inputs)?;
-        let mut height = vec![0; self.kernels.len()];
-        for k in order {
-            height[k] = 1 + self.deps[k].iter().map(|&d| height[d]).max().unwrap_or(0);
-        }
-        Some(height)
     }
 
     /// List scheduling: among ready kernels pick the smallest `key(allocated, freed)`, ties by
@@ -268,9 +222,8 @@ pub fn schedule(g: &Graph, kernels: Vec<Kernel>, outputs: &[NodeId]) -> Vec<Kern
     if first_unready(g, &kernels).is_none() {
         candidates.push((0..n).collect());
     }
-    candidates.extend(dag.depth_first(Visit::Inputs));
-    candidates.extend(dag.depth_first(Visit::Reversed));
-    candidates.extend(dag.depth_first(Visit::Tallest));
+    candidates.extend(dag.depth_first(false));
+    candidates.extend(dag.depth_first(true));
     candidates.extend(dag.greedy(|alloc, freed| (-freed, alloc)));
     candidates.extend(dag.greedy(|alloc, freed| (alloc - freed, -freed)));
 
