@@ -1339,15 +1339,24 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
         let inputs: Vec<NodeId> = ctx.inputs(&groups.sets[b]).collect();
         inputs.iter().any(|x| own.contains(x)) || ctx.reaches_any(inputs, &own)
     };
-    // Whether every value group `gi` stores is a graph output (an optimizer update, a new
-    // moment), alive to the end of the step wherever it is computed. Kernels sharing nothing
-    // but constants merge only when both are such (the updates of two weights, one dispatch
-    // for both): elsewhere the merged kernel runs when the first of its values is needed,
-    // holding the others until they are read — a training step's checkpointed
-    // recomputations, one per segment and all computing gelu's constants, merged into
-    // kernels that recomputed four segments at once at the start of the backward pass.
-    let tail = |groups: &Groups, gi: usize| {
-        ctx.group_outputs(&groups.sets[gi], groups).iter().all(|o| ctx.output_set.contains(o))
+    // Whether group `gi` is free of the step's order: it stores graph outputs alone (an
+    // optimizer update, a new moment: alive to the end wherever computed), or single
+    // elements alone (mixed precision's finite checks of the gradients: nothing to hold), or
+    // reads no value the step computes or is fed (only parameters and constants: batch-norm
+    // folding's scaled weights, which the runtime computes once after the parameters are
+    // set). Kernels sharing nothing but constants merge only when both are (the updates of
+    // two weights, one dispatch for both): elsewhere the merged kernel runs when the first
+    // of its values is needed, holding the others until they are read — a training step's
+    // checkpointed recomputations, one per segment and all computing gelu's constants,
+    // merged into kernels that recomputed four segments at once at the start of the
+    // backward pass. (The peak check does not see it: its order runs a merged kernel at its
+    // last member's turn, where the scheduler must run it at the first's.)
+    let free = |groups: &Groups, gi: usize| {
+        let set = &groups.sets[gi];
+        let stored = ctx.group_outputs(set, groups);
+        stored.iter().all(|o| ctx.output_set.contains(o))
+            || stored.iter().all(|&o| ctx.g.ty(o).shape.numel() == 1)
+            || ctx.inputs(set).all(|x| !ctx.info[x.index()].arena)
     };
     // Contraction kernels lower to a tiled kernel with one output; merging two (q, k, v
     // projections of one input) would lose that.
@@ -1394,10 +1403,10 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                     }
                     let mut shared = groups.sets[i].iter().filter(|m| gk.contains(m));
                     // A shared constant (computed from `full`/`iota` alone) saves nothing: it
-                    // joins only kernels that end the step (see `tail`).
+                    // joins only kernels free of the step's order (see `free`).
                     shared.clone().any(|m| !ctx.const_like.contains(m))
                         || ctx.inputs(gk).any(|x| ii.contains(&x))
-                        || (shared.next().is_some() && tail(groups, i) && tail(groups, k))
+                        || (shared.next().is_some() && free(groups, i) && free(groups, k))
                 }) else {
                     break;
                 };
