@@ -123,7 +123,7 @@ fn a_memory_limit_the_plain_step_misses_turns_checkpointing_on() {
 /// `relu(x·W + b)` stores only its result, read by the next layer and by its weight
 /// gradient, and the product, bias and relu are one kernel. Written with the input
 /// (`x ≥ 0`), every pre-activation stayed alive until the backward pass: the plain step's
-/// arena was 281,856 bytes (32 kernels), now 151,296 (28) — and checkpointing, which
+/// arena was 281,856 bytes (32 kernels), now 150,784 (28) — and checkpointing, which
 /// recomputed those pre-activations, finds nothing left to drop.
 #[test]
 fn relu_layers_keep_only_their_outputs() {
@@ -133,6 +133,7 @@ fn relu_layers_keep_only_their_outputs() {
     let sgd = Sgd { lr: 0.1, momentum: 0.9, weight_decay: 0.0 };
     let plain = build_step(&b, &mut p, &fwd, &sgd, &TrainOptions::default()).unwrap();
     let s = plain.plan_summary().unwrap();
+    eprintln!("relu MLP step: arena {} bytes, {} kernels", s.arena_bytes, s.kernels);
     // The live activations at the peak: the four hidden outputs (32 KiB each, batch 256 by
     // 32 f32) and smaller values, not eight.
     let hidden = (BATCH * 32 * 4) as u64;

@@ -190,10 +190,11 @@ impl Dag<'_> {
         for p in (0..n).rev() {
             let k = order[p];
             let Some(first) = self.users[k].iter().map(|&u| pos[u]).min() else { continue };
-            let to = first - 1;
-            if to == p {
+            // Users come after `k` in a valid order; next to it, there is nowhere to go.
+            if first <= p + 1 {
                 continue;
             }
+            let to = first - 1;
             let alive = self.kernels[k]
                 .inputs
                 .iter()
