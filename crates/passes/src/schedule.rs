@@ -56,6 +56,9 @@ struct Dag<'a> {
     deps: Vec<Vec<usize>>,
     users: Vec<Vec<usize>>,
     producer: BTreeMap<NodeId, usize>,
+    /// The kernels reading each arena value that is not a graph output (graph outputs live
+    /// to the end whoever reads them).
+    readers: BTreeMap<NodeId, Vec<usize>>,
 }
 
 impl<'a> Dag<'a> {
@@ -70,8 +73,12 @@ impl<'a> Dag<'a> {
         }
         let mut deps = vec![Vec::new(); kernels.len()];
         let mut users = vec![Vec::new(); kernels.len()];
+        let mut readers: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
         for (k, kernel) in kernels.iter().enumerate() {
             for i in &kernel.inputs {
+                if is_arena(g, *i) && !outputs.contains(i) {
+                    readers.entry(*i).or_default().push(k);
+                }
                 if let Some(&p) = producer.get(i) {
                     if p != k && !deps[k].contains(&p) {
                         deps[k].push(p);
@@ -80,7 +87,7 @@ impl<'a> Dag<'a> {
                 }
             }
         }
-        Some(Dag { g, kernels, outputs, deps, users, producer })
+        Some(Dag { g, kernels, outputs, deps, users, producer, readers })
     }
 
     /// Depth-first post-order from the graph outputs' producers, then from every other kernel
@@ -127,14 +134,7 @@ impl<'a> Dag<'a> {
         let n = self.kernels.len();
         let mut pending: Vec<usize> = self.deps.iter().map(Vec::len).collect();
         // Remaining readers of each arena value that is not a graph output.
-        let mut readers: BTreeMap<NodeId, usize> = BTreeMap::new();
-        for k in self.kernels {
-            for &i in &k.inputs {
-                if is_arena(self.g, i) && !self.outputs.contains(&i) {
-                    *readers.entry(i).or_default() += 1;
-                }
-            }
-        }
+        let mut readers: BTreeMap<NodeId, usize> = self.readers.iter().map(|(&v, rs)| (v, rs.len())).collect();
         let mut ready: BTreeSet<usize> = (0..n).filter(|&k| pending[k] == 0).collect();
         let mut order = Vec::with_capacity(n);
         while !ready.is_empty() {
@@ -165,9 +165,7 @@ impl<'a> Dag<'a> {
         }
         (order.len() == n).then_some(order)
     }
-}
 
-impl Dag<'_> {
     /// `order` with each kernel, last first, moved down to just before its first user where
     /// every arena value it reads is read again at or after that point (or is a graph
     /// output, alive to the end): live bytes then fall or stay at every step. Kernels no
@@ -177,15 +175,6 @@ impl Dag<'_> {
         let mut pos = vec![0; n];
         for (p, &k) in order.iter().enumerate() {
             pos[k] = p;
-        }
-        // The kernels reading each arena value that is not a graph output.
-        let mut readers: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
-        for (k, kernel) in self.kernels.iter().enumerate() {
-            for &i in &kernel.inputs {
-                if is_arena(self.g, i) && !self.outputs.contains(&i) {
-                    readers.entry(i).or_default().push(k);
-                }
-            }
         }
         for p in (0..n).rev() {
             let k = order[p];
@@ -198,7 +187,7 @@ impl Dag<'_> {
             let alive = self.kernels[k]
                 .inputs
                 .iter()
-                .all(|i| readers.get(i).is_none_or(|rs| rs.iter().any(|&r| r != k && pos[r] >= first)));
+                .all(|i| self.readers.get(i).is_none_or(|rs| rs.iter().any(|&r| r != k && pos[r] >= first)));
             if !alive {
                 continue;
             }
