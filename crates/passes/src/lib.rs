@@ -46,5 +46,5 @@ pub use planner::{
     PlanOptions, PlanSummary, Planned,
 };
 pub use remat::{rematerialize, rematerialize_with};
-pub use schedule::schedule;
+pub use schedule::{schedule, schedule_updating};
 pub use simplify::{simplify, SimplifyStats};

@@ -408,7 +408,7 @@ fn best_fit(items: &[Item], order: &[usize], alignment: u64) -> (u64, Vec<u64>) 
 
 /// The `(parameter, value)` updates that may write the value into the parameter's slot, as
 /// value → parameter (the rules are on [`plan_memory_updating`]).
-fn in_place_updates(
+pub(crate) fn in_place_updates(
     g: &Graph,
     kernels: &[Kernel],
     outputs: &[NodeId],

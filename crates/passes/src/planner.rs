@@ -1,6 +1,6 @@
 //! The planner query: how much device memory a graph needs, without a device.
 //!
-//! [`plan_graph`] runs the memory pipeline the runtime uses: partition or fuse → [`schedule`]
+//! [`plan_graph`] runs the memory pipeline the runtime uses: partition or fuse → [`schedule`](crate::schedule::schedule_updating)
 //! → [`plan_memory_updating`] → [`rematerialize_with`] when a budget is given. [`plan_summary`]
 //! reports its bytes (persistent, arena, staging, total, lower bound, naive) and the largest
 //! values live at the peak step, for out-of-memory messages. [`largest_batch`] searches the
@@ -14,7 +14,7 @@ use crate::kernel::{partition, FusionMode, Kernel};
 use crate::liveness::value_bytes;
 use crate::memory_plan::{plan_memory_updating, MemoryOptions, MemoryPlan};
 use crate::remat::rematerialize_with;
-use crate::schedule::schedule;
+use crate::schedule::schedule_updating;
 use fusegraph_ir::{verify, Graph, NodeId, Result};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -161,7 +161,7 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
         }
     };
     if opts.schedule {
-        kernels = schedule(g, kernels, outputs);
+        kernels = schedule_updating(g, kernels, outputs, &updates);
     }
     let mopts = MemoryOptions { alignment: opts.alignment, in_place: opts.in_place };
     if let Some(budget) = opts.remat_budget {

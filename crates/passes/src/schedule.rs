@@ -18,6 +18,10 @@
 //! backward pass but read only when the gradients reach its segment, and without sinking it
 //! ran early and held its values through the gradients of every later segment.
 //!
+//! In a training step ([`schedule_updating`]) a parameter's new value that the memory plan
+//! writes into the parameter's own slot takes no arena bytes, and the objective says so: an
+//! optimizer update then runs as soon as its gradient is ready, freeing it.
+//!
 //! Ties keep the earlier candidate in that list, and every choice inside a candidate breaks
 //! ties by the kernel's position in the given order, so the result is deterministic.
 //!
@@ -59,10 +63,12 @@ struct Dag<'a> {
     /// The kernels reading each arena value that is not a graph output (graph outputs live
     /// to the end whoever reads them).
     readers: BTreeMap<NodeId, Vec<usize>>,
+    /// Parameter updates' new values: written into their parameter's slot, no arena bytes.
+    updated: BTreeSet<NodeId>,
 }
 
 impl<'a> Dag<'a> {
-    fn new(g: &'a Graph, kernels: &'a [Kernel], outputs: &'a [NodeId]) -> Option<Self> {
+    fn new(g: &'a Graph, kernels: &'a [Kernel], outputs: &'a [NodeId], updated: BTreeSet<NodeId>) -> Option<Self> {
         let mut producer = BTreeMap::new();
         for (k, kernel) in kernels.iter().enumerate() {
             for &o in &kernel.outputs {
@@ -87,7 +93,7 @@ impl<'a> Dag<'a> {
                 }
             }
         }
-        Some(Dag { g, kernels, outputs, deps, users, producer, readers })
+        Some(Dag { g, kernels, outputs, deps, users, producer, readers, updated })
     }
 
     /// Depth-first post-order from the graph outputs' producers, then from every other kernel
@@ -140,7 +146,12 @@ impl<'a> Dag<'a> {
         while !ready.is_empty() {
             let pick = *ready.iter().min_by_key(|&&k| {
                 let kernel = &self.kernels[k];
-                let alloc: i64 = kernel.outputs.iter().map(|&o| value_bytes(self.g, o) as i64).sum();
+                let alloc: i64 = kernel
+                    .outputs
+                    .iter()
+                    .filter(|o| !self.updated.contains(o))
+                    .map(|&o| value_bytes(self.g, o) as i64)
+                    .sum();
                 let freed: i64 = kernel
                     .inputs
                     .iter()
@@ -203,10 +214,25 @@ impl<'a> Dag<'a> {
 /// Reorders `kernels` (a valid order from [`crate::partition`] or [`crate::fuse()`]) into the
 /// candidate topological order with the lowest peak of live bytes; see the module docs.
 pub fn schedule(g: &Graph, kernels: Vec<Kernel>, outputs: &[NodeId]) -> Vec<Kernel> {
+    schedule_updating(g, kernels, outputs, &[])
+}
+
+/// [`schedule`] for a step that updates parameters: `updates` pairs a parameter with its new
+/// value (as [`crate::memory_plan::plan_memory_updating`] takes them). A new value the memory
+/// plan will write into its parameter's slot takes no arena bytes in a candidate's peak, and
+/// the list schedulers count none for any new value: an optimizer update then runs as soon
+/// as its gradient is ready and frees it, instead of late to keep its outputs short-lived.
+pub fn schedule_updating(
+    g: &Graph,
+    kernels: Vec<Kernel>,
+    outputs: &[NodeId],
+    updates: &[(NodeId, NodeId)],
+) -> Vec<Kernel> {
     if kernels.len() < 2 {
         return kernels;
     }
-    let Some(dag) = Dag::new(g, &kernels, outputs) else { return kernels };
+    let updated = updates.iter().map(|&(_, u)| u).collect();
+    let Some(dag) = Dag::new(g, &kernels, outputs, updated) else { return kernels };
     let n = kernels.len();
     let mut candidates: Vec<Vec<usize>> = Vec::new();
     if first_unready(g, &kernels).is_none() {
@@ -224,7 +250,11 @@ pub fn schedule(g: &Graph, kernels: Vec<Kernel>, outputs: &[NodeId]) -> Vec<Kern
         if first_unready(g, &ks).is_some() {
             continue;
         }
-        let peak = peak_live_bytes(&intervals(g, &ks, outputs));
+        let mut live = intervals(g, &ks, outputs);
+        for u in crate::memory_plan::in_place_updates(g, &ks, outputs, updates).keys() {
+            live.remove(u);
+        }
+        let peak = peak_live_bytes(&live);
         if best.as_ref().is_none_or(|(p, _)| peak < *p) {
             best = Some((peak, ks));
         }
@@ -293,7 +323,7 @@ mod tests {
         let y = s.add(&late.add(&x).unwrap().sum(&[1], true).unwrap()).unwrap();
         let (g, outs) = (b.graph(), vec![y.id()]);
         let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
-        let dag = Dag::new(&g, &kernels, &outs).unwrap();
+        let dag = Dag::new(&g, &kernels, &outs, BTreeSet::new()).unwrap();
         let at = |order: &[usize], v: NodeId| order.iter().position(|&k| kernels[k].outputs.contains(&v)).unwrap();
         let given: Vec<usize> = (0..kernels.len()).collect();
         assert_eq!(at(&given, late.id()), 0);
@@ -318,9 +348,35 @@ mod tests {
         let y = c.add(&late).unwrap();
         let (g, outs) = (b.graph(), vec![y.id()]);
         let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
-        let dag = Dag::new(&g, &kernels, &outs).unwrap();
+        let dag = Dag::new(&g, &kernels, &outs, BTreeSet::new()).unwrap();
         let given: Vec<usize> = (0..kernels.len()).collect();
         assert_eq!(dag.sink(given.clone())[..2], given[..2], "tanh and exp stay first");
+    }
+
+    /// A parameter update written in place costs no arena: it runs as soon as its gradient
+    /// is ready and frees it, rather than last (counting its new value as an arena value
+    /// alive to the end made running it late look cheaper, and the gradient stayed alive).
+    #[test]
+    fn runs_an_update_as_soon_as_its_gradient_is_ready() {
+        use fusegraph_ir::DType;
+        let b = fusegraph_ir::GraphBuilder::new();
+        let x = b.input("x", DType::F32, vec![64, 64]).unwrap();
+        let w = b.parameter("w", DType::F32, vec![64, 64]).unwrap();
+        let grad = x.exp().unwrap();
+        let c = x.sin().unwrap();
+        let s = c.mul(&c).unwrap().sum(&[0, 1], false).unwrap();
+        let new_w = w.sub(&grad).unwrap();
+        let (g, outs) = (b.graph(), vec![s.id(), new_w.id()]);
+        let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
+        let step = |ks: &[Kernel], v: NodeId| ks.iter().position(|k| k.outputs.contains(&v)).unwrap();
+        assert_eq!(step(&kernels, new_w.id()), kernels.len() - 1, "recorded last");
+        let scheduled = schedule_updating(&g, kernels.clone(), &outs, &[(w.id(), new_w.id())]);
+        assert_eq!(step(&scheduled, new_w.id()), step(&scheduled, grad.id()) + 1);
+        let plan = |ks: &[Kernel]| {
+            let opts = crate::memory_plan::MemoryOptions::default();
+            crate::memory_plan::plan_memory_updating(&g, ks, &outs, &opts, &[(w.id(), new_w.id())]).arena_bytes
+        };
+        assert!(plan(&scheduled) < plan(&schedule(&g, kernels, &outs)));
     }
 
     #[test]
