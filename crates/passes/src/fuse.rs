@@ -191,8 +191,9 @@ struct Groups {
     needing: RefCell<Vec<Option<Vec<NodeId>>>>,
 }
 
-/// What liveness needs of a kernel: where it sits in graph order, what it stores and reads,
-/// and whether it reduces (then it may be a row kernel, which stores no parameter update in
+/// What liveness needs of a kernel: where it runs in the peak check's order (`root`, its
+/// last member's position there: graph order with the updates' arithmetic moved up, see
+/// [`update_positions`]), what it stores and reads, and whether it reduces (then it may be a row kernel, which stores no parameter update in
 /// place: see [`ValueInfo::update`]).
 #[derive(Clone, PartialEq)]
 struct Summary {
@@ -345,6 +346,9 @@ struct Ctx<'a> {
     output_set: BTreeSet<NodeId>,
     /// Each node's position in graph order, by index ([`usize::MAX`]: not reachable).
     pos: Vec<usize>,
+    /// Each node's position in the order the peak check runs kernels in, by index: graph
+    /// order with parameter updates' arithmetic moved up ([`update_positions`]).
+    model_pos: Vec<usize>,
     /// One past the largest node index (arrays indexed by node).
     index_bound: usize,
     /// What liveness needs of each node, by index.
@@ -409,7 +413,9 @@ impl<'a> Ctx<'a> {
         for (i, &n) in order.iter().enumerate() {
             pos[n.index()] = i;
         }
+        let model_pos = update_positions(g, &order, &pos, &operands, &users, &info);
         let mut ctx = Ctx {
+            model_pos,
             compared: BTreeSet::new(),
             const_like,
             g,
@@ -427,6 +433,69 @@ impl<'a> Ctx<'a> {
         ctx.compared.retain(|n| !ctx.const_like.contains(n));
         Ok((ctx, order))
     }
+}
+
+/// Each node's position, by index, in `order` (graph order; `pos` its positions) with the
+/// arithmetic of parameter updates moved up: a node all of whose uses lead only to new
+/// parameter values (an optimizer's update of one weight) comes right after the last of its
+/// operands. A training step records its optimizer after the whole backward pass, but the
+/// scheduler runs each update as soon as its gradient is ready (it writes into the
+/// parameter's slot and frees the gradient); the peak check's order must do so too, or
+/// kernels that hold gradients until the end (a bias gradient's reduction fused into its
+/// update, the updates of several layers merged into one kernel) look free.
+fn update_positions(
+    g: &Graph,
+    order: &[NodeId],
+    pos: &[usize],
+    operands: &[Vec<NodeId>],
+    users: &[Vec<NodeId>],
+    info: &[ValueInfo],
+) -> Vec<usize> {
+    let mut cone = vec![false; pos.len()];
+    for &n in order.iter().rev() {
+        let (v, us) = (&info[n.index()], &users[n.index()]);
+        // Elementwise arithmetic only: a gradient's matrix product or reduction stays where
+        // the backward pass computes it (everything in it leads only to updates).
+        let elementwise = matches!(
+            g.node(n).op,
+            Op::Unary(_)
+                | Op::Binary(_)
+                | Op::Select
+                | Op::Cast { .. }
+                | Op::Broadcast { .. }
+                | Op::Reshape { .. }
+                | Op::Full { .. }
+                | Op::Iota { .. }
+        );
+        cone[n.index()] =
+            elementwise && (v.update || (!v.output && !us.is_empty())) && us.iter().all(|u| cone[u.index()]);
+    }
+    // A node of the cone sits right after its latest operand outside the cone (its anchor),
+    // after the nodes outside the cone at that position; those of one anchor in graph order.
+    let mut anchor = pos.to_vec();
+    let mut key: Vec<(usize, bool, usize)> = Vec::with_capacity(order.len());
+    for &n in order {
+        let i = n.index();
+        if cone[i] {
+            // After its operands, and after the last reader outside the cone of a parameter
+            // it reads: the update written over a weight waits for the weight's last use.
+            let war = |o: &NodeId| match g.node(*o).op {
+                Op::Parameter { .. } => {
+                    users[o.index()].iter().filter(|u| !cone[u.index()]).map(|u| pos[u.index()]).max().unwrap_or(0)
+                }
+                _ => 0,
+            };
+            anchor[i] = operands[i].iter().map(|o| anchor[o.index()].max(war(o))).max().unwrap_or(0);
+        }
+        key.push((anchor[i], cone[i], pos[i]));
+    }
+    let mut ranked: Vec<usize> = (0..order.len()).collect();
+    ranked.sort_unstable_by_key(|&k| key[k]);
+    let mut at = vec![usize::MAX; pos.len()];
+    for (p, &k) in ranked.iter().enumerate() {
+        at[order[k].index()] = p;
+    }
+    at
 }
 
 /// The cheap computed values of `nodes` that a comparison reads (through data movement,
@@ -593,7 +662,7 @@ impl Ctx<'_> {
     }
 
     fn summary(&self, gr: &BTreeSet<NodeId>, groups: &Groups) -> Summary {
-        let root = self.root(gr).map_or(0, |r| self.pos(r));
+        let root = gr.iter().map(|m| self.model_pos[m.index()]).max().unwrap_or(0);
         let mut members: Vec<NodeId> = gr.iter().copied().collect();
         members.sort_by_key(|n| self.pos(*n));
         let mut inputs = Vec::new();
@@ -909,7 +978,7 @@ impl Ctx<'_> {
     }
 
     /// An execution order of kernels: Kahn's algorithm over their dependencies, the ready
-    /// kernel with the earliest root (last member in graph order) first.
+    /// kernel with the earliest root (`Summary::root`) first.
     fn order(&self, ks: &[&Summary]) -> Vec<usize> {
         let mut by_root: Vec<usize> = (0..ks.len()).collect();
         // Unique keys (root, then index): an unstable sort gives the stable order.
@@ -1000,7 +1069,12 @@ impl Ctx<'_> {
     /// bug of this pass, refused rather than run on stale memory).
     fn kernels(&self, groups: &Groups) -> Result<Vec<Kernel>> {
         let sets: Vec<&BTreeSet<NodeId>> = groups.sets.iter().filter(|gr| !gr.is_empty()).collect();
-        let summaries: Vec<Summary> = sets.iter().map(|gr| self.summary(gr, groups)).collect();
+        // In graph order of their roots (the peak check's order, which runs updates early,
+        // is for judging; the scheduler makes the final order).
+        let summaries: Vec<Summary> = sets
+            .iter()
+            .map(|gr| Summary { root: self.root(gr).map_or(0, |r| self.pos(r)), ..self.summary(gr, groups) })
+            .collect();
         let order = self.order(&summaries.iter().collect::<Vec<_>>());
         let mut stored = vec![false; self.index_bound];
         for &i in &order {

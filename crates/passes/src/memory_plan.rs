@@ -415,19 +415,44 @@ pub(crate) fn in_place_updates(
     updates: &[(NodeId, NodeId)],
 ) -> BTreeMap<NodeId, NodeId> {
     let mut out = BTreeMap::new();
+    for c in in_place_candidates(g, kernels, outputs, updates) {
+        let later = &kernels[c.step + 1..];
+        if !later.iter().any(|k| k.inputs.contains(&c.param)) && !out.values().any(|&q| q == c.param) {
+            out.insert(c.value, c.param);
+        }
+    }
+    out
+}
+
+/// An update [`in_place_updates`] writes into its parameter's slot where no kernel after
+/// `step` (the one storing it) reads the parameter.
+pub(crate) struct InPlaceCandidate {
+    pub param: NodeId,
+    pub value: NodeId,
+    pub step: usize,
+}
+
+/// The updates of `kernels` that could be written in place in an order where their kernel
+/// is the parameter's last reader: every condition of [`plan_memory_updating`] but that one.
+pub(crate) fn in_place_candidates(
+    g: &Graph,
+    kernels: &[Kernel],
+    outputs: &[NodeId],
+    updates: &[(NodeId, NodeId)],
+) -> Vec<InPlaceCandidate> {
+    let mut out = Vec::new();
     for &(p, u) in updates {
         if !matches!(g.node(p).op, fusegraph_ir::Op::Parameter { .. })
             || g.ty(p) != g.ty(u)
             || g.ty(u).dtype == DType::F16
             || outputs.contains(&p)
-            || out.values().any(|&q| q == p)
         {
             continue;
         }
         let producers: Vec<usize> = (0..kernels.len()).filter(|&s| kernels[s].outputs.contains(&u)).collect();
         let [step] = producers[..] else { continue };
         let k = &kernels[step];
-        if k.kind != KernelKind::Loop || kernels[step + 1..].iter().any(|later| later.inputs.contains(&p)) {
+        if k.kind != KernelKind::Loop {
             continue;
         }
         let reads_p = |o: NodeId| -> bool {
@@ -454,7 +479,7 @@ pub(crate) fn in_place_updates(
             .all(|&o| o == u || !reads_p(o) || (g.ty(o).dtype != DType::F16 && reads_only_same_index(g, k, o, p)));
         let safe_inside = !k.inputs.contains(&p) || (reads_only_same_index(g, k, u, p) && others_ok);
         if safe_inside {
-            out.insert(u, p);
+            out.push(InPlaceCandidate { param: p, value: u, step });
         }
     }
     out

@@ -20,7 +20,10 @@
 //!
 //! In a training step ([`schedule_updating`]) a parameter's new value that the memory plan
 //! writes into the parameter's own slot takes no arena bytes, and the objective says so: an
-//! optimizer update then runs as soon as its gradient is ready, freeing it.
+//! optimizer update then runs as soon as its gradient is ready, freeing it. Every candidate
+//! is also built with write-after-read edges (an update after its parameter's other
+//! readers, which in-place writing needs); the objective picks among both sets, as an
+//! update run early is stored apart but may free a large gradient sooner.
 //!
 //! Ties keep the earlier candidate in that list, and every choice inside a candidate breaks
 //! ties by the kernel's position in the given order, so the result is deterministic.
@@ -52,6 +55,23 @@ pub fn first_unready(g: &Graph, kernels: &[Kernel]) -> Option<(usize, NodeId)> {
     None
 }
 
+/// Whether kernel `to` depends on kernel `from` (through `users`, the kernels depending on each).
+fn reaches(users: &[Vec<usize>], from: usize, to: usize) -> bool {
+    let mut seen = vec![false; users.len()];
+    let mut stack = vec![from];
+    while let Some(k) = stack.pop() {
+        if k == to {
+            return true;
+        }
+        for &u in &users[k] {
+            if !std::mem::replace(&mut seen[u], true) {
+                stack.push(u);
+            }
+        }
+    }
+    false
+}
+
 /// The kernel DAG: producers of each kernel, and what the list schedulers need.
 struct Dag<'a> {
     g: &'a Graph,
@@ -68,7 +88,13 @@ struct Dag<'a> {
 }
 
 impl<'a> Dag<'a> {
-    fn new(g: &'a Graph, kernels: &'a [Kernel], outputs: &'a [NodeId], updated: BTreeSet<NodeId>) -> Option<Self> {
+    fn new(
+        g: &'a Graph,
+        kernels: &'a [Kernel],
+        outputs: &'a [NodeId],
+        updates: &[(NodeId, NodeId)],
+        war: bool,
+    ) -> Option<Self> {
         let mut producer = BTreeMap::new();
         for (k, kernel) in kernels.iter().enumerate() {
             for &o in &kernel.outputs {
@@ -93,6 +119,19 @@ impl<'a> Dag<'a> {
                 }
             }
         }
+        // With `war`, write after read: a new value the plan writes into its parameter's slot
+        // waits for the parameter's other readers (else it is stored apart, in the arena),
+        // where they do not wait for it.
+        for &(p, u) in updates.iter().filter(|_| war) {
+            let Some(&w) = producer.get(&u) else { continue };
+            for r in (0..kernels.len()).filter(|&r| r != w && kernels[r].inputs.contains(&p)) {
+                if !deps[w].contains(&r) && !reaches(&users, w, r) {
+                    deps[w].push(r);
+                    users[r].push(w);
+                }
+            }
+        }
+        let updated = updates.iter().map(|&(_, u)| u).collect();
         Some(Dag { g, kernels, outputs, deps, users, producer, readers, updated })
     }
 
@@ -231,32 +270,50 @@ pub fn schedule_updating(
     if kernels.len() < 2 {
         return kernels;
     }
-    let updated = updates.iter().map(|&(_, u)| u).collect();
-    let Some(dag) = Dag::new(g, &kernels, outputs, updated) else { return kernels };
+    // Each candidate of the kernel DAG, and again with the write-after-read edges of the
+    // updates (an update run before its parameter's last reader is stored apart, in the
+    // arena, which may still pay where it frees a large gradient early).
+    let war = if updates.is_empty() { vec![false] } else { vec![false, true] };
     let n = kernels.len();
-    let mut candidates: Vec<Vec<usize>> = Vec::new();
-    if first_unready(g, &kernels).is_none() {
-        candidates.push((0..n).collect());
-    }
-    candidates.extend(dag.depth_first(false));
-    candidates.extend(dag.depth_first(true));
-    candidates.extend(dag.greedy(|alloc, freed| (-freed, alloc)));
-    candidates.extend(dag.greedy(|alloc, freed| (alloc - freed, -freed)));
-
+    // The updates the plan may write in place, with the other kernels reading each one's
+    // parameter: in place in an order where those all come before the update's kernel.
+    let in_place = crate::memory_plan::in_place_candidates(g, &kernels, outputs, updates);
+    let param_readers: Vec<Vec<usize>> = in_place
+        .iter()
+        .map(|c| (0..n).filter(|&r| r != c.step && kernels[r].inputs.contains(&c.param)).collect())
+        .collect();
     let mut best: Option<(u64, Vec<Kernel>)> = None;
-    for order in candidates {
-        let order = dag.sink(order);
-        let ks: Vec<Kernel> = order.iter().map(|&k| kernels[k].clone()).collect();
-        if first_unready(g, &ks).is_some() {
-            continue;
+    for war in war {
+        let Some(dag) = Dag::new(g, &kernels, outputs, updates, war) else { return kernels };
+        let mut candidates: Vec<Vec<usize>> = Vec::new();
+        if first_unready(g, &kernels).is_none() {
+            candidates.push((0..n).collect());
         }
-        let mut live = intervals(g, &ks, outputs);
-        for u in crate::memory_plan::in_place_updates(g, &ks, outputs, updates).keys() {
-            live.remove(u);
-        }
-        let peak = peak_live_bytes(&live);
-        if best.as_ref().is_none_or(|(p, _)| peak < *p) {
-            best = Some((peak, ks));
+        candidates.extend(dag.depth_first(false));
+        candidates.extend(dag.depth_first(true));
+        candidates.extend(dag.greedy(|alloc, freed| (-freed, alloc)));
+        candidates.extend(dag.greedy(|alloc, freed| (alloc - freed, -freed)));
+        for order in candidates {
+            let order = dag.sink(order);
+            let ks: Vec<Kernel> = order.iter().map(|&k| kernels[k].clone()).collect();
+            if first_unready(g, &ks).is_some() {
+                continue;
+            }
+            let mut live = intervals(g, &ks, outputs);
+            let mut at = vec![0; n];
+            for (step, &k) in order.iter().enumerate() {
+                at[k] = step;
+            }
+            let mut written = BTreeSet::new();
+            for (c, readers) in in_place.iter().zip(&param_readers) {
+                if readers.iter().all(|&r| at[r] < at[c.step]) && written.insert(c.param) {
+                    live.remove(&c.value);
+                }
+            }
+            let peak = peak_live_bytes(&live);
+            if best.as_ref().is_none_or(|(p, _)| peak < *p) {
+                best = Some((peak, ks));
+            }
         }
     }
     match best {
@@ -323,7 +380,7 @@ mod tests {
         let y = s.add(&late.add(&x).unwrap().sum(&[1], true).unwrap()).unwrap();
         let (g, outs) = (b.graph(), vec![y.id()]);
         let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
-        let dag = Dag::new(&g, &kernels, &outs, BTreeSet::new()).unwrap();
+        let dag = Dag::new(&g, &kernels, &outs, &[], false).unwrap();
         let at = |order: &[usize], v: NodeId| order.iter().position(|&k| kernels[k].outputs.contains(&v)).unwrap();
         let given: Vec<usize> = (0..kernels.len()).collect();
         assert_eq!(at(&given, late.id()), 0);
@@ -348,7 +405,7 @@ mod tests {
         let y = c.add(&late).unwrap();
         let (g, outs) = (b.graph(), vec![y.id()]);
         let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
-        let dag = Dag::new(&g, &kernels, &outs, BTreeSet::new()).unwrap();
+        let dag = Dag::new(&g, &kernels, &outs, &[], false).unwrap();
         let given: Vec<usize> = (0..kernels.len()).collect();
         assert_eq!(dag.sink(given.clone())[..2], given[..2], "tanh and exp stay first");
     }

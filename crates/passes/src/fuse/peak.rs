@@ -2,20 +2,21 @@
 //! from scratch per decision (a training step's fusion asks thousands of times).
 //!
 //! [`super::Ctx::order`] runs kernels by Kahn's algorithm, the ready kernel with the
-//! earliest *root* (the graph position of its last member) first. Mostly that is root order:
-//! each kernel's inputs are stored by kernels with earlier roots. A kernel that reads a value
-//! first stored by a kernel with a later root (sibling merges make these) *waits*: it runs
-//! right after the kernel that releases it, before any later root, in a *block* with the
-//! other kernels that one releases. So every kernel has a *slot*: `root · SLOTS` if it runs in
-//! root order, `t · SLOTS + j` if it waits for the block of the kernel with root `t`, as the
-//! `j`th of that block. Each value's live range is an interval of slots, from its first
-//! producer (0 for a leaf) to its last reader (the end for a graph output), and the peak over
-//! kernel steps is the largest sum of live bytes over all slots (a slot without a kernel
-//! holds a subset of what the next kernel's slot holds). Those sums sit in a segment tree
-//! (range add, global max): a change costs the ranges of the values it touches, and the
-//! waiting kernels are found from the values read before they are stored. Where two kernels
-//! share a root, a block outgrows its slots, or kernels wait on each other (no valid
-//! grouping does), [`LivePeak::peak`] says so and the caller sweeps.
+//! earliest *root* (`Summary::root`: its last member's position in graph order, the
+//! updates' arithmetic moved up) first. Mostly that is root order: each kernel's inputs are
+//! stored by kernels with earlier roots. A kernel that reads a value first stored by a
+//! kernel with a later root (sibling merges make these) *waits*: it runs right after the
+//! kernel that releases it, before any later root, in a *block* with the other kernels that
+//! one releases. So every kernel has a *slot*: `root · SLOTS` if it runs in root order,
+//! `t · SLOTS + j` if it waits for the block of the kernel with root `t`, as the `j`th of that
+//! block. Each value's live range is an interval of slots, from its first producer (0 for a
+//! leaf) to its last reader (the end for a graph output), and the peak over kernel steps is
+//! the largest sum of live bytes over all slots (a slot without a kernel holds a subset of
+//! what the next kernel's slot holds). Those sums sit in a segment tree (range add, global
+//! max): a change costs the ranges of the values it touches, and the waiting kernels are
+//! found from the values read before they are stored. Where two kernels share a root, a
+//! block outgrows its slots, or kernels wait on each other (no valid grouping does),
+//! [`LivePeak::peak`] says so and the caller sweeps.
 
 use super::Summary;
 use fusegraph_ir::NodeId;
