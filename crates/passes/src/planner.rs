@@ -31,7 +31,7 @@ pub struct PlanOptions {
     pub alignment: u64,
     /// Allow in-place reuse in the memory plan.
     pub in_place: bool,
-    /// Reorder kernels with [`schedule`] to lower peak memory.
+    /// Reorder kernels with [`schedule`](crate::schedule::schedule_updating) to lower peak memory.
     pub schedule: bool,
     /// Rematerialize until the arena fits this many bytes (or nothing helps).
     pub remat_budget: Option<u64>,
