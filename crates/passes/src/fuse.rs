@@ -193,8 +193,8 @@ struct Groups {
 
 /// What liveness needs of a kernel: where it runs in the peak check's order (`root`, its
 /// last member's position there: graph order with the updates' arithmetic moved up, see
-/// [`update_positions`]), what it stores and reads, and whether it reduces (then it may be a row kernel, which stores no parameter update in
-/// place: see [`ValueInfo::update`]).
+/// [`update_positions`]), what it stores and reads, and whether it reduces (then it may be
+/// a row kernel, which stores no parameter update in place: see [`ValueInfo::update`]).
 #[derive(Clone, PartialEq)]
 struct Summary {
     root: usize,

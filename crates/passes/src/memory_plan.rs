@@ -408,20 +408,16 @@ fn best_fit(items: &[Item], order: &[usize], alignment: u64) -> (u64, Vec<u64>) 
 
 /// The `(parameter, value)` updates that may write the value into the parameter's slot, as
 /// value → parameter (the rules are on [`plan_memory_updating`]).
-pub(crate) fn in_place_updates(
+fn in_place_updates(
     g: &Graph,
     kernels: &[Kernel],
     outputs: &[NodeId],
     updates: &[(NodeId, NodeId)],
 ) -> BTreeMap<NodeId, NodeId> {
-    let mut out = BTreeMap::new();
-    for c in in_place_candidates(g, kernels, outputs, updates) {
-        let later = &kernels[c.step + 1..];
-        if !later.iter().any(|k| k.inputs.contains(&c.param)) && !out.values().any(|&q| q == c.param) {
-            out.insert(c.value, c.param);
-        }
-    }
-    out
+    let candidates = in_place_candidates(g, kernels, outputs, updates);
+    written_in_place(&candidates, |c| !kernels[c.step + 1..].iter().any(|k| k.inputs.contains(&c.param)))
+        .map(|c| (c.value, c.param))
+        .collect()
 }
 
 /// An update [`in_place_updates`] writes into its parameter's slot where no kernel after
@@ -430,6 +426,16 @@ pub(crate) struct InPlaceCandidate {
     pub param: NodeId,
     pub value: NodeId,
     pub step: usize,
+}
+
+/// The `candidates` written in place: those whose kernel `last_reader` says is their
+/// parameter's last reader, the first such update of each parameter.
+pub(crate) fn written_in_place(
+    candidates: &[InPlaceCandidate],
+    last_reader: impl Fn(&InPlaceCandidate) -> bool,
+) -> impl Iterator<Item = &InPlaceCandidate> {
+    let mut written = BTreeSet::new();
+    candidates.iter().filter(move |c| last_reader(c) && written.insert(c.param))
 }
 
 /// The updates of `kernels` that could be written in place in an order where their kernel

@@ -275,13 +275,15 @@ pub fn schedule_updating(
     // arena, which may still pay where it frees a large gradient early).
     let war = if updates.is_empty() { vec![false] } else { vec![false, true] };
     let n = kernels.len();
-    // The updates the plan may write in place, with the other kernels reading each one's
-    // parameter: in place in an order where those all come before the update's kernel.
+    // The updates the plan may write in place, and the kernels reading each one's parameter:
+    // in place in an order where the others all come before the update's kernel.
     let in_place = crate::memory_plan::in_place_candidates(g, &kernels, outputs, updates);
-    let param_readers: Vec<Vec<usize>> = in_place
-        .iter()
-        .map(|c| (0..n).filter(|&r| r != c.step && kernels[r].inputs.contains(&c.param)).collect())
-        .collect();
+    let mut param_readers: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
+    for c in &in_place {
+        param_readers
+            .entry(c.param)
+            .or_insert_with(|| (0..n).filter(|&r| kernels[r].inputs.contains(&c.param)).collect());
+    }
     let mut best: Option<(u64, Vec<Kernel>)> = None;
     for war in war {
         let Some(dag) = Dag::new(g, &kernels, outputs, updates, war) else { return kernels };
@@ -304,11 +306,10 @@ pub fn schedule_updating(
             for (step, &k) in order.iter().enumerate() {
                 at[k] = step;
             }
-            let mut written = BTreeSet::new();
-            for (c, readers) in in_place.iter().zip(&param_readers) {
-                if readers.iter().all(|&r| at[r] < at[c.step]) && written.insert(c.param) {
-                    live.remove(&c.value);
-                }
+            for c in crate::memory_plan::written_in_place(&in_place, |c| {
+                param_readers[&c.param].iter().all(|&r| r == c.step || at[r] < at[c.step])
+            }) {
+                live.remove(&c.value);
             }
             let peak = peak_live_bytes(&live);
             if best.as_ref().is_none_or(|(p, _)| peak < *p) {
