@@ -14,7 +14,7 @@
 //! softmax and layer norm, and large plain reductions).
 
 use crate::cost::{flops_per_element, is_data_movement, is_expensive, reads_per_operand_element, CostModel};
-use crate::kernel::{is_memory_leaf, regions, same_index_operands, Kernel, KernelKind};
+use crate::kernel::{is_memory_leaf, same_index_operands, Kernel, KernelKind};
 use crate::liveness;
 use fusegraph_ir::{Graph, IrError, NodeId, Op, Result};
 use std::cell::RefCell;
@@ -178,10 +178,15 @@ struct Groups {
     owner: Vec<Vec<usize>>,
     /// Each group's kernel as liveness sees it, kept until a change could alter it.
     summaries: RefCell<Vec<Option<Summary>>>,
-    /// `(group, node)`: whether the group stores the node may have changed since its summary
-    /// was taken (a user of the node moved); brought up to date when the summaries are next
-    /// read, without recomputing the rest of the summary.
-    stale: RefCell<Vec<(usize, NodeId)>>,
+    /// Nodes that the groups computing them may now store where their summaries say they do
+    /// not, or the reverse (a user of the node moved), each listed once (`is_stale`); the
+    /// summaries are patched when next read, without recomputing the rest of them.
+    /// Marked per node, not per (group, node): a constant every optimizer update recomputes
+    /// has hundreds of groups, and a move of each of its users marked them all (a 32-block
+    /// training step's sibling merging pushed 23 million pairs, 1.9 million distinct, and
+    /// spent 0.7 s sorting them).
+    stale: RefCell<Vec<NodeId>>,
+    is_stale: RefCell<Vec<bool>>,
     /// Groups changed (or patched) since the live ranges were last brought up to date.
     changed: RefCell<Vec<usize>>,
     /// The live ranges of the kernels as last summarized.
@@ -223,6 +228,7 @@ impl Groups {
             owner,
             summaries: RefCell::new(vec![None; nodes.len()]),
             stale: RefCell::new(Vec::new()),
+            is_stale: RefCell::new(vec![false; index_bound]),
             changed: RefCell::new((0..nodes.len()).collect()),
             live: RefCell::new(LivePeak::new(positions, index_bound, nodes.len(), outputs)),
             needing: RefCell::new(vec![None; index_bound]),
@@ -244,9 +250,9 @@ impl Groups {
             if let Some(x) = needing.get_mut(o.index()) {
                 *x = None;
             }
-            for &k in self.owner.get(o.index()).into_iter().flatten() {
-                if k != gi && s[k].is_some() {
-                    stale.push((k, *o));
+            if let Some(mark) = self.is_stale.get_mut().get_mut(o.index()) {
+                if !std::mem::replace(mark, true) {
+                    stale.push(*o);
                 }
             }
         }
@@ -360,6 +366,8 @@ struct Ctx<'a> {
     operands: Vec<Vec<NodeId>>,
     users: Vec<Vec<NodeId>>,
     opts: &'a FusionOptions,
+    /// Scratch by node index, `u32::MAX` between uses ([`Ctx::multiplicity`]).
+    scratch: RefCell<Vec<u32>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -428,6 +436,7 @@ impl<'a> Ctx<'a> {
             operands,
             users,
             opts,
+            scratch: RefCell::new(vec![u32::MAX; index_bound]),
         };
         ctx.compared = compared_with_themselves(g, &order);
         ctx.compared.retain(|n| !ctx.const_like.contains(n));
@@ -573,11 +582,14 @@ impl Ctx<'_> {
     fn peak(&self, groups: &Groups) -> u64 {
         let mut cache = groups.summaries.borrow_mut();
         let mut changed = std::mem::take(&mut *groups.changed.borrow_mut());
-        let stale: BTreeSet<(usize, NodeId)> = groups.stale.borrow_mut().drain(..).collect();
-        for (k, x) in stale {
-            // A summary forgotten since, or a node no longer in the group (its removal forgot
-            // the summary), needs nothing.
-            if let (Some(sum), true) = (cache[k].as_mut(), groups.sets[k].contains(&x)) {
+        let stale = std::mem::take(&mut *groups.stale.borrow_mut());
+        let mut is_stale = groups.is_stale.borrow_mut();
+        for x in stale {
+            is_stale[x.index()] = false;
+            // The groups computing `x` now; one without a summary (forgotten since it
+            // changed) needs nothing.
+            for k in groups.of(x) {
+                let Some(sum) = cache[k].as_mut() else { continue };
                 match (sum.outputs.binary_search(&x), self.stored(x, groups)) {
                     (Ok(at), false) => {
                         sum.outputs.remove(at);
@@ -748,41 +760,60 @@ impl Ctx<'_> {
     /// `outs`, matching the code generator: each output's region (same-index chain) is
     /// computed once per element into registers; everything else is a function call per use.
     fn multiplicity(&self, members: &BTreeSet<NodeId>, outs: &[NodeId]) -> BTreeMap<NodeId, f64> {
-        let kernel = Kernel {
-            kind: KernelKind::Loop,
-            members: members.iter().copied().collect(),
-            outputs: outs.to_vec(),
-            inputs: vec![],
-        };
-        let mut lets: BTreeMap<NodeId, f64> = BTreeMap::new();
-        let mut in_region: BTreeMap<NodeId, BTreeSet<NodeId>> = BTreeMap::new();
-        for (o, region) in regions(self.g, &kernel) {
-            for &n in &region {
-                *lets.entry(n).or_default() += 1.0;
-            }
-            in_region.insert(o, region.into_iter().collect());
+        // Members by dense index (their place in `list`), through a scratch array by node
+        // index: a merged optimizer kernel has thousands of members, asked about per merge.
+        let list: Vec<NodeId> = members.iter().copied().collect();
+        let mut local = self.scratch.borrow_mut();
+        for (i, &m) in list.iter().enumerate() {
+            local[m.index()] = i as u32;
         }
-        let mut order: Vec<NodeId> = members.iter().copied().collect();
-        order.sort_by_key(|n| std::cmp::Reverse(self.pos(*n)));
-        let mut calls: BTreeMap<NodeId, f64> = BTreeMap::new();
-        for &n in &order {
-            let mut total = 0.0;
-            for &u in self.users[n.index()].iter().filter(|u| members.contains(u)) {
-                let same = same_index_operands(self.g, u).contains(&n);
-                for (p, &o) in self.operands(u).iter().enumerate() {
-                    if o != n {
-                        continue;
+        let at = |n: NodeId| -> Option<usize> { Some(local[n.index()]).filter(|&i| i != u32::MAX).map(|i| i as usize) };
+        // Lets: the regions (same-index chains from each output, see `kernel::regions`) each
+        // member is in; a region computes each of its members once per element.
+        let mut lets = vec![0.0f64; list.len()];
+        let mut seen = vec![usize::MAX; list.len()];
+        for (r, &o) in outs.iter().enumerate() {
+            let Some(oi) = at(o) else { continue };
+            seen[oi] = r;
+            let mut stack = vec![o];
+            while let Some(n) = stack.pop() {
+                lets[at(n).expect("a member")] += 1.0;
+                for q in same_index_operands(self.g, n) {
+                    if let Some(qi) = at(q) {
+                        if seen[qi] != r {
+                            seen[qi] = r;
+                            stack.push(q);
+                        }
                     }
-                    // A let of `u` reads `n` from registers when both share a region.
-                    let let_reads: f64 =
-                        in_region.values().filter(|r| r.contains(&u) && !(same && r.contains(&n))).count() as f64;
-                    total +=
-                        (let_reads + calls.get(&u).copied().unwrap_or(0.0)) * reads_per_operand_element(self.g, u, p);
                 }
             }
-            calls.insert(n, total);
         }
-        order.iter().map(|&n| (n, lets.get(&n).copied().unwrap_or(0.0) + calls[&n])).collect()
+        // Calls: everything else is a function call per use, users before their operands.
+        let mut order: Vec<usize> = (0..list.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(self.pos(list[i])));
+        let mut calls = vec![0.0f64; list.len()];
+        for &ni in &order {
+            let n = list[ni];
+            let mut total = 0.0;
+            for &u in &self.users[n.index()] {
+                let Some(ui) = at(u) else { continue };
+                // A let of `u` reads `n` from registers when both share a region, which they
+                // do wherever `u` reads it at the same index (a region holds the same-index
+                // operands of its members); otherwise each let of `u` reads it by a call.
+                let same = same_index_operands(self.g, u).contains(&n);
+                let let_reads = if same { 0.0 } else { lets[ui] };
+                for (p, &o) in self.operands(u).iter().enumerate() {
+                    if o == n {
+                        total += (let_reads + calls[ui]) * reads_per_operand_element(self.g, u, p);
+                    }
+                }
+            }
+            calls[ni] = total;
+        }
+        for &m in &list {
+            local[m.index()] = u32::MAX;
+        }
+        list.iter().enumerate().map(|(i, &n)| (n, lets[i] + calls[i])).collect()
     }
 
     /// Whether a contraction (matmul, conv, pooling) in the group has arithmetic in its
@@ -833,12 +864,16 @@ impl Ctx<'_> {
         let reduces: BTreeSet<NodeId> =
             members.iter().copied().filter(|&n| matches!(g.node(n).op, Op::Reduce { .. })).collect();
         let expensive: BTreeSet<NodeId> = members.iter().copied().filter(|&n| is_expensive(&g.node(n).op)).collect();
-        let m = self.multiplicity(members, outs);
-        let loop_ok = expensive.iter().all(|e| m[e] <= 1.0 + 1e-9);
+        // (Only expensive members' multiplicities matter: none, nothing to count.)
+        let loop_ok = expensive.is_empty() || {
+            let m = self.multiplicity(members, outs);
+            expensive.iter().all(|e| m[e] <= 1.0 + 1e-9)
+        };
         // A reduction that consumes an expensive member serializes its work in one thread.
-        let reduce_after_expensive = reduces
-            .iter()
-            .any(|r| self.dependents(members, &expensive).contains(r) || self.upstream(members, *r, &expensive));
+        let reduce_after_expensive = !reduces.is_empty() && !expensive.is_empty() && {
+            let after = self.dependents(members, &expensive);
+            reduces.iter().any(|r| after.contains(r) || self.upstream(members, *r, &expensive))
+        };
         let contractions = members.iter().filter(|&&n| matches!(g.node(n).op, Op::MatMul | Op::Conv2d { .. })).count();
         let loop_kind = if self.arithmetic_prologue(members) {
             Err(Veto::Prologue)

@@ -6,7 +6,7 @@
 //! never kernels; they are values in memory.
 
 use fusegraph_ir::{Graph, NodeId, Op, Result};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// How aggressively ops are grouped into kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -118,24 +118,46 @@ pub fn same_index_operands(g: &Graph, id: NodeId) -> Vec<NodeId> {
 /// The region of each output of a kernel: the members reachable from it through
 /// same-index edges, in topological (member) order, the output last.
 pub fn regions(g: &Graph, kernel: &Kernel) -> Vec<(NodeId, Vec<NodeId>)> {
-    kernel.outputs.iter().map(|&o| (o, region_of(g, kernel, o))).collect()
+    let members = MemberOrder::of(kernel);
+    kernel.outputs.iter().map(|&o| (o, members.region(g, o))).collect()
 }
 
 /// The members of `kernel` reachable from `root` through same-index edges (`root` itself
 /// when it is one), in member order: the values computed at `root`'s element index.
 pub fn region_of(g: &Graph, kernel: &Kernel, root: NodeId) -> Vec<NodeId> {
-    let members: BTreeSet<NodeId> = kernel.members.iter().copied().collect();
-    if !members.contains(&root) {
-        return Vec::new();
+    MemberOrder::of(kernel).region(g, root)
+}
+
+/// A kernel's members by node, with their places in member order: built once per kernel, so
+/// that questions asked per output cost the output's region rather than the whole kernel (a
+/// training step's merged optimizer kernel has thousands of members and hundreds of outputs).
+pub(crate) struct MemberOrder(BTreeMap<NodeId, usize>);
+
+impl MemberOrder {
+    pub(crate) fn of(kernel: &Kernel) -> MemberOrder {
+        MemberOrder(kernel.members.iter().enumerate().map(|(i, &m)| (m, i)).collect())
     }
-    let mut set = BTreeSet::from([root]);
-    let mut stack = vec![root];
-    while let Some(n) = stack.pop() {
-        for p in same_index_operands(g, n) {
-            if members.contains(&p) && set.insert(p) {
-                stack.push(p);
+
+    pub(crate) fn contains(&self, n: &NodeId) -> bool {
+        self.0.contains_key(n)
+    }
+
+    /// [`region_of`] on this kernel.
+    pub(crate) fn region(&self, g: &Graph, root: NodeId) -> Vec<NodeId> {
+        if !self.contains(&root) {
+            return Vec::new();
+        }
+        let mut set = BTreeSet::from([root]);
+        let mut stack = vec![root];
+        while let Some(n) = stack.pop() {
+            for p in same_index_operands(g, n) {
+                if self.contains(&p) && set.insert(p) {
+                    stack.push(p);
+                }
             }
         }
+        let mut region: Vec<NodeId> = set.into_iter().collect();
+        region.sort_by_key(|m| self.0[m]);
+        region
     }
-    kernel.members.iter().copied().filter(|m| set.contains(m)).collect()
 }

@@ -20,7 +20,7 @@
 //! a byte, except a recorded in-place pair at the one step where the input dies and the output
 //! is born. `plan_memory` runs it in debug builds.
 
-use crate::kernel::{same_index_operands, Kernel, KernelKind};
+use crate::kernel::{same_index_operands, Kernel, KernelKind, MemberOrder};
 use crate::liveness::{intervals_multi, is_arena, value_bytes, Interval};
 use fusegraph_ir::{DType, Graph, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -446,6 +446,10 @@ pub(crate) fn in_place_candidates(
     outputs: &[NodeId],
     updates: &[(NodeId, NodeId)],
 ) -> Vec<InPlaceCandidate> {
+    // Per kernel (by step), built when one of its outputs is first asked about: its members,
+    // and the parameters each output reads through them (an optimizer kernel merged of
+    // hundreds of updates asked this per update and output).
+    let mut per_kernel: BTreeMap<usize, (MemberOrder, BTreeMap<NodeId, BTreeSet<NodeId>>)> = BTreeMap::new();
     let mut out = Vec::new();
     for &(p, u) in updates {
         if !matches!(g.node(p).op, fusegraph_ir::Op::Parameter { .. })
@@ -461,34 +465,42 @@ pub(crate) fn in_place_candidates(
         if k.kind != KernelKind::Loop {
             continue;
         }
-        let reads_p = |o: NodeId| -> bool {
-            let members: BTreeSet<NodeId> = k.members.iter().copied().collect();
-            let mut stack = vec![o];
-            let mut seen = BTreeSet::new();
-            while let Some(n) = stack.pop() {
-                for q in g.operands(n) {
-                    if q == p {
-                        return true;
-                    }
-                    if members.contains(&q) && seen.insert(q) {
-                        stack.push(q);
-                    }
-                }
-            }
-            false
-        };
+        let (members, params_read) = per_kernel.entry(step).or_insert_with(|| {
+            let members = MemberOrder::of(k);
+            let params_read = k.outputs.iter().map(|&o| (o, parameters_read(g, &members, o))).collect();
+            (members, params_read)
+        });
         // The code generator computes every output of element `t` before storing any (see
         // `loop_main` in fusegraph-wgsl); with packed f16 outputs that order is not kept.
-        let others_ok = k
-            .outputs
-            .iter()
-            .all(|&o| o == u || !reads_p(o) || (g.ty(o).dtype != DType::F16 && reads_only_same_index(g, k, o, p)));
-        let safe_inside = !k.inputs.contains(&p) || (reads_only_same_index(g, k, u, p) && others_ok);
+        let others_ok = k.outputs.iter().all(|&o| {
+            o == u
+                || !params_read[&o].contains(&p)
+                || (g.ty(o).dtype != DType::F16 && reads_only_same_index(g, members, o, p))
+        });
+        let safe_inside = !k.inputs.contains(&p) || (reads_only_same_index(g, members, u, p) && others_ok);
         if safe_inside {
             out.push(InPlaceCandidate { param: p, value: u, step });
         }
     }
     out
+}
+
+/// The parameters member `o` of a kernel reads, directly or through other members.
+fn parameters_read(g: &Graph, members: &MemberOrder, o: NodeId) -> BTreeSet<NodeId> {
+    let mut read = BTreeSet::new();
+    let mut stack = vec![o];
+    let mut seen = BTreeSet::new();
+    while let Some(n) = stack.pop() {
+        for q in g.operands(n) {
+            if matches!(g.node(q).op, fusegraph_ir::Op::Parameter { .. }) {
+                read.insert(q);
+            }
+            if members.contains(&q) && seen.insert(q) {
+                stack.push(q);
+            }
+        }
+    }
+    read
 }
 
 /// Output → input pairs that may share bytes (see the module docs).
@@ -513,7 +525,7 @@ fn in_place_pairs(
                 && !outputs.contains(&i)
                 && g.ty(i).dtype != DType::F16
                 && matches!(live.get(&i).map(Vec::as_slice), Some([ii]) if ii.end == step && ii.bytes == oi.bytes)
-                && reads_only_same_index(g, k, o, i)
+                && reads_only_same_index(g, &MemberOrder::of(k), o, i)
         });
         if let Some(i) = host {
             pairs.insert(o, i);
@@ -524,8 +536,7 @@ fn in_place_pairs(
 
 /// Whether `input` is reached from `output` inside `kernel`, and only through same-index
 /// edges: then invocation `t` reads element `t` of `input` and no other.
-fn reads_only_same_index(g: &Graph, kernel: &Kernel, output: NodeId, input: NodeId) -> bool {
-    let members: BTreeSet<NodeId> = kernel.members.iter().copied().collect();
+fn reads_only_same_index(g: &Graph, members: &MemberOrder, output: NodeId, input: NodeId) -> bool {
     // Everything reachable from the output, and the operands reached through an index change.
     let (mut reachable, mut stack, mut crossed) = (BTreeSet::from([output]), vec![output], Vec::new());
     let mut same_path = false;
