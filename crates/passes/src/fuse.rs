@@ -56,7 +56,8 @@ pub enum Veto {
     DuplicatesExpensive,
     /// The kernel would need more storage bindings than the adapter allows.
     TooManyBindings {
-        /// Bindings needed.
+        /// Bindings needed (for a sibling merge refused on its inputs and graph outputs
+        /// alone, those: a lower bound).
         needed: usize,
         /// The limit.
         limit: usize,
@@ -1474,6 +1475,9 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
     // Pairs found dependent stay so: within this phase a group only grows, or empties when
     // merged into another (a later pass skips them; the decision is logged again).
     let mut dependent: BTreeSet<(usize, usize)> = BTreeSet::new();
+    // Per group, what it binds wherever it goes ([`BindingFloor`]), kept until the group
+    // grows.
+    let mut floors: Vec<Option<BindingFloor>> = vec![None; groups.sets.len()];
     let mut changed = true;
     while changed {
         changed = false;
@@ -1524,17 +1528,32 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                 let root = |gi: usize| ctx.root(&groups.sets[gi]).expect("non-empty");
                 let (a, b) = (root(i), root(j));
                 let mut decide = |veto: Option<Veto>| decisions.push(SiblingDecision { a, b, veto });
+                // Most merges fail on the binding limit: checked first, from the two groups'
+                // inputs and graph outputs alone (a training step's optimizer updates all read
+                // one scalar, so every pair of them is asked, and at 8 bindings refused).
+                for gi in [i, j] {
+                    if floors[gi].is_none() {
+                        floors[gi] = Some(BindingFloor::of(ctx, &groups.sets[gi]));
+                    }
+                }
+                let (fi, fj) = (floors[i].as_ref().expect("set"), floors[j].as_ref().expect("set"));
+                let least = fi.joined(fj, groups, i, j);
+                if least > ctx.opts.max_bindings {
+                    decide(Some(Veto::TooManyBindings { needed: least, limit: ctx.opts.max_bindings }));
+                    continue;
+                }
                 if dependent.contains(&(i, j)) || depends(groups, i, j) || depends(groups, j, i) {
                     dependent.insert((i, j));
                     decide(Some(Veto::Cycle));
                     continue;
                 }
-                // Most merges fail on the binding limit: counted on the union before anything
-                // moves (a member's users outside both groups are computed by neither, so
-                // what the union stores is what it would store after the move), so a refusal
-                // leaves every kernel summary valid.
+                // The exact binding count, on the union before anything moves (a member's
+                // users outside both groups are computed by neither, so what the union stores
+                // is what it would store after the move), so a refusal leaves every kernel
+                // summary valid.
                 let union: BTreeSet<NodeId> = groups.sets[i].union(&groups.sets[j]).copied().collect();
                 let needed = ctx.bindings(&union, &ctx.group_outputs(&union, groups));
+                debug_assert!(least <= needed, "binding floor {least} above the union's {needed} bindings");
                 if needed > ctx.opts.max_bindings {
                     decide(Some(Veto::TooManyBindings { needed, limit: ctx.opts.max_bindings }));
                     continue;
@@ -1571,12 +1590,44 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
                     changed = true;
                     near = None;
                     feeding_i = None;
+                    (floors[i], floors[j]) = (None, None);
                 }
                 decide(veto);
             }
         }
     }
     decisions
+}
+
+/// What a group binds wherever it goes, for a cheap count of what a merge with another
+/// group binds ([`BindingFloor::joined`]): the values its members read from memory (sorted),
+/// and its members that are graph outputs (sorted), which any kernel computing them stores.
+#[derive(Clone)]
+struct BindingFloor {
+    inputs: Vec<NodeId>,
+    outputs: Vec<NodeId>,
+}
+
+impl BindingFloor {
+    fn of(ctx: &Ctx, members: &BTreeSet<NodeId>) -> BindingFloor {
+        let mut inputs: Vec<NodeId> = ctx.inputs(members).collect();
+        inputs.sort_unstable();
+        inputs.dedup();
+        let outputs = members.iter().copied().filter(|m| ctx.output_set.contains(m)).collect();
+        BindingFloor { inputs, outputs }
+    }
+
+    /// The bindings of one kernel of groups `i` (this floor) and `j` (`other`), at least: its
+    /// inputs exactly (each group's inputs the other does not compute), and the graph outputs
+    /// among its members (it may store more: members read by other kernels).
+    fn joined(&self, other: &BindingFloor, groups: &Groups, i: usize, j: usize) -> usize {
+        let from_i = self.inputs.iter().filter(|&&x| !groups.computes(j, x)).count();
+        let from_j =
+            other.inputs.iter().filter(|&&x| !groups.computes(i, x) && self.inputs.binary_search(&x).is_err()).count();
+        let outputs =
+            self.outputs.len() + other.outputs.iter().filter(|x| self.outputs.binary_search(x).is_err()).count();
+        from_i + from_j + outputs
+    }
 }
 
 /// The groups that group `to` reads from, through a chain of one or more kernels (by index;
