@@ -9,9 +9,10 @@
 
 mod common;
 
+use fusegraph::crates::passes::mixed_precision::to_mixed_precision;
 use fusegraph::crates::reference::evaluate;
 use fusegraph::{CompileOptions, DType, Device, Graph, GraphBuilder, HostTensor, NodeId, RuntimeError, SplitK, Tensor};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 struct Rng(u64);
 
@@ -317,6 +318,11 @@ fn random_training_steps_update_parameters_like_the_reference() {
         let mut outs = vec![loss.id()];
         outs.extend(steps.iter().map(|t| t.id()));
         let reference = |at: &BTreeMap<String, HostTensor>| evaluate(&graph, &outs, &feeds, at);
+        // The graph mixed precision runs (f16 values, the updated parameters f32 masters),
+        // for its own reference: see `close_to_the_f16_model` below.
+        let masters: BTreeSet<String> = names.iter().cloned().collect();
+        let (f16_graph, f16_outs) = to_mixed_precision(&graph, &outs, &masters).unwrap();
+        let f16_reference = |at: &BTreeMap<String, HostTensor>| evaluate(&f16_graph, &f16_outs, &feeds, at);
         let mut modes = vec![
             ("fused", CompileOptions::default(), 5e-4, 1e-6),
             ("unfused", CompileOptions::unfused(), 5e-4, 1e-6),
@@ -355,8 +361,28 @@ fn random_training_steps_update_parameters_like_the_reference() {
                     // The reference with the parameters nudged, for `close`.
                     let nudged = reference(&common::nudge(&at, nudge_by)).map_err(|e| format!("reference: {e}"))?;
                     let got = exe.run(&refs).map_err(|e| format!("run: {e}"))?;
+                    // In mixed precision, f16 rounding can flip a comparison the reference
+                    // makes in f32: `max(a, a + b)` with a bias `b` below half an f16 step
+                    // of `a` is a tie in f16, and the gradient goes to `a` instead of `b`
+                    // (seed 1155: 2.06 apart on a parameter, unfused too). No nudge of the
+                    // f32 reference shows that, so a result that misses it must instead be
+                    // within the same tolerance of the reference evaluating the f16 graph
+                    // itself (every value rounded to f16 as the device rounds it).
+                    let f16_want = match mode {
+                        "mixed precision" => Some((
+                            f16_reference(&at).map_err(|e| format!("f16 reference: {e}"))?,
+                            f16_reference(&common::nudge(&at, nudge_by)).map_err(|e| format!("f16 reference: {e}"))?,
+                        )),
+                        _ => None,
+                    };
                     let step_close = |k: usize, g: &HostTensor, what: &str| {
-                        common::close(g, &want[k], &nudged[k], tol).map_err(|e| format!("step {step}, {what}: {e}"))
+                        common::close(g, &want[k], &nudged[k], tol)
+                            .or_else(|e| match &f16_want {
+                                Some((w, n)) => common::close(g, &w[k], &n[k], tol)
+                                    .map_err(|f| format!("{e}\n  and against the f16 graph's reference: {f}")),
+                                None => Err(e),
+                            })
+                            .map_err(|e| format!("step {step}, {what}: {e}"))
                     };
                     step_close(0, &got[0], "loss")?;
                     for (k, name) in names.iter().enumerate() {
