@@ -25,9 +25,7 @@ fn lm_step(layers: usize) -> TrainStep {
 #[divan::bench(consts = [8, 32, 1024], args = [2, 4, 8, 16, 32], sample_count = 3, sample_size = 1)]
 fn plan_lm_training_step<const BINDINGS: usize>(bencher: divan::Bencher, layers: usize) {
     let step = lm_step(layers);
-    let first = step.outputs().len();
-    let updates = step.updates.iter().enumerate().map(|(i, (name, _))| (name.clone(), first + i)).collect();
-    let opts = PlanOptions { updates, max_bindings: BINDINGS, ..Default::default() };
+    let opts = PlanOptions { max_bindings: BINDINGS, ..step.plan_options() };
     let outputs = step.plan_outputs();
     bencher.bench(|| plan_summary_within(&step.graph, &outputs, &opts, None).expect("plans"));
 }

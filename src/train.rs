@@ -330,12 +330,21 @@ impl TrainStep {
     /// keeps them), but the staging bytes — and so the total — count only the step's real
     /// outputs, since the runtime copies updates on the device instead of reading them back.
     pub fn plan_summary(&self) -> Result<PlanSummary> {
+        let limit = self.options.memory_limit;
+        let s = fusegraph_passes::plan_summary_within(&self.graph, &self.plan_outputs(), &self.plan_options(), limit)?;
+        Ok(self.without_update_staging(s))
+    }
+
+    /// The options [`TrainStep::plan_summary`] plans [`TrainStep::plan_outputs`] with: this
+    /// step's fusion mode and its updates (each as its parameter's name and its value's index
+    /// in `plan_outputs`), default adapter limits otherwise. To plan the step for another
+    /// adapter without a device, change `max_bindings` and call
+    /// [`fusegraph_passes::plan_summary_within`] (whose totals still count the updates'
+    /// staging bytes).
+    pub fn plan_options(&self) -> PlanOptions {
         let first = self.outputs().len();
         let updates = self.updates.iter().enumerate().map(|(i, (name, _))| (name.clone(), first + i)).collect();
-        let opts = PlanOptions { fusion: self.options.fusion, updates, ..Default::default() };
-        let limit = self.options.memory_limit;
-        let s = fusegraph_passes::plan_summary_within(&self.graph, &self.plan_outputs(), &opts, limit)?;
-        Ok(self.without_update_staging(s))
+        PlanOptions { fusion: self.options.fusion, updates, ..Default::default() }
     }
 
     /// [`TrainStep::plan_summary`] with `device`'s limits and alignment.

@@ -14,17 +14,9 @@ use fusegraph::train::demo::{build, Config, Task};
 #[test]
 fn optimizer_updates_free_their_gradients() {
     let step = build(&Config::new(Task::Mlp, false)).unwrap().step;
-    let first = step.outputs().len();
-    let updates: Vec<(String, usize)> =
-        step.updates.iter().enumerate().map(|(i, (name, _))| (name.clone(), first + i)).collect();
     const DELTA: u64 = 256 * 256 * 4;
     for bindings in [8, 32] {
-        let opts = PlanOptions {
-            fusion: step.options.fusion,
-            updates: updates.clone(),
-            max_bindings: bindings,
-            ..Default::default()
-        };
+        let opts = PlanOptions { max_bindings: bindings, ..step.plan_options() };
         let s = plan_summary_within(&step.graph, &step.plan_outputs(), &opts, None).unwrap();
         println!("{bindings} bindings: arena {} bytes, {} kernels", s.arena_bytes, s.kernels);
         assert!(s.arena_bytes < 4 * DELTA + DELTA / 2, "{bindings} bindings: {} arena bytes", s.arena_bytes);

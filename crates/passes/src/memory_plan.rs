@@ -520,12 +520,13 @@ fn in_place_pairs(
         if oi.start != step {
             continue;
         }
+        let members = MemberOrder::of(k);
         let host = k.inputs.iter().copied().find(|&i| {
             is_arena(g, i)
                 && !outputs.contains(&i)
                 && g.ty(i).dtype != DType::F16
                 && matches!(live.get(&i).map(Vec::as_slice), Some([ii]) if ii.end == step && ii.bytes == oi.bytes)
-                && reads_only_same_index(g, &MemberOrder::of(k), o, i)
+                && reads_only_same_index(g, &members, o, i)
         });
         if let Some(i) = host {
             pairs.insert(o, i);
