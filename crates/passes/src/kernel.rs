@@ -103,6 +103,23 @@ pub fn partition(g: &Graph, outputs: &[NodeId], mode: FusionMode) -> Result<Vec<
         .collect())
 }
 
+/// For each of `kernels`, its members that no other kernel computes (its own values, stored
+/// or not). Code generation may keep such a value in more precision than its dtype (an f16
+/// value in f32: XLA's excess precision) without two copies of one value ever disagreeing:
+/// a value two kernels compute is computed from rounded operands and rounded in both, and
+/// one a kernel stores is rounded before it is stored, so what another kernel loads or
+/// recomputes is what this one rounded (a max-reduction's backward compares a recomputed
+/// value with the stored maximum).
+pub fn unshared_members(kernels: &[Kernel]) -> Vec<Vec<NodeId>> {
+    let mut computed: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for k in kernels {
+        for &m in &k.members {
+            *computed.entry(m).or_default() += 1;
+        }
+    }
+    kernels.iter().map(|k| k.members.iter().copied().filter(|m| computed[m] == 1).collect()).collect()
+}
+
 /// Operands that an op reads at the same linear index as the element it computes
 /// (elementwise ops and reshapes). Chains of such edges from a kernel output form its
 /// *region*: values computed once per output element and kept in registers.
@@ -159,5 +176,33 @@ impl MemberOrder {
         let mut region: Vec<NodeId> = set.into_iter().collect();
         region.sort_by_key(|m| self.0[m]);
         region
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fusegraph_ir::{DType, GraphBuilder};
+
+    /// A member two kernels compute is nobody's own; a kernel's stored outputs are its own.
+    #[test]
+    fn unshared_members_leave_out_what_two_kernels_compute() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F16, [8]).unwrap();
+        let e = x.exp().unwrap();
+        let (y, z) = (e.add(&x).unwrap(), e.mul(&x).unwrap());
+        let g = b.graph();
+        let kernel = |members: Vec<NodeId>, out: NodeId| Kernel {
+            kind: KernelKind::Loop,
+            members,
+            outputs: vec![out],
+            inputs: vec![x.id()],
+        };
+        // `e` recomputed by both kernels, as fusion duplicates a cheap producer.
+        let kernels = [kernel(vec![e.id(), y.id()], y.id()), kernel(vec![e.id(), z.id()], z.id())];
+        assert_eq!(unshared_members(&kernels), vec![vec![y.id()], vec![z.id()]]);
+        let one = [kernel(vec![e.id(), y.id(), z.id()], y.id())];
+        assert_eq!(unshared_members(&one), vec![vec![e.id(), y.id(), z.id()]]);
+        let _ = g;
     }
 }

@@ -21,8 +21,8 @@ mod view;
 mod writer;
 
 pub use lower::{
-    localize, lower, lower_with, Binding, Cooperative, KernelSource, LowerOptions, Strategy, GPU_INTERLEAVE_MIN,
-    TEXTURE_ROW, WORKGROUP_SIZE,
+    localize, lower, lower_planned, lower_with, Binding, Cooperative, KernelSource, LowerOptions, Strategy,
+    GPU_INTERLEAVE_MIN, TEXTURE_ROW, WORKGROUP_SIZE,
 };
 pub use matmul::{cooperative_matmul, gemm_shape, subgroup_matmul, CoopPlan, GemmShape, MatmulTiling, SubgroupPlan};
 pub use validate::{validate, ValidateError};

@@ -220,6 +220,27 @@ pub fn lower(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> KernelSource {
 /// the same op at the same shape anywhere — lower to the same text, and the runtime, which
 /// caches pipelines by their text, compiles one pipeline for all of them.
 pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strategy) -> KernelSource {
+    lower_planned(g, kernel, &[], opts, strategy)
+}
+
+/// Lowers `kernel` of `g` as [`lower_with`] does, but with the f16 elementwise results and
+/// reductions among its `unshared` members computed from one another in f32, each rounded to
+/// f16 only where it is stored or read by a member computed in f16 (excess precision, as
+/// XLA's `xla_allow_excess_precision` allows within a fusion). `unshared` must hold only
+/// members that no other kernel computes
+/// ([`fusegraph_passes::kernel::unshared_members`]): a value two kernels compute is then
+/// computed from rounded values in both, and what a kernel stores is rounded, so no two
+/// copies of one value disagree. Rounding an f16 result to f16 costs about a dozen integer
+/// operations (lavapipe: a 20-op f16 chain takes 1.9× the time of the same chain rounded
+/// where it is stored). Kernels with a matrix product or convolution, and attention kernels,
+/// are lowered as [`lower_with`] does.
+pub fn lower_planned(
+    g: &Graph,
+    kernel: &Kernel,
+    unshared: &[NodeId],
+    opts: &LowerOptions,
+    strategy: &Strategy,
+) -> KernelSource {
     let row;
     let kernel = match row_instead(g, kernel, opts) {
         Some(k) => {
@@ -228,7 +249,7 @@ pub fn lower_with(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &St
         }
         None => kernel,
     };
-    match localize(g, kernel) {
+    match localize_with(g, kernel, unshared) {
         Some((local, k, ids)) => {
             let mut src = lower_here(&local, &k, opts, strategy);
             for b in &mut src.bindings {
@@ -263,6 +284,16 @@ fn row_instead(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Option<Kernel
 /// nor a member, or a type that comes out differently), which no kernel the passes make has:
 /// the caller then lowers `kernel` in `g` itself.
 pub fn localize(g: &Graph, kernel: &Kernel) -> Option<(Graph, Kernel, Vec<NodeId>)> {
+    localize_with(g, kernel, &[])
+}
+
+/// [`localize`], with the members of `unshared` that [`widened`] names computed in f32: in
+/// the copy each becomes the same op on f32 operands (the f32 copy of a widened operand, a
+/// `cast` to f32 of any other f16 operand, which is exact), followed by a `cast` to f16
+/// (rounding) where the kernel stores the member or a member that is not widened reads it.
+/// Only widened members see unrounded values. `ids` maps each inserted node to the member
+/// it computes or converts.
+fn localize_with(g: &Graph, kernel: &Kernel, unshared: &[NodeId]) -> Option<(Graph, Kernel, Vec<NodeId>)> {
     let members = canonical_order(g, kernel);
     let inputs = fusegraph_passes::kernel::kernel_inputs(g, &members);
     if inputs.len() != kernel.inputs.len() || !kernel.inputs.iter().all(|i| inputs.contains(i)) {
@@ -276,10 +307,49 @@ pub fn localize(g: &Graph, kernel: &Kernel) -> Option<(Graph, Kernel, Vec<NodeId
         to_local.insert(i, id);
         ids.push(i);
     }
+    let wide = widened(g, kernel, &members, unshared);
+    let member_set: BTreeSet<NodeId> = members.iter().copied().collect();
+    let outputs: BTreeSet<NodeId> = kernel.outputs.iter().copied().collect();
+    // A widened member is rounded where it is stored or a member computed in f16 reads it.
+    let rounds =
+        |m: NodeId| outputs.contains(&m) || g.users(m).iter().any(|u| member_set.contains(u) && !wide.contains(u));
+    // The f32 copy of each widened member (before its rounding cast) and of each f16 value a
+    // widened member reads.
+    let mut wide_local: BTreeMap<NodeId, NodeId> = BTreeMap::new();
+    let mut local_members = Vec::with_capacity(members.len());
     for &m in &members {
         let node = g.node(m);
         let id = if node.op.is_leaf() {
             local.add_leaf(node.op.clone(), node.ty.clone()).ok()?
+        } else if wide.contains(&m) {
+            let mut operands = Vec::new();
+            for o in g.operands(m) {
+                operands.push(match wide_local.get(&o) {
+                    Some(&w) => w,
+                    None if g.ty(o).dtype == DType::F16 => {
+                        let w = local.add_op(Op::Cast { to: DType::F32 }, &[*to_local.get(&o)?]).ok()?;
+                        ids.push(o);
+                        local_members.push(w);
+                        wide_local.insert(o, w);
+                        w
+                    }
+                    None => *to_local.get(&o)?,
+                });
+            }
+            let w = local.add_op(node.op.clone(), &operands).ok()?;
+            if local.ty(w).shape != node.ty.shape || local.ty(w).dtype != DType::F32 {
+                return None;
+            }
+            wide_local.insert(m, w);
+            if !rounds(m) {
+                to_local.insert(m, w);
+                ids.push(m);
+                local_members.push(w);
+                continue;
+            }
+            ids.push(m);
+            local_members.push(w);
+            local.add_op(Op::Cast { to: DType::F16 }, &[w]).ok()?
         } else {
             let operands: Option<Vec<NodeId>> = g.operands(m).iter().map(|o| to_local.get(o).copied()).collect();
             local.add_op(node.op.clone(), &operands?).ok()?
@@ -288,14 +358,49 @@ pub fn localize(g: &Graph, kernel: &Kernel) -> Option<(Graph, Kernel, Vec<NodeId
             return None;
         }
         ids.push(m);
+        local_members.push(id);
     }
     let map = |ns: &[NodeId]| ns.iter().map(|n| to_local.get(n).copied()).collect::<Option<Vec<_>>>();
     let kind = match &kernel.kind {
         KernelKind::Attention { logits } => KernelKind::Attention { logits: *to_local.get(logits)? },
         other => other.clone(),
     };
-    let k = Kernel { kind, members: map(&members)?, outputs: map(&kernel.outputs)?, inputs: map(&inputs)? };
+    let k = Kernel { kind, members: local_members, outputs: map(&kernel.outputs)?, inputs: map(&inputs)? };
     Some((local, k, ids))
+}
+
+/// The members of `kernel` (`members`: a topological order) that [`localize_with`] computes
+/// in f32: those of `unshared` that are f16 results of elementwise ops or reductions, and
+/// data movement (broadcast, reshape, transpose, slice) of those (so that a row's sum, say,
+/// reaches the elements it divides unrounded; data movement of anything else stays as it
+/// is, so that loads through views of bindings keep their shape). None in kernels with a
+/// matrix product, a convolution or attention, whose lowerings match their members'
+/// structure.
+fn widened(g: &Graph, kernel: &Kernel, members: &[NodeId], unshared: &[NodeId]) -> BTreeSet<NodeId> {
+    let mut wide = BTreeSet::new();
+    if unshared.is_empty()
+        || matches!(kernel.kind, KernelKind::Attention { .. })
+        || members.iter().any(|&m| matches!(g.node(m).op, Op::MatMul | Op::Conv2d { .. }))
+    {
+        return wide;
+    }
+    let unshared: BTreeSet<NodeId> = unshared.iter().copied().collect();
+    for &m in members {
+        if !unshared.contains(&m) || g.ty(m).dtype != DType::F16 {
+            continue;
+        }
+        let widens = match g.node(m).op {
+            Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Reduce { .. } => true,
+            Op::Broadcast { .. } | Op::Reshape { .. } | Op::Transpose { .. } | Op::Slice { .. } => {
+                wide.contains(&g.operands(m)[0])
+            }
+            _ => false,
+        };
+        if widens {
+            wide.insert(m);
+        }
+    }
+    wide
 }
 
 /// `kernel`'s members in post-order from its outputs (operands in operand order), then any
@@ -1888,6 +1993,45 @@ mod tests {
         let src = lower(&g, &alone, &opts);
         crate::validate(&src.wgsl).unwrap_or_else(|e| panic!("{e}\n{}", src.wgsl));
         assert_eq!(src.workgroups, 4, "a workgroup per row: {}", src.wgsl);
+    }
+
+    /// With its members unshared, an f16 chain is computed in f32 and rounded once, where
+    /// it is stored (excess precision); a member another kernel also computes, and one a
+    /// member outside the widened ops reads, is rounded; with none unshared the text is
+    /// `lower_with`'s.
+    #[test]
+    fn unshared_f16_members_round_only_where_stored_or_shared() {
+        let b = fusegraph_ir::GraphBuilder::new();
+        let x = b.input("x", DType::F16, [1000]).unwrap();
+        let y = b.input("y", DType::F16, [1000]).unwrap();
+        let mut v = x.clone();
+        for _ in 0..5 {
+            v = v.add(&y).unwrap().mul_scalar(0.5).unwrap().tanh().unwrap().sub(&y).unwrap();
+        }
+        let g = b.graph();
+        let members = g.reachable(&[v.id()]).unwrap().into_iter().filter(|&n| n != x.id() && n != y.id()).collect();
+        let k = Kernel { kind: KernelKind::Loop, members, outputs: vec![v.id()], inputs: vec![x.id(), y.id()] };
+        for opts in [LowerOptions::default(), LowerOptions { cpu: true, ..Default::default() }] {
+            let exact = lower_with(&g, &k, &opts, &Strategy::default());
+            let none = lower_planned(&g, &k, &[], &opts, &Strategy::default());
+            assert_eq!(exact.wgsl, none.wgsl);
+            let wide = lower_planned(&g, &k, &k.members, &opts, &Strategy::default());
+            crate::validate(&wide.wgsl).unwrap_or_else(|e| panic!("{e}\n{}", wide.wgsl));
+            assert_eq!(wide.bindings, exact.bindings);
+            // Calls to the rounding per rounded value: in its own function, in its output's
+            // region function and, on a CPU adapter, in `main` for each of the four lanes a
+            // step computes inline (elsewhere `main` calls the region function).
+            let per_value = if opts.cpu { 2 + 4 } else { 2 };
+            let rounds = |src: &KernelSource| src.wgsl.matches("fg_round_f16(").count() - 1;
+            assert_eq!(rounds(&exact), 20 * per_value, "every op rounds:\n{}", exact.wgsl);
+            assert_eq!(rounds(&wide), per_value, "only the stored value rounds:\n{}", wide.wgsl);
+            // The third `tanh` computed by another kernel too: it and what reads it round.
+            let tanh3 = k.members.iter().copied().filter(|&m| g.node(m).op == Op::Unary(UnaryOp::Tanh)).nth(2).unwrap();
+            let unshared: Vec<NodeId> = k.members.iter().copied().filter(|&m| m != tanh3).collect();
+            let part = lower_planned(&g, &k, &unshared, &opts, &Strategy::default());
+            crate::validate(&part.wgsl).unwrap_or_else(|e| panic!("{e}\n{}", part.wgsl));
+            assert_eq!(rounds(&part), 3 * per_value, "the tanh's operand, the tanh, the output:\n{}", part.wgsl);
+        }
     }
 
     /// A loop kernel whose outputs have two lengths (a sibling merge of an optimizer's
