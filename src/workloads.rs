@@ -179,7 +179,25 @@ pub fn networks(quick: bool) -> Vec<Workload> {
 /// example's `--quick` ones), named `train_mlp` or `train_lm`; the feeds are its first
 /// micro-batch. Its one output is the loss.
 pub fn train_step(task: crate::train::demo::Task, quick: bool) -> Result<Workload, crate::train::TrainError> {
-    let setup = crate::train::demo::build(&crate::train::demo::Config::new(task, quick))?;
+    train_step_with(task, quick, false)
+}
+
+/// [`train_step`], with `mixed_precision` the `train` example's mixed precision (its
+/// `--mixed-precision`: f16 forward and backward with dynamic loss scaling, f32 master
+/// weights and optimizer state; [`crate::train::LossScaling`]). That, not
+/// `CompileOptions::mixed_precision`, is how a training step runs in f16: the compile
+/// option would round Adam's arithmetic to f16 too, where its ε (1e-8) is zero and small
+/// squared gradients underflow, and the update divides by zero.
+pub fn train_step_with(
+    task: crate::train::demo::Task,
+    quick: bool,
+    mixed_precision: bool,
+) -> Result<Workload, crate::train::TrainError> {
+    let mut cfg = crate::train::demo::Config::new(task, quick);
+    if mixed_precision {
+        cfg.options.mixed_precision = Some(crate::train::LossScaling::default());
+    }
+    let setup = crate::train::demo::build(&cfg)?;
     Ok(Workload {
         name: format!("train_{}", task.name()),
         feeds: setup.feeds(0)?,
@@ -192,18 +210,29 @@ pub fn train_step(task: crate::train::demo::Task, quick: bool) -> Result<Workloa
 
 /// The training steps of both `train` tasks ([`train_step`]).
 pub fn training(quick: bool) -> Vec<Workload> {
+    training_with(quick, false)
+}
+
+/// The training steps of both `train` tasks, in mixed precision with `mixed_precision`
+/// ([`train_step_with`]).
+pub fn training_with(quick: bool, mixed_precision: bool) -> Vec<Workload> {
     use crate::train::demo::Task;
     [Task::Mlp, Task::Lm]
         .into_iter()
-        .map(|t| train_step(t, quick).expect("the training demos are well formed"))
+        .map(|t| train_step_with(t, quick, mixed_precision).expect("the training demos are well formed"))
         .collect()
 }
 
 /// Every workload: the micro ones, the networks, then the training steps.
 pub fn all(quick: bool) -> Vec<Workload> {
+    all_with(quick, false)
+}
+
+/// [`all`], the training steps in mixed precision with `mixed_precision`.
+fn all_with(quick: bool, mixed_precision: bool) -> Vec<Workload> {
     let mut out = micro(quick);
     out.extend(networks(quick));
-    out.extend(training(quick));
+    out.extend(training_with(quick, mixed_precision));
     out
 }
 
@@ -246,7 +275,14 @@ pub fn sized(name: &str, quick: bool) -> Option<Workload> {
 /// The workloads `name` selects (every one without a name): those whose names start with
 /// it, else the micro workload it names at other sizes ([`sized`]). Empty if none.
 pub fn select(name: Option<&str>, quick: bool) -> Vec<Workload> {
-    let listed: Vec<Workload> = all(quick).into_iter().filter(|w| name.is_none_or(|n| w.name.starts_with(n))).collect();
+    select_with(name, quick, false)
+}
+
+/// [`select`], the training steps in mixed precision with `mixed_precision`
+/// ([`train_step_with`]; the other workloads are f32 graphs either way).
+pub fn select_with(name: Option<&str>, quick: bool, mixed_precision: bool) -> Vec<Workload> {
+    let listed: Vec<Workload> =
+        all_with(quick, mixed_precision).into_iter().filter(|w| name.is_none_or(|n| w.name.starts_with(n))).collect();
     match (listed.is_empty(), name) {
         (true, Some(n)) => sized(n, quick).into_iter().collect(),
         _ => listed,

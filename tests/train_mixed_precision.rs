@@ -96,3 +96,29 @@ fn an_overflow_inside_an_accumulation_window_skips_the_whole_window() {
     assert_ne!(weights(&t), w0);
     assert_eq!(scalar(&t, GOOD_STEPS), 1.0);
 }
+
+/// The LM demo trains in mixed precision, fused and unfused (where every f16 op rounds): no
+/// step overflows at the default loss scale, and the loss falls as in f32. Its layer norms'
+/// `1/σ` reaches ~58, and the gradient of `rsqrt` formed `y³` first, which overflows f16
+/// from `y` = 40: every step overflowed (80 of 80 skipped, the scale fell to 1 and the loss
+/// never moved) until the product took `gy` first.
+#[test]
+fn mixed_precision_trains_the_lm_fused_and_unfused() {
+    let device = Device::shared().unwrap();
+    let mut cfg = Config::new(Task::Lm, true);
+    cfg.steps = 20;
+    let f32_run = demo::run(&cfg, &device, &mut |_, _, _, _| {}).unwrap();
+    for fusion in [fusegraph::FusionMode::On, fusegraph::FusionMode::Off] {
+        let mut cfg = cfg.clone();
+        cfg.options.mixed_precision = Some(LossScaling::default());
+        cfg.options.fusion = fusion;
+        let mixed = demo::run(&cfg, &device, &mut |_, _, _, _| {}).unwrap();
+        eprintln!(
+            "{fusion:?}: loss {} -> {} in {} steps, {} skipped (f32: {} -> {})",
+            mixed.first_loss, mixed.last_loss, mixed.steps, mixed.skipped, f32_run.first_loss, f32_run.last_loss
+        );
+        assert_eq!(mixed.skipped, 0, "{fusion:?}: no step overflows");
+        let (a, b) = (f32_run.last_loss, mixed.last_loss);
+        assert!((a - b).abs() <= 0.05 * a, "{fusion:?}: f32 loss after {} steps {a}, mixed {b}", cfg.steps);
+    }
+}

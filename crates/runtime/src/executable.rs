@@ -90,8 +90,9 @@ pub struct CompileOptions {
     /// results are at least as close to the exact ones, but differ in the last f16 bits from
     /// a run that rounds every op (the unfused one), and rounding costs about a dozen
     /// integer operations per f16 op (a 20-op f16 chain on lavapipe 1.9× faster with it).
-    /// Off: every f16 op's result is rounded, as the reference evaluator does. f32 graphs
-    /// are unaffected.
+    /// Off: every f16 op's result is rounded, as the reference evaluator does (the
+    /// environment variable `FUSEGRAPH_EXCESS_PRECISION=off` sets that default, for
+    /// comparisons). f32 graphs are unaffected.
     pub excess_precision: bool,
 }
 
@@ -172,7 +173,8 @@ impl Default for CompileOptions {
             split_k: SplitK::from_env().unwrap_or_default(),
             hoist_parameters: true,
             combine_products: true,
-            excess_precision: true,
+            // FUSEGRAPH_EXCESS_PRECISION=off: every f16 op rounds (for comparisons).
+            excess_precision: !std::env::var("FUSEGRAPH_EXCESS_PRECISION").is_ok_and(|v| v == "off"),
         }
     }
 }

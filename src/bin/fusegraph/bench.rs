@@ -20,7 +20,9 @@ pub struct BenchArgs {
     /// `softmax(q·kᵀ)·v` in one kernel, as under a tight memory limit).
     pub fused_attention: bool,
     /// Compile the fused mode with `CompileOptions::mixed_precision` on (f16 storage, f32
-    /// sums); fused and unfused are then compared within f16 tolerance.
+    /// sums), and build the training steps with the `train` example's mixed precision (loss
+    /// scaling, f32 master weights: `workloads::select_with`); fused and unfused are then
+    /// compared within f16 tolerance.
     pub mixed_precision: bool,
 }
 
@@ -204,7 +206,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let device = Device::shared().map_err(|e| e.to_string())?;
     let info = device.info().clone();
     eprintln!("device: {}", device.describe());
-    let selected: Vec<Workload> = workloads::select(args.workload.as_deref(), args.quick);
+    let selected: Vec<Workload> = workloads::select_with(args.workload.as_deref(), args.quick, args.mixed_precision);
     if selected.is_empty() {
         return Err(format!(
             "bench: no workload matches `{}` (have: {})",
@@ -216,12 +218,14 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let total = selected.len();
     for (i, w) in selected.iter().enumerate() {
         eprintln!("[{}/{total}] {}: compiling fused and unfused", i + 1, w.name);
+        // A training step's mixed precision is in its graph (`select_with`: loss scaling,
+        // f32 master weights); the other workloads take the compile option.
         let fused_opts = CompileOptions {
             fused_attention: args.fused_attention.then_some(true),
-            mixed_precision: args.mixed_precision,
+            mixed_precision: args.mixed_precision && w.updates.is_empty(),
             ..Default::default()
         };
-        let tol = workloads::tolerance(&fused_opts);
+        let tol = workloads::tolerance(&CompileOptions { mixed_precision: args.mixed_precision, ..Default::default() });
         let fused = compile(&device, w, &fused_opts).map_err(|e| format!("{}: {e}", w.name))?;
         let unfused = compile(&device, w, &CompileOptions::unfused()).map_err(|e| format!("{}: {e}", w.name))?;
         let a = fused.run(&w.feed_refs()).map_err(|e| e.to_string())?;

@@ -29,17 +29,20 @@ pub(super) fn unary(e: &mut Emit<'_>, u: UnaryOp, x: NodeId, y: NodeId, gy: Node
             e.div(half, y)?
         }
         UnaryOp::Rsqrt => {
-            // d x^(-1/2) = −x^(-3/2)/2 = −y³/2
-            let y2 = e.mul(y, y)?;
-            let y3 = e.mul(y2, y)?;
-            let t = e.mul(gy, y3)?;
-            e.scale(t, -0.5)?
+            // d x^(-1/2) = −x^(-3/2)/2 = −y³/2, as ((−gy/2)·y)·y·y: each product lies
+            // between `gy` and the result, so none overflows where the result does not. `y³`
+            // first overflowed f16 for `y` over 40 (a layer norm's 1/σ of a row of variance
+            // 3e-4), and with it every mixed-precision step of the LM demo.
+            let t = e.scale(gy, -0.5)?;
+            let t = e.mul(t, y)?;
+            let t = e.mul(t, y)?;
+            e.mul(t, y)?
         }
         UnaryOp::Recip => {
-            // d(1/x) = −1/x² = −y²
-            let y2 = e.mul(y, y)?;
-            let t = e.mul(gy, y2)?;
-            e.unary(UnaryOp::Neg, t)?
+            // d(1/x) = −1/x² = −y², as (−gy·y)·y (no `y²` to overflow: see `Rsqrt`)
+            let t = e.unary(UnaryOp::Neg, gy)?;
+            let t = e.mul(t, y)?;
+            e.mul(t, y)?
         }
         UnaryOp::Tanh => {
             let y2 = e.mul(y, y)?;
