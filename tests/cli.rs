@@ -59,7 +59,8 @@ fn dot_draws_one_cluster_per_kernel() {
 }
 
 /// `wgsl` lowers without a device: one kernel fused (a row kernel, validated by naga), seven
-/// unfused; `--cpu` changes the code; `--out` writes the files the dump names.
+/// unfused; `--no-excess-precision` rounds more; `--cpu` changes the code; `--out` writes
+/// the files the dump names.
 #[test]
 fn wgsl_prints_or_writes_every_kernel() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/softmax.ir");
@@ -72,6 +73,15 @@ fn wgsl_prints_or_writes_every_kernel() {
     assert_eq!(fused.matches("@compute").count(), 1, "{fused}");
     fusegraph::crates::wgsl::validate(&fused).unwrap_or_else(|e| panic!("{e}\n{fused}"));
     assert_eq!(text(&["wgsl", path, "--unfused"]).matches("@compute").count(), 7);
+    // In f16 the fused softmax keeps its intermediates in f32 (excess precision, the
+    // runtime's default): fewer roundings than with every op rounded.
+    let rounds = |extra: &[&str]| {
+        let mut args = vec!["wgsl", path, "--mixed-precision"];
+        args.extend(extra);
+        text(&args).matches("fg_round_f16(").count()
+    };
+    let (wide, every) = (rounds(&[]), rounds(&["--no-excess-precision"]));
+    assert!(wide < every, "{wide} roundings with excess precision, {every} without");
     // A loop kernel takes four elements per invocation on a CPU adapter, one on a GPU (below
     // 2^20 elements).
     let dir = std::env::temp_dir().join(format!("fusegraph-cli-wgsl-{}", std::process::id()));

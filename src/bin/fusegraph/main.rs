@@ -38,10 +38,13 @@ commands:
                    producer did or did not join its consumers' kernels, which sibling
                    kernels merged and why others did not, which products were combined
                    (node numbers of the simplified graph, which --graph prints first)
-  wgsl FILE [--unfused] [--cpu] [--f16-native] [--mixed-precision] [--out DIR]
+  wgsl FILE [--unfused] [--cpu] [--f16-native] [--mixed-precision] [--no-excess-precision]
+       [--out DIR]
                    the same graph's kernels lowered to WGSL (no device needed) for a GPU
                    without subgroups, or a CPU adapter (--cpu), with f16 storage native or
-                   packed two to a word; printed, or written to DIR/k000.wgsl, ...
+                   packed two to a word, f16 values no other kernel computes kept in f32
+                   until stored (as the runtime's default; --no-excess-precision rounds
+                   every op); printed, or written to DIR/k000.wgsl, ...
   ir NAME [--quick]
                    a benchmark workload's program in that text form (for dot, explain
                    and wgsl; a training step's with its parameter updates):
@@ -306,11 +309,14 @@ fn dot(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `fusegraph wgsl FILE [--unfused] [--cpu] [--f16-native] [--out DIR]`: every kernel's WGSL
-/// as lowered for an adapter of that kind (a GPU without subgroups unless `--cpu`), no device
+/// `fusegraph wgsl FILE [--unfused] [--cpu] [--f16-native] [--no-excess-precision] [--out
+/// DIR]`: every kernel's WGSL as lowered for an adapter of that kind (a GPU without subgroups
+/// unless `--cpu`), with excess precision as the runtime's default compile (f16 values no
+/// other kernel computes kept in f32 until stored) unless `--no-excess-precision`, no device
 /// needed; printed, or written to `DIR/k000.wgsl`, … (`FUSEGRAPH_DUMP_WGSL`'s names).
 fn wgsl(args: &[String]) -> Result<(), String> {
-    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::crates::passes::kernel::unshared_members;
+    use fusegraph::crates::wgsl::{lower_planned, LowerOptions, Strategy};
     let flag = |f: &str| args.iter().any(|a| a == f);
     // `--out DIR` taken out; every other flag known.
     let (mut out, mut rest) = (None, Vec::new());
@@ -318,7 +324,9 @@ fn wgsl(args: &[String]) -> Result<(), String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--out" => out = Some(it.next().ok_or("wgsl: --out needs a DIR")?.clone()),
-            "--unfused" | "--cpu" | "--f16-native" | "--mixed-precision" => rest.push(a.clone()),
+            "--unfused" | "--cpu" | "--f16-native" | "--mixed-precision" | "--no-excess-precision" => {
+                rest.push(a.clone())
+            }
             f if f.starts_with("--") => return Err(format!("wgsl: unknown option `{f}`")),
             _ => rest.push(a.clone()),
         }
@@ -328,8 +336,10 @@ fn wgsl(args: &[String]) -> Result<(), String> {
     if let Some(dir) = &out {
         std::fs::create_dir_all(dir).map_err(|e| format!("wgsl: cannot create {dir}: {e}"))?;
     }
-    for (i, k) in kernels.iter().enumerate() {
-        let src = lower(&g, k, &opts).annotated();
+    let unshared =
+        if flag("--no-excess-precision") { vec![Vec::new(); kernels.len()] } else { unshared_members(&kernels) };
+    for (i, (k, unshared)) in kernels.iter().zip(&unshared).enumerate() {
+        let src = lower_planned(&g, k, unshared, &opts, &Strategy::default()).annotated();
         match &out {
             Some(dir) => {
                 let path = format!("{dir}/k{i:03}.wgsl");
