@@ -9,7 +9,7 @@
 
 mod common;
 
-use fusegraph::crates::passes::mixed_precision::to_mixed_precision;
+use fusegraph::crates::passes::mixed_precision::to_mixed_precision_updating;
 use fusegraph::crates::reference::evaluate;
 use fusegraph::{CompileOptions, DType, Device, Graph, GraphBuilder, HostTensor, NodeId, RuntimeError, SplitK, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
@@ -318,10 +318,12 @@ fn random_training_steps_update_parameters_like_the_reference() {
         let mut outs = vec![loss.id()];
         outs.extend(steps.iter().map(|t| t.id()));
         let reference = |at: &BTreeMap<String, HostTensor>| evaluate(&graph, &outs, &feeds, at);
-        // The graph mixed precision runs (f16 values, the updated parameters f32 masters),
-        // for its own reference: see `close_to_the_f16_model` below.
+        // The graph mixed precision runs (f16 values, the updated parameters f32 masters and
+        // the updates' arithmetic f32), for its own reference: see `close_to_the_f16_model`
+        // below.
         let masters: BTreeSet<String> = names.iter().cloned().collect();
-        let (f16_graph, f16_outs) = to_mixed_precision(&graph, &outs, &masters).unwrap();
+        let step_ids: Vec<NodeId> = steps.iter().map(|t| t.id()).collect();
+        let (f16_graph, f16_outs) = to_mixed_precision_updating(&graph, &outs, &masters, &step_ids).unwrap();
         let f16_reference = |at: &BTreeMap<String, HostTensor>| evaluate(&f16_graph, &f16_outs, &feeds, at);
         let mut modes = vec![
             ("fused", CompileOptions::default(), 5e-4, 1e-6),

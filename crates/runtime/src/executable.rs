@@ -35,7 +35,9 @@ pub struct CompileOptions {
     /// keep their types. Halves activation and weight memory. Parameters keep their declared
     /// f32 type at the API: `set_parameter` rounds the value to f16 on upload and
     /// `parameter` reads it back widened. Parameters that `updates` writes (training) keep
-    /// f32 storage and are rounded at their uses instead.
+    /// f32 storage and are rounded at their uses instead, and the elementwise arithmetic
+    /// that computes their new values (an optimizer's) stays f32: in f16 Adam's `ε` is 0.
+    /// For training, the `train` module's mixed precision (loss scaling) is the recipe.
     pub mixed_precision: bool,
     /// Set while measuring the cost model itself: plan with the default cost model.
     #[doc(hidden)]
@@ -184,6 +186,14 @@ impl CompileOptions {
     /// step's weights and optimizer state need their f32 values between steps).
     fn masters(&self) -> std::collections::BTreeSet<String> {
         self.updates.iter().map(|(name, _)| name.clone()).collect()
+    }
+
+    /// `graph` rewritten to mixed precision, and the new ids of `outputs` (which hold the
+    /// update values): f16 storage but for the masters, the updates' arithmetic in f32
+    /// ([`fusegraph_passes::mixed_precision::to_mixed_precision_updating`]).
+    fn mixed(&self, graph: &Graph, outputs: &[NodeId]) -> fusegraph_ir::Result<(Graph, Vec<NodeId>)> {
+        let updates: Vec<NodeId> = self.updates.iter().map(|(_, n)| *n).collect();
+        fusegraph_passes::mixed_precision::to_mixed_precision_updating(graph, outputs, &self.masters(), &updates)
     }
 
     /// One kernel per primitive op, no simplification, no hoisting and no combined
@@ -472,7 +482,7 @@ impl Device {
         outs.extend(opts.updates.iter().map(|(_, node)| *node));
         let limit = self.limit_for(opts);
         let mixed = if opts.mixed_precision {
-            let (g, mixed_outs) = fusegraph_passes::mixed_precision::to_mixed_precision(graph, &outs, &opts.masters())?;
+            let (g, mixed_outs) = opts.mixed(graph, &outs)?;
             outs = mixed_outs;
             Some(g)
         } else {
@@ -553,8 +563,7 @@ impl Device {
         outs_vec.extend(opts.updates.iter().map(|(_, n)| *n));
         let mut simplified = graph.clone();
         if opts.mixed_precision {
-            (simplified, outs_vec) =
-                fusegraph_passes::mixed_precision::to_mixed_precision(graph, &outs_vec, &opts.masters())?;
+            (simplified, outs_vec) = opts.mixed(graph, &outs_vec)?;
         }
         if opts.simplify {
             fusegraph_passes::simplify(&mut simplified, &mut outs_vec)?;

@@ -187,9 +187,14 @@ fn read_graph(cmd: &str, args: &[String]) -> Result<Read, String> {
         graph: p.graph,
     };
     if args.iter().any(|a| a == "--mixed-precision") {
-        (read.graph, read.kept) =
-            fusegraph::crates::passes::mixed_precision::to_mixed_precision(&read.graph, &read.kept, &read.updated)
-                .map_err(|e| format!("{cmd}: {path}: {e}"))?;
+        let updates = read.update_values().to_vec();
+        (read.graph, read.kept) = fusegraph::crates::passes::mixed_precision::to_mixed_precision_updating(
+            &read.graph,
+            &read.kept,
+            &read.updated,
+            &updates,
+        )
+        .map_err(|e| format!("{cmd}: {path}: {e}"))?;
     }
     Ok(read)
 }
