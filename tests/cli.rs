@@ -164,6 +164,28 @@ fn roofline_measures_only_the_families_and_dtype_asked_for() {
     assert!(rows[0].starts_with("copy ") && rows[0].contains(" f16 "), "{text}");
     assert!(rows[1].starts_with("softmax_rows ") && rows[1].contains(" f16 "), "{text}");
     assert!(text.contains("ceilings (measured in this run): copy"), "{text}");
+    // The contraction and window families beside the square products, each with its shape.
+    let out = fusegraph(
+        &["roofline", "--quick", "--kernels", "batched,skinny,conv,max_pool", "--dtype", "f32", "--runs", "1"],
+        None,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains(" f32 ")).collect();
+    let want = [
+        ("batched_matmul", "8x64x64x64"),
+        ("skinny_matmul", "8x512x512"),
+        ("conv2d", "[2,32,28,28]*3x3"),
+        ("max_pool2d", "[4,64,64,64]/2x2"),
+    ];
+    assert_eq!(rows.len(), want.len(), "{text}");
+    for (row, (kernel, shape)) in rows.iter().zip(want) {
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        assert!(fields[0].starts_with(kernel) && fields.contains(&shape), "{kernel} {shape}: {text}");
+        // A measured time and a nonzero throughput.
+        let ms: f64 = fields[fields.iter().position(|f| *f == shape).unwrap() + 1].parse().unwrap();
+        assert!(ms > 0.0, "{text}");
+    }
     // Bad filters are usage errors before anything is measured.
     for (args, message) in [
         (&["roofline", "--kernels", "tanh"][..], "no kernel family starts with `tanh`"),

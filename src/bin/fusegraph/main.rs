@@ -24,8 +24,10 @@ commands:
                    whose names start with NAME, else a micro workload or the transformer
                    at the sizes NAME gives (see ir)
   roofline [--quick] [--json PATH] [--kernels LIST] [--dtype f32|f16] [--runs N]
-                   achieved GB/s and GFLOP/s per kernel family next to ceilings measured
-                   in the same run (a streaming copy, the best matmul)
+                   achieved GB/s and GFLOP/s per kernel family (copy, elementwise chain,
+                   row reductions, softmax, layer norm, square, batched and skinny
+                   matmuls, 3x3 convolution, max pooling) next to ceilings measured in
+                   the same run (a streaming copy, the best square matmul)
   dot FILE [--unfused] [--mixed-precision]
                    read a program in fusegraph's text form (a graph, its outputs and its
                    parameter updates); simplify it, combine products of one operand over

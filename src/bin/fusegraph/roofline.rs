@@ -59,9 +59,56 @@ impl RooflineArgs {
     }
 }
 
-/// The kernel families the roofline measures, in order.
-const FAMILIES: [&str; 6] =
-    ["copy", "elementwise_chain20", "reduce_sum_rows", "softmax_rows", "layer_norm_rows", "matmul"];
+/// The kernel families the roofline measures, in order. The square `matmul` rows set the
+/// arithmetic ceiling; the other contractions are measured against it.
+const FAMILIES: [&str; 10] = [
+    "copy",
+    "elementwise_chain20",
+    "reduce_sum_rows",
+    "softmax_rows",
+    "layer_norm_rows",
+    "matmul",
+    "batched_matmul",
+    "skinny_matmul",
+    "conv2d",
+    "max_pool2d",
+];
+
+/// The problem sizes of one run: small with `--quick`, larger on a GPU (a 64 MiB copy takes
+/// tens of microseconds there, and the matmul targets are stated at 4096³).
+struct Sizes {
+    /// Elements of the streaming kernels (copy, chain, rows, pooling).
+    n: usize,
+    /// Sides of the square products.
+    mm: &'static [usize],
+    /// Batched products of attention's shape: (batch × heads, sequence, head width), each
+    /// `[b, s, d] · [b, d, s]`.
+    attention: (usize, usize, usize),
+    /// A skinny product: (rows, side), `[rows, side] · [side, side]`, bound by reading the
+    /// weight, as a decoder's step at a small batch.
+    skinny: (usize, usize),
+    /// A 3×3 convolution of a ResNet stage, stride 1, padding 1: (batch, channels in and out,
+    /// side of the square image).
+    conv: (usize, usize, usize),
+}
+
+impl Sizes {
+    fn new(quick: bool, cpu: bool) -> Self {
+        match (quick, cpu) {
+            (true, _) => Sizes { n: 1 << 20, mm: &[256], attention: (8, 64, 64), skinny: (8, 512), conv: (2, 32, 28) },
+            (false, true) => {
+                Sizes { n: 1 << 24, mm: &[512, 1024], attention: (48, 256, 64), skinny: (8, 2048), conv: (8, 64, 56) }
+            }
+            (false, false) => Sizes {
+                n: 1 << 26,
+                mm: &[1024, 2048, 4096],
+                attention: (96, 1024, 64),
+                skinny: (8, 8192),
+                conv: (32, 128, 56),
+            },
+        }
+    }
+}
 
 /// Records a workload into a builder: its outputs and feeds.
 type Build<'a> = &'a dyn Fn(&GraphBuilder) -> (Vec<NodeId>, Vec<(String, HostTensor)>);
@@ -170,19 +217,9 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     let device = Device::shared().map_err(|e| e.to_string())?;
     let info = device.info().clone();
     eprintln!("device: {}", device.describe());
-    // A GPU gets larger problems: a 64 MiB copy takes tens of microseconds there, and the
-    // matmul targets are stated at 4096³.
     let cpu = info.device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu;
-    let n: usize = match (args.quick, cpu) {
-        (true, _) => 1 << 20,
-        (false, true) => 1 << 24,
-        (false, false) => 1 << 26,
-    };
-    let mm: &[usize] = match (args.quick, cpu) {
-        (true, _) => &[256],
-        (false, true) => &[512, 1024],
-        (false, false) => &[1024, 2048, 4096],
-    };
+    let sizes = Sizes::new(args.quick, cpu);
+    let (n, mm) = (sizes.n, sizes.mm);
     let runs = args.runs.unwrap_or(if args.quick { 5 } else { 10 });
     let mut rows: Vec<Row> = Vec::new();
     // The bandwidth ceiling: an f32 copy (`neg`: each element read once and written once),
@@ -286,6 +323,31 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
                 }
             }
         }
+        let (heads, s, d) = sizes.attention;
+        let flops = 2.0 * (heads * s * d * s) as f64;
+        measure_with("batched_matmul", dtype, format!("{heads}x{s}x{d}x{s}"), flops, &plain, &|b| {
+            let (x, f) = inputs(b, dtype, &[&[heads, s, d], &[heads, d, s]]);
+            (vec![x[0].matmul(&x[1]).expect("matmul").id()], f)
+        })?;
+        let (rows, side) = sizes.skinny;
+        let flops = 2.0 * (rows * side * side) as f64;
+        measure_with("skinny_matmul", dtype, format!("{rows}x{side}x{side}"), flops, &plain, &|b| {
+            let (x, f) = inputs(b, dtype, &[&[rows, side], &[side, side]]);
+            (vec![x[0].matmul(&x[1]).expect("matmul").id()], f)
+        })?;
+        let (batch, c, side) = sizes.conv;
+        // Each output element: a sum of c·3·3 products.
+        let flops = 2.0 * (batch * c * side * side * c * 9) as f64;
+        measure_with("conv2d", dtype, format!("[{batch},{c},{side},{side}]*3x3"), flops, &plain, &|b| {
+            let (x, f) = inputs(b, dtype, &[&[batch, c, side, side], &[c, c, 3, 3]]);
+            (vec![x[0].conv2d(&x[1], [1, 1], [1, 1], [1, 1], 1).expect("conv2d").id()], f)
+        })?;
+        // 2×2 windows, stride 2, over n elements: a comparison per element read.
+        let pool = [n / (64 * 64 * 64), 64, 64, 64];
+        measure_with("max_pool2d", dtype, format!("[{},64,64,64]/2x2", pool[0]), n as f64, &plain, &|b| {
+            let (x, f) = inputs(b, dtype, &[&pool]);
+            (vec![x[0].max_pool2d([2, 2], [2, 2], [0, 0]).expect("max_pool2d").id()], f)
+        })?;
     }
     // Ceilings from this run: a row's "% of copy" is against the copy runs of its own rounds
     // (the same minute of machine load); the summary gives the copy's median over all
