@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{composite_builders, CaseBuilder};
+use common::{composite_builders, Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::attention::fuse_attention;
 use fusegraph::crates::passes::{fuse, FusionOptions, Kernel};
 use fusegraph::crates::wgsl::{lower, validate, LowerOptions};
@@ -35,7 +35,16 @@ fn golden_kernels(
     let (_, build) = composite_builders().into_iter().find(|(n, _)| *n == name).unwrap();
     let mut c = CaseBuilder::new(1);
     let outs = build(&mut c, dtype);
-    let case = c.finish(name, &outs.iter().collect::<Vec<_>>());
+    golden_case(c.finish(name, &outs.iter().collect::<Vec<_>>()), opts, post, file);
+}
+
+/// The fused kernels of `case` (after `post`), lowered under `opts`, against `file`.
+fn golden_case(
+    case: Case,
+    opts: LowerOptions,
+    post: fn(&Graph, Vec<Kernel>, &[NodeId]) -> Vec<Kernel>,
+    file: expect_test::ExpectFile,
+) {
     let f = fuse(&case.graph, &case.outputs, &FusionOptions { max_bindings: 32, ..Default::default() }).unwrap();
     let text: Vec<String> = post(&case.graph, f.kernels, &case.outputs)
         .iter()
@@ -109,8 +118,10 @@ fn layer_norm_rows_in_one_pass_with_subgroups() {
     golden_with("layer_norm", DType::F32, opts, expect_test::expect_file!["wgsl/layer_norm_subgroups.wgsl"]);
 }
 
-/// The same matmul on a CPU adapter (lavapipe, subgroups of 8): the subgroup matmul, its
-/// operands read from textures.
+/// The same epilogue on a CPU adapter (lavapipe, subgroups of 8): the subgroup matmul, its
+/// operands read from textures. The product is larger than the composite's (72 rows, 40
+/// columns: more than a workgroup's 64 and 32), so that every workgroup does not read the
+/// whole of an operand and both are worth their copy into a texture.
 #[test]
 fn matmul_with_texture_operands_for_cpu() {
     let opts = LowerOptions {
@@ -120,10 +131,15 @@ fn matmul_with_texture_operands_for_cpu() {
         texture_operands: Some(16384),
         ..Default::default()
     };
-    golden_with(
-        "gelu_relu_matmul_bias",
-        DType::F32,
+    let mut c = CaseBuilder::new(1);
+    let a = c.input(DType::F32, &[72, 33], Domain::Any);
+    let b = c.input(DType::F32, &[33, 40], Domain::Any);
+    let bias = c.input(DType::F32, &[40], Domain::Any);
+    let y = a.matmul(&b).unwrap().relu().unwrap().add(&bias).unwrap().gelu().unwrap();
+    golden_case(
+        c.finish("gelu_relu_matmul_bias", &[&y]),
         opts,
+        |_, kernels, _| kernels,
         expect_test::expect_file!["wgsl/gelu_relu_matmul_bias_cpu_textures.wgsl"],
     );
 }

@@ -9,8 +9,8 @@ mod common;
 use common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode, Kernel, KernelKind};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
-use fusegraph::crates::wgsl::{lower, subgroup_matmul, validate, LowerOptions, TEXTURE_ROW};
-use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor, NodeId, Tensor};
+use fusegraph::crates::wgsl::{gemm_shape, lower, subgroup_matmul, validate, LowerOptions, TEXTURE_ROW};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor, NodeId, Tensor};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -429,13 +429,12 @@ fn texture_opts(rows: u32) -> LowerOptions {
 /// them is left. A binding of more vec4s than `rows · TEXTURE_ROW` keeps its buffer.
 #[test]
 fn texture_operands_replace_the_vec4_views_that_fit() {
-    let mut textures = 0;
+    let (mut textures, mut skipped) = (0, 0);
     for case in sweep() {
         for k in partition(&case.graph, &case.outputs, FusionMode::On).unwrap() {
             let Some(plan) = subgroup_matmul(&case.graph, &k, &texture_opts(16384)) else { continue };
             let src = lower(&case.graph, &k, &texture_opts(16384));
             validate(&src.wgsl).unwrap_or_else(|e| panic!("{}: {e}\n{}", case.name, src.wgsl));
-            let mut expected: Vec<NodeId> = [&plan.lhs, &plan.rhs].into_iter().flatten().map(|v| v.leaf).collect();
             let contraction = *k
                 .members
                 .iter()
@@ -444,16 +443,34 @@ fn texture_operands_replace_the_vec4_views_that_fit() {
             let conv = matches!(case.graph.node(contraction).op, fusegraph::Op::Conv2d { .. });
             let ops = case.graph.operands(contraction).to_vec();
             let (lhs_op, rhs_op) = if conv { (ops[1], ops[0]) } else { (ops[0], ops[1]) };
-            for (view, op) in [(&plan.lhs, lhs_op), (&plan.rhs, rhs_op)] {
+            // Only operands whose elements the kernel loads more than once: the lhs where
+            // the product has more columns than a workgroup's 32 (8 lanes × 4), the rhs where
+            // it has more rows than a workgroup's, either where its binding is smaller than
+            // the operand (shared by the batch), and every operand of a convolution.
+            let (gemm, _) = gemm_shape(&case.graph, &k, &texture_opts(16384)).expect("a GEMM");
+            let reused = |side: usize, n: NodeId| {
+                let numel = case.graph.ty(n).shape.numel();
+                conv || match side {
+                    0 => gemm.n > 32 || numel < gemm.batch * gemm.m * gemm.k,
+                    _ => gemm.m > plan.rows || numel < gemm.batch * gemm.k * gemm.n,
+                }
+            };
+            let mut expected: Vec<NodeId> = [&plan.lhs, &plan.rhs]
+                .into_iter()
+                .enumerate()
+                .filter_map(|(side, v)| v.as_ref().map(|v| v.leaf).filter(|&n| reused(side, n)))
+                .collect();
+            for (side, (view, op)) in [(&plan.lhs, lhs_op), (&plan.rhs, rhs_op)].into_iter().enumerate() {
                 let mut stack = if view.is_none() { vec![op] } else { vec![] };
                 while let Some(n) = stack.pop() {
                     if k.members.contains(&n) {
                         stack.extend(case.graph.operands(n).iter().copied());
-                    } else if case.graph.ty(n).shape.numel() % 4 == 0 && !expected.contains(&n) {
+                    } else if case.graph.ty(n).shape.numel() % 4 == 0 && reused(side, n) && !expected.contains(&n) {
                         expected.push(n);
                     }
                 }
             }
+            skipped += [&plan.lhs, &plan.rhs].into_iter().flatten().filter(|v| !expected.contains(&v.leaf)).count();
             assert_eq!(plan.textures, expected, "{}", case.name);
             for (b, binding) in src.bindings.iter().enumerate() {
                 assert_eq!(binding.texture, expected.contains(&binding.node) && !binding.output, "{}", case.name);
@@ -465,7 +482,22 @@ fn texture_operands_replace_the_vec4_views_that_fit() {
             }
         }
     }
-    assert!(textures >= 60, "only {textures} texture operands");
+    assert!(textures >= 40, "only {textures} texture operands");
+    // The sweep's products of at most 64 rows read their rhs from its buffer.
+    assert!(skipped >= 20, "only {skipped} operands loaded once");
+    // A skinny product loads its rhs once: no texture for it, the lhs (loaded once per 32
+    // columns) in one.
+    let c = case((8, 64, 256), false, Layout::Plain, Layout::Plain, false);
+    let k = &partition(&c.graph, &c.outputs, FusionMode::On).unwrap()[0];
+    let skinny = subgroup_matmul(&c.graph, k, &texture_opts(16384)).expect("a subgroup matmul");
+    assert_eq!(skinny.textures, vec![skinny.lhs.as_ref().expect("a view").leaf]);
+    // A weight shared by a batch of skinny products is loaded by each of them.
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [4, 8, 64]).unwrap();
+    let w = b.input("w", DType::F32, [64, 256]).unwrap();
+    let y = x.matmul(&w).unwrap();
+    let shared = &partition(&b.graph(), &[y.id()], FusionMode::On).unwrap()[0];
+    assert_eq!(subgroup_matmul(&b.graph(), shared, &texture_opts(16384)).expect("a subgroup matmul").textures.len(), 2);
     // [65, 64] holds 1,040 vec4s, more than one row of a texture; [64, 36] 576.
     let c = case((65, 64, 36), false, Layout::Plain, Layout::Plain, false);
     let k = &partition(&c.graph, &c.outputs, FusionMode::On).unwrap()[0];

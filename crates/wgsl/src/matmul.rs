@@ -1047,7 +1047,8 @@ pub struct SubgroupPlan {
     /// The bindings read from textures rather than storage buffers (see
     /// [`crate::LowerOptions::texture_operands`]): the leaves of `lhs` and `rhs`, then the
     /// inputs that an operand without a view reads inside the `k` loop (a convolution's
-    /// image, a fused prologue's inputs), each where it fits a texture.
+    /// image, a fused prologue's inputs), each where it fits a texture and the kernel loads
+    /// its elements more than once (not the rhs of a product of at most `rows` rows).
     pub textures: Vec<NodeId>,
 }
 
@@ -1082,7 +1083,7 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
     {
         return None;
     }
-    let (_, m, n, k) = gemm_dims(g, mm);
+    let (batch, m, n, k) = gemm_dims(g, mm);
     // Contiguous along axis `unit`; every other stride and the offset in whole vec4s; a
     // binding of f32 or of native f16 (`vec4<f16>`, widened on load).
     let aligned = |v: &StridedView, unit: usize| {
@@ -1136,15 +1137,35 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
             && matches!(g.ty(n).dtype, DType::F32 | DType::F16)
             && !packed_f16(g.ty(n).dtype, opts)
     };
-    let mut textures: Vec<NodeId> = [&lhs, &rhs].into_iter().flatten().map(|v| v.leaf).filter(|&n| fits(n)).collect();
+    // A texture pays for its copy only where the kernel loads each element of the operand
+    // more than once: every workgroup computes `rows` rows by `4·lanes` columns of one
+    // product, so it loads each lhs element once per tile of columns and each rhs element
+    // once per tile of rows, and a binding smaller than its operand (broadcast along the
+    // batch, a weight shared by every product) is loaded by every product reading it. A
+    // skinny product (`m` ≤ `rows`: a decoder's step, a small batch through a large weight)
+    // loads its own rhs once, and copying it into a texture first only added a copy of it:
+    // 8×2048×2048 f32 took 16.5–18.1 ms that way, 10.7–14.4 from the buffer (lavapipe,
+    // BENCHMARKS.md). A convolution reads its weights for every image and its image's
+    // elements in several patches.
+    let reused = |side: usize, node: NodeId| {
+        let numel = g.ty(node).shape.numel();
+        conv || if side == 0 { n > 4 * lanes || numel < batch * m * k } else { m > rows || numel < batch * k * n }
+    };
+    let mut textures: Vec<NodeId> = [&lhs, &rhs]
+        .into_iter()
+        .enumerate()
+        .filter_map(|(side, v)| v.as_ref().filter(|v| reused(side, v.leaf)))
+        .map(|v| v.leaf)
+        .filter(|&n| fits(n))
+        .collect();
     let unviewed =
         [(lhs.is_none(), if conv { ops[1] } else { ops[0] }), (rhs.is_none(), if conv { ops[0] } else { ops[1] })];
-    for (_, op) in unviewed.into_iter().filter(|(none, _)| *none) {
+    for (side, (_, op)) in unviewed.into_iter().enumerate().filter(|(_, (none, _))| *none) {
         let mut stack = vec![op];
         while let Some(n) = stack.pop() {
             if kernel.members.contains(&n) {
                 stack.extend(g.operands(n).iter().copied());
-            } else if kernel.inputs.contains(&n) && fits(n) && !textures.contains(&n) {
+            } else if kernel.inputs.contains(&n) && fits(n) && reused(side, n) && !textures.contains(&n) {
                 textures.push(n);
             }
         }
