@@ -54,7 +54,7 @@ pub fn to_mixed_precision_updating(
     };
     for id in g.topo_order()? {
         let node = g.node(id);
-        if wide.contains(&id) {
+        let new = if wide.contains(&id) {
             let mut operands = Vec::new();
             for o in g.operands(id) {
                 let m = map[&o];
@@ -73,51 +73,51 @@ pub fn to_mixed_precision_updating(
                     m
                 });
             }
-            let new = if node.op.is_leaf() {
+            if node.op.is_leaf() {
                 out.add_leaf(node.op.clone(), node.ty.clone())?
             } else {
                 out.add_op(node.op.clone(), &operands)?
-            };
-            if let Some(name) = &node.name {
-                out.set_name(new, name.clone());
             }
-            // Users outside the update arithmetic read it rounded, as every other value.
-            raw.insert(id, new);
-            map.insert(id, out.add_op(Op::Cast { to: DType::F16 }, &[new])?);
-            continue;
-        }
-        let new = match &node.op {
-            Op::Parameter { name } if node.ty.dtype == DType::F32 && !masters.contains(name) => {
-                out.add_leaf(node.op.clone(), half(&node.ty))?
-            }
-            Op::Constant { .. } => out.add_leaf(node.op.clone(), half(&node.ty))?,
-            Op::Input { .. } | Op::Parameter { .. } => {
-                let leaf = out.add_leaf(node.op.clone(), node.ty.clone())?;
-                if node.ty.dtype == DType::F32 {
-                    raw.insert(id, leaf);
-                    out.add_op(Op::Cast { to: DType::F16 }, &[leaf])?
-                } else {
-                    leaf
+        } else {
+            match &node.op {
+                Op::Parameter { name } if node.ty.dtype == DType::F32 && !masters.contains(name) => {
+                    out.add_leaf(node.op.clone(), half(&node.ty))?
                 }
-            }
-            Op::Full { .. } | Op::Iota { .. } => out.add_leaf(node.op.clone(), half(&node.ty))?,
-            Op::Cast { to: DType::F32 } => {
-                let x = map[&g.operands(id)[0]];
-                if out.ty(x).dtype == DType::F16 {
-                    x
-                } else {
-                    out.add_op(Op::Cast { to: DType::F16 }, &[x])?
+                Op::Constant { .. } => out.add_leaf(node.op.clone(), half(&node.ty))?,
+                Op::Input { .. } | Op::Parameter { .. } => {
+                    let leaf = out.add_leaf(node.op.clone(), node.ty.clone())?;
+                    if node.ty.dtype == DType::F32 {
+                        raw.insert(id, leaf);
+                        out.add_op(Op::Cast { to: DType::F16 }, &[leaf])?
+                    } else {
+                        leaf
+                    }
                 }
-            }
-            op => {
-                let operands: Vec<NodeId> = g.operands(id).iter().map(|o| map[o]).collect();
-                out.add_op(op.clone(), &operands)?
+                Op::Full { .. } | Op::Iota { .. } => out.add_leaf(node.op.clone(), half(&node.ty))?,
+                Op::Cast { to: DType::F32 } => {
+                    let x = map[&g.operands(id)[0]];
+                    if out.ty(x).dtype == DType::F16 {
+                        x
+                    } else {
+                        out.add_op(Op::Cast { to: DType::F16 }, &[x])?
+                    }
+                }
+                op => {
+                    let operands: Vec<NodeId> = g.operands(id).iter().map(|o| map[o]).collect();
+                    out.add_op(op.clone(), &operands)?
+                }
             }
         };
         if let Some(name) = &node.name {
             out.set_name(new, name.clone());
         }
-        map.insert(id, new);
+        if wide.contains(&id) {
+            // Users outside the update arithmetic read it rounded, as every other value.
+            raw.insert(id, new);
+            map.insert(id, out.add_op(Op::Cast { to: DType::F16 }, &[new])?);
+        } else {
+            map.insert(id, new);
+        }
     }
     let mut outs = Vec::with_capacity(outputs.len());
     for &o in outputs {

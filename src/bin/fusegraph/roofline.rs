@@ -213,6 +213,12 @@ fn inputs(b: &GraphBuilder, dtype: DType, shapes: &[&[usize]]) -> (Vec<Tensor>, 
     (ts, fs)
 }
 
+/// `lhs · rhs` of two random inputs of these shapes: a [`Build`]'s graph for a product.
+fn product(b: &GraphBuilder, dtype: DType, lhs: &[usize], rhs: &[usize]) -> (Vec<NodeId>, Vec<(String, HostTensor)>) {
+    let (x, f) = inputs(b, dtype, &[lhs, rhs]);
+    (vec![x[0].matmul(&x[1]).expect("matmul").id()], f)
+}
+
 pub fn run(args: &RooflineArgs) -> Result<(), String> {
     let device = Device::shared().map_err(|e| e.to_string())?;
     let info = device.info().clone();
@@ -304,10 +310,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
             (vec![x[0].layer_norm(&[1], 1e-5).expect("layer_norm").id()], f)
         })?;
         for &m in mm {
-            let build: Build = &|b| {
-                let (x, f) = inputs(b, dtype, &[&[m, m], &[m, m]]);
-                (vec![x[0].matmul(&x[1]).expect("matmul").id()], f)
-            };
+            let build: Build = &|b| product(b, dtype, &[m, m], &[m, m]);
             let flops = 2.0 * (m * m * m) as f64;
             measure_with("matmul", dtype, format!("{m}x{m}x{m}"), flops, &plain, build)?;
             if device.autotune() || cpu {
@@ -326,14 +329,12 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         let (heads, s, d) = sizes.attention;
         let flops = 2.0 * (heads * s * d * s) as f64;
         measure_with("batched_matmul", dtype, format!("{heads}x{s}x{d}x{s}"), flops, &plain, &|b| {
-            let (x, f) = inputs(b, dtype, &[&[heads, s, d], &[heads, d, s]]);
-            (vec![x[0].matmul(&x[1]).expect("matmul").id()], f)
+            product(b, dtype, &[heads, s, d], &[heads, d, s])
         })?;
         let (rows, side) = sizes.skinny;
         let flops = 2.0 * (rows * side * side) as f64;
         measure_with("skinny_matmul", dtype, format!("{rows}x{side}x{side}"), flops, &plain, &|b| {
-            let (x, f) = inputs(b, dtype, &[&[rows, side], &[side, side]]);
-            (vec![x[0].matmul(&x[1]).expect("matmul").id()], f)
+            product(b, dtype, &[rows, side], &[side, side])
         })?;
         let (batch, c, side) = sizes.conv;
         // Each output element: a sum of c·3·3 products.
