@@ -29,7 +29,7 @@ pub use fusegraph_ir::{
 };
 pub use fusegraph_runtime::{
     Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FusionMode, GemmShape, KernelStats,
-    MatmulTiling, RuntimeError, SplitK, TunedSplit, TunedTiling,
+    MatmulTiling, ReduceFill, RuntimeError, SplitK, SplitReductions, TunedSplit, TunedTiling,
 };
 
 /// The crates behind the facade, for users who need their full APIs.

@@ -215,6 +215,22 @@ impl ReduceKind {
             ReduceKind::Prod => "prod",
         }
     }
+
+    /// The value an empty reduction of `dtype` yields, which leaves any other operand
+    /// unchanged: 0, 1, the lowest or the highest value of the type.
+    pub fn identity(self, dtype: DType) -> f64 {
+        match (self, dtype) {
+            (ReduceKind::Sum, _) => 0.0,
+            (ReduceKind::Prod, _) => 1.0,
+            (ReduceKind::Max, DType::I32) => i32::MIN as f64,
+            (ReduceKind::Max, DType::U32 | DType::Bool) => 0.0,
+            (ReduceKind::Max, _) => f64::NEG_INFINITY,
+            (ReduceKind::Min, DType::I32) => i32::MAX as f64,
+            (ReduceKind::Min, DType::U32) => u32::MAX as f64,
+            (ReduceKind::Min, DType::Bool) => 1.0,
+            (ReduceKind::Min, _) => f64::INFINITY,
+        }
+    }
 }
 
 /// The kind of a pooling window.

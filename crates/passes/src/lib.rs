@@ -28,6 +28,7 @@ pub mod remat;
 pub mod schedule;
 pub mod simplify;
 pub mod split_k;
+pub mod split_reduce;
 #[doc(hidden)]
 pub mod testing;
 

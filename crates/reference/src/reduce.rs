@@ -9,17 +9,7 @@ use fusegraph_ir::{DType, ReduceKind, TensorType};
 
 /// The result of an empty reduction of `kind` in `dtype`.
 pub(crate) fn identity(kind: ReduceKind, dtype: DType) -> f64 {
-    match (kind, dtype) {
-        (ReduceKind::Sum, _) => 0.0,
-        (ReduceKind::Prod, _) => 1.0,
-        (ReduceKind::Max, DType::I32) => i32::MIN as f64,
-        (ReduceKind::Max, DType::U32 | DType::Bool) => 0.0,
-        (ReduceKind::Max, _) => f64::NEG_INFINITY,
-        (ReduceKind::Min, DType::I32) => i32::MAX as f64,
-        (ReduceKind::Min, DType::U32) => u32::MAX as f64,
-        (ReduceKind::Min, DType::Bool) => 1.0,
-        (ReduceKind::Min, _) => f64::INFINITY,
-    }
+    kind.identity(dtype)
 }
 
 /// Reduces `x` over `axes` with `kind`; `ty` is the result type (with or without kept dims,

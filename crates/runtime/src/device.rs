@@ -96,6 +96,13 @@ pub struct DeviceOptions {
     /// (wgpu issue gfx-rs/wgpu#7698: a pipeline went from 0.1 to 10 ms). `Some(true)` keeps
     /// them, to compare or to debug a kernel.
     pub shader_checks: Option<bool>,
+    /// Lower every kernel in the forms a GPU gets, on any adapter: workgroup-per-row
+    /// reductions, loop kernels without a CPU's serial steps, the workgroup-tiled matmul,
+    /// the split-reduction rule of a GPU ([`crate::ReduceFill::GPU`]). For tests on a CPU
+    /// adapter (lavapipe), which otherwise never runs these forms. A CPU adapter ends an
+    /// invocation's loops after 65 535 iterations (`fusegraph_wgsl::CPU_LOOP_BUDGET`), which
+    /// the GPU forms do not guard against: keep such tests' rows short.
+    pub gpu_kernels: bool,
 }
 
 /// Whether `adapter` runs the cooperative-matrix matmul (see `fusegraph_wgsl::CoopPlan`):
@@ -150,6 +157,7 @@ pub struct Device {
     tiled_attention: bool,
     shader_checks: bool,
     texture_operands: bool,
+    gpu_kernels: bool,
     pub(crate) tuner: Mutex<crate::autotune::Tuner>,
 }
 
@@ -259,7 +267,7 @@ impl Device {
         let tiled_attention = opts
             .tiled_attention
             .or_else(|| env_switch("FUSEGRAPH_TILED_ATTENTION"))
-            .unwrap_or(info.device_type != wgpu::DeviceType::Cpu);
+            .unwrap_or(info.device_type != wgpu::DeviceType::Cpu || opts.gpu_kernels);
         let texture_operands =
             opts.texture_operands.or_else(|| env_switch("FUSEGRAPH_TEXTURE_OPERANDS")).unwrap_or(true);
         let shader_checks = opts.shader_checks.or_else(|| env_switch("FUSEGRAPH_SHADER_CHECKS")).unwrap_or(false);
@@ -279,6 +287,7 @@ impl Device {
             tiled_attention,
             shader_checks,
             texture_operands,
+            gpu_kernels: opts.gpu_kernels,
             tuner: Mutex::new(Default::default()),
         })
     }
@@ -340,12 +349,17 @@ impl Device {
         self.tiled_attention
     }
 
+    /// Whether kernels are lowered in a CPU adapter's forms: the adapter is a CPU and
+    /// [`DeviceOptions::gpu_kernels`] did not ask for a GPU's.
+    pub fn cpu_kernels(&self) -> bool {
+        self.info.device_type == wgpu::DeviceType::Cpu && !self.gpu_kernels
+    }
+
     /// The most rows a texture operand may have where the subgroup matmul reads its operands
     /// from textures ([`DeviceOptions::texture_operands`] on, a CPU adapter with a fixed
     /// subgroup size); `None` otherwise.
     pub(crate) fn texture_operand_rows(&self) -> Option<u32> {
-        let cpu = self.info.device_type == wgpu::DeviceType::Cpu;
-        (self.texture_operands && cpu && fixed_subgroup_size(&self.info).is_some())
+        (self.texture_operands && self.cpu_kernels() && fixed_subgroup_size(&self.info).is_some())
             .then_some(self.limits.max_texture_dimension_2d)
     }
 

@@ -5,6 +5,8 @@ use crate::{Device, Result, RuntimeError};
 use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
 use fusegraph_passes::kernel::unshared_members;
 use fusegraph_passes::split_k::{fill_splits, split_k, FillOptions, Gemm};
+pub use fusegraph_passes::split_reduce::FillOptions as ReduceFill;
+use fusegraph_passes::split_reduce::{fill_chunks, split_reduce};
 use fusegraph_passes::{
     plan_combined_within, plan_summary_within, plan_within, FusionMode, Joined, Location, MemoryPlan, PlanOptions,
     PlanSummary, Region,
@@ -70,6 +72,12 @@ pub struct CompileOptions {
     /// `S`) sets the default for experiments. A split that would make the plan exceed the memory
     /// limit is not made.
     pub split_k: SplitK,
+    /// With fusion on, reductions with few outputs and long rows (a loss, a norm, a bias
+    /// gradient's column sums) become two reductions, the first over chunks of each row
+    /// with many workgroups ([`fusegraph_passes::split_reduce`]). Default: by the adapter's
+    /// occupancy rule; off in [`CompileOptions::unfused`]. A split that would make the plan
+    /// exceed the memory limit is not made.
+    pub split_reductions: SplitReductions,
     /// Run the kernels that compute from parameters and constants alone (batch-norm
     /// folding's scaled weights, a constant computed on its own) once after the parameters
     /// are set rather than on every run (default on): [`Executable::set_parameter`] marks
@@ -124,6 +132,32 @@ pub enum SplitK {
     Tuned,
 }
 
+/// Which reductions [`CompileOptions::split_reductions`] splits
+/// ([`fusegraph_passes::split_reduce`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SplitReductions {
+    /// None.
+    Off,
+    /// By the occupancy rule for the adapter (the default):
+    /// [`ReduceFill::GPU`] on a GPU, [`ReduceFill::CPU`] on a CPU adapter.
+    #[default]
+    Adapter,
+    /// By this occupancy rule on any adapter (tests run a GPU's on a CPU adapter).
+    Fill(ReduceFill),
+}
+
+impl SplitReductions {
+    /// The occupancy rule in force on an adapter that is (`cpu`) or is not a CPU.
+    fn fill(self, cpu: bool) -> Option<ReduceFill> {
+        match self {
+            SplitReductions::Off => None,
+            SplitReductions::Adapter if cpu => Some(ReduceFill::CPU),
+            SplitReductions::Adapter => Some(ReduceFill::GPU),
+            SplitReductions::Fill(f) => Some(f),
+        }
+    }
+}
+
 impl SplitK {
     /// `off`, `tuned`, `fill:W` (W workgroups) or `S` (slices), as `FUSEGRAPH_SPLIT_K` takes
     /// them; `None` for anything else.
@@ -173,6 +207,7 @@ impl Default for CompileOptions {
             dump_wgsl: None,
             fused_attention: None,
             split_k: SplitK::from_env().unwrap_or_default(),
+            split_reductions: SplitReductions::Adapter,
             hoist_parameters: true,
             combine_products: true,
             // FUSEGRAPH_EXCESS_PRECISION=off: every f16 op rounds (for comparisons).
@@ -204,6 +239,7 @@ impl CompileOptions {
             simplify: false,
             hoist_parameters: false,
             combine_products: false,
+            split_reductions: SplitReductions::Off,
             ..Default::default()
         }
     }
@@ -489,25 +525,55 @@ impl Device {
             None
         };
         let g = mixed.as_ref().unwrap_or(graph);
-        let choice = opts.split_k;
-        if choice == SplitK::Off {
+        if opts.split_k == SplitK::Off && opts.split_reductions == SplitReductions::Off {
             return Ok(plan_summary_within(g, &outs, &popts, limit)?);
         }
-        // As `compile`: simplified, then split where the split plan fits the limit as it is.
-        let mut simplified = g.clone();
-        if popts.simplify {
-            fusegraph_passes::simplify(&mut simplified, &mut outs)?;
-        }
+        // As `compile`: simplified, then split where the split plan fits the limit.
+        let mut rewritten = g.clone();
+        self.rewrite(&mut rewritten, &mut outs, opts, &popts, limit)?;
         popts.simplify = false;
-        let mut split = simplified.clone();
-        let mut split_outs = outs.clone();
-        if !split_k(&mut split, &mut split_outs, &|gemm| choice.splits(self, gemm))?.is_empty() {
-            let summary = plan_summary_within(&split, &split_outs, &popts, None)?;
-            if limit.is_none_or(|l| summary.total_bytes <= l) {
-                return Ok(summary);
+        Ok(plan_summary_within(&rewritten, &outs, &popts, limit)?)
+    }
+
+    /// The device-dependent rewrites `compile` and `plan` make before fusion, in order:
+    /// simplification (with `opts.simplify`), split-k ([`CompileOptions::split_k`]), kept
+    /// only where the split plan fits `limit` as it is (without rematerialization or fused
+    /// attention: a split never costs a graph its fit or a recomputation), and split
+    /// reductions ([`CompileOptions::split_reductions`]), likewise.
+    fn rewrite(
+        self: &Arc<Self>,
+        graph: &mut Graph,
+        outputs: &mut Vec<NodeId>,
+        opts: &CompileOptions,
+        popts: &PlanOptions,
+        limit: Option<u64>,
+    ) -> Result<()> {
+        if opts.simplify {
+            fusegraph_passes::simplify(graph, outputs)?;
+        }
+        let popts = PlanOptions { simplify: false, ..popts.clone() };
+        let fits = |g: &Graph, outs: &[NodeId]| {
+            limit.is_none_or(|l| plan_within(g, outs, &popts, None).is_ok_and(|p| p.summary.total_bytes <= l))
+        };
+        // Split-k after simplification (batch-norm folding looks for the unsplit product).
+        let choice = opts.split_k;
+        if choice != SplitK::Off {
+            let (mut split, mut split_outs) = (graph.clone(), outputs.clone());
+            if !split_k(&mut split, &mut split_outs, &|gemm| choice.splits(self, gemm))?.is_empty()
+                && fits(&split, &split_outs)
+            {
+                (*graph, *outputs) = (split, split_outs);
             }
         }
-        Ok(plan_summary_within(&simplified, &outs, &popts, limit)?)
+        if let Some(fill) = opts.split_reductions.fill(self.cpu_kernels()).filter(|_| opts.fusion == FusionMode::On) {
+            let (mut split, mut split_outs) = (graph.clone(), outputs.clone());
+            if !split_reduce(&mut split, &mut split_outs, &|r| fill_chunks(r, &fill))?.is_empty()
+                && fits(&split, &split_outs)
+            {
+                (*graph, *outputs) = (split, split_outs);
+            }
+        }
+        Ok(())
     }
 
     /// The largest batch in `1..=max_batch` whose plan fits `limit` bytes on this device,
@@ -565,30 +631,13 @@ impl Device {
         if opts.mixed_precision {
             (simplified, outs_vec) = opts.mixed(graph, &outs_vec)?;
         }
-        if opts.simplify {
-            fusegraph_passes::simplify(&mut simplified, &mut outs_vec)?;
-        }
         let limits = self.limits();
         let mut popts = self.plan_options(opts);
         let limit = self.limit_for(opts);
         popts.remat = opts.remat;
         // Updates are planned in place where safe (their values follow the user's outputs).
         popts.updates = planned_updates(opts, user_outputs);
-        // Split-k after simplification (batch-norm folding looks for the unsplit product),
-        // kept only where the split plan fits the limit as it is (without rematerialization
-        // or fused attention): a split never costs a graph its fit or a recomputation.
-        let choice = opts.split_k;
-        if choice != SplitK::Off {
-            let mut split = simplified.clone();
-            let mut split_outs = outs_vec.clone();
-            if !split_k(&mut split, &mut split_outs, &|gemm| choice.splits(self, gemm))?.is_empty()
-                && limit.is_none_or(|l| {
-                    plan_within(&split, &split_outs, &popts, None).is_ok_and(|p| p.summary.total_bytes <= l)
-                })
-            {
-                (simplified, outs_vec) = (split, split_outs);
-            }
-        }
+        self.rewrite(&mut simplified, &mut outs_vec, opts, &popts, limit)?;
         let update_nodes = outs_vec.split_off(user_outputs);
         let mut plan_outputs = outs_vec.clone();
         plan_outputs.extend(update_nodes.iter().copied());
@@ -635,7 +684,7 @@ impl Device {
         let (kernels, plan, prepared) = (planned.kernels, planned.plan, planned.prepared);
         let lower_opts = LowerOptions {
             f16_native: self.f16_native(),
-            cpu: self.info().device_type == wgpu::DeviceType::Cpu,
+            cpu: self.cpu_kernels(),
             subgroups: self.features().contains(wgpu::Features::SUBGROUP),
             subgroup_size: crate::device::fixed_subgroup_size(self.info()),
             cooperative_matrix: self.cooperative_matrix(),

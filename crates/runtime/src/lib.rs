@@ -18,7 +18,9 @@ mod profile;
 pub use autotune::{TunedSplit, TunedTiling, MAX_TIMED_MACS, MAX_TIMED_MACS_GPU, MIN_TUNED_MACS};
 pub use device::{Backend, Device, DeviceOptions};
 pub use error::{Result, RuntimeError};
-pub use executable::{CompileOptions, Executable, ExecutableStats, KernelStats, SplitK, Timing};
+pub use executable::{
+    CompileOptions, Executable, ExecutableStats, KernelStats, ReduceFill, SplitK, SplitReductions, Timing,
+};
 pub use fusegraph_passes::FusionMode;
 pub use fusegraph_wgsl::{Cooperative, GemmShape, MatmulTiling};
 pub use profile::{KernelTime, Profile};
