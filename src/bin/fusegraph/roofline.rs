@@ -3,7 +3,9 @@
 //! in turn with every kernel so both see the same load; the best matmul for arithmetic), in
 //! the llm.c manner.
 
-use fusegraph::{CompileOptions, DType, Device, Executable, GraphBuilder, HostTensor, MatmulTiling, NodeId, Tensor};
+use fusegraph::{
+    CompileOptions, DType, Device, Executable, GraphBuilder, HostTensor, MatmulTiling, NodeId, SplitReductions, Tensor,
+};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -61,10 +63,13 @@ impl RooflineArgs {
 
 /// The kernel families the roofline measures, in order. The square `matmul` rows set the
 /// arithmetic ceiling; the other contractions are measured against it.
-const FAMILIES: [&str; 10] = [
+const FAMILIES: [&str; 13] = [
     "copy",
     "elementwise_chain20",
     "reduce_sum_rows",
+    "reduce_sum_all",
+    "reduce_sum_64_rows",
+    "reduce_sum_columns",
     "softmax_rows",
     "layer_norm_rows",
     "matmul",
@@ -300,6 +305,27 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         measure_with("reduce_sum_rows", dtype, format!("[{},1024]", n / 1024), n as f64, &plain, &|b| {
             let (x, f) = inputs(b, dtype, &[&[n / 1024, 1024]]);
             (vec![x[0].sum(&[1], false).expect("sum").id()], f)
+        })?;
+        // Few outputs, long rows: split over many workgroups (`CompileOptions::split_reductions`),
+        // the whole tensor to one value also unsplit, for comparison.
+        measure_with("reduce_sum_all", dtype, format!("[{n}]"), n as f64, &plain, &|b| {
+            let (x, f) = inputs(b, dtype, &[&[n]]);
+            (vec![x[0].sum(&[0], false).expect("sum").id()], f)
+        })?;
+        let unsplit = CompileOptions { split_reductions: SplitReductions::Off, ..plain.clone() };
+        measure_with("reduce_sum_all unsplit", dtype, format!("[{n}]"), n as f64, &unsplit, &|b| {
+            let (x, f) = inputs(b, dtype, &[&[n]]);
+            (vec![x[0].sum(&[0], false).expect("sum").id()], f)
+        })?;
+        measure_with("reduce_sum_64_rows", dtype, format!("[64,{}]", n / 64), n as f64, &plain, &|b| {
+            let (x, f) = inputs(b, dtype, &[&[64, n / 64]]);
+            (vec![x[0].sum(&[1], false).expect("sum").id()], f)
+        })?;
+        // A bias gradient's shape: 768 columns summed over the rows.
+        let rows = n / 768;
+        measure_with("reduce_sum_columns", dtype, format!("[{rows},768]"), (rows * 768) as f64, &plain, &|b| {
+            let (x, f) = inputs(b, dtype, &[&[rows, 768]]);
+            (vec![x[0].sum(&[0], false).expect("sum").id()], f)
         })?;
         measure_with("softmax_rows", dtype, format!("[{},1024]", n / 1024), 5.0 * n as f64, &plain, &|b| {
             let (x, f) = inputs(b, dtype, &[&[n / 1024, 1024]]);
