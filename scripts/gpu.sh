@@ -6,7 +6,7 @@
 #   ./scripts/gpu.sh pack        # builds, fetches the Vulkan loader into .gl/ and copies the
 #                                # release binaries and test executables into .gpu-bin/
 # There (device `run`, carry [".gl", ".gpu-bin"]):
-#   ./scripts/gpu.sh run [PHASE ...]   # phases: info tests roofline bench examples (all when
+#   ./scripts/gpu.sh run [PHASE ...]   # phases: info tests roofline bench examples peers (all when
 #                                      # none is named; also: profile, coop (the matmul rows
 #                                      # only, every cooperative tiling), vec4 (the matmul
 #                                      # rows with and without the vec4 operand prefetch),
@@ -84,7 +84,7 @@ run() {
     local bin_path
     bin_path=$(cat .gpu-bin/fusegraph-path 2>/dev/null) && mkdir -p "$(dirname "$bin_path")" && cp $B/fusegraph "$bin_path"
     local phases=("$@")
-    [ ${#phases[@]} -eq 0 ] && phases=(info roofline bench examples tests)
+    [ ${#phases[@]} -eq 0 ] && phases=(info roofline peers bench examples tests)
     for phase in "${phases[@]}"; do
         local t0=$SECONDS
         echo "=== $phase"
@@ -183,6 +183,26 @@ run() {
             FUSEGRAPH_SPLIT_K=fill:264 timeout 60 $B/fusegraph bench --workload transformer --runs 10 --profile \
                 >> "$OUT/splitk.log" 2>&1
             cat "$XDG_CACHE_HOME"/fusegraph/splitk-* 2>/dev/null | tee -a "$OUT/splitk.log"
+            ;;
+        peers)
+            # Burn beside fusegraph on the same workloads, in turn, twice
+            # (../shared/peers/README.md; `compare.sh pack .gpu-bin` put both binaries there).
+            # Packed with `tar -C .gpu-bin -cf - burn-bench fg-bench | xz > .gpu-bin/peers.tar.xz`
+            # where the stripped binaries are too large to carry as they are.
+            local P=.gpu-bin
+            if [ -f .gpu-bin/peers.tar.xz ]; then
+                P=/tmp/fg-peers && mkdir -p $P && tar -C $P -xJf .gpu-bin/peers.tar.xz
+            fi
+            if [ -x $P/burn-bench ] && [ -x $P/fg-bench ]; then
+                for round in 1 2; do
+                    echo "== round $round: Burn" | tee -a "$OUT/peers.log"
+                    timeout 90 $P/burn-bench 2>&1 | tee -a "$OUT/peers.log"
+                    echo "== round $round: fusegraph" | tee -a "$OUT/peers.log"
+                    timeout 90 $P/fg-bench 2>&1 | tee -a "$OUT/peers.log"
+                done
+            else
+                echo "no peer binaries in .gpu-bin (../shared/peers/compare.sh build; compare.sh pack .gpu-bin)"
+            fi
             ;;
         bench)
             timeout 150 $B/fusegraph bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40

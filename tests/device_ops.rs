@@ -48,6 +48,29 @@ fn every_op_matches_the_reference_fused() {
     run_all(&cases, FusionMode::On);
 }
 
+/// The op catalog fused, with every kernel in the forms a GPU gets
+/// ([`DeviceOptions::gpu_kernels`](fusegraph::DeviceOptions::gpu_kernels): loop kernels
+/// without a CPU's serial steps, workgroup-per-row reductions, the workgroup-tiled matmul and
+/// convolution, tiled attention, a GPU's split-reduction rule), which a CPU adapter never
+/// picks on its own.
+#[test]
+fn every_op_matches_the_reference_fused_in_gpu_forms() {
+    let device = Arc::new(
+        Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).expect("a device"),
+    );
+    eprintln!("device: {} (GPU forms)", device.describe());
+    let mut cases = common::catalog(11);
+    cases.extend(common::composite_cases());
+    let mut failures = Vec::new();
+    for case in &cases {
+        if let Err(e) = check(&device, case, FusionMode::On) {
+            failures.push(format!("{}: {e}", case.name));
+        }
+    }
+    eprintln!("{} cases, {} failed", cases.len(), failures.len());
+    assert!(failures.is_empty(), "{} of {} failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
 /// Few long rows: each row is shared by a workgroup (the tree strategy), reduced within
 /// subgroups where the device has them. Sum, max, min and product in f32, f16 and i32, and
 /// the softmax and layer-norm row kernels, against the reference.

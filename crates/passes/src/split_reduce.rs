@@ -189,7 +189,7 @@ mod tests {
         assert_eq!(fill_chunks(&red(768, 8192, false), &gpu), 32); // a bias gradient: 24 Ki
         assert_eq!(fill_chunks(&red(1, 3000, true), &gpu), 1);
         assert_eq!(fill_chunks(&red(1, 1 << 22, true), &FillOptions::CPU), 1024);
-        assert_eq!(fill_chunks(&red(1, 1 << 14, true), &FillOptions::CPU), 2);
+        assert_eq!(fill_chunks(&red(1, 1 << 14, true), &FillOptions::CPU), 4);
     }
 
     /// Random values in [-1.25, 0.75] (never zeros on a pattern), deterministic per seed.
