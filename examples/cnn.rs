@@ -3,8 +3,19 @@
 //! into the convolutions), checked against the CPU reference.
 //! `cargo run --release --example cnn [-- --quick]`
 
+use clap::Parser;
+
+/// The CNN example (ResNet-style, 3×32×32 inputs, batch 32), fused, checked against the CPU
+/// reference.
+#[derive(Parser)]
+struct Args {
+    /// Small sizes (batch 2, a smaller network, fewer runs).
+    #[arg(long)]
+    quick: bool,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = Args::parse().quick;
     let batch = if quick { 2 } else { 32 };
     let w = fusegraph::workloads::cnn(batch, quick)?;
     let device = fusegraph::Device::shared()?;

@@ -7,6 +7,7 @@
 //! and the largest batch that fits grows accordingly.
 //! `cargo run --release --example memory_limit [-- --quick]`
 
+use clap::Parser;
 use fusegraph::crates::nn::{Linear, Params};
 use fusegraph::workloads::{random_values, Workload};
 use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor, RuntimeError};
@@ -38,8 +39,17 @@ fn wide_residual_mlp(batch: usize, wide: usize) -> Result<Workload, Box<dyn std:
     })
 }
 
+/// One network compiled under a shrinking memory limit (rematerialization, then the typed
+/// out-of-memory error), the largest batch that fits, and attention fused to fit a limit.
+#[derive(Parser)]
+struct Args {
+    /// Small sizes (smaller networks, sequences and memory budgets).
+    #[arg(long)]
+    quick: bool,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = Args::parse().quick;
     let device = Device::shared()?;
     let w = wide_residual_mlp(if quick { 64 } else { 256 }, if quick { 1024 } else { 4096 })?;
     let base = CompileOptions { name: Some(w.name.clone()), ..Default::default() };

@@ -1,11 +1,18 @@
 //! The README's example: build a graph, compile it, run it, check it against the CPU
 //! reference. `cargo run --release --example quickstart`
 
+use clap::Parser;
 use fusegraph::crates::reference;
 use fusegraph::{compile, CompileOptions, DType, GraphBuilder, HostTensor};
 use std::collections::BTreeMap;
 
+/// The README's example: build a graph, compile it, run it, check it against the CPU
+/// reference. Takes no options.
+#[derive(Parser)]
+struct Args {}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    Args::parse();
     let b = GraphBuilder::new();
     let x = b.input("x", DType::F32, [4, 8])?;
     let w = b.parameter("w", DType::F32, [8, 16])?;

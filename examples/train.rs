@@ -5,78 +5,71 @@
 //! `cargo run --release --example train -- [--model mlp|lm] [--steps N] [--quick]
 //! [--accumulate N] [--mixed-precision] [--checkpoint] [--memory-limit BYTES] [--json PATH]`
 
+use clap::{Parser, ValueEnum};
 use fusegraph::train::demo::{run, Config, Task};
 use fusegraph::train::LossScaling;
 use std::io::Write;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
 
-const USAGE: &str = "usage: train [--model mlp|lm] [--steps N] [--quick] [--accumulate N] \
-                     [--mixed-precision] [--checkpoint] [--memory-limit BYTES] [--json PATH]";
-
+/// Trains a model with one executable per step (forward, backward, Adam update on the device).
+#[derive(Parser)]
 struct Args {
-    cfg: Config,
-    json: Option<String>,
+    /// The model and task.
+    #[arg(long, value_enum, default_value_t = Model::Mlp)]
+    model: Model,
+    /// Optimizer steps [default: the model's, fewer with --quick].
+    #[arg(long, value_name = "N")]
+    steps: Option<usize>,
+    /// Small sizes (seconds on a CPU adapter).
+    #[arg(long)]
+    quick: bool,
+    /// Micro-batches per optimizer step (gradient accumulation).
+    #[arg(long, value_name = "N", default_value_t = NonZeroUsize::MIN)]
+    accumulate: NonZeroUsize,
+    /// Mixed precision (f16 storage) with dynamic loss scaling.
+    #[arg(long)]
+    mixed_precision: bool,
+    /// Gradient checkpointing: recompute forward values in the backward pass.
+    #[arg(long)]
+    checkpoint: bool,
+    /// Memory limit in bytes (checkpointing where needed to meet it).
+    #[arg(long, value_name = "BYTES")]
+    memory_limit: Option<u64>,
+    /// Write the report as JSON to PATH.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
 }
 
-fn parse() -> Result<Args, String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let mut task = Task::Mlp;
-    let (mut steps, mut accumulate, mut limit, mut json) = (None, 1, None, None);
-    let (mut mixed, mut checkpoint) = (false, false);
-    let mut it = args.iter();
-    let num = |v: Option<&String>, what: &str| -> Result<u64, String> {
-        v.ok_or(format!("{what} needs a value"))?.parse::<u64>().map_err(|e| format!("{what}: {e}"))
-    };
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => {}
-            "--model" => {
-                task = match it.next().map(String::as_str) {
-                    Some("mlp") => Task::Mlp,
-                    Some("lm") => Task::Lm,
-                    other => return Err(format!("--model: expected mlp or lm, got {other:?}")),
-                }
-            }
-            "--steps" => steps = Some(num(it.next(), "--steps")? as usize),
-            "--accumulate" => accumulate = num(it.next(), "--accumulate")? as usize,
-            "--memory-limit" => limit = Some(num(it.next(), "--memory-limit")?),
-            "--json" => json = Some(it.next().ok_or("--json needs a path")?.clone()),
-            "--mixed-precision" => mixed = true,
-            "--checkpoint" => checkpoint = true,
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
-        }
-    }
-    if accumulate == 0 {
-        return Err("--accumulate must be ≥ 1".into());
-    }
-    let mut cfg = Config::new(task, quick);
-    if let Some(s) = steps {
-        cfg.steps = s;
-    }
-    cfg.options.accumulate = accumulate;
-    cfg.options.mixed_precision = mixed.then(LossScaling::default);
-    cfg.options.checkpoint = checkpoint;
-    cfg.options.memory_limit = limit;
-    Ok(Args { cfg, json })
+#[derive(Clone, Copy, ValueEnum)]
+enum Model {
+    /// An MLP classifier on Gaussian blobs.
+    Mlp,
+    /// A GPT-style character language model on grammar text.
+    Lm,
 }
 
 fn main() {
-    let args = match parse() {
-        Ok(a) => a,
-        Err(msg) => {
-            eprintln!("{msg}");
-            std::process::exit(2);
-        }
+    let args = Args::parse();
+    let task = match args.model {
+        Model::Mlp => Task::Mlp,
+        Model::Lm => Task::Lm,
     };
-    if let Err(e) = train(&args) {
+    let mut cfg = Config::new(task, args.quick);
+    if let Some(s) = args.steps {
+        cfg.steps = s;
+    }
+    cfg.options.accumulate = args.accumulate.get();
+    cfg.options.mixed_precision = args.mixed_precision.then(LossScaling::default);
+    cfg.options.checkpoint = args.checkpoint;
+    cfg.options.memory_limit = args.memory_limit;
+    if let Err(e) = train(&cfg, args.json.as_deref()) {
         eprintln!("\nerror: {e}");
         std::process::exit(1);
     }
 }
 
-fn train(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    let cfg = &args.cfg;
+fn train(cfg: &Config, json: Option<&Path>) -> Result<(), Box<dyn std::error::Error>> {
     let device = fusegraph::Device::shared()?;
     println!(
         "train {}: {} steps × {} micro-batch(es){}{}{} on {}",
@@ -105,9 +98,9 @@ fn train(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(s) = report.loss_scale {
         println!("loss scale    {s}");
     }
-    if let Some(path) = &args.json {
+    if let Some(path) = json {
         std::fs::write(path, report.to_json() + "\n")?;
-        println!("wrote {path}");
+        println!("wrote {}", path.display());
     }
     Ok(())
 }

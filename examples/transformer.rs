@@ -6,19 +6,33 @@
 //! each attention's `softmax(q·kᵀ)·v` in one kernel that stores no scores, which the
 //! compiler otherwise uses only to meet a memory limit).
 
+use clap::Parser;
+
+/// The transformer example: GPT-2-small-shaped decoder blocks, batch 1, fused, checked against
+/// the CPU reference.
+#[derive(Parser)]
+struct Args {
+    /// Decoder blocks.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    layers: usize,
+    /// Sequence length [default: 256, 32 with --quick].
+    #[arg(long, value_name = "S")]
+    seq: Option<usize>,
+    /// Small sizes (d_model 128, 4 heads, MLP 512).
+    #[arg(long)]
+    quick: bool,
+    /// Activations and weights stored as f16, accumulated in f32, checked within f16 tolerance.
+    #[arg(long)]
+    mixed_precision: bool,
+    /// Each attention's softmax(q·kᵀ)·v in one kernel that stores no scores.
+    #[arg(long)]
+    fused_attention: bool,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let flag = |name: &str, default: usize| -> Result<usize, String> {
-        match args.iter().position(|a| a == name) {
-            Some(i) => args.get(i + 1).and_then(|v| v.parse().ok()).ok_or(format!("{name} needs a number")),
-            None => Ok(default),
-        }
-    };
-    let layers = flag("--layers", 1)?;
-    let mixed_precision = args.iter().any(|a| a == "--mixed-precision");
-    let fused_attention = args.iter().any(|a| a == "--fused-attention").then_some(true);
-    let seq = flag("--seq", if quick { 32 } else { 256 })?;
+    let Args { layers, seq, quick, mixed_precision, fused_attention } = Args::parse();
+    let seq = seq.unwrap_or(if quick { 32 } else { 256 });
+    let fused_attention = fused_attention.then_some(true);
     let w = fusegraph::workloads::transformer(seq, layers, quick)?;
     let device = fusegraph::Device::shared()?;
     let precision = if mixed_precision { "mixed precision (f16 storage)" } else { "f32" };

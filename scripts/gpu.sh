@@ -8,10 +8,7 @@
 # There (device `run`, carry [".gl", ".gpu-bin"]):
 #   ./scripts/gpu.sh run [PHASE ...]   # phases: info tests roofline bench examples peers (all when
 #                                      # none is named; also: profile, coop (the matmul rows
-#                                      # only, every cooperative tiling), vec4 (the matmul
-#                                      # rows with and without the vec4 operand prefetch),
-#                                      # columns (the matmul rows with the tiled kernel's
-#                                      # column groups strided and blocked, in turn),
+#                                      # only, every cooperative tiling),
 #                                      # chain (the elementwise chain's kernel beside edits
 #                                      # that take its parts away: what bounds it),
 #                                      # splitk (the transformer block with split-k off, at
@@ -125,18 +122,6 @@ run() {
                 | tee "$OUT/coop.log" | grep -v "^timing"
             cat "$XDG_CACHE_HOME"/fusegraph/* 2>/dev/null | tee -a "$OUT/coop.log"
             ;;
-        vec4)
-            # The matmul rows with the operands' vec4 prefetch (the default since the
-            # sixteenth session) and without (FUSEGRAPH_VEC4_OPERANDS=off), twice in turn.
-            matmul_in_turn FUSEGRAPH_VEC4_OPERANDS "vec4 operands" "$OUT/vec4.log" on off
-            ;;
-        columns)
-            # The matmul rows with the tiled kernel's column groups strided (the default since
-            # the eighteenth session: conflict-free rhs loads from workgroup memory, adjacent
-            # stores) and blocked (FUSEGRAPH_MATMUL_COLUMNS=blocked, before), twice in turn.
-            # The `untuned` rows use the default tiling (8x8 blocks at 1024³ and up) in both.
-            matmul_in_turn FUSEGRAPH_MATMUL_COLUMNS "matmul columns" "$OUT/columns.log" strided blocked
-            ;;
         chain)
             # What bounds the elementwise chain (47% of copy on the H100, fourteenth session):
             # its kernel as generated beside edits that take its parts away and the copy, f32
@@ -158,7 +143,7 @@ run() {
             matmul_in_turn FUSEGRAPH_SHADER_CHECKS "shader checks" "$OUT/checks.log" on off
             for round in 1 2; do
                 echo "== chain, shader checks on and off, round $round" | tee -a "$OUT/checks.log"
-                FUSEGRAPH_SHADER_CHECKS=both timeout 120 $B/time_wgsl 67108864 15 auto $B/chain/copy.wgsl \
+                timeout 120 $B/time_wgsl --checks both 67108864 15 auto $B/chain/copy.wgsl \
                     $B/chain/chain.wgsl $B/chain/copy16.wgsl $B/chain/chain16.wgsl 2>&1 | sed "s|$B/chain/||" \
                     | tee -a "$OUT/checks.log"
                 for v in on off; do
@@ -176,11 +161,11 @@ run() {
             for round in 1 2; do
                 for s in off fill:132 fill:264 fill:528 tuned; do
                     echo "== split-k $s, round $round" | tee -a "$OUT/splitk.log"
-                    FUSEGRAPH_SPLIT_K=$s timeout 60 $B/fusegraph bench --workload transformer --runs 20 2>&1 \
+                    timeout 60 $B/fusegraph bench --split-k $s --workload transformer --runs 20 2>&1 \
                         | tee -a "$OUT/splitk.log" | grep -E "transformer|speedup"
                 done
             done
-            FUSEGRAPH_SPLIT_K=fill:264 timeout 60 $B/fusegraph bench --workload transformer --runs 10 --profile \
+            timeout 60 $B/fusegraph bench --split-k fill:264 --workload transformer --runs 10 --profile \
                 >> "$OUT/splitk.log" 2>&1
             cat "$XDG_CACHE_HOME"/fusegraph/splitk-* 2>/dev/null | tee -a "$OUT/splitk.log"
             ;;
@@ -209,12 +194,11 @@ run() {
             ;;
         profile)
             # The slowest kernels of the transformer block, f32, mixed precision and with
-            # attention in one kernel (tiled and not).
+            # attention in one kernel.
             {
                 timeout 60 $B/fusegraph bench --workload transformer --runs 10 --profile
                 timeout 60 $B/fusegraph bench --workload transformer --runs 10 --profile --mixed-precision
                 timeout 60 $B/fusegraph bench --workload transformer --runs 10 --profile --fused-attention
-                FUSEGRAPH_TILED_ATTENTION=off timeout 60 $B/fusegraph bench --workload transformer --runs 10 --fused-attention
             } > "$OUT/profile.log" 2>&1
             grep -v "^\[" "$OUT/profile.log" | tail -120
             ;;

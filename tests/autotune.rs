@@ -1,8 +1,7 @@
 //! Matmul autotuning on the device: a shape class is measured once, the choice is written to
 //! the disk cache, a second device on the same adapter reads it back instead of measuring,
 //! the off switch keeps the default tiling, and every choice computes what the reference
-//! does. One test function for all that: it points `XDG_CACHE_HOME` at a fresh folder for
-//! this process. A second test checks the default per adapter kind (off on llvmpipe through
+//! does. One test function for all that: its devices cache in a fresh folder. A second test checks the default per adapter kind (off on llvmpipe through
 //! GL) without compiling anything.
 
 mod common;
@@ -18,10 +17,14 @@ use std::sync::Arc;
 fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     let dir = std::env::temp_dir().join(format!("fusegraph-autotune-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::env::set_var("XDG_CACHE_HOME", &dir);
-    // A CPU adapter with a fixed subgroup size would take the subgroup matmul, which is not
-    // tuned: keep the tiled kernel everywhere (the other test here compiles nothing).
-    std::env::set_var("FUSEGRAPH_SUBGROUP_MATMUL", "off");
+    // Measurements cached in a fresh folder; the GPU's kernel forms, since a CPU adapter with
+    // a fixed subgroup size would take the subgroup matmul, which is not tuned.
+    let opts = |autotune: bool| DeviceOptions {
+        autotune: Some(autotune),
+        cache_dir: Some(dir.join("fusegraph")),
+        gpu_kernels: true,
+        ..Default::default()
+    };
 
     // 256 × 256 × 66 (class k128): above the tuning threshold, quick to time.
     let mut c = CaseBuilder::new(11);
@@ -41,7 +44,7 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
         tilings[0]
     };
 
-    let first = Arc::new(Device::new(&DeviceOptions { autotune: Some(true), ..Default::default() }).unwrap());
+    let first = Arc::new(Device::new(&opts(true)).unwrap());
     let chosen = run(&first);
     let tuned = first.tuned_tilings();
     assert_eq!(tuned.len(), 1, "{tuned:?}");
@@ -58,7 +61,7 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     assert_eq!(text.trim(), format!("f32 b1 m256 n256 k128 = {chosen}"));
 
     // A second device on the same adapter reads the choice back: nothing is measured.
-    let second = Arc::new(Device::new(&DeviceOptions { autotune: Some(true), ..Default::default() }).unwrap());
+    let second = Arc::new(Device::new(&opts(true)).unwrap());
     assert_eq!(run(&second), chosen);
     let tuned = second.tuned_tilings();
     assert_eq!(tuned.len(), 1);
@@ -66,12 +69,12 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
 
     // A damaged cache line is ignored and the class measured again.
     std::fs::write(cache, "f32 b1 m256 n256 k128 = 99x99/3x3/1\n").unwrap();
-    let third = Arc::new(Device::new(&DeviceOptions { autotune: Some(true), ..Default::default() }).unwrap());
+    let third = Arc::new(Device::new(&opts(true)).unwrap());
     run(&third);
     assert_eq!(third.tuned_tilings()[0].timings.len(), MatmulTiling::CANDIDATES.len());
 
     // Off: the default tiling for the shape, nothing tuned.
-    let off = Arc::new(Device::new(&DeviceOptions { autotune: Some(false), ..Default::default() }).unwrap());
+    let off = Arc::new(Device::new(&opts(false)).unwrap());
     assert!(!off.autotune());
     assert_eq!(run(&off), MatmulTiling::default_for(256, 256));
     assert!(off.tuned_tilings().is_empty());
@@ -139,7 +142,7 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     assert_eq!(std::fs::read_to_string(cache).unwrap().trim(), format!("f32 b1 m128 n128 k1024 = {fastest}"));
     // Read back, not measured; a cached choice of 2 slices is taken as it is.
     std::fs::write(cache, "f32 b1 m128 n128 k1024 = 2\n").unwrap();
-    let fourth = Arc::new(Device::new(&DeviceOptions { autotune: Some(true), ..Default::default() }).unwrap());
+    let fourth = Arc::new(Device::new(&opts(true)).unwrap());
     assert_eq!(run_split(&fourth), 2);
     assert!(fourth.tuned_splits()[0].timings.is_empty(), "{:?}", fourth.tuned_splits());
     // Autotuning off: no split, nothing measured.

@@ -55,9 +55,8 @@ fn every_op_matches_the_reference_fused() {
 /// picks on its own.
 #[test]
 fn every_op_matches_the_reference_fused_in_gpu_forms() {
-    let device = Arc::new(
-        Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).expect("a device"),
-    );
+    let device =
+        Arc::new(Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).expect("a device"));
     eprintln!("device: {} (GPU forms)", device.describe());
     let mut cases = common::catalog(11);
     cases.extend(common::composite_cases());

@@ -6,10 +6,9 @@ mod common;
 
 use common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode};
-use fusegraph::crates::reference::assert_close;
 use fusegraph::crates::runtime::Cooperative;
 use fusegraph::crates::wgsl::{lower, lower_with, validate, LowerOptions, Strategy};
-use fusegraph::{CompileOptions, DType, Device, DeviceOptions, ExecutableStats, HostTensor, MatmulTiling, Tensor};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, ExecutableStats, MatmulTiling, Tensor};
 use std::sync::Arc;
 
 /// `(m, k, n)`. The last but one takes the 128×128 tiles (m and n ≥ 128), ragged in m, n
@@ -549,68 +548,4 @@ fn tiled_matmul_matches_the_reference() {
     }
     eprintln!("{ran} device checks, {} failed", failures.len());
     assert!(failures.is_empty(), "{} of {ran} failed:\n{}", failures.len(), failures.join("\n"));
-}
-
-/// User + system CPU time of this process (all threads, lavapipe's included), from
-/// `/proc/self/stat`; 0 where it cannot be read. Less sensitive than wall time to other
-/// processes sharing the CPU.
-fn process_cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
-    let Some(rest) = stat.rsplit(')').next() else { return 0.0 };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // Fields 14 and 15 of the file (utime, stime), counted after the command name.
-    let ticks: f64 = fields.get(11..13).map_or(0.0, |f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum());
-    ticks / 100.0
-}
-
-/// `cargo test --test matmul_tiled -- --ignored --nocapture gflops`: f32 1024³, the default
-/// lowering (tiled, or the subgroup matmul on CPU adapters) vs naive
-/// (`FUSEGRAPH_NAIVE_MATMUL=1`, read by the runtime when it lowers).
-#[test]
-#[ignore]
-fn gflops_tiled_vs_naive() {
-    let size: usize = std::env::var("FUSEGRAPH_MATMUL_SIZE").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
-    let runs: usize = std::env::var("FUSEGRAPH_MATMUL_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
-    let mut c = CaseBuilder::new(5);
-    let a = c.input(DType::F32, &[size, size], Domain::Any);
-    let b = c.input(DType::F32, &[size, size], Domain::Any);
-    let y = a.matmul(&b).unwrap();
-    let case = c.finish("gflops", &[&y]);
-    let device = Arc::new(Device::new(&DeviceOptions::default()).expect("a device"));
-    eprintln!("device: {}", device.describe());
-    let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let flops = 2.0 * (size * size * size) as f64;
-    let mut outs = Vec::new();
-    let variants: &[bool] = if std::env::var("FG_SKIP_NAIVE").is_ok() { &[false] } else { &[false, true] };
-    for &naive in variants {
-        if naive {
-            std::env::set_var("FUSEGRAPH_NAIVE_MATMUL", "1");
-        }
-        let exe = device.compile(&case.graph, &case.outputs, &CompileOptions::default()).unwrap();
-        std::env::remove_var("FUSEGRAPH_NAIVE_MATMUL");
-        let cpu0 = process_cpu_seconds();
-        let t = exe.time(&refs, 1, runs).unwrap();
-        // `time` runs once, then warms up once, then times `runs` runs.
-        let cpu_ms = (process_cpu_seconds() - cpu0) * 1e3 / (runs + 2) as f64;
-        let ms = t.median();
-        let name = match (naive, exe.stats().kernels.iter().any(|k| k.subgroup_matmul)) {
-            (true, _) => "naive",
-            (false, true) => "subgroup",
-            (false, false) => "tiled",
-        };
-        eprintln!(
-            "{name}: {size}^3 f32, median {ms:.2} ms (min {:.2}) of {runs} ({}), {:.2} GFLOP/s (best {:.2}), \
-             CPU time {cpu_ms:.1} ms/run, workgroups {:?}",
-            t.quantile(0.0),
-            if t.gpu_timestamps { "GPU timestamps" } else { "wall time" },
-            flops / (ms * 1e6),
-            flops / (t.quantile(0.0) * 1e6),
-            exe.stats().kernels.iter().map(|k| k.workgroups).collect::<Vec<_>>()
-        );
-        outs.push(exe.run(&refs).unwrap().remove(0));
-    }
-    // Both lowerings agree.
-    if outs.len() == 2 {
-        assert_close(&outs[0], &outs[1], 1e-4, 1e-3).unwrap();
-    }
 }

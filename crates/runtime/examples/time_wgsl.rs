@@ -10,13 +10,15 @@
 //! see the same machine load. Printed per kernel: median and minimum of the compute pass's GPU
 //! timestamps where the adapter has them, else of the wall time of submit and wait.
 //! Kernels keep wgpu's runtime checks (index clamps, loop-bounding counters), since edited
-//! kernels are not trusted as the runtime trusts its own: `FUSEGRAPH_SHADER_CHECKS=off`
-//! creates them without (as the runtime does by default), `both` times each kernel both ways
-//! in turn (the second as `FILE (unchecked)`).
+//! kernels are not trusted as the runtime trusts its own: `--checks off` creates them
+//! without (as the runtime does by default), `--checks both` times each kernel both ways in
+//! turn (the second as `FILE (unchecked)`).
 //!
 //! ```text
-//! cargo run --release -p fusegraph-runtime --example time_wgsl -- N RUNS WORKGROUPS|auto FILE.wgsl...
+//! cargo run --release -p fusegraph-runtime --example time_wgsl -- [--checks on|off|both] N RUNS WORKGROUPS|auto FILE.wgsl...
 //! ```
+
+use clap::Parser;
 
 use std::time::Instant;
 
@@ -27,21 +29,34 @@ fn main() {
     }
 }
 
+/// Times WGSL compute kernels in turn (see the module docs).
+#[derive(Parser)]
+struct Args {
+    /// Elements of every storage buffer.
+    n: u64,
+    /// Timed rounds.
+    runs: u64,
+    /// Workgroups per dispatch, or `auto` for the count in each kernel's header comment.
+    workgroups: String,
+    /// The kernels (entry point `main`).
+    #[arg(required = true)]
+    files: Vec<String>,
+    /// wgpu's runtime checks in each kernel: on, off, or both in turn.
+    #[arg(long, value_parser = ["on", "off", "both"], default_value = "on")]
+    checks: String,
+}
+
 fn run() -> Result<(), String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: time_wgsl N RUNS WORKGROUPS|auto FILE.wgsl...";
-    let [n, runs, workgroups, files @ ..] = &args[..] else { return Err(usage.into()) };
-    let number = |what: &str, v: &str| {
-        v.parse::<u64>().ok().filter(|&x| x > 0).ok_or(format!("{what} `{v}` is not a positive count ({usage})"))
-    };
-    let (n, runs) = (number("N", n)?, number("RUNS", runs)?);
-    let workgroups = match workgroups.as_str() {
+    let args = Args::parse();
+    let positive = |what: &str, v: u64| if v > 0 { Ok(v) } else { Err(format!("{what} must be positive")) };
+    let (n, runs) = (positive("N", args.n)?, positive("RUNS", args.runs)?);
+    let workgroups = match args.workgroups.as_str() {
         "auto" => None,
-        w => Some(number("WORKGROUPS", w)?),
+        w => Some(
+            w.parse::<u64>().ok().filter(|&x| x > 0).ok_or(format!("WORKGROUPS `{w}`: a positive count or `auto`"))?,
+        ),
     };
-    if files.is_empty() {
-        return Err(usage.into());
-    }
+    let files = &args.files;
     let instance = wgpu::Instance::new({
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = wgpu::Backends::VULKAN | wgpu::Backends::GL;
@@ -81,9 +96,9 @@ fn run() -> Result<(), String> {
     });
     let max_dim = wgpu_device.limits().max_compute_workgroups_per_dimension as u64;
     let mut seed = 1u64;
-    let checks: &[bool] = match std::env::var("FUSEGRAPH_SHADER_CHECKS").as_deref() {
-        Ok("off") => &[false],
-        Ok("both") => &[true, false],
+    let checks: &[bool] = match args.checks.as_str() {
+        "off" => &[false],
+        "both" => &[true, false],
         _ => &[true],
     };
     let mut kernels = Vec::new();

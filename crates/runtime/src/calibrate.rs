@@ -1,29 +1,28 @@
 //! Measuring the cost model on the adapter: the per-dispatch cost, the streaming bandwidth
 //! and the matmul throughput that fusion's benefit estimate uses. Measured once per adapter
 //! and driver, cached in memory and on disk (`~/.cache/fusegraph/`), so fusion decisions are
-//! stable from run to run. `FUSEGRAPH_COST_MODEL=default` skips measuring and uses the
-//! device-free defaults.
+//! stable from run to run. A device whose autotuning is turned off
+//! ([`crate::DeviceOptions::autotune`], `FUSEGRAPH_AUTOTUNE=off`) measures nothing and uses
+//! the device-free defaults.
 
 use crate::{CompileOptions, Device, FusionMode, Result};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor, NodeId};
 use fusegraph_passes::cost::CostModel;
 use std::sync::Arc;
 
-/// `~/.cache/fusegraph/{stem}-{adapter, backend and driver}.txt` (or under
-/// `$XDG_CACHE_HOME`; `-unchecked` added for a device without wgpu's shader checks, the
+/// `{cache dir}/{stem}-{adapter, backend and driver}.txt` (see
+/// [`crate::DeviceOptions::cache_dir`]; `-unchecked` added for a device without wgpu's shader checks, the
 /// default, whose kernels compile to other code than a checked device's): where
 /// measurements of this adapter are kept between runs.
 pub(crate) fn cache_file(device: &Device, stem: &str) -> Option<std::path::PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
+    let base = device.cache_dir.as_ref()?;
     let i = device.info();
     let checks = if device.shader_checks() { "" } else { "-unchecked" };
     let key: String = format!("{}-{:?}-{}-{}{checks}", i.name, i.backend, i.driver, i.driver_info)
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    Some(base.join("fusegraph").join(format!("{stem}-{key}.txt")))
+    Some(base.join(format!("{stem}-{key}.txt")))
 }
 
 fn cache_path(device: &Device) -> Option<std::path::PathBuf> {
@@ -40,9 +39,9 @@ fn parse(text: &str) -> Option<CostModel> {
 
 impl Device {
     /// The cost model fusion uses on this device: measured on first use (or read from the
-    /// disk cache), the defaults if `FUSEGRAPH_COST_MODEL=default` or measuring fails.
+    /// disk cache), the defaults if autotuning is turned off or measuring fails.
     pub fn cost_model(self: &Arc<Self>) -> CostModel {
-        if std::env::var("FUSEGRAPH_COST_MODEL").is_ok_and(|v| v == "default") {
+        if !self.measure_cost {
             return CostModel::default();
         }
         *self.cost.get_or_init(|| {

@@ -46,7 +46,8 @@ impl Backend {
 /// How to choose and configure the device.
 #[derive(Clone, Debug, Default)]
 pub struct DeviceOptions {
-    /// Force a backend; `None` reads `FUSEGRAPH_BACKEND`, then tries Vulkan/Metal/DX12, then GL.
+    /// Force a backend; `None` takes `FUSEGRAPH_BACKEND` ([`crate::env`]), else tries
+    /// Vulkan/Metal/DX12, then GL.
     pub backend: Option<Backend>,
     /// Force f16 storage: `Some(true)` native WGSL `f16` (needs `SHADER_F16`), `Some(false)`
     /// packed in u32; `None` uses native where the adapter has it.
@@ -56,16 +57,16 @@ pub struct DeviceOptions {
     /// growth mode: allocate on demand.
     pub memory_limit: Option<u64>,
     /// Time the tiled matmul's candidate tilings per shape class and keep the fastest
-    /// (cached on disk per adapter and driver). `None` reads `FUSEGRAPH_AUTOTUNE` (`off`, `0`
-    /// or `false` turn it off, `on`, `1` or `true` on); unset, it is on except on a CPU
+    /// (cached on disk per adapter and driver). `None` takes `FUSEGRAPH_AUTOTUNE`; unset, it is on except on a CPU
     /// adapter through GL (llvmpipe), where compiling each candidate takes 7–31 s (against
     /// 0.3–4.5 s through Vulkan), minutes per shape class. Off, every kernel takes the
-    /// default tiling for its shape, for reproducible runs.
+    /// default tiling for its shape, for reproducible runs. Turned off explicitly (here or by
+    /// `FUSEGRAPH_AUTOTUNE=off`), nothing is measured: fusion uses the device-free cost model
+    /// too.
     pub autotune: Option<bool>,
     /// Run f16 matmuls and convolutions on cooperative matrices (tensor cores) where the
-    /// adapter has them (see [`Device::cooperative_matrix`]). `None` reads
-    /// `FUSEGRAPH_COOP_MATMUL` (`off`, `0` or `false` turn it off); unset, it is on.
-    /// `Some(false)` keeps the plain tiled kernel, for comparisons.
+    /// adapter has them (see [`Device::cooperative_matrix`]); `None` is on. `Some(false)`
+    /// keeps the plain tiled kernel, for comparisons.
     pub cooperative_matrix: Option<bool>,
     /// For tests: run the cooperative-matrix matmul with its matrix operations emulated in
     /// plain WGSL by pretend subgroups of this many invocations
@@ -75,8 +76,8 @@ pub struct DeviceOptions {
     pub cooperative_matrix_emulation: Option<u32>,
     /// How a fused attention kernel (`CompileOptions::fused_attention`) walks the keys:
     /// `Some(true)` in blocks staged in workgroup memory by the whole workgroup (the GPU
-    /// form), `Some(false)` one key at a time read by each invocation. `None` reads
-    /// `FUSEGRAPH_TILED_ATTENTION` (`on`/`off`); unset, tiled except on a CPU adapter, where
+    /// form), `Some(false)` one key at a time read by each invocation. `None`: tiled except
+    /// on a CPU adapter (without [`DeviceOptions::gpu_kernels`]), where
     /// the tiled form ran ~20% slower on lavapipe (its barriers inside the loop cost ~40%;
     /// BENCHMARKS.md).
     pub tiled_attention: Option<bool>,
@@ -84,12 +85,12 @@ pub struct DeviceOptions {
     /// from their buffers before each such kernel (see
     /// `fusegraph_wgsl::LowerOptions::texture_operands`; about 3× faster on lavapipe, for
     /// extra memory that an executable holds only where its memory limit leaves room).
-    /// `None` reads `FUSEGRAPH_TEXTURE_OPERANDS` (`on`/`off`); unset, on.
+    /// `None` is on.
     pub texture_operands: Option<bool>,
     /// Whether wgpu adds its runtime checks to every kernel: `min` clamps on dynamic indices
     /// into arrays (workgroup tiles, vectors), a counter that bounds every loop, and, where
-    /// the driver has no robust buffer access, clamps on buffer indices. `None` reads
-    /// `FUSEGRAPH_SHADER_CHECKS` (`on`/`off`); unset, off: the kernels are created as trusted
+    /// the driver has no robust buffer access, clamps on buffer indices. `None` takes
+    /// `FUSEGRAPH_SHADER_CHECKS`; unset, off: the kernels are created as trusted
     /// modules (see [`Device::shader_checks`] for why that is sound for fusegraph's kernels),
     /// since the checks are redundant work in every kernel's hottest loop (22 clamps in the
     /// tiled 4096³ matmul) and the loop counters can keep a driver from unrolling loops
@@ -103,6 +104,9 @@ pub struct DeviceOptions {
     /// invocation's loops after 65 535 iterations (`fusegraph_wgsl::CPU_LOOP_BUDGET`), which
     /// the GPU forms do not guard against: keep such tests' rows short.
     pub gpu_kernels: bool,
+    /// Where measurements of the adapter (tuned tilings, the cost model) are cached between
+    /// runs; `None`: `$XDG_CACHE_HOME/fusegraph`, else `$HOME/.cache/fusegraph`.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 /// Whether `adapter` runs the cooperative-matrix matmul (see `fusegraph_wgsl::CoopPlan`):
@@ -128,16 +132,6 @@ pub(crate) fn fixed_subgroup_size(info: &wgpu::AdapterInfo) -> Option<u32> {
     (info.subgroup_min_size == info.subgroup_max_size && info.subgroup_min_size > 0).then_some(info.subgroup_min_size)
 }
 
-/// An on/off environment switch: `off`, `0`, `false` → `Some(false)`; `on`, `1`, `true` →
-/// `Some(true)`; unset or anything else → `None`.
-fn env_switch(name: &str) -> Option<bool> {
-    match std::env::var(name).as_deref().map(str::trim) {
-        Ok("off" | "0" | "false") => Some(false),
-        Ok("on" | "1" | "true") => Some(true),
-        _ => None,
-    }
-}
-
 type PipelineEntry = Arc<(wgpu::ComputePipeline, wgpu::BindGroupLayout)>;
 
 /// A wgpu device and queue, with the adapter's facts and a pipeline cache keyed by shader text.
@@ -158,6 +152,8 @@ pub struct Device {
     shader_checks: bool,
     texture_operands: bool,
     gpu_kernels: bool,
+    pub(crate) measure_cost: bool,
+    pub(crate) cache_dir: Option<std::path::PathBuf>,
     pub(crate) tuner: Mutex<crate::autotune::Tuner>,
 }
 
@@ -184,9 +180,9 @@ impl Device {
     pub fn new(opts: &DeviceOptions) -> Result<Device> {
         let forced = match opts.backend {
             Some(b) => Some(b),
-            None => match std::env::var("FUSEGRAPH_BACKEND") {
-                Ok(s) if !s.trim().is_empty() => Some(s.trim().parse()?),
-                _ => None,
+            None => match &crate::env::env().backend {
+                Some(s) => Some(s.parse()?),
+                None => None,
             },
         };
         let attempts: Vec<wgpu::Backends> = match forced {
@@ -219,7 +215,7 @@ impl Device {
         // GPU timestamps around the compute pass, for benchmarks, where the adapter has them;
         // subgroup operations for row reductions.
         features |= adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP);
-        let wanted = opts.cooperative_matrix.or_else(|| env_switch("FUSEGRAPH_COOP_MATMUL")).unwrap_or(true);
+        let wanted = opts.cooperative_matrix.unwrap_or(true);
         let cooperative_matrix = match opts.cooperative_matrix_emulation {
             Some(subgroup_size) => {
                 let option = "cooperative_matrix_emulation".to_string();
@@ -262,15 +258,14 @@ impl Device {
         device.on_uncaptured_error(Arc::new(|e| eprintln!("fusegraph: uncaptured wgpu error: {e}")));
         let autotune = opts
             .autotune
-            .or_else(|| env_switch("FUSEGRAPH_AUTOTUNE"))
+            .or(crate::env::env().autotune)
             .unwrap_or_else(|| !(info.backend == wgpu::Backend::Gl && info.device_type == wgpu::DeviceType::Cpu));
-        let tiled_attention = opts
-            .tiled_attention
-            .or_else(|| env_switch("FUSEGRAPH_TILED_ATTENTION"))
-            .unwrap_or(info.device_type != wgpu::DeviceType::Cpu || opts.gpu_kernels);
-        let texture_operands =
-            opts.texture_operands.or_else(|| env_switch("FUSEGRAPH_TEXTURE_OPERANDS")).unwrap_or(true);
-        let shader_checks = opts.shader_checks.or_else(|| env_switch("FUSEGRAPH_SHADER_CHECKS")).unwrap_or(false);
+        let tiled_attention =
+            opts.tiled_attention.unwrap_or(info.device_type != wgpu::DeviceType::Cpu || opts.gpu_kernels);
+        let texture_operands = opts.texture_operands.unwrap_or(true);
+        let shader_checks = opts.shader_checks.or(crate::env::env().shader_checks).unwrap_or(false);
+        // Turned off on purpose, not by the GL default: measure nothing.
+        let measure_cost = opts.autotune.or(crate::env::env().autotune) != Some(false);
         Ok(Device {
             device,
             queue,
@@ -288,6 +283,11 @@ impl Device {
             shader_checks,
             texture_operands,
             gpu_kernels: opts.gpu_kernels,
+            measure_cost,
+            cache_dir: opts
+                .cache_dir
+                .clone()
+                .or_else(|| crate::env::env().cache_home.clone().map(|h| h.join("fusegraph"))),
             tuner: Mutex::new(Default::default()),
         })
     }

@@ -56,7 +56,7 @@ pub struct CompileOptions {
     pub matmul_tiling: Option<MatmulTiling>,
     /// Writes every kernel's WGSL into this folder as `k000.wgsl`, `k001.wgsl`, … in
     /// dispatch order, each headed by `// kernel LABEL (N workgroups)` (the environment
-    /// variable `FUSEGRAPH_DUMP_WGSL=DIR` does the same for every compile). Best effort: a
+    /// variable `FUSEGRAPH_DUMP_WGSL=DIR` does the same for every compile; [`crate::env`]). Best effort: a
     /// folder that cannot be written is skipped.
     pub dump_wgsl: Option<std::path::PathBuf>,
     /// Memory-efficient attention: `Some(true)` computes every `softmax(x)·v` (attention's
@@ -67,10 +67,9 @@ pub struct CompileOptions {
     /// slower than the unfused attention on a CPU adapter (BENCHMARKS.md).
     pub fused_attention: Option<bool>,
     /// Split-k: matrix products too small to occupy the device become `s` products over
-    /// slices of `k`, summed ([`fusegraph_passes::split_k`]). Off by default; the
-    /// environment variable `FUSEGRAPH_SPLIT_K` (`off`, `tuned`, `fill:W` or a slice count
-    /// `S`) sets the default for experiments. A split that would make the plan exceed the memory
-    /// limit is not made.
+    /// slices of `k`, summed ([`fusegraph_passes::split_k`]). Off by default (`fusegraph
+    /// bench --split-k` sets it). A split that would make the plan exceed the memory limit is
+    /// not made.
     pub split_k: SplitK,
     /// With fusion on, reductions with few outputs and long rows (a loss, a norm, a bias
     /// gradient's column sums) become two reductions, the first over chunks of each row
@@ -100,9 +99,8 @@ pub struct CompileOptions {
     /// results are at least as close to the exact ones, but differ in the last f16 bits from
     /// a run that rounds every op (the unfused one), and rounding costs about a dozen
     /// integer operations per f16 op (a 20-op f16 chain on lavapipe 1.9× faster with it).
-    /// Off: every f16 op's result is rounded, as the reference evaluator does (the
-    /// environment variable `FUSEGRAPH_EXCESS_PRECISION=off` sets that default, for
-    /// comparisons). f32 graphs are unaffected.
+    /// Off: every f16 op's result is rounded, as the reference evaluator does. f32 graphs
+    /// are unaffected.
     pub excess_precision: bool,
 }
 
@@ -159,7 +157,7 @@ impl SplitReductions {
 }
 
 impl SplitK {
-    /// `off`, `tuned`, `fill:W` (W workgroups) or `S` (slices), as `FUSEGRAPH_SPLIT_K` takes
+    /// `off`, `tuned`, `fill:W` (W workgroups) or `S` (slices), as `fusegraph bench --split-k` takes
     /// them; `None` for anything else.
     pub fn parse(v: &str) -> Option<SplitK> {
         match v.trim() {
@@ -170,11 +168,6 @@ impl SplitK {
                 None => v.parse().ok().map(SplitK::Slices),
             },
         }
-    }
-
-    /// `FUSEGRAPH_SPLIT_K`'s choice; `None` when unset or not one [`SplitK::parse`] takes.
-    fn from_env() -> Option<SplitK> {
-        SplitK::parse(&std::env::var("FUSEGRAPH_SPLIT_K").ok()?)
     }
 
     /// Into how many slices this splits `gemm` on `device` (1: not at all).
@@ -206,12 +199,11 @@ impl Default for CompileOptions {
             matmul_tiling: None,
             dump_wgsl: None,
             fused_attention: None,
-            split_k: SplitK::from_env().unwrap_or_default(),
+            split_k: SplitK::Off,
             split_reductions: SplitReductions::Adapter,
             hoist_parameters: true,
             combine_products: true,
-            // FUSEGRAPH_EXCESS_PRECISION=off: every f16 op rounds (for comparisons).
-            excess_precision: !std::env::var("FUSEGRAPH_EXCESS_PRECISION").is_ok_and(|v| v == "off"),
+            excess_precision: true,
         }
     }
 }
@@ -691,19 +683,8 @@ impl Device {
             tiled_attention: self.tiled_attention(),
             texture_operands: self.texture_operand_rows(),
         };
-        // FUSEGRAPH_NAIVE_MATMUL=1: the naive matmul lowering (for comparisons).
-        let strategy = Strategy {
-            tiled_matmul: !std::env::var("FUSEGRAPH_NAIVE_MATMUL").is_ok_and(|v| v == "1"),
-            // A forced tiling asks for the workgroup-tiled kernel; so does
-            // FUSEGRAPH_SUBGROUP_MATMUL=off (for comparisons).
-            subgroup_matmul: opts.matmul_tiling.is_none()
-                && !std::env::var("FUSEGRAPH_SUBGROUP_MATMUL").is_ok_and(|v| v == "off"),
-            // FUSEGRAPH_VEC4_OPERANDS=off: every operand value through its element function.
-            vec4_operands: !std::env::var("FUSEGRAPH_VEC4_OPERANDS").is_ok_and(|v| v == "off"),
-            // FUSEGRAPH_MATMUL_COLUMNS=blocked: each invocation's columns side by side.
-            blocked_columns: std::env::var("FUSEGRAPH_MATMUL_COLUMNS").is_ok_and(|v| v == "blocked"),
-            ..Default::default()
-        };
+        // A forced tiling asks for the workgroup-tiled kernel, not the subgroup one.
+        let strategy = Strategy { subgroup_matmul: opts.matmul_tiling.is_none(), ..Default::default() };
         // Matmul kernels that can run on cooperative matrices (f16 products on adapters that
         // have them), and those that take the subgroup lowering (CPU adapters, not tuned).
         let coop_able: Vec<bool> =
@@ -770,7 +751,7 @@ impl Device {
             sources = lower_all(&LowerOptions { texture_operands: None, ..lower_opts });
             workspace_plan = WorkspacePlan::of(graph, &sources);
         }
-        let dump = opts.dump_wgsl.clone().or_else(|| std::env::var_os("FUSEGRAPH_DUMP_WGSL").map(Into::into));
+        let dump = opts.dump_wgsl.clone().or_else(|| crate::env::env().dump_wgsl.clone());
         if let Some(dir) = dump {
             if std::fs::create_dir_all(&dir).is_ok() {
                 for (k, s) in sources.iter().enumerate() {

@@ -10,6 +10,7 @@
 mod autotune;
 mod calibrate;
 mod device;
+pub mod env;
 mod error;
 mod executable;
 mod memory;

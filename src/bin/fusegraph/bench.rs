@@ -3,62 +3,56 @@
 use fusegraph::crates::reference::assert_close;
 use fusegraph::crates::runtime::Timing;
 use fusegraph::workloads::{self, Workload};
-use fusegraph::{CompileOptions, Device, Executable, RuntimeError};
+use fusegraph::{CompileOptions, Device, Executable, RuntimeError, SplitK};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-/// Command-line options of `bench`.
+/// Compile every workload fused and unfused, check they agree, time them, and print
+/// kernels, bytes moved, memory and speedup.
+#[derive(clap::Args)]
 pub struct BenchArgs {
+    /// Small sizes.
+    #[arg(long)]
     pub quick: bool,
+    /// The workloads whose names start with NAME, else a micro workload or the transformer at
+    /// the sizes NAME gives (see `fusegraph ir`).
+    #[arg(long, value_name = "NAME")]
     pub workload: Option<String>,
+    /// Write every row as JSON to PATH.
+    #[arg(long, value_name = "PATH")]
     pub json: Option<String>,
+    /// Write SVG memory timelines and the fused graphs as DOT to DIR.
+    #[arg(long, value_name = "DIR")]
     pub plot: Option<String>,
-    pub runs: usize,
+    /// Timed runs per mode (default 20, 5 with --quick).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    runs: Option<u32>,
     /// Print each workload's slowest kernels (fused and unfused) after its timing.
+    #[arg(long)]
     pub profile: bool,
     /// Compile the fused mode with `CompileOptions::fused_attention` on (attention's
     /// `softmax(q·kᵀ)·v` in one kernel, as under a tight memory limit).
+    #[arg(long)]
     pub fused_attention: bool,
-    /// Compile the fused mode with `CompileOptions::mixed_precision` on (f16 storage, f32
-    /// sums), and build the training steps with the `train` example's mixed precision (loss
-    /// scaling, f32 master weights: `workloads::select_with`); fused and unfused are then
-    /// compared within f16 tolerance.
+    /// Compile the fused mode with f16 storage and f32 sums, and the training steps with the
+    /// `train` example's mixed precision (loss scaling, f32 master weights); fused and unfused
+    /// are then compared within f16 tolerance.
+    #[arg(long)]
     pub mixed_precision: bool,
+    /// Split matmuls over k in the fused mode: off, tuned (as timed on this adapter), fill:W
+    /// (until each has W workgroups) or S (every one into S slices).
+    #[arg(long, value_name = "CHOICE", value_parser = parse_split_k, default_value = "off")]
+    pub split_k: SplitK,
+}
+
+fn parse_split_k(v: &str) -> Result<SplitK, String> {
+    SplitK::parse(v).ok_or(format!("`{v}`: off, tuned, fill:W or a slice count S"))
 }
 
 impl BenchArgs {
-    pub fn parse(args: &[String]) -> Result<Self, String> {
-        let mut out = BenchArgs {
-            quick: false,
-            workload: None,
-            json: None,
-            plot: None,
-            runs: 0,
-            profile: false,
-            fused_attention: false,
-            mixed_precision: false,
-        };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            match a.as_str() {
-                "--quick" => out.quick = true,
-                "--profile" => out.profile = true,
-                "--fused-attention" => out.fused_attention = true,
-                "--mixed-precision" => out.mixed_precision = true,
-                "--workload" => out.workload = Some(it.next().ok_or("--workload needs a NAME")?.clone()),
-                "--json" => out.json = Some(it.next().ok_or("--json needs a PATH")?.clone()),
-                "--plot" => out.plot = Some(it.next().ok_or("--plot needs a DIR")?.clone()),
-                "--runs" => {
-                    let v = it.next().ok_or("--runs needs a number")?;
-                    out.runs = v.parse().map_err(|_| format!("--runs: `{v}` is not a number"))?;
-                }
-                other => return Err(format!("bench: unknown option `{other}`")),
-            }
-        }
-        if out.runs == 0 {
-            out.runs = if out.quick { 5 } else { 20 };
-        }
-        Ok(out)
+    /// Timed runs per mode.
+    pub fn runs(&self) -> usize {
+        self.runs.map_or(if self.quick { 5 } else { 20 }, |r| r as usize)
     }
 }
 
@@ -223,6 +217,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         let fused_opts = CompileOptions {
             fused_attention: args.fused_attention.then_some(true),
             mixed_precision: args.mixed_precision && w.updates.is_empty(),
+            split_k: args.split_k,
             ..Default::default()
         };
         let tol = workloads::tolerance(&CompileOptions { mixed_precision: args.mixed_precision, ..Default::default() });
@@ -240,17 +235,17 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             assert_close(&x, &y, tol, tol)
                 .map_err(|e| format!("{}: fused and unfused updates of `{name}` differ: {e}", w.name))?;
         }
-        eprintln!("[{}/{total}] {}: outputs agree; timing {} runs each", i + 1, w.name, args.runs);
+        eprintln!("[{}/{total}] {}: outputs agree; timing {} runs each", i + 1, w.name, args.runs());
         if let Some(dir) = &args.plot {
             plot(dir, w, &fused, &unfused)?;
         }
-        let [tf, tu] = time_in_turn(w, &fused, &unfused, args.runs)?;
+        let [tf, tu] = time_in_turn(w, &fused, &unfused, args.runs())?;
         let speedup = Speedup::paired(&tu.ms, &tf.ms).map_err(|e| format!("{}: {e}", w.name))?;
         let rf = measure(w, "fused", &fused, tf)?;
         let ru = measure(w, "unfused", &unfused, tu)?;
         if args.profile {
             for (mode, exe) in [("fused", &fused), ("unfused", &unfused)] {
-                print!("{}", profile_table(w, mode, exe, args.runs)?);
+                print!("{}", profile_table(w, mode, exe, args.runs())?);
             }
         }
         records.push((ru, rf, speedup));

@@ -5,69 +5,102 @@
 mod bench;
 mod roofline;
 
+use clap::{Parser, Subcommand};
+use fusegraph::crates::wgsl::LowerOptions;
 use fusegraph::{Device, DeviceOptions};
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: fusegraph <command>
+/// Records tensor graphs, fuses and plans them like XLA, runs them as WGSL on wgpu.
+#[derive(Parser)]
+#[command(name = "fusegraph", after_help = ENVIRONMENT)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-commands:
-  info [--json]    the adapter fusegraph chooses: backend, driver, limits, features
-  bench [--quick] [--workload NAME] [--runs N] [--json PATH] [--plot DIR] [--profile]
-        [--fused-attention] [--mixed-precision]
-                   compile every workload fused and unfused, check they agree, time them,
-                   and print kernels, bytes moved, memory and speedup; --plot writes SVG
-                   memory timelines and the fused graphs as DOT; --profile prints each
-                   executable's slowest kernels, timed one by one; --fused-attention
-                   compiles the fused mode with attention in one kernel (no scores stored);
-                   --mixed-precision compiles it with f16 storage and f32 sums (fused and
-                   unfused then agree within f16 tolerance); --workload takes the workloads
-                   whose names start with NAME, else a micro workload or the transformer
-                   at the sizes NAME gives (see ir)
-  roofline [--quick] [--json PATH] [--kernels LIST] [--dtype f32|f16] [--runs N]
-                   achieved GB/s and GFLOP/s per kernel family (copy, elementwise chain,
-                   row reductions, softmax, layer norm, square, batched and skinny
-                   matmuls, 3x3 convolution, max pooling) next to ceilings measured in
-                   the same run (a streaming copy, the best square matmul)
-  dot FILE [--unfused] [--mixed-precision]
-                   read a program in fusegraph's text form (a graph, its outputs and its
-                   parameter updates); simplify it, combine products of one operand over
-                   stacked weights and fuse it, as the runtime compiles it (no device
-                   needed); print it as Graphviz DOT with one
-                   cluster per kernel; --mixed-precision first rewrites it to store f16,
-                   as the compile option of that name does
-  explain FILE [--graph] [--mixed-precision]
-                   the same graph's fused kernels and every decision behind them: why each
-                   producer did or did not join its consumers' kernels, which sibling
-                   kernels merged and why others did not, which products were combined
-                   (node numbers of the simplified graph, which --graph prints first)
-  wgsl FILE [--unfused] [--cpu] [--f16-native] [--mixed-precision] [--no-excess-precision]
-       [--out DIR]
-                   the same graph's kernels lowered to WGSL (no device needed) for a GPU
-                   without subgroups, or a CPU adapter (--cpu), with f16 storage native or
-                   packed two to a word, f16 values no other kernel computes kept in f32
-                   until stored (as the runtime's default; --no-excess-precision rounds
-                   every op); printed, or written to DIR/k000.wgsl, ...
-  ir NAME [--quick]
-                   a benchmark workload's program in that text form (for dot, explain
-                   and wgsl; a training step's with its parameter updates):
-                   NAME a prefix of a bench workload's name, or a micro workload's name
-                   with other sizes in it (elementwise_chain_16777216,
-                   layer_norm_gelu_64x768), or transformer_sSEQ_lLAYERS (any sequence
-                   length and depth; its --quick dimensions with --quick)
-  help             this text
-
-environment:
+const ENVIRONMENT: &str = "environment (fusegraph_runtime::env):
   FUSEGRAPH_BACKEND=vulkan|gl|metal|dx12   force a backend
-  FUSEGRAPH_AUTOTUNE=off                   default matmul tilings (no timing, reproducible)
-  FUSEGRAPH_SUBGROUP_MATMUL=off            the tiled matmul on CPU adapters too (comparisons)
-  FUSEGRAPH_COST_MODEL=default             fusion's device-free cost model (no measuring)
-  FUSEGRAPH_TILED_ATTENTION=on|off         fused attention stages blocks of keys in workgroup
-                                           memory (default: on, off on CPU adapters)
-  FUSEGRAPH_SHADER_CHECKS=on|off           wgpu's runtime checks in every kernel (index clamps,
-                                           loop counters); off: trusted modules (default: off)
-  FUSEGRAPH_SPLIT_K=off|tuned|fill:W|S     split matmuls over k: as timed on this adapter,
-                                           until each has W workgroups, or every one into S
-                                           slices (default: off)";
+  FUSEGRAPH_AUTOTUNE=off|on                off: measure nothing on the adapter (default
+                                           tilings, device-free cost model: reproducible)
+  FUSEGRAPH_SHADER_CHECKS=on|off           wgpu's runtime checks in every kernel (default off)
+  FUSEGRAPH_DUMP_WGSL=DIR                  write every compiled kernel's WGSL to DIR";
+
+#[derive(Subcommand)]
+enum Command {
+    /// The adapter fusegraph chooses: backend, driver, limits, features.
+    Info {
+        /// As one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    Bench(bench::BenchArgs),
+    Roofline(roofline::RooflineArgs),
+    /// A program in fusegraph's text form (a graph, its outputs and its parameter updates),
+    /// simplified, its products of one operand combined and fused as the runtime compiles it
+    /// (no device needed), as Graphviz DOT with one cluster per kernel.
+    Dot {
+        /// The program.
+        file: String,
+        #[command(flatten)]
+        form: Form,
+    },
+    /// The same program's fused kernels and every decision behind them: why each producer did
+    /// or did not join its consumers' kernels, which sibling kernels merged, which products
+    /// were combined (node numbers of the simplified graph).
+    Explain {
+        /// The program.
+        file: String,
+        /// Print the simplified graph first.
+        #[arg(long)]
+        graph: bool,
+        /// Rewrite it to store f16 first, as the compile option does.
+        #[arg(long)]
+        mixed_precision: bool,
+    },
+    /// The same program's kernels lowered to WGSL (no device needed) for a GPU without
+    /// subgroups, or a CPU adapter; printed, or written to DIR/k000.wgsl, ...
+    Wgsl {
+        /// The program.
+        file: String,
+        #[command(flatten)]
+        form: Form,
+        /// Lower for a CPU adapter.
+        #[arg(long)]
+        cpu: bool,
+        /// Native f16 storage (else two f16 packed in a u32).
+        #[arg(long)]
+        f16_native: bool,
+        /// Round every f16 op (the runtime's default compile keeps f16 values no other
+        /// kernel computes in f32 until stored).
+        #[arg(long)]
+        no_excess_precision: bool,
+        /// Write the kernels to DIR instead of printing them.
+        #[arg(long, value_name = "DIR")]
+        out: Option<String>,
+    },
+    /// A benchmark workload's program in the text form (for dot, explain and wgsl; a training
+    /// step's with its parameter updates): a prefix of a bench workload's name, or a micro
+    /// workload's name with other sizes in it (elementwise_chain_16777216,
+    /// layer_norm_gelu_64x768), or transformer_sSEQ_lLAYERS.
+    Ir {
+        /// The workload.
+        name: String,
+        /// Its --quick dimensions.
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+/// How `dot` and `wgsl` partition the program.
+#[derive(clap::Args)]
+struct Form {
+    /// One kernel per op, no simplification.
+    #[arg(long)]
+    unfused: bool,
+    /// Rewrite it to store f16 first, as the compile option does.
+    #[arg(long)]
+    mixed_precision: bool,
+}
 
 fn json_str(s: &str) -> String {
     let mut out = String::from("\"");
@@ -172,14 +205,12 @@ impl Read {
     }
 }
 
-/// The program in fusegraph's text form at the first non-flag argument of `args`: its graph,
+/// The program in fusegraph's text form at `path`: its graph,
 /// every value a run keeps (its outputs, the nodes nothing uses where it names none, then its
 /// updates' values, as a compile with `CompileOptions::updates` stores them) and the names of
 /// the parameters it updates; rewritten to store f16 with `--mixed-precision` (updated
 /// parameters kept in f32, as the compile option does). `cmd` names the command in errors.
-fn read_graph(cmd: &str, args: &[String]) -> Result<Read, String> {
-    let path =
-        args.iter().find(|a| !a.starts_with("--")).ok_or(format!("{cmd}: give a FILE in fusegraph's text form"))?;
+fn read_graph(cmd: &str, path: &str, mixed_precision: bool) -> Result<Read, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{cmd}: cannot read {path}: {e}"))?;
     let p = fusegraph::text::parse_program(&text).map_err(|e| format!("{cmd}: {path}: {e}"))?;
     let mut read = Read {
@@ -188,7 +219,7 @@ fn read_graph(cmd: &str, args: &[String]) -> Result<Read, String> {
         updated: p.updates.into_iter().map(|(n, _)| n).collect(),
         graph: p.graph,
     };
-    if args.iter().any(|a| a == "--mixed-precision") {
+    if mixed_precision {
         let updates = read.update_values().to_vec();
         (read.graph, read.kept) = fusegraph::crates::passes::mixed_precision::to_mixed_precision_updating(
             &read.graph,
@@ -215,16 +246,16 @@ fn fusion_options() -> fusegraph::crates::passes::FusionOptions {
     fusegraph::crates::passes::FusionOptions { max_bindings: 32, ..Default::default() }
 }
 
-/// The graph in fusegraph's text form at the first non-flag argument of `args`, simplified and
-/// fused (partitioned one op per kernel with `--unfused`), and its kernels; `cmd` names the
-/// command in errors.
+/// The graph in fusegraph's text form at `path`, simplified and fused (partitioned one op per
+/// kernel with `--unfused`), and its kernels; `cmd` names the command in errors.
 fn read_kernels(
     cmd: &str,
-    args: &[String],
+    path: &str,
+    form: &Form,
 ) -> Result<(fusegraph::Graph, Vec<fusegraph::crates::passes::Kernel>), String> {
     use fusegraph::crates::passes::{partition, FusionMode};
-    let mut read = read_graph(cmd, args)?;
-    let kernels = if args.iter().any(|a| a == "--unfused") {
+    let mut read = read_graph(cmd, path, form.mixed_precision)?;
+    let kernels = if form.unfused {
         partition(&read.graph, &read.kept, FusionMode::Off).map_err(|e| e.to_string())?
     } else {
         prepare(&mut read)?;
@@ -251,18 +282,15 @@ fn fused(read: &Read) -> Result<fusegraph::crates::passes::Fusion, String> {
 /// pass behind them (why each producer did or did not join its consumers' kernels, and each
 /// pair of sibling kernels considered once, with its verdict), by node number in the
 /// simplified graph (`--graph` prints it first).
-fn explain(args: &[String]) -> Result<(), String> {
+fn explain(path: &str, graph: bool, mixed_precision: bool) -> Result<(), String> {
     use fusegraph::crates::passes::KernelKind;
     use std::fmt::Write as _;
-    if let Some(f) = args.iter().find(|a| a.starts_with("--") && *a != "--graph" && *a != "--mixed-precision") {
-        return Err(format!("explain: unknown option `{f}`"));
-    }
-    let mut read = read_graph("explain", args)?;
+    let mut read = read_graph("explain", path, mixed_precision)?;
     let combined = prepare(&mut read)?;
     let f = fused(&read)?;
     let g = &read.graph;
     let mut o = String::new();
-    if args.iter().any(|a| a == "--graph") {
+    if graph {
         o.push_str(&fusegraph::text::print(g));
         o.push('\n');
     }
@@ -308,8 +336,8 @@ fn explain(args: &[String]) -> Result<(), String> {
     emit(&o)
 }
 
-fn dot(args: &[String]) -> Result<(), String> {
-    let (g, kernels) = read_kernels("dot", args)?;
+fn dot(path: &str, form: &Form) -> Result<(), String> {
+    let (g, kernels) = read_kernels("dot", path, form)?;
     let clusters: Vec<Vec<fusegraph::NodeId>> = kernels.iter().map(|k| k.members.clone()).collect();
     emit(&fusegraph::dot::to_dot(&g, &clusters))?;
     eprintln!("{} kernels", kernels.len());
@@ -321,33 +349,17 @@ fn dot(args: &[String]) -> Result<(), String> {
 /// unless `--cpu`), with excess precision as the runtime's default compile (f16 values no
 /// other kernel computes kept in f32 until stored) unless `--no-excess-precision`, no device
 /// needed; printed, or written to `DIR/k000.wgsl`, … (`FUSEGRAPH_DUMP_WGSL`'s names).
-fn wgsl(args: &[String]) -> Result<(), String> {
+fn wgsl(path: &str, form: &Form, opts: LowerOptions, excess_precision: bool, out: Option<&str>) -> Result<(), String> {
     use fusegraph::crates::passes::kernel::unshared_members;
-    use fusegraph::crates::wgsl::{lower_planned, LowerOptions, Strategy};
-    let flag = |f: &str| args.iter().any(|a| a == f);
-    // `--out DIR` taken out; every other flag known.
-    let (mut out, mut rest) = (None, Vec::new());
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--out" => out = Some(it.next().ok_or("wgsl: --out needs a DIR")?.clone()),
-            "--unfused" | "--cpu" | "--f16-native" | "--mixed-precision" | "--no-excess-precision" => {
-                rest.push(a.clone())
-            }
-            f if f.starts_with("--") => return Err(format!("wgsl: unknown option `{f}`")),
-            _ => rest.push(a.clone()),
-        }
-    }
-    let (g, kernels) = read_kernels("wgsl", &rest)?;
-    let opts = LowerOptions { cpu: flag("--cpu"), f16_native: flag("--f16-native"), ..Default::default() };
-    if let Some(dir) = &out {
+    use fusegraph::crates::wgsl::{lower_planned, Strategy};
+    let (g, kernels) = read_kernels("wgsl", path, form)?;
+    if let Some(dir) = out {
         std::fs::create_dir_all(dir).map_err(|e| format!("wgsl: cannot create {dir}: {e}"))?;
     }
-    let unshared =
-        if flag("--no-excess-precision") { vec![Vec::new(); kernels.len()] } else { unshared_members(&kernels) };
+    let unshared = if excess_precision { unshared_members(&kernels) } else { vec![Vec::new(); kernels.len()] };
     for (i, (k, unshared)) in kernels.iter().zip(&unshared).enumerate() {
         let src = lower_planned(&g, k, unshared, &opts, &Strategy::default()).annotated();
-        match &out {
+        match out {
             Some(dir) => {
                 let path = format!("{dir}/k{i:03}.wgsl");
                 std::fs::write(&path, src).map_err(|e| format!("wgsl: cannot write {path}: {e}"))?;
@@ -361,13 +373,8 @@ fn wgsl(args: &[String]) -> Result<(), String> {
 
 /// `fusegraph ir NAME [--quick]`: the workload's program (graph, outputs, updates) in text
 /// form (see `USAGE`).
-fn ir(args: &[String]) -> Result<(), String> {
+fn ir(name: &str, quick: bool) -> Result<(), String> {
     use fusegraph::workloads;
-    let quick = args.iter().any(|a| a == "--quick");
-    if let Some(f) = args.iter().find(|a| a.starts_with("--") && *a != "--quick") {
-        return Err(format!("ir: unknown option `{f}`"));
-    }
-    let name = args.iter().find(|a| !a.starts_with("--")).ok_or("ir: give a workload NAME")?;
     let w = workloads::select(Some(name), quick)
         .into_iter()
         .next()
@@ -379,46 +386,17 @@ fn ir(args: &[String]) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("info") => info(args.iter().any(|a| a == "--json")),
-        Some("bench") => match bench::BenchArgs::parse(&args[1..]).and_then(|a| bench::run(&a)) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                eprintln!("fusegraph: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
-        Some("roofline") => match roofline::RooflineArgs::parse(&args[1..]).and_then(|a| roofline::run(&a)) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                eprintln!("fusegraph: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
-        Some(cmd @ ("dot" | "wgsl" | "ir" | "explain")) => {
-            let run = match cmd {
-                "dot" => dot,
-                "wgsl" => wgsl,
-                "explain" => explain,
-                _ => ir,
-            };
-            match run(&args[1..]) {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    eprintln!("fusegraph: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
+    let result = match Cli::parse().command {
+        Command::Info { json } => info(json).map_err(|e| e.to_string()),
+        Command::Bench(a) => bench::run(&a),
+        Command::Roofline(a) => roofline::run(&a),
+        Command::Dot { file, form } => dot(&file, &form),
+        Command::Explain { file, graph, mixed_precision } => explain(&file, graph, mixed_precision),
+        Command::Wgsl { file, form, cpu, f16_native, no_excess_precision, out } => {
+            let opts = LowerOptions { cpu, f16_native, ..Default::default() };
+            wgsl(&file, &form, opts, !no_excess_precision, out.as_deref())
         }
-        Some("help") | Some("--help") | Some("-h") | None => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        Some(other) => {
-            eprintln!("fusegraph: unknown command `{other}`\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Command::Ir { name, quick } => ir(&name, quick),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

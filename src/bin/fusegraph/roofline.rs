@@ -9,55 +9,38 @@ use fusegraph::{
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+/// Achieved GB/s and GFLOP/s per kernel family next to ceilings measured in the same run (a
+/// streaming copy, the best square matmul).
+#[derive(clap::Args)]
 pub struct RooflineArgs {
+    /// Small sizes.
+    #[arg(long)]
     pub quick: bool,
+    /// Write every row as JSON to PATH.
+    #[arg(long, value_name = "PATH")]
     pub json: Option<String>,
-    /// Only the kernel families whose names start with one of these (empty: all).
+    /// Only the kernel families whose names start with one of these, comma-separated.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = family)]
     pub kernels: Vec<String>,
-    /// Only this dtype (none: f32 and f16).
-    pub dtype: Option<DType>,
-    /// Timed runs per row (none: 10, 5 with `quick`).
-    pub runs: Option<usize>,
+    /// Only this dtype (default: f32 and f16).
+    #[arg(long, value_parser = ["f32", "f16"])]
+    dtype: Option<String>,
+    /// Timed runs per row (default 10, 5 with --quick).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    runs: Option<u32>,
+}
+
+fn family(k: &str) -> Result<String, String> {
+    if FAMILIES.iter().any(|f| f.starts_with(k)) {
+        Ok(k.to_string())
+    } else {
+        Err(format!("no kernel family starts with `{k}` (families: {})", FAMILIES.join(", ")))
+    }
 }
 
 impl RooflineArgs {
-    pub fn parse(args: &[String]) -> Result<Self, String> {
-        let mut out = RooflineArgs { quick: false, json: None, kernels: Vec::new(), dtype: None, runs: None };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            match a.as_str() {
-                "--quick" => out.quick = true,
-                "--json" => out.json = Some(it.next().ok_or("--json needs a PATH")?.clone()),
-                "--kernels" => {
-                    let list = it.next().ok_or("--kernels needs a comma-separated LIST")?;
-                    out.kernels = list.split(',').filter(|k| !k.is_empty()).map(str::to_string).collect();
-                    if let Some(k) = out.kernels.iter().find(|k| !FAMILIES.iter().any(|f| f.starts_with(k.as_str()))) {
-                        return Err(format!(
-                            "--kernels: no kernel family starts with `{k}` (families: {})",
-                            FAMILIES.join(", ")
-                        ));
-                    }
-                }
-                "--dtype" => {
-                    out.dtype = Some(match it.next().map(String::as_str) {
-                        Some("f32") => DType::F32,
-                        Some("f16") => DType::F16,
-                        other => return Err(format!("--dtype needs f32 or f16, not {other:?}")),
-                    })
-                }
-                "--runs" => {
-                    let v = it.next().ok_or("--runs needs a count")?;
-                    out.runs = Some(
-                        v.parse()
-                            .ok()
-                            .filter(|&r: &usize| r > 0)
-                            .ok_or(format!("--runs: `{v}` is not a positive count"))?,
-                    );
-                }
-                other => return Err(format!("roofline: unknown option `{other}`")),
-            }
-        }
-        Ok(out)
+    fn dtype(&self) -> Option<DType> {
+        self.dtype.as_deref().map(|d| if d == "f16" { DType::F16 } else { DType::F32 })
     }
 }
 
@@ -231,7 +214,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     let cpu = info.device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu;
     let sizes = Sizes::new(args.quick, cpu);
     let (n, mm) = (sizes.n, sizes.mm);
-    let runs = args.runs.unwrap_or(if args.quick { 5 } else { 10 });
+    let runs = args.runs.map_or(if args.quick { 5 } else { 10 }, |r| r as usize);
     let mut rows: Vec<Row> = Vec::new();
     // The bandwidth ceiling: an f32 copy (`neg`: each element read once and written once),
     // run once after every timed run of every kernel.
@@ -251,7 +234,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
                             build: Build|
      -> Result<(), String> {
         let wanted = args.kernels.is_empty() || args.kernels.iter().any(|k| kernel.starts_with(k.as_str()));
-        if !wanted || args.dtype.is_some_and(|d| d != dtype) {
+        if !wanted || args.dtype().is_some_and(|d| d != dtype) {
             return Ok(());
         }
         eprintln!("timing {kernel} {dtype} {shape}");
