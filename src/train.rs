@@ -989,7 +989,7 @@ pub mod demo {
     }
 
     /// The figures of a demo run.
-    #[derive(Clone, Debug, PartialEq)]
+    #[derive(Clone, Debug, PartialEq, serde::Serialize)]
     pub struct Report {
         /// `"mlp"` or `"lm"`.
         pub model: String,
@@ -1027,29 +1027,10 @@ pub mod demo {
     }
 
     impl Report {
-        /// The report as a JSON object with the keys `model`, `first_loss`, `last_loss`,
-        /// `steps`, `peak_bytes`, `median_step_ms`, `accumulate`, `mixed_precision`,
-        /// `checkpoint` (and `arena_bytes`, `kernels`, `skipped`, `recomputed`).
+        /// The report as one JSON object, a key per field (a non-finite loss or time is
+        /// `null`).
         pub fn to_json(&self) -> String {
-            let num = |v: f64| if v.is_finite() { format!("{v}") } else { "null".into() };
-            format!(
-                "{{\"model\":\"{}\",\"first_loss\":{},\"last_loss\":{},\"steps\":{},\"peak_bytes\":{},\
-                 \"median_step_ms\":{},\"accumulate\":{},\"mixed_precision\":{},\"checkpoint\":{},\
-                 \"arena_bytes\":{},\"kernels\":{},\"skipped\":{},\"recomputed\":{}}}",
-                self.model,
-                num(self.first_loss),
-                num(self.last_loss),
-                self.steps,
-                self.peak_bytes,
-                num(self.median_step_ms),
-                self.accumulate,
-                self.mixed_precision,
-                self.checkpoint,
-                self.arena_bytes,
-                self.kernels,
-                self.skipped,
-                self.recomputed
-            )
+            serde_json::to_string(self).expect("a report of numbers and strings serializes")
         }
     }
 

@@ -16,15 +16,40 @@ fn info_json_names_adapter_and_limits() {
     let out = fusegraph(&["info", "--json"], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
-    for key in [
-        "\"adapter\"",
-        "\"backend\"",
-        "\"max_storage_buffer_binding_size\"",
-        "\"min_storage_buffer_offset_alignment\"",
-        "\"features\"",
-    ] {
-        assert!(text.contains(key), "missing {key} in {text}");
+    let info: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert!(info["adapter"].is_string() && info["backend"].is_string(), "{text}");
+    for limit in ["max_storage_buffer_binding_size", "min_storage_buffer_offset_alignment"] {
+        assert!(info["limits"][limit].as_u64().is_some_and(|v| v > 0), "{limit} in {text}");
     }
+    assert!(info["features"].is_array(), "{text}");
+}
+
+/// Every `--json` the programs write parses with a strict JSON parser (serde_json rejects
+/// `NaN`, unescaped quotes and trailing commas), each row with its numbers.
+#[test]
+fn json_outputs_parse_strictly() {
+    let dir = std::env::temp_dir().join(format!("fusegraph-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let read = |name: &str| -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}: {text}"))
+    };
+    let bench = dir.join("bench.json");
+    let args = ["bench", "--workload", "elementwise_chain_4096", "--runs", "2", "--json", bench.to_str().unwrap()];
+    let out = fusegraph(&args, None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = read("bench.json");
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r["median_ms"].as_f64().is_some_and(|ms| ms > 0.0)), "{rows:?}");
+    assert!(rows[1]["speedup"].as_f64().is_some() && rows[0]["speedup"].is_null(), "{rows:?}");
+    let roof = dir.join("roofline.json");
+    let args =
+        ["roofline", "--quick", "--kernels", "copy", "--dtype", "f32", "--runs", "1", "--json", roof.to_str().unwrap()];
+    let out = fusegraph(&args, None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = read("roofline.json");
+    assert!(!rows.is_empty() && rows.iter().all(|r| r["gbps"].as_f64().is_some() && r["kernel"] == "copy"), "{rows:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

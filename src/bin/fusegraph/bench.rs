@@ -152,10 +152,6 @@ fn mib(b: u64) -> String {
     format!("{:.2}", b as f64 / (1024.0 * 1024.0))
 }
 
-fn json_str(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
-}
-
 /// Writes the memory timelines of both plans as SVG and the fused graph as DOT (and SVG when
 /// Graphviz's `dot` is installed).
 fn plot(dir: &str, w: &Workload, fused: &Executable, unfused: &Executable) -> Result<(), String> {
@@ -277,33 +273,22 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     print!("{table}");
     println!("timer: {}; adapter: {} ({:?})", records.first().map_or("-", |r| r.1.timer), info.name, info.backend);
     if let Some(path) = &args.json {
-        let lines: Vec<String> = records
+        let json: Vec<serde_json::Value> = records
             .iter()
             .flat_map(|(u, f, sp)| [(u, None), (f, Some(sp))])
             .map(|(r, sp)| {
-                let ratio = |x: Option<f64>| x.map_or("null".to_string(), |x| x.to_string());
-                format!(
-                    "  {{\"workload\": {}, \"mode\": {}, \"kernels\": {}, \"bytes_moved\": {}, \"naive_bytes\": {}, \"peak_bytes\": {}, \"lower_bound_bytes\": {}, \"median_ms\": {}, \"p10_ms\": {}, \"p90_ms\": {}, \"speedup\": {}, \"speedup_p10\": {}, \"speedup_p90\": {}, \"timer\": {}, \"adapter\": {}, \"backend\": {}}}",
-                    json_str(&r.workload),
-                    json_str(r.mode),
-                    r.kernels,
-                    r.bytes_moved,
-                    r.naive_bytes,
-                    r.peak_bytes,
-                    r.lower_bound_bytes,
-                    r.median_ms,
-                    r.p10_ms,
-                    r.p90_ms,
-                    ratio(sp.map(|s| s.median)),
-                    ratio(sp.map(|s| s.p10)),
-                    ratio(sp.map(|s| s.p90)),
-                    json_str(r.timer),
-                    json_str(&info.name),
-                    json_str(&format!("{:?}", info.backend))
-                )
+                serde_json::json!({
+                    "workload": r.workload, "mode": r.mode, "kernels": r.kernels,
+                    "bytes_moved": r.bytes_moved, "naive_bytes": r.naive_bytes, "peak_bytes": r.peak_bytes,
+                    "lower_bound_bytes": r.lower_bound_bytes, "median_ms": r.median_ms,
+                    "p10_ms": r.p10_ms, "p90_ms": r.p90_ms,
+                    "speedup": sp.map(|s| s.median), "speedup_p10": sp.map(|s| s.p10),
+                    "speedup_p90": sp.map(|s| s.p90), "timer": r.timer,
+                    "adapter": info.name, "backend": format!("{:?}", info.backend),
+                })
             })
             .collect();
-        std::fs::write(path, format!("[\n{}\n]\n", lines.join(",\n"))).map_err(|e| format!("--json {path}: {e}"))?;
+        crate::roofline::write_json(path, &json)?;
         eprintln!("wrote {path}");
     }
     Ok(())

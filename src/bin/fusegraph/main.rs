@@ -102,20 +102,6 @@ struct Form {
     mixed_precision: bool,
 }
 
-fn json_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
     let device = Device::new(&DeviceOptions::default())?;
     let i = device.info();
@@ -147,23 +133,15 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
         .map(|c| format!("{}x{}x{} {:?}->{:?}", c.m_size, c.n_size, c.k_size, c.ab_type, c.cr_type))
         .collect();
     if json {
-        let lim: Vec<String> = limits.iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
-        let feat: Vec<String> = features.iter().map(|f| json_str(f)).collect();
-        println!(
-            "{{\"adapter\": {}, \"backend\": {}, \"device_type\": {}, \"driver\": {}, \"driver_info\": {}, \"f16_storage\": {}, \"matmul\": {}, \"attention\": {}, \"shader_checks\": {}, \"cooperative_matrix_configs\": [{}], \"limits\": {{{}}}, \"features\": [{}]}}",
-            json_str(&i.name),
-            json_str(&format!("{:?}", i.backend)),
-            json_str(&format!("{:?}", i.device_type)),
-            json_str(&i.driver),
-            json_str(&i.driver_info),
-            json_str(f16),
-            json_str(matmul),
-            json_str(attention),
-            device.shader_checks(),
-            configs.iter().map(|c| json_str(c)).collect::<Vec<_>>().join(", "),
-            lim.join(", "),
-            feat.join(", ")
-        );
+        let info = serde_json::json!({
+            "adapter": i.name, "backend": format!("{:?}", i.backend),
+            "device_type": format!("{:?}", i.device_type), "driver": i.driver, "driver_info": i.driver_info,
+            "f16_storage": f16, "matmul": matmul, "attention": attention,
+            "shader_checks": device.shader_checks(), "cooperative_matrix_configs": configs,
+            "limits": limits.iter().map(|(k, v)| (k.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>(),
+            "features": features,
+        });
+        println!("{info}");
     } else {
         println!("adapter      {}", i.name);
         println!("backend      {:?}", i.backend);

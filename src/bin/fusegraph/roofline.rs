@@ -424,16 +424,41 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         }
     }
     if let Some(path) = &args.json {
-        let lines: Vec<String> = rows
+        let json: Vec<serde_json::Value> = rows
             .iter()
             .map(|r| {
-                format!(
-                    "  {{\"kernel\": \"{}\", \"shape\": \"{}\", \"dtype\": \"{}\", \"ms\": {}, \"gflops\": {}, \"gbps\": {}, \"ceiling_gbps\": {}, \"ceiling_gflops\": {}, \"adapter\": \"{}\", \"backend\": \"{:?}\"}}",
-                    r.kernel, r.shape, r.dtype.name(), r.ms, r.gflops, r.gbps, r.ceiling_gbps, ceiling_gflops, info.name.replace('"', "'"), info.backend
-                )
+                serde_json::json!({
+                    "kernel": r.kernel, "shape": r.shape, "dtype": r.dtype.name(), "ms": r.ms,
+                    "gflops": r.gflops, "gbps": r.gbps, "ceiling_gbps": r.ceiling_gbps,
+                    "ceiling_gflops": ceiling_gflops, "adapter": info.name, "backend": format!("{:?}", info.backend),
+                })
             })
             .collect();
-        std::fs::write(path, format!("[\n{}\n]\n", lines.join(",\n"))).map_err(|e| format!("--json {path}: {e}"))?;
+        write_json(path, &json)?;
     }
     Ok(())
+}
+
+/// Writes `value` as pretty JSON to `path` (non-finite numbers, such as a timing that failed,
+/// become `null`).
+pub fn write_json(path: &str, value: &impl serde::Serialize) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| format!("--json {path}: {e}"))?;
+    std::fs::write(path, text + "\n").map_err(|e| format!("--json {path}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    /// A timing that failed (NaN, ±∞) is written as `null`: the file stays strict JSON.
+    #[test]
+    fn a_failed_timing_is_null_in_strict_json() {
+        let path = std::env::temp_dir().join(format!("fusegraph-nan-{}.json", std::process::id()));
+        let path = path.to_str().unwrap();
+        let rows = vec![serde_json::json!({ "kernel": "copy \"quoted\"", "ms": f64::NAN, "gbps": f64::INFINITY })];
+        super::write_json(path, &rows).unwrap();
+        let text = std::fs::read_to_string(path).unwrap();
+        let back: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        assert!(back[0]["ms"].is_null() && back[0]["gbps"].is_null(), "{text}");
+        assert_eq!(back[0]["kernel"], "copy \"quoted\"");
+        std::fs::remove_file(path).unwrap();
+    }
 }
