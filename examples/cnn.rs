@@ -16,6 +16,7 @@ struct Args {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quick = Args::parse().quick;
+    fusegraph::init_logging();
     let batch = if quick { 2 } else { 32 };
     let w = fusegraph::workloads::cnn(batch, quick)?;
     let device = fusegraph::Device::shared()?;

@@ -50,6 +50,7 @@ struct Args {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quick = Args::parse().quick;
+    fusegraph::init_logging();
     let device = Device::shared()?;
     let w = wide_residual_mlp(if quick { 64 } else { 256 }, if quick { 1024 } else { 4096 })?;
     let base = CompileOptions { name: Some(w.name.clone()), ..Default::default() };

@@ -13,6 +13,7 @@ struct Args {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quick = Args::parse().quick;
+    fusegraph::init_logging();
     let batch = if quick { 16 } else { 256 };
     let w = fusegraph::workloads::mlp(batch, quick)?;
     let device = fusegraph::Device::shared()?;

@@ -13,6 +13,7 @@ struct Args {}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     Args::parse();
+    fusegraph::init_logging();
     let b = GraphBuilder::new();
     let x = b.input("x", DType::F32, [4, 8])?;
     let w = b.parameter("w", DType::F32, [8, 16])?;

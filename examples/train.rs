@@ -8,7 +8,6 @@
 use clap::{Parser, ValueEnum};
 use fusegraph::train::demo::{run, Config, Task};
 use fusegraph::train::LossScaling;
-use std::io::Write;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
@@ -51,6 +50,7 @@ enum Model {
 
 fn main() {
     let args = Args::parse();
+    fusegraph::init_logging();
     let task = match args.model {
         Model::Mlp => Task::Mlp,
         Model::Lm => Task::Lm,
@@ -81,12 +81,15 @@ fn train(cfg: &Config, json: Option<&Path>) -> Result<(), Box<dyn std::error::Er
         cfg.options.memory_limit.map(|l| format!(", memory limit {l} B")).unwrap_or_default(),
         device.describe()
     );
-    let mut progress = |step: usize, steps: usize, loss: f32, rate: f64| {
-        eprint!("\rstep {step}/{steps} loss {loss:.4} {rate:.1} steps/s   ");
-        let _ = std::io::stderr().flush();
+    // Drawn on a terminal only (indicatif hides itself elsewhere).
+    let bar = indicatif::ProgressBar::new(cfg.steps as u64)
+        .with_style(indicatif::ProgressStyle::with_template("step {pos}/{len} {msg}").expect("a valid template"));
+    let mut progress = |step: usize, _steps: usize, loss: f32, rate: f64| {
+        bar.set_position(step as u64);
+        bar.set_message(format!("loss {loss:.4} {rate:.1} steps/s"));
     };
     let report = run(cfg, &device, &mut progress)?;
-    eprintln!();
+    bar.finish_and_clear();
     println!("first loss    {:.4}", report.first_loss);
     println!("last loss     {:.4}", report.last_loss);
     println!("steps         {} ({} skipped)", report.steps, report.skipped);

@@ -31,6 +31,7 @@ struct Args {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let Args { layers, seq, quick, mixed_precision, fused_attention } = Args::parse();
+    fusegraph::init_logging();
     let seq = seq.unwrap_or(if quick { 32 } else { 256 });
     let fused_attention = fused_attention.then_some(true);
     let w = fusegraph::workloads::transformer(seq, layers, quick)?;

@@ -5,6 +5,9 @@
 # (e.g. --json results.json, --plot plots/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Mesa's device-select Vulkan layer asks Wayland for a display and prints "XDG_RUNTIME_DIR is
+# invalid or not set" twice per process where there is none (a headless machine, CI).
+[ -n "${XDG_RUNTIME_DIR:-}" ] || export NODEVICE_SELECT=1
 quick=()
 for a in "$@"; do
     if [ "$a" = "--quick" ]; then quick=(--quick); fi

@@ -19,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+mod logging;
 pub mod plot;
 pub mod train;
 pub mod workloads;
@@ -31,6 +32,8 @@ pub use fusegraph_runtime::{
     Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FusionMode, GemmShape, KernelStats,
     MatmulTiling, ReduceFill, RuntimeError, SplitK, SplitReductions, TunedSplit, TunedTiling,
 };
+
+pub use logging::init_logging;
 
 /// The crates behind the facade, for users who need their full APIs.
 pub mod crates {

@@ -202,12 +202,17 @@ impl Device {
         // Measured outside the lock: timing compiles and runs executables on this device.
         let max_macs =
             if self.info().device_type == wgpu::DeviceType::Cpu { MAX_TIMED_MACS } else { MAX_TIMED_MACS_GPU };
+        tracing::info!(target: "fusegraph::autotune", class = %key, "timing the matmul tilings of a new shape class");
         let tuned = match self.measure_tilings(&key, &timed_shape(shape, max_macs), dtype, coop) {
             Ok(t) => t,
             // A candidate that cannot run here (limits) leaves the default in place.
-            Err(_) => return None,
+            Err(e) => {
+                tracing::warn!(target: "fusegraph::autotune", class = %key, "kept the default tiling: {e}");
+                return None;
+            }
         };
         let tiling = tuned.tiling;
+        tracing::info!(target: "fusegraph::autotune", class = %key, tiling = %tiling, "tuned");
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
         tuner.tilings.insert(self, "tiling-v4", key, tuned, |t| format!("{} = {}\n", t.class, t.tiling));
         Some(tiling)

@@ -255,7 +255,7 @@ impl Device {
             .map_err(|e| RuntimeError::RequestDevice { adapter: info.name.clone(), detail: e.to_string() })?;
         // Errors are caught with error scopes where they can occur; anything else is logged
         // rather than aborting the process (wgpu's default handler panics).
-        device.on_uncaptured_error(Arc::new(|e| eprintln!("fusegraph: uncaptured wgpu error: {e}")));
+        device.on_uncaptured_error(Arc::new(|e| tracing::error!(target: "fusegraph", "uncaptured wgpu error: {e}")));
         let autotune = opts
             .autotune
             .or(crate::env::env().autotune)

@@ -583,6 +583,7 @@ impl Device {
     /// Compiles `outputs` of `graph` into an executable on this device. Nothing is
     /// dispatched; a graph that does not fit the adapter's limits fails here.
     pub fn compile(self: &Arc<Self>, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<Executable> {
+        let start = std::time::Instant::now();
         verify(graph)?;
         for &o in outputs {
             graph.check(o)?;
@@ -630,12 +631,14 @@ impl Device {
         // Updates are planned in place where safe (their values follow the user's outputs).
         popts.updates = planned_updates(opts, user_outputs);
         self.rewrite(&mut simplified, &mut outs_vec, opts, &popts, limit)?;
+        let rewritten = start.elapsed();
         let update_nodes = outs_vec.split_off(user_outputs);
         let mut plan_outputs = outs_vec.clone();
         plan_outputs.extend(update_nodes.iter().copied());
         // Sibling products combined: their weights stack into parameters whose parts are the
         // user's parameters, each written and read where it lies in the stack.
         let (mut planned, groups) = plan_combined_within(&mut simplified, &plan_outputs, &popts, limit)?;
+        let planned_at = start.elapsed();
         let combined_products = (groups.iter().map(|c| c.products.len()).sum(), groups.len());
         let stacked: BTreeMap<String, Joined> = groups
             .into_iter()
@@ -750,6 +753,10 @@ impl Device {
         if workspace_plan.bytes() > 0 && (!aligned || limit.is_some_and(|l| held + workspace_plan.bytes() > l)) {
             sources = lower_all(&LowerOptions { texture_operands: None, ..lower_opts });
             workspace_plan = WorkspacePlan::of(graph, &sources);
+        }
+        let lowered = start.elapsed();
+        for (k, s) in sources.iter().enumerate() {
+            tracing::trace!(target: "fusegraph::wgsl", kernel = k, "{}", s.annotated());
         }
         let dump = opts.dump_wgsl.clone().or_else(|| crate::env::env().dump_wgsl.clone());
         if let Some(dir) = dump {
@@ -916,6 +923,27 @@ impl Device {
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(RuntimeError::Wgpu { during: "creating bind groups".into(), detail: e.to_string() });
         }
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        tracing::debug!(
+            target: "fusegraph::timing",
+            graph = opts.name.as_deref().unwrap_or("-"),
+            nodes = graph.len(),
+            kernels = sources.len(),
+            rewrite_ms = ms(rewritten),
+            plan_ms = ms(planned_at - rewritten),
+            lower_ms = ms(lowered - planned_at),
+            pipelines_ms = ms(start.elapsed() - lowered),
+            "compiled"
+        );
+        tracing::debug!(
+            target: "fusegraph::plan",
+            graph = opts.name.as_deref().unwrap_or("-"),
+            arena_bytes = plan.arena_bytes,
+            persistent_bytes = plan.persistent_bytes,
+            staging_bytes,
+            lower_bound_bytes = plan.lower_bound_bytes,
+            "memory plan"
+        );
         let stats = ExecutableStats {
             pipelines: sources.iter().map(|s| s.wgsl.as_str()).collect::<std::collections::BTreeSet<_>>().len(),
             bytes_moved: kstats.iter().map(|k| k.bytes_moved).sum(),

@@ -205,9 +205,11 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         ));
     }
     let mut records = Vec::new();
-    let total = selected.len();
-    for (i, w) in selected.iter().enumerate() {
-        eprintln!("[{}/{total}] {}: compiling fused and unfused", i + 1, w.name);
+    // Drawn on a terminal only (indicatif hides itself elsewhere).
+    let bar = indicatif::ProgressBar::new(selected.len() as u64)
+        .with_style(indicatif::ProgressStyle::with_template("{pos}/{len} {wide_msg}").expect("a valid template"));
+    for w in &selected {
+        bar.set_message(format!("{}: compiling fused and unfused", w.name));
         // A training step's mixed precision is in its graph (`select_with`: loss scaling,
         // f32 master weights); the other workloads take the compile option.
         let fused_opts = CompileOptions {
@@ -231,7 +233,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             assert_close(&x, &y, tol, tol)
                 .map_err(|e| format!("{}: fused and unfused updates of `{name}` differ: {e}", w.name))?;
         }
-        eprintln!("[{}/{total}] {}: outputs agree; timing {} runs each", i + 1, w.name, args.runs());
+        bar.set_message(format!("{}: outputs agree; timing {} runs each", w.name, args.runs()));
         if let Some(dir) = &args.plot {
             plot(dir, w, &fused, &unfused)?;
         }
@@ -245,7 +247,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             }
         }
         records.push((ru, rf, speedup));
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     let mut table = String::new();
     let _ = writeln!(
         table,

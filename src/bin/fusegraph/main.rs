@@ -364,7 +364,9 @@ fn ir(name: &str, quick: bool) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let result = match Cli::parse().command {
+    let cli = Cli::parse();
+    fusegraph::init_logging();
+    let result = match cli.command {
         Command::Info { json } => info(json).map_err(|e| e.to_string()),
         Command::Bench(a) => bench::run(&a),
         Command::Roofline(a) => roofline::run(&a),
