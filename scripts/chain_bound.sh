@@ -3,7 +3,7 @@
 # elements; the form for a CPU adapter, or with --gpu the form for a GPU) timed beside the
 # runtime's copy and edits that take its parts away (scripts/chain_variants.sh lists them),
 # with crates/runtime/examples/time_wgsl.rs, the kernels in turn per round.
-# Usage: scripts/chain_bound.sh [RUNS] [--gpu]   (BENCHMARKS.md, fifteenth session)
+# Usage: scripts/chain_bound.sh [RUNS] [--gpu]   (BENCHMARKS.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-11}

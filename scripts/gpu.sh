@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU run: everything a session lent an NVIDIA machine (the `device` tool) measures, in
-# one call, since each machine start costs minutes of a short budget.
+# The GPU run: everything measured on a lent NVIDIA machine (the `device` tool), in one
+# call, since each machine start costs minutes of a short budget.
 #
 # Here (the CPU machine), from the project root:
 #   ./scripts/gpu.sh pack        # builds, fetches the Vulkan loader into .gl/ and copies the
@@ -123,7 +123,7 @@ run() {
             cat "$XDG_CACHE_HOME"/fusegraph/* 2>/dev/null | tee -a "$OUT/coop.log"
             ;;
         chain)
-            # What bounds the elementwise chain (47% of copy on the H100, fourteenth session):
+            # What bounds the elementwise chain (47% of copy on an H100):
             # its kernel as generated beside edits that take its parts away and the copy, f32
             # and native f16 (scripts/chain_variants.sh), 64 Mi elements, in turn per round,
             # GPU timestamps; twice.
@@ -138,8 +138,8 @@ run() {
             # wgpu's runtime checks (FUSEGRAPH_SHADER_CHECKS=on: index clamps on workgroup
             # tiles and vectors, a counter in every loop, which may keep the driver from
             # unrolling the matmul's inner loop) against trusted modules without them (off,
-            # the default since the nineteenth session): the matmul rows, the chain's kernels
-            # (f32 and f16, with the copies) and the transformer block, in turn, twice.
+            # the default): the matmul rows, the chain's kernels (f32 and f16, with the
+            # copies) and the transformer block, in turn, twice.
             matmul_in_turn FUSEGRAPH_SHADER_CHECKS "shader checks" "$OUT/checks.log" on off
             for round in 1 2; do
                 echo "== chain, shader checks on and off, round $round" | tee -a "$OUT/checks.log"

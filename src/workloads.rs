@@ -1,4 +1,4 @@
-//! The benchmark workloads, shared by `fusegraph bench`, the criterion benches and tests:
+//! The benchmark workloads, shared by `fusegraph bench`, the divan benches and tests:
 //! each builds a graph, its parameters and random feeds (seeded, never zeros).
 
 use crate::{DType, Graph, GraphBuilder, HostTensor, NodeId, Tensor};

@@ -321,8 +321,7 @@ fn explain_gives_every_fusion_decision() {
 
 /// `ir` writes a training step's outputs and updates (its Adam moments are stored, though
 /// the new weights read them), and `explain` fuses what a compile with those updates stores:
-/// the same kernels the runtime compiles (before it went by the nodes nothing uses, and
-/// did not store the moments: 20 kernels against the runtime's 36 in `train_mlp`).
+/// the same kernels the runtime compiles.
 #[test]
 fn explain_fuses_a_training_step_as_the_runtime_compiles_it() {
     let w = fusegraph::workloads::training(true).into_iter().find(|w| w.name == "train_mlp").unwrap();

@@ -1,19 +1,19 @@
 //! Kernels for CPU adapters keep each invocation's loop iterations under
 //! `fusegraph_wgsl::CPU_LOOP_BUDGET`: Mesa's llvmpipe and lavapipe end every loop of a shader
-//! invocation once 65 535 iterations have run between them, silently. Both cases were wrong
-//! answers on lavapipe and llvmpipe before the budget (the twenty-fifth session); on other
-//! adapters they check the same results.
+//! invocation once 65 535 iterations have run between them, silently: past the budget, each
+//! case here gives wrong answers on lavapipe and llvmpipe. On other adapters they check the
+//! same results.
 
 use fusegraph::crates::reference::{assert_close, evaluate};
 use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor, Tensor};
 use std::collections::BTreeMap;
 
-/// Found by `fuzz_device`'s backward test at 400 seeds (seeds 160 and 161) and cut down:
-/// eight inputs each summed whole and the sums added fused into one loop kernel of eight
-/// serial loops (rows of two shapes, so no row kernel). Four elements side by side and four
-/// per invocation made that 32 loops of 2 600 iterations in one invocation, and the eighth
-/// input added only its first element. Since the twenty-sixth session fusion gives long
-/// reductions row kernels; unfused, each sum is a loop kernel of its own.
+/// Eight inputs each summed whole and the sums added (cut down from `fuzz_device`'s backward
+/// test, seeds 160 and 161), rows of two shapes, so no row kernel holds them all. Fused into
+/// one loop kernel of eight serial loops, four elements side by side and four per invocation
+/// would make that 32 loops of 2 600 iterations in one invocation, and the eighth input would
+/// add only its first element. Fusion gives long reductions row kernels; unfused, each sum is
+/// a loop kernel of its own.
 #[test]
 fn long_serial_sums_read_every_element() {
     let device = Device::shared().unwrap();
@@ -47,10 +47,11 @@ fn long_serial_sums_read_every_element() {
     }
 }
 
-/// Unfused, a sum is a loop kernel of its own, one invocation per output: over rows of
-/// 100 000 lavapipe summed the first 65 535 elements. A CPU adapter lowers such a lone
-/// reduction as a row kernel (a workgroup per row). Four outputs: the loop kernel also
-/// declared its output as vec4s while storing one element at a time (invalid WGSL).
+/// Unfused, a sum is a kernel of its own: as a loop kernel, one invocation per output, over
+/// rows of 100 000 lavapipe would sum only the first 65 535 elements. A CPU adapter lowers
+/// such a lone reduction as a row kernel (a workgroup per row). Four outputs, a multiple of
+/// 4: the output must not be declared as vec4s while stored one element at a time (invalid
+/// WGSL).
 #[test]
 fn an_unfused_sum_longer_than_the_loop_budget_reads_every_element() {
     let device = Device::shared().unwrap();
@@ -66,8 +67,8 @@ fn an_unfused_sum_longer_than_the_loop_budget_reads_every_element() {
     assert_close(&got[0], &want[0], 1e-4, 1e-2).unwrap();
 }
 
-/// 64 rows of 131 072 elements: a CPU adapter gave each row one invocation, whose passes over
-/// its row (max, sum, outputs) ran past the limit: the softmax was wrong and the row sums
+/// 64 rows of 131 072 elements: with one invocation per row on a CPU adapter, its passes over
+/// the row (max, sum, outputs) would run past the limit, the softmax wrong and the row sums
 /// short by about 0.3%.
 #[test]
 fn long_rows_are_reduced_whole() {

@@ -43,7 +43,7 @@ fn kernel_counts_of_the_classic_patterns() {
         ("layer_norm", 1),
         ("layer_norm_gelu", 1),
         // The variance's (h - mean)² joins the row kernel with the variance (see
-        // `pull_exclusive_operands`); it was four kernels.
+        // `pull_exclusive_operands`) rather than leaving four kernels.
         ("residual_layer_norm", 1),
         ("matmul_bias_relu", 1),
         ("gelu_relu_matmul_bias", 1),
@@ -283,7 +283,7 @@ fn veto_cycle_between_siblings() {
 /// Sibling kernels that both recompute a constant which the kernel storing a value they
 /// read computes too do not depend on each other through it: each computes the constant
 /// itself. (An Adam step's weight updates recompute `1.0` as the step counter's `t + 1`
-/// does; they were kept in separate kernels, one per weight.)
+/// does; taken as a dependency, it would keep them in separate kernels, one per weight.)
 #[test]
 fn siblings_recomputing_a_shared_constant_merge() {
     let mut c = CaseBuilder::new(1);
@@ -307,7 +307,7 @@ fn siblings_recomputing_a_shared_constant_merge() {
 /// does not count them there; a row kernel cannot write them in place, so an update merged
 /// into one (a weight's momentum step beside a bias gradient's column sum) is counted, and
 /// that merge, which would give both new values arena bytes, is refused. (Counted nowhere,
-/// `train_mlp`'s weight updates joined its bias gradients' row kernel: arena +32%.)
+/// `train_mlp`'s weight updates would join its bias gradients' row kernel: arena +32%.)
 #[test]
 fn updates_stay_in_place_out_of_row_kernels() {
     let mut c = CaseBuilder::new(1);
@@ -429,9 +429,10 @@ fn veto_recomputing_what_a_contraction_epilogue_can_store() {
 }
 
 /// Under a cost model where a dispatch costs as much as moving ~90 KB (lavapipe's measured
-/// one), each layer norm of a deep transformer used to re-add the whole residual stream from
-/// the embedding on: its kernel grew by a layer's adds per layer and every projection stayed
-/// alive to the last layer. Stored by the projections' epilogues, no kernel grows with depth.
+/// one), recomputing the residual sums would have each layer norm of a deep transformer
+/// re-add the whole residual stream from the embedding on: its kernel would grow by a
+/// layer's adds per layer and every projection would stay alive to the last layer. Stored by
+/// the projections' epilogues, no kernel grows with depth.
 #[test]
 fn no_kernel_grows_with_the_model_depth() {
     let lavapipe_like =
@@ -456,9 +457,9 @@ fn kernels_never_wait_on_each_other_through_a_merged_kernel() {
     // Cut down from the gradient graph of `fuzz_device`'s seed 24 (the combined products'
     // stacks left in): `Σ x1` and `max(x0 − mean, x1)` share `x1` and merge into one kernel;
     // the kernel centring `x0` and one reducing rows of `x1` share the broadcast 1/8.
-    // Merging those two as well made a cycle through the first merge, though no node path
-    // joins them: on the device a gradient was read before it was written (wrong values
-    // that changed from run to run).
+    // Merging those two as well would make a cycle through the first merge, though no node
+    // path joins them: on the device a gradient would be read before it is written (wrong
+    // values that change from run to run).
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kernel_cycle.ir")).unwrap();
     let mut g = fusegraph::text::parse(&text).unwrap();
     let mut outs: Vec<NodeId> = g.node_ids().into_iter().filter(|&n| g.users(n).is_empty()).collect();
@@ -469,16 +470,16 @@ fn kernels_never_wait_on_each_other_through_a_merged_kernel() {
 }
 
 /// Two training steps from `tests/fuzz_device.rs` (seeds 379 and 285, in the text form with
-/// their updates) whose fusion made kernels wait on each other, both through a value a
+/// their updates) whose fusion can make kernels wait on each other, both through a value a
 /// duplicated user reads: fused as the runtime fuses them, every kernel's inputs are stored
 /// before it runs.
 ///
-/// - `duplicated_user.ir`: `exp(tanh(·))` and its user `+` were computed in one kernel and
-///   the `+` again in another, which read `exp(…)` from memory; the first kernel did not
-///   store it, since its only user was inside it (failed before the twenty-seventh session).
-/// - `pulled_operand.ir` (in mixed precision): a centred value pulled into a kernel after a
-///   peak veto (`pull_exclusive_operands`) because its users were all in that kernel, though
-///   one was also computed in a kernel that the first read from.
+/// - `duplicated_user.ir`: `exp(tanh(·))` and its user `+` are computed in one kernel and
+///   the `+` again in another, which reads `exp(…)` from memory; the first kernel must store
+///   it, though its only user is inside it.
+/// - `pulled_operand.ir` (in mixed precision): a centred value is pulled into a kernel after
+///   a peak veto (`pull_exclusive_operands`) only where that kernel alone computes its users;
+///   a user also computed in a kernel that the first reads from would read it from memory.
 #[test]
 fn duplicated_users_never_make_kernels_wait_on_each_other() {
     for (file, mixed) in [("duplicated_user.ir", false), ("pulled_operand.ir", true)] {

@@ -78,10 +78,10 @@ fn transformer_gradients_match_the_reference() {
 }
 
 /// A max reduction's gradient goes to the elements equal to the maximum, found by
-/// comparing `x` with `max(x)`: an exact tie. Fused, `x = silu(silu(input))` was recomputed
-/// in the kernel of the maximum and again in the kernels of the comparison, and lavapipe
-/// rounded one copy differently: the gradient of a maximum went missing (found by
-/// `tests/fuzz_device.rs`, seed 333). Fusion now stores such a value once.
+/// comparing `x` with `max(x)`: an exact tie. Recomputed in the kernel of the maximum and
+/// again in the kernels of the comparison, `x = silu(silu(input))` may round differently in
+/// one copy (lavapipe's does, as in `tests/fuzz_device.rs`'s seed 333), and the gradient of a
+/// maximum would go missing: fusion stores such a value once.
 #[test]
 fn max_reduction_gradients_reach_every_maximum() {
     let b = GraphBuilder::new();

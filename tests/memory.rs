@@ -160,8 +160,7 @@ fn largest_batch_that_fits_is_a_planner_query() {
 }
 
 /// A cached buffer may serve a new executable although it is larger than planned (up to
-/// 25%), but never past that executable's own `memory_limit`: found by tests/fuzz_device.rs,
-/// where an executable compiled under a 2,912-byte limit held 3,008 bytes.
+/// 25%), but never past that executable's own `memory_limit`.
 #[test]
 fn reused_buffers_stay_within_the_compile_limit() {
     let device = fresh(None);

@@ -140,8 +140,8 @@ fn f16_casts_round_like_the_reference_over_the_whole_range() {
 
 /// A training step compiled with `mixed_precision` (Adam, as the `train` example's MLP):
 /// the optimizer's arithmetic stays f32, so its updates are finite and near the f32 step's.
-/// In f16, Adam's ε (1e-8) is 0 and small gradients square to 0: `fc0.bias` became ±inf
-/// (`fusegraph bench --mixed-precision` compiled the step so).
+/// In f16, Adam's ε (1e-8) is 0 and small gradients square to 0: with its update in f16,
+/// `fc0.bias` would become ±inf.
 #[test]
 fn mixed_precision_keeps_the_optimizer_update_in_f32() {
     let w = fusegraph::workloads::train_step(fusegraph::train::demo::Task::Mlp, true).unwrap();

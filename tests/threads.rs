@@ -1,7 +1,8 @@
 //! One device and one executable used from several threads at once: two threads run the
-//! same executable (runs share its arena and staging buffer, so they take turns; before, the
-//! second submit failed with "the staging buffer is still mapped") while one of them also
-//! compiles and runs other graphs. CI runs this on GL as well as Vulkan (`FUSEGRAPH_BACKEND`).
+//! same executable (runs share its arena and staging buffer, so they take turns; otherwise
+//! the second submit would fail with "the staging buffer is still mapped") while one of
+//! them also compiles and runs other graphs. CI runs this on GL as well as Vulkan
+//! (`FUSEGRAPH_BACKEND`).
 
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor};
 use std::sync::{Arc, Barrier};

@@ -70,9 +70,9 @@ fn checkpointing_lowers_the_planned_peak_and_keeps_the_losses() {
     assert!(ck.recomputed > 0);
     let (a, b) = (plain.plan_summary().unwrap(), ck.plan_summary().unwrap());
     // Each block's inner activation is recomputed in the backward pass instead of kept:
-    // at least three of the four (32 KiB each) leave the peak. (Measured: 281,856 ->
-    // 173,824 bytes; 271,616 before the scheduler sank each recomputation to just before
-    // its segment's gradients, when all four ran at the start of the backward pass.)
+    // at least three of the four (32 KiB each) leave the peak. (The scheduler sinks each
+    // recomputation to just before its segment's gradients; run at the start of the
+    // backward pass, all four would be live together.)
     let hidden = (BATCH * DIMS[1] * 4) as u64;
     assert!(b.arena_bytes + 3 * hidden <= a.arena_bytes, "arena {} -> {}", a.arena_bytes, b.arena_bytes);
     assert!(b.total_bytes < a.total_bytes);
@@ -122,9 +122,10 @@ fn a_memory_limit_the_plain_step_misses_turns_checkpointing_on() {
 /// ReLU's gradient is written with its output (`y > 0`), not its input: a hidden layer
 /// `relu(x·W + b)` stores only its result, read by the next layer and by its weight
 /// gradient, and the product, bias and relu are one kernel. Written with the input
-/// (`x ≥ 0`), every pre-activation stayed alive until the backward pass: the plain step's
-/// arena was 281,856 bytes (32 kernels), now 150,784 (28) — and checkpointing, which
-/// recomputed those pre-activations, finds nothing left to drop.
+/// (`x ≥ 0`), every pre-activation would stay alive until the backward pass (the plain
+/// step's arena 281,856 bytes in 32 kernels, against 150,784 in 28), and checkpointing would
+/// have those pre-activations to recompute; as it is, checkpointing finds nothing left to
+/// drop.
 #[test]
 fn relu_layers_keep_only_their_outputs() {
     let b = GraphBuilder::new();
@@ -144,10 +145,9 @@ fn relu_layers_keep_only_their_outputs() {
 
 /// The `train` demo's LM (four blocks, each a checkpoint segment): checkpointed, the planned
 /// arena is well under the plain step's, as it holds one block's recomputed activations at a
-/// time. Two things made it hold several: the scheduler ran each recomputation as soon as it
-/// was ready (at the start of the backward pass), and sibling fusion merged the blocks'
-/// recomputations into shared kernels because they all compute gelu's constants (arena
-/// 13,935,616 against 15,381,248 plain; now 9,873,920).
+/// time. Two things would make it hold several: the scheduler running each recomputation as
+/// soon as it is ready (at the start of the backward pass), and sibling fusion merging the
+/// blocks' recomputations into shared kernels because they all compute gelu's constants.
 #[test]
 fn checkpointing_the_lm_recomputes_one_block_at_a_time() {
     use fusegraph::train::demo::{build, Config, Task};

@@ -57,9 +57,9 @@ fn each_parameter_update_fuses_into_few_kernels() {
     // kernels merge as siblings).
     assert_eq!(update_kernels(&momentum, 2, false), 1);
     assert_eq!(update_kernels(&momentum, 2, true), 1);
-    // Adam: the step counter's kernel, then one for every moment and weight (before, the
-    // moments' kernel and one per weight: the weights' kernels, which recompute the
-    // constant 1 that the counter's kernel computes too, were taken to depend on it).
+    // Adam: the step counter's kernel, then one for every moment and weight (the weights'
+    // kernels recompute the constant 1 that the counter's kernel computes too, which does
+    // not make them depend on it).
     assert_eq!(update_kernels(&Adam::new(1e-3), 2, false), 2);
     assert_eq!(update_kernels(&Adam::adamw(1e-3, 0.01), 2, true), 1);
 }

@@ -6,11 +6,11 @@ use fusegraph::train::demo::{build, Config, Task};
 
 /// The `train` example's MLP (batch 256, three hidden relu layers of 256: every activation
 /// and every backward delta 256 KiB) needs its three activations and one delta at the peak.
-/// Counting a weight's new value as an arena value alive to the end, the scheduler ran the
-/// updates last, and every delta and weight gradient they read stayed alive (1,392,896
-/// arena bytes at 32 bindings); fusion's peak check, which ran them last too, merged the
-/// three bias updates (each with its gradient's reduction) into one kernel holding all
-/// three deltas (1,361,920 once the scheduler knew).
+/// Counting a weight's new value as an arena value alive to the end, the scheduler would run
+/// the updates last, and every delta and weight gradient they read would stay alive
+/// (1,392,896 arena bytes at 32 bindings); fusion's peak check, running them last too, would
+/// merge the three bias updates (each with its gradient's reduction) into one kernel holding
+/// all three deltas.
 #[test]
 fn optimizer_updates_free_their_gradients() {
     let step = build(&Config::new(Task::Mlp, false)).unwrap().step;

@@ -99,9 +99,9 @@ fn an_overflow_inside_an_accumulation_window_skips_the_whole_window() {
 
 /// The LM demo trains in mixed precision, fused and unfused (where every f16 op rounds): no
 /// step overflows at the default loss scale, and the loss falls as in f32. Its layer norms'
-/// `1/σ` reaches ~58, and the gradient of `rsqrt` formed `y³` first, which overflows f16
-/// from `y` = 40: every step overflowed (80 of 80 skipped, the scale fell to 1 and the loss
-/// never moved) until the product took `gy` first.
+/// `1/σ` reaches ~58, so the gradient of `rsqrt` takes `gy` first: formed first, `y³` would
+/// overflow f16 from `y` = 40, and every step would overflow (all skipped, the scale falling
+/// to 1 and the loss never moving).
 #[test]
 fn mixed_precision_trains_the_lm_fused_and_unfused() {
     let device = Device::shared().unwrap();

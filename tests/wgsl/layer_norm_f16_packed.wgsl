@@ -200,7 +200,7 @@ fn fg_round_f16(x: f32) -> f32 {
     let s = round(x * 0x1p24f) * 0x1p-24f;
     let r = select(n, s, a < 0x38800000u);
     // From 65520 (and ±inf, NaN): x·2^127 overflows to ±inf with x's sign, and a NaN stays
-    // NaN (one multiply where the sign, the infinity and a NaN test took five operations).
+    // NaN (one multiply, where testing the sign, the infinity and a NaN would take five operations).
     return select(r, x * 0x1p127f, a >= 0x477ff000u);
 }
 

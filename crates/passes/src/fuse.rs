@@ -183,9 +183,9 @@ struct Groups {
     /// not, or the reverse (a user of the node moved), each listed once (`is_stale`); the
     /// summaries are patched when next read, without recomputing the rest of them.
     /// Marked per node, not per (group, node): a constant every optimizer update recomputes
-    /// has hundreds of groups, and a move of each of its users marked them all (a 32-block
-    /// training step's sibling merging pushed 23 million pairs, 1.9 million distinct, and
-    /// spent 0.7 s sorting them).
+    /// has hundreds of groups, and per pair a move of each of its users would mark them all
+    /// (a 32-block training step's sibling merging would push 23 million pairs, 1.9 million
+    /// distinct, and spend 0.7 s sorting them).
     stale: RefCell<Vec<NodeId>>,
     is_stale: RefCell<Vec<bool>>,
     /// Groups changed (or patched) since the live ranges were last brought up to date.
@@ -303,8 +303,7 @@ struct Ancestors {
 
 impl Ancestors {
     /// A 36-block training step of the `train` demo's LM has 17 442 nodes after simplify:
-    /// with the bits it fused in seconds; walking the graph instead (the cap was 16 384) took
-    /// 198 s.
+    /// with the bits it fuses in seconds; walking the graph instead takes 198 s.
     const MAX_NODES: usize = 40_000;
 
     fn new(order: &[NodeId], pos: &[usize], operands: &[Vec<NodeId>]) -> Option<Ancestors> {
@@ -728,9 +727,9 @@ impl Ctx<'_> {
     /// Whether a kernel computing `m` stores it: `m` is a graph output, or some user of it is
     /// computed by a kernel that does not compute `m` (see [`Ctx::reads_stored`]). That user
     /// may be a member too, duplicated into the other kernel (where a producer fuses into all
-    /// its consumers' kernels this does not happen, but `pull_exclusive_operands` made it
-    /// happen: a kernel computing `exp(t)` and `exp(t) + a` did not store `exp(t)`, which
-    /// another kernel computing `exp(t) + a` read from memory).
+    /// its consumers' kernels this does not happen, but `pull_exclusive_operands` can make it
+    /// happen: a kernel computing `exp(t)` and `exp(t) + a` stores `exp(t)` when another
+    /// kernel computing `exp(t) + a` reads it from memory).
     fn stored(&self, m: NodeId, groups: &Groups) -> bool {
         self.output_set.contains(&m) || !self.users_needing_stored(m, groups).is_empty()
     }
@@ -1148,9 +1147,9 @@ pub fn fuse(g: &Graph, outputs: &[NodeId], opts: &FusionOptions) -> Result<Fusio
 /// over their parameters' buffers where the memory planner can (by a loop kernel): the
 /// peak-memory check counts them only where the kernel storing them reduces (it may be a
 /// row kernel). (Counted everywhere, the new momentum of one weight joined to the kernel of
-/// its new weight looked like a rise: the gradient it reads lives to that kernel, beside
+/// its new weight would look like a rise: the gradient it reads lives to that kernel, beside
 /// update values that take no arena. Counted nowhere, a weight's update merged into the row
-/// kernel of a bias gradient raised `train_mlp`'s arena by a third.)
+/// kernel of a bias gradient would raise `train_mlp`'s arena by a third.)
 pub fn fuse_updating(g: &Graph, outputs: &[NodeId], updates: &[NodeId], opts: &FusionOptions) -> Result<Fusion> {
     let (ctx, order) = Ctx::new(g, outputs, updates, opts)?;
     let (compute, mut groups) = Groups::of_each_op(&ctx, &order);
@@ -1285,10 +1284,11 @@ fn epilogue_is_cheaper(ctx: &Ctx, p: NodeId, copies: usize) -> bool {
 
 /// Retries fusing `p` into group `t` (where it has just been moved) after a peak-memory
 /// veto, together with the cheap producers of its operands that nothing outside `t` uses:
-/// the rise was often only that such an operand, consumed by `p` early before, now stays
-/// alive until `t` runs, while the operand itself would join `t` at its own turn (visited
-/// after `p`, which goes from the outputs back). The variance's `(x - mean)²` is the usual
-/// case: without this, a layer norm whose input has another user split into four kernels.
+/// the rise is often only that such an operand, consumed early by `p` in its own group,
+/// stays alive until `t` runs, while the operand itself would join `t` at its own turn
+/// (visited after `p`, which goes from the outputs back). The variance's `(x - mean)²` is the
+/// usual case: without this, a layer norm whose input has another user would split into four
+/// kernels.
 /// Every node moved must be a fusion the pass would accept by itself (a valid kernel within
 /// the binding limit, a gain by the cost model), and the peak with all of them moved must
 /// not rise above the `vetoed` fusion's baseline; otherwise the pulled nodes go back and a
@@ -1441,7 +1441,8 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
     // Whether `b` reads (through any path) a value that only `a` computes: then it waits for
     // `a`. A member other kernels compute too (a constant or broadcast every kernel
     // recomputes) proves nothing, as they compute it themselves: two Adam updates recompute
-    // `1.0` as the step counter's update does, whose value both read, and were kept apart so.
+    // `1.0` as the step counter's update does, whose value both read, and would be kept
+    // apart otherwise.
     // Such pairs go to the kernel-level walk below.
     let depends = |groups: &Groups, a: usize, b: usize| -> bool {
         let own: BTreeSet<NodeId> = groups.sets[a].iter().copied().filter(|&m| groups.of(m).nth(1).is_none()).collect();
@@ -1458,7 +1459,7 @@ fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Sibling
     // two weights, one dispatch for both): elsewhere the merged kernel runs when the first
     // of its values is needed, holding the others until they are read — a training step's
     // checkpointed recomputations, one per segment and all computing gelu's constants,
-    // merged into kernels that recomputed four segments at once at the start of the
+    // would merge into kernels that recompute four segments at once at the start of the
     // backward pass. (The peak check does not see it: its order runs a merged kernel at its
     // last member's turn, where the scheduler must run it at the first's.)
     let free = |groups: &Groups, gi: usize| {
@@ -1636,8 +1637,8 @@ impl BindingFloor {
 /// counts). Node paths ([`Ctx::reaches_any`]) miss a chain through a group that sibling
 /// merging made of unrelated nodes: once `{r = reduce(y), m = max(c, y)}` is one kernel, a
 /// kernel reading `r` waits for the kernel storing `c`, though no node path leads from `c`
-/// to `r`; merging those two made a cycle of kernels (found by `tests/fuzz_device.rs`: a
-/// gradient read before it was written).
+/// to `r`; merging those two would make a cycle of kernels (a gradient read before it is
+/// written: `tests/data/kernel_cycle.ir`).
 fn walk_feeding(ctx: &Ctx, groups: &Groups, to: usize, stop: Option<usize>) -> (Vec<bool>, bool) {
     let mut seen = vec![false; groups.sets.len()];
     seen[to] = true;
@@ -1726,8 +1727,9 @@ mod tests {
         assert!(reached > checks / 10 && reached < checks * 9 / 10, "{reached} of {checks}");
     }
 
-    /// Kahn's algorithm as written before the root-order walk: every kernel in a heap by
-    /// rank once all its inputs are stored; the earliest kernel left when none is ready.
+    /// Kahn's algorithm in its plain form, the reference for the root-order walk: every
+    /// kernel in a heap by rank once all its inputs are stored; the earliest kernel left when
+    /// none is ready.
     fn heap_order(ctx: &Ctx, ks: &[&Summary]) -> Vec<usize> {
         let mut by_root: Vec<usize> = (0..ks.len()).collect();
         by_root.sort_unstable_by_key(|&i| (ks[i].root, i));

@@ -5,7 +5,7 @@
 //! kernel: the baseline of fused-vs-unfused comparisons. Inputs, parameters and constants are
 //! never kernels; they are values in memory.
 
-use fusegraph_ir::{Graph, NodeId, Op, Result};
+use fusegraph_ir::{Graph, NodeId, Op};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How aggressively ops are grouped into kernels.
@@ -84,23 +84,6 @@ pub fn kernel_inputs(g: &Graph, members: &[NodeId]) -> Vec<NodeId> {
         }
     }
     inputs
-}
-
-/// Partitions the nodes that `outputs` depend on into kernels, in a valid execution order:
-/// one per op with [`FusionMode::Off`], fused by [`crate::fuse()`] with default options
-/// otherwise.
-pub fn partition(g: &Graph, outputs: &[NodeId], mode: FusionMode) -> Result<Vec<Kernel>> {
-    if mode == FusionMode::On {
-        return Ok(crate::fuse::fuse(g, outputs, &crate::fuse::FusionOptions::default())?.kernels);
-    }
-    let order = g.reachable(outputs)?;
-    let live: BTreeSet<NodeId> = order.iter().copied().collect();
-    Ok(order
-        .iter()
-        .copied()
-        .filter(|&id| !is_memory_leaf(&g.node(id).op))
-        .map(|id| make_kernel(g, vec![id], outputs, &live))
-        .collect())
 }
 
 /// For each of `kernels`, its members that no other kernel computes (its own values, stored

@@ -1,4 +1,4 @@
-//! fusegraph's graph passes, one per file: partitioning a graph into kernels ([`partition`]),
+//! fusegraph's graph passes, one per file: partitioning a graph into kernels ([`partition()`]),
 //! and planning device memory for them ([`memory_plan`]).
 //!
 //! Memory: [`schedule()`] reorders kernels for a low peak of live bytes, [`plan_memory`]
@@ -23,6 +23,7 @@ pub mod kernel;
 pub mod liveness;
 pub mod memory_plan;
 pub mod mixed_precision;
+pub mod partition;
 pub mod planner;
 pub mod remat;
 pub mod schedule;
@@ -39,9 +40,10 @@ pub use fuse::{
     Veto,
 };
 pub use hoist::{hoist, Hoisted};
-pub use kernel::{partition, FusionMode, Kernel, KernelKind};
+pub use kernel::{FusionMode, Kernel, KernelKind};
 pub use memory_plan::{check_plan, plan_memory_updating, plan_memory_with, MemoryOptions, PlanError};
 pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};
+pub use partition::partition;
 pub use planner::{
     largest_batch, plan_combined_within, plan_graph, plan_summary, plan_summary_within, plan_within, LiveValue,
     PlanOptions, PlanSummary, Planned,

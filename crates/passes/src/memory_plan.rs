@@ -147,7 +147,7 @@ fn align_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
 }
 
-/// Plans memory for `kernels` run in order (from [`crate::partition`], possibly reordered by
+/// Plans memory for `kernels` run in order (from [`crate::partition()`], possibly reordered by
 /// [`crate::schedule()`] or [`crate::rematerialize`]): every kernel input and output, and every
 /// graph output, gets a location. In-place reuse is on; see [`plan_memory_with`].
 pub fn plan_memory(g: &Graph, kernels: &[Kernel], outputs: &[NodeId], alignment: u64) -> MemoryPlan {
@@ -635,7 +635,8 @@ pub fn check_plan(plan: &MemoryPlan, intervals: &BTreeMap<NodeId, Vec<Interval>>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::{partition, FusionMode};
+    use crate::kernel::FusionMode;
+    use crate::partition::partition;
     use fusegraph_ir::GraphBuilder;
 
     fn chain() -> (Graph, Vec<NodeId>) {

@@ -214,8 +214,9 @@ fn recompute_kernel(g: &Graph, producer: &Kernel, value: NodeId) -> Option<Kerne
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::{partition, FusionMode};
+    use crate::kernel::FusionMode;
     use crate::memory_plan::{check_plan, plan_memory};
+    use crate::partition::partition;
     use crate::schedule::first_unready;
     use crate::testing::remat_graph;
 

@@ -16,7 +16,7 @@
 //! are born later and nothing lives longer. The list schedulers run a kernel as soon as it is
 //! ready and cheap; a checkpointed segment's recomputation is ready from the start of the
 //! backward pass but read only when the gradients reach its segment, and without sinking it
-//! ran early and held its values through the gradients of every later segment.
+//! would run early and hold its values through the gradients of every later segment.
 //!
 //! In a training step ([`schedule_updating`]) a parameter's new value that the memory plan
 //! writes into the parameter's own slot takes no arena bytes, and the objective says so: an
@@ -250,7 +250,7 @@ impl<'a> Dag<'a> {
     }
 }
 
-/// Reorders `kernels` (a valid order from [`crate::partition`] or [`crate::fuse()`]) into the
+/// Reorders `kernels` (a valid order from [`crate::partition()`] or [`crate::fuse()`]) into the
 /// candidate topological order with the lowest peak of live bytes; see the module docs.
 pub fn schedule(g: &Graph, kernels: Vec<Kernel>, outputs: &[NodeId]) -> Vec<Kernel> {
     schedule_updating(g, kernels, outputs, &[])
@@ -326,7 +326,8 @@ pub fn schedule_updating(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::{partition, FusionMode};
+    use crate::kernel::FusionMode;
+    use crate::partition::partition;
     use crate::testing::{random_graph, XorShift};
 
     #[test]
@@ -413,7 +414,7 @@ mod tests {
 
     /// A parameter update written in place costs no arena: it runs as soon as its gradient
     /// is ready and frees it, rather than last (counting its new value as an arena value
-    /// alive to the end made running it late look cheaper, and the gradient stayed alive).
+    /// alive to the end would make running it late look cheaper, and keep the gradient alive).
     #[test]
     fn runs_an_update_as_soon_as_its_gradient_is_ready() {
         use fusegraph_ir::DType;

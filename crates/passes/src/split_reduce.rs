@@ -14,9 +14,9 @@
 //! reduced axes must be adjacent (the merge is a reshape); a reduction over axes that are
 //! not is left alone. Both reshapes and the pad are views that fusion folds into the first
 //! reduction's kernel, which also keeps whatever produced `x` (an elementwise chain, a
-//! loss): the first kernel reads `x`'s producers once, as before, with `s` times as many
-//! rows; the second reduces `s` partials per output and takes the ops that followed the
-//! reduction (a mean's division, a loss's scale).
+//! loss): the first kernel reads `x`'s producers once, as the unsplit one does, with `s`
+//! times as many rows; the second reduces `s` partials per output and takes the ops that
+//! followed the reduction (a mean's division, a loss's scale).
 //!
 //! Numerics: each output is the same elements combined in another order (`s` partials,
 //! each rounded to the dtype once), as a differently shaped workgroup would; max and min

@@ -340,7 +340,7 @@ impl Device {
                 simplify: false,
                 matmul_tiling: Some(tiling),
                 name: Some(format!("autotuning {class} with {tiling}")),
-                // The product as the class has it, whatever FUSEGRAPH_SPLIT_K says.
+                // The product as the class has it, never split.
                 split_k: crate::SplitK::Off,
                 ..Default::default()
             };

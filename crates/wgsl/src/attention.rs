@@ -32,7 +32,8 @@
 //! row that masks it (the three kernels would give `0 · ∞ = NaN`).
 
 use crate::body::{batch_coords, write_matmul_body};
-use crate::lower::{packed_f16, store_value, Binding, MAIN_ARGS};
+use crate::options::{Binding, MAIN_ARGS};
+use crate::storage::{packed_f16, store_value};
 use crate::writer::{literal, ravel, unravel};
 use fusegraph_ir::{DType, Graph, NodeId, Op};
 use fusegraph_passes::band::{key_band, KeyBand};

@@ -14,16 +14,27 @@
 
 mod attention;
 mod body;
+mod loops;
 mod lower;
 mod matmul;
+mod matmul_coop;
+mod matmul_subgroup;
+mod matmul_tiled;
+mod options;
+mod region;
+mod rows;
+mod storage;
+mod tiling;
 mod validate;
 mod view;
 mod writer;
 
-pub use lower::{
-    localize, lower, lower_planned, lower_with, Binding, Cooperative, KernelSource, LowerOptions, Strategy,
-    GPU_INTERLEAVE_MIN, TEXTURE_ROW, WORKGROUP_SIZE,
-};
-pub use matmul::{cooperative_matmul, gemm_shape, subgroup_matmul, CoopPlan, GemmShape, MatmulTiling, SubgroupPlan};
+pub use loops::GPU_INTERLEAVE_MIN;
+pub use lower::{localize, lower, lower_planned, lower_with};
+pub use matmul::{gemm_shape, GemmShape};
+pub use matmul_coop::{cooperative_matmul, CoopPlan};
+pub use matmul_subgroup::{subgroup_matmul, SubgroupPlan};
+pub use options::{Binding, Cooperative, KernelSource, LowerOptions, Strategy, TEXTURE_ROW, WORKGROUP_SIZE};
+pub use tiling::MatmulTiling;
 pub use validate::{validate, ValidateError};
 pub use view::{reshape_strides, split_last_axis_view, strided_view, StridedView};

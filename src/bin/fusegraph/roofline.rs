@@ -171,12 +171,12 @@ fn time(
     Ok((median(&ms), exe, copy_gbps))
 }
 
-/// Untimed runs before a row is timed: three on a CPU adapter (as before); on a GPU enough
-/// more back to back (one upload of the inputs, then each run submitted as soon as the last is
-/// done) to fill [`GPU_WARM_UP_MS`] of kernel time (four to 201 in all), so that every row
-/// starts on a card that has been busy for a while. With two runs, an H100's 4096³ product
-/// took 15 ms compiled right after the same tiling had run at 5.7 ms (fourteenth session,
-/// every run): the card's clocks after a pause for compiling are the suspect.
+/// Untimed runs before a row is timed: three on a CPU adapter; on a GPU enough more back to
+/// back (one upload of the inputs, then each run submitted as soon as the last is done) to
+/// fill [`GPU_WARM_UP_MS`] of kernel time (four to 201 in all), so that every row starts on a
+/// card that has been busy for a while. With two runs, an H100's 4096³ product took 15 ms
+/// compiled right after the same tiling had run at 5.7 ms, in every run: the card's clocks
+/// after a pause for compiling are the suspect.
 fn warm_up(exe: &Executable, feeds: &[(&str, &HostTensor)], cpu: bool) -> Result<(), String> {
     let first = exe.time(feeds, 2, 1).map_err(|e| e.to_string())?;
     if !cpu {

@@ -31,7 +31,7 @@ pub(super) fn unary(e: &mut Emit<'_>, u: UnaryOp, x: NodeId, y: NodeId, gy: Node
         UnaryOp::Rsqrt => {
             // d x^(-1/2) = −x^(-3/2)/2 = −y³/2, as ((−gy/2)·y)·y·y: each product lies
             // between `gy` and the result, so none overflows where the result does not. `y³`
-            // first overflowed f16 for `y` over 40 (a layer norm's 1/σ of a row of variance
+            // first would overflow f16 for `y` over 40 (a layer norm's 1/σ of a row of variance
             // 3e-4), and with it every mixed-precision step of the LM demo.
             let t = e.scale(gy, -0.5)?;
             let t = e.mul(t, y)?;

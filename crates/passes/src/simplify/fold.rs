@@ -27,7 +27,7 @@ fn full_value(g: &Graph, id: NodeId) -> Option<f64> {
 
 /// Evaluates node `id` (all of whose operands are constant) with the reference interpreter,
 /// on a copy of the subtree it is computed from: the interpreter verifies and orders the
-/// whole graph it is given, which on the model's graph cost a sweep of every node per
+/// whole graph it is given, which on the model's graph costs a sweep of every node per
 /// folded constant (a 32-block training step folds hundreds).
 fn evaluate(g: &Graph, id: NodeId) -> Option<Vec<f64>> {
     let mut t = Graph::new();
