@@ -38,8 +38,23 @@ def code_lines(text):
     return "\n".join(out)
 
 
+def reexports(src):
+    """Item name -> the module whose item the crate root re-exports (`pub use m::{A, B}`)."""
+    names = {}
+    lib = os.path.join(src, "lib.rs")
+    text = open(lib).read() if os.path.exists(lib) else ""
+    for module, group in re.findall(r"pub use ([a-z_][a-z_0-9]*)::\{([^}]*)\}", text):
+        for name, alias in re.findall(r"([A-Za-z_][A-Za-z_0-9]*)(?:\s+as\s+([A-Za-z_][A-Za-z_0-9]*))?", group):
+            names[alias or name] = module
+    for module, name in re.findall(r"pub use ([a-z_][a-z_0-9]*)::([A-Za-z_][A-Za-z_0-9]*);", text):
+        names[name] = module
+    return names
+
+
 def crate_graph(src):
-    """Top-level module -> the top-level modules of the same crate it references."""
+    """Top-level module -> the top-level modules of the same crate it references, directly
+    (`crate::module`) or through an item the crate root re-exports (`crate::Device`)."""
+    roots = reexports(src)
     graph = {}
     for path in rust_files(src):
         rel = os.path.relpath(path, src)
@@ -48,8 +63,11 @@ def crate_graph(src):
             continue
         text = code_lines(open(path).read())
         refs = set(re.findall(r"\bcrate::([a-z_][a-z_0-9]*)", text))
+        items = set(re.findall(r"\bcrate::([A-Z][A-Za-z_0-9]*)", text))
         for group in re.findall(r"\buse crate::\{([^}]*)\}", text):
             refs |= set(re.findall(r"(?:^|,)\s*([a-z_][a-z_0-9]*)", group))
+            items |= set(re.findall(r"\b([A-Z][A-Za-z_0-9]*)", group))
+        refs |= {roots[i] for i in items if i in roots}
         graph.setdefault(top, set()).update(r for r in refs if r != top)
     tops = set(graph)
     return {m: {r for r in refs if r in tops} for m, refs in graph.items()}

@@ -24,11 +24,11 @@
 //! [`split_candidates`] slices (the product and its sum), timed as above; the fastest slice
 //! count is kept in memory and in `splitk-v1-<adapter>.txt`.
 
+use crate::tuned::{TunedSplit, TunedTiling};
 use crate::{CompileOptions, Device, FusionMode, Result};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor};
 use fusegraph_passes::split_k::{FillOptions, Gemm};
 use fusegraph_wgsl::{GemmShape, MatmulTiling};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Rounds in which a GPU times every candidate once (after one untimed round).
@@ -43,79 +43,6 @@ pub const MAX_TIMED_MACS: usize = 1 << 26;
 /// multiprocessors idle and so favours small tiles (more workgroups), while the class's
 /// real products fill the chip. 4096³ takes milliseconds per run there.
 pub const MAX_TIMED_MACS_GPU: usize = 1 << 36;
-
-/// One tuned class: what was chosen, and whether it was measured in this process or read
-/// from the disk cache.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TunedTiling {
-    /// The shape class, e.g. `f32 b1 m256 n1024 k1024`.
-    pub class: String,
-    /// The fastest candidate.
-    pub tiling: MatmulTiling,
-    /// Median milliseconds of each candidate that ran, when measured in this process; empty
-    /// when read from the cache.
-    pub timings: Vec<(MatmulTiling, f64)>,
-}
-
-/// The autotuner's state on a device.
-#[derive(Default)]
-pub(crate) struct Tuner {
-    tilings: Choices<TunedTiling>,
-    splits: Choices<TunedSplit>,
-}
-
-/// One kind of tuned choice by class: read from the device's cache file on first use, the
-/// whole file rewritten after each measurement (`class = value` lines).
-struct Choices<T> {
-    loaded: bool,
-    by_class: BTreeMap<String, T>,
-}
-
-impl<T> Default for Choices<T> {
-    fn default() -> Self {
-        Choices { loaded: false, by_class: BTreeMap::new() }
-    }
-}
-
-impl<T> Choices<T> {
-    /// The choice for `key`, the cache file `stem` read first if it has not been; `read`
-    /// makes a choice of a cached line's class and value.
-    fn get<V: std::str::FromStr>(
-        &mut self,
-        device: &Device,
-        stem: &str,
-        key: &str,
-        read: impl Fn(String, V) -> T,
-    ) -> Option<&T> {
-        if !self.loaded {
-            self.loaded = true;
-            let text = crate::calibrate::cache_file(device, stem).and_then(|p| std::fs::read_to_string(p).ok());
-            for (class, value) in text.iter().flat_map(|t| t.lines()).filter_map(parse_line) {
-                self.by_class.insert(class.clone(), read(class, value));
-            }
-        }
-        self.by_class.get(key)
-    }
-
-    /// Records a measured choice and rewrites the cache file `stem`, a `line` per class.
-    fn insert(&mut self, device: &Device, stem: &str, key: String, choice: T, line: impl Fn(&T) -> String) {
-        self.by_class.insert(key, choice);
-        write_cache(device, stem, self.by_class.values().map(line).collect());
-    }
-}
-
-/// One class tuned for split-k ([`SplitK::Tuned`](crate::SplitK::Tuned)): the slice count
-/// chosen (1: no split), and the timings when measured in this process.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TunedSplit {
-    /// The shape class, as for tilings (`f32 b1 m256 n1024 k4096`).
-    pub class: String,
-    /// The fastest slice count.
-    pub splits: usize,
-    /// Median milliseconds of the product (and its sum) per slice count, when measured in
-    /// this process; empty when read from the cache.
-    pub timings: Vec<(usize, f64)>,
-}
 
 /// The slice counts split-k tuning tries for `gemm`: 1 (no split), then 2, 4, 8, 16 while each
 /// slice is whole vec4s and at least `min_k` long.
@@ -132,18 +59,6 @@ pub(crate) fn split_candidates(gemm: &Gemm) -> Vec<usize> {
 
 /// Median milliseconds per candidate that compiled, and the last compile error.
 type Timed<C> = (Vec<(C, f64)>, Option<crate::RuntimeError>);
-
-/// Writes `lines` to the cache file `stem` of `device`, aside and renamed, so a reader never
-/// sees half a file.
-fn write_cache(device: &Device, stem: &str, lines: String) {
-    if let Some(path) = crate::calibrate::cache_file(device, stem) {
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let _ = std::fs::create_dir_all(path.parent().expect("a file in a folder"));
-        if std::fs::write(&tmp, lines).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
-    }
-}
 
 fn bucket(x: usize) -> usize {
     x.clamp(16, 4096).next_power_of_two()
@@ -176,11 +91,6 @@ fn timed_shape(shape: &GemmShape, max_macs: usize) -> GemmShape {
     s
 }
 
-fn parse_line<T: std::str::FromStr>(line: &str) -> Option<(String, T)> {
-    let (class, value) = line.rsplit_once(" = ")?;
-    Some((class.trim().to_string(), value.trim().parse().ok()?))
-}
-
 impl Device {
     /// The tiling for a tiled matmul kernel computing `shape` in `dtype`: the tuned choice of
     /// its class (measured now if this device has not seen the class and the disk cache has
@@ -195,7 +105,7 @@ impl Device {
         {
             let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
             let read = |class, tiling| TunedTiling { class, tiling, timings: vec![] };
-            if let Some(t) = tuner.tilings.get(self, "tiling-v4", &key, read) {
+            if let Some(t) = tuner.tilings.get(&self.cache, "tiling-v4", &key, read) {
                 return Some(t.tiling);
             }
         }
@@ -214,7 +124,7 @@ impl Device {
         let tiling = tuned.tiling;
         tracing::info!(target: "fusegraph::autotune", class = %key, tiling = %tiling, "tuned");
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
-        tuner.tilings.insert(self, "tiling-v4", key, tuned, |t| format!("{} = {}\n", t.class, t.tiling));
+        tuner.tilings.insert(&self.cache, "tiling-v4", key, tuned, |t| format!("{} = {}\n", t.class, t.tiling));
         Some(tiling)
     }
 
@@ -237,14 +147,14 @@ impl Device {
         {
             let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
             let read = |class, splits| TunedSplit { class, splits, timings: vec![] };
-            if let Some(t) = tuner.splits.get(self, "splitk-v1", &key, read) {
+            if let Some(t) = tuner.splits.get(&self.cache, "splitk-v1", &key, read) {
                 return fits(t.splits);
             }
         }
         let Ok(tuned) = self.measure_splits(&key, &shape, gemm) else { return 1 };
         let splits = tuned.splits;
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
-        tuner.splits.insert(self, "splitk-v1", key, tuned, |t| format!("{} = {}\n", t.class, t.splits));
+        tuner.splits.insert(&self.cache, "splitk-v1", key, tuned, |t| format!("{} = {}\n", t.class, t.splits));
         fits(splits)
     }
 
@@ -392,6 +302,7 @@ fn pattern(len: usize, seed: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tuned::parse_line;
 
     #[test]
     fn classes_round_up_to_powers_of_two_and_timed_shapes_shrink() {

@@ -10,23 +10,8 @@ use fusegraph_ir::{DType, GraphBuilder, HostTensor, NodeId};
 use fusegraph_passes::cost::CostModel;
 use std::sync::Arc;
 
-/// `{cache dir}/{stem}-{adapter, backend and driver}.txt` (see
-/// [`crate::DeviceOptions::cache_dir`]; `-unchecked` added for a device without wgpu's shader checks, the
-/// default, whose kernels compile to other code than a checked device's): where
-/// measurements of this adapter are kept between runs.
-pub(crate) fn cache_file(device: &Device, stem: &str) -> Option<std::path::PathBuf> {
-    let base = device.cache_dir.as_ref()?;
-    let i = device.info();
-    let checks = if device.shader_checks() { "" } else { "-unchecked" };
-    let key: String = format!("{}-{:?}-{}-{}{checks}", i.name, i.backend, i.driver, i.driver_info)
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    Some(base.join(format!("{stem}-{key}.txt")))
-}
-
 fn cache_path(device: &Device) -> Option<std::path::PathBuf> {
-    cache_file(device, "cost-v1")
+    device.cache.file("cost-v1")
 }
 
 fn parse(text: &str) -> Option<CostModel> {

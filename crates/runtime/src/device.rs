@@ -145,7 +145,7 @@ pub struct Device {
     cooperative_matrix: Option<Cooperative>,
     cooperative_configs: Vec<wgpu::CooperativeMatrixProperties>,
     pipelines: Mutex<HashMap<String, PipelineEntry>>,
-    pub(crate) pool: crate::memory::Pool,
+    pub(crate) pool: crate::pool::Pool,
     pub(crate) cost: std::sync::OnceLock<fusegraph_passes::cost::CostModel>,
     pub(crate) autotune: bool,
     tiled_attention: bool,
@@ -153,8 +153,8 @@ pub struct Device {
     texture_operands: bool,
     gpu_kernels: bool,
     pub(crate) measure_cost: bool,
-    pub(crate) cache_dir: Option<std::path::PathBuf>,
-    pub(crate) tuner: Mutex<crate::autotune::Tuner>,
+    pub(crate) cache: crate::tuned::Cache,
+    pub(crate) tuner: Mutex<crate::tuned::Tuner>,
 }
 
 impl std::fmt::Debug for Device {
@@ -266,6 +266,9 @@ impl Device {
         let shader_checks = opts.shader_checks.or(crate::env::env().shader_checks).unwrap_or(false);
         // Turned off on purpose, not by the GL default: measure nothing.
         let measure_cost = opts.autotune.or(crate::env::env().autotune) != Some(false);
+        let cache_dir =
+            opts.cache_dir.clone().or_else(|| crate::env::env().cache_home.clone().map(|h| h.join("fusegraph")));
+        let cache = crate::tuned::Cache::new(cache_dir, &info, shader_checks);
         Ok(Device {
             device,
             queue,
@@ -276,7 +279,7 @@ impl Device {
             cooperative_matrix,
             cooperative_configs: adapter.cooperative_matrix_properties(),
             pipelines: Mutex::new(HashMap::new()),
-            pool: crate::memory::Pool::new(opts.memory_limit),
+            pool: crate::pool::Pool::new(opts.memory_limit),
             cost: std::sync::OnceLock::new(),
             autotune,
             tiled_attention,
@@ -284,10 +287,7 @@ impl Device {
             texture_operands,
             gpu_kernels: opts.gpu_kernels,
             measure_cost,
-            cache_dir: opts
-                .cache_dir
-                .clone()
-                .or_else(|| crate::env::env().cache_home.clone().map(|h| h.join("fusegraph"))),
+            cache,
             tuner: Mutex::new(Default::default()),
         })
     }

@@ -9,22 +9,26 @@
 
 mod autotune;
 mod calibrate;
+mod compile;
 mod device;
 pub mod env;
 mod error;
 mod executable;
 mod memory;
+mod options;
+mod pool;
 mod profile;
+mod tuned;
 
-pub use autotune::{TunedSplit, TunedTiling, MAX_TIMED_MACS, MAX_TIMED_MACS_GPU, MIN_TUNED_MACS};
+pub use autotune::{MAX_TIMED_MACS, MAX_TIMED_MACS_GPU, MIN_TUNED_MACS};
 pub use device::{Backend, Device, DeviceOptions};
 pub use error::{Result, RuntimeError};
-pub use executable::{
-    CompileOptions, Executable, ExecutableStats, KernelStats, ReduceFill, SplitK, SplitReductions, Timing,
-};
+pub use executable::{Executable, ExecutableStats, KernelStats, Timing};
 pub use fusegraph_passes::FusionMode;
 pub use fusegraph_wgsl::{Cooperative, GemmShape, MatmulTiling};
+pub use options::{CompileOptions, ReduceFill, SplitK, SplitReductions};
 pub use profile::{KernelTime, Profile};
+pub use tuned::{TunedSplit, TunedTiling};
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;
 /// wgpu's adapter type, as reported in [`Device::info`].

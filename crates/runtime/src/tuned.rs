@@ -1,0 +1,122 @@
+//! What the autotuner and the cost model keep between runs: the tuned choices by shape class
+//! ([`Tuner`]) and the device's cache files ([`Cache`]).
+
+use fusegraph_wgsl::MatmulTiling;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Where one device's measurements are cached: `{dir}/{stem}-{adapter, backend and
+/// driver}.txt`, with `-unchecked` for a device without wgpu's shader checks (the default,
+/// whose kernels compile to other code than a checked device's).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Cache {
+    pub(crate) dir: Option<PathBuf>,
+    pub(crate) key: String,
+}
+
+impl Cache {
+    /// The cache of the adapter `info` in `dir` (none: nothing is read or written).
+    pub(crate) fn new(dir: Option<PathBuf>, info: &wgpu::AdapterInfo, shader_checks: bool) -> Cache {
+        let checks = if shader_checks { "" } else { "-unchecked" };
+        let key = format!("{}-{:?}-{}-{}{checks}", info.name, info.backend, info.driver, info.driver_info)
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        Cache { dir, key }
+    }
+
+    /// The cache file `stem`.
+    pub(crate) fn file(&self, stem: &str) -> Option<PathBuf> {
+        Some(self.dir.as_ref()?.join(format!("{stem}-{}.txt", self.key)))
+    }
+
+    /// Writes `lines` to the cache file `stem`, aside and renamed, so a reader never sees
+    /// half a file.
+    pub(crate) fn write(&self, stem: &str, lines: String) {
+        if let Some(path) = self.file(stem) {
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            let _ = std::fs::create_dir_all(path.parent().expect("a file in a folder"));
+            if std::fs::write(&tmp, lines).is_ok() {
+                let _ = std::fs::rename(&tmp, &path);
+            }
+        }
+    }
+}
+
+/// One tuned class: what was chosen, and whether it was measured in this process or read
+/// from the disk cache.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunedTiling {
+    /// The shape class, e.g. `f32 b1 m256 n1024 k1024`.
+    pub class: String,
+    /// The fastest candidate.
+    pub tiling: MatmulTiling,
+    /// Median milliseconds of each candidate that ran, when measured in this process; empty
+    /// when read from the cache.
+    pub timings: Vec<(MatmulTiling, f64)>,
+}
+
+/// The autotuner's state on a device.
+#[derive(Default)]
+pub(crate) struct Tuner {
+    pub(crate) tilings: Choices<TunedTiling>,
+    pub(crate) splits: Choices<TunedSplit>,
+}
+
+/// One kind of tuned choice by class: read from the device's cache file on first use, the
+/// whole file rewritten after each measurement (`class = value` lines).
+pub(crate) struct Choices<T> {
+    pub(crate) loaded: bool,
+    pub(crate) by_class: BTreeMap<String, T>,
+}
+
+impl<T> Default for Choices<T> {
+    fn default() -> Self {
+        Choices { loaded: false, by_class: BTreeMap::new() }
+    }
+}
+
+impl<T> Choices<T> {
+    /// The choice for `key`, the cache file `stem` read first if it has not been; `read`
+    /// makes a choice of a cached line's class and value.
+    pub(crate) fn get<V: std::str::FromStr>(
+        &mut self,
+        cache: &Cache,
+        stem: &str,
+        key: &str,
+        read: impl Fn(String, V) -> T,
+    ) -> Option<&T> {
+        if !self.loaded {
+            self.loaded = true;
+            let text = cache.file(stem).and_then(|p| std::fs::read_to_string(p).ok());
+            for (class, value) in text.iter().flat_map(|t| t.lines()).filter_map(parse_line) {
+                self.by_class.insert(class.clone(), read(class, value));
+            }
+        }
+        self.by_class.get(key)
+    }
+
+    /// Records a measured choice and rewrites the cache file `stem`, a `line` per class.
+    pub(crate) fn insert(&mut self, cache: &Cache, stem: &str, key: String, choice: T, line: impl Fn(&T) -> String) {
+        self.by_class.insert(key, choice);
+        cache.write(stem, self.by_class.values().map(line).collect());
+    }
+}
+
+/// One class tuned for split-k ([`SplitK::Tuned`](crate::SplitK::Tuned)): the slice count
+/// chosen (1: no split), and the timings when measured in this process.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunedSplit {
+    /// The shape class, as for tilings (`f32 b1 m256 n1024 k4096`).
+    pub class: String,
+    /// The fastest slice count.
+    pub splits: usize,
+    /// Median milliseconds of the product (and its sum) per slice count, when measured in
+    /// this process; empty when read from the cache.
+    pub timings: Vec<(usize, f64)>,
+}
+
+pub(crate) fn parse_line<T: std::str::FromStr>(line: &str) -> Option<(String, T)> {
+    let (class, value) = line.rsplit_once(" = ")?;
+    Some((class.trim().to_string(), value.trim().parse().ok()?))
+}
