@@ -26,6 +26,7 @@ pub mod mixed_precision;
 pub mod partition;
 pub mod planner;
 pub mod remat;
+pub mod rewrite;
 pub mod schedule;
 pub mod simplify;
 pub mod split_k;

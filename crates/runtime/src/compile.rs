@@ -4,8 +4,8 @@ use crate::pool::{buffer_bytes, texel_bytes, Kind};
 use crate::{Device, Result, RuntimeError};
 use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op};
 use fusegraph_passes::kernel::unshared_members;
-use fusegraph_passes::split_k::split_k;
-use fusegraph_passes::split_reduce::{fill_chunks, split_reduce};
+use fusegraph_passes::rewrite::{rewrite, Rewrites};
+use fusegraph_passes::split_k::Gemm;
 use fusegraph_passes::{
     plan_combined_within, plan_summary_within, plan_within, FusionMode, Joined, Location, PlanOptions, PlanSummary,
     Region,
@@ -106,11 +106,10 @@ impl Device {
         Ok(plan_summary_within(&rewritten, &outs, &popts, limit)?)
     }
 
-    /// The device-dependent rewrites `compile` and `plan` make before fusion, in order:
-    /// simplification (with `opts.simplify`), split-k ([`CompileOptions::split_k`]), kept
-    /// only where the split plan fits `limit` as it is (without rematerialization or fused
-    /// attention: a split never costs a graph its fit or a recomputation), and split
-    /// reductions ([`CompileOptions::split_reductions`]), likewise.
+    /// The rewrites `compile` and `plan` make before fusion ([`fusegraph_passes::rewrite`]):
+    /// simplification (with `opts.simplify`), split-k ([`CompileOptions::split_k`]) and split
+    /// reductions ([`CompileOptions::split_reductions`], with fusion on), each split kept only
+    /// where its plan fits `limit` as it is (without rematerialization or fused attention).
     fn rewrite(
         self: &Arc<Self>,
         graph: &mut Graph,
@@ -119,32 +118,17 @@ impl Device {
         popts: &PlanOptions,
         limit: Option<u64>,
     ) -> Result<()> {
-        if opts.simplify {
-            fusegraph_passes::simplify(graph, outputs)?;
-        }
         let popts = PlanOptions { simplify: false, ..popts.clone() };
         let fits = |g: &Graph, outs: &[NodeId]| {
             limit.is_none_or(|l| plan_within(g, outs, &popts, None).is_ok_and(|p| p.summary.total_bytes <= l))
         };
-        // Split-k after simplification (batch-norm folding looks for the unsplit product).
-        let choice = opts.split_k;
-        if choice != SplitK::Off {
-            let (mut split, mut split_outs) = (graph.clone(), outputs.clone());
-            if !split_k(&mut split, &mut split_outs, &|gemm| choice.splits(self, gemm))?.is_empty()
-                && fits(&split, &split_outs)
-            {
-                (*graph, *outputs) = (split, split_outs);
-            }
-        }
-        if let Some(fill) = opts.split_reductions.fill(self.cpu_kernels()).filter(|_| opts.fusion == FusionMode::On) {
-            let (mut split, mut split_outs) = (graph.clone(), outputs.clone());
-            if !split_reduce(&mut split, &mut split_outs, &|r| fill_chunks(r, &fill))?.is_empty()
-                && fits(&split, &split_outs)
-            {
-                (*graph, *outputs) = (split, split_outs);
-            }
-        }
-        Ok(())
+        let splits = |gemm: &Gemm| opts.split_k.splits(self, gemm);
+        let rewrites = Rewrites {
+            simplify: opts.simplify,
+            split_k: (opts.split_k != SplitK::Off).then_some(&splits as &dyn Fn(&Gemm) -> usize),
+            split_reductions: opts.split_reductions.fill(self.cpu_kernels()).filter(|_| opts.fusion == FusionMode::On),
+        };
+        Ok(rewrite(graph, outputs, &rewrites, &fits)?)
     }
 
     /// The largest batch in `1..=max_batch` whose plan fits `limit` bytes on this device,

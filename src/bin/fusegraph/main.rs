@@ -224,29 +224,36 @@ fn fusion_options() -> fusegraph::crates::passes::FusionOptions {
     fusegraph::crates::passes::FusionOptions { max_bindings: 32, ..Default::default() }
 }
 
-/// The graph in fusegraph's text form at `path`, simplified and fused (partitioned one op per
-/// kernel with `--unfused`), and its kernels; `cmd` names the command in errors.
+/// The graph in fusegraph's text form at `path`, rewritten and fused as the runtime compiles
+/// it for a GPU, or a CPU adapter with `cpu` (partitioned one op per kernel with
+/// `--unfused`), and its kernels; `cmd` names the command in errors.
 fn read_kernels(
     cmd: &str,
     path: &str,
     form: &Form,
+    cpu: bool,
 ) -> Result<(fusegraph::Graph, Vec<fusegraph::crates::passes::Kernel>), String> {
     use fusegraph::crates::passes::{partition, FusionMode};
     let mut read = read_graph(cmd, path, form.mixed_precision)?;
     let kernels = if form.unfused {
         partition(&read.graph, &read.kept, FusionMode::Off).map_err(|e| e.to_string())?
     } else {
-        prepare(&mut read)?;
+        prepare(&mut read, cpu)?;
         fused(&read)?.kernels
     };
     Ok((read.graph, kernels))
 }
 
-/// Simplifies the program and combines its sibling products as the runtime's default compile
-/// does (the products of updated parameters are not combined); returns the groups combined.
-fn prepare(read: &mut Read) -> Result<Vec<fusegraph::crates::passes::Combined>, String> {
-    use fusegraph::crates::passes::{combine_products, simplify};
-    simplify(&mut read.graph, &mut read.kept).map_err(|e| e.to_string())?;
+/// Rewrites the program (simplification, split reductions by a GPU's or, with `cpu`, a CPU
+/// adapter's rule) and combines its sibling products as the runtime's default compile does
+/// (the products of updated parameters are not combined); returns the groups combined.
+fn prepare(read: &mut Read, cpu: bool) -> Result<Vec<fusegraph::crates::passes::Combined>, String> {
+    use fusegraph::crates::passes::combine_products;
+    use fusegraph::crates::passes::rewrite::{rewrite, Rewrites};
+    use fusegraph::ReduceFill;
+    let fill = if cpu { ReduceFill::CPU } else { ReduceFill::GPU };
+    let rewrites = Rewrites { simplify: true, split_k: None, split_reductions: Some(fill) };
+    rewrite(&mut read.graph, &mut read.kept, &rewrites, &|_, _| true).map_err(|e| e.to_string())?;
     combine_products(&mut read.graph, &read.kept, &read.updated).map_err(|e| e.to_string())
 }
 
@@ -264,7 +271,7 @@ fn explain(path: &str, graph: bool, mixed_precision: bool) -> Result<(), String>
     use fusegraph::crates::passes::KernelKind;
     use std::fmt::Write as _;
     let mut read = read_graph("explain", path, mixed_precision)?;
-    let combined = prepare(&mut read)?;
+    let combined = prepare(&mut read, false)?;
     let f = fused(&read)?;
     let g = &read.graph;
     let mut o = String::new();
@@ -315,7 +322,7 @@ fn explain(path: &str, graph: bool, mixed_precision: bool) -> Result<(), String>
 }
 
 fn dot(path: &str, form: &Form) -> Result<(), String> {
-    let (g, kernels) = read_kernels("dot", path, form)?;
+    let (g, kernels) = read_kernels("dot", path, form, false)?;
     let clusters: Vec<Vec<fusegraph::NodeId>> = kernels.iter().map(|k| k.members.clone()).collect();
     emit(&fusegraph::dot::to_dot(&g, &clusters))?;
     eprintln!("{} kernels", kernels.len());
@@ -330,7 +337,7 @@ fn dot(path: &str, form: &Form) -> Result<(), String> {
 fn wgsl(path: &str, form: &Form, opts: LowerOptions, excess_precision: bool, out: Option<&str>) -> Result<(), String> {
     use fusegraph::crates::passes::kernel::unshared_members;
     use fusegraph::crates::wgsl::{lower_planned, Strategy};
-    let (g, kernels) = read_kernels("wgsl", path, form)?;
+    let (g, kernels) = read_kernels("wgsl", path, form, opts.cpu)?;
     if let Some(dir) = out {
         std::fs::create_dir_all(dir).map_err(|e| format!("wgsl: cannot create {dir}: {e}"))?;
     }
