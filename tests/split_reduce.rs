@@ -195,3 +195,45 @@ fn column_sums_split_over_the_batch_match_the_reference() {
         }
     }
 }
+
+#[test]
+fn split_argmax_matches_the_reference() {
+    // The first maximum's index, also where the maximum repeats (i32 data from a small range,
+    // f16 rounding), split under a GPU's rule in both kernel forms and under the adapter's.
+    let device = device();
+    let gpu = gpu_forms();
+    let mut failures = Vec::new();
+    for &n in &[7usize, 4099, 65_537, (1 << 20) + 3] {
+        for dtype in [DType::F32, DType::F16, DType::I32] {
+            let b = GraphBuilder::new();
+            let x = b.input("x", dtype, [n]).unwrap();
+            let y = x.argmax(0, false).unwrap();
+            let g = b.graph();
+            let values: Vec<f64> = match dtype {
+                DType::I32 => uniform(n as u64 + 3, n, -50.0, 50.0).iter().map(|v| v.floor()).collect(),
+                _ => uniform(n as u64 + 3, n, -4.0, 4.0),
+            };
+            let xv = HostTensor::from_f64(dtype, [n], &values).unwrap();
+            let feeds = BTreeMap::from([("x".to_string(), xv.clone())]);
+            let want = evaluate(&g, &[y.id()], &feeds, &BTreeMap::new()).unwrap()[0].to_f64()[0];
+            for (forms, device, fill) in [
+                ("gpu", &gpu, SplitReductions::Fill(ReduceFill::GPU)),
+                ("adapter", &device, SplitReductions::Fill(ReduceFill::GPU)),
+                ("adapter", &device, SplitReductions::Adapter),
+            ] {
+                let opts = CompileOptions { split_reductions: fill, ..Default::default() };
+                let exe = device.compile(&g, &[y.id()], &opts).unwrap();
+                // Split: the chunks' maxima and indices, then the chunk that wins.
+                let kernels = exe.stats().kernels.len();
+                if n >= 65_537 && fill != SplitReductions::Adapter && kernels < 2 {
+                    failures.push(format!("argmax {dtype} n={n} {forms} forms: not split ({kernels} kernel)"));
+                }
+                let got = exe.run(&[("x", &xv)]).unwrap()[0].to_f64()[0];
+                if got != want {
+                    failures.push(format!("argmax {dtype} n={n} {fill:?}, {forms} forms: {got} against {want}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

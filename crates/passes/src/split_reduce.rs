@@ -24,9 +24,14 @@
 //!
 //! Which reductions split, and into how many chunks, is the caller's choice ([`split_reduce`]
 //! takes a function of the reduction's [`Reduction`] dims); [`fill_chunks`] is the occupancy
-//! rule the runtime uses. Argmax is not split.
+//! rule the runtime uses.
+//!
+//! Argmax splits the same way: the first stage finds each chunk's maximum and its index
+//! within the chunk (sibling reductions, one kernel), the second the first chunk holding the
+//! overall maximum, whose index it offsets by the chunk's start. Chunks are in order and
+//! each keeps its first maximum, so the first maximum overall wins, as unsplit.
 
-use fusegraph_ir::{DType, Graph, NodeId, Op, ReduceKind, Result};
+use fusegraph_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, Result, TensorType};
 
 /// The dims of a reduction as a row kernel sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,9 +43,11 @@ pub struct Reduction {
     /// Whether a row's elements are adjacent in memory (the reduced axes end the shape); a
     /// column reduction (a bias gradient's sum over the batch) reads them `stride` apart.
     pub contiguous: bool,
-    /// The combining function.
+    /// The combining function (`Max` for an argmax).
     pub kind: ReduceKind,
-    /// The operand's and result's dtype.
+    /// An argmax (the index of the first maximum) rather than a reduction.
+    pub argmax: bool,
+    /// The operand's dtype.
     pub dtype: DType,
 }
 
@@ -48,7 +55,11 @@ impl Reduction {
     /// The dims of reduce node `id` of `g` when its reduced axes are adjacent; `None` for
     /// any other node.
     pub fn of(g: &Graph, id: NodeId) -> Option<Reduction> {
-        let Op::Reduce { kind, axes, .. } = &g.node(id).op else { return None };
+        let (kind, axes, argmax) = match &g.node(id).op {
+            Op::Reduce { kind, axes, .. } => (*kind, axes.clone(), false),
+            Op::ArgMax { axis, .. } => (ReduceKind::Max, vec![*axis], true),
+            _ => return None,
+        };
         let (&first, &last) = (axes.first()?, axes.last()?);
         if last - first + 1 != axes.len() {
             return None;
@@ -60,7 +71,8 @@ impl Reduction {
             outputs: x.shape.numel().checked_div(len).unwrap_or(0),
             len,
             contiguous: last + 1 == d.len() || d[last + 1..].iter().all(|&n| n == 1),
-            kind: *kind,
+            kind,
+            argmax,
             dtype: x.dtype,
         })
     }
@@ -132,7 +144,11 @@ pub fn split_reduce(g: &mut Graph, outputs: &mut [NodeId], chunks: &dyn Fn(&Redu
         if s < 2 || s >= reduction.len {
             continue;
         }
-        let Op::Reduce { kind, axes, keep_dims } = g.node(id).op.clone() else { continue };
+        let (kind, axes, keep_dims) = match g.node(id).op.clone() {
+            Op::Reduce { kind, axes, keep_dims } => (kind, axes, keep_dims),
+            Op::ArgMax { axis, keep_dims } => (ReduceKind::Max, vec![axis], keep_dims),
+            _ => continue,
+        };
         let x = g.operands(id)[0];
         let dims = g.ty(x).shape.dims().to_vec();
         let (first, last) = (axes[0], axes[axes.len() - 1]);
@@ -152,7 +168,11 @@ pub fn split_reduce(g: &mut Graph, outputs: &mut [NodeId], chunks: &dyn Fn(&Redu
         }
         v = g.add_op(Op::Reshape { shape: shaped(&[s, chunk]) }, &[v])?;
         let partials = g.add_op(Op::Reduce { kind, axes: vec![first + 1], keep_dims: false }, &[v])?;
-        let mut result = g.add_op(Op::Reduce { kind, axes: vec![first], keep_dims: false }, &[partials])?;
+        let mut result = if reduction.argmax {
+            argmax_of_chunks(g, v, partials, first, chunk)?
+        } else {
+            g.add_op(Op::Reduce { kind, axes: vec![first], keep_dims: false }, &[partials])?
+        };
         if keep_dims {
             result = g.add_op(Op::Reshape { shape: g.ty(id).shape.dims().to_vec() }, &[result])?;
         }
@@ -170,13 +190,36 @@ pub fn split_reduce(g: &mut Graph, outputs: &mut [NodeId], chunks: &dyn Fn(&Redu
     Ok(done)
 }
 
+/// The argmax over axis `a` of `x`, a value cut into chunks of `chunk` along it (`x` is
+/// `[pre.., s, chunk, post..]`) whose chunk maxima are `maxima` (`[pre.., s, post..]`): the
+/// index of the first maximum within the first chunk holding the overall maximum, plus that
+/// chunk's start. `[pre.., post..]`, i32.
+fn argmax_of_chunks(g: &mut Graph, x: NodeId, maxima: NodeId, a: usize, chunk: usize) -> Result<NodeId> {
+    let within = g.add_op(Op::ArgMax { axis: a + 1, keep_dims: false }, &[x])?;
+    let best = g.add_op(Op::ArgMax { axis: a, keep_dims: true }, &[maxima])?;
+    let parts = g.ty(within).shape.dims().to_vec();
+    let i32_of = |dims: &[usize]| TensorType::new(DType::I32, dims.to_vec());
+    let rank = parts.len();
+    let best_each = g.add_op(Op::Broadcast { shape: parts.clone(), dims: (0..rank).collect() }, &[best])?;
+    let index = g.add_leaf(Op::Iota { axis: a }, i32_of(&parts))?;
+    let chosen = g.add_op(Op::Binary(BinaryOp::Eq), &[index, best_each])?;
+    let zero = g.add_leaf(Op::Full { value: 0.0 }, i32_of(&parts))?;
+    let picked = g.add_op(Op::Select, &[chosen, within, zero])?;
+    let local = g.add_op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![a], keep_dims: false }, &[picked])?;
+    let out = g.ty(local).shape.dims().to_vec();
+    let best_flat = g.add_op(Op::Reshape { shape: out.clone() }, &[best])?;
+    let width = g.add_leaf(Op::Full { value: chunk as f64 }, i32_of(&out))?;
+    let start = g.add_op(Op::Binary(BinaryOp::Mul), &[best_flat, width])?;
+    g.add_op(Op::Binary(BinaryOp::Add), &[local, start])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use fusegraph_ir::GraphBuilder;
 
     fn red(outputs: usize, len: usize, contiguous: bool) -> Reduction {
-        Reduction { outputs, len, contiguous, kind: ReduceKind::Sum, dtype: DType::F32 }
+        Reduction { outputs, len, contiguous, kind: ReduceKind::Sum, argmax: false, dtype: DType::F32 }
     }
 
     #[test]
@@ -244,6 +287,45 @@ mod tests {
                     fusegraph_reference::assert_close(a, w, 1e-5, 1e-5)
                         .unwrap_or_else(|e| panic!("case {i} {kind:?}: {e}"));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn split_argmax_finds_the_first_maximum() {
+        // (dims, axis, keep dims, chunks): ragged, leading axis, a middle axis, and repeated
+        // values (ties between and within chunks: integers in a small range).
+        let cases: [(&[usize], usize, bool, usize); 5] = [
+            (&[1000], 0, false, 8),
+            (&[3, 1001], 1, true, 7),
+            (&[999, 5], 0, false, 4),
+            (&[2, 130, 3], 1, false, 3),
+            (&[64], 0, false, 5),
+        ];
+        for (i, &(dims, axis, keep, s)) in cases.iter().enumerate() {
+            for dtype in [DType::F32, DType::I32] {
+                let b = GraphBuilder::new();
+                let x = b.input("x", dtype, dims.to_vec()).unwrap();
+                let y = x.argmax(axis, keep).unwrap();
+                let g0 = b.graph();
+                let mut g = g0.clone();
+                let mut outs = vec![y.id()];
+                let done = split_reduce(&mut g, &mut outs, &|_| s).unwrap();
+                fusegraph_ir::verify(&g).unwrap();
+                assert_eq!(done.len(), 1, "case {i}");
+                let mut rng = crate::testing::XorShift::new(40 + i as u64);
+                let n: usize = dims.iter().product();
+                // Few distinct values, so that the maximum repeats.
+                let v: Vec<f64> = (0..n).map(|_| rng.below(9) as f64 - 4.0).collect();
+                let f = std::collections::BTreeMap::from([(
+                    "x".to_string(),
+                    fusegraph_ir::HostTensor::from_f64(dtype, dims.to_vec(), &v).unwrap(),
+                )]);
+                let none = std::collections::BTreeMap::new();
+                let want = fusegraph_reference::evaluate(&g0, &[y.id()], &f, &none).unwrap();
+                let got = fusegraph_reference::evaluate(&g, &outs, &f, &none).unwrap();
+                assert_eq!(got[0].ty(), want[0].ty(), "case {i}");
+                assert_eq!(got[0].to_f64(), want[0].to_f64(), "case {i} {dtype}");
             }
         }
     }
