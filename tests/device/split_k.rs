@@ -2,9 +2,7 @@
 //! and the unsplit run in every dtype, with their epilogue moved onto the sum; a split that
 //! would break the memory limit is not made, in `compile` and in `Device::plan` alike.
 
-mod common;
-
-use common::{Case, CaseBuilder, Domain};
+use crate::common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::reference::evaluate;
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, Executable, HostTensor, SplitK};
 use std::collections::BTreeMap;

@@ -4,9 +4,7 @@
 //! does. One test function for all that: its devices cache in a fresh folder. A second test checks the default per adapter kind (off on llvmpipe through
 //! GL) without compiling anything.
 
-mod common;
-
-use common::{CaseBuilder, Domain};
+use crate::common::{CaseBuilder, Domain};
 use fusegraph::crates::reference::{assert_close, evaluate};
 use fusegraph::crates::runtime::{Backend, Cooperative, WgpuBackend, WgpuDeviceType};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, HostTensor, MatmulTiling, SplitK};

@@ -1,7 +1,7 @@
 //! Null tests: every kernel of every catalog case lowers to WGSL that naga accepts, in both
 //! f16 forms (native `f16` and packed in u32). No device is opened.
 
-mod common;
+use crate::common;
 
 use fusegraph::crates::passes::{partition, FusionMode};
 use fusegraph::crates::wgsl::{lower, validate, LowerOptions};

@@ -6,9 +6,9 @@
 //! matmul with each candidate tiling on ragged, batched and transposed shapes, and the fused
 //! attention in both of its forms. The option's resolution is checked too.
 
-mod common;
+use crate::common;
 
-use common::{run_case, Case, CaseBuilder, Domain};
+use crate::common::{run_case, Case, CaseBuilder, Domain};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, ExecutableStats, FusionMode, MatmulTiling};
 use std::sync::Arc;
 

@@ -3,9 +3,7 @@
 //! where they are stored, as XLA allows within a fusion; off, every f16 op rounds, as the
 //! unfused run and the reference do.
 
-mod common;
-
-use common::{devices, Rng};
+use crate::common::{devices, Rng};
 use fusegraph::crates::reference::evaluate;
 use fusegraph::{CompileOptions, DType, Graph, GraphBuilder, HostTensor, NodeId};
 use std::collections::BTreeMap;

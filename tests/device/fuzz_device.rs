@@ -7,7 +7,7 @@
 //! failure names its seed, `FUSEGRAPH_FUZZ_SEED=S` runs that seed alone and
 //! `FUSEGRAPH_FUZZ_CASES=N` runs more graphs.
 
-mod common;
+use crate::common;
 
 use fusegraph::crates::passes::mixed_precision::to_mixed_precision_updating;
 use fusegraph::crates::reference::evaluate;

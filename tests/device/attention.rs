@@ -6,9 +6,7 @@
 //! nothing, and walks them where they weigh); and the planner turning it on by itself under
 //! a memory limit.
 
-mod common;
-
-use common::{devices, random, Domain, Rng};
+use crate::common::{devices, random, Domain, Rng};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
 use fusegraph::{
     CompileOptions, DType, Device, DeviceOptions, Graph, GraphBuilder, HostTensor, NodeId, RuntimeError, Tensor,

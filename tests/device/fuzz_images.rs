@@ -9,9 +9,9 @@
 //! Deterministic: a failure names its seed, `FUSEGRAPH_FUZZ_SEED=S` runs that seed alone and
 //! `FUSEGRAPH_FUZZ_CASES=N` runs more graphs.
 
-mod common;
+use crate::common;
 
-use common::Rng;
+use crate::common::Rng;
 use fusegraph::{CompileOptions, DType, Device, Graph, GraphBuilder, HostTensor, NodeId, Tensor};
 
 /// One random network: its graph, outputs, feeds and parameter values.

@@ -2,9 +2,9 @@
 //! on every run (`CompileOptions::hoist_parameters`): checked on the device against the CPU
 //! reference, before and after a parameter changes.
 
-mod common;
+use crate::common;
 
-use common::{random, Domain, Rng};
+use crate::common::{random, Domain, Rng};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
 use fusegraph::{CompileOptions, DType, GraphBuilder, HostTensor};
 use std::collections::BTreeMap;

@@ -1,11 +1,10 @@
 //! Golden WGSL: a handful of representative fused kernels, diffed against files in
 //! `tests/wgsl/` so unintended changes to the generated code show up in review
-//! (`UPDATE_EXPECT=1 cargo test --test golden_wgsl` rewrites them). Each is also validated
+//! (`UPDATE_EXPECT=1 cargo test --test null golden_wgsl::` rewrites them). Each is also validated
 //! by naga.
 
-mod common;
 
-use common::{composite_builders, Case, CaseBuilder, Domain};
+use crate::common::{composite_builders, Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::attention::fuse_attention;
 use fusegraph::crates::passes::{fuse, FusionOptions, Kernel};
 use fusegraph::crates::wgsl::{lower, validate, LowerOptions};
@@ -59,7 +58,7 @@ fn golden_case(
 
 #[test]
 fn softmax_row_kernel() {
-    golden("softmax_last", DType::F32, false, expect_test::expect_file!["wgsl/softmax_last.wgsl"]);
+    golden("softmax_last", DType::F32, false, expect_test::expect_file!["../wgsl/softmax_last.wgsl"]);
 }
 
 /// The same row kernel with subgroup reductions (one partial per subgroup, no tree).
@@ -67,22 +66,22 @@ fn softmax_row_kernel() {
 fn softmax_row_kernel_with_subgroups() {
     let opts =
         LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None, ..Default::default() };
-    golden_with("softmax_last", DType::F32, opts, expect_test::expect_file!["wgsl/softmax_last_subgroups.wgsl"]);
+    golden_with("softmax_last", DType::F32, opts, expect_test::expect_file!["../wgsl/softmax_last_subgroups.wgsl"]);
 }
 
 #[test]
 fn layer_norm_row_kernel_packed_f16() {
-    golden("layer_norm", DType::F16, false, expect_test::expect_file!["wgsl/layer_norm_f16_packed.wgsl"]);
+    golden("layer_norm", DType::F16, false, expect_test::expect_file!["../wgsl/layer_norm_f16_packed.wgsl"]);
 }
 
 #[test]
 fn matmul_with_fused_epilogue() {
-    golden("gelu_relu_matmul_bias", DType::F32, false, expect_test::expect_file!["wgsl/gelu_relu_matmul_bias.wgsl"]);
+    golden("gelu_relu_matmul_bias", DType::F32, false, expect_test::expect_file!["../wgsl/gelu_relu_matmul_bias.wgsl"]);
 }
 
 #[test]
 fn elementwise_chain_native_f16() {
-    golden("chain20", DType::F16, true, expect_test::expect_file!["wgsl/chain20_f16_native.wgsl"]);
+    golden("chain20", DType::F16, true, expect_test::expect_file!["../wgsl/chain20_f16_native.wgsl"]);
 }
 
 /// The same chain for a CPU adapter: four elements per grid-stride step, loaded first and
@@ -91,7 +90,7 @@ fn elementwise_chain_native_f16() {
 fn elementwise_chain_interleaved_for_cpu() {
     let opts =
         LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, ..Default::default() };
-    golden_with("chain20", DType::F32, opts, expect_test::expect_file!["wgsl/chain20_cpu_interleaved.wgsl"]);
+    golden_with("chain20", DType::F32, opts, expect_test::expect_file!["../wgsl/chain20_cpu_interleaved.wgsl"]);
 }
 
 /// Two outputs of one loop kernel on a CPU adapter: both regions computed for four elements
@@ -104,7 +103,7 @@ fn two_outputs_interleaved_for_cpu() {
         "two_elementwise_outputs",
         DType::F32,
         opts,
-        expect_test::expect_file!["wgsl/two_outputs_cpu_interleaved.wgsl"],
+        expect_test::expect_file!["../wgsl/two_outputs_cpu_interleaved.wgsl"],
     );
 }
 
@@ -115,7 +114,7 @@ fn two_outputs_interleaved_for_cpu() {
 fn layer_norm_rows_in_one_pass_with_subgroups() {
     let opts =
         LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None, ..Default::default() };
-    golden_with("layer_norm", DType::F32, opts, expect_test::expect_file!["wgsl/layer_norm_subgroups.wgsl"]);
+    golden_with("layer_norm", DType::F32, opts, expect_test::expect_file!["../wgsl/layer_norm_subgroups.wgsl"]);
 }
 
 /// The same epilogue on a CPU adapter (lavapipe, subgroups of 8): the subgroup matmul, its
@@ -140,7 +139,7 @@ fn matmul_with_texture_operands_for_cpu() {
         c.finish("gelu_relu_matmul_bias", &[&y]),
         opts,
         |_, kernels, _| kernels,
-        expect_test::expect_file!["wgsl/gelu_relu_matmul_bias_cpu_textures.wgsl"],
+        expect_test::expect_file!["../wgsl/gelu_relu_matmul_bias_cpu_textures.wgsl"],
     );
 }
 
@@ -160,7 +159,7 @@ fn f16_matmul_on_cooperative_matrices() {
         "gelu_relu_matmul_bias",
         DType::F16,
         opts,
-        expect_test::expect_file!["wgsl/gelu_relu_matmul_bias_f16_coop.wgsl"],
+        expect_test::expect_file!["../wgsl/gelu_relu_matmul_bias_f16_coop.wgsl"],
     );
 }
 
@@ -187,8 +186,8 @@ fn attention_in_one_kernel_packed_f16() {
         DType::F16,
         LowerOptions { f16_native: false, ..Default::default() },
         [
-            expect_test::expect_file!["wgsl/attention_scores_f16_packed.wgsl"],
-            expect_test::expect_file!["wgsl/attention_scores_tiled_f16_packed.wgsl"],
+            expect_test::expect_file!["../wgsl/attention_scores_f16_packed.wgsl"],
+            expect_test::expect_file!["../wgsl/attention_scores_tiled_f16_packed.wgsl"],
         ],
     );
 }
@@ -203,8 +202,8 @@ fn causal_attention_stops_at_the_band() {
         DType::F32,
         LowerOptions::default(),
         [
-            expect_test::expect_file!["wgsl/causal_attention.wgsl"],
-            expect_test::expect_file!["wgsl/causal_attention_tiled.wgsl"],
+            expect_test::expect_file!["../wgsl/causal_attention.wgsl"],
+            expect_test::expect_file!["../wgsl/causal_attention_tiled.wgsl"],
         ],
     );
 }

@@ -2,9 +2,9 @@
 //! CPU reference within a per-dtype tolerance, in both f16 forms where the adapter has
 //! native f16. The backend is whatever `FUSEGRAPH_BACKEND` picks (CI runs Vulkan and GL).
 
-mod common;
+use crate::common;
 
-use common::{devices, run_case, Case};
+use crate::common::{devices, run_case, Case};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
 use fusegraph::{CompileOptions, Device, FusionMode, HostTensor};
 use std::collections::BTreeMap;

@@ -4,9 +4,7 @@
 //! and reshaped operands, fused epilogues, attention's head views), with its operands read
 //! from textures (the default on lavapipe) and from their buffers.
 
-mod common;
-
-use common::{Case, CaseBuilder, Domain};
+use crate::common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode, Kernel, KernelKind};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
 use fusegraph::crates::wgsl::{gemm_shape, lower, subgroup_matmul, validate, LowerOptions, TEXTURE_ROW};

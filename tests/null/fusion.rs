@@ -2,9 +2,7 @@
 //! same composite graphs are checked against the reference on the device by
 //! `device_ops::every_op_matches_the_reference_fused`.
 
-mod common;
-
-use common::{composite_builders, CaseBuilder, Domain};
+use crate::common::{composite_builders, CaseBuilder, Domain};
 use fusegraph::crates::passes::{
     combine_products, cost::CostModel, fuse, fuse_updating, mixed_precision::to_mixed_precision, simplify,
     FusionOptions, Kernel, KernelKind, Veto,

@@ -4,9 +4,9 @@
 //! its own name. Checked against the CPU reference on random values, against the compile
 //! with the products apart, after a part changes, and under mixed precision.
 
-mod common;
+use crate::common;
 
-use common::{random, Domain, Rng};
+use crate::common::{random, Domain, Rng};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
 use fusegraph::{CompileOptions, DType, Graph, GraphBuilder, HostTensor, NodeId};
 use std::collections::BTreeMap;

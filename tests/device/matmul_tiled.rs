@@ -2,9 +2,9 @@
 //! ragged and batched shapes, transposed operands, fused epilogues), device sweeps against
 //! the CPU reference (every candidate tiling included), and the cooperative-matrix kernel.
 
-mod common;
+use crate::common;
 
-use common::{Case, CaseBuilder, Domain};
+use crate::common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode};
 use fusegraph::crates::runtime::Cooperative;
 use fusegraph::crates::wgsl::{lower, lower_with, validate, LowerOptions, Strategy};

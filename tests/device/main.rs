@@ -1,0 +1,33 @@
+//! The tests that run on a device (wgpu's adapter: lavapipe or llvmpipe here, a GPU where
+//! there is one), one module per subject, in one test binary: one link of wgpu and naga
+//! instead of one per file. `cargo test --test device -- MODULE::` runs one subject.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod attention;
+mod autotune;
+mod combine;
+mod conv_implicit_gemm;
+mod cpu_loop_budget;
+mod device_ops;
+mod errors;
+mod excess_precision;
+mod fuzz_device;
+mod fuzz_images;
+mod gradients_device;
+mod hoist;
+mod introspection;
+mod matmul_subgroup;
+mod matmul_tiled;
+mod memory;
+mod mixed_precision;
+mod shader_checks;
+mod split_k;
+mod split_reduce;
+mod threads;
+mod train_accumulate;
+mod train_checkpoint;
+mod train_example;
+mod train_mixed_precision;
+mod training;
