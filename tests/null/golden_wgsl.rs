@@ -3,7 +3,6 @@
 //! (`UPDATE_EXPECT=1 cargo test --test null golden_wgsl::` rewrites them). Each is also validated
 //! by naga.
 
-
 use crate::common::{composite_builders, Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::attention::fuse_attention;
 use fusegraph::crates::passes::{fuse, FusionOptions, Kernel};
