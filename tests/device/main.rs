@@ -2,6 +2,22 @@
 //! there is one), one module per subject, in one test binary: one link of wgpu and naga
 //! instead of one per file. `cargo test --test device -- MODULE::` runs one subject.
 
+/// Without an adapter (no GPU driver, no lavapipe) the device tests cannot run: they are
+/// skipped with a message, the binary exiting before the harness starts. In CI (`CI` set)
+/// they run and fail instead, so that a machine that lost its driver cannot pass.
+// SAFETY: runs before `main`; it reads the environment and opens a wgpu instance, neither of
+// which needs anything `main` sets up.
+#[ctor::ctor(unsafe)]
+fn skip_without_an_adapter() {
+    if std::env::var_os("CI").is_some() {
+        return;
+    }
+    if let Err(e) = fusegraph::Device::new(&fusegraph::DeviceOptions::default()) {
+        eprintln!("skipping the device tests: {e}");
+        std::process::exit(0);
+    }
+}
+
 #[path = "../common/mod.rs"]
 mod common;
 
