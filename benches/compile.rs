@@ -8,8 +8,9 @@
 
 use fusegraph::crates::nn::{optim::Adam, Params};
 use fusegraph::crates::passes::{plan_summary_within, PlanOptions};
-use fusegraph::train::{build_step, demo, TrainOptions, TrainStep};
+use fusegraph::train::{build_step, TrainOptions, TrainStep};
 use fusegraph::GraphBuilder;
+use fusegraph_workloads::demo;
 
 fn main() {
     divan::main();

@@ -2,8 +2,8 @@
 //! around `Executable::run` (upload, all kernels, readback). `fusegraph bench` times the GPU
 //! work alone with timestamps; this measures what a caller of `run` waits for.
 
-use fusegraph::workloads::{self, Workload};
 use fusegraph::{CompileOptions, Device, Executable};
+use fusegraph_workloads::{self as workloads, Workload};
 use std::sync::OnceLock;
 
 fn main() {

@@ -18,10 +18,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quick = Args::parse().quick;
     fusegraph::init_logging();
     let batch = if quick { 2 } else { 32 };
-    let w = fusegraph::workloads::cnn(batch, quick)?;
+    let w = fusegraph_workloads::cnn(batch, quick)?;
     let device = fusegraph::Device::shared()?;
     println!("cnn: batch {batch} on {}", device.describe());
-    let report = fusegraph::workloads::run_example(&device, &w, if quick { 3 } else { 5 })?;
+    let report = fusegraph_workloads::run_example(&device, &w, if quick { 3 } else { 5 })?;
     println!("{report}");
     Ok(())
 }

@@ -9,8 +9,8 @@
 
 use clap::Parser;
 use fusegraph::crates::nn::{Linear, Params};
-use fusegraph::workloads::{random_values, Workload};
 use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor, RuntimeError};
+use fusegraph_workloads::{random_values, Workload};
 
 /// `y = x + s + f(s)` with `s = gelu(x)` and `f` narrow → wide → narrow → wide linear layers:
 /// the wide activation `s` is needed at the start and again at the end, so it is live across
@@ -112,7 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let budget = if quick { 4 << 20 } else { 64 << 20 };
     let build = |batch: usize| -> Result<(fusegraph::Graph, Vec<fusegraph::NodeId>), fusegraph::IrError> {
-        let w = fusegraph::workloads::mlp(batch, quick).map_err(|e| fusegraph::IrError::ty("mlp", e.to_string()))?;
+        let w = fusegraph_workloads::mlp(batch, quick).map_err(|e| fusegraph::IrError::ty("mlp", e.to_string()))?;
         Ok((w.graph, w.outputs))
     };
     match device.largest_batch(build, budget, &CompileOptions::default(), 1 << 16)? {
@@ -127,7 +127,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// the plain compile; then the largest batch at a long sequence with and without it.
 fn attention(device: &std::sync::Arc<Device>, quick: bool) -> Result<(), Box<dyn std::error::Error>> {
     let seq = if quick { 256 } else { 512 };
-    let w = fusegraph::workloads::transformer(seq, 1, true)?;
+    let w = fusegraph_workloads::transformer(seq, 1, true)?;
     let named = CompileOptions { name: Some(w.name.clone()), ..Default::default() };
     let three = CompileOptions { fused_attention: Some(false), ..named.clone() };
     let fused = CompileOptions { fused_attention: Some(true), ..named.clone() };

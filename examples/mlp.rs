@@ -15,10 +15,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quick = Args::parse().quick;
     fusegraph::init_logging();
     let batch = if quick { 16 } else { 256 };
-    let w = fusegraph::workloads::mlp(batch, quick)?;
+    let w = fusegraph_workloads::mlp(batch, quick)?;
     let device = fusegraph::Device::shared()?;
     println!("mlp: batch {batch} on {}", device.describe());
-    let report = fusegraph::workloads::run_example(&device, &w, if quick { 3 } else { 10 })?;
+    let report = fusegraph_workloads::run_example(&device, &w, if quick { 3 } else { 10 })?;
     println!("{report}");
     Ok(())
 }

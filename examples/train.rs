@@ -6,8 +6,8 @@
 //! [--accumulate N] [--mixed-precision] [--checkpoint] [--memory-limit BYTES] [--json PATH]`
 
 use clap::{Parser, ValueEnum};
-use fusegraph::train::demo::{run, Config, Task};
 use fusegraph::train::LossScaling;
+use fusegraph_workloads::demo::{run, Config, Task};
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 

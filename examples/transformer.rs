@@ -34,13 +34,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     fusegraph::init_logging();
     let seq = seq.unwrap_or(if quick { 32 } else { 256 });
     let fused_attention = fused_attention.then_some(true);
-    let w = fusegraph::workloads::transformer(seq, layers, quick)?;
+    let w = fusegraph_workloads::transformer(seq, layers, quick)?;
     let device = fusegraph::Device::shared()?;
     let precision = if mixed_precision { "mixed precision (f16 storage)" } else { "f32" };
     let attention = if fused_attention.is_some() { ", fused attention" } else { "" };
     println!("transformer: {layers} layer(s), sequence {seq}, {precision}{attention} on {}", device.describe());
     let opts = fusegraph::CompileOptions { mixed_precision, fused_attention, ..Default::default() };
-    let report = fusegraph::workloads::run_example_with(&device, &w, 3, &opts)?;
+    let report = fusegraph_workloads::run_example_with(&device, &w, 3, &opts)?;
     println!("{report}");
     Ok(())
 }

@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 
 pack() {
     set -e
-    cargo build --release --bins --examples
+    cargo build --release --workspace --bins --examples
     cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
         | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 > /tmp/fg-test-executables
     ../shared/gpu/prepare.sh  # the loader packages into .gl/

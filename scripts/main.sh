@@ -12,7 +12,7 @@ quick=()
 for a in "$@"; do
     if [ "$a" = "--quick" ]; then quick=(--quick); fi
 done
-cargo build --release --bins --examples
+cargo build --release --workspace --bins --examples
 # Where cargo put them: CARGO_TARGET_DIR where set (relative to the repository root).
 bin="${CARGO_TARGET_DIR:-target}/release"
 "$bin/fusegraph" info

@@ -20,9 +20,7 @@
 #![warn(missing_docs)]
 
 mod logging;
-pub mod plot;
 pub mod train;
-pub mod workloads;
 
 pub use fusegraph_ir::{
     dot, f16, op, text, verify, BinaryOp, DType, Element, Graph, GraphBuilder, HostData, HostTensor, IrError, Node,

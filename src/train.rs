@@ -708,8 +708,3 @@ impl Trainer {
         &self.step
     }
 }
-
-/// The training demo behind `examples/train.rs` and the training tests: an MLP classifier on
-/// Gaussian blobs and a small GPT-style character language model on text from a tiny
-/// grammar, both generated in-process from a seed (no downloads), trained with Adam.
-pub mod demo;

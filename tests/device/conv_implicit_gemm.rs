@@ -29,7 +29,7 @@ fn conv_as_implicit_gemm_matches_the_reference() {
         assert!(src.wgsl.contains("fg_im2col"), "not the implicit GEMM");
 
         let feed = |t: &fusegraph::Tensor, seed| {
-            HostTensor::new(t.dims().to_vec(), fusegraph::workloads::random_values(seed, t.shape().numel())).unwrap()
+            HostTensor::new(t.dims().to_vec(), fusegraph_workloads::random_values(seed, t.shape().numel())).unwrap()
         };
         let (xv, wv, bv) = (feed(&x, 1), feed(&wt, 2), feed(&bias, 3));
         let exe = device.compile(&g, &[y.id()], &CompileOptions::default()).unwrap();

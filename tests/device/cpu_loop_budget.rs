@@ -59,7 +59,7 @@ fn an_unfused_sum_longer_than_the_loop_budget_reads_every_element() {
     let g = GraphBuilder::new();
     let s = g.input("x", DType::F32, [rows, len]).unwrap().sum(&[1], false).unwrap();
     let graph = g.graph();
-    let xv = HostTensor::new([rows, len], fusegraph::workloads::random_values(6, rows * len)).unwrap();
+    let xv = HostTensor::new([rows, len], fusegraph_workloads::random_values(6, rows * len)).unwrap();
     let feeds = BTreeMap::from([("x".to_string(), xv.clone())]);
     let want = evaluate(&graph, &[s.id()], &feeds, &BTreeMap::new()).unwrap();
     let exe = device.compile(&graph, &[s.id()], &CompileOptions::unfused()).unwrap();
@@ -78,7 +78,7 @@ fn long_rows_are_reduced_whole() {
     let x = g.input("x", DType::F32, [rows, len]).unwrap();
     let (y, s) = (x.softmax(1).unwrap(), x.sum(&[1], false).unwrap());
     let graph = g.graph();
-    let xv = HostTensor::new([rows, len], fusegraph::workloads::random_values(5, rows * len)).unwrap();
+    let xv = HostTensor::new([rows, len], fusegraph_workloads::random_values(5, rows * len)).unwrap();
     let want = evaluate(&graph, &[y.id(), s.id()], &BTreeMap::from([("x".to_string(), xv.clone())]), &BTreeMap::new())
         .unwrap();
     let exe = device.compile(&graph, &[y.id(), s.id()], &CompileOptions::default()).unwrap();

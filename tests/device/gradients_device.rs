@@ -13,7 +13,7 @@ fn check(name: &str, b: &GraphBuilder, p: &Params, x: &Tensor, out: &Tensor) {
         .constant(
             out.dtype(),
             out.dims().to_vec(),
-            &fusegraph::workloads::random_values(9, n).iter().map(|&v| v as f64).collect::<Vec<_>>(),
+            &fusegraph_workloads::random_values(9, n).iter().map(|&v| v as f64).collect::<Vec<_>>(),
         )
         .unwrap();
     let axes: Vec<usize> = (0..out.rank()).collect();
@@ -25,7 +25,7 @@ fn check(name: &str, b: &GraphBuilder, p: &Params, x: &Tensor, out: &Tensor) {
     let outs: Vec<_> = grads.iter().map(|g| g.id()).collect();
     let g = b.graph();
 
-    let xv = HostTensor::new(x.dims().to_vec(), fusegraph::workloads::random_values(4, x.shape().numel())).unwrap();
+    let xv = HostTensor::new(x.dims().to_vec(), fusegraph_workloads::random_values(4, x.shape().numel())).unwrap();
     let feeds = BTreeMap::from([("x".to_string(), xv.clone())]);
     let want = evaluate(&g, &outs, &feeds, p.as_map()).unwrap();
 
@@ -93,7 +93,7 @@ fn max_reduction_gradients_reach_every_maximum() {
     let loss = squares(&centered).add(&squares(&y)).unwrap();
     let grads = grad(&loss, &[&x]).unwrap();
     let g = b.graph();
-    let xv = HostTensor::new([rows, cols], fusegraph::workloads::random_values(7, rows * cols)).unwrap();
+    let xv = HostTensor::new([rows, cols], fusegraph_workloads::random_values(7, rows * cols)).unwrap();
     let feeds = BTreeMap::from([("x".to_string(), xv.clone())]);
     let want = evaluate(&g, &[grads[0].id()], &feeds, &BTreeMap::new()).unwrap();
     let device = Device::shared().unwrap();

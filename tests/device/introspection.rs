@@ -84,7 +84,7 @@ fn dump_wgsl_writes_each_kernel_in_dispatch_order() {
 fn repeated_layers_share_their_pipelines() {
     let device = Device::shared().unwrap();
     let pipelines = |layers: usize| {
-        let w = fusegraph::workloads::transformer(16, layers, true).unwrap();
+        let w = fusegraph_workloads::transformer(16, layers, true).unwrap();
         let exe = device.compile(&w.graph, &w.outputs, &CompileOptions::default()).unwrap();
         (exe.stats().kernels.len(), exe.stats().pipelines)
     };

@@ -13,7 +13,7 @@ fn fresh(limit: Option<u64>) -> Arc<Device> {
 
 fn feed(dims: &[usize], seed: u64) -> HostTensor {
     let n: usize = dims.iter().product();
-    HostTensor::new(dims.to_vec(), fusegraph::workloads::random_values(seed, n)).unwrap()
+    HostTensor::new(dims.to_vec(), fusegraph_workloads::random_values(seed, n)).unwrap()
 }
 
 #[test]
@@ -112,9 +112,9 @@ fn reserved_memory_stays_under_the_limit_and_does_not_grow_over_a_thousand_runs(
     let limit = 4 << 20;
     let device = fresh(Some(limit));
     let works = [
-        fusegraph::workloads::softmax(64, 1),
-        fusegraph::workloads::elementwise_chain(4096),
-        fusegraph::workloads::matmul_epilogue(32),
+        fusegraph_workloads::softmax(64, 1),
+        fusegraph_workloads::elementwise_chain(4096),
+        fusegraph_workloads::matmul_epilogue(32),
     ];
     let exes: Vec<_> =
         works.iter().map(|w| device.compile(&w.graph, &w.outputs, &CompileOptions::default()).unwrap()).collect();
@@ -134,7 +134,7 @@ fn reserved_memory_stays_under_the_limit_and_does_not_grow_over_a_thousand_runs(
     }
     assert!(device.memory_reserved() <= reserved);
     // The device limit applies to what is held at once: a graph bigger than it fails.
-    let big = fusegraph::workloads::elementwise_chain(1 << 20);
+    let big = fusegraph_workloads::elementwise_chain(1 << 20);
     assert!(matches!(
         device.compile(&big.graph, &big.outputs, &CompileOptions::default()),
         Err(RuntimeError::ResourceExhausted { .. })

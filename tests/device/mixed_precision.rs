@@ -6,7 +6,7 @@ use fusegraph::{CompileOptions, Device};
 
 #[test]
 fn mixed_precision_halves_activation_memory_and_matches_f32() {
-    let w = fusegraph::workloads::transformer(64, 1, true).unwrap();
+    let w = fusegraph_workloads::transformer(64, 1, true).unwrap();
     let device = Device::shared().unwrap();
     let f32_opts = CompileOptions::default();
     let mp_opts = CompileOptions { mixed_precision: true, ..Default::default() };
@@ -144,7 +144,7 @@ fn f16_casts_round_like_the_reference_over_the_whole_range() {
 /// `fc0.bias` would become ±inf.
 #[test]
 fn mixed_precision_keeps_the_optimizer_update_in_f32() {
-    let w = fusegraph::workloads::train_step(fusegraph::train::demo::Task::Mlp, true).unwrap();
+    let w = fusegraph_workloads::train_step(fusegraph_workloads::demo::Task::Mlp, true).unwrap();
     let device = Device::shared().unwrap();
     let run = |mixed_precision: bool| {
         let opts = w.options(CompileOptions { mixed_precision, ..Default::default() });

@@ -1,9 +1,9 @@
 //! Gradient accumulation: 4 micro-batches equal one step on the 4× batch.
 
 use fusegraph::crates::nn::Params;
-use fusegraph::train::demo::{blobs, mlp};
 use fusegraph::train::{build_step, Sgd, TrainOptions, Trainer};
 use fusegraph::{Device, GraphBuilder, HostTensor};
+use fusegraph_workloads::demo::{blobs, mlp};
 
 const MICRO: usize = 16;
 const N: usize = 4;

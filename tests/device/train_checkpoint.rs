@@ -2,9 +2,9 @@
 //! planned peak.
 
 use fusegraph::crates::nn::{Linear, Params};
-use fusegraph::train::demo::{blobs, mlp};
 use fusegraph::train::{build_step, cross_entropy, record_segment, Forward, Sgd, TrainOptions, TrainStep, Trainer};
 use fusegraph::{DType, Device, GraphBuilder, HostTensor};
+use fusegraph_workloads::demo::{blobs, mlp};
 
 const BATCH: usize = 256;
 /// Narrow and deep, so activations (not weights) dominate the step's memory.
@@ -150,7 +150,7 @@ fn relu_layers_keep_only_their_outputs() {
 /// blocks' recomputations into shared kernels because they all compute gelu's constants.
 #[test]
 fn checkpointing_the_lm_recomputes_one_block_at_a_time() {
-    use fusegraph::train::demo::{build, Config, Task};
+    use fusegraph_workloads::demo::{build, Config, Task};
     let arena = |checkpoint: bool| {
         let mut cfg = Config::new(Task::Lm, false);
         cfg.options.checkpoint = checkpoint;

@@ -2,9 +2,9 @@
 //! the fusion of optimizer updates, and typed errors of the training API.
 
 use fusegraph::crates::nn::{Init, Params};
-use fusegraph::train::demo::{self, mlp, Config, Task};
 use fusegraph::train::{build_step, Adam, LossScaling, Optimizer, Sgd, TrainError, TrainOptions};
 use fusegraph::{CompileOptions, DType, Device, GraphBuilder};
+use fusegraph_workloads::demo::{self, mlp, Config, Task};
 
 #[test]
 fn the_quick_mlp_example_halves_its_loss_from_a_fresh_start() {

@@ -1,9 +1,9 @@
 //! Mixed precision: f16 forward/backward with f32 master weights and dynamic loss scaling.
 
 use fusegraph::crates::nn::Params;
-use fusegraph::train::demo::{self, blobs, mlp, Config, Task};
 use fusegraph::train::{build_step, LossScaling, Sgd, TrainOptions, Trainer, GOOD_STEPS, LOSS_SCALE};
 use fusegraph::{Device, GraphBuilder, HostTensor};
+use fusegraph_workloads::demo::{self, blobs, mlp, Config, Task};
 
 const BATCH: usize = 16;
 const DIMS: [usize; 3] = [8, 16, 4];

@@ -17,7 +17,7 @@ fn sgd_on_linear_regression_lowers_the_loss_and_matches_the_reference_step() {
     let new_w = w.sub(&gw.mul_scalar(0.1).unwrap()).unwrap();
     let g = b.graph();
 
-    let xs: Vec<f32> = fusegraph::workloads::random_values(1, 128);
+    let xs: Vec<f32> = fusegraph_workloads::random_values(1, 128);
     let true_w = [0.5f32, -1.0, 2.0, 0.25];
     let ts: Vec<f32> = (0..32).map(|r| (0..4).map(|c| xs[r * 4 + c] * true_w[c]).sum()).collect();
     let xv = HostTensor::new([32, 4], xs).unwrap();
@@ -105,11 +105,11 @@ fn weights_and_moments_updated_in_place_match_the_reference_over_steps() {
     let gw = &grad(&loss, &[&w]).unwrap()[0];
     let new_m = m.mul_scalar(0.9).unwrap().add(&gw.mul_scalar(0.1).unwrap()).unwrap();
     let new_w = w.sub(&new_m.mul_scalar(0.05).unwrap()).unwrap();
-    let xv = HostTensor::new([16, 8], fusegraph::workloads::random_values(3, 128)).unwrap();
-    let tv = HostTensor::new([16, 1], fusegraph::workloads::random_values(4, 16)).unwrap();
+    let xv = HostTensor::new([16, 8], fusegraph_workloads::random_values(3, 128)).unwrap();
+    let tv = HostTensor::new([16, 1], fusegraph_workloads::random_values(4, 16)).unwrap();
     let init = [
-        ("w", HostTensor::new([8, 1], fusegraph::workloads::random_values(5, 8)).unwrap()),
-        ("m", HostTensor::new([8, 1], fusegraph::workloads::random_values(6, 8)).unwrap()),
+        ("w", HostTensor::new([8, 1], fusegraph_workloads::random_values(5, 8)).unwrap()),
+        ("m", HostTensor::new([8, 1], fusegraph_workloads::random_values(6, 8)).unwrap()),
     ];
     let updates = [("w", new_w.id()), ("m", new_m.id())];
     let exe = run_against_reference(&b.graph(), loss.id(), &updates, &[("x", &xv), ("t", &tv)], &init, 4);
@@ -135,10 +135,10 @@ fn one_kernel_updating_two_parameters_that_read_each_other() {
         .add(&loss.broadcast_to([256]).unwrap().mul_scalar(1e-3).unwrap())
         .unwrap();
     let new_q = q.sub(&p).unwrap().sub(&loss.broadcast_to([256]).unwrap().mul_scalar(2e-3).unwrap()).unwrap();
-    let xv = HostTensor::new([256], fusegraph::workloads::random_values(7, 256)).unwrap();
+    let xv = HostTensor::new([256], fusegraph_workloads::random_values(7, 256)).unwrap();
     let init = [
-        ("p", HostTensor::new([256], fusegraph::workloads::random_values(8, 256)).unwrap()),
-        ("q", HostTensor::new([256], fusegraph::workloads::random_values(9, 256)).unwrap()),
+        ("p", HostTensor::new([256], fusegraph_workloads::random_values(8, 256)).unwrap()),
+        ("q", HostTensor::new([256], fusegraph_workloads::random_values(9, 256)).unwrap()),
     ];
     let updates = [("p", new_p.id()), ("q", new_q.id())];
     let exe = run_against_reference(&b.graph(), loss.id(), &updates, &[("x", &xv)], &init, 3);
@@ -158,8 +158,8 @@ fn one_kernel_updating_two_parameters_that_read_each_other() {
 /// are dead code.
 #[test]
 fn training_step_workload_updates_every_parameter_fused_as_unfused() {
-    use fusegraph::train::demo::Task;
-    let w = fusegraph::workloads::train_step(Task::Mlp, true).unwrap();
+    use fusegraph_workloads::demo::Task;
+    let w = fusegraph_workloads::train_step(Task::Mlp, true).unwrap();
     assert!(!w.updates.is_empty());
     let device = Device::shared().unwrap();
     let compile = |opts: CompileOptions| {
@@ -172,7 +172,7 @@ fn training_step_workload_updates_every_parameter_fused_as_unfused() {
     let fused = compile(w.options(CompileOptions::default()));
     let unfused = compile(w.options(CompileOptions::unfused()));
     let (a, b) = (fused.run(&w.feed_refs()).unwrap(), unfused.run(&w.feed_refs()).unwrap());
-    let tol = fusegraph::workloads::tolerance(&CompileOptions::default());
+    let tol = fusegraph_workloads::tolerance(&CompileOptions::default());
     assert_close(&a[0], &b[0], tol, tol).unwrap();
     let before: BTreeMap<&str, &HostTensor> = w.params.iter().map(|(n, v)| (n.as_str(), v)).collect();
     for (name, _) in &w.updates {

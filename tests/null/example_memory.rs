@@ -5,7 +5,7 @@
 //! shrink them, and the MLP's 7.1 MiB of weights would hide its 2 MiB of activations.
 
 use fusegraph::crates::passes::{plan_summary, FusionMode, PlanOptions};
-use fusegraph::workloads;
+use fusegraph_workloads as workloads;
 
 #[test]
 fn buffer_reuse_keeps_the_example_networks_activations_at_least_2x_below_naive() {

@@ -437,7 +437,7 @@ fn no_kernel_grows_with_the_model_depth() {
         FusionOptions { cost: CostModel { dispatch_s: 17e-6, bandwidth: 5.3e9, flops: 53e9 }, ..options() };
     for opts in [options(), lavapipe_like] {
         let largest = |layers: usize| {
-            let w = fusegraph::workloads::transformer(16, layers, true).unwrap();
+            let w = fusegraph_workloads::transformer(16, layers, true).unwrap();
             let (mut g, mut outs) = (w.graph.clone(), w.outputs.clone());
             simplify(&mut g, &mut outs).unwrap();
             let ks = fuse(&g, &outs, &opts).unwrap().kernels;

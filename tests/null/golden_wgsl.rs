@@ -241,7 +241,7 @@ fn a_layer_more_adds_no_kernel_text() {
     use fusegraph::crates::wgsl::localize;
     use std::collections::BTreeSet;
     let texts = |layers: usize, fusion: FusionMode| {
-        let w = fusegraph::workloads::transformer(16, layers, true).unwrap();
+        let w = fusegraph_workloads::transformer(16, layers, true).unwrap();
         let (mut g, mut outs) = (w.graph.clone(), w.outputs.clone());
         simplify(&mut g, &mut outs).unwrap();
         let planned = plan_graph(&g, &outs, &PlanOptions { fusion, ..Default::default() }).unwrap();

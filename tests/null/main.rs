@@ -1,10 +1,9 @@
-//! The tests that need no device: the CLI's device-free commands, fusion decisions, golden
+//! The tests that need no device: fusion decisions, golden
 //! WGSL, naga validation of every lowered op, planned memory. One test binary.
 
 #[path = "../common/mod.rs"]
 mod common;
 
-mod cli;
 mod example_memory;
 mod fusion;
 mod golden_wgsl;

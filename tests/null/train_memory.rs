@@ -2,7 +2,7 @@
 //! ready and frees it, whatever the kernels' binding limit lets fusion merge.
 
 use fusegraph::crates::passes::{plan_summary_within, PlanOptions};
-use fusegraph::train::demo::{build, Config, Task};
+use fusegraph_workloads::demo::{build, Config, Task};
 
 /// The `train` example's MLP (batch 256, three hidden relu layers of 256: every activation
 /// and every backward delta 256 KiB) needs its three activations and one delta at the peak.

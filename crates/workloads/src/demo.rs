@@ -1,5 +1,11 @@
-use super::{build_step, cross_entropy, record_segment, Adam, Forward, Result, TrainOptions, TrainStep, Trainer};
-use crate::{DType, Device, GraphBuilder, HostTensor};
+//! The training demo behind `examples/train.rs` and the training tests: an MLP classifier on
+//! Gaussian blobs and a small GPT-style character language model on text from a tiny
+//! grammar, both generated in-process from a seed (no downloads), trained with Adam.
+
+use fusegraph::train::{
+    build_step, cross_entropy, record_segment, Adam, Forward, Result, TrainOptions, TrainStep, Trainer,
+};
+use fusegraph::{DType, Device, GraphBuilder, HostTensor};
 use fusegraph_nn::{Embedding, Init, LayerNorm, Linear, Params, TransformerBlock};
 use std::sync::Arc;
 use std::time::Instant;
@@ -162,7 +168,9 @@ fn tokenize(text: &str) -> Vec<i32> {
 /// least two entries.
 pub fn mlp(b: &GraphBuilder, params: &mut Params, batch: usize, dims: &[usize]) -> Result<Forward> {
     if dims.len() < 2 {
-        return Err(super::config(format!("mlp: dims {dims:?} needs an input and an output width")));
+        return Err(fusegraph::train::TrainError::Config(format!(
+            "mlp: dims {dims:?} needs an input and an output width"
+        )));
     }
     let x = b.input("x", DType::F32, [batch, dims[0]])?;
     let y = b.input("y", DType::I32, [batch])?;

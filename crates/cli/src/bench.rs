@@ -2,8 +2,8 @@
 
 use fusegraph::crates::reference::assert_close;
 use fusegraph::crates::runtime::Timing;
-use fusegraph::workloads::{self, Workload};
 use fusegraph::{CompileOptions, Device, Executable, RuntimeError, SplitK};
+use fusegraph_workloads::{self as workloads, Workload};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -157,7 +157,8 @@ fn mib(b: u64) -> String {
 fn plot(dir: &str, w: &Workload, fused: &Executable, unfused: &Executable) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("--plot {dir}: {e}"))?;
     for (mode, exe) in [("fused", fused), ("unfused", unfused)] {
-        let svg = fusegraph::plot::memory_timeline_svg(exe.memory_plan(), &format!("{} ({mode})", w.name), None);
+        let svg =
+            fusegraph_workloads::plot::memory_timeline_svg(exe.memory_plan(), &format!("{} ({mode})", w.name), None);
         let path = format!("{dir}/{}_{mode}_memory.svg", w.name);
         std::fs::write(&path, svg).map_err(|e| format!("{path}: {e}"))?;
     }

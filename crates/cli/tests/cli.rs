@@ -69,7 +69,7 @@ fn unknown_command_is_usage_error() {
 
 #[test]
 fn dot_draws_one_cluster_per_kernel() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/softmax.ir");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/softmax.ir");
     let fused = fusegraph(&["dot", path], None);
     assert!(fused.status.success(), "{}", String::from_utf8_lossy(&fused.stderr));
     let text = String::from_utf8(fused.stdout).unwrap();
@@ -88,7 +88,7 @@ fn dot_draws_one_cluster_per_kernel() {
 /// the files the dump names.
 #[test]
 fn wgsl_prints_or_writes_every_kernel() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/softmax.ir");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/softmax.ir");
     let text = |args: &[&str]| {
         let out = fusegraph(args, None);
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -324,7 +324,7 @@ fn explain_gives_every_fusion_decision() {
 /// the same kernels the runtime compiles.
 #[test]
 fn explain_fuses_a_training_step_as_the_runtime_compiles_it() {
-    let w = fusegraph::workloads::training(true).into_iter().find(|w| w.name == "train_mlp").unwrap();
+    let w = fusegraph_workloads::training(true).into_iter().find(|w| w.name == "train_mlp").unwrap();
     let out = fusegraph(&["ir", "train_mlp", "--quick"], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let program = String::from_utf8(out.stdout).unwrap();

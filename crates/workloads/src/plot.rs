@@ -2,7 +2,7 @@
 //! step that writes it to the step that last reads it, at its byte offset), so buffer reuse
 //! and the peak can be seen; the memory limit, if any, is a red line.
 
-use crate::crates::passes::{MemoryPlan, Region};
+use fusegraph::crates::passes::{MemoryPlan, Region};
 use std::fmt::Write;
 
 /// Colours cycled through values; adjacent values differ.

@@ -359,7 +359,7 @@ fn wgsl(path: &str, form: &Form, opts: LowerOptions, excess_precision: bool, out
 /// `fusegraph ir NAME [--quick]`: the workload's program (graph, outputs, updates) in text
 /// form (see `USAGE`).
 fn ir(name: &str, quick: bool) -> Result<(), String> {
-    use fusegraph::workloads;
+    use fusegraph_workloads as workloads;
     let w = workloads::select(Some(name), quick)
         .into_iter()
         .next()

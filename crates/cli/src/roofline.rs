@@ -114,7 +114,7 @@ struct Row {
 
 fn feed(t: &Tensor, seed: u64) -> (String, HostTensor) {
     let n = t.shape().numel();
-    let v = fusegraph::workloads::random_values(seed, n).into_iter().map(f64::from).collect::<Vec<_>>();
+    let v = fusegraph_workloads::random_values(seed, n).into_iter().map(f64::from).collect::<Vec<_>>();
     (format!("x{seed}"), HostTensor::from_f64(t.dtype(), t.dims().to_vec(), &v).expect("sizes agree"))
 }
 

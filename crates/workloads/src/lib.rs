@@ -1,7 +1,10 @@
 //! The benchmark workloads, shared by `fusegraph bench`, the divan benches and tests:
 //! each builds a graph, its parameters and random feeds (seeded, never zeros).
 
-use crate::{DType, Graph, GraphBuilder, HostTensor, NodeId, Tensor};
+pub mod demo;
+pub mod plot;
+
+use fusegraph::{DType, Graph, GraphBuilder, HostTensor, NodeId, Tensor};
 
 /// A graph ready to compile and run.
 pub struct Workload {
@@ -28,8 +31,8 @@ impl Workload {
     }
 
     /// `base` with this workload's parameter updates: the options to compile it with.
-    pub fn options(&self, base: crate::CompileOptions) -> crate::CompileOptions {
-        crate::CompileOptions { updates: self.updates.clone(), ..base }
+    pub fn options(&self, base: fusegraph::CompileOptions) -> fusegraph::CompileOptions {
+        fusegraph::CompileOptions { updates: self.updates.clone(), ..base }
     }
 }
 
@@ -178,26 +181,26 @@ pub fn networks(quick: bool) -> Vec<Workload> {
 /// every weight and its state, written in place on the device) at its sizes (`quick`: the
 /// example's `--quick` ones), named `train_mlp` or `train_lm`; the feeds are its first
 /// micro-batch. Its one output is the loss.
-pub fn train_step(task: crate::train::demo::Task, quick: bool) -> Result<Workload, crate::train::TrainError> {
+pub fn train_step(task: crate::demo::Task, quick: bool) -> Result<Workload, fusegraph::train::TrainError> {
     train_step_with(task, quick, false)
 }
 
 /// [`train_step`], with `mixed_precision` the `train` example's mixed precision (its
 /// `--mixed-precision`: f16 forward and backward with dynamic loss scaling, f32 master
-/// weights and optimizer state; [`crate::train::LossScaling`]). That, not
+/// weights and optimizer state; [`fusegraph::train::LossScaling`]). That, not
 /// `CompileOptions::mixed_precision`, is how a training step runs in f16: the compile
 /// option would round Adam's arithmetic to f16 too, where its ε (1e-8) is zero and small
 /// squared gradients underflow, and the update divides by zero.
 pub fn train_step_with(
-    task: crate::train::demo::Task,
+    task: crate::demo::Task,
     quick: bool,
     mixed_precision: bool,
-) -> Result<Workload, crate::train::TrainError> {
-    let mut cfg = crate::train::demo::Config::new(task, quick);
+) -> Result<Workload, fusegraph::train::TrainError> {
+    let mut cfg = crate::demo::Config::new(task, quick);
     if mixed_precision {
-        cfg.options.mixed_precision = Some(crate::train::LossScaling::default());
+        cfg.options.mixed_precision = Some(fusegraph::train::LossScaling::default());
     }
-    let setup = crate::train::demo::build(&cfg)?;
+    let setup = crate::demo::build(&cfg)?;
     Ok(Workload {
         name: format!("train_{}", task.name()),
         feeds: setup.feeds(0)?,
@@ -216,7 +219,7 @@ pub fn training(quick: bool) -> Vec<Workload> {
 /// The training steps of both `train` tasks, in mixed precision with `mixed_precision`
 /// ([`train_step_with`]).
 pub fn training_with(quick: bool, mixed_precision: bool) -> Vec<Workload> {
-    use crate::train::demo::Task;
+    use crate::demo::Task;
     [Task::Mlp, Task::Lm]
         .into_iter()
         .map(|t| train_step_with(t, quick, mixed_precision).expect("the training demos are well formed"))
@@ -300,12 +303,12 @@ pub struct Report {
     /// Kernels (fused), the hoisted ones included.
     pub kernels: usize,
     /// Of those, the kernels that compute from parameters alone and run only after a
-    /// parameter is set ([`crate::CompileOptions::hoist_parameters`]).
+    /// parameter is set ([`fusegraph::CompileOptions::hoist_parameters`]).
     pub prepared_kernels: usize,
     /// Matrix products run combined, and the batched products they became
-    /// ([`crate::ExecutableStats::combined_products`]).
+    /// ([`fusegraph::ExecutableStats::combined_products`]).
     pub combined_products: (usize, usize),
-    /// Distinct pipelines of the fused kernels ([`crate::ExecutableStats::pipelines`]).
+    /// Distinct pipelines of the fused kernels ([`fusegraph::ExecutableStats::pipelines`]).
     pub pipelines: usize,
     /// Kernels with fusion off, for comparison.
     pub unfused_kernels: usize,
@@ -336,13 +339,13 @@ pub struct Report {
 /// Compiles `w` fused on `device`, runs it, checks every output against the CPU reference
 /// (error if they differ beyond f32 tolerance scaled by the output's magnitude), and times
 /// `runs` runs.
-pub fn run_example(device: &std::sync::Arc<crate::Device>, w: &Workload, runs: usize) -> Result<Report, String> {
-    run_example_with(device, w, runs, &crate::CompileOptions::default())
+pub fn run_example(device: &std::sync::Arc<fusegraph::Device>, w: &Workload, runs: usize) -> Result<Report, String> {
+    run_example_with(device, w, runs, &fusegraph::CompileOptions::default())
 }
 
 /// The relative tolerance outputs compiled with `opts` are checked with: f16's (2e-2) under
 /// `mixed_precision`, else 1e-4.
-pub fn tolerance(opts: &crate::CompileOptions) -> f64 {
+pub fn tolerance(opts: &fusegraph::CompileOptions) -> f64 {
     if opts.mixed_precision {
         2e-2
     } else {
@@ -353,12 +356,12 @@ pub fn tolerance(opts: &crate::CompileOptions) -> f64 {
 /// [`run_example`] compiled with `opts`; under `mixed_precision` the outputs are checked
 /// against the f32 reference within f16 tolerance (2e-2, scaled by the output's magnitude).
 pub fn run_example_with(
-    device: &std::sync::Arc<crate::Device>,
+    device: &std::sync::Arc<fusegraph::Device>,
     w: &Workload,
     runs: usize,
-    opts: &crate::CompileOptions,
+    opts: &fusegraph::CompileOptions,
 ) -> Result<Report, String> {
-    use crate::crates::reference;
+    use fusegraph::crates::reference;
     let tol = tolerance(opts);
     let mut exe = device.compile(&w.graph, &w.outputs, opts).map_err(|e| e.to_string())?;
     for (name, value) in &w.params {
@@ -378,7 +381,8 @@ pub fn run_example_with(
         }
     }
     let t = exe.time(&w.feed_refs(), 1, runs).map_err(|e| e.to_string())?;
-    let unfused = device.plan(&w.graph, &w.outputs, &crate::CompileOptions::unfused()).map_err(|e| e.to_string())?;
+    let unfused =
+        device.plan(&w.graph, &w.outputs, &fusegraph::CompileOptions::unfused()).map_err(|e| e.to_string())?;
     let s = exe.stats();
     let fixed = s.persistent_bytes + s.staging_bytes;
     Ok(Report {
@@ -465,7 +469,7 @@ mod tests {
         for w in micro(true) {
             let again = sized(&w.name, true).unwrap_or_else(|| panic!("`{}` not rebuilt", w.name));
             assert_eq!(again.name, w.name);
-            assert_eq!(crate::text::print(&again.graph), crate::text::print(&w.graph), "{}", w.name);
+            assert_eq!(fusegraph::text::print(&again.graph), fusegraph::text::print(&w.graph), "{}", w.name);
         }
         assert_eq!(sized("elementwise_chain_12", true).map(|w| w.graph.ty(w.outputs[0]).shape.numel()), Some(12));
         assert_eq!(
@@ -478,7 +482,7 @@ mod tests {
         // The transformer at another depth: the listed one's graph with its block repeated.
         let listed = networks(true).into_iter().find(|w| w.name.starts_with("transformer")).expect("listed");
         let again = sized(&listed.name, true).expect("rebuilt");
-        assert_eq!(crate::text::print(&again.graph), crate::text::print(&listed.graph));
+        assert_eq!(fusegraph::text::print(&again.graph), fusegraph::text::print(&listed.graph));
         let deeper = sized("transformer_s8_l3", true).expect("deeper");
         assert_eq!(deeper.name, "transformer_s8_l3");
         assert!(deeper.graph.len() > 2 * sized("transformer_s8_l1", true).expect("one layer").graph.len());
