@@ -122,7 +122,7 @@ impl CoopPlan {
     return m;
 }}
 
-pub(crate) fn fg_emu_store_c(m: array<f32, {per_lane}>, at: u32, stride: u32, lane: u32) {{
+fn fg_emu_store_c(m: array<f32, {per_lane}>, at: u32, stride: u32, lane: u32) {{
     for (var p = 0u; p < {per_lane}u; p = p + 1u) {{
         let e = p * {size}u + lane;
         fg_tile_c[at + (e / 16u) * stride + e % 16u] = m[p];
