@@ -20,17 +20,10 @@ fn gpu_forms() -> Arc<Device> {
     Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).expect("a device"))
 }
 
-/// A deterministic xorshift stream of values in `[lo, hi)`.
+/// `n` values in `[lo, hi)` from the tests' seeded generator.
 fn uniform(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            lo + (hi - lo) * ((s >> 11) as f64 / (1u64 << 53) as f64)
-        })
-        .collect()
+    let mut rng = crate::common::Rng::new(seed);
+    (0..n).map(|_| rng.uniform(lo, hi)).collect()
 }
 
 /// What is reduced: the input alone, or `gelu(1.5x + 0.25) · sigmoid(x)` of it (the

@@ -160,6 +160,16 @@ impl Graph {
         }
     }
 
+    /// Replaces node `old` by `new` (of the same type) everywhere in the graph: `new` takes
+    /// `old`'s name and every use of it, and `old` is removed.
+    pub fn substitute(&mut self, old: NodeId, new: NodeId) {
+        if let Some(name) = self.node(old).name.clone() {
+            self.set_name(new, name);
+        }
+        self.replace_uses(old, new);
+        self.remove(old);
+    }
+
     /// Removes a node and its edges.
     pub fn remove(&mut self, id: NodeId) {
         self.g.remove_node(id.nx());

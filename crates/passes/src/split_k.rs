@@ -126,14 +126,10 @@ pub fn split_k(g: &mut Graph, outputs: &mut [NodeId], splits: &dyn Fn(&Gemm) -> 
         let partials = g.add_op(Op::MatMul, &[lhs, rhs])?;
         let sum = g.add_op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![0], keep_dims: false }, &[partials])?;
         debug_assert_eq!(g.ty(sum), g.ty(id));
-        if let Some(name) = g.node(id).name.clone() {
-            g.set_name(sum, name);
-        }
-        g.replace_uses(id, sum);
         for o in outputs.iter_mut().filter(|o| **o == id) {
             *o = sum;
         }
-        g.remove(id);
+        g.substitute(id, sum);
         done.push(Split { gemm, splits: s, partials, sum });
     }
     Ok(done)

@@ -177,14 +177,10 @@ pub fn split_reduce(g: &mut Graph, outputs: &mut [NodeId], chunks: &dyn Fn(&Redu
             result = g.add_op(Op::Reshape { shape: g.ty(id).shape.dims().to_vec() }, &[result])?;
         }
         debug_assert_eq!(g.ty(result), g.ty(id));
-        if let Some(name) = g.node(id).name.clone() {
-            g.set_name(result, name);
-        }
-        g.replace_uses(id, result);
         for o in outputs.iter_mut().filter(|o| **o == id) {
             *o = result;
         }
-        g.remove(id);
+        g.substitute(id, result);
         done.push(Split { reduction, chunks: s, partials, result });
     }
     Ok(done)

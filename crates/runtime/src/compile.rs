@@ -2,13 +2,13 @@
 
 use crate::pool::{buffer_bytes, texel_bytes, Kind};
 use crate::{Device, Result, RuntimeError};
-use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op};
+use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
 use fusegraph_passes::kernel::unshared_members;
 use fusegraph_passes::rewrite::{rewrite, Rewrites};
 use fusegraph_passes::split_k::Gemm;
 use fusegraph_passes::{
-    plan_combined_within, plan_summary_within, plan_within, FusionMode, Joined, Location, PlanOptions, PlanSummary,
-    Region,
+    plan_combined_within, plan_summary_within, plan_within, FusionMode, Joined, Location, MemoryPlan, PlanOptions,
+    PlanSummary, Planned, Region,
 };
 use fusegraph_wgsl::{
     cooperative_matmul, gemm_shape, lower_planned, subgroup_matmul, KernelSource, LowerOptions, MatmulTiling, Strategy,
@@ -143,6 +143,100 @@ impl Device {
         Ok(fusegraph_passes::largest_batch(build, limit, &self.plan_options(opts), max_batch)?)
     }
 
+    /// The code generator's facts about this adapter.
+    fn lower_options(&self) -> LowerOptions {
+        LowerOptions {
+            f16_native: self.f16_native(),
+            cpu: self.cpu_kernels(),
+            subgroups: self.features().contains(wgpu::Features::SUBGROUP),
+            subgroup_size: crate::device::fixed_subgroup_size(self.info()),
+            cooperative_matrix: self.cooperative_matrix(),
+            tiled_attention: self.tiled_attention(),
+            texture_operands: self.texture_operand_rows(),
+        }
+    }
+
+    /// Per kernel, the tiling of its tiled matmul (`None`: not a tiled matmul), whether it
+    /// takes the subgroup matmul, and whether it runs on cooperative matrices.
+    fn matmul_forms(
+        self: &Arc<Self>,
+        graph: &Graph,
+        kernels: &[fusegraph_passes::Kernel],
+        opts: &CompileOptions,
+        lower_opts: &LowerOptions,
+    ) -> (Vec<Option<MatmulTiling>>, Vec<bool>, Vec<bool>) {
+        // A forced tiling asks for the workgroup-tiled kernel, not the subgroup one.
+        let strategy = Strategy { subgroup_matmul: opts.matmul_tiling.is_none(), ..Default::default() };
+        // Matmul kernels that can run on cooperative matrices (f16 products on adapters that
+        // have them), and those that take the subgroup lowering (CPU adapters, not tuned).
+        let coop_able: Vec<bool> =
+            kernels.iter().map(|k| strategy.tiled_matmul && cooperative_matmul(graph, k, lower_opts)).collect();
+        let subgroup: Vec<bool> = kernels
+            .iter()
+            .zip(&coop_able)
+            .map(|(k, &able)| {
+                !able
+                    && strategy.tiled_matmul
+                    && strategy.subgroup_matmul
+                    && subgroup_matmul(graph, k, lower_opts).is_some()
+            })
+            .collect();
+        // Each tiled matmul kernel takes the forced tiling, else the tuned one for its shape
+        // class, else the default for its shape (the default cooperative one where it can
+        // run on cooperative matrices). The tuner weighs the cooperative tilings against the
+        // plain ones on an adapter's own cooperative matrices; emulated ones (a test vehicle,
+        // seconds per product) keep the default. A cooperative tiling selects that kernel.
+        let native_coop = self.cooperative_matrix() == Some(fusegraph_wgsl::Cooperative::Native);
+        let tilings: Vec<Option<MatmulTiling>> = kernels
+            .iter()
+            .zip(subgroup.iter().zip(&coop_able))
+            .map(|(k, (&subgroup, &able))| {
+                let (shape, dtype) = gemm_shape(graph, k, lower_opts).filter(|_| strategy.tiled_matmul)?;
+                if subgroup {
+                    return None;
+                }
+                let tuned = || if able && !native_coop { None } else { self.tuned_tiling(&shape, dtype, able) };
+                let default =
+                    if able { MatmulTiling::COOP_CANDIDATES[0] } else { MatmulTiling::default_for(shape.m, shape.n) };
+                Some(opts.matmul_tiling.or_else(tuned).unwrap_or(default))
+            })
+            .collect();
+        let coop: Vec<bool> =
+            tilings.iter().zip(&coop_able).map(|(t, &able)| able && t.is_some_and(|t| t.is_cooperative())).collect();
+        (tilings, subgroup, coop)
+    }
+
+    /// Checks the lowered kernels against the adapter's limits: bindings per kernel, bytes per
+    /// binding, bytes per buffer.
+    fn check_adapter_limits(&self, graph: &Graph, sources: &[KernelSource], plan: &MemoryPlan) -> Result<()> {
+        let limits = self.limits();
+        for s in sources {
+            if s.bindings.len() > limits.max_storage_buffers_per_shader_stage as usize {
+                return Err(RuntimeError::TooManyBindings {
+                    kernel: s.label.clone(),
+                    needed: s.bindings.len(),
+                    limit: limits.max_storage_buffers_per_shader_stage,
+                });
+            }
+        }
+        let max_binding = limits.max_storage_buffer_binding_size;
+        for (id, loc) in &plan.locations {
+            if loc.size > max_binding {
+                return Err(RuntimeError::TooLarge {
+                    what: format!("value {id} ({})", graph.ty(*id)),
+                    bytes: loc.size,
+                    limit: max_binding,
+                });
+            }
+        }
+        for (what, bytes) in [("the arena", plan.arena_bytes), ("the persistent region", plan.persistent_bytes)] {
+            if bytes > limits.max_buffer_size {
+                return Err(RuntimeError::TooLarge { what: what.into(), bytes, limit: limits.max_buffer_size });
+            }
+        }
+        Ok(())
+    }
+
     /// Compiles `outputs` of `graph` into an executable on this device. Nothing is
     /// dispatched; a graph that does not fit the adapter's limits fails here.
     pub fn compile(self: &Arc<Self>, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<Executable> {
@@ -151,34 +245,7 @@ impl Device {
         for &o in outputs {
             graph.check(o)?;
         }
-        // Every input and parameter of the graph as the user wrote it may be fed or set, even
-        // if simplification finds the outputs do not need it.
-        let mut declared_inputs = BTreeMap::new();
-        let mut declared_params = BTreeMap::new();
-        for id in graph.node_ids() {
-            match &graph.node(id).op {
-                Op::Input { name } => {
-                    declared_inputs.insert(name.clone(), graph.ty(id).clone());
-                }
-                Op::Parameter { name } => {
-                    declared_params.insert(name.clone(), graph.ty(id).clone());
-                }
-                _ => {}
-            }
-        }
-        for (name, node) in &opts.updates {
-            graph.check(*node)?;
-            let declared =
-                declared_params.get(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.clone() })?;
-            if graph.ty(*node) != declared {
-                return Err(RuntimeError::WrongType {
-                    what: "parameter update",
-                    name: name.clone(),
-                    expected: declared.clone(),
-                    got: graph.ty(*node).clone(),
-                });
-            }
-        }
+        let (declared_inputs, declared_params) = declared(graph, opts)?;
         // Update values are outputs of the plan (kept alive to the end) but not returned.
         let user_outputs = outputs.len();
         let mut outs_vec = outputs.to_vec();
@@ -209,114 +276,17 @@ impl Device {
             .map(|j| (j.name.clone(), j))
             .collect();
         let (graph, outputs) = (&simplified, outs_vec.as_slice());
-        // The planner counts every output it was given as staging; update values stay on the
-        // device and are never read back.
-        let update_staging: u64 = update_nodes
-            .iter()
-            .filter(|u| !outputs.contains(u))
-            .map(|u| planned.plan.locations.get(u).map_or(0, |l| l.size))
-            .sum();
-        planned.summary.staging_bytes -= update_staging.min(planned.summary.staging_bytes);
-        planned.summary.total_bytes -= update_staging.min(planned.summary.total_bytes);
-        if let Some(limit) = limit {
-            let s = &planned.summary;
-            // Every buffer is at least 4 bytes, an empty region's too.
-            let needed: u64 = [s.persistent_bytes, s.arena_bytes, s.staging_bytes].map(buffer_bytes).iter().sum();
-            if needed > limit {
-                return Err(RuntimeError::ResourceExhausted {
-                    graph: opts.name.clone().unwrap_or_else(|| format!("a graph of {} nodes", graph.len())),
-                    needed,
-                    persistent: s.persistent_bytes,
-                    arena: s.arena_bytes,
-                    staging: s.staging_bytes,
-                    limit,
-                    lower_bound: s.lower_bound_bytes,
-                    largest: s
-                        .peak_values
-                        .iter()
-                        .map(|v| (format!("{v_node} {} {}", v.op, graph.ty(v.node), v_node = v.node), v.bytes))
-                        .collect(),
-                });
-            }
-        }
+        check_memory_limit(graph, outputs, &update_nodes, &mut planned, opts, limit)?;
         let (kernels, plan, prepared) = (planned.kernels, planned.plan, planned.prepared);
-        let lower_opts = LowerOptions {
-            f16_native: self.f16_native(),
-            cpu: self.cpu_kernels(),
-            subgroups: self.features().contains(wgpu::Features::SUBGROUP),
-            subgroup_size: crate::device::fixed_subgroup_size(self.info()),
-            cooperative_matrix: self.cooperative_matrix(),
-            tiled_attention: self.tiled_attention(),
-            texture_operands: self.texture_operand_rows(),
-        };
-        // A forced tiling asks for the workgroup-tiled kernel, not the subgroup one.
-        let strategy = Strategy { subgroup_matmul: opts.matmul_tiling.is_none(), ..Default::default() };
-        // Matmul kernels that can run on cooperative matrices (f16 products on adapters that
-        // have them), and those that take the subgroup lowering (CPU adapters, not tuned).
-        let coop_able: Vec<bool> =
-            kernels.iter().map(|k| strategy.tiled_matmul && cooperative_matmul(graph, k, &lower_opts)).collect();
-        let subgroup: Vec<bool> = kernels
-            .iter()
-            .zip(&coop_able)
-            .map(|(k, &able)| {
-                !able
-                    && strategy.tiled_matmul
-                    && strategy.subgroup_matmul
-                    && subgroup_matmul(graph, k, &lower_opts).is_some()
-            })
-            .collect();
-        // Each tiled matmul kernel takes the forced tiling, else the tuned one for its shape
-        // class, else the default for its shape (the default cooperative one where it can
-        // run on cooperative matrices). The tuner weighs the cooperative tilings against the
-        // plain ones on an adapter's own cooperative matrices; emulated ones (a test vehicle,
-        // seconds per product) keep the default. A cooperative tiling selects that kernel.
-        let native_coop = self.cooperative_matrix() == Some(fusegraph_wgsl::Cooperative::Native);
-        let tilings: Vec<Option<MatmulTiling>> = kernels
-            .iter()
-            .zip(subgroup.iter().zip(&coop_able))
-            .map(|(k, (&subgroup, &able))| {
-                let (shape, dtype) = gemm_shape(graph, k, &lower_opts).filter(|_| strategy.tiled_matmul)?;
-                if subgroup {
-                    return None;
-                }
-                let tuned = || if able && !native_coop { None } else { self.tuned_tiling(&shape, dtype, able) };
-                let default =
-                    if able { MatmulTiling::COOP_CANDIDATES[0] } else { MatmulTiling::default_for(shape.m, shape.n) };
-                Some(opts.matmul_tiling.or_else(tuned).unwrap_or(default))
-            })
-            .collect();
-        let coop: Vec<bool> =
-            tilings.iter().zip(&coop_able).map(|(t, &able)| able && t.is_some_and(|t| t.is_cooperative())).collect();
-        let unshared = if opts.excess_precision { unshared_members(&kernels) } else { vec![Vec::new(); kernels.len()] };
-        let lower_all = |lower_opts: &LowerOptions| -> Vec<KernelSource> {
-            kernels
-                .iter()
-                .zip(&unshared)
-                .zip(tilings.iter().zip(&coop))
-                .map(|((k, unshared), (&matmul_tiling, &cooperative_matmul))| {
-                    let strategy = Strategy { matmul_tiling, cooperative_matmul, ..strategy };
-                    lower_planned(graph, k, unshared, lower_opts, &strategy)
-                })
-                .collect()
-        };
-        let mut sources = lower_all(&lower_opts);
+        let lower_opts = self.lower_options();
+        let (tilings, subgroup, coop) = self.matmul_forms(graph, &kernels, opts, &lower_opts);
         let mut staging_bytes = 0;
         for &o in outputs {
             staging_bytes += plan.locations[&o].size;
         }
-        // Texture operands take workspace memory: only where the limit leaves room for it
-        // beside the buffers, and where every value copied starts on a whole texel.
         let held: u64 = [plan.arena_bytes, plan.persistent_bytes, staging_bytes].map(buffer_bytes).iter().sum();
-        let mut workspace_plan = WorkspacePlan::of(graph, &sources);
-        let aligned = sources.iter().zip(&workspace_plan.uses).all(|(src, uses)| {
-            uses.iter().all(|&(b, t, _)| {
-                plan.locations[&src.bindings[b].node].offset.is_multiple_of(texel_bytes(workspace_plan.textures[t].1))
-            })
-        });
-        if workspace_plan.bytes() > 0 && (!aligned || limit.is_some_and(|l| held + workspace_plan.bytes() > l)) {
-            sources = lower_all(&LowerOptions { texture_operands: None, ..lower_opts });
-            workspace_plan = WorkspacePlan::of(graph, &sources);
-        }
+        let forms = KernelForms { kernels: &kernels, tilings: &tilings, coop: &coop };
+        let (sources, workspace_plan) = lower_kernels(graph, &forms, opts, lower_opts, &plan, held, limit);
         let lowered = start.elapsed();
         for (k, s) in sources.iter().enumerate() {
             tracing::trace!(target: "fusegraph::wgsl", kernel = k, "{}", s.annotated());
@@ -329,30 +299,7 @@ impl Device {
                 }
             }
         }
-        for s in &sources {
-            if s.bindings.len() > limits.max_storage_buffers_per_shader_stage as usize {
-                return Err(RuntimeError::TooManyBindings {
-                    kernel: s.label.clone(),
-                    needed: s.bindings.len(),
-                    limit: limits.max_storage_buffers_per_shader_stage,
-                });
-            }
-        }
-        let max_binding = limits.max_storage_buffer_binding_size;
-        for (id, loc) in &plan.locations {
-            if loc.size > max_binding {
-                return Err(RuntimeError::TooLarge {
-                    what: format!("value {id} ({})", graph.ty(*id)),
-                    bytes: loc.size,
-                    limit: max_binding,
-                });
-            }
-        }
-        for (what, bytes) in [("the arena", plan.arena_bytes), ("the persistent region", plan.persistent_bytes)] {
-            if bytes > limits.max_buffer_size {
-                return Err(RuntimeError::TooLarge { what: what.into(), bytes, limit: limits.max_buffer_size });
-            }
-        }
+        self.check_adapter_limits(graph, &sources, &plan)?;
         // Reused buffers may be a little larger than planned, within the limit in force.
         let mut slack = limit.map_or(u64::MAX, |l| l.saturating_sub(held + workspace_plan.bytes()));
         let arena_alloc = self.allocate(Kind::Storage, plan.arena_bytes, &mut slack, "the arena")?;
@@ -545,4 +492,136 @@ impl Device {
             stale: std::sync::atomic::AtomicBool::new(true),
         })
     }
+}
+
+/// The inputs and parameters of `graph` as the user wrote it, by name (each may be fed or
+/// set even where simplification finds the outputs do not need it); checks that every one of
+/// `opts.updates` names a declared parameter of its type.
+#[allow(clippy::type_complexity)]
+fn declared(
+    graph: &Graph,
+    opts: &CompileOptions,
+) -> Result<(BTreeMap<String, TensorType>, BTreeMap<String, TensorType>)> {
+    // Every input and parameter of the graph as the user wrote it may be fed or set, even
+    // if simplification finds the outputs do not need it.
+    let mut declared_inputs = BTreeMap::new();
+    let mut declared_params = BTreeMap::new();
+    for id in graph.node_ids() {
+        match &graph.node(id).op {
+            Op::Input { name } => {
+                declared_inputs.insert(name.clone(), graph.ty(id).clone());
+            }
+            Op::Parameter { name } => {
+                declared_params.insert(name.clone(), graph.ty(id).clone());
+            }
+            _ => {}
+        }
+    }
+    for (name, node) in &opts.updates {
+        graph.check(*node)?;
+        let declared =
+            declared_params.get(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.clone() })?;
+        if graph.ty(*node) != declared {
+            return Err(RuntimeError::WrongType {
+                what: "parameter update",
+                name: name.clone(),
+                expected: declared.clone(),
+                got: graph.ty(*node).clone(),
+            });
+        }
+    }
+    Ok((declared_inputs, declared_params))
+}
+
+/// The kernels of a compile and the matmul forms chosen for them ([`Device::matmul_forms`]).
+struct KernelForms<'a> {
+    kernels: &'a [fusegraph_passes::Kernel],
+    tilings: &'a [Option<MatmulTiling>],
+    coop: &'a [bool],
+}
+
+/// Every kernel lowered to WGSL, and the workspace its texture operands take. Texture operands
+/// take workspace memory: only where the limit leaves room for it beside the `held` bytes of
+/// the buffers, and where every value copied starts on a whole texel; otherwise the kernels
+/// read their buffers.
+fn lower_kernels(
+    graph: &Graph,
+    forms: &KernelForms,
+    opts: &CompileOptions,
+    lower_opts: LowerOptions,
+    plan: &MemoryPlan,
+    held: u64,
+    limit: Option<u64>,
+) -> (Vec<KernelSource>, WorkspacePlan) {
+    let KernelForms { kernels, tilings, coop } = *forms;
+    // A forced tiling asks for the workgroup-tiled kernel, not the subgroup one.
+    let strategy = Strategy { subgroup_matmul: opts.matmul_tiling.is_none(), ..Default::default() };
+    let unshared = if opts.excess_precision { unshared_members(kernels) } else { vec![Vec::new(); kernels.len()] };
+    let lower_all = |lower_opts: &LowerOptions| -> Vec<KernelSource> {
+        kernels
+            .iter()
+            .zip(&unshared)
+            .zip(tilings.iter().zip(coop))
+            .map(|((k, unshared), (&matmul_tiling, &cooperative_matmul))| {
+                let strategy = Strategy { matmul_tiling, cooperative_matmul, ..strategy };
+                lower_planned(graph, k, unshared, lower_opts, &strategy)
+            })
+            .collect()
+    };
+    let mut sources = lower_all(&lower_opts);
+    let mut workspace_plan = WorkspacePlan::of(graph, &sources);
+    let aligned = sources.iter().zip(&workspace_plan.uses).all(|(src, uses)| {
+        uses.iter().all(|&(b, t, _)| {
+            plan.locations[&src.bindings[b].node].offset.is_multiple_of(texel_bytes(workspace_plan.textures[t].1))
+        })
+    });
+    if workspace_plan.bytes() > 0 && (!aligned || limit.is_some_and(|l| held + workspace_plan.bytes() > l)) {
+        sources = lower_all(&LowerOptions { texture_operands: None, ..lower_opts });
+        workspace_plan = WorkspacePlan::of(graph, &sources);
+    }
+    (sources, workspace_plan)
+}
+
+/// Takes the update values (which stay on the device) out of the plan's staging bytes, then
+/// fails with [`RuntimeError::ResourceExhausted`], naming the largest live values, where the
+/// plan needs more than `limit` bytes.
+fn check_memory_limit(
+    graph: &Graph,
+    outputs: &[NodeId],
+    update_nodes: &[NodeId],
+    planned: &mut Planned,
+    opts: &CompileOptions,
+    limit: Option<u64>,
+) -> Result<()> {
+    // The planner counts every output it was given as staging; update values stay on the
+    // device and are never read back.
+    let update_staging: u64 = update_nodes
+        .iter()
+        .filter(|u| !outputs.contains(u))
+        .map(|u| planned.plan.locations.get(u).map_or(0, |l| l.size))
+        .sum();
+    planned.summary.staging_bytes -= update_staging.min(planned.summary.staging_bytes);
+    planned.summary.total_bytes -= update_staging.min(planned.summary.total_bytes);
+    if let Some(limit) = limit {
+        let s = &planned.summary;
+        // Every buffer is at least 4 bytes, an empty region's too.
+        let needed: u64 = [s.persistent_bytes, s.arena_bytes, s.staging_bytes].map(buffer_bytes).iter().sum();
+        if needed > limit {
+            return Err(RuntimeError::ResourceExhausted {
+                graph: opts.name.clone().unwrap_or_else(|| format!("a graph of {} nodes", graph.len())),
+                needed,
+                persistent: s.persistent_bytes,
+                arena: s.arena_bytes,
+                staging: s.staging_bytes,
+                limit,
+                lower_bound: s.lower_bound_bytes,
+                largest: s
+                    .peak_values
+                    .iter()
+                    .map(|v| (format!("{v_node} {} {}", v.op, graph.ty(v.node), v_node = v.node), v.bytes))
+                    .collect(),
+            });
+        }
+    }
+    Ok(())
 }
