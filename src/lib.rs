@@ -33,6 +33,9 @@ pub use fusegraph_runtime::{
 
 pub use logging::init_logging;
 
+/// Layers, losses, optimizers and parameter initialization (the `fusegraph-nn` crate).
+pub use fusegraph_nn as nn;
+
 /// The crates behind the facade, for users who need their full APIs.
 pub mod crates {
     pub use fusegraph_ir as ir;

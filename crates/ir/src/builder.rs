@@ -175,7 +175,7 @@ impl Tensor {
         self.builder.full(self.dtype(), self.shape().clone(), value)
     }
 
-    fn scalar_like(&self, value: f64) -> Result<Tensor> {
+    pub(crate) fn scalar_like(&self, value: f64) -> Result<Tensor> {
         self.builder.scalar(self.dtype(), value)
     }
 

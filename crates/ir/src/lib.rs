@@ -17,6 +17,7 @@ mod error;
 mod graph;
 mod host;
 pub mod op;
+mod ops;
 mod shape;
 pub mod text;
 mod verify;
