@@ -23,9 +23,12 @@ OUT = os.path.join(ROOT, "BENCHMARKS.md")
 
 
 def load(path):
+    def reject(constant):
+        raise ValueError(f"{path}: {constant} is not JSON")
+
     with open(path) as f:
         # Strict: NaN and Infinity are not JSON.
-        return json.load(f, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(f"{path}: {c}")))
+        return json.load(f, parse_constant=reject)
 
 
 def fmt(v, digits=3):

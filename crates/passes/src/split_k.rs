@@ -184,20 +184,6 @@ mod tests {
         assert_eq!(fill_splits(&gemm(1, 8, 8, 1 << 20), &opts), 16);
     }
 
-    /// Random values in [-1.25, 0.75] (never zeros on a pattern), deterministic per seed.
-    fn feed(g: &Graph, seed: u64) -> std::collections::BTreeMap<String, fusegraph_ir::HostTensor> {
-        let mut rng = crate::testing::XorShift::new(seed);
-        let mut out = std::collections::BTreeMap::new();
-        for id in g.node_ids() {
-            if let Op::Input { name } = &g.node(id).op {
-                let ty = g.ty(id);
-                let v: Vec<f64> = (0..ty.shape.numel()).map(|_| (rng.below(2001) as f64 / 1000.0) - 1.25).collect();
-                out.insert(name.clone(), fusegraph_ir::HostTensor::from_f64(ty.dtype, ty.shape.clone(), &v).unwrap());
-            }
-        }
-        out
-    }
-
     #[test]
     fn split_products_compute_the_same_values() {
         use fusegraph_ir::GraphBuilder;
@@ -227,7 +213,7 @@ mod tests {
             assert_eq!((done[0].splits, outs[1]), (s, done[0].sum), "case {i}");
             assert!(!g.contains(y.id()), "case {i}: the product is gone");
             assert_eq!(g.ty(done[0].partials).shape.dims()[0], s, "case {i}");
-            let f = feed(&g0, 17 + i as u64);
+            let f = crate::testing::random_feeds(&g0, 17 + i as u64);
             let none = std::collections::BTreeMap::new();
             let want = fusegraph_reference::evaluate(&g0, &outs0, &f, &none).unwrap();
             let got = fusegraph_reference::evaluate(&g, &outs, &f, &none).unwrap();

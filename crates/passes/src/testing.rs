@@ -191,3 +191,19 @@ pub fn scaled_matmul(n: usize) -> Result<(Graph, Vec<NodeId>, NodeId)> {
     let y = x.matmul(&ws)?.exp()?.matmul(&v)?.mul_scalar(0.5)?;
     Ok((b.graph(), vec![y.id()], ws.id()))
 }
+
+/// Random values in [-1.25, 0.75] (never zeros on a pattern) for every input of `g`,
+/// deterministic per seed: the feeds of the passes' tests that compare a rewritten graph with
+/// the original through the reference.
+pub fn random_feeds(g: &Graph, seed: u64) -> std::collections::BTreeMap<String, fusegraph_ir::HostTensor> {
+    let mut rng = XorShift::new(seed);
+    let mut out = std::collections::BTreeMap::new();
+    for id in g.node_ids() {
+        if let fusegraph_ir::Op::Input { name } = &g.node(id).op {
+            let ty = g.ty(id);
+            let v: Vec<f64> = (0..ty.shape.numel()).map(|_| (rng.below(2001) as f64 / 1000.0) - 1.25).collect();
+            out.insert(name.clone(), fusegraph_ir::HostTensor::from_f64(ty.dtype, ty.shape.clone(), &v).unwrap());
+        }
+    }
+    out
+}
