@@ -28,7 +28,7 @@ pub use fusegraph_ir::{
 };
 pub use fusegraph_runtime::{
     Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FusionMode, GemmShape, KernelStats,
-    MatmulTiling, ReduceFill, RuntimeError, SplitK, SplitReductions, TunedSplit, TunedTiling,
+    MatmulTiling, ParamStore, ReduceFill, RuntimeError, SplitK, SplitReductions, TunedSplit, TunedTiling,
 };
 
 pub use logging::init_logging;

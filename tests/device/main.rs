@@ -41,6 +41,7 @@ mod mixed_precision;
 mod shader_checks;
 mod split_k;
 mod split_reduce;
+mod store;
 mod threads;
 mod train_accumulate;
 mod train_checkpoint;

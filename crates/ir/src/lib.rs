@@ -18,6 +18,7 @@ mod graph;
 mod host;
 pub mod op;
 mod ops;
+pub mod safetensors;
 mod shape;
 pub mod text;
 mod verify;

@@ -1,7 +1,9 @@
 //! Memory planning: where each value that lives in memory is stored.
 //!
-//! Values fall in two regions: `Persistent` (parameters and constants, kept across runs, one
-//! slot each) and `Arena` (inputs and kernel outputs, reused across runs). Arena values share
+//! Values fall in three regions: `Persistent` (parameters and constants, kept across runs, one
+//! slot each), `External` (parameters that live outside the plan, in a runtime's parameter
+//! store, with [`MemoryOptions::external_parameters`]) and `Arena` (inputs and kernel outputs,
+//! reused across runs). Arena values share
 //! bytes when their live ranges ([`crate::liveness::intervals_multi`]) do not overlap:
 //! offsets are assigned best-fit in a few orders (by size, by lifetime, by size × lifetime) and
 //! the smallest arena wins. Every offset is a multiple of the alignment the device requires
@@ -33,6 +35,9 @@ pub enum Region {
     Persistent,
     /// Inputs and intermediate values of one run.
     Arena,
+    /// A parameter held outside the plan ([`MemoryOptions::external_parameters`]): its own
+    /// buffer, offset 0, named by [`MemoryPlan::external`]`[i]`.
+    External(u32),
 }
 
 /// Where a value lives: region, byte offset, byte size (whole 4-byte words).
@@ -72,6 +77,8 @@ pub struct MemoryPlan {
     /// is written into (see [`plan_memory_updating`]). Such a value takes no arena bytes and
     /// needs no copy after the run.
     pub updated_in_place: BTreeMap<NodeId, NodeId>,
+    /// The parameter names of the `External` region: `Region::External(i)` is `external[i]`.
+    pub external: Vec<String>,
 }
 
 /// Knobs of [`plan_memory_with`].
@@ -81,11 +88,14 @@ pub struct MemoryOptions {
     pub alignment: u64,
     /// Allow in-place reuse (see the module docs).
     pub in_place: bool,
+    /// Place parameters in the `External` region (a buffer each, held by the caller, such as
+    /// a runtime's parameter store) instead of the persistent region.
+    pub external_parameters: bool,
 }
 
 impl Default for MemoryOptions {
     fn default() -> Self {
-        MemoryOptions { alignment: 256, in_place: true }
+        MemoryOptions { alignment: 256, in_place: true, external_parameters: false }
     }
 }
 
@@ -151,7 +161,7 @@ fn align_up(x: u64, a: u64) -> u64 {
 /// [`crate::schedule()`] or [`crate::rematerialize`]): every kernel input and output, and every
 /// graph output, gets a location. In-place reuse is on; see [`plan_memory_with`].
 pub fn plan_memory(g: &Graph, kernels: &[Kernel], outputs: &[NodeId], alignment: u64) -> MemoryPlan {
-    plan_memory_with(g, kernels, outputs, &MemoryOptions { alignment, in_place: true })
+    plan_memory_with(g, kernels, outputs, &MemoryOptions { alignment, ..Default::default() })
 }
 
 /// An allocation unit: values sharing one offset (an in-place chain, or one value).
@@ -212,9 +222,20 @@ pub fn plan_memory_updating(
     let mut locations = BTreeMap::new();
     let mut persistent = 0u64;
     let mut arena_values = Vec::new();
+    let mut external: Vec<String> = Vec::new();
     for &id in &values {
         let size = value_bytes(g, id);
-        if is_arena(g, id) {
+        let parameter = match &g.node(id).op {
+            fusegraph_ir::Op::Parameter { name } if opts.external_parameters => Some(name),
+            _ => None,
+        };
+        if let Some(name) = parameter {
+            let i = external.iter().position(|n| n == name).unwrap_or_else(|| {
+                external.push(name.clone());
+                external.len() - 1
+            });
+            locations.insert(id, Location { region: Region::External(i as u32), offset: 0, size });
+        } else if is_arena(g, id) {
             // Every arena value has intervals; a stray one lives throughout (defensive).
             live.entry(id).or_insert_with(|| vec![Interval { start: 0, end: last, bytes: size }]);
             arena_values.push(id);
@@ -265,6 +286,7 @@ pub fn plan_memory_updating(
         in_place,
         intervals: live,
         updated_in_place,
+        external,
     };
     plan.lower_bound_bytes = plan.live_bytes_per_step().into_iter().max().unwrap_or(0);
     debug_assert!(plan.lower_bound_bytes <= plan.arena_bytes, "the lower bound is above the arena");
@@ -582,6 +604,8 @@ pub fn check_plan(plan: &MemoryPlan, intervals: &BTreeMap<NodeId, Vec<Interval>>
         let region_bytes = match loc.region {
             Region::Arena => plan.arena_bytes,
             Region::Persistent => plan.persistent_bytes,
+            // A buffer of its own, as large as the value.
+            Region::External(_) => loc.size,
         };
         if loc.offset.checked_add(loc.size).is_none_or(|end| end > region_bytes) {
             return Err(PlanError::OutOfBounds {
@@ -650,7 +674,7 @@ mod tests {
     fn rejects_a_hand_made_overlap() {
         let (g, outs) = chain();
         let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
-        let plan = plan_memory_with(&g, &kernels, &outs, &MemoryOptions { alignment: 256, in_place: false });
+        let plan = plan_memory_with(&g, &kernels, &outs, &MemoryOptions { alignment: 256, in_place: false, ..Default::default() });
         assert_eq!(check_plan(&plan, &plan.intervals), Ok(()));
         // Put the exp result where the input lives: both are live at step 0.
         let (x, e) = (kernels[0].inputs[0], kernels[0].outputs[0]);

@@ -64,6 +64,10 @@ pub struct PlanOptions {
     /// [`largest_batch`]) plans, as the runtime's compile does; [`plan_graph`] plans the
     /// graph it is given.
     pub combine_products: bool,
+    /// Parameters live outside the plan, in buffers of their own
+    /// ([`MemoryOptions::external_parameters`]); products then do not combine (their weights
+    /// would have to be stacked into one buffer).
+    pub external_parameters: bool,
 }
 
 impl Default for PlanOptions {
@@ -83,6 +87,7 @@ impl Default for PlanOptions {
             fused_attention: None,
             hoist: false,
             combine_products: false,
+            external_parameters: false,
         }
     }
 }
@@ -164,7 +169,11 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
     if opts.schedule {
         kernels = schedule_updating(g, kernels, outputs, &updates);
     }
-    let mopts = MemoryOptions { alignment: opts.alignment, in_place: opts.in_place };
+    let mopts = MemoryOptions {
+        alignment: opts.alignment,
+        in_place: opts.in_place,
+        external_parameters: opts.external_parameters,
+    };
     if let Some(budget) = opts.remat_budget {
         kernels = rematerialize_with(g, kernels, outputs, budget, &mopts);
     }
@@ -254,7 +263,7 @@ pub fn plan_combined_within(
     opts: &PlanOptions,
     limit: Option<u64>,
 ) -> Result<(Planned, Vec<Combined>)> {
-    if !opts.combine_products || opts.fusion != FusionMode::On {
+    if !opts.combine_products || opts.external_parameters || opts.fusion != FusionMode::On {
         return Ok((plan_within(g, outputs, opts, limit)?, Vec::new()));
     }
     let original = g.clone();

@@ -35,7 +35,7 @@ const PEAK_STEPS: usize = 4;
 /// fits `budget` bytes or nothing helps; see the module docs. `kernels` must be in a valid
 /// order; the result is too.
 pub fn rematerialize(g: &Graph, kernels: Vec<Kernel>, outputs: &[NodeId], budget: u64, alignment: u64) -> Vec<Kernel> {
-    rematerialize_with(g, kernels, outputs, budget, &MemoryOptions { alignment, in_place: true })
+    rematerialize_with(g, kernels, outputs, budget, &MemoryOptions { alignment, ..Default::default() })
 }
 
 /// [`rematerialize`] with explicit memory-planning options.

@@ -1,7 +1,7 @@
 //! Compilation of a graph into an [`Executable`]: `Device::compile` and `Device::plan`.
 
 use crate::pool::{buffer_bytes, texel_bytes, Kind};
-use crate::{Device, Result, RuntimeError};
+use crate::{Device, ParamStore, Result, RuntimeError};
 use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
 use fusegraph_passes::kernel::unshared_members;
 use fusegraph_passes::rewrite::{rewrite, Rewrites};
@@ -240,22 +240,43 @@ impl Device {
     /// Compiles `outputs` of `graph` into an executable on this device. Nothing is
     /// dispatched; a graph that does not fit the adapter's limits fails here.
     pub fn compile(self: &Arc<Self>, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<Executable> {
+        self.compile_with(graph, outputs, opts, None)
+    }
+
+    /// [`Device::compile`], with the parameters bound to `store`'s buffers where one is given
+    /// (see [`ParamStore::compile`]).
+    pub(crate) fn compile_with(
+        self: &Arc<Self>,
+        graph: &Graph,
+        outputs: &[NodeId],
+        opts: &CompileOptions,
+        store: Option<&ParamStore>,
+    ) -> Result<Executable> {
         let start = std::time::Instant::now();
         verify(graph)?;
         for &o in outputs {
             graph.check(o)?;
         }
         let (declared_inputs, declared_params) = declared(graph, opts)?;
+        if let Some(store) = store {
+            check_store(store, &declared_params)?;
+        }
         // Update values are outputs of the plan (kept alive to the end) but not returned.
         let user_outputs = outputs.len();
         let mut outs_vec = outputs.to_vec();
         outs_vec.extend(opts.updates.iter().map(|(_, n)| *n));
         let mut simplified = graph.clone();
         if opts.mixed_precision {
-            (simplified, outs_vec) = opts.mixed(graph, &outs_vec)?;
+            // A store's parameters stay f32 (other executables read them): cast where used.
+            let masters = match store {
+                Some(_) => declared_params.keys().cloned().collect(),
+                None => opts.masters(),
+            };
+            (simplified, outs_vec) = opts.mixed_with(graph, &outs_vec, &masters)?;
         }
         let limits = self.limits();
         let mut popts = self.plan_options(opts);
+        popts.external_parameters = store.is_some();
         let limit = self.limit_for(opts);
         popts.remat = opts.remat;
         // Updates are planned in place where safe (their values follow the user's outputs).
@@ -312,6 +333,16 @@ impl Device {
             .map(|&(_, format, rows)| self.allocate_texture(format, TEXTURE_ROW, rows, "a matmul operand texture"))
             .collect::<Result<Vec<_>>>()?;
         let (arena, persistent) = (arena_alloc.buffer(), persistent_alloc.buffer());
+        // The store's buffer of each parameter in the External region.
+        let externals: Vec<wgpu::Buffer> = match store {
+            Some(store) => plan.external.iter().map(|name| store_buffer(store, name)).collect::<Result<_>>()?,
+            None => Vec::new(),
+        };
+        let region_buffer = |r: Region| match r {
+            Region::Persistent => persistent,
+            Region::Arena => arena,
+            Region::External(i) => &externals[i as usize],
+        };
 
         let mut inputs = BTreeMap::new();
         let mut params = BTreeMap::new();
@@ -332,7 +363,9 @@ impl Device {
                         }
                     }
                     None => {
-                        params.insert(name.clone(), (slot, false));
+                        // A store's parameter always holds a value.
+                        let in_store = matches!(slot.loc.region, Region::External(_));
+                        params.insert(name.clone(), (slot, in_store));
                     }
                 },
                 Op::Constant { values } => {
@@ -380,7 +413,7 @@ impl Device {
                         None => {
                             let loc = plan.locations[&binding.node];
                             wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                buffer: if loc.region == Region::Persistent { persistent } else { arena },
+                                buffer: region_buffer(loc.region),
                                 offset: loc.offset,
                                 size: wgpu::BufferSize::new(loc.size),
                             })
@@ -490,6 +523,9 @@ impl Device {
             running: std::sync::Mutex::new(()),
             prepared,
             stale: std::sync::atomic::AtomicBool::new(true),
+            seen: std::sync::atomic::AtomicU64::new(store.map_or(0, |s| s.generation())),
+            store: store.cloned(),
+            externals,
         })
     }
 }
@@ -531,6 +567,30 @@ fn declared(
         }
     }
     Ok((declared_inputs, declared_params))
+}
+
+/// Checks that `store` holds every parameter of the graph, each of its declared type.
+fn check_store(store: &ParamStore, declared_params: &BTreeMap<String, TensorType>) -> Result<()> {
+    for (name, ty) in declared_params {
+        match store.ty(name) {
+            None => return Err(RuntimeError::NotInStore { name: name.clone(), ty: ty.clone(), held: store.len() }),
+            Some(held) if held != *ty => {
+                return Err(RuntimeError::WrongType {
+                    what: "store parameter",
+                    name: name.clone(),
+                    expected: ty.clone(),
+                    got: held,
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The store's buffer of parameter `name` (checked present by [`check_store`]).
+fn store_buffer(store: &ParamStore, name: &str) -> Result<wgpu::Buffer> {
+    store.buffer(name).map(|(b, _)| b).ok_or_else(|| RuntimeError::UnknownParameter { name: name.into() })
 }
 
 /// The kernels of a compile and the matmul forms chosen for them ([`Device::matmul_forms`]).

@@ -141,6 +141,29 @@ pub enum RuntimeError {
         /// The device limit.
         limit: u64,
     },
+    /// A checkpoint lacks a parameter the store holds. Nothing was loaded.
+    #[error("checkpoint {file}: parameter `{name}` ({ty}) is missing")]
+    MissingInCheckpoint {
+        /// The parameter's name.
+        name: String,
+        /// Its type in the store.
+        ty: TensorType,
+        /// The checkpoint (a path).
+        file: String,
+    },
+    /// An executable bound to a parameter store reads a parameter the store lacks.
+    #[error("compile: parameter `{name}` ({ty}) is not in the parameter store (it holds {held} parameters); insert it first")]
+    NotInStore {
+        /// The parameter's name.
+        name: String,
+        /// The type the graph declares.
+        ty: TensorType,
+        /// How many parameters the store holds.
+        held: usize,
+    },
+    /// Reading or writing a safetensors file failed.
+    #[error(transparent)]
+    Checkpoint(fusegraph_ir::safetensors::SafetensorsError),
     /// wgpu reported an error (a bug in fusegraph if it ever appears).
     #[error("wgpu error during {during}: {detail}")]
     Wgpu {

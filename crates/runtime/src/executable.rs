@@ -194,6 +194,12 @@ pub struct Executable {
     pub(crate) prepared: usize,
     /// Whether those must run again: at first, and after a parameter is set.
     pub(crate) stale: std::sync::atomic::AtomicBool,
+    /// The store generation the hoisted kernels' values were computed at.
+    pub(crate) seen: std::sync::atomic::AtomicU64,
+    /// The parameter store whose buffers the kernels bind, if compiled against one.
+    pub(crate) store: Option<crate::ParamStore>,
+    /// The store's buffer of each `Region::External(i)`.
+    pub(crate) externals: Vec<wgpu::Buffer>,
 }
 
 /// Unmaps a buffer when dropped.
@@ -267,6 +273,9 @@ impl Executable {
                 got: value.ty(),
             });
         }
+        if let Some(store) = &self.store {
+            return store.insert(name, value);
+        }
         // A parameter the outputs do not need was removed by simplification: nothing to upload.
         if let Some((slot, loaded)) = self.params.get_mut(name) {
             // Stored in another dtype (mixed precision's f16 weights): rounded here.
@@ -286,7 +295,13 @@ impl Executable {
         match r {
             Region::Persistent => self.persistent.buffer(),
             Region::Arena => self.arena.buffer(),
+            Region::External(i) => &self.externals[i as usize],
         }
+    }
+
+    /// The parameter store the executable is bound to, if any ([`crate::ParamStore::compile`]).
+    pub fn store(&self) -> Option<&crate::ParamStore> {
+        self.store.as_ref()
     }
 
     /// Records the parameter updates: copies after every kernel has run.
@@ -306,6 +321,9 @@ impl Executable {
     pub fn parameter(&self, name: &str) -> Result<HostTensor> {
         let declared =
             self.declared_params.get(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.into() })?;
+        if let Some(store) = &self.store {
+            return store.get(name);
+        }
         let Some((slot, loaded)) = self.params.get(name) else {
             return Err(RuntimeError::UnusedUpdate { name: name.into() });
         };
@@ -351,16 +369,37 @@ impl Executable {
 
     /// The first kernel a run dispatches: past the hoisted ones unless they are stale.
     pub(crate) fn first_kernel(&self) -> usize {
-        if self.stale.load(std::sync::atomic::Ordering::Acquire) {
+        use std::sync::atomic::Ordering;
+        let changed = self.store.as_ref().is_some_and(|s| s.generation() != self.seen.load(Ordering::Acquire));
+        if self.stale.load(Ordering::Acquire) || changed {
             0
         } else {
             self.prepared
         }
     }
 
-    /// Marks the hoisted kernels' values current, after a submit that ran them.
-    pub(crate) fn prepared_done(&self) {
-        self.stale.store(false, std::sync::atomic::Ordering::Release);
+    /// The store generation before a run is encoded (0 without a store), for
+    /// [`Executable::prepared_done`].
+    pub(crate) fn generation(&self) -> u64 {
+        self.store.as_ref().map_or(0, |s| s.generation())
+    }
+
+    /// Marks the hoisted kernels' values current, after a submit that ran them (encoded at
+    /// store generation `before`). A run that updated the store's parameters records the
+    /// write; its own hoisted values read no updated parameter, so they stay current unless
+    /// another write came in between.
+    pub(crate) fn prepared_done(&self, before: u64) {
+        use std::sync::atomic::Ordering;
+        self.stale.store(false, Ordering::Release);
+        let Some(store) = &self.store else { return };
+        let mut seen = before;
+        if !self.updates.is_empty() || !self.plan.updated_in_place.is_empty() {
+            let now = store.bump();
+            if now == before + 1 {
+                seen = now;
+            }
+        }
+        self.seen.store(seen, Ordering::Release);
     }
 
     /// Records the dispatches of `kernels` in order, in as few compute passes as their
@@ -471,6 +510,7 @@ impl Executable {
         for i in 0..warmup + runs {
             let mut encoder =
                 d.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph timed run") });
+            let before = self.generation();
             self.encode(&mut encoder, ts.as_ref().map(|t| &t.0));
             self.encode_updates(&mut encoder);
             if let Some((set, resolve, read)) = &ts {
@@ -479,7 +519,7 @@ impl Executable {
             }
             let start = std::time::Instant::now();
             d.queue.submit([encoder.finish()]);
-            self.prepared_done();
+            self.prepared_done(before);
             wait()?;
             let wall = start.elapsed().as_secs_f64() * 1e3;
             let value = match &ts {
@@ -560,16 +600,16 @@ impl Executable {
         let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder =
             d.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph run") });
+        let before = self.generation();
         self.encode(&mut encoder, None);
         for (slot, staging_offset) in &self.outputs {
-            let src =
-                if slot.loc.region == Region::Persistent { self.persistent.buffer() } else { self.arena.buffer() };
+            let src = self.region(slot.loc.region);
             encoder.copy_buffer_to_buffer(src, slot.loc.offset, self.staging.buffer(), *staging_offset, slot.loc.size);
         }
         // Parameters change last, so outputs hold this run's values whatever they alias.
         self.encode_updates(&mut encoder);
         d.queue.submit([encoder.finish()]);
-        self.prepared_done();
+        self.prepared_done(before);
         let (tx, rx) = std::sync::mpsc::channel();
         self.staging.buffer().map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);

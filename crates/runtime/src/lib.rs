@@ -18,6 +18,7 @@ mod memory;
 mod options;
 mod pool;
 mod profile;
+mod store;
 mod tuned;
 
 pub use autotune::{MAX_TIMED_MACS, MAX_TIMED_MACS_GPU, MIN_TUNED_MACS};
@@ -28,6 +29,7 @@ pub use fusegraph_passes::FusionMode;
 pub use fusegraph_wgsl::{Cooperative, GemmShape, MatmulTiling};
 pub use options::{CompileOptions, ReduceFill, SplitK, SplitReductions};
 pub use profile::{KernelTime, Profile};
+pub use store::ParamStore;
 pub use tuned::{TunedSplit, TunedTiling};
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;

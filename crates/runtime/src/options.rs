@@ -209,8 +209,18 @@ impl CompileOptions {
     /// update values): f16 storage but for the masters, the updates' arithmetic in f32
     /// ([`fusegraph_passes::mixed_precision::to_mixed_precision_updating`]).
     pub(crate) fn mixed(&self, graph: &Graph, outputs: &[NodeId]) -> fusegraph_ir::Result<(Graph, Vec<NodeId>)> {
+        self.mixed_with(graph, outputs, &self.masters())
+    }
+
+    /// [`CompileOptions::mixed`] with the given f32 master parameters.
+    pub(crate) fn mixed_with(
+        &self,
+        graph: &Graph,
+        outputs: &[NodeId],
+        masters: &std::collections::BTreeSet<String>,
+    ) -> fusegraph_ir::Result<(Graph, Vec<NodeId>)> {
         let updates: Vec<NodeId> = self.updates.iter().map(|(_, n)| *n).collect();
-        fusegraph_passes::mixed_precision::to_mixed_precision_updating(graph, outputs, &self.masters(), &updates)
+        fusegraph_passes::mixed_precision::to_mixed_precision_updating(graph, outputs, masters, &updates)
     }
 
     /// One kernel per primitive op, no simplification, no hoisting and no combined
