@@ -18,8 +18,9 @@ fn main() {
 
 fn lm_step(layers: usize) -> TrainStep {
     let b = GraphBuilder::new();
-    let mut params = Params::new(1);
-    let fwd = demo::lm(&b, &mut params, 16, 32, 32, 64, 4, 256, layers).expect("records");
+    let model = demo::lm_model(32, 32, 64, 4, 256, layers).expect("a valid model");
+    let mut params = Params::of(&model, 1).expect("initializes");
+    let fwd = demo::lm(&b, &model, 16, 32).expect("records");
     build_step(&b, &mut params, &fwd, &Adam::new(1e-3), &TrainOptions::default()).expect("builds")
 }
 

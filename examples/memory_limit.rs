@@ -8,8 +8,8 @@
 //! `cargo run --release --example memory_limit [-- --quick]`
 
 use clap::Parser;
-use fusegraph::crates::nn::{Linear, Params};
-use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor, RuntimeError};
+use fusegraph::nn::{module, Forward, Gpt, GptConfig, Linear, Params, Scope};
+use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor, RuntimeError, Tensor};
 use fusegraph_workloads::{random_values, Workload};
 
 /// `y = x + s + f(s)` with `s = gelu(x)` and `f` narrow → wide → narrow → wide linear layers:
@@ -17,18 +17,44 @@ use fusegraph_workloads::{random_values, Workload};
 /// the wide middle, where memory peaks. Recomputing it from `x` (live to the end anyway)
 /// inside the last kernel frees its bytes in between: the textbook case for
 /// rematerialization.
-fn wide_residual_mlp(batch: usize, wide: usize) -> Result<Workload, Box<dyn std::error::Error>> {
+struct WideResidualMlp {
+    down1: Linear,
+    up1: Linear,
+    down2: Linear,
+    up2: Linear,
+}
+
+module!(WideResidualMlp { down1, up1, down2, up2 });
+
+impl WideResidualMlp {
+    fn new(s: &Scope, wide: usize) -> fusegraph::Result<Self> {
+        Ok(WideResidualMlp {
+            down1: Linear::new(&s.at("down1"), wide, 64, true)?,
+            up1: Linear::new(&s.at("up1"), 64, wide, true)?,
+            down2: Linear::new(&s.at("down2"), wide, 64, true)?,
+            up2: Linear::new(&s.at("up2"), 64, wide, true)?,
+        })
+    }
+}
+
+impl Forward for WideResidualMlp {
+    fn forward(&self, x: &Tensor) -> fusegraph::nn::Result<Tensor> {
+        let s = x.gelu()?;
+        let h = self.down1.forward(&s)?.relu()?;
+        let m = self.up1.forward(&h)?.relu()?;
+        let h = self.down2.forward(&m)?.relu()?;
+        Ok(x.add(&s)?.add(&self.up2.forward(&h)?)?)
+    }
+}
+
+/// The network at `batch` as a workload: its graph, a random input and seeded parameters.
+fn wide_residual_mlp(batch: usize, wide: usize) -> fusegraph::Result<Workload> {
+    let model = WideResidualMlp::new(&Scope::root(), wide)?;
     let b = GraphBuilder::new();
-    let mut p = Params::new(11);
     let x = b.input("x", DType::F32, [batch, wide])?;
-    let s = x.gelu()?;
-    let h = Linear::new(&b, &mut p, "down1", wide, 64, true)?.forward(&s)?.relu()?;
-    let m = Linear::new(&b, &mut p, "up1", 64, wide, true)?.forward(&h)?.relu()?;
-    let h = Linear::new(&b, &mut p, "down2", wide, 64, true)?.forward(&m)?.relu()?;
-    let up = Linear::new(&b, &mut p, "up2", 64, wide, true)?.forward(&h)?;
-    let y = x.add(&s)?.add(&up)?;
+    let y = model.forward(&x)?;
     let feeds = vec![("x".to_string(), HostTensor::new([batch, wide], random_values(3, batch * wide))?)];
-    let params = p.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let params = Params::of(&model, 11)?.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     Ok(Workload {
         name: format!("wide_residual_mlp_b{batch}"),
         graph: b.graph(),
@@ -138,7 +164,7 @@ fn attention(device: &std::sync::Arc<Device>, quick: bool) -> Result<(), Box<dyn
         for (n, v) in &w.params {
             exe.set_parameter(n, v)?;
         }
-        Ok((exe.run(&w.feed_refs())?, exe.stats().clone()))
+        Ok((exe.run(&w.feed_refs())?.into_vec(), exe.stats().clone()))
     };
     let (want, _) = run(&three)?;
     let limited = CompileOptions { memory_limit: Some(limit), ..named };
@@ -163,12 +189,11 @@ fn attention(device: &std::sync::Arc<Device>, quick: bool) -> Result<(), Box<dyn
 
     // The planner alone, at a long sequence: GPT-2-small blocks.
     let (long, budget) = if quick { (512, 64u64 << 20) } else { (2048, 1u64 << 30) };
-    let build = |batch: usize| -> Result<(fusegraph::Graph, Vec<fusegraph::NodeId>), fusegraph::IrError> {
+    let (d_model, heads, d_mlp) = if quick { (128, 4, 512) } else { (768, 12, 3072) };
+    let block = Gpt::new(&Scope::root(), GptConfig { d_model, heads, d_mlp, layers: 1, vocab: None, max_seq: long })?;
+    let build = |batch: usize| -> fusegraph::Result<(fusegraph::Graph, Vec<fusegraph::NodeId>)> {
         let b = GraphBuilder::new();
-        let mut p = Params::new(3);
-        let (d, heads, mlp) = if quick { (128, 4, 512) } else { (768, 12, 3072) };
-        let (_, y) = fusegraph::crates::nn::models::gpt(&b, &mut p, batch, long, d, heads, mlp, 1, None)
-            .map_err(|e| fusegraph::IrError::ty("gpt", e.to_string()))?;
+        let y = block.forward(&b.input("x", DType::F32, [batch, long, d_model])?)?;
         Ok((b.graph(), vec![y.id()]))
     };
     let batches = |opts: &CompileOptions| device.largest_batch(build, budget, opts, 1 << 12);

@@ -19,6 +19,8 @@
 
 #![warn(missing_docs)]
 
+mod error;
+mod jit;
 mod logging;
 pub mod train;
 
@@ -27,9 +29,13 @@ pub use fusegraph_ir::{
     NodeId, Op, PoolKind, ReduceKind, Shape, Tensor, TensorType, UnaryOp,
 };
 pub use fusegraph_runtime::{
-    Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FusionMode, GemmShape, KernelStats,
-    MatmulTiling, ParamStore, ReduceFill, RuntimeError, SplitK, SplitReductions, TunedSplit, TunedTiling,
+    Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FeedName, FusionMode, GemmShape,
+    KernelStats, MatmulTiling, Outputs, ParamStore, ReduceFill, RuntimeError, SplitK, SplitReductions, TunedSplit,
+    TunedTiling,
 };
+
+pub use error::{Error, Result};
+pub use jit::{Jit, Signature};
 
 pub use logging::init_logging;
 

@@ -30,35 +30,37 @@
 //! `tests/train_mixed_precision.rs`.
 //!
 //! ```no_run
-//! use fusegraph::train::{build_step, cross_entropy, Adam, Forward, Trainer, TrainOptions};
-//! use fusegraph::crates::nn::{Linear, Params};
+//! use fusegraph::nn::{cross_entropy, Adam, Forward, Linear, Params, Scope};
+//! use fusegraph::train::{build_step, Objective, Trainer, TrainOptions};
 //! use fusegraph::{DType, Device, GraphBuilder, HostTensor};
 //!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # fn main() -> fusegraph::Result<()> {
+//! let fc = Linear::new(&Scope::root().at("fc"), 4, 3, true)?;
+//! let mut params = Params::of(&fc, 0)?;
 //! let b = GraphBuilder::new();
-//! let mut params = Params::new(0);
 //! let x = b.input("x", DType::F32, [8, 4])?;
 //! let y = b.input("y", DType::I32, [8])?;
-//! let logits = Linear::new(&b, &mut params, "fc", 4, 3, true)?.forward(&x)?;
+//! let logits = fc.forward(&x)?;
 //! let loss = cross_entropy(&logits, &y)?;
-//! let forward = Forward { output: logits, loss, segments: vec![] };
-//! let step = build_step(&b, &mut params, &forward, &Adam::new(1e-2), &TrainOptions::default())?;
+//! let objective = Objective { output: logits, loss, segments: vec![] };
+//! let step = build_step(&b, &mut params, &objective, &Adam::new(1e-2), &TrainOptions::default())?;
 //! let mut trainer = Trainer::new(&Device::shared()?, step, &params)?;
 //! let xv = HostTensor::new([8, 4], vec![0.5f32; 32])?;
 //! let yv = HostTensor::new([8], vec![1i32; 8])?;
 //! let out = trainer.step(&[("x", &xv), ("y", &yv)])?;
-//! println!("loss {}", out.loss);
+//! println!("loss {}; the weights live in {:?}", out.loss, trainer.store());
 //! # Ok(()) }
 //! ```
 
 use crate::{grad, CompileOptions, DType, Device, Executable, FusionMode, Graph, GraphBuilder, HostTensor, NodeId};
-use crate::{IrError, Op, RuntimeError, Tensor, TensorType};
-use fusegraph_nn::{Init, NnError, Params};
+use crate::{Op, ParamStore, Tensor, TensorType};
+use fusegraph_nn::{Init, Params};
 use fusegraph_passes::checkpoint::checkpoint;
-use fusegraph_passes::{GradError, PlanOptions, PlanSummary};
+use fusegraph_passes::{PlanOptions, PlanSummary};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+pub use fusegraph_nn::loss::{cross_entropy, mse};
 pub use fusegraph_nn::optim::{Adam, Optimizer, Sgd};
 
 /// The name of the micro-batch mask input (with `accumulate > 1`).
@@ -71,31 +73,10 @@ pub const GOOD_STEPS: &str = "good_steps";
 /// precision with accumulation).
 pub const OVERFLOW_SEEN: &str = "overflow_seen";
 
-/// An error building or running a training step.
-#[derive(Debug, thiserror::Error)]
-pub enum TrainError {
-    /// Recording an op failed.
-    #[error("{0}")]
-    Ir(#[from] IrError),
-    /// A layer, parameter or optimizer error.
-    #[error("{0}")]
-    Nn(#[from] NnError),
-    /// Differentiation failed.
-    #[error("{0}")]
-    Grad(#[from] GradError),
-    /// Compiling or running on the device failed.
-    #[error("{0}")]
-    Runtime(#[from] RuntimeError),
-    /// The training configuration is inconsistent (message says how).
-    #[error("training: {0}")]
-    Config(String),
-}
+pub use crate::{Error as TrainError, Result};
 
-/// Result with [`TrainError`].
-pub type Result<T> = std::result::Result<T, TrainError>;
-
-fn config(msg: impl Into<String>) -> TrainError {
-    TrainError::Config(msg.into())
+fn config(msg: impl std::fmt::Display) -> TrainError {
+    TrainError::Config(format!("training: {msg}"))
 }
 
 /// Dynamic loss scaling for mixed precision.
@@ -123,7 +104,7 @@ pub struct TrainOptions {
     pub accumulate: usize,
     /// Mixed precision with dynamic loss scaling; `None` = f32 throughout.
     pub mixed_precision: Option<LossScaling>,
-    /// Recompute the inner values of [`Forward::segments`] in the backward pass.
+    /// Recompute the inner values of [`Objective::segments`] in the backward pass.
     pub checkpoint: bool,
     /// Device memory limit of the step executable: over it the planner rematerializes cheap
     /// values, then [`build_step`] checkpoints every forward segment (automatic
@@ -149,7 +130,7 @@ impl Default for TrainOptions {
 
 /// The forward pass of a model to train, recorded in a builder.
 #[derive(Clone, Debug)]
-pub struct Forward {
+pub struct Objective {
     /// The model output (logits): with mixed precision everything it depends on runs in f16.
     pub output: Tensor,
     /// The scalar f32 loss, computed from `output` (and targets); with mixed precision the
@@ -161,35 +142,12 @@ pub struct Forward {
 }
 
 /// Runs `f` and returns its result with the nodes it recorded in `b` (a forward segment for
-/// [`Forward::segments`]).
+/// [`Objective::segments`]).
 pub fn record_segment<R>(b: &GraphBuilder, f: impl FnOnce() -> R) -> (R, Vec<NodeId>) {
     let before: BTreeSet<NodeId> = b.edit(|g| g.node_ids().into_iter().collect());
     let r = f();
     let seg = b.edit(|g| g.node_ids().into_iter().filter(|id| !before.contains(id)).collect());
     (r, seg)
-}
-
-/// Mean cross-entropy of `logits: f[..., C]` against class indices `targets: i32[...]`
-/// (`log_softmax` over the last axis, the target's log-probability picked with a one-hot
-/// mask built in the graph). Returns a rank-0 tensor of the logits' dtype.
-pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let rank = logits.rank();
-    if rank == 0 || targets.dims() != &logits.dims()[..rank - 1] || !matches!(targets.dtype(), DType::I32) {
-        return Err(config(format!(
-            "cross_entropy: targets {} must be i32 with the logits' {} leading dims",
-            targets.ty(),
-            logits.ty()
-        )));
-    }
-    let b = logits.builder();
-    let axis = rank - 1;
-    let logp = logits.log_softmax(axis)?;
-    let classes = b.iota(DType::I32, logits.dims().to_vec(), axis)?;
-    let t = targets.broadcast_in_dim(logits.dims().to_vec(), (0..axis).collect())?;
-    let onehot = t.eq(&classes)?.cast(logits.dtype())?;
-    let count: usize = logits.dims()[..axis].iter().product();
-    let all: Vec<usize> = (0..rank).collect();
-    Ok(logp.mul(&onehot)?.sum(&all, false)?.mul_scalar(-1.0 / count.max(1) as f64)?)
 }
 
 /// Records a copy of everything `output` depends on computed in `dtype` (f16 for mixed
@@ -372,7 +330,7 @@ impl TrainStep {
 /// [`LossScaling::init_scale`]) unless it is there already.
 ///
 /// **Automatic checkpointing**: with a `memory_limit`, no explicit `checkpoint` and recorded
-/// [`Forward::segments`], a step whose plan ([`TrainStep::plan_summary`], rematerialized
+/// [`Objective::segments`], a step whose plan ([`TrainStep::plan_summary`], rematerialized
 /// toward the limit) still exceeds the limit is recorded again with every segment
 /// checkpointed; [`TrainStep::options`] then says `checkpoint: true` and
 /// [`TrainStep::recomputed`] counts the cloned nodes. The first recording stays in the
@@ -383,7 +341,7 @@ impl TrainStep {
 pub fn build_step(
     b: &GraphBuilder,
     params: &mut Params,
-    forward: &Forward,
+    forward: &Objective,
     optimizer: &dyn Optimizer,
     opts: &TrainOptions,
 ) -> Result<TrainStep> {
@@ -399,7 +357,7 @@ pub fn build_step(
 fn record_step(
     b: &GraphBuilder,
     params: &mut Params,
-    forward: &Forward,
+    forward: &Objective,
     optimizer: &dyn Optimizer,
     opts: &TrainOptions,
 ) -> Result<TrainStep> {
@@ -616,25 +574,47 @@ pub struct StepResult {
     pub applied: bool,
 }
 
-/// A compiled training step: parameters and optimizer state live on the device; each
-/// [`Trainer::step`] runs forward, backward and update in one submit.
+/// A compiled training step: parameters and optimizer state live on the device, in a
+/// [`ParamStore`] that other executables (evaluation at another batch size, generation) can
+/// bind; each [`Trainer::step`] runs forward, backward and update in one submit and updates
+/// the store in place.
 pub struct Trainer {
     exe: Executable,
     step: TrainStep,
     micro: usize,
+    store: ParamStore,
 }
 
 impl Trainer {
-    /// Compiles `step` on `device` and uploads every parameter it declares from `params`
-    /// (which [`build_step`] filled with the optimizer and training state).
+    /// Compiles `step` on `device` with a new parameter store holding every parameter the
+    /// step reads, from `params` (which [`build_step`] filled with the optimizer and training
+    /// state).
     pub fn new(device: &Arc<Device>, step: TrainStep, params: &Params) -> Result<Trainer> {
-        let mut exe = device.compile(&step.graph, &step.outputs(), &step.compile_options())?;
-        for (name, _) in exe.parameters() {
-            let value =
-                params.get(&name).ok_or_else(|| config(format!("parameter `{name}` has no value in Params")))?;
-            exe.set_parameter(&name, value)?;
+        Trainer::with_store(&ParamStore::new(device), step, params)
+    }
+
+    /// Compiles `step` against `store`: parameters the store holds keep their values (a
+    /// store loaded from a checkpoint trains from it); those it lacks (a new model's weights,
+    /// optimizer state) are inserted from `params` first, all or nothing.
+    pub fn with_store(store: &ParamStore, step: TrainStep, params: &Params) -> Result<Trainer> {
+        let mut missing = Vec::new();
+        for id in step.graph.node_ids() {
+            if let Op::Parameter { name } = &step.graph.node(id).op {
+                if store.ty(name).is_none() && !missing.iter().any(|(n, _)| n == name) {
+                    let value =
+                        params.get(name).ok_or_else(|| config(format!("parameter `{name}` has no value in Params")))?;
+                    missing.push((name.clone(), value));
+                }
+            }
         }
-        Ok(Trainer { exe, step, micro: 0 })
+        store.insert_all(missing.iter().map(|(n, v)| (n.as_str(), *v)))?;
+        let exe = store.compile(&step.graph, &step.outputs(), &step.compile_options())?;
+        Ok(Trainer { exe, step, micro: 0, store: store.clone() })
+    }
+
+    /// The parameter store the step trains.
+    pub fn store(&self) -> &ParamStore {
+        &self.store
     }
 
     /// Runs one micro-batch (one optimizer step without accumulation) with `feeds` (every
@@ -678,24 +658,18 @@ impl Trainer {
     }
 
     /// Copies every parameter's device value into `params` (to save a checkpoint).
-    /// Parameters that simplification removed (the step does not read them) keep their
-    /// host values.
     pub fn read_params(&self, params: &mut Params) -> Result<()> {
-        for (name, _) in self.exe.parameters() {
-            match self.exe.parameter(&name) {
-                Ok(v) => params.insert(&name, v),
-                Err(RuntimeError::UnusedUpdate { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
+        for (name, value) in self.store.read_all()? {
+            params.insert(&name, value);
         }
         Ok(())
     }
 
-    /// The step's planned device bytes: persistent (parameters, state, constants) + arena +
-    /// staging, as compiled.
+    /// The step's planned device bytes: the store parameters it binds (weights, state) plus
+    /// its constants, arena and staging, as compiled.
     pub fn planned_bytes(&self) -> u64 {
         let s = self.exe.stats();
-        s.persistent_bytes + s.arena_bytes + s.staging_bytes
+        s.store_bytes + s.persistent_bytes + s.arena_bytes + s.staging_bytes
     }
 
     /// The compiled executable (stats, memory plan, DOT).

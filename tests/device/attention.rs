@@ -75,7 +75,7 @@ fn run(
     let opts = CompileOptions { fused_attention: Some(fused), ..Default::default() };
     let exe = device.compile(g, outs, &opts).expect("compiles");
     let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    (exe.run(&refs).expect("runs"), exe.stats().clone())
+    (exe.run(&refs).expect("runs").into_vec(), exe.stats().clone())
 }
 
 /// [`devices`] with each form of the attention kernel: keys read one at a time by each

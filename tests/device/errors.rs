@@ -59,7 +59,7 @@ fn run_time_feed_errors_are_typed() {
     assert!(matches!(exe.set_parameter("nope", &good), Err(RuntimeError::UnknownParameter { .. })));
     exe.set_parameter("w", &HostTensor::new([3], vec![1.0f32, 2.0, 3.0]).unwrap()).unwrap();
 
-    assert!(matches!(exe.run(&[]), Err(RuntimeError::MissingFeed { .. })));
+    assert!(matches!(exe.run::<&str>(&[]), Err(RuntimeError::MissingFeed { .. })));
     let e = exe.run(&[("x", &bad_shape)]).unwrap_err();
     assert_eq!(e.to_string(), "feed `x`: expected f32[2,3], got f32[3,2]");
     assert!(matches!(exe.run(&[("x", &bad_dtype)]), Err(RuntimeError::WrongType { .. })));

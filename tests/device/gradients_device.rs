@@ -1,8 +1,9 @@
 //! Whole-model gradients computed on the device (fused) match the CPU reference evaluating
 //! the same backward graph: an MLP, a small CNN and a small transformer.
 
-use fusegraph::crates::nn::{models, Params};
 use fusegraph::crates::reference::{assert_close, evaluate};
+use fusegraph::nn::{Forward, Gpt, GptConfig, MlpClassifier, Params, ResNet, Scope};
+use fusegraph::DType;
 use fusegraph::{grad, CompileOptions, Device, GraphBuilder, HostTensor, Tensor};
 use std::collections::BTreeMap;
 
@@ -53,27 +54,30 @@ fn param_tensor(b: &GraphBuilder, name: &str) -> Tensor {
     b.tensor(id).unwrap()
 }
 
+/// `model` applied to an f32 input of `dims`, with parameters drawn from `seed`.
+fn apply(model: &dyn Forward, dims: &[usize], seed: u64) -> (GraphBuilder, Params, Tensor, Tensor) {
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, dims.to_vec()).unwrap();
+    let y = model.forward(&x).unwrap();
+    (b, Params::of(model, seed).unwrap(), x, y)
+}
+
 #[test]
 fn mlp_gradients_match_the_reference() {
-    let b = GraphBuilder::new();
-    let mut p = Params::new(1);
-    let (x, y) = models::mlp(&b, &mut p, 8, &[16, 32, 10]).unwrap();
+    let (b, p, x, y) = apply(&MlpClassifier::new(&Scope::root(), &[16, 32, 10]).unwrap(), &[8, 16], 1);
     check("mlp", &b, &p, &x, &y);
 }
 
 #[test]
 fn cnn_gradients_match_the_reference() {
-    let b = GraphBuilder::new();
-    let mut p = Params::new(2);
-    let (x, y) = models::resnet(&b, &mut p, 1, [4, 4, 8], 3).unwrap();
+    let (b, p, x, y) = apply(&ResNet::new(&Scope::root(), [4, 4, 8], 3).unwrap(), &[1, 3, 32, 32], 2);
     check("cnn", &b, &p, &x, &y);
 }
 
 #[test]
 fn transformer_gradients_match_the_reference() {
-    let b = GraphBuilder::new();
-    let mut p = Params::new(3);
-    let (x, y) = models::gpt(&b, &mut p, 1, 8, 16, 2, 32, 1, None).unwrap();
+    let cfg = GptConfig { d_model: 16, heads: 2, d_mlp: 32, layers: 1, vocab: None, max_seq: 8 };
+    let (b, p, x, y) = apply(&Gpt::new(&Scope::root(), cfg).unwrap(), &[1, 8, 16], 3);
     check("transformer", &b, &p, &x, &y);
 }
 

@@ -38,6 +38,7 @@ mod matmul_subgroup;
 mod matmul_tiled;
 mod memory;
 mod mixed_precision;
+mod module;
 mod shader_checks;
 mod split_k;
 mod split_reduce;

@@ -37,7 +37,8 @@ fn sgd_step(batch: usize) -> (fusegraph::Graph, fusegraph::NodeId, CompileOption
     let g = fusegraph::grad(&loss, &[&w, &bias]).unwrap();
     let new_w = (&w - &(&g[0] * 0.1).unwrap()).unwrap();
     let new_b = (&bias - &(&g[1] * 0.1).unwrap()).unwrap();
-    let opts = CompileOptions { updates: vec![("w".into(), new_w.id()), ("b".into(), new_b.id())], ..Default::default() };
+    let opts =
+        CompileOptions { updates: vec![("w".into(), new_w.id()), ("b".into(), new_b.id())], ..Default::default() };
     (b.graph(), loss.id(), opts)
 }
 

@@ -3,7 +3,7 @@
 use fusegraph::crates::nn::Params;
 use fusegraph::train::{build_step, Sgd, TrainOptions, Trainer};
 use fusegraph::{Device, GraphBuilder, HostTensor};
-use fusegraph_workloads::demo::{blobs, mlp};
+use fusegraph_workloads::demo::{blobs, mlp, mlp_model};
 
 const MICRO: usize = 16;
 const N: usize = 4;
@@ -12,8 +12,9 @@ const NAMES: [&str; 4] = ["fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias"];
 
 fn trainer(batch: usize, accumulate: usize) -> Trainer {
     let b = GraphBuilder::new();
-    let mut p = Params::new(11);
-    let fwd = mlp(&b, &mut p, batch, &DIMS).unwrap();
+    let model = mlp_model(&DIMS).unwrap();
+    let mut p = Params::of(&model, 11).unwrap();
+    let fwd = mlp(&b, &model, batch).unwrap();
     let opts = TrainOptions { accumulate, ..Default::default() };
     let sgd = Sgd { lr: 0.2, momentum: 0.9, weight_decay: 0.01 };
     let s = build_step(&b, &mut p, &fwd, &sgd, &opts).unwrap();

@@ -1,10 +1,10 @@
 //! Explicit gradient checkpointing: the same losses and updates as without it, and a lower
 //! planned peak.
 
-use fusegraph::crates::nn::{Linear, Params};
-use fusegraph::train::{build_step, cross_entropy, record_segment, Forward, Sgd, TrainOptions, TrainStep, Trainer};
+use fusegraph::nn::{Forward, Linear, Params, Scope};
+use fusegraph::train::{build_step, cross_entropy, record_segment, Objective, Sgd, TrainOptions, TrainStep, Trainer};
 use fusegraph::{DType, Device, GraphBuilder, HostTensor};
-use fusegraph_workloads::demo::{blobs, mlp};
+use fusegraph_workloads::demo::{blobs, mlp, mlp_model};
 
 const BATCH: usize = 256;
 /// Narrow and deep, so activations (not weights) dominate the step's memory.
@@ -15,28 +15,25 @@ const DIMS: [usize; 6] = [8, 32, 32, 32, 32, 4];
 /// only checkpointing drops, recomputing it (a matrix product, which rematerialization never
 /// recomputes). (Single-layer segments, as the demo MLP's, leave checkpointing nothing to
 /// drop: see `relu_layers_keep_only_their_outputs`.)
-fn block_mlp(b: &GraphBuilder, p: &mut Params) -> Forward {
+fn block_mlp(b: &GraphBuilder, p: &mut Params) -> Objective {
     let x = b.input("x", DType::F32, [BATCH, DIMS[0]]).unwrap();
     let y = b.input("y", DType::I32, [BATCH]).unwrap();
     let (mut h, mut segments) = (x, Vec::new());
     let last = DIMS.len() - 2;
+    let s = Scope::root();
     for i in 0..last {
-        let (r, seg) = record_segment(b, || {
-            let inner = Linear::new(b, p, &format!("fc{i}a"), DIMS[i], DIMS[i + 1], true).unwrap().forward(&h).unwrap();
-            let inner = inner.relu().unwrap();
-            Linear::new(b, p, &format!("fc{i}b"), DIMS[i + 1], DIMS[i + 1], true)
-                .unwrap()
-                .forward(&inner)
-                .unwrap()
-                .relu()
-        });
+        let a = Linear::new(&s.at(format!("fc{i}a")), DIMS[i], DIMS[i + 1], true).unwrap();
+        let c = Linear::new(&s.at(format!("fc{i}b")), DIMS[i + 1], DIMS[i + 1], true).unwrap();
+        p.init(&(a.clone(), c.clone())).unwrap();
+        let (r, seg) = record_segment(b, || c.forward(&a.forward(&h).unwrap().relu().unwrap()).unwrap().relu());
         h = r.unwrap();
         segments.push(seg);
     }
-    let logits =
-        Linear::new(b, p, &format!("fc{last}"), DIMS[last], DIMS[last + 1], true).unwrap().forward(&h).unwrap();
+    let head = Linear::new(&s.at(format!("fc{last}")), DIMS[last], DIMS[last + 1], true).unwrap();
+    p.init(&head).unwrap();
+    let logits = head.forward(&h).unwrap();
     let loss = cross_entropy(&logits, &y).unwrap();
-    Forward { output: logits, loss, segments }
+    Objective { output: logits, loss, segments }
 }
 
 fn step(checkpoint: bool) -> (TrainStep, Params) {
@@ -129,8 +126,9 @@ fn a_memory_limit_the_plain_step_misses_turns_checkpointing_on() {
 #[test]
 fn relu_layers_keep_only_their_outputs() {
     let b = GraphBuilder::new();
-    let mut p = Params::new(3);
-    let fwd = mlp(&b, &mut p, BATCH, &DIMS).unwrap();
+    let model = mlp_model(&DIMS).unwrap();
+    let mut p = Params::of(&model, 3).unwrap();
+    let fwd = mlp(&b, &model, BATCH).unwrap();
     let sgd = Sgd { lr: 0.1, momentum: 0.9, weight_decay: 0.0 };
     let plain = build_step(&b, &mut p, &fwd, &sgd, &TrainOptions::default()).unwrap();
     let s = plain.plan_summary().unwrap();

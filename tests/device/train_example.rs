@@ -4,7 +4,7 @@
 use fusegraph::crates::nn::{Init, Params};
 use fusegraph::train::{build_step, Adam, LossScaling, Optimizer, Sgd, TrainError, TrainOptions};
 use fusegraph::{CompileOptions, DType, Device, GraphBuilder};
-use fusegraph_workloads::demo::{self, mlp, Config, Task};
+use fusegraph_workloads::demo::{self, mlp, mlp_model, Config, Task};
 
 #[test]
 fn the_quick_mlp_example_halves_its_loss_from_a_fresh_start() {
@@ -68,8 +68,9 @@ fn each_parameter_update_fuses_into_few_kernels() {
 fn bad_training_configurations_are_typed_errors() {
     let build = |opts: TrainOptions, drop: Option<&str>| {
         let b = GraphBuilder::new();
-        let mut p = Params::new(0);
-        let fwd = mlp(&b, &mut p, 4, &[3, 2]).unwrap();
+        let model = mlp_model(&[3, 2]).unwrap();
+        let p = Params::of(&model, 0).unwrap();
+        let fwd = mlp(&b, &model, 4).unwrap();
         let mut p2 = Params::new(0);
         for (name, v) in p.iter().filter(|(n, _)| Some(n.as_str()) != drop) {
             p2.insert(name, v.clone());
@@ -86,8 +87,9 @@ fn bad_training_configurations_are_typed_errors() {
 
     // A loss that is not a rank-0 f32.
     let b = GraphBuilder::new();
-    let mut p = Params::new(0);
-    let mut fwd = mlp(&b, &mut p, 4, &[3, 2]).unwrap();
+    let model = mlp_model(&[3, 2]).unwrap();
+    let mut p = Params::of(&model, 0).unwrap();
+    let mut fwd = mlp(&b, &model, 4).unwrap();
     fwd.loss = fwd.output.clone();
     assert!(config(build_step(&b, &mut p, &fwd, &Adam::new(1e-3), &TrainOptions::default()).err()));
 }

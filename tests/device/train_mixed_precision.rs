@@ -3,15 +3,16 @@
 use fusegraph::crates::nn::Params;
 use fusegraph::train::{build_step, LossScaling, Sgd, TrainOptions, Trainer, GOOD_STEPS, LOSS_SCALE};
 use fusegraph::{Device, GraphBuilder, HostTensor};
-use fusegraph_workloads::demo::{self, blobs, mlp, Config, Task};
+use fusegraph_workloads::demo::{self, blobs, mlp, mlp_model, Config, Task};
 
 const BATCH: usize = 16;
 const DIMS: [usize; 3] = [8, 16, 4];
 
 fn trainer(accumulate: usize) -> Trainer {
     let b = GraphBuilder::new();
-    let mut p = Params::new(4);
-    let fwd = mlp(&b, &mut p, BATCH, &DIMS).unwrap();
+    let model = mlp_model(&DIMS).unwrap();
+    let mut p = Params::of(&model, 4).unwrap();
+    let fwd = mlp(&b, &model, BATCH).unwrap();
     let scaling = LossScaling { init_scale: 8.0, growth_interval: 2, min_scale: 1.0 };
     let opts = TrainOptions { accumulate, mixed_precision: Some(scaling), ..Default::default() };
     let s = build_step(&b, &mut p, &fwd, &Sgd::new(0.1), &opts).unwrap();

@@ -43,9 +43,28 @@ impl GraphBuilder {
         self.leaf(Op::Input { name: name.into() }, dtype, shape)
     }
 
-    /// A persistent device-resident value (a weight) named `name`.
+    /// A persistent device-resident value (a weight) named `name`. A name is one node: asking
+    /// again for a name this graph has returns its node, which must have the type asked for
+    /// ([`IrError::Type`] otherwise).
     pub fn parameter(&self, name: &str, dtype: DType, shape: impl Into<Shape>) -> Result<Tensor> {
-        self.leaf(Op::Parameter { name: name.into() }, dtype, shape)
+        let ty = TensorType::new(dtype, shape);
+        let existing = {
+            let g = self.graph.borrow();
+            g.node_ids().into_iter().find(|&id| matches!(&g.node(id).op, Op::Parameter { name: n } if n == name))
+        };
+        match existing {
+            Some(id) => {
+                let t = self.tensor(id)?;
+                if t.ty != ty {
+                    return Err(IrError::Type {
+                        op: "parameter".into(),
+                        detail: format!("`{name}` is {} in this graph; asked for {ty}", t.ty),
+                    });
+                }
+                Ok(t)
+            }
+            None => self.leaf(Op::Parameter { name: name.into() }, ty.dtype, ty.shape),
+        }
     }
 
     /// Literal data, row-major.

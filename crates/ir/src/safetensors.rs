@@ -41,9 +41,7 @@ fn format_err(e: impl std::fmt::Display) -> SafetensorsError {
 }
 
 /// The safetensors encoding of `tensors` (keys need not be sorted; the format sorts them).
-pub fn to_bytes<'a>(
-    tensors: impl IntoIterator<Item = (&'a str, &'a HostTensor)>,
-) -> Result<Vec<u8>, SafetensorsError> {
+pub fn to_bytes<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a HostTensor)>) -> Result<Vec<u8>, SafetensorsError> {
     let encoded: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)> = tensors
         .into_iter()
         .map(|(name, t)| {

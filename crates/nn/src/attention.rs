@@ -2,19 +2,19 @@
 
 use crate::error::{config, Result};
 use crate::layers::Linear;
-use crate::params::Params;
-use fusegraph_ir::{DType, GraphBuilder, Tensor};
+use crate::module::{Forward, Scope};
+use fusegraph_ir::{DType, Tensor};
 
 /// Multi-head self-attention with separate query, key, value and output projections.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MultiHeadAttention {
-    /// Query projection `"{name}.q"`, `d_model → d_model`, with bias.
+    /// Query projection `q`, `d_model → d_model`, with bias.
     pub q: Linear,
-    /// Key projection `"{name}.k"`, `d_model → d_model`, with bias.
+    /// Key projection `k`, `d_model → d_model`, with bias.
     pub k: Linear,
-    /// Value projection `"{name}.v"`, `d_model → d_model`, with bias.
+    /// Value projection `v`, `d_model → d_model`, with bias.
     pub v: Linear,
-    /// Output projection `"{name}.o"`, `d_model → d_model`, with bias.
+    /// Output projection `o`, `d_model → d_model`, with bias.
     pub o: Linear,
     /// Number of heads; divides `d_model`.
     pub heads: usize,
@@ -22,34 +22,32 @@ pub struct MultiHeadAttention {
     pub causal: bool,
 }
 
+crate::module!(MultiHeadAttention { q, k, v, o });
+
 impl MultiHeadAttention {
-    /// Attention over `d_model`-wide tokens split into `heads` heads, named `name`.
-    pub fn new(
-        b: &GraphBuilder,
-        p: &mut Params,
-        name: &str,
-        d_model: usize,
-        heads: usize,
-        causal: bool,
-    ) -> Result<Self> {
+    /// Attention over `d_model`-wide tokens split into `heads` heads, under `s`.
+    pub fn new(s: &Scope, d_model: usize, heads: usize, causal: bool) -> Result<Self> {
         if heads == 0 || d_model % heads != 0 {
             return Err(config(format!(
-                "MultiHeadAttention `{name}`: heads {heads} must be ≥ 1 and divide d_model {d_model}"
+                "MultiHeadAttention `{}`: heads {heads} must be ≥ 1 and divide d_model {d_model}",
+                s.path()
             )));
         }
-        let proj = |p: &mut Params, part: &str| Linear::new(b, p, &format!("{name}.{part}"), d_model, d_model, true);
-        Ok(MultiHeadAttention { q: proj(p, "q")?, k: proj(p, "k")?, v: proj(p, "v")?, o: proj(p, "o")?, heads, causal })
+        let proj = |part: &str| Linear::new(&s.at(part), d_model, d_model, true);
+        Ok(MultiHeadAttention { q: proj("q")?, k: proj("k")?, v: proj("v")?, o: proj("o")?, heads, causal })
     }
 
     /// The model width.
     pub fn d_model(&self) -> usize {
         self.q.in_dim()
     }
+}
 
+impl Forward for MultiHeadAttention {
     /// `x: [batch, seq, d_model] → [batch, seq, d_model]`:
     /// `softmax(q·kᵀ/√d_head + mask)·v` per head, heads merged, then the output projection.
     /// With `causal`, scores of later positions are replaced by −10⁹ before the softmax.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let d = self.d_model();
         let &[batch, seq, width] = x.dims() else {
             return Err(config(format!("MultiHeadAttention: input {} must be [batch, seq, {d}]", x.ty())));

@@ -1,7 +1,6 @@
 //! The crate's error type.
 
 use fusegraph_ir::{IrError, TensorType};
-use std::path::PathBuf;
 use thiserror::Error;
 
 /// An error building a layer, initializing a parameter or reading/writing a weight file.
@@ -10,17 +9,9 @@ pub enum NnError {
     /// Recording an op failed (shapes or dtypes the op's typing rule rejects).
     #[error(transparent)]
     Ir(#[from] IrError),
-    /// Reading or writing a file failed.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
-    },
-    /// A safetensors file could not be encoded or decoded, or holds a dtype fusegraph lacks.
-    #[error("safetensors: {0}")]
-    SafeTensors(String),
+    /// Reading or writing a safetensors file failed.
+    #[error(transparent)]
+    Checkpoint(#[from] fusegraph_ir::safetensors::SafetensorsError),
     /// A parameter that [`crate::Params`] holds is absent from a loaded weight file.
     #[error("parameter `{name}` is missing")]
     Missing {

@@ -2,7 +2,7 @@
 
 use crate::error::{config, Result};
 
-/// How [`crate::Params::parameter`] fills a parameter that has no value yet.
+/// How [`crate::Params`] fills a parameter that has no value yet.
 ///
 /// The uniform variants draw from `U(-bound, bound)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -28,6 +28,8 @@ pub enum Init {
     },
     /// `N(0, std²)` (finite `std ≥ 0`), drawn with Box–Muller.
     Normal(f64),
+    /// `U(lo, hi)` (finite, `lo ≤ hi`): batch norm's running variances, for instance.
+    Between(f64, f64),
 }
 
 impl Init {
@@ -60,6 +62,12 @@ impl Init {
                     return Err(config(format!("init: normal std {std} must be finite and ≥ 0")));
                 }
                 Ok((0..n).map(|_| rng.normal() * std).collect())
+            }
+            Init::Between(lo, hi) => {
+                if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+                    return Err(config(format!("init: Between({lo}, {hi}) needs finite lo ≤ hi")));
+                }
+                Ok((0..n).map(|_| lo + (hi - lo) * rng.next_f64()).collect())
             }
         }
     }

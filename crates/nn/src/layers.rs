@@ -1,88 +1,84 @@
 //! The basic layers: linear, 2-D convolution, normalizations, embedding and activations.
 //!
-//! Every layer's `new` records its `Parameter` nodes in the builder (through
-//! [`Params::parameter`], which also initializes their values) and `forward` records the ops
-//! that apply it. Parameters are f32 and named `"{name}.weight"`, `"{name}.bias"`, … after the
-//! layer's `name`, like PyTorch's state dicts.
+//! Every layer's `new` declares its parameters under a [`Scope`] (`"{scope}.weight"`,
+//! `"{scope}.bias"`, … like PyTorch's state dicts) and `forward` records the ops that apply
+//! it into the input's graph.
 
 use crate::error::{config, Result};
 use crate::init::Init;
-use crate::params::Params;
-use fusegraph_ir::{DType, GraphBuilder, Tensor};
+use crate::module::{Forward, Module, Param, Scope};
+use fusegraph_ir::Tensor;
 
 /// `y = x·W + b` over the last axis.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Linear {
-    /// `"{name}.weight"`, f32 `[in, out]` (the transpose of PyTorch's layout), Kaiming uniform.
-    pub weight: Tensor,
-    /// `"{name}.bias"`, f32 `[out]`, uniform in `±1/√in`; `None` without bias.
-    pub bias: Option<Tensor>,
+    /// `weight`, f32 `[in, out]` (the transpose of PyTorch's layout), Kaiming uniform.
+    pub weight: Param,
+    /// `bias`, f32 `[out]`, uniform in `±1/√in`; `None` without bias.
+    pub bias: Option<Param>,
 }
 
+crate::module!(Linear { weight, bias });
+
 impl Linear {
-    /// A linear layer `in_dim → out_dim` named `name`.
-    pub fn new(
-        b: &GraphBuilder,
-        p: &mut Params,
-        name: &str,
-        in_dim: usize,
-        out_dim: usize,
-        bias: bool,
-    ) -> Result<Self> {
+    /// A linear layer `in_dim → out_dim` under `s`.
+    pub fn new(s: &Scope, in_dim: usize, out_dim: usize, bias: bool) -> Result<Self> {
+        if in_dim == 0 || out_dim == 0 {
+            return Err(config(format!("Linear `{}`: widths {in_dim} → {out_dim} must be ≥ 1", s.path())));
+        }
         let init = Init::KaimingUniform { fan_in: in_dim };
-        let weight = p.parameter(b, &format!("{name}.weight"), DType::F32, &[in_dim, out_dim], init)?;
-        let bias =
-            if bias { Some(p.parameter(b, &format!("{name}.bias"), DType::F32, &[out_dim], init)?) } else { None };
+        let weight = s.param("weight", &[in_dim, out_dim], init);
+        let bias = bias.then(|| s.param("bias", &[out_dim], init));
         Ok(Linear { weight, bias })
     }
 
     /// The input width.
     pub fn in_dim(&self) -> usize {
-        self.weight.dims().first().copied().unwrap_or(0)
+        self.weight.dims()[0]
     }
 
     /// The output width.
     pub fn out_dim(&self) -> usize {
-        self.weight.dims().get(1).copied().unwrap_or(0)
+        self.weight.dims()[1]
     }
+}
 
+impl Forward for Linear {
     /// `x: [..., in] → [..., out]`. Inputs of rank ≠ 2 are reshaped to `[rows, in]` for the
     /// matmul and back afterwards.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dims = x.dims().to_vec();
-        let Some(&last) = dims.last() else {
-            return Err(config(format!("Linear: input {} must have rank ≥ 1", x.ty())));
-        };
-        if self.weight.rank() != 2 {
-            return Err(config(format!("Linear: weight {} must be [in, out]", self.weight.ty())));
+        if dims.last() != Some(&self.in_dim()) {
+            return Err(config(format!(
+                "Linear `{}`: input {} must end in {} (the layer's in_dim)",
+                self.weight.path(),
+                x.ty(),
+                self.in_dim()
+            )));
         }
-        if last != self.in_dim() {
-            return Err(config(format!("Linear: input {} must end in {} (the layer's in_dim)", x.ty(), self.in_dim())));
-        }
+        let b = x.builder();
         let rows: usize = dims[..dims.len() - 1].iter().product();
-        let x2 = if dims.len() == 2 { x.clone() } else { x.reshape([rows, last])? };
-        let mut y = x2.matmul(&self.weight)?;
+        let x2 = if dims.len() == 2 { x.clone() } else { x.reshape([rows, self.in_dim()])? };
+        let mut y = x2.matmul(&self.weight.get(b)?)?;
         if let Some(bias) = &self.bias {
-            y = y.add(bias)?;
+            y = y.add(&bias.get(b)?)?;
         }
         if dims.len() == 2 {
             return Ok(y);
         }
         let mut out = dims;
-        if let Some(d) = out.last_mut() {
-            *d = self.out_dim();
-        }
+        *out.last_mut().expect("rank ≥ 1") = self.out_dim();
         Ok(y.reshape(out)?)
     }
 }
 
 /// A 2-D convolution over NCHW inputs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Conv2d {
-    /// `"{name}.weight"`, f32 `[out, in/groups, kh, kw]` (OIHW), Kaiming uniform.
-    pub weight: Tensor,
-    /// `"{name}.bias"`, f32 `[out]`, added along axis 1; `None` without bias.
-    pub bias: Option<Tensor>,
+    /// `weight`, f32 `[out, in/groups, kh, kw]` (OIHW), Kaiming uniform.
+    pub weight: Param,
+    /// `bias`, f32 `[out]`, added along axis 1; `None` without bias.
+    pub bias: Option<Param>,
     /// Stride (h, w).
     pub stride: [usize; 2],
     /// Symmetric zero padding (h, w).
@@ -93,152 +89,217 @@ pub struct Conv2d {
     pub groups: usize,
 }
 
+crate::module!(Conv2d { weight, bias });
+
+/// The shape of a [`Conv2d`]: channels, window, stride, padding, groups and bias.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dConfig {
+    /// Input channels.
+    pub in_ch: usize,
+    /// Output channels.
+    pub out_ch: usize,
+    /// Window (h, w).
+    pub kernel: [usize; 2],
+    /// Stride (h, w).
+    pub stride: [usize; 2],
+    /// Symmetric zero padding (h, w).
+    pub padding: [usize; 2],
+    /// Groups; divides both channel counts.
+    pub groups: usize,
+    /// Whether it adds a bias.
+    pub bias: bool,
+}
+
+impl Conv2dConfig {
+    /// A dense `k`×`k` convolution `in_ch → out_ch`, stride 1, no padding, no bias.
+    pub fn new(in_ch: usize, out_ch: usize, k: usize) -> Self {
+        Conv2dConfig { in_ch, out_ch, kernel: [k, k], stride: [1, 1], padding: [0, 0], groups: 1, bias: false }
+    }
+
+    /// With stride `s` in both directions.
+    pub fn stride(self, s: usize) -> Self {
+        Conv2dConfig { stride: [s, s], ..self }
+    }
+
+    /// With padding `p` on every side.
+    pub fn padding(self, p: usize) -> Self {
+        Conv2dConfig { padding: [p, p], ..self }
+    }
+
+    /// With `groups` groups.
+    pub fn groups(self, groups: usize) -> Self {
+        Conv2dConfig { groups, ..self }
+    }
+
+    /// With a bias.
+    pub fn bias(self) -> Self {
+        Conv2dConfig { bias: true, ..self }
+    }
+}
+
 impl Conv2d {
-    /// A convolution `in_ch → out_ch` with a `kernel` window, named `name`. `groups` must
-    /// divide both channel counts.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        b: &GraphBuilder,
-        p: &mut Params,
-        name: &str,
-        in_ch: usize,
-        out_ch: usize,
-        kernel: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-        groups: usize,
-        bias: bool,
-    ) -> Result<Self> {
-        if groups == 0 || in_ch % groups != 0 || out_ch % groups != 0 {
+    /// A convolution shaped by `c` under `s`.
+    pub fn new(s: &Scope, c: Conv2dConfig) -> Result<Self> {
+        let Conv2dConfig { in_ch, out_ch, kernel, stride, padding, groups, bias } = c;
+        if groups == 0 || in_ch % groups != 0 || out_ch % groups != 0 || in_ch == 0 || out_ch == 0 {
             return Err(config(format!(
-                "Conv2d `{name}`: groups {groups} must be ≥ 1 and divide in_ch {in_ch} and out_ch {out_ch}"
+                "Conv2d `{}`: groups {groups} must be ≥ 1 and divide in_ch {in_ch} and out_ch {out_ch} (both ≥ 1)",
+                s.path()
             )));
         }
         let fan_in = in_ch / groups * kernel[0] * kernel[1];
         let init = Init::KaimingUniform { fan_in };
-        let shape = [out_ch, in_ch / groups, kernel[0], kernel[1]];
-        let weight = p.parameter(b, &format!("{name}.weight"), DType::F32, &shape, init)?;
-        let bias =
-            if bias { Some(p.parameter(b, &format!("{name}.bias"), DType::F32, &[out_ch], init)?) } else { None };
+        let weight = s.param("weight", &[out_ch, in_ch / groups, kernel[0], kernel[1]], init);
+        let bias = bias.then(|| s.param("bias", &[out_ch], init));
         Ok(Conv2d { weight, bias, stride, padding, dilation: [1, 1], groups })
     }
+}
 
+impl Forward for Conv2d {
     /// `x: [n, in, h, w] → [n, out, oh, ow]`.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.conv2d(&self.weight, self.stride, self.padding, self.dilation, self.groups)?;
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let b = x.builder();
+        let y = x.conv2d(&self.weight.get(b)?, self.stride, self.padding, self.dilation, self.groups)?;
         match &self.bias {
-            Some(bias) => Ok(y.add(&bias.broadcast_in_dim(y.dims().to_vec(), vec![1])?)?),
+            Some(bias) => Ok(y.add(&bias.get(b)?.broadcast_in_dim(y.dims().to_vec(), vec![1])?)?),
             None => Ok(y),
         }
     }
 }
 
 /// Batch normalization in inference form over axis 1 of NCHW inputs, with running statistics.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct BatchNorm2d {
-    /// `"{name}.running_mean"`, f32 `[c]`, initialized near 0 (`N(0, 0.1²)`).
-    pub mean: Tensor,
-    /// `"{name}.running_var"`, f32 `[c]`, initialized in `[1, 1.5)`.
-    pub var: Tensor,
-    /// `"{name}.weight"`, f32 `[c]`, ones.
-    pub gamma: Tensor,
-    /// `"{name}.bias"`, f32 `[c]`, zeros.
-    pub beta: Tensor,
+    /// `running_mean`, f32 `[c]`, initialized near 0 (`N(0, 0.1²)`).
+    pub mean: Param,
+    /// `running_var`, f32 `[c]`, initialized in `[1, 1.5)`.
+    pub var: Param,
+    /// `weight`, f32 `[c]`, ones.
+    pub gamma: Param,
+    /// `bias`, f32 `[c]`, zeros.
+    pub beta: Param,
     /// Added to the variance; `new` sets `1e-5`.
     pub eps: f64,
 }
 
-impl BatchNorm2d {
-    /// Batch norm over `channels` channels, named `name`. The running statistics get a small
-    /// seeded jitter so that a folded and an unfolded batch norm differ visibly if one is wrong.
-    pub fn new(b: &GraphBuilder, p: &mut Params, name: &str, channels: usize) -> Result<Self> {
-        let c = [channels];
-        let mean = p.parameter(b, &format!("{name}.running_mean"), DType::F32, &c, Init::Normal(0.1))?;
-        let var = p.parameter_with(b, &format!("{name}.running_var"), DType::F32, &c, |rng, n| {
-            Ok((0..n).map(|_| 1.0 + 0.5 * rng.next_f64()).collect())
-        })?;
-        let gamma = p.parameter(b, &format!("{name}.weight"), DType::F32, &c, Init::Ones)?;
-        let beta = p.parameter(b, &format!("{name}.bias"), DType::F32, &c, Init::Zeros)?;
-        Ok(BatchNorm2d { mean, var, gamma, beta, eps: 1e-5 })
-    }
+crate::module!(BatchNorm2d { mean, var, gamma, beta });
 
+impl BatchNorm2d {
+    /// Batch norm over `channels` channels under `s`. The running statistics get a small
+    /// seeded jitter so that a folded and an unfolded batch norm differ visibly if one is wrong.
+    pub fn new(s: &Scope, channels: usize) -> Result<Self> {
+        let c = [channels];
+        Ok(BatchNorm2d {
+            mean: s.param("running_mean", &c, Init::Normal(0.1)),
+            var: s.param("running_var", &c, Init::Between(1.0, 1.5)),
+            gamma: s.param("weight", &c, Init::Ones),
+            beta: s.param("bias", &c, Init::Zeros),
+            eps: 1e-5,
+        })
+    }
+}
+
+impl Forward for BatchNorm2d {
     /// `(x − mean)·gamma/√(var + eps) + beta` along axis 1 of `x: [n, c, h, w]`.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if x.rank() != 4 {
-            return Err(config(format!("BatchNorm2d: input {} must be NCHW (rank 4)", x.ty())));
+            return Err(config(format!("BatchNorm2d `{}`: input {} must be NCHW (rank 4)", self.gamma.path(), x.ty())));
         }
-        Ok(x.batch_norm(&self.mean, &self.var, &self.gamma, &self.beta, self.eps, 1)?)
+        let b = x.builder();
+        let [m, v, g, be] = [&self.mean, &self.var, &self.gamma, &self.beta].map(|p| p.get(b));
+        Ok(x.batch_norm(&m?, &v?, &g?, &be?, self.eps, 1)?)
     }
 }
 
 /// Layer normalization over the last axis with a learned scale and shift.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LayerNorm {
-    /// `"{name}.weight"`, f32 `[dim]`, ones.
-    pub gamma: Tensor,
-    /// `"{name}.bias"`, f32 `[dim]`, zeros.
-    pub beta: Tensor,
+    /// `weight`, f32 `[dim]`, ones.
+    pub gamma: Param,
+    /// `bias`, f32 `[dim]`, zeros.
+    pub beta: Param,
     /// Added to the variance; `new` sets `1e-5`.
     pub eps: f64,
 }
 
-impl LayerNorm {
-    /// Layer norm over a last axis of `dim` elements, named `name`.
-    pub fn new(b: &GraphBuilder, p: &mut Params, name: &str, dim: usize) -> Result<Self> {
-        let gamma = p.parameter(b, &format!("{name}.weight"), DType::F32, &[dim], Init::Ones)?;
-        let beta = p.parameter(b, &format!("{name}.bias"), DType::F32, &[dim], Init::Zeros)?;
-        Ok(LayerNorm { gamma, beta, eps: 1e-5 })
-    }
+crate::module!(LayerNorm { gamma, beta });
 
+impl LayerNorm {
+    /// Layer norm over a last axis of `dim` elements under `s`.
+    pub fn new(s: &Scope, dim: usize) -> Result<Self> {
+        Ok(LayerNorm {
+            gamma: s.param("weight", &[dim], Init::Ones),
+            beta: s.param("bias", &[dim], Init::Zeros),
+            eps: 1e-5,
+        })
+    }
+}
+
+impl Forward for LayerNorm {
     /// `(x − mean)/√(var + eps)·gamma + beta` over the last axis of `x: [..., dim]`.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let last = last_axis(x, "LayerNorm")?;
-        Ok(x.layer_norm(&[last], self.eps)?.mul(&self.gamma)?.add(&self.beta)?)
+        let b = x.builder();
+        Ok(x.layer_norm(&[last], self.eps)?.mul(&self.gamma.get(b)?)?.add(&self.beta.get(b)?)?)
     }
 }
 
 /// Root-mean-square normalization over the last axis (LLaMA style), with a learned scale.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RmsNorm {
-    /// `"{name}.weight"`, f32 `[dim]`, ones.
-    pub gamma: Tensor,
+    /// `weight`, f32 `[dim]`, ones.
+    pub gamma: Param,
     /// Added to the mean square; `new` sets `1e-6`.
     pub eps: f64,
 }
 
-impl RmsNorm {
-    /// RMS norm over a last axis of `dim` elements, named `name`.
-    pub fn new(b: &GraphBuilder, p: &mut Params, name: &str, dim: usize) -> Result<Self> {
-        let gamma = p.parameter(b, &format!("{name}.weight"), DType::F32, &[dim], Init::Ones)?;
-        Ok(RmsNorm { gamma, eps: 1e-6 })
-    }
+crate::module!(RmsNorm { gamma });
 
+impl RmsNorm {
+    /// RMS norm over a last axis of `dim` elements under `s`.
+    pub fn new(s: &Scope, dim: usize) -> Result<Self> {
+        Ok(RmsNorm { gamma: s.param("weight", &[dim], Init::Ones), eps: 1e-6 })
+    }
+}
+
+impl Forward for RmsNorm {
     /// `x / √(mean(x², last) + eps) · gamma` for `x: [..., dim]`.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let last = last_axis(x, "RmsNorm")?;
         let scale = x.mul(x)?.mean(&[last], true)?.add_scalar(self.eps)?.rsqrt()?;
-        Ok(x.mul(&scale)?.mul(&self.gamma)?)
+        Ok(x.mul(&scale)?.mul(&self.gamma.get(x.builder())?)?)
     }
 }
 
 /// A lookup table of learned vectors, one row per token id.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Embedding {
-    /// `"{name}.weight"`, f32 `[vocab, dim]`, `N(0, 1)` like PyTorch.
-    pub table: Tensor,
+    /// `weight`, f32 `[vocab, dim]`, `N(0, 1)` like PyTorch.
+    pub table: Param,
 }
 
+crate::module!(Embedding { table });
+
 impl Embedding {
-    /// A table of `vocab` vectors of `dim` elements, named `name`.
-    pub fn new(b: &GraphBuilder, p: &mut Params, name: &str, vocab: usize, dim: usize) -> Result<Self> {
-        let table = p.parameter(b, &format!("{name}.weight"), DType::F32, &[vocab, dim], Init::Normal(1.0))?;
-        Ok(Embedding { table })
+    /// A table of `vocab` vectors of `dim` elements under `s`.
+    pub fn new(s: &Scope, vocab: usize, dim: usize) -> Result<Self> {
+        Embedding::with_init(s, vocab, dim, Init::Normal(1.0))
     }
 
+    /// [`Embedding::new`] with another initializer (GPT-2 draws `N(0, 0.02²)`).
+    pub fn with_init(s: &Scope, vocab: usize, dim: usize, init: Init) -> Result<Self> {
+        if vocab == 0 || dim == 0 {
+            return Err(config(format!("Embedding `{}`: vocab {vocab} and dim {dim} must be ≥ 1", s.path())));
+        }
+        Ok(Embedding { table: s.param("weight", &[vocab, dim], init) })
+    }
+}
+
+impl Forward for Embedding {
     /// `ids: i32|u32 [...] → [..., dim]`, row `ids[i]` of the table for each id (out-of-range
     /// ids clamp, as [`fusegraph_ir::Op::Gather`] defines).
-    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        Ok(self.table.gather(ids, 0)?)
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        Ok(self.table.get(ids.builder())?.gather(ids, 0)?)
     }
 }
 
@@ -255,9 +316,13 @@ pub enum Activation {
     Silu,
 }
 
-impl Activation {
+impl Module for Activation {
+    fn visit(&self, _: &mut dyn FnMut(&Param)) {}
+}
+
+impl Forward for Activation {
     /// Records the activation of `x`.
-    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(match self {
             Activation::Relu => x.relu()?,
             Activation::Gelu => x.gelu()?,

@@ -1,32 +1,34 @@
-//! fusegraph's layer library.
+//! fusegraph's layer library: modules, layers, blocks, small models and optimizers.
 //!
-//! Layers record their parameters and ops into a [`fusegraph_ir::GraphBuilder`] through
-//! [`fusegraph_ir::Tensor`] handles; their parameter values live on the host in [`Params`],
-//! created by seeded initializers ([`Init`]) and saved to / loaded from safetensors files.
-//! [`models`] builds small whole models (an MLP classifier, a ResNet, a GPT-2 style
-//! transformer) from the layers.
+//! A model is a [`Module`]: a struct of layers whose parameters ([`Param`]) are named by their
+//! place in the tree (`h.0.attn.q.weight`, from the [`Scope`]s passed down at construction).
+//! A module holds no graph and no values: `forward` records its ops into the input's graph, so
+//! one model records into any number of graphs (training, evaluation at another batch size,
+//! generation). Values live on the host in [`Params`] (seeded) or on a device in a runtime's
+//! parameter store.
 //!
 //! ```
 //! use fusegraph_ir::{DType, GraphBuilder, HostTensor};
-//! use fusegraph_nn::{Linear, Params};
+//! use fusegraph_nn::{Forward, Linear, Module, Params, Scope};
 //! use std::collections::BTreeMap;
 //!
-//! let b = GraphBuilder::new();
-//! let mut params = Params::new(42);
-//! let x = b.input("x", DType::F32, [4, 3])?;
-//! let y = Linear::new(&b, &mut params, "fc", 3, 2, true)?.forward(&x)?.relu()?;
-//! assert_eq!(y.dims(), &[4, 2]);
-//! assert_eq!(params.num_elements(), 3 * 2 + 2);
+//! let fc = Linear::new(&Scope::root().at("fc"), 3, 2, true)?;
+//! let params = Params::of(&fc, 42)?; // fc.weight, fc.bias
+//! assert_eq!(params.num_elements(), fc.num_elements());
 //!
+//! let b = GraphBuilder::new();
+//! let x = b.input("x", DType::F32, [4, 3])?;
+//! let y = fc.forward(&x)?.relu()?;
+//! assert_eq!(y.dims(), &[4, 2]);
 //! let feeds = BTreeMap::from([("x".to_string(), HostTensor::new([4, 3], vec![0.5f32; 12])?)]);
 //! let out = fusegraph_reference::evaluate(&b.graph(), &[y.id()], &feeds, params.as_map()).unwrap();
 //! assert_eq!(out[0].shape().dims(), &[4, 2]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Invariants: parameters are f32 for now ([`Params::parameter`] takes a dtype so mixed
-//! precision can come later); a given seed and build order always give the same values; no
-//! constructor or `forward` panics on user input — bad configurations return [`NnError`].
+//! Invariants: modules are plain data (`Send + Sync`); a given seed and module always give
+//! the same values; no constructor or `forward` panics on user input — bad configurations
+//! return [`NnError`] naming the layer's path.
 
 #![warn(missing_docs)]
 
@@ -35,7 +37,9 @@ mod blocks;
 mod error;
 mod init;
 mod layers;
+pub mod loss;
 pub mod models;
+mod module;
 pub mod optim;
 mod params;
 
@@ -43,6 +47,9 @@ pub use attention::MultiHeadAttention;
 pub use blocks::{Mlp, ResidualBlock, TransformerBlock};
 pub use error::{NnError, Result};
 pub use init::Init;
-pub use layers::{Activation, BatchNorm2d, Conv2d, Embedding, LayerNorm, Linear, RmsNorm};
+pub use layers::{Activation, BatchNorm2d, Conv2d, Conv2dConfig, Embedding, LayerNorm, Linear, RmsNorm};
+pub use loss::{cross_entropy, mse};
+pub use models::{Gpt, GptConfig, MlpClassifier, ResNet};
+pub use module::{Forward, Module, Param, Scope, Sequential};
 pub use optim::{Adam, Optimizer, Sgd};
 pub use params::Params;

@@ -2,21 +2,20 @@
 
 use crate::error::{NnError, Result};
 use crate::init::{Init, Rng};
-use fusegraph_ir::{DType, GraphBuilder, HostData, HostTensor, Shape, Tensor, TensorType};
-use half::f16;
-use safetensors::tensor::TensorView;
-use safetensors::{Dtype, SafeTensors};
+use crate::module::{Module, Param};
+use fusegraph_ir::safetensors;
+use fusegraph_ir::{DType, GraphBuilder, HostTensor, Tensor};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Named parameter values on the host, created by layers with seeded initializers.
+/// Named parameter values on the host (a state dict), drawn by seeded initializers.
 ///
-/// Layers call [`Params::parameter`], which records a `Parameter` node in the graph and, the
-/// first time a name is seen, draws its value from a xorshift generator seeded by
-/// [`Params::new`]. Building the same model in the same order with the same seed therefore
-/// gives the same values; building it again with the same `Params` (say for another batch
-/// size) reuses the values already there. [`Params::as_map`] is what
-/// `fusegraph_reference::evaluate` and the runtime take as parameter values.
+/// [`Params::init`] gives every parameter of a [`Module`] that has no value yet one drawn by
+/// its [`Init`] from a xorshift generator seeded by [`Params::new`], in the module's visit
+/// order: the same model and seed always give the same values. [`Params::parameter`] records a
+/// parameter node and initializes it in one call (optimizers create their state this way).
+/// [`Params::as_map`] is what `fusegraph_reference::evaluate` takes, and what a device
+/// parameter store is filled from.
 #[derive(Clone, Debug)]
 pub struct Params {
     values: BTreeMap<String, HostTensor>,
@@ -36,13 +35,45 @@ impl Params {
         Params { values: BTreeMap::new(), rng: Rng::new(seed) }
     }
 
+    /// The values of `module`'s parameters drawn from a generator seeded with `seed`.
+    pub fn of(module: &dyn Module, seed: u64) -> Result<Self> {
+        let mut p = Params::new(seed);
+        p.init(module)?;
+        Ok(p)
+    }
+
+    /// Gives every parameter of `module` without a value one drawn by its initializer, in
+    /// visit order; a parameter that has a value must have its type ([`NnError::Shape`]).
+    pub fn init(&mut self, module: &dyn Module) -> Result<()> {
+        let mut err = None;
+        module.visit(&mut |p| {
+            if err.is_none() {
+                err = self.declare(p).err();
+            }
+        });
+        err.map_or(Ok(()), Err)
+    }
+
+    /// Gives `p` a value drawn by its initializer unless it has one (of its type).
+    pub fn declare(&mut self, p: &Param) -> Result<()> {
+        if let Some(v) = self.values.get(p.path()) {
+            if v.ty() != *p.ty() {
+                return Err(NnError::Shape { name: p.path().to_string(), expected: p.ty().clone(), got: v.ty() });
+            }
+            return Ok(());
+        }
+        let data = p.init().sample(&mut self.rng, p.ty().shape.numel())?;
+        self.values.insert(p.path().to_string(), HostTensor::from_f64(p.ty().dtype, p.ty().shape.clone(), &data)?);
+        Ok(())
+    }
+
     /// The value of `name`, if any.
     pub fn get(&self, name: &str) -> Option<&HostTensor> {
         self.values.get(name)
     }
 
-    /// Sets (or replaces) the value of `name`. No type check: a later
-    /// [`Params::parameter`] of another type will report [`NnError::Shape`].
+    /// Sets (or replaces) the value of `name`. No type check: a later [`Params::declare`] of
+    /// another type will report [`NnError::Shape`].
     pub fn insert(&mut self, name: &str, value: HostTensor) {
         self.values.insert(name.to_string(), value);
     }
@@ -83,110 +114,34 @@ impl Params {
         shape: &[usize],
         init: Init,
     ) -> Result<Tensor> {
-        self.parameter_with(b, name, dtype, shape, |rng, n| init.sample(rng, n))
+        let p = Param::new(name, dtype, shape, init);
+        self.declare(&p)?;
+        p.get(b)
     }
 
-    /// [`Params::parameter`] with the initial values drawn by `values(rng, numel)`.
-    pub(crate) fn parameter_with(
-        &mut self,
-        b: &GraphBuilder,
-        name: &str,
-        dtype: DType,
-        shape: &[usize],
-        values: impl FnOnce(&mut Rng, usize) -> Result<Vec<f64>>,
-    ) -> Result<Tensor> {
-        let expected = TensorType::new(dtype, shape);
-        if let Some(v) = self.values.get(name) {
-            if v.ty() != expected {
-                return Err(NnError::Shape { name: name.to_string(), expected, got: v.ty() });
-            }
-        }
-        let t = b.parameter(name, dtype, shape)?;
-        if !self.values.contains_key(name) {
-            let data = values(&mut self.rng, expected.shape.numel())?;
-            self.values.insert(name.to_string(), HostTensor::from_f64(dtype, shape, &data)?);
-        }
-        Ok(t)
-    }
-
-    /// Writes every parameter to a safetensors file at `path`: f32, f16, i32 and u32 as
-    /// themselves (little-endian), bool as `BOOL` (one byte per element, 0 or 1).
+    /// Writes every parameter to a safetensors file at `path` (see
+    /// [`fusegraph_ir::safetensors`]).
     pub fn save_safetensors(&self, path: &Path) -> Result<()> {
-        let encoded: Vec<(&String, Dtype, Vec<usize>, Vec<u8>)> = self
-            .values
-            .iter()
-            .map(|(name, t)| {
-                let (dtype, bytes) = encode(t.data());
-                (name, dtype, t.shape().dims().to_vec(), bytes)
-            })
-            .collect();
-        let mut views = Vec::with_capacity(encoded.len());
-        for (name, dtype, shape, bytes) in &encoded {
-            let view = TensorView::new(*dtype, shape.clone(), bytes).map_err(st_err)?;
-            views.push((name.as_str(), view));
-        }
-        let bytes = safetensors::serialize(views, None).map_err(st_err)?;
-        std::fs::write(path, bytes).map_err(|source| NnError::Io { path: path.to_path_buf(), source })
+        Ok(safetensors::write(path, self.values.iter().map(|(n, t)| (n.as_str(), t)))?)
     }
 
-    /// Reads a safetensors file written by [`Params::save_safetensors`] (or by another
-    /// library, for the dtypes F32, F16, I32, U32, BOOL and U8 — the last two read as bool).
+    /// Reads a safetensors file written by [`Params::save_safetensors`] or another library.
     ///
     /// Every parameter this set already holds must be in the file ([`NnError::Missing`]) with
     /// the same dtype and shape ([`NnError::Shape`]); its value is replaced. Tensors of the file
     /// that this set lacks are added. On error nothing is changed.
     pub fn load_safetensors(&mut self, path: &Path) -> Result<()> {
-        let bytes = std::fs::read(path).map_err(|source| NnError::Io { path: path.to_path_buf(), source })?;
-        let file = SafeTensors::deserialize(&bytes).map_err(st_err)?;
-        let mut loaded = BTreeMap::new();
-        for (name, view) in file.iter() {
-            let t = decode(name, &view)?;
-            if let Some(old) = self.values.get(name) {
-                if old.ty() != t.ty() {
-                    return Err(NnError::Shape { name: name.to_string(), expected: old.ty(), got: t.ty() });
+        let loaded = safetensors::read(path)?;
+        for (name, old) in &self.values {
+            match loaded.get(name) {
+                None => return Err(NnError::Missing { name: name.clone() }),
+                Some(t) if t.ty() != old.ty() => {
+                    return Err(NnError::Shape { name: name.clone(), expected: old.ty(), got: t.ty() })
                 }
+                Some(_) => {}
             }
-            loaded.insert(name.to_string(), t);
-        }
-        if let Some(name) = self.values.keys().find(|n| !loaded.contains_key(*n)) {
-            return Err(NnError::Missing { name: name.clone() });
         }
         self.values.extend(loaded);
         Ok(())
     }
-}
-
-fn st_err(e: impl std::fmt::Display) -> NnError {
-    NnError::SafeTensors(e.to_string())
-}
-
-/// The safetensors dtype and little-endian bytes of host data.
-fn encode(d: &HostData) -> (Dtype, Vec<u8>) {
-    match d {
-        HostData::F32(v) => (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        HostData::F16(v) => (Dtype::F16, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        HostData::I32(v) => (Dtype::I32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        HostData::U32(v) => (Dtype::U32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        HostData::Bool(v) => (Dtype::BOOL, v.iter().map(|&x| x as u8).collect()),
-    }
-}
-
-/// A host tensor from a safetensors view.
-fn decode(name: &str, view: &TensorView<'_>) -> Result<HostTensor> {
-    let shape = Shape::new(view.shape());
-    let raw = view.data();
-    let words = || raw.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
-    let t = match view.dtype() {
-        Dtype::F32 => HostTensor::new(shape, words().map(f32::from_le_bytes).collect::<Vec<_>>()),
-        Dtype::I32 => HostTensor::new(shape, words().map(i32::from_le_bytes).collect::<Vec<_>>()),
-        Dtype::U32 => HostTensor::new(shape, words().map(u32::from_le_bytes).collect::<Vec<_>>()),
-        Dtype::F16 => HostTensor::new(shape, raw.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect()),
-        Dtype::BOOL | Dtype::U8 => HostTensor::new(shape, raw.iter().map(|&x| x != 0).collect::<Vec<_>>()),
-        other => {
-            return Err(NnError::SafeTensors(format!(
-                "tensor `{name}` has dtype {other:?}, which fusegraph lacks (F32, F16, I32, U32, BOOL, U8 load)"
-            )))
-        }
-    };
-    Ok(t?)
 }

@@ -2,18 +2,18 @@
 
 mod common;
 
-use common::{eval, f32s, random};
+use common::{at, eval, f32s, init, random};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor};
 use fusegraph_nn::{
-    Activation, BatchNorm2d, Conv2d, Embedding, LayerNorm, Linear, Mlp, MultiHeadAttention, NnError, Params,
-    ResidualBlock, RmsNorm, TransformerBlock,
+    Activation, BatchNorm2d, Conv2d, Conv2dConfig, Embedding, Forward, LayerNorm, Linear, Mlp, MultiHeadAttention,
+    NnError, Params, ResidualBlock, RmsNorm, TransformerBlock,
 };
 
 #[test]
 fn linear_matches_a_hand_computation() {
     let b = GraphBuilder::new();
     let mut p = Params::new(1);
-    let lin = Linear::new(&b, &mut p, "fc", 3, 2, true).unwrap();
+    let lin = init(&mut p, Linear::new(&at("fc"), 3, 2, true)).unwrap();
     p.insert("fc.weight", HostTensor::new([3, 2], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap());
     p.insert("fc.bias", HostTensor::new([2], vec![0.5f32, -1.0]).unwrap());
     let x = b.input("x", DType::F32, [2, 3]).unwrap();
@@ -29,7 +29,7 @@ fn linear_matches_a_hand_computation() {
 fn linear_handles_any_rank_and_rejects_wrong_widths() {
     let b = GraphBuilder::new();
     let mut p = Params::new(2);
-    let lin = Linear::new(&b, &mut p, "fc", 4, 5, false).unwrap();
+    let lin = init(&mut p, Linear::new(&at("fc"), 4, 5, false)).unwrap();
     assert!(lin.bias.is_none());
     assert_eq!(p.len(), 1);
     for shape in [vec![4], vec![3, 4], vec![2, 3, 4], vec![2, 1, 3, 4]] {
@@ -57,7 +57,22 @@ fn linear_handles_any_rank_and_rejects_wrong_widths() {
 fn conv2d_shapes_groups_and_bias() {
     let b = GraphBuilder::new();
     let mut p = Params::new(3);
-    let conv = Conv2d::new(&b, &mut p, "c", 4, 6, [3, 3], [2, 2], [1, 1], 2, true).unwrap();
+    let conv = init(
+        &mut p,
+        Conv2d::new(
+            &at("c"),
+            Conv2dConfig {
+                in_ch: 4,
+                out_ch: 6,
+                kernel: [3, 3],
+                stride: [2, 2],
+                padding: [1, 1],
+                groups: 2,
+                bias: true,
+            },
+        ),
+    )
+    .unwrap();
     assert_eq!(conv.weight.dims(), &[6, 2, 3, 3]);
     assert_eq!(p.get("c.bias").unwrap().shape().dims(), &[6]);
     let x = b.input("x", DType::F32, [2, 4, 9, 9]).unwrap();
@@ -70,15 +85,47 @@ fn conv2d_shapes_groups_and_bias() {
     for (i, v) in f32s(&out[0]).iter().enumerate() {
         assert_eq!(*v, bias[(i / 25) % 6]);
     }
-    assert!(matches!(Conv2d::new(&b, &mut p, "bad", 3, 6, [3, 3], [1, 1], [1, 1], 2, true), Err(NnError::Config(_))));
-    assert!(Conv2d::new(&b, &mut p, "bad0", 3, 6, [3, 3], [1, 1], [1, 1], 0, true).is_err());
+    assert!(matches!(
+        init(
+            &mut p,
+            Conv2d::new(
+                &at("bad"),
+                Conv2dConfig {
+                    in_ch: 3,
+                    out_ch: 6,
+                    kernel: [3, 3],
+                    stride: [1, 1],
+                    padding: [1, 1],
+                    groups: 2,
+                    bias: true
+                }
+            )
+        ),
+        Err(NnError::Config(_))
+    ));
+    assert!(init(
+        &mut p,
+        Conv2d::new(
+            &at("bad0"),
+            Conv2dConfig {
+                in_ch: 3,
+                out_ch: 6,
+                kernel: [3, 3],
+                stride: [1, 1],
+                padding: [1, 1],
+                groups: 0,
+                bias: true
+            }
+        )
+    )
+    .is_err());
 }
 
 #[test]
 fn norms_have_the_right_shapes_and_values() {
     let b = GraphBuilder::new();
     let mut p = Params::new(4);
-    let bn = BatchNorm2d::new(&b, &mut p, "bn", 3).unwrap();
+    let bn = init(&mut p, BatchNorm2d::new(&at("bn"), 3)).unwrap();
     for n in ["bn.running_mean", "bn.running_var", "bn.weight", "bn.bias"] {
         assert_eq!(p.get(n).unwrap().shape().dims(), &[3], "{n}");
     }
@@ -88,8 +135,8 @@ fn norms_have_the_right_shapes_and_values() {
     assert_eq!(ybn.dims(), &[2, 3, 4, 4]);
     assert!(bn.forward(&b.input("r3", DType::F32, [2, 3, 4]).unwrap()).is_err());
 
-    let ln = LayerNorm::new(&b, &mut p, "ln", 4).unwrap();
-    let rms = RmsNorm::new(&b, &mut p, "rms", 4).unwrap();
+    let ln = init(&mut p, LayerNorm::new(&at("ln"), 4)).unwrap();
+    let rms = init(&mut p, RmsNorm::new(&at("rms"), 4)).unwrap();
     let t = b.input("t", DType::F32, [2, 3, 4]).unwrap();
     let (yln, yrms) = (ln.forward(&t).unwrap(), rms.forward(&t).unwrap());
     assert_eq!(yln.dims(), &[2, 3, 4]);
@@ -123,7 +170,7 @@ fn norms_have_the_right_shapes_and_values() {
 fn embedding_gathers_rows() {
     let b = GraphBuilder::new();
     let mut p = Params::new(5);
-    let emb = Embedding::new(&b, &mut p, "emb", 5, 3).unwrap();
+    let emb = init(&mut p, Embedding::new(&at("emb"), 5, 3)).unwrap();
     let table = random(&[5, 3], 7);
     p.insert("emb.weight", table.clone());
     let ids = b.input("ids", DType::I32, [2, 2]).unwrap();
@@ -142,7 +189,7 @@ fn activations_apply() {
     let b = GraphBuilder::new();
     let x = b.input("x", DType::F32, [4]).unwrap();
     let acts = [Activation::Relu, Activation::Gelu, Activation::GeluTanh, Activation::Silu];
-    let ys: Vec<_> = acts.iter().map(|a| a.apply(&x).unwrap()).collect();
+    let ys: Vec<_> = acts.iter().map(|a| a.forward(&x).unwrap()).collect();
     let refs: Vec<_> = ys.iter().collect();
     let xv = vec![-2.0f32, -0.5, 0.0, 1.5];
     let out = eval(&b, &Params::new(0), &refs, &[("x", HostTensor::new([4], xv.clone()).unwrap())]);
@@ -158,15 +205,15 @@ fn activations_apply() {
 fn attention_shapes_and_config_errors() {
     let b = GraphBuilder::new();
     let mut p = Params::new(6);
-    let mha = MultiHeadAttention::new(&b, &mut p, "attn", 8, 2, false).unwrap();
+    let mha = init(&mut p, MultiHeadAttention::new(&at("attn"), 8, 2, false)).unwrap();
     assert_eq!(p.len(), 8);
     let x = b.input("x", DType::F32, [2, 5, 8]).unwrap();
     let y = mha.forward(&x).unwrap();
     assert_eq!(y.dims(), &[2, 5, 8]);
     let out = eval(&b, &p, &[&y], &[("x", random(&[2, 5, 8], 3))]);
     assert!(f32s(&out[0]).iter().all(|v| v.is_finite()));
-    assert!(matches!(MultiHeadAttention::new(&b, &mut p, "bad", 8, 3, false), Err(NnError::Config(_))));
-    assert!(MultiHeadAttention::new(&b, &mut p, "bad0", 8, 0, false).is_err());
+    assert!(matches!(init(&mut p, MultiHeadAttention::new(&at("bad"), 8, 3, false)), Err(NnError::Config(_))));
+    assert!(init(&mut p, MultiHeadAttention::new(&at("bad0"), 8, 0, false)).is_err());
     assert!(mha.forward(&b.input("r2", DType::F32, [5, 8]).unwrap()).is_err());
     assert!(mha.forward(&b.input("w", DType::F32, [1, 5, 4]).unwrap()).is_err());
 }
@@ -176,7 +223,7 @@ fn causal_attention_ignores_the_future() {
     let (batch, seq, d) = (2, 4, 8);
     let b = GraphBuilder::new();
     let mut p = Params::new(7);
-    let mha = MultiHeadAttention::new(&b, &mut p, "attn", d, 2, true).unwrap();
+    let mha = init(&mut p, MultiHeadAttention::new(&at("attn"), d, 2, true)).unwrap();
     let x = b.input("x", DType::F32, [batch, seq, d]).unwrap();
     let y = mha.forward(&x).unwrap();
     let a = f32s(&random(&[batch, seq, d], 11));
@@ -207,7 +254,7 @@ fn causal_attention_ignores_the_future() {
     }
     // Without the mask, position 0 does see the future.
     let b2 = GraphBuilder::new();
-    let mha2 = MultiHeadAttention::new(&b2, &mut p, "attn", d, 2, false).unwrap();
+    let mha2 = init(&mut p, MultiHeadAttention::new(&at("attn"), d, 2, false)).unwrap();
     let x2 = b2.input("x", DType::F32, [batch, seq, d]).unwrap();
     let y2 = mha2.forward(&x2).unwrap();
     let mut c = a.clone();
@@ -221,26 +268,29 @@ fn causal_attention_ignores_the_future() {
 fn blocks_have_the_right_shapes() {
     let b = GraphBuilder::new();
     let mut p = Params::new(8);
-    let mlp = Mlp::new(&b, &mut p, "mlp", 6, 10, 3, Activation::Gelu).unwrap();
+    let mlp = init(&mut p, Mlp::new(&at("mlp"), 6, 10, 3, Activation::Gelu)).unwrap();
     let x = b.input("x", DType::F32, [2, 4, 6]).unwrap();
     assert_eq!(mlp.forward(&x).unwrap().dims(), &[2, 4, 3]);
 
-    let blk = TransformerBlock::new(&b, &mut p, "blk", 6, 3, 12, true).unwrap();
+    let blk = init(&mut p, TransformerBlock::new(&at("blk"), 6, 3, 12, true)).unwrap();
     let y = blk.forward(&x).unwrap();
     assert_eq!(y.dims(), &[2, 4, 6]);
 
     let img = b.input("img", DType::F32, [2, 4, 8, 8]).unwrap();
-    let same = ResidualBlock::new(&b, &mut p, "res1", 4, 4, 1).unwrap();
+    let same = init(&mut p, ResidualBlock::new(&at("res1"), 4, 4, 1)).unwrap();
     assert!(same.shortcut.is_none());
     let r1 = same.forward(&img).unwrap();
     assert_eq!(r1.dims(), &[2, 4, 8, 8]);
-    let down = ResidualBlock::new(&b, &mut p, "res2", 4, 8, 2).unwrap();
+    let down = init(&mut p, ResidualBlock::new(&at("res2"), 4, 8, 2)).unwrap();
     assert!(down.shortcut.is_some());
     assert!(p.get("res2.downsample.0.weight").is_some() && p.get("res2.downsample.1.running_var").is_some());
     let r2 = down.forward(&img).unwrap();
     assert_eq!(r2.dims(), &[2, 8, 4, 4]);
     let odd = b.input("odd", DType::F32, [1, 4, 7, 7]).unwrap();
-    assert_eq!(ResidualBlock::new(&b, &mut p, "res3", 4, 4, 2).unwrap().forward(&odd).unwrap().dims(), &[1, 4, 4, 4]);
+    assert_eq!(
+        init(&mut p, ResidualBlock::new(&at("res3"), 4, 4, 2)).unwrap().forward(&odd).unwrap().dims(),
+        &[1, 4, 4, 4]
+    );
 
     let out = eval(&b, &p, &[&y, &r1, &r2], &[("x", random(&[2, 4, 6], 1)), ("img", random(&[2, 4, 8, 8], 2))]);
     for t in &out {

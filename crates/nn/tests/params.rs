@@ -1,5 +1,9 @@
 //! Parameter creation, seeding and safetensors round trips.
 
+mod common;
+
+use common::{at, init};
+use fusegraph_ir::safetensors::SafetensorsError;
 use fusegraph_ir::{f16, DType, GraphBuilder, HostTensor, TensorType};
 use fusegraph_nn::{Init, Linear, NnError, Params};
 use std::path::PathBuf;
@@ -11,10 +15,9 @@ fn temp_path(tag: &str) -> PathBuf {
 #[test]
 fn parameters_are_seeded_and_reused() {
     let build = |seed| {
-        let b = GraphBuilder::new();
         let mut p = Params::new(seed);
-        Linear::new(&b, &mut p, "a", 3, 4, true).unwrap();
-        Linear::new(&b, &mut p, "b", 4, 2, false).unwrap();
+        init(&mut p, Linear::new(&at("a"), 3, 4, true)).unwrap();
+        init(&mut p, Linear::new(&at("b"), 4, 2, false)).unwrap();
         p
     };
     let (p1, p2, p3) = (build(1), build(1), build(2));
@@ -52,9 +55,8 @@ fn parameters_are_seeded_and_reused() {
 
 #[test]
 fn safetensors_round_trip() {
-    let b = GraphBuilder::new();
     let mut p = Params::new(3);
-    Linear::new(&b, &mut p, "fc", 3, 5, true).unwrap();
+    init(&mut p, Linear::new(&at("fc"), 3, 5, true)).unwrap();
     p.insert("half", HostTensor::new([2], vec![f16::from_f32(1.5), f16::from_f32(-2.0)]).unwrap());
     p.insert("ints", HostTensor::new([3], vec![-1i32, 0, 7]).unwrap());
     p.insert("uints", HostTensor::new([1, 2], vec![3u32, u32::MAX]).unwrap());
@@ -70,7 +72,7 @@ fn safetensors_round_trip() {
 
     // Into a set built by the same layers with another seed: the values are replaced.
     let mut other = Params::new(99);
-    Linear::new(&b, &mut other, "fc", 3, 5, true).unwrap();
+    init(&mut other, Linear::new(&at("fc"), 3, 5, true)).unwrap();
     assert_ne!(other.get("fc.weight"), p.get("fc.weight"));
     other.load_safetensors(&path).unwrap();
     assert_eq!(other.as_map(), p.as_map());
@@ -84,9 +86,8 @@ fn loading_checks_types_and_presence() {
     saved.insert("fc.weight", HostTensor::new([2, 3], vec![0.0f32; 6]).unwrap());
     saved.save_safetensors(&path).unwrap();
 
-    let b = GraphBuilder::new();
     let mut p = Params::new(1);
-    Linear::new(&b, &mut p, "fc", 3, 2, false).unwrap();
+    init(&mut p, Linear::new(&at("fc"), 3, 2, false)).unwrap();
     let before = p.clone();
     match p.load_safetensors(&path) {
         Err(NnError::Shape { name, expected, got }) => {
@@ -115,7 +116,7 @@ fn loading_checks_types_and_presence() {
 
     // Garbage and absent files are errors, not panics.
     std::fs::write(&path, b"not a safetensors file").unwrap();
-    assert!(matches!(p.load_safetensors(&path), Err(NnError::SafeTensors(_))));
+    assert!(matches!(p.load_safetensors(&path), Err(NnError::Checkpoint(SafetensorsError::Format(_)))));
     std::fs::remove_file(&path).unwrap();
-    assert!(matches!(p.load_safetensors(&path), Err(NnError::Io { .. })));
+    assert!(matches!(p.load_safetensors(&path), Err(NnError::Checkpoint(SafetensorsError::Io { .. }))));
 }

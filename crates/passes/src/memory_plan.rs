@@ -674,7 +674,12 @@ mod tests {
     fn rejects_a_hand_made_overlap() {
         let (g, outs) = chain();
         let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
-        let plan = plan_memory_with(&g, &kernels, &outs, &MemoryOptions { alignment: 256, in_place: false, ..Default::default() });
+        let plan = plan_memory_with(
+            &g,
+            &kernels,
+            &outs,
+            &MemoryOptions { alignment: 256, in_place: false, ..Default::default() },
+        );
         assert_eq!(check_plan(&plan, &plan.intervals), Ok(()));
         // Put the exp result where the input lives: both are live at step 0.
         let (x, e) = (kernels[0].inputs[0], kernels[0].outputs[0]);

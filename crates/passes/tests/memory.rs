@@ -19,7 +19,12 @@ fn elementwise_chain_reuses_two_buffers_or_one_in_place() {
     let t = 64 * 64 * 4;
     let kernels = partition(&g, &outs, FusionMode::Off).unwrap();
     assert_eq!(kernels.len(), n);
-    let no_ip = plan_memory_with(&g, &kernels, &outs, &MemoryOptions { alignment: ALIGN, in_place: false, ..Default::default() });
+    let no_ip = plan_memory_with(
+        &g,
+        &kernels,
+        &outs,
+        &MemoryOptions { alignment: ALIGN, in_place: false, ..Default::default() },
+    );
     let ip = plan_memory(&g, &kernels, &outs, ALIGN);
     eprintln!(
         "chain of {n}: naive {} / lower bound {} / arena {} (no in-place) / arena {} (in-place)",

@@ -99,7 +99,7 @@ fn matmul_broadcasts_batches() {
     let c = f32c(&b, [3, 3, 2], &range(18).iter().map(|v| v - 5.0).collect::<Vec<_>>());
     let (dims, got) = eval1(&b, &a.matmul(&c).unwrap());
     assert_eq!(dims, vec![2, 3, 2, 2]);
-    let mut want = Vec::new();
+    let mut want: Vec<f64> = Vec::new();
     for i in 0..2 {
         for j in 0..3 {
             for m in 0..2 {

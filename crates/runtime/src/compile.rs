@@ -64,9 +64,11 @@ impl Device {
         }
     }
 
-    /// The limit in force for a compile: its own, and what the device limit leaves free.
-    fn limit_for(&self, opts: &CompileOptions) -> Option<u64> {
-        match (opts.memory_limit, self.pool.available()) {
+    /// The limit in force for a compile's own buffers: its `memory_limit` less the `bound`
+    /// bytes of store parameters it binds (the limit covers those too), and what the device
+    /// limit leaves free (the store is allocated already).
+    fn limit_for(&self, opts: &CompileOptions, bound: u64) -> Option<u64> {
+        match (opts.memory_limit.map(|l| l.saturating_sub(bound)), self.pool.available()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -87,7 +89,7 @@ impl Device {
         popts.updates = planned_updates(opts, outputs.len());
         let mut outs = outputs.to_vec();
         outs.extend(opts.updates.iter().map(|(_, node)| *node));
-        let limit = self.limit_for(opts);
+        let limit = self.limit_for(opts, 0);
         let mixed = if opts.mixed_precision {
             let (g, mixed_outs) = opts.mixed(graph, &outs)?;
             outs = mixed_outs;
@@ -133,13 +135,20 @@ impl Device {
 
     /// The largest batch in `1..=max_batch` whose plan fits `limit` bytes on this device,
     /// asking the planner only (no allocation, no dispatch); `None` if batch 1 does not fit.
-    pub fn largest_batch(
+    pub fn largest_batch<E: std::fmt::Display>(
         self: &Arc<Self>,
-        build: impl Fn(usize) -> fusegraph_ir::Result<(Graph, Vec<NodeId>)>,
+        build: impl Fn(usize) -> std::result::Result<(Graph, Vec<NodeId>), E>,
         limit: u64,
         opts: &CompileOptions,
         max_batch: usize,
     ) -> Result<Option<usize>> {
+        // A model's own error (a layer's, say) reaches the planner as the op that failed.
+        let build = |n: usize| {
+            build(n).map_err(|e| fusegraph_ir::IrError::Type {
+                op: "largest_batch".into(),
+                detail: format!("recording batch {n}: {e}"),
+            })
+        };
         Ok(fusegraph_passes::largest_batch(build, limit, &self.plan_options(opts), max_batch)?)
     }
 
@@ -258,6 +267,7 @@ impl Device {
             graph.check(o)?;
         }
         let (declared_inputs, declared_params) = declared(graph, opts)?;
+        let user_output_nodes = outputs.to_vec();
         if let Some(store) = store {
             check_store(store, &declared_params)?;
         }
@@ -277,7 +287,12 @@ impl Device {
         let limits = self.limits();
         let mut popts = self.plan_options(opts);
         popts.external_parameters = store.is_some();
-        let limit = self.limit_for(opts);
+        // Bytes of the store's parameters this executable binds.
+        let bound: u64 = match store {
+            Some(_) => declared_params.values().map(|t| t.buffer_bytes() as u64).sum(),
+            None => 0,
+        };
+        let limit = self.limit_for(opts, bound);
         popts.remat = opts.remat;
         // Updates are planned in place where safe (their values follow the user's outputs).
         popts.updates = planned_updates(opts, user_outputs);
@@ -297,7 +312,7 @@ impl Device {
             .map(|j| (j.name.clone(), j))
             .collect();
         let (graph, outputs) = (&simplified, outs_vec.as_slice());
-        check_memory_limit(graph, outputs, &update_nodes, &mut planned, opts, limit)?;
+        check_memory_limit(graph, outputs, &update_nodes, &mut planned, opts, limit, bound)?;
         let (kernels, plan, prepared) = (planned.kernels, planned.plan, planned.prepared);
         let lower_opts = self.lower_options();
         let (tilings, subgroup, coop) = self.matmul_forms(graph, &kernels, opts, &lower_opts);
@@ -499,6 +514,7 @@ impl Device {
             workspace_bytes: workspace.iter().map(|t| t.size).sum(),
             prepared_kernels: prepared,
             combined_products,
+            store_bytes: bound,
             device_bytes: arena_alloc.size
                 + persistent_alloc.size
                 + staging_alloc.size
@@ -512,6 +528,7 @@ impl Device {
             declared_inputs,
             declared_params,
             outputs: outs,
+            output_nodes: user_output_nodes,
             updates,
             arena: arena_alloc,
             persistent: persistent_alloc,
@@ -652,6 +669,7 @@ fn check_memory_limit(
     planned: &mut Planned,
     opts: &CompileOptions,
     limit: Option<u64>,
+    bound: u64,
 ) -> Result<()> {
     // The planner counts every output it was given as staging; update values stay on the
     // device and are never read back.
@@ -667,13 +685,17 @@ fn check_memory_limit(
         // Every buffer is at least 4 bytes, an empty region's too.
         let needed: u64 = [s.persistent_bytes, s.arena_bytes, s.staging_bytes].map(buffer_bytes).iter().sum();
         if needed > limit {
+            // Against the compile's own limit, reported with the store parameters the
+            // executable binds, as that limit counts them.
+            let with_store = opts.memory_limit.is_some_and(|l| l.saturating_sub(bound) == limit);
+            let bound = if with_store { bound } else { 0 };
             return Err(RuntimeError::ResourceExhausted {
                 graph: opts.name.clone().unwrap_or_else(|| format!("a graph of {} nodes", graph.len())),
-                needed,
-                persistent: s.persistent_bytes,
+                needed: needed + bound,
+                persistent: s.persistent_bytes + bound,
                 arena: s.arena_bytes,
                 staging: s.staging_bytes,
-                limit,
+                limit: limit + bound,
                 lower_bound: s.lower_bound_bytes,
                 largest: s
                     .peak_values

@@ -53,6 +53,14 @@ pub enum RuntimeError {
         /// The names the executable takes.
         inputs: String,
     },
+    /// A feed was named by a tensor handle that is not an input.
+    #[error("run: feed {node} ({ty}) is not an input; feed the inputs the graph was recorded with")]
+    NotAnInput {
+        /// The node and its op.
+        node: String,
+        /// Its type.
+        ty: TensorType,
+    },
     /// A feed or parameter value had the wrong type.
     #[error("{what} `{name}`: expected {expected}, got {got}")]
     WrongType {

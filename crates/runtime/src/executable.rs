@@ -98,6 +98,10 @@ pub struct ExecutableStats {
     /// ([`crate::CompileOptions::combine_products`]), and the batched products they became:
     /// `(products, combined)`; `(0, 0)` where none combined.
     pub combined_products: (usize, usize),
+    /// Bytes of the parameter store's parameters the executable binds
+    /// ([`crate::ParamStore::compile`]; 0 without a store). The store holds them, once
+    /// however many executables bind them; they are not part of `device_bytes`.
+    pub store_bytes: u64,
     /// Bytes of device memory the executable holds: its buffers (arena, persistent, staging,
     /// as allocated; a reused cached buffer may be up to 25% larger than planned) and its
     /// workspace textures.
@@ -175,6 +179,8 @@ pub struct Executable {
     pub(crate) declared_inputs: BTreeMap<String, TensorType>,
     pub(crate) declared_params: BTreeMap<String, TensorType>,
     pub(crate) outputs: Vec<(Slot, u64)>,
+    /// The outputs' nodes in the graph given to `compile`.
+    pub(crate) output_nodes: Vec<NodeId>,
     /// Copies from an update value to its parameter after every run.
     pub(crate) updates: Vec<(Location, Location)>,
     pub(crate) arena: Allocation,
@@ -551,9 +557,14 @@ impl Executable {
     /// they were given to `compile`. All kernels go in one command buffer and one submit.
     /// Errors (missing, unknown or mis-typed feeds, unset parameters) come before anything is
     /// written or dispatched.
-    pub fn run(&self, feeds: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
+    ///
+    /// Feeds are named by input name (`("x", &xv)`) or by the input's tensor handle
+    /// (`(&x, &xv)`); the outputs are also found by handle ([`crate::Outputs::value`]).
+    pub fn run<K: crate::FeedName>(&self, feeds: &[(K, &HostTensor)]) -> Result<crate::Outputs> {
+        let names = feeds.iter().map(|(k, _)| k.feed_name()).collect::<Result<Vec<_>>>()?;
+        let feeds: Vec<(&str, &HostTensor)> = names.iter().map(|n| n.as_ref()).zip(feeds.iter().map(|f| f.1)).collect();
         let _running = self.take_turn();
-        self.run_in_turn(feeds)
+        Ok(crate::Outputs::new(self.run_in_turn(&feeds)?, self.output_nodes.clone()))
     }
 
     /// Waits until no other thread runs this executable; runs hold the guard throughout.

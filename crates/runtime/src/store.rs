@@ -158,12 +158,8 @@ impl ParamStore {
                 None => {
                     let mut slack = 0;
                     let bytes = value.ty().buffer_bytes() as u64;
-                    let alloc = self.inner.device.allocate(
-                        Kind::Storage,
-                        bytes,
-                        &mut slack,
-                        &format!("parameter `{name}`"),
-                    )?;
+                    let alloc =
+                        self.inner.device.allocate(Kind::Storage, bytes, &mut slack, &format!("parameter `{name}`"))?;
                     added.insert(name.to_string(), Entry { ty: value.ty(), alloc });
                 }
             }
@@ -256,9 +252,7 @@ impl ParamStore {
     pub fn load(&self, tensors: &BTreeMap<String, HostTensor>, source: &str) -> Result<()> {
         for (name, ty) in self.parameters() {
             match tensors.get(&name) {
-                None => {
-                    return Err(RuntimeError::MissingInCheckpoint { name, ty, file: source.to_string() })
-                }
+                None => return Err(RuntimeError::MissingInCheckpoint { name, ty, file: source.to_string() }),
                 Some(t) if t.ty() != ty => {
                     return Err(RuntimeError::WrongType { what: "checkpoint tensor", name, expected: ty, got: t.ty() })
                 }

@@ -3,10 +3,10 @@
 //! grammar, both generated in-process from a seed (no downloads), trained with Adam.
 
 use fusegraph::train::{
-    build_step, cross_entropy, record_segment, Adam, Forward, Result, TrainOptions, TrainStep, Trainer,
+    build_step, cross_entropy, record_segment, Adam, Objective, Result, TrainOptions, TrainStep, Trainer,
 };
 use fusegraph::{DType, Device, GraphBuilder, HostTensor};
-use fusegraph_nn::{Embedding, Init, LayerNorm, Linear, Params, TransformerBlock};
+use fusegraph_nn::{Forward, Gpt, GptConfig, MlpClassifier, Module, Params, Scope};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -66,6 +66,8 @@ pub struct Setup {
     pub step: TrainStep,
     /// Initial parameters and state.
     pub params: Params,
+    /// The model.
+    pub model: Model,
     data: Data,
 }
 
@@ -162,99 +164,130 @@ fn tokenize(text: &str) -> Vec<i32> {
         .collect()
 }
 
-/// An MLP classifier to train: inputs `"x"` f32 `[batch, dims[0]]` and `"y"` i32
-/// `[batch]` (class indices), linear layers `"fc{i}"` with ReLU between them (each hidden
-/// layer one checkpoint segment), and the cross-entropy of the logits. `dims` needs at
-/// least two entries.
-pub fn mlp(b: &GraphBuilder, params: &mut Params, batch: usize, dims: &[usize]) -> Result<Forward> {
-    if dims.len() < 2 {
-        return Err(fusegraph::train::TrainError::Config(format!(
-            "mlp: dims {dims:?} needs an input and an output width"
-        )));
-    }
-    let x = b.input("x", DType::F32, [batch, dims[0]])?;
+/// The MLP classifier of the task: linear layers `fc{i}` of widths `dims`, ReLU between
+/// them.
+pub fn mlp_model(dims: &[usize]) -> Result<MlpClassifier> {
+    Ok(MlpClassifier::new(&Scope::root(), dims)?)
+}
+
+/// The MLP's objective at `batch`: inputs `"x"` f32 `[batch, dims[0]]` and `"y"` i32
+/// `[batch]` (class indices), the model's logits (each hidden layer one checkpoint segment)
+/// and their cross-entropy.
+pub fn mlp(b: &GraphBuilder, model: &MlpClassifier, batch: usize) -> Result<Objective> {
+    let x = b.input("x", DType::F32, [batch, model.layers[0].in_dim()])?;
     let y = b.input("y", DType::I32, [batch])?;
+    let (hidden, last) = model.layers.split_at(model.layers.len() - 1);
     let mut h = x;
     let mut segments = Vec::new();
-    let last = dims.len() - 2;
-    for i in 0..last {
-        let (r, seg) = record_segment(b, || -> Result<_> {
-            Ok(Linear::new(b, params, &format!("fc{i}"), dims[i], dims[i + 1], true)?.forward(&h)?.relu()?)
-        });
+    for layer in hidden {
+        let (r, seg) = record_segment(b, || -> Result<_> { Ok(layer.forward(&h)?.relu()?) });
         h = r?;
         segments.push(seg);
     }
-    let logits = Linear::new(b, params, &format!("fc{last}"), dims[last], dims[last + 1], true)?.forward(&h)?;
+    let logits = last[0].forward(&h)?;
     let loss = cross_entropy(&logits, &y)?;
-    Ok(Forward { output: logits, loss, segments })
+    Ok(Objective { output: logits, loss, segments })
 }
 
-/// A GPT-2 style character LM to train (as `fusegraph_nn::models::gpt` with a vocabulary,
-/// with each transformer block one checkpoint segment): inputs `"ids"` and `"targets"`
-/// i32 `[batch, seq]`, embeddings `"wte"`/`"wpe"`, `layers` causal blocks `"h.{i}"`, a
-/// final layer norm, tied output weights, and the cross-entropy over the vocabulary.
-#[allow(clippy::too_many_arguments)]
-pub fn lm(
-    b: &GraphBuilder,
-    params: &mut Params,
-    batch: usize,
-    seq: usize,
+/// The GPT-2 style character LM of the task: a [`Gpt`] with a vocabulary, `layers` causal
+/// blocks, tied output weights, positions up to `max_seq`.
+pub fn lm_model(
     vocab: usize,
-    d: usize,
+    max_seq: usize,
+    d_model: usize,
     heads: usize,
     d_mlp: usize,
     layers: usize,
-) -> Result<Forward> {
+) -> Result<Gpt> {
+    Ok(Gpt::new(&Scope::root(), GptConfig { d_model, heads, d_mlp, layers, vocab: Some(vocab), max_seq })?)
+}
+
+/// The LM's objective at `[batch, seq]`: inputs `"ids"` and `"targets"` i32 `[batch, seq]`,
+/// the logits (each transformer block one checkpoint segment) and their cross-entropy over
+/// the vocabulary.
+pub fn lm(b: &GraphBuilder, model: &Gpt, batch: usize, seq: usize) -> Result<Objective> {
     let ids = b.input("ids", DType::I32, [batch, seq])?;
     let targets = b.input("targets", DType::I32, [batch, seq])?;
-    let table = params.parameter(b, "wte.weight", DType::F32, &[vocab, d], Init::Normal(0.02))?;
-    let wpe = params.parameter(b, "wpe.weight", DType::F32, &[seq, d], Init::Normal(0.01))?;
-    let mut h = Embedding { table: table.clone() }.forward(&ids)?.add(&wpe)?;
+    let mut h = model.embed(&ids)?;
     let mut segments = Vec::new();
-    for i in 0..layers {
-        let (r, seg) = record_segment(b, || -> Result<_> {
-            let block = TransformerBlock::new(b, params, &format!("h.{i}"), d, heads, d_mlp, true)?;
-            Ok(block.forward(&h)?)
-        });
+    for block in &model.blocks {
+        let (r, seg) = record_segment(b, || block.forward(&h));
         h = r?;
         segments.push(seg);
     }
-    let h = LayerNorm::new(b, params, "ln_f", d)?.forward(&h)?;
-    let logits = h.reshape([batch * seq, d])?.matmul(&table.t()?)?.reshape([batch, seq, vocab])?;
+    let logits = model.head(&h)?;
     let loss = cross_entropy(&logits, &targets)?;
-    Ok(Forward { output: logits, loss, segments })
+    Ok(Objective { output: logits, loss, segments })
+}
+
+/// The model of a demo.
+pub enum Model {
+    /// [`mlp_model`].
+    Mlp(MlpClassifier),
+    /// [`lm_model`].
+    Lm(Gpt),
+}
+
+impl Model {
+    /// The model as a module (its parameters).
+    pub fn module(&self) -> &dyn Module {
+        match self {
+            Model::Mlp(m) => m,
+            Model::Lm(m) => m,
+        }
+    }
+
+    /// The model's objective at `batch` (the LM at its training length).
+    pub fn objective(&self, b: &GraphBuilder, batch: usize) -> Result<Objective> {
+        match self {
+            Model::Mlp(m) => mlp(b, m, batch),
+            Model::Lm(m) => lm(b, m, batch, m.config.max_seq),
+        }
+    }
 }
 
 /// Records the model, loss and step for `cfg` (no device needed).
 pub fn build(cfg: &Config) -> Result<Setup> {
-    let b = GraphBuilder::new();
-    let mut params = Params::new(cfg.seed);
-    let (forward, data) = match cfg.task {
+    let (model, data, batch) = match cfg.task {
         Task::Mlp => {
             let (dim, hidden, layers, classes, batch) = mlp_sizes(cfg.quick);
             let mut dims = vec![dim];
             dims.extend(std::iter::repeat_n(hidden, layers));
             dims.push(classes);
-            let forward = mlp(&b, &mut params, batch, &dims)?;
             let (x, y) = blobs(cfg.seed, 4096, dim, classes);
-            (forward, Data::Blobs { x, y, dim, batch })
+            (Model::Mlp(mlp_model(&dims)?), Data::Blobs { x, y, dim, batch }, batch)
         }
         Task::Lm => {
             let (vocab, seq, d, heads, d_mlp, layers, batch) = lm_sizes(cfg.quick);
-            let forward = lm(&b, &mut params, batch, seq, vocab, d, heads, d_mlp, layers)?;
             let tokens = tokenize(&grammar_text(cfg.seed, 8192));
-            (forward, Data::Text { tokens, seq, batch, seed: cfg.seed })
+            (
+                Model::Lm(lm_model(vocab, seq, d, heads, d_mlp, layers)?),
+                Data::Text { tokens, seq, batch, seed: cfg.seed },
+                batch,
+            )
         }
     };
-    let step = build_step(&b, &mut params, &forward, &Adam::new(cfg.lr), &cfg.options)?;
-    Ok(Setup { step, params, data })
+    let mut params = Params::of(model.module(), cfg.seed)?;
+    let b = GraphBuilder::new();
+    let objective = model.objective(&b, batch)?;
+    let step = build_step(&b, &mut params, &objective, &Adam::new(cfg.lr), &cfg.options)?;
+    Ok(Setup { step, params, model, data })
 }
 
 impl Setup {
     /// The feeds of micro-batch `i` (deterministic in `i`).
     pub fn feeds(&self, i: usize) -> Result<Vec<(String, HostTensor)>> {
+        let batch = match &self.data {
+            Data::Blobs { batch, .. } | Data::Text { batch, .. } => *batch,
+        };
+        self.feeds_at(i, batch)
+    }
+
+    /// The feeds of micro-batch `i` at another `batch` size (an evaluation's, say).
+    pub fn feeds_at(&self, i: usize, batch: usize) -> Result<Vec<(String, HostTensor)>> {
+        let batch = &batch;
         match &self.data {
-            Data::Blobs { x, y, dim, batch } => {
+            Data::Blobs { x, y, dim, .. } => {
                 let n = y.len();
                 let rows: Vec<usize> = (0..*batch).map(|r| (i * batch + r) % n).collect();
                 let xs: Vec<f32> = rows.iter().flat_map(|&r| x[r * dim..(r + 1) * dim].iter().copied()).collect();
@@ -264,7 +297,7 @@ impl Setup {
                     ("y".into(), HostTensor::new([*batch], ys)?),
                 ])
             }
-            Data::Text { tokens, seq, batch, seed } => {
+            Data::Text { tokens, seq, seed, .. } => {
                 let mut r = Rng::new(seed.wrapping_add(1 + i as u64));
                 let (mut ids, mut targets) = (Vec::new(), Vec::new());
                 for _ in 0..*batch {

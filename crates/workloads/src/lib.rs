@@ -5,6 +5,7 @@ pub mod demo;
 pub mod plot;
 
 use fusegraph::{DType, Graph, GraphBuilder, HostTensor, NodeId, Tensor};
+use fusegraph_nn::{Forward, Gpt, GptConfig, MlpClassifier, NnError, Params, ResNet, Scope};
 
 /// A graph ready to compile and run.
 pub struct Workload {
@@ -129,42 +130,49 @@ pub fn softmax(n: usize, axis: usize) -> Workload {
     r.finish(format!("softmax_axis{axis}_{n}"), &[&y])
 }
 
-fn from_model(name: String, b: GraphBuilder, p: fusegraph_nn::Params, input: Tensor, out: Tensor) -> Workload {
-    let n = input.shape().numel();
-    let x = HostTensor::new(input.dims().to_vec(), random_values(7, n)).expect("sizes agree");
+/// A workload of `model` applied to an f32 input `"x"` of `dims`, with parameters drawn from
+/// `seed`.
+fn from_model(name: String, model: &dyn Forward, dims: &[usize], seed: u64) -> Result<Workload, NnError> {
+    let p = Params::of(model, seed)?;
+    let b = GraphBuilder::new();
+    let input = b.input("x", DType::F32, dims.to_vec())?;
+    let out = model.forward(&input)?;
+    let x = HostTensor::new(dims.to_vec(), random_values(7, dims.iter().product())).expect("sizes agree");
     let params = p.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    Workload { name, graph: b.graph(), outputs: vec![out.id()], feeds: vec![("x".into(), x)], params, updates: vec![] }
+    Ok(Workload {
+        name,
+        graph: b.graph(),
+        outputs: vec![out.id()],
+        feeds: vec![("x".into(), x)],
+        params,
+        updates: vec![],
+    })
 }
 
 /// The `mlp` example network: 784-1024-1024-10 with ReLU and softmax at `batch`
 /// (784-256-256-10 with `quick`).
-pub fn mlp(batch: usize, quick: bool) -> Result<Workload, fusegraph_nn::NnError> {
+pub fn mlp(batch: usize, quick: bool) -> Result<Workload, NnError> {
     let dims: &[usize] = if quick { &[784, 256, 256, 10] } else { &[784, 1024, 1024, 10] };
-    let b = GraphBuilder::new();
-    let mut p = fusegraph_nn::Params::new(1);
-    let (x, y) = fusegraph_nn::models::mlp(&b, &mut p, batch, dims)?;
-    Ok(from_model(format!("mlp_b{batch}"), b, p, x, y))
+    let model = MlpClassifier::new(&Scope::root(), dims)?;
+    from_model(format!("mlp_b{batch}"), &model, &[batch, dims[0]], 1)
 }
 
 /// The `cnn` example network: a ResNet-style net on 3×32×32 inputs (channels 16-32-64, or
 /// 8-16-32 with `quick`), 10 classes.
-pub fn cnn(batch: usize, quick: bool) -> Result<Workload, fusegraph_nn::NnError> {
+pub fn cnn(batch: usize, quick: bool) -> Result<Workload, NnError> {
     let channels = if quick { [8, 16, 32] } else { [16, 32, 64] };
-    let b = GraphBuilder::new();
-    let mut p = fusegraph_nn::Params::new(2);
-    let (x, y) = fusegraph_nn::models::resnet(&b, &mut p, batch, channels, 10)?;
-    Ok(from_model(format!("cnn_b{batch}"), b, p, x, y))
+    let model = ResNet::new(&Scope::root(), channels, 10)?;
+    from_model(format!("cnn_b{batch}"), &model, &[batch, 3, 32, 32], 2)
 }
 
 /// The `transformer` example network: GPT-2-small-shaped decoder blocks (d_model 768, 12
 /// heads, MLP 3072, causal) at sequence `seq`, batch 1; with `quick` d_model 128, 4 heads,
 /// MLP 512.
-pub fn transformer(seq: usize, layers: usize, quick: bool) -> Result<Workload, fusegraph_nn::NnError> {
-    let (d, heads, mlp) = if quick { (128, 4, 512) } else { (768, 12, 3072) };
-    let b = GraphBuilder::new();
-    let mut p = fusegraph_nn::Params::new(3);
-    let (x, y) = fusegraph_nn::models::gpt(&b, &mut p, 1, seq, d, heads, mlp, layers, None)?;
-    Ok(from_model(format!("transformer_s{seq}_l{layers}"), b, p, x, y))
+pub fn transformer(seq: usize, layers: usize, quick: bool) -> Result<Workload, NnError> {
+    let (d_model, heads, d_mlp) = if quick { (128, 4, 512) } else { (768, 12, 3072) };
+    let cfg = GptConfig { d_model, heads, d_mlp, layers, vocab: None, max_seq: seq };
+    let model = Gpt::new(&Scope::root(), cfg)?;
+    from_model(format!("transformer_s{seq}_l{layers}"), &model, &[1, seq, d_model], 3)
 }
 
 /// The example networks at their bench sizes (small with `quick`).

@@ -34,3 +34,15 @@ pub fn random(shape: &[usize], seed: u32) -> HostTensor {
 pub fn f32s(t: &HostTensor) -> Vec<f32> {
     t.as_slice::<f32>().expect("f32 tensor").to_vec()
 }
+
+/// The scope `name` under the root (`name` may hold dots).
+pub fn at(name: &str) -> fusegraph_nn::Scope {
+    fusegraph_nn::Scope::root().at(name)
+}
+
+/// `m` with its parameters given values in `p`.
+pub fn init<M: fusegraph_nn::Module>(p: &mut Params, m: fusegraph_nn::Result<M>) -> fusegraph_nn::Result<M> {
+    let m = m?;
+    p.init(&m)?;
+    Ok(m)
+}
