@@ -1,6 +1,8 @@
 //! Trains a model with one executable per step (forward, backward, Adam update on the device):
 //! an MLP on Gaussian blobs or a small GPT-style character LM on grammar text, both generated
-//! in-process.
+//! in-process; then evaluates it at another batch size with a second executable bound to the
+//! same parameter store. The models are `fusegraph::nn`'s (`MlpClassifier`, `Gpt`); their
+//! objectives and the loop are in `fusegraph_workloads::demo`.
 //!
 //! `cargo run --release --example train -- [--model mlp|lm] [--steps N] [--quick]
 //! [--accumulate N] [--mixed-precision] [--checkpoint] [--memory-limit BYTES] [--json PATH]`
@@ -101,6 +103,11 @@ fn train(cfg: &Config, json: Option<&Path>) -> Result<(), Box<dyn std::error::Er
     if let Some(s) = report.loss_scale {
         println!("loss scale    {s}");
     }
+    println!(
+        "evaluation    loss {:.4} at batch {} (another executable bound to the trainer's store: {} B of weights and \
+         optimizer state, held once)",
+        report.eval_loss, report.eval_batch, report.store_bytes
+    );
     if let Some(path) = json {
         std::fs::write(path, report.to_json() + "\n")?;
         println!("wrote {}", path.display());

@@ -39,6 +39,11 @@ pub use jit::{Jit, Signature};
 
 pub use logging::init_logging;
 
+/// The README's Rust example, compiled as a doc test so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// Layers, losses, optimizers and parameter initialization (the `fusegraph-nn` crate).
 pub use fusegraph_nn as nn;
 

@@ -53,7 +53,7 @@
 //! ```
 
 use crate::{grad, CompileOptions, DType, Device, Executable, FusionMode, Graph, GraphBuilder, HostTensor, NodeId};
-use crate::{Op, ParamStore, Tensor, TensorType};
+use crate::{FeedName, Op, ParamStore, Tensor, TensorType};
 use fusegraph_nn::{Init, Params};
 use fusegraph_passes::checkpoint::checkpoint;
 use fusegraph_passes::{PlanOptions, PlanSummary};
@@ -618,12 +618,14 @@ impl Trainer {
     }
 
     /// Runs one micro-batch (one optimizer step without accumulation) with `feeds` (every
-    /// model input; the `"apply"` input is fed here).
-    pub fn step(&mut self, feeds: &[(&str, &HostTensor)]) -> Result<StepResult> {
+    /// model input, by name or handle; the `"apply"` input is fed here).
+    pub fn step<K: FeedName>(&mut self, feeds: &[(K, &HostTensor)]) -> Result<StepResult> {
         let n = self.step.options.accumulate;
         let window_end = self.micro + 1 == n;
         let apply = HostTensor::new(Vec::<usize>::new(), vec![if window_end { 1.0f32 } else { 0.0 }])?;
-        let mut all: Vec<(&str, &HostTensor)> = feeds.to_vec();
+        let names = feeds.iter().map(|(k, _)| k.feed_name()).collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut all: Vec<(&str, &HostTensor)> =
+            names.iter().map(|n| n.as_ref()).zip(feeds.iter().map(|f| f.1)).collect();
         if n > 1 {
             all.push((APPLY, &apply));
         }

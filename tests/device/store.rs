@@ -153,3 +153,48 @@ fn the_device_limit_covers_the_store() {
     assert_eq!(store.len(), 1);
     assert_eq!(device.memory_allocated(), 2048);
 }
+
+#[test]
+fn a_compile_limit_counts_the_store_parameters_it_binds() {
+    let device = fresh();
+    let store = ParamStore::new(&device);
+    store.insert_all([("w", &values(&[16, 32], 1)), ("b", &values(&[32], 2))]).unwrap();
+    let (g, y) = model(64);
+    let alone = store.compile(&g, &[y], &CompileOptions::default()).unwrap();
+    let s = alone.stats().clone();
+    drop(alone);
+    assert_eq!(s.store_bytes, (16 * 32 + 32) * 4);
+    // The executable's own buffers fit a limit that does not also hold its parameters.
+    let own = s.persistent_bytes.max(4) + s.arena_bytes + s.staging_bytes;
+    let opts = CompileOptions { memory_limit: Some(own + s.store_bytes / 2), remat: false, ..Default::default() };
+    match store.compile(&g, &[y], &opts) {
+        Err(RuntimeError::ResourceExhausted { needed, limit, persistent, .. }) => {
+            assert!(needed > limit && persistent >= s.store_bytes, "{needed} {limit} {persistent}");
+        }
+        other => panic!("expected ResourceExhausted, got {:?}", other.map(|_| ())),
+    }
+    let fits = CompileOptions { memory_limit: Some(own + s.store_bytes), ..opts };
+    store.compile(&g, &[y], &fits).unwrap();
+}
+
+#[test]
+fn mixed_precision_reads_the_f32_store_and_casts_at_use() {
+    let device = fresh();
+    let store = ParamStore::new(&device);
+    let params = BTreeMap::from([("w".to_string(), values(&[16, 32], 1)), ("b".to_string(), values(&[32], 2))]);
+    store.insert_all(params.iter()).unwrap();
+    let (g, y) = model(8);
+    let exe = store.compile(&g, &[y], &CompileOptions { mixed_precision: true, ..Default::default() }).unwrap();
+    let x = values(&[8, 16], 3);
+    let got = exe.run(&[("x", &x)]).unwrap().remove(0);
+    assert_close(&got, &reference(8, &x, &params), 2e-2, 2e-2).unwrap();
+    // The store keeps its f32 values; the f16 copies are the executable's, hoisted.
+    assert_eq!(store.ty("w").unwrap().dtype, DType::F32);
+    assert!(exe.stats().prepared_kernels > 0);
+    let w = values(&[16, 32], 4);
+    store.insert("w", &w).unwrap();
+    let mut now = params.clone();
+    now.insert("w".into(), w);
+    let again = exe.run(&[("x", &x)]).unwrap().remove(0);
+    assert_close(&again, &reference(8, &x, &now), 2e-2, 2e-2).unwrap();
+}

@@ -73,7 +73,11 @@ pub struct CompileOptions {
     /// them to run again on the next run. What they leave for later kernels stays in the
     /// arena for the executable's life, so this can cost arena bytes; it is dropped where the
     /// plan would otherwise not fit the memory limit. Kernels that read a parameter `updates`
-    /// writes run every time. Off in [`crate::CompileOptions::unfused`] (the naive baseline).
+    /// writes run every time. With a [`crate::ParamStore`], any write to the store (an
+    /// insert, a load, another executable's training step) marks them to run again.
+    /// [`crate::ExecutableStats::prepared_kernels`] counts them; a graph whose every op reads
+    /// parameters alone is then computed once and returned as stored until a parameter
+    /// changes. Off in [`crate::CompileOptions::unfused`] (the naive baseline).
     pub hoist_parameters: bool,
     /// With fusion on, matrix products that share their left operand and whose weights are
     /// parameters of one shape that no update writes (attention's query, key and value

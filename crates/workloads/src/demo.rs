@@ -5,7 +5,7 @@
 use fusegraph::train::{
     build_step, cross_entropy, record_segment, Adam, Objective, Result, TrainOptions, TrainStep, Trainer,
 };
-use fusegraph::{DType, Device, GraphBuilder, HostTensor};
+use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor, ParamStore};
 use fusegraph_nn::{Forward, Gpt, GptConfig, MlpClassifier, Module, Params, Scope};
 use std::sync::Arc;
 use std::time::Instant;
@@ -275,12 +275,16 @@ pub fn build(cfg: &Config) -> Result<Setup> {
 }
 
 impl Setup {
+    /// The training batch size.
+    pub fn batch(&self) -> usize {
+        match &self.data {
+            Data::Blobs { batch, .. } | Data::Text { batch, .. } => *batch,
+        }
+    }
+
     /// The feeds of micro-batch `i` (deterministic in `i`).
     pub fn feeds(&self, i: usize) -> Result<Vec<(String, HostTensor)>> {
-        let batch = match &self.data {
-            Data::Blobs { batch, .. } | Data::Text { batch, .. } => *batch,
-        };
-        self.feeds_at(i, batch)
+        self.feeds_at(i, self.batch())
     }
 
     /// The feeds of micro-batch `i` at another `batch` size (an evaluation's, say).
@@ -350,6 +354,14 @@ pub struct Report {
     pub recomputed: usize,
     /// The final loss scale (mixed precision).
     pub loss_scale: Option<f32>,
+    /// The batch size of the evaluation after training (another graph, bound to the
+    /// trainer's parameter store).
+    pub eval_batch: usize,
+    /// The evaluation's mean loss over its micro-batches ([`evaluate`]).
+    pub eval_loss: f64,
+    /// Bytes of the parameter store (weights and optimizer state), held once on the device
+    /// for the training step and the evaluation.
+    pub store_bytes: u64,
 }
 
 impl Report {
@@ -393,6 +405,8 @@ pub fn run(cfg: &Config, device: &Arc<Device>, progress: Progress<'_>) -> Result
     let last = window_mean(&losses[losses.len().saturating_sub(tail)..]);
     times.sort_by(|a, b| a.total_cmp(b));
     let median = times.get(times.len() / 2).copied().unwrap_or(f64::NAN);
+    let eval_batch = setup.batch() * 2 + 1;
+    let eval_loss = evaluate(&setup, trainer.store(), eval_batch, 4)?;
     let stats = trainer.executable().stats();
     Ok(Report {
         model: cfg.task.name().into(),
@@ -410,5 +424,27 @@ pub fn run(cfg: &Config, device: &Arc<Device>, progress: Progress<'_>) -> Result
         checkpoint: setup.step.options.checkpoint,
         recomputed: setup.step.recomputed,
         loss_scale: trainer.loss_scale()?,
+        eval_batch,
+        eval_loss,
+        store_bytes: trainer.store().bytes(),
     })
+}
+
+/// The mean loss of the model over `batches` micro-batches of `batch` rows not drawn in
+/// training,
+/// compiled at that batch against `store` (the trainer's: the weights as trained, no copy).
+pub fn evaluate(setup: &Setup, store: &ParamStore, batch: usize, batches: usize) -> Result<f64> {
+    let b = GraphBuilder::new();
+    let objective = setup.model.objective(&b, batch)?;
+    let opts = CompileOptions { name: Some("evaluation".into()), ..Default::default() };
+    let exe = store.compile(&b.graph(), &[objective.loss.id()], &opts)?;
+    let mut total = 0.0;
+    for i in 0..batches {
+        // Micro-batch indices no run of the demo trains on (the blobs repeat their 4096
+        // samples, so for the MLP these are training samples again).
+        let feeds = setup.feeds_at(1_000_000 + i, batch)?;
+        let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        total += exe.run(&refs)?[0].to_f64()[0];
+    }
+    Ok(total / batches.max(1) as f64)
 }

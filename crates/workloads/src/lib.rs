@@ -26,6 +26,25 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// `model` applied to an f32 input `"x"` of `dims` (random values), with parameters
+    /// drawn from `seed`.
+    pub fn of_model(name: String, model: &dyn Forward, dims: &[usize], seed: u64) -> Result<Workload, NnError> {
+        let p = Params::of(model, seed)?;
+        let b = GraphBuilder::new();
+        let input = b.input("x", DType::F32, dims.to_vec())?;
+        let out = model.forward(&input)?;
+        let x = HostTensor::new(dims.to_vec(), random_values(7, dims.iter().product()))?;
+        let params = p.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        Ok(Workload {
+            name,
+            graph: b.graph(),
+            outputs: vec![out.id()],
+            feeds: vec![("x".into(), x)],
+            params,
+            updates: vec![],
+        })
+    }
+
     /// Feeds as the `(name, &tensor)` pairs `Executable::run` takes.
     pub fn feed_refs(&self) -> Vec<(&str, &HostTensor)> {
         self.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect()
@@ -130,31 +149,12 @@ pub fn softmax(n: usize, axis: usize) -> Workload {
     r.finish(format!("softmax_axis{axis}_{n}"), &[&y])
 }
 
-/// A workload of `model` applied to an f32 input `"x"` of `dims`, with parameters drawn from
-/// `seed`.
-fn from_model(name: String, model: &dyn Forward, dims: &[usize], seed: u64) -> Result<Workload, NnError> {
-    let p = Params::of(model, seed)?;
-    let b = GraphBuilder::new();
-    let input = b.input("x", DType::F32, dims.to_vec())?;
-    let out = model.forward(&input)?;
-    let x = HostTensor::new(dims.to_vec(), random_values(7, dims.iter().product())).expect("sizes agree");
-    let params = p.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    Ok(Workload {
-        name,
-        graph: b.graph(),
-        outputs: vec![out.id()],
-        feeds: vec![("x".into(), x)],
-        params,
-        updates: vec![],
-    })
-}
-
 /// The `mlp` example network: 784-1024-1024-10 with ReLU and softmax at `batch`
 /// (784-256-256-10 with `quick`).
 pub fn mlp(batch: usize, quick: bool) -> Result<Workload, NnError> {
     let dims: &[usize] = if quick { &[784, 256, 256, 10] } else { &[784, 1024, 1024, 10] };
     let model = MlpClassifier::new(&Scope::root(), dims)?;
-    from_model(format!("mlp_b{batch}"), &model, &[batch, dims[0]], 1)
+    Workload::of_model(format!("mlp_b{batch}"), &model, &[batch, dims[0]], 1)
 }
 
 /// The `cnn` example network: a ResNet-style net on 3×32×32 inputs (channels 16-32-64, or
@@ -162,7 +162,7 @@ pub fn mlp(batch: usize, quick: bool) -> Result<Workload, NnError> {
 pub fn cnn(batch: usize, quick: bool) -> Result<Workload, NnError> {
     let channels = if quick { [8, 16, 32] } else { [16, 32, 64] };
     let model = ResNet::new(&Scope::root(), channels, 10)?;
-    from_model(format!("cnn_b{batch}"), &model, &[batch, 3, 32, 32], 2)
+    Workload::of_model(format!("cnn_b{batch}"), &model, &[batch, 3, 32, 32], 2)
 }
 
 /// The `transformer` example network: GPT-2-small-shaped decoder blocks (d_model 768, 12
@@ -172,7 +172,7 @@ pub fn transformer(seq: usize, layers: usize, quick: bool) -> Result<Workload, N
     let (d_model, heads, d_mlp) = if quick { (128, 4, 512) } else { (768, 12, 3072) };
     let cfg = GptConfig { d_model, heads, d_mlp, layers, vocab: None, max_seq: seq };
     let model = Gpt::new(&Scope::root(), cfg)?;
-    from_model(format!("transformer_s{seq}_l{layers}"), &model, &[1, seq, d_model], 3)
+    Workload::of_model(format!("transformer_s{seq}_l{layers}"), &model, &[1, seq, d_model], 3)
 }
 
 /// The example networks at their bench sizes (small with `quick`).
