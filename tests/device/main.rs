@@ -27,6 +27,7 @@ mod combine;
 mod conv_implicit_gemm;
 mod cpu_loop_budget;
 mod device_ops;
+mod dynamic;
 mod errors;
 mod excess_precision;
 mod fuzz_device;

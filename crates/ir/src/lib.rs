@@ -13,6 +13,7 @@
 mod builder;
 pub mod dot;
 mod dtype;
+mod dynamic;
 mod error;
 mod graph;
 mod host;
