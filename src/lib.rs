@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod generate;
 mod jit;
 mod logging;
 pub mod train;

@@ -41,7 +41,11 @@ fn dynamic_slices_match_a_hand_computation_at_every_start() {
             }
             for j in 0..dim {
                 for c in 0..cols {
-                    let v = if (s..s + len).contains(&j) { us[(r * len + j - s) * cols + c] } else { xs[(r * dim + j) * cols + c] };
+                    let v = if (s..s + len).contains(&j) {
+                        us[(r * len + j - s) * cols + c]
+                    } else {
+                        xs[(r * dim + j) * cols + c]
+                    };
                     want_update.push(v + 1.0);
                 }
             }
@@ -75,7 +79,8 @@ fn gradients_flow_to_the_window_and_around_it() {
     let ws = wv.to_f64();
     let out = exe.run(&[("w", &wv), ("pos", &scalar(3))]).unwrap();
     // ∂/∂x: w outside rows 3..5, 0 inside; plus 1 on the sliced rows 3..6.
-    let gx: Vec<f64> = (0..12).map(|i| if (6..10).contains(&i) { 0.0 } else { ws[i] } + if i >= 6 { 1.0 } else { 0.0 }).collect();
+    let gx: Vec<f64> =
+        (0..12).map(|i| if (6..10).contains(&i) { 0.0 } else { ws[i] } + if i >= 6 { 1.0 } else { 0.0 }).collect();
     let gu: Vec<f64> = ws[6..10].to_vec();
     let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6);
     assert!(close(&out[0].to_f64(), &gx), "{:?} vs {gx:?}", out[0].to_f64());

@@ -23,6 +23,7 @@ mod common;
 
 mod attention;
 mod autotune;
+mod checkpoints;
 mod combine;
 mod conv_implicit_gemm;
 mod cpu_loop_budget;

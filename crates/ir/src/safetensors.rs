@@ -95,8 +95,9 @@ fn encode(t: &HostTensor) -> (Dtype, Vec<u8>) {
     }
 }
 
-/// A host tensor from a safetensors view.
-fn decode(name: &str, view: &TensorView<'_>) -> Result<HostTensor, SafetensorsError> {
+/// A host tensor from a safetensors view (`name` is its key, for errors): F32, F16, I32 and
+/// U32 as themselves, BF16 widened to f32, BOOL and U8 as bool.
+pub fn decode(name: &str, view: &TensorView<'_>) -> Result<HostTensor, SafetensorsError> {
     let shape = Shape::new(view.shape());
     let raw = view.data();
     let words = || raw.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);

@@ -12,6 +12,41 @@ pub enum NnError {
     /// Reading or writing a safetensors file failed.
     #[error(transparent)]
     Checkpoint(#[from] fusegraph_ir::safetensors::SafetensorsError),
+    /// A checkpoint has no tensor for a parameter of the model.
+    #[error("checkpoint {file}: no tensor for parameter `{param}`{}", expected.as_ref().map(|t| format!(" ({t})")).unwrap_or_default())]
+    MissingKey {
+        /// The key looked for.
+        key: String,
+        /// The model's parameter path (empty when a key was asked for directly).
+        param: String,
+        /// The parameter's type.
+        expected: Option<TensorType>,
+        /// The checkpoint.
+        file: String,
+    },
+    /// A checkpoint tensor names no parameter of the model (and is not dropped by the key
+    /// map).
+    #[error("checkpoint {file}: tensor `{key}` matches no parameter of the model")]
+    UnknownKey {
+        /// The key.
+        key: String,
+        /// The checkpoint.
+        file: String,
+    },
+    /// A checkpoint tensor's shape differs from its parameter's.
+    #[error("checkpoint {file}: tensor `{key}` is {got}; parameter `{param}` is {expected}")]
+    KeyShape {
+        /// The key.
+        key: String,
+        /// The parameter's path.
+        param: String,
+        /// The parameter's type.
+        expected: TensorType,
+        /// The tensor's type in the file (after any transpose).
+        got: TensorType,
+        /// The checkpoint.
+        file: String,
+    },
     /// A parameter that [`crate::Params`] holds is absent from a loaded weight file.
     #[error("parameter `{name}` is missing")]
     Missing {

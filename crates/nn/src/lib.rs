@@ -34,7 +34,9 @@
 
 mod attention;
 mod blocks;
+pub mod checkpoint;
 mod error;
+pub mod gpt2;
 mod init;
 mod layers;
 pub mod loss;
@@ -45,7 +47,9 @@ mod params;
 
 pub use attention::MultiHeadAttention;
 pub use blocks::{Mlp, ResidualBlock, TransformerBlock};
+pub use checkpoint::{Checkpoint, KeyMap};
 pub use error::{NnError, Result};
+pub use gpt2::{Gpt2, Gpt2Config};
 pub use init::Init;
 pub use layers::{Activation, BatchNorm2d, Conv2d, Conv2dConfig, Embedding, LayerNorm, Linear, RmsNorm};
 pub use loss::{cross_entropy, mse};

@@ -1,0 +1,224 @@
+//! Checkpoints written by other libraries, read into a model's parameters: safetensors files
+//! (memory-mapped: a tensor is converted from the mapped file, never read whole into memory
+//! first), a directory holding `model.safetensors`, or a sharded checkpoint's
+//! `model.safetensors.index.json` with its shards.
+//!
+//! A [`KeyMap`] says how the file's keys relate to the model's paths: prefixes to strip
+//! (`transformer.`), renames, keys to drop (buffers such as GPT-2's causal `attn.bias`, a
+//! tied head), and parameters stored transposed (PyTorch's `Linear` is `[out, in]`).
+//! [`Checkpoint::load`] checks everything before returning anything: every parameter found
+//! once with its shape, every key used or dropped, every dtype convertible (f32, f16 and bf16
+//! to what the model asks) — or a typed error naming the key. Loading into a device store
+//! (`ParamStore::insert_all`) is then all or nothing too.
+
+use crate::error::{NnError, Result};
+use crate::module::{Module, Param};
+use fusegraph_ir::safetensors::{decode, SafetensorsError};
+use fusegraph_ir::HostTensor;
+use safetensors::SafeTensors;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// How a checkpoint's keys map to a model's parameter paths.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KeyMap {
+    /// Prefixes a key may carry before the model's path (the first that matches is removed).
+    pub strip_prefixes: Vec<String>,
+    /// Exact renames, checkpoint key (after stripping) → model path.
+    pub renames: Vec<(String, String)>,
+    /// Keys dropped: a key ending in one of these (after stripping).
+    pub drop_suffixes: Vec<String>,
+    /// Parameters (by path suffix) whose 2-D tensor the file stores transposed.
+    pub transposed_suffixes: Vec<String>,
+}
+
+impl KeyMap {
+    /// Hugging Face GPT-2 (`GPT2Model`, `GPT2LMHeadModel`): `transformer.` stripped, the
+    /// causal-mask buffers (`attn.bias`, `attn.masked_bias`) and the tied `lm_head.weight`
+    /// dropped; `Conv1D` weights are `[in, out]` already.
+    pub fn gpt2() -> Self {
+        KeyMap {
+            strip_prefixes: vec!["transformer.".into()],
+            drop_suffixes: vec![".attn.bias".into(), ".attn.masked_bias".into(), "lm_head.weight".into()],
+            ..Default::default()
+        }
+    }
+
+    /// The model path of checkpoint key `key`, or `None` for a dropped key.
+    fn path_of(&self, key: &str) -> Option<String> {
+        let mut k = key;
+        if let Some(p) = self.strip_prefixes.iter().find(|p| key.starts_with(p.as_str())) {
+            k = &key[p.len()..];
+        }
+        if self.drop_suffixes.iter().any(|s| k.ends_with(s.as_str()) || key.ends_with(s.as_str())) {
+            return None;
+        }
+        match self.renames.iter().find(|(from, _)| from == k) {
+            Some((_, to)) => Some(to.clone()),
+            None => Some(k.to_string()),
+        }
+    }
+
+    fn transposed(&self, path: &str) -> bool {
+        self.transposed_suffixes.iter().any(|s| path.ends_with(s.as_str()))
+    }
+}
+
+/// An open checkpoint: its files mapped, and which file holds each key.
+pub struct Checkpoint {
+    source: PathBuf,
+    files: Vec<(PathBuf, memmap2::Mmap)>,
+    keys: BTreeMap<String, usize>,
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint").field("source", &self.source).field("tensors", &self.keys.len()).finish()
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> NnError + '_ {
+    move |source| NnError::Checkpoint(SafetensorsError::Io { path: path.to_path_buf(), source })
+}
+
+fn format(path: &Path, e: impl std::fmt::Display) -> NnError {
+    NnError::Checkpoint(SafetensorsError::Format(format!("{}: {e}", path.display())))
+}
+
+impl Checkpoint {
+    /// Opens a `.safetensors` file, a sharded checkpoint's `*.index.json`, or a directory
+    /// holding either (`model.safetensors.index.json` first, then `model.safetensors`).
+    /// Headers are read and checked here (a truncated file is an error naming it); tensor
+    /// data is read when loaded.
+    pub fn open(path: &Path) -> Result<Checkpoint> {
+        let path = if path.is_dir() {
+            let index = path.join("model.safetensors.index.json");
+            if index.exists() {
+                index
+            } else {
+                path.join("model.safetensors")
+            }
+        } else {
+            path.to_path_buf()
+        };
+        let shards: Vec<PathBuf> = if path.extension().is_some_and(|e| e == "json") {
+            let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format(&path, e))?;
+            let map =
+                v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| format(&path, "no `weight_map`"))?;
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let mut files: Vec<PathBuf> = map.values().filter_map(|f| f.as_str()).map(|f| dir.join(f)).collect();
+            files.sort();
+            files.dedup();
+            files
+        } else {
+            vec![path.clone()]
+        };
+        let mut files = Vec::new();
+        let mut keys = BTreeMap::new();
+        for shard in shards {
+            let file = std::fs::File::open(&shard).map_err(io(&shard))?;
+            // SAFETY: the map is read-only; a checkpoint changed by another process while it
+            // is open is outside what this reader supports (as for every mmap reader).
+            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io(&shard))?;
+            let st = SafeTensors::deserialize(&map).map_err(|e| format(&shard, e))?;
+            for name in st.names() {
+                if keys.insert(name.to_string(), files.len()).is_some() {
+                    return Err(format(&shard, format!("tensor `{name}` is in two shards")));
+                }
+            }
+            files.push((shard, map));
+        }
+        Ok(Checkpoint { source: path, files, keys })
+    }
+
+    /// Every key, sorted.
+    pub fn keys(&self) -> Vec<String> {
+        self.keys.keys().cloned().collect()
+    }
+
+    /// The path it was opened from (the index file of a sharded checkpoint).
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// The tensor `key` as stored (bf16 widened to f32).
+    pub fn tensor(&self, key: &str) -> Result<HostTensor> {
+        let &file = self.keys.get(key).ok_or_else(|| NnError::MissingKey {
+            key: key.to_string(),
+            param: String::new(),
+            expected: None,
+            file: self.source.display().to_string(),
+        })?;
+        let (path, map) = &self.files[file];
+        let st = SafeTensors::deserialize(map).map_err(|e| format(path, e))?;
+        let view = st.tensor(key).map_err(|e| format(path, e))?;
+        Ok(decode(key, &view)?)
+    }
+
+    /// The values of every parameter of `module`, by path, read through `map`: each
+    /// converted to its parameter's dtype and checked against its shape (after a transpose
+    /// where `map` says so). Errors, before anything is returned: a parameter no key gives
+    /// ([`NnError::MissingKey`]), a key that names no parameter and is not dropped
+    /// ([`NnError::UnknownKey`]), a shape that differs ([`NnError::KeyShape`]), a dtype
+    /// fusegraph does not read (`SafetensorsError::Dtype`, naming the key).
+    pub fn load(&self, module: &dyn Module, map: &KeyMap) -> Result<BTreeMap<String, HostTensor>> {
+        let params: BTreeMap<String, Param> = module.params().into_iter().map(|p| (p.path().to_string(), p)).collect();
+        let mut key_of: BTreeMap<&str, &str> = BTreeMap::new();
+        for key in self.keys.keys() {
+            let Some(path) = map.path_of(key) else { continue };
+            let Some((path, _)) = params.get_key_value(&path) else {
+                return Err(NnError::UnknownKey { key: key.clone(), file: self.source.display().to_string() });
+            };
+            if let Some(other) = key_of.insert(path, key) {
+                return Err(NnError::UnknownKey {
+                    key: format!("{key} (parameter `{path}` is given by `{other}` too)"),
+                    file: self.source.display().to_string(),
+                });
+            }
+        }
+        let mut out = BTreeMap::new();
+        for (path, p) in &params {
+            let Some(&key) = key_of.get(path.as_str()) else {
+                return Err(NnError::MissingKey {
+                    key: path.clone(),
+                    param: path.clone(),
+                    expected: Some(p.ty().clone()),
+                    file: self.source.display().to_string(),
+                });
+            };
+            let mut t = self.tensor(key)?;
+            if map.transposed(path) && t.shape().rank() == 2 {
+                t = transpose2(&t)?;
+            }
+            let want = p.ty();
+            if t.shape() != &want.shape {
+                return Err(NnError::KeyShape {
+                    key: key.to_string(),
+                    param: path.clone(),
+                    expected: want.clone(),
+                    got: t.ty(),
+                    file: self.source.display().to_string(),
+                });
+            }
+            if t.dtype() != want.dtype {
+                t = HostTensor::from_f64(want.dtype, want.shape.clone(), &t.to_f64())?;
+            }
+            out.insert(path.clone(), t);
+        }
+        Ok(out)
+    }
+}
+
+/// The transpose of a 2-D tensor.
+fn transpose2(t: &HostTensor) -> Result<HostTensor> {
+    let (r, c) = (t.shape().dims()[0], t.shape().dims()[1]);
+    let v = t.to_f64();
+    let mut out = vec![0.0; r * c];
+    for i in 0..r {
+        for j in 0..c {
+            out[j * r + i] = v[i * c + j];
+        }
+    }
+    Ok(HostTensor::from_f64(t.dtype(), vec![c, r], &out)?)
+}

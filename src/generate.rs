@@ -1,0 +1,315 @@
+//! Text generation with a KV cache that stays on the device: [`Generator`] runs GPT-2
+//! ([`crate::nn::Gpt2`]) as a prefill executable (the prompt's keys and values written into
+//! the cache) and a decode-step executable (one token per sequence at a fed position,
+//! written into the cache in place of nothing else), both bound to the model's
+//! [`ParamStore`], where the caches live as parameters.
+//!
+//! A decode step attends to the whole cache under a mask of the positions written so far, so
+//! its work does not grow with the position: its time stays flat as the sequence grows.
+//! Sampling ([`Sampling`]) happens on the host from the last position's logits: greedy, or
+//! temperature, top-k and top-p with a seeded generator.
+
+use crate::nn::gpt2::Kv;
+use crate::nn::Gpt2;
+use crate::{CompileOptions, DType, Error, Executable, GraphBuilder, HostTensor, ParamStore, Result, Tensor};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// How the next token is chosen from the logits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    /// 0 for greedy (the first maximum); otherwise the logits are divided by it.
+    pub temperature: f64,
+    /// Keep only the `k` most likely tokens.
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of most likely tokens whose probability reaches `p` (at least
+    /// one).
+    pub top_p: Option<f64>,
+    /// Seed of the sampling generator.
+    pub seed: u64,
+}
+
+impl Sampling {
+    /// Greedy decoding.
+    pub fn greedy() -> Self {
+        Sampling { temperature: 0.0, top_k: None, top_p: None, seed: 0 }
+    }
+}
+
+/// What [`Generator::generate`] produced and how long it took.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generation {
+    /// Per sequence: the prompt followed by the new tokens.
+    pub tokens: Vec<Vec<i32>>,
+    /// Wall time of the prefill run (upload, run, readback of the last logits), in ms.
+    pub prefill_ms: f64,
+    /// Wall time of each decode step, in ms: `step_ms[i]` wrote position `prompt + i`.
+    pub step_ms: Vec<f64>,
+    /// New tokens over all sequences per second of decoding (prefill excluded).
+    pub tokens_per_s: f64,
+}
+
+/// GPT-2 compiled for generation at one batch size and cache length, bound to a store.
+pub struct Generator {
+    model: Gpt2,
+    store: ParamStore,
+    opts: CompileOptions,
+    batch: usize,
+    max_seq: usize,
+    caches: Vec<(String, String)>,
+    decode: Executable,
+    prefill: BTreeMap<usize, Executable>,
+}
+
+/// xorshift64* seeded through splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Rng((z ^ (z >> 31)) | 1)
+    }
+    fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+impl Generator {
+    /// Compiles the decode step of `model` for `batch` sequences of up to `max_seq`
+    /// positions (≤ the model's `n_positions`) against `store`, which must hold the model's
+    /// parameters; the caches are added to it (zeros, `kv_cache.b{batch}.{layer}.k` and `.v`,
+    /// `[batch, heads, max_seq, head width]` f32) unless present.
+    pub fn new(store: &ParamStore, model: &Gpt2, batch: usize, max_seq: usize, opts: CompileOptions) -> Result<Self> {
+        let c = model.config;
+        if batch == 0 || max_seq == 0 || max_seq > c.n_positions {
+            return Err(Error::Config(format!(
+                "generate: batch {batch} and max_seq {max_seq} must be ≥ 1, max_seq ≤ n_positions {}",
+                c.n_positions
+            )));
+        }
+        let shape = [batch, c.n_head, max_seq, model.head_dim()];
+        let zeros = HostTensor::new(shape, vec![0.0f32; shape.iter().product()])?;
+        let caches: Vec<(String, String)> =
+            (0..c.n_layer).map(|i| (format!("kv_cache.b{batch}.{i}.k"), format!("kv_cache.b{batch}.{i}.v"))).collect();
+        let missing: Vec<(&str, &HostTensor)> = caches
+            .iter()
+            .flat_map(|(k, v)| [k.as_str(), v.as_str()])
+            .filter(|n| store.ty(n).is_none())
+            .map(|n| (n, &zeros))
+            .collect();
+        store.insert_all(missing)?;
+        let b = GraphBuilder::new();
+        let ids = b.input("ids", DType::I32, [batch, 1])?;
+        let pos = b.input("pos", DType::I32, Vec::<usize>::new())?;
+        let cache = Self::cache_params(&b, &caches, shape)?;
+        let (logits, updated) = model.decode(&ids, &pos, &cache)?;
+        let last = logits.reshape([batch, c.vocab_size])?;
+        let decode = Self::compile(store, &b, &last, &caches, &updated, &opts, "decode step")?;
+        Ok(Generator {
+            model: model.clone(),
+            store: store.clone(),
+            opts,
+            batch,
+            max_seq,
+            caches,
+            decode,
+            prefill: BTreeMap::new(),
+        })
+    }
+
+    fn cache_params(b: &GraphBuilder, caches: &[(String, String)], shape: [usize; 4]) -> Result<Vec<Kv>> {
+        caches
+            .iter()
+            .map(|(k, v)| Ok((b.parameter(k, DType::F32, shape)?, b.parameter(v, DType::F32, shape)?)))
+            .collect()
+    }
+
+    fn compile(
+        store: &ParamStore,
+        b: &GraphBuilder,
+        out: &Tensor,
+        caches: &[(String, String)],
+        updated: &[Kv],
+        opts: &CompileOptions,
+        name: &str,
+    ) -> Result<Executable> {
+        let updates = caches
+            .iter()
+            .zip(updated)
+            .flat_map(|((kn, vn), (k, v))| [(kn.clone(), k.id()), (vn.clone(), v.id())])
+            .collect();
+        let opts = CompileOptions { updates, name: Some(name.into()), ..opts.clone() };
+        Ok(store.compile(&b.graph(), &[out.id()], &opts)?)
+    }
+
+    /// The prefill executable for prompts of `len` tokens (compiled on first use).
+    fn prefill(&mut self, len: usize) -> Result<&Executable> {
+        if !self.prefill.contains_key(&len) {
+            let (c, batch) = (self.model.config, self.batch);
+            let b = GraphBuilder::new();
+            let ids = b.input("ids", DType::I32, [batch, len])?;
+            let (logits, kvs) = self.model.prefill(&ids)?;
+            let last = logits
+                .slice(&[0, len - 1, 0], &[batch, len, c.vocab_size], &[1, 1, 1])?
+                .reshape([batch, c.vocab_size])?;
+            let shape = [batch, c.n_head, self.max_seq, self.model.head_dim()];
+            let cache = Self::cache_params(&b, &self.caches, shape)?;
+            let zero = b.scalar(DType::I32, 0.0)?;
+            let written = cache
+                .iter()
+                .zip(&kvs)
+                .map(|((kc, vc), (k, v))| {
+                    Ok((kc.dynamic_update_slice(k, &zero, 2)?, vc.dynamic_update_slice(v, &zero, 2)?))
+                })
+                .collect::<Result<Vec<Kv>>>()?;
+            let exe = Self::compile(&self.store, &b, &last, &self.caches, &written, &self.opts, "prefill")?;
+            self.prefill.insert(len, exe);
+        }
+        Ok(&self.prefill[&len])
+    }
+
+    /// The decode-step executable (its stats, its memory plan).
+    pub fn decode_executable(&self) -> &Executable {
+        &self.decode
+    }
+
+    /// Generates `new_tokens` tokens after each of `prompts` (one per sequence of the batch,
+    /// all of one length ≥ 1; prompt plus new tokens within `max_seq`).
+    pub fn generate(&mut self, prompts: &[Vec<i32>], new_tokens: usize, sampling: &Sampling) -> Result<Generation> {
+        let len = prompts.first().map_or(0, Vec::len);
+        if prompts.len() != self.batch || len == 0 || prompts.iter().any(|p| p.len() != len) {
+            return Err(Error::Config(format!(
+                "generate: {} prompt(s) of lengths {:?}; this generator takes {} of one length ≥ 1",
+                prompts.len(),
+                prompts.iter().map(Vec::len).collect::<Vec<_>>(),
+                self.batch
+            )));
+        }
+        if len + new_tokens > self.max_seq {
+            return Err(Error::Config(format!(
+                "generate: {len} prompt + {new_tokens} new tokens exceed max_seq {}",
+                self.max_seq
+            )));
+        }
+        let vocab = self.model.config.vocab_size as i32;
+        if let Some(t) = prompts.iter().flatten().find(|&&t| !(0..vocab).contains(&t)) {
+            return Err(Error::Config(format!("generate: token {t} is outside the vocabulary 0..{vocab}")));
+        }
+        let batch = self.batch;
+        let mut rng = Rng::new(sampling.seed);
+        let mut tokens: Vec<Vec<i32>> = prompts.to_vec();
+        let ids = HostTensor::new([batch, len], prompts.concat())?;
+        let start = Instant::now();
+        let logits = self.prefill(len)?.run(&[("ids", &ids)])?.remove(0);
+        let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
+        let mut next = sample_rows(&logits, sampling, &mut rng);
+        let mut step_ms = Vec::with_capacity(new_tokens);
+        for step in 0..new_tokens {
+            for (seq, &t) in tokens.iter_mut().zip(&next) {
+                seq.push(t);
+            }
+            if step + 1 == new_tokens {
+                break;
+            }
+            let ids = HostTensor::new([batch, 1], next.clone())?;
+            let pos = HostTensor::new(Vec::<usize>::new(), vec![(len + step) as i32])?;
+            let t0 = Instant::now();
+            let logits = self.decode.run(&[("ids", &ids), ("pos", &pos)])?.remove(0);
+            step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            next = sample_rows(&logits, sampling, &mut rng);
+        }
+        let decode_s = step_ms.iter().sum::<f64>() / 1e3;
+        let tokens_per_s = if decode_s > 0.0 { (batch * step_ms.len()) as f64 / decode_s } else { f64::NAN };
+        Ok(Generation { tokens, prefill_ms, step_ms, tokens_per_s })
+    }
+}
+
+/// The next token of each row of `logits: [batch, vocab]`.
+fn sample_rows(logits: &HostTensor, s: &Sampling, rng: &mut Rng) -> Vec<i32> {
+    let v = logits.to_f64();
+    let vocab = logits.shape().dims()[1];
+    v.chunks(vocab).map(|row| sample(row, s, rng) as i32).collect()
+}
+
+/// One token from one row of logits: greedy at temperature 0, else temperature, top-k and
+/// top-p (in that order, as `transformers` applies them) and a draw.
+fn sample(row: &[f64], s: &Sampling, rng: &mut Rng) -> usize {
+    let argmax = || row.iter().enumerate().fold(0, |best, (i, &x)| if x > row[best] { i } else { best });
+    if s.temperature <= 0.0 {
+        return argmax();
+    }
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+    if let Some(k) = s.top_k {
+        order.truncate(k.max(1));
+    }
+    let top = row[order[0]] / s.temperature;
+    let mut probs: Vec<f64> = order.iter().map(|&i| (row[i] / s.temperature - top).exp()).collect();
+    let total: f64 = probs.iter().sum();
+    probs.iter_mut().for_each(|p| *p /= total);
+    if let Some(p) = s.top_p {
+        let mut cum = 0.0;
+        let keep = probs.iter().take_while(|&&q| {
+            let before = cum;
+            cum += q;
+            before < p
+        });
+        let n = keep.count().max(1);
+        order.truncate(n);
+        probs.truncate(n);
+        let total: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|q| *q /= total);
+    }
+    let mut u = rng.uniform();
+    for (&i, &q) in order.iter().zip(&probs) {
+        if u < q {
+            return i;
+        }
+        u -= q;
+    }
+    order[order.len() - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_follows_its_rules() {
+        let row = [0.0, 3.0, 1.0, 3.0, -2.0];
+        let mut rng = Rng::new(1);
+        assert_eq!(sample(&row, &Sampling::greedy(), &mut rng), 1, "the first maximum");
+        let top1 = Sampling { temperature: 1.0, top_k: Some(1), top_p: None, seed: 0 };
+        assert_eq!(sample(&row, &top1, &mut rng), 1);
+        let top2 = Sampling { top_k: Some(2), ..top1 };
+        for _ in 0..50 {
+            assert!([1, 3].contains(&sample(&row, &top2, &mut rng)));
+        }
+        // top-p 0.5: the two 3.0 logits hold 0.42 each, so two tokens are kept.
+        let nucleus = Sampling { temperature: 1.0, top_k: None, top_p: Some(0.5), seed: 0 };
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            seen.insert(sample(&row, &nucleus, &mut rng));
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [1, 3]);
+        // Full sampling reaches every token and follows the softmax roughly.
+        let all = Sampling { temperature: 1.0, top_k: None, top_p: None, seed: 0 };
+        let mut counts = [0usize; 5];
+        for _ in 0..20000 {
+            counts[sample(&row, &all, &mut rng)] += 1;
+        }
+        let z: f64 = row.iter().map(|x| x.exp()).sum();
+        for (i, &c) in counts.iter().enumerate() {
+            let want = row[i].exp() / z;
+            assert!((c as f64 / 20000.0 - want).abs() < 0.02, "token {i}: {c} vs {want}");
+        }
+        // A seed gives the same draws.
+        let (mut a, mut b) = (Rng::new(7), Rng::new(7));
+        assert!((0..10).all(|_| sample(&row, &all, &mut a) == sample(&row, &all, &mut b)));
+    }
+}
