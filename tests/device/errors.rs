@@ -132,3 +132,24 @@ fn host_tensor_rejects_wrong_length() {
     let e = HostTensor::new([2, 2], vec![1.0f32; 3]).unwrap_err();
     assert!(e.to_string().contains("3 values given for shape [2,2]"));
 }
+
+/// A tensor larger than one storage binding (lavapipe's 128 MiB: GPT-2's f32 token
+/// embedding is 154 MB) is a typed error naming the parameter, before anything is allocated.
+#[test]
+fn a_parameter_past_the_binding_limit_is_named() {
+    let device = fusegraph::Device::shared().unwrap();
+    let max = device.limits().max_storage_buffer_binding_size;
+    let n = (max / 4 + 1) as usize;
+    let b = GraphBuilder::new();
+    let w = b.parameter("wte.weight", DType::F32, [n]).unwrap();
+    let y = w.mul_scalar(2.0).unwrap();
+    let before = device.memory_allocated();
+    match device.compile(&b.graph(), &[y.id()], &CompileOptions::default()) {
+        Err(RuntimeError::TooLarge { what, limit, .. }) => {
+            assert!(what.contains("parameter `wte.weight`") && what.contains("storage binding"), "{what}");
+            assert_eq!(limit, max);
+        }
+        other => panic!("expected TooLarge, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(device.memory_allocated(), before);
+}

@@ -231,8 +231,13 @@ impl Device {
         let max_binding = limits.max_storage_buffer_binding_size;
         for (id, loc) in &plan.locations {
             if loc.size > max_binding {
+                let value = match &graph.node(*id).op {
+                    Op::Parameter { name } => format!("parameter `{name}`"),
+                    Op::Input { name } => format!("input `{name}`"),
+                    op => format!("value {id} ({})", op.name()),
+                };
                 return Err(RuntimeError::TooLarge {
-                    what: format!("value {id} ({})", graph.ty(*id)),
+                    what: format!("{value} ({}) in one storage binding", graph.ty(*id)),
                     bytes: loc.size,
                     limit: max_binding,
                 });
