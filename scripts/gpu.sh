@@ -32,7 +32,7 @@ pack() {
     local stage=/tmp/fg-gpu-stage
     rm -rf "$stage" .gpu-bin/*
     mkdir -p "$stage/tests"
-    cp target/release/fusegraph target/release/examples/{quickstart,mlp,cnn,transformer,memory_limit,train} "$stage/"
+    cp target/release/fusegraph target/release/examples/{quickstart,mlp,cnn,transformer,memory_limit,train,generate} "$stage/"
     # The chain's kernel and its variants in the GPU form at the roofline's 64 Mi elements,
     # and the program that times them (phase chain).
     cargo build --release -p fusegraph-runtime --example time_wgsl
@@ -195,6 +195,16 @@ run() {
                 echo "no peer binaries in .gpu-bin (../shared/peers/compare.sh build; compare.sh pack .gpu-bin)"
             fi
             ;;
+        generate)
+            # GPT-2 small's shapes with random weights: tokens/s at batch 1 and 8, and the
+            # decode step's time at positions 16, 128 and 512 (flat: a step reads the whole
+            # cache under a mask).
+            for b in 1 8; do
+                echo "== generate, GPT-2 124M shapes, batch $b" | tee -a "$OUT/generate.log"
+                timeout 150 $B/generate --random --prompt Hi --tokens 515 --max-seq 520 --batch $b \
+                    --report-at 16,128,512 --json "$OUT/generate-b$b.json" 2>&1 | grep -v "^\[" | tee -a "$OUT/generate.log"
+            done
+            ;;
         bench)
             timeout 150 $B/fusegraph bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40
             ;;
@@ -230,5 +240,5 @@ run() {
 case "${1:-}" in
 pack) pack ;;
 run) shift; run "$@" ;;
-*) echo "usage: scripts/gpu.sh pack | run [info tests roofline bench examples]" >&2; exit 2 ;;
+*) echo "usage: scripts/gpu.sh pack | run [info tests roofline bench examples generate ...]" >&2; exit 2 ;;
 esac
