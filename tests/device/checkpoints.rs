@@ -148,3 +148,23 @@ fn bad_checkpoints_are_typed_errors_and_change_nothing() {
 
     assert_eq!(store.read_all().unwrap(), before, "nothing was half loaded");
 }
+
+#[test]
+fn a_torchvision_resnet18_gives_torchvisions_logits() {
+    use fusegraph::nn::TorchvisionResNet;
+    let dir = data();
+    let r = safetensors::read(&dir.join("resnet18-narrow-reference.safetensors")).unwrap();
+    let m = TorchvisionResNet::new(&Scope::root(), [8, 16, 32, 64], [2, 2, 2, 2], 10).unwrap();
+    let values = Checkpoint::open(&dir.join("resnet18-narrow")).unwrap().load(&m, &KeyMap::torchvision()).unwrap();
+    assert_eq!(values["fc.weight"].shape().dims(), &[64, 10], "torch's [out, in] transposed");
+    let store = ParamStore::new(&Device::shared().unwrap());
+    store.insert_all(values.iter()).unwrap();
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [2, 3, 64, 64]).unwrap();
+    let y = m.forward(&x).unwrap();
+    let exe = store.compile(&b.graph(), &[y.id()], &CompileOptions::default()).unwrap();
+    let got = exe.run(&[(&x, &r["input"])]).unwrap().remove(0);
+    let scale = r["logits"].to_f64().iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let d = max_diff(&got, &r["logits"]);
+    assert!(d < 1e-4 * scale.max(1.0), "logits differ by {d} (scale {scale})");
+}

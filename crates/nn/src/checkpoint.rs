@@ -44,6 +44,16 @@ impl KeyMap {
         }
     }
 
+    /// torchvision (`ResNet` and the like): `Linear` weights stored `[out, in]` (`fc`), batch
+    /// norms' `num_batches_tracked` counters dropped.
+    pub fn torchvision() -> Self {
+        KeyMap {
+            drop_suffixes: vec!["num_batches_tracked".into()],
+            transposed_suffixes: vec!["fc.weight".into()],
+            ..Default::default()
+        }
+    }
+
     /// The model path of checkpoint key `key`, or `None` for a dropped key.
     fn path_of(&self, key: &str) -> Option<String> {
         let mut k = key;

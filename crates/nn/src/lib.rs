@@ -53,7 +53,7 @@ pub use gpt2::{Gpt2, Gpt2Config};
 pub use init::Init;
 pub use layers::{Activation, BatchNorm2d, Conv2d, Conv2dConfig, Embedding, LayerNorm, Linear, RmsNorm};
 pub use loss::{cross_entropy, mse};
-pub use models::{Gpt, GptConfig, MlpClassifier, ResNet};
+pub use models::{Gpt, GptConfig, MlpClassifier, ResNet, TorchvisionResNet};
 pub use module::{Forward, Module, Param, Scope, Sequential};
 pub use optim::{Adam, Optimizer, Sgd};
 pub use params::Params;

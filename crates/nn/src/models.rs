@@ -223,3 +223,65 @@ impl Forward for Gpt {
         self.head(&h)
     }
 }
+
+/// ResNet as torchvision defines it (`torchvision.models.ResNet` with `BasicBlock`), with its
+/// parameter names, so a torchvision checkpoint loads as it is (with
+/// [`crate::KeyMap::torchvision`]): `conv1` (7×7, stride 2), `bn1`, a 3×3 max pool of stride
+/// 2, `layer1`…`layer4` of [`ResidualBlock`]s (`layer{i}.{j}.conv1`, …, `downsample.0/1`),
+/// global average pooling and `fc`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TorchvisionResNet {
+    /// `conv1`.
+    pub conv1: Conv2d,
+    /// `bn1`.
+    pub bn1: BatchNorm2d,
+    /// `layer1` … `layer4`.
+    pub layers: Vec<Vec<ResidualBlock>>,
+    /// `fc`.
+    pub fc: Linear,
+}
+
+crate::module!(TorchvisionResNet { conv1, bn1, layers, fc });
+
+impl TorchvisionResNet {
+    /// ResNet-18: widths 64, 128, 256, 512 and two blocks per stage.
+    pub fn resnet18(s: &Scope, classes: usize) -> Result<Self> {
+        TorchvisionResNet::new(s, [64, 128, 256, 512], [2, 2, 2, 2], classes)
+    }
+
+    /// Stages of `widths[i]` channels and `blocks[i]` basic blocks (the first stage's width is
+    /// the stem's too), the later stages halving the resolution.
+    pub fn new(s: &Scope, widths: [usize; 4], blocks: [usize; 4], classes: usize) -> Result<Self> {
+        let conv1 = Conv2d::new(&s.at("conv1"), Conv2dConfig::new(3, widths[0], 7).stride(2).padding(3))?;
+        let bn1 = BatchNorm2d::new(&s.at("bn1"), widths[0])?;
+        let mut layers = Vec::new();
+        let mut in_ch = widths[0];
+        for (i, (&w, &n)) in widths.iter().zip(&blocks).enumerate() {
+            let stage = s.at(format!("layer{}", i + 1));
+            let stride = if i == 0 { 1 } else { 2 };
+            let mut stage_blocks = Vec::new();
+            for j in 0..n {
+                stage_blocks.push(ResidualBlock::new(&stage.at(j), in_ch, w, if j == 0 { stride } else { 1 })?);
+                in_ch = w;
+            }
+            layers.push(stage_blocks);
+        }
+        Ok(TorchvisionResNet { conv1, bn1, layers, fc: Linear::new(&s.at("fc"), in_ch, classes, true)? })
+    }
+}
+
+impl Forward for TorchvisionResNet {
+    /// `x: [n, 3, h, w] → logits [n, classes]`.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.rank() != 4 || x.dims()[1] != 3 {
+            return Err(config(format!("TorchvisionResNet: input {} must be [n, 3, h, w]", x.ty())));
+        }
+        let mut h = self.bn1.forward(&self.conv1.forward(x)?)?.relu()?.max_pool2d([3, 3], [2, 2], [1, 1])?;
+        for block in self.layers.iter().flatten() {
+            h = block.forward(&h)?;
+        }
+        let (n, c, hh, hw) = (h.dims()[0], h.dims()[1], h.dims()[2], h.dims()[3]);
+        let pooled = h.avg_pool2d([hh, hw], [hh, hw], [0, 0])?.reshape([n, c])?;
+        self.fc.forward(&pooled)
+    }
+}
