@@ -206,8 +206,8 @@ impl Checkpoint {
                 return Err(NnError::KeyShape {
                     key: key.to_string(),
                     param: path.clone(),
-                    expected: want.clone(),
-                    got: t.ty(),
+                    expected: Box::new(want.clone()),
+                    got: Box::new(t.ty()),
                     file: self.source.display().to_string(),
                 });
             }

@@ -41,9 +41,9 @@ pub enum NnError {
         /// The parameter's path.
         param: String,
         /// The parameter's type.
-        expected: TensorType,
+        expected: Box<TensorType>,
         /// The tensor's type in the file (after any transpose).
-        got: TensorType,
+        got: Box<TensorType>,
         /// The checkpoint.
         file: String,
     },

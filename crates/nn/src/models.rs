@@ -1,5 +1,5 @@
 //! Small whole models: an MLP classifier, a CIFAR-sized ResNet and a GPT-2 style
-//! transformer. Each is a [`Module`] built once under a [`Scope`]; `forward` records it into
+//! transformer. Each is a [`crate::Module`] built once under a [`Scope`]; `forward` records it into
 //! the input's graph at whatever batch (and, for the transformer, sequence length) the input
 //! has.
 

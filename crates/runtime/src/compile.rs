@@ -591,6 +591,26 @@ fn declared(
     Ok((declared_inputs, declared_params))
 }
 
+impl ParamStore {
+    /// Compiles `outputs` of `graph` on the store's device with every parameter bound to the
+    /// store's buffer of its name: the graph's parameters must all be in the store, of the
+    /// types the graph declares ([`RuntimeError::NotInStore`], [`RuntimeError::WrongType`]).
+    ///
+    /// Differences from [`Device::compile`]: parameter updates (`opts.updates`) write the
+    /// store; [`crate::Executable::set_parameter`] writes the store (every executable bound to
+    /// it sees the value); with `mixed_precision` the parameters stay f32 and are cast where
+    /// used; products do not combine (`combine_products`: their weights would have to be
+    /// stacked into one buffer).
+    pub fn compile(
+        &self,
+        graph: &fusegraph_ir::Graph,
+        outputs: &[fusegraph_ir::NodeId],
+        opts: &crate::CompileOptions,
+    ) -> Result<crate::Executable> {
+        self.device().compile_with(graph, outputs, opts, Some(self))
+    }
+}
+
 /// Checks that `store` holds every parameter of the graph, each of its declared type.
 fn check_store(store: &ParamStore, declared_params: &BTreeMap<String, TensorType>) -> Result<()> {
     for (name, ty) in declared_params {

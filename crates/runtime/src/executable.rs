@@ -1,7 +1,7 @@
 //! An [`crate::Executable`]: a compiled graph on the device, and its runs.
 
-use crate::memory::{Allocation, TextureAllocation};
-use crate::pool::{buffer_bytes, texel_bytes};
+use crate::memory::{buffer, Allocation, TextureAllocation};
+use crate::pool::texel_bytes;
 use crate::{Device, Result, RuntimeError};
 use fusegraph_ir::{Graph, HostTensor, NodeId, TensorType};
 use fusegraph_passes::{Location, MemoryPlan, Region};
@@ -215,15 +215,6 @@ impl Drop for Unmap<'_> {
     fn drop(&mut self) {
         self.0.unmap();
     }
-}
-
-pub(crate) fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
-    device.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some(label),
-        size: buffer_bytes(size),
-        usage,
-        mapped_at_creation: false,
-    })
 }
 
 impl Executable {

@@ -155,3 +155,13 @@ impl Device {
         self.pool.limit()
     }
 }
+
+/// A buffer outside the pool (readback and timestamp buffers, a run's own), at least 4 bytes.
+pub(crate) fn buffer(device: &Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+    device.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: buffer_bytes(size),
+        usage,
+        mapped_at_creation: false,
+    })
+}

@@ -3,7 +3,8 @@
 //! alone and timed by the wall clock around its completion), repeated, medians kept. This
 //! is what `fusegraph bench --profile` prints: where a compiled graph spends its time.
 
-use crate::executable::{buffer, Executable};
+use crate::executable::Executable;
+use crate::memory::buffer;
 use crate::{Result, RuntimeError};
 use fusegraph_ir::HostTensor;
 

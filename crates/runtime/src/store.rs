@@ -109,24 +109,6 @@ impl ParamStore {
         self.entries().get(name).map(|e| (e.alloc.buffer().clone(), e.ty.clone()))
     }
 
-    /// Compiles `outputs` of `graph` on the store's device with every parameter bound to the
-    /// store's buffer of its name: the graph's parameters must all be in the store, of the
-    /// types the graph declares ([`RuntimeError::NotInStore`], [`RuntimeError::WrongType`]).
-    ///
-    /// Differences from [`Device::compile`]: parameter updates (`opts.updates`) write the
-    /// store; [`crate::Executable::set_parameter`] writes the store (every executable bound to
-    /// it sees the value); with `mixed_precision` the parameters stay f32 and are cast where
-    /// used; products do not combine (`combine_products`: their weights would have to be
-    /// stacked into one buffer).
-    pub fn compile(
-        &self,
-        graph: &fusegraph_ir::Graph,
-        outputs: &[fusegraph_ir::NodeId],
-        opts: &crate::CompileOptions,
-    ) -> Result<crate::Executable> {
-        self.inner.device.compile_with(graph, outputs, opts, Some(self))
-    }
-
     /// Sets (or adds) one parameter: see [`ParamStore::insert_all`].
     pub fn insert(&self, name: &str, value: &HostTensor) -> Result<()> {
         self.insert_all([(name, value)])
@@ -201,7 +183,7 @@ impl ParamStore {
         if parts.is_empty() {
             return Ok(BTreeMap::new());
         }
-        let read = crate::executable::buffer(
+        let read = crate::memory::buffer(
             d,
             "fusegraph store readback",
             offset,

@@ -225,7 +225,7 @@ pub enum Model {
     /// [`mlp_model`].
     Mlp(MlpClassifier),
     /// [`lm_model`].
-    Lm(Gpt),
+    Lm(Box<Gpt>),
 }
 
 impl Model {
@@ -233,7 +233,7 @@ impl Model {
     pub fn module(&self) -> &dyn Module {
         match self {
             Model::Mlp(m) => m,
-            Model::Lm(m) => m,
+            Model::Lm(m) => m.as_ref(),
         }
     }
 
@@ -261,7 +261,7 @@ pub fn build(cfg: &Config) -> Result<Setup> {
             let (vocab, seq, d, heads, d_mlp, layers, batch) = lm_sizes(cfg.quick);
             let tokens = tokenize(&grammar_text(cfg.seed, 8192));
             (
-                Model::Lm(lm_model(vocab, seq, d, heads, d_mlp, layers)?),
+                Model::Lm(Box::new(lm_model(vocab, seq, d, heads, d_mlp, layers)?)),
                 Data::Text { tokens, seq, batch, seed: cfg.seed },
                 batch,
             )
