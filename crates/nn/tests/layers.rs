@@ -57,22 +57,8 @@ fn linear_handles_any_rank_and_rejects_wrong_widths() {
 fn conv2d_shapes_groups_and_bias() {
     let b = GraphBuilder::new();
     let mut p = Params::new(3);
-    let conv = init(
-        &mut p,
-        Conv2d::new(
-            &at("c"),
-            Conv2dConfig {
-                in_ch: 4,
-                out_ch: 6,
-                kernel: [3, 3],
-                stride: [2, 2],
-                padding: [1, 1],
-                groups: 2,
-                bias: true,
-            },
-        ),
-    )
-    .unwrap();
+    let cfg = Conv2dConfig::new(4, 6, 3).stride(2).padding(1).groups(2).bias();
+    let conv = init(&mut p, Conv2d::new(&at("c"), cfg)).unwrap();
     assert_eq!(conv.weight.dims(), &[6, 2, 3, 3]);
     assert_eq!(p.get("c.bias").unwrap().shape().dims(), &[6]);
     let x = b.input("x", DType::F32, [2, 4, 9, 9]).unwrap();
@@ -85,40 +71,9 @@ fn conv2d_shapes_groups_and_bias() {
     for (i, v) in f32s(&out[0]).iter().enumerate() {
         assert_eq!(*v, bias[(i / 25) % 6]);
     }
-    assert!(matches!(
-        init(
-            &mut p,
-            Conv2d::new(
-                &at("bad"),
-                Conv2dConfig {
-                    in_ch: 3,
-                    out_ch: 6,
-                    kernel: [3, 3],
-                    stride: [1, 1],
-                    padding: [1, 1],
-                    groups: 2,
-                    bias: true
-                }
-            )
-        ),
-        Err(NnError::Config(_))
-    ));
-    assert!(init(
-        &mut p,
-        Conv2d::new(
-            &at("bad0"),
-            Conv2dConfig {
-                in_ch: 3,
-                out_ch: 6,
-                kernel: [3, 3],
-                stride: [1, 1],
-                padding: [1, 1],
-                groups: 0,
-                bias: true
-            }
-        )
-    )
-    .is_err());
+    let bad = Conv2dConfig::new(3, 6, 3).padding(1).groups(2).bias();
+    assert!(matches!(init(&mut p, Conv2d::new(&at("bad"), bad)), Err(NnError::Config(_))));
+    assert!(init(&mut p, Conv2d::new(&at("bad0"), bad.groups(0))).is_err());
 }
 
 #[test]
