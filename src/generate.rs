@@ -61,21 +61,15 @@ pub struct Generator {
     prefill: BTreeMap<usize, Executable>,
 }
 
-/// xorshift64* seeded through splitmix64.
-struct Rng(u64);
+/// The sampling generator: the workspace's seeded PCG.
+struct Rng(rand_pcg::Pcg64Mcg);
 
 impl Rng {
     fn new(seed: u64) -> Self {
-        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Rng((z ^ (z >> 31)) | 1)
+        Rng(rand::SeedableRng::seed_from_u64(seed))
     }
     fn uniform(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+        rand::Rng::random(&mut self.0)
     }
 }
 

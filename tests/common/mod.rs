@@ -20,22 +20,19 @@ pub fn devices() -> Vec<(String, std::sync::Arc<fusegraph::Device>)> {
     out
 }
 
-/// A deterministic xorshift generator, so failures reproduce.
-pub struct Rng(u64);
+/// The tests' seeded generator (the workspace's PCG), so failures reproduce.
+pub struct Rng(rand_pcg::Pcg64Mcg);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Rng(rand::SeedableRng::seed_from_u64(seed))
     }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        rand::RngCore::next_u64(&mut self.0)
     }
     /// Uniform in [lo, hi).
     pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
+        lo + (hi - lo) * rand::Rng::random::<f64>(&mut self.0)
     }
 }
 

@@ -14,24 +14,19 @@ use fusegraph::crates::reference::evaluate;
 use fusegraph::{CompileOptions, DType, Device, Graph, GraphBuilder, HostTensor, NodeId, RuntimeError, SplitK, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
 
-struct Rng(u64);
+/// The fuzzer's draws on the tests' seeded generator.
+struct Rng(crate::common::Rng);
 
 impl Rng {
     fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        Rng(crate::common::Rng::new(seed))
     }
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.0.next_u64() % n as u64) as usize
     }
     fn values(&mut self, n: usize, scale: f32) -> Vec<f32> {
         // Uniform in [-scale, scale], never exactly zero.
-        (0..n).map(|_| ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale + 1e-3).collect()
+        (0..n).map(|_| self.0.uniform(-1.0, 1.0) as f32 * scale + 1e-3).collect()
     }
 }
 

@@ -1,4 +1,4 @@
-//! Seeded parameter initializers and the xorshift generator behind them.
+//! Seeded parameter initializers and the generator behind them.
 
 use crate::error::{config, Result};
 
@@ -73,44 +73,25 @@ impl Init {
     }
 }
 
-/// xorshift64* seeded through splitmix64, so every seed (0 included) gives a good stream.
+/// The seeded generator of initial values: PCG-64 (`rand_pcg::Pcg64Mcg`), whose output
+/// rand specifies, so a seed gives the same values everywhere.
 #[derive(Clone, Debug)]
-pub(crate) struct Rng {
-    state: u64,
-}
+pub(crate) struct Rng(rand_pcg::Pcg64Mcg);
 
 impl Rng {
     /// A generator for `seed`.
     pub(crate) fn new(seed: u64) -> Self {
-        // splitmix64 of the seed: spreads nearby seeds apart and never yields the all-zero state
-        // for practical seeds; the fallback guards the one that would.
-        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        Rng { state: if z == 0 { 0x2545_F491_4F6C_DD1D } else { z } }
+        Rng(rand::SeedableRng::seed_from_u64(seed))
     }
 
-    /// The next 64 random bits.
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        let mut x = self.state;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.state = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in `[0, 1)` with 53 random bits.
+    /// Uniform in `[0, 1)`.
     pub(crate) fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        rand::Rng::random(&mut self.0)
     }
 
-    /// A standard normal sample (Box–Muller).
+    /// A standard normal sample.
     pub(crate) fn normal(&mut self) -> f64 {
-        let u1 = 1.0 - self.next_f64(); // (0, 1]: log stays finite
-        let u2 = self.next_f64();
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+        rand::Rng::sample(&mut self.0, rand_distr::StandardNormal)
     }
 }
 

@@ -11,7 +11,7 @@ use std::path::Path;
 /// Named parameter values on the host (a state dict), drawn by seeded initializers.
 ///
 /// [`Params::init`] gives every parameter of a [`Module`] that has no value yet one drawn by
-/// its [`Init`] from a xorshift generator seeded by [`Params::new`], in the module's visit
+/// its [`Init`] from a PCG generator seeded by [`Params::new`], in the module's visit
 /// order: the same model and seed always give the same values. [`Params::parameter`] records a
 /// parameter node and initializes it in one call (optimizers create their state this way).
 /// [`Params::as_map`] is what `fusegraph_reference::evaluate` takes, and what a device

@@ -253,7 +253,7 @@ mod tests {
 
     #[test]
     fn random_graphs_stay_valid_and_never_grow() {
-        let mut rng = crate::testing::XorShift::new(0xdead_beef);
+        let mut rng = crate::testing::TestRng::new(0xdead_beef);
         let mut copies = 0;
         for case in 0..60 {
             let (g, outs) = crate::testing::random_graph_with(&mut rng, 8 + case % 16, case % 2 == 0);

@@ -328,11 +328,11 @@ mod tests {
     use super::*;
     use crate::kernel::FusionMode;
     use crate::partition::partition;
-    use crate::testing::{random_graph, XorShift};
+    use crate::testing::{random_graph, TestRng};
 
     #[test]
     fn schedules_are_valid_permutations_and_never_worse() {
-        let mut rng = XorShift::new(0x9e37_79b9_7f4a_7c15);
+        let mut rng = TestRng::new(0x9e37_79b9_7f4a_7c15);
         for case in 0..40 {
             let (g, outs) = random_graph(&mut rng, 6 + case % 20);
             for mode in [FusionMode::Off, FusionMode::On] {
@@ -440,7 +440,7 @@ mod tests {
 
     #[test]
     fn first_unready_finds_a_kernel_before_its_producer() {
-        let mut rng = XorShift::new(7);
+        let mut rng = TestRng::new(7);
         let (g, outs) = random_graph(&mut rng, 10);
         let mut kernels = partition(&g, &outs, FusionMode::Off).unwrap();
         assert_eq!(first_unready(&g, &kernels), None);

@@ -295,7 +295,7 @@ mod tests {
                 let done = split_reduce(&mut g, &mut outs, &|_| s).unwrap();
                 fusegraph_ir::verify(&g).unwrap();
                 assert_eq!(done.len(), 1, "case {i}");
-                let mut rng = crate::testing::XorShift::new(40 + i as u64);
+                let mut rng = crate::testing::TestRng::new(40 + i as u64);
                 let n: usize = dims.iter().product();
                 // Few distinct values, so that the maximum repeats.
                 let v: Vec<f64> = (0..n).map(|_| rng.below(9) as f64 - 4.0).collect();

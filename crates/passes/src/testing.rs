@@ -1,45 +1,41 @@
 //! Graphs for tests and benchmarks of the memory passes, shared with the device tests of the
 //! runtime (not a stable API): model-shaped graphs (an MLP, a small conv net, a transformer
 //! block), an elementwise chain, the rematerialization example, the scaled product of the
-//! hoisting tests, and random graphs from a xorshift generator.
+//! hoisting tests, and random graphs from a seeded generator.
 
 use fusegraph_ir::{DType, Graph, GraphBuilder, NodeId, Result, Tensor};
 
-/// A xorshift64 generator: deterministic, dependency-free randomness for property tests.
+/// The seeded generator of the property tests and random graphs: PCG-64
+/// (`rand_pcg::Pcg64Mcg`, the workspace's one generator), with the draws they use.
 #[derive(Clone, Debug)]
-pub struct XorShift(u64);
+pub struct TestRng(rand_pcg::Pcg64Mcg);
 
-impl XorShift {
-    /// A generator from `seed` (0 is replaced by a fixed non-zero seed).
+impl TestRng {
+    /// A generator for `seed`.
     pub fn new(seed: u64) -> Self {
-        XorShift(if seed == 0 { 0x2545_f491_4f6c_dd1d } else { seed })
+        TestRng(rand::SeedableRng::seed_from_u64(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
+        rand::RngCore::next_u64(&mut self.0)
     }
 
     /// A number in `0..n` (`n` ≥ 1).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
+        rand::Rng::random_range(&mut self.0, 0..n.max(1))
     }
 }
 
 /// A random graph of about `ops` ops on `[8, 8]` f32 values (unary, binary, transpose,
 /// matmul, row sums broadcast back), with one to three outputs.
-pub fn random_graph(rng: &mut XorShift, ops: usize) -> (Graph, Vec<NodeId>) {
+pub fn random_graph(rng: &mut TestRng, ops: usize) -> (Graph, Vec<NodeId>) {
     random_graph_with(rng, ops, false)
 }
 
 /// [`random_graph`]; with `keep_inputs` the last output also adds every input, so inputs live
 /// to the end and cheap functions of them are rematerialization candidates.
-pub fn random_graph_with(rng: &mut XorShift, ops: usize, keep_inputs: bool) -> (Graph, Vec<NodeId>) {
+pub fn random_graph_with(rng: &mut TestRng, ops: usize, keep_inputs: bool) -> (Graph, Vec<NodeId>) {
     let b = GraphBuilder::new();
     let mut pool: Vec<Tensor> = (0..2 + rng.below(2))
         .map(|i| b.input(&format!("x{i}"), DType::F32, vec![8, 8]).expect("valid input"))
@@ -196,7 +192,7 @@ pub fn scaled_matmul(n: usize) -> Result<(Graph, Vec<NodeId>, NodeId)> {
 /// deterministic per seed: the feeds of the passes' tests that compare a rewritten graph with
 /// the original through the reference.
 pub fn random_feeds(g: &Graph, seed: u64) -> std::collections::BTreeMap<String, fusegraph_ir::HostTensor> {
-    let mut rng = XorShift::new(seed);
+    let mut rng = TestRng::new(seed);
     let mut out = std::collections::BTreeMap::new();
     for id in g.node_ids() {
         if let fusegraph_ir::Op::Input { name } = &g.node(id).op {

@@ -76,28 +76,18 @@ enum Data {
     Text { tokens: Vec<i32>, seq: usize, batch: usize, seed: u64 },
 }
 
-/// xorshift64* with Box–Muller normals, for the data.
-struct Rng(u64);
+/// The data's generator: the workspace's seeded PCG, with the draws the data uses.
+struct Rng(rand_pcg::Pcg64Mcg);
 
 impl Rng {
     fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        Rng(rand::SeedableRng::seed_from_u64(seed))
     }
     fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
+        rand::Rng::random_range(&mut self.0, 0..n.max(1))
     }
     fn normal(&mut self) -> f64 {
-        let (u1, u2) = (1.0 - self.uniform(), self.uniform());
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+        rand::Rng::sample(&mut self.0, rand_distr::StandardNormal)
     }
 }
 

@@ -58,14 +58,16 @@ impl Workload {
 
 /// Seeded values in [-1, 1] away from zero.
 pub fn random_values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed);
     (0..n)
         .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            let v = ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0;
-            (if v.abs() < 1e-3 { 0.5 } else { v }) as f32
+            let v: f32 = rng.random_range(-1.0..1.0);
+            if v.abs() < 1e-3 {
+                0.5
+            } else {
+                v
+            }
         })
         .collect()
 }

@@ -12,17 +12,11 @@ pub fn eval(b: &GraphBuilder, p: &Params, outputs: &[&Tensor], feeds: &[(&str, H
     fusegraph_reference::evaluate(&b.graph(), &ids, &feeds, p.as_map()).expect("reference evaluation")
 }
 
-/// Deterministic pseudo-random f32 values in [-1, 1).
+/// Deterministic pseudo-random f32 values in [-1, 1) (the workspace's seeded PCG).
 pub fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761).max(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f64 / u32::MAX as f64 * 2.0 - 1.0) as f32
-        })
-        .collect()
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed as u64);
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
 }
 
 /// An f32 host tensor of `shape` filled with [`values`].

@@ -1,11 +1,11 @@
 //! The fusion pass's tests: kernel counts first, then the decisions behind them.
 
 use super::*;
-use crate::testing::{random_graph, XorShift};
+use crate::testing::{random_graph, TestRng};
 
 #[test]
 fn ancestor_bits_agree_with_walking_the_graph() {
-    let mut rng = XorShift::new(3);
+    let mut rng = TestRng::new(3);
     let opts = FusionOptions::default();
     let (mut reached, mut checks) = (0, 0);
     // Graphs past 64 and 128 nodes too: rows of several words, of different lengths.
@@ -72,7 +72,7 @@ fn heap_order(ctx: &Ctx, ks: &[&Summary]) -> Vec<usize> {
 
 #[test]
 fn nothing_to_fuse_is_no_kernels() {
-    let (g, _) = random_graph(&mut XorShift::new(1), 10);
+    let (g, _) = random_graph(&mut TestRng::new(1), 10);
     let f = fuse(&g, &[], &FusionOptions::default()).expect("no outputs is valid");
     assert!(f.kernels.is_empty() && f.log.is_empty() && f.siblings.is_empty());
 }
@@ -81,7 +81,7 @@ fn nothing_to_fuse_is_no_kernels() {
 fn kernel_order_is_kahns() {
     // Random kernels over a random graph's values: roots anywhere (shared too), inputs
     // stored by kernels with later roots, by none, or by a kernel waiting for this one.
-    let mut rng = XorShift::new(5);
+    let mut rng = TestRng::new(5);
     let opts = FusionOptions::default();
     let mut out_of_root_order = 0;
     for k in 0..200 {
@@ -90,7 +90,7 @@ fn kernel_order_is_kahns() {
         let n = 2 + rng.below(12);
         let ks: Vec<Summary> = (0..n)
             .map(|_| {
-                let pick = |rng: &mut XorShift, count: usize| {
+                let pick = |rng: &mut TestRng, count: usize| {
                     let mut v: Vec<NodeId> = (0..count).map(|_| order[rng.below(order.len())]).collect();
                     v.sort();
                     v.dedup();
@@ -118,7 +118,7 @@ fn incremental_peak_agrees_with_the_sweep() {
     // group of one user, duplicated or not; two groups merged, which makes kernels wait
     // for later roots, or for each other) on random graphs: after each, the peak kept up
     // to date must equal a sweep over freshly taken summaries.
-    let mut rng = XorShift::new(11);
+    let mut rng = TestRng::new(11);
     let opts = FusionOptions::default();
     let (mut answered, mut swept) = (0, 0);
     for k in 0..24 {
