@@ -31,8 +31,8 @@ pub use fusegraph_ir::{
 };
 pub use fusegraph_runtime::{
     Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FeedName, FusionMode, GemmShape,
-    KernelStats, MatmulTiling, Outputs, ParamStore, ReduceFill, RuntimeError, SplitK, SplitReductions, TunedSplit,
-    TunedTiling,
+    KernelForm, KernelStats, MatmulTiling, Outputs, ParamStore, ReduceFill, RuntimeError, SplitK, SplitReductions,
+    TunedSplit, TunedTiling,
 };
 
 pub use error::{Error, Result};

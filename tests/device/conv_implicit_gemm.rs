@@ -3,7 +3,7 @@
 
 use fusegraph::crates::passes::{fuse, FusionOptions};
 use fusegraph::crates::reference::{assert_close, evaluate};
-use fusegraph::crates::wgsl::{lower, validate, LowerOptions};
+use fusegraph::crates::wgsl::{lower, validate, KernelForm, LowerOptions};
 use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor};
 use std::collections::BTreeMap;
 
@@ -26,7 +26,11 @@ fn conv_as_implicit_gemm_matches_the_reference() {
         assert_eq!(kernels.len(), 1);
         let src = lower(&g, &kernels[0], &LowerOptions::default());
         validate(&src.wgsl).unwrap();
-        assert!(src.wgsl.contains("fg_im2col"), "not the implicit GEMM");
+        assert!(
+            matches!(src.form, KernelForm::TiledMatmul { conv: true, .. }),
+            "not the implicit GEMM: {:?}",
+            src.form
+        );
 
         let feed = |t: &fusegraph::Tensor, seed| {
             HostTensor::new(t.dims().to_vec(), fusegraph_workloads::random_values(seed, t.shape().numel())).unwrap()

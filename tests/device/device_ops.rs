@@ -6,7 +6,7 @@ use crate::common;
 
 use crate::common::{devices, run_case, Case};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
-use fusegraph::{CompileOptions, Device, FusionMode, HostTensor};
+use fusegraph::{CompileOptions, Device, FusionMode, HostTensor, KernelForm};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -110,9 +110,11 @@ fn rows_shared_by_a_workgroup_match_the_reference() {
     for case in &cases {
         // The fused kernels share rows among a workgroup; with subgroups they use them.
         let kernels = partition(&case.graph, &case.outputs, FusionMode::On).unwrap();
-        let wgsl: String = kernels.iter().map(|k| lower(&case.graph, k, &opts).wgsl).collect();
-        assert!(wgsl.contains("var<workgroup> fg_red0"), "{}: not a shared-row kernel", case.name);
-        assert_eq!(wgsl.contains("subgroup_id"), opts.subgroups, "{}", case.name);
+        let forms: Vec<_> = kernels.iter().map(|k| lower(&case.graph, k, &opts).form).collect();
+        let shared = |f: &KernelForm| matches!(f, KernelForm::Row { shared: true, .. });
+        assert!(forms.iter().any(shared), "{}: not a shared-row kernel: {forms:?}", case.name);
+        let subgroups = forms.iter().any(|f| matches!(f, KernelForm::Row { subgroups: true, .. }));
+        assert_eq!(subgroups, opts.subgroups, "{}", case.name);
         if let Err(e) = check(&device, case, FusionMode::On) {
             failures.push(format!("{}: {e}", case.name));
         }

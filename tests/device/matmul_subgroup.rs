@@ -7,12 +7,15 @@
 use crate::common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode, Kernel, KernelKind};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
-use fusegraph::crates::wgsl::{gemm_shape, lower, subgroup_matmul, validate, LowerOptions, TEXTURE_ROW};
+use fusegraph::crates::wgsl::{gemm_shape, lower, subgroup_matmul, validate, KernelForm, LowerOptions, TEXTURE_ROW};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor, NodeId, Tensor};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-const MARK: &str = "subgroupBroadcast(";
+/// Whether a kernel was lowered as the subgroup matmul.
+fn on_subgroups(src: &fusegraph::crates::wgsl::KernelSource) -> bool {
+    matches!(src.form, KernelForm::SubgroupMatmul { .. })
+}
 
 /// Whether `device` lowers f32 products to the subgroup matmul: a CPU adapter with
 /// subgroup operations of a fixed size (lavapipe).
@@ -180,7 +183,7 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
                     // Every product takes it, whatever its `k`.
                     let has_matmul =
                         k.members.iter().any(|&m| matches!(case.graph.node(m).op.name(), "matmul" | "conv2d"));
-                    assert_eq!(src.wgsl.contains(MARK), has_matmul, "{} kernel {}", case.name, src.label);
+                    assert_eq!(on_subgroups(&src), has_matmul, "{} kernel {}", case.name, src.label);
                     if let Some(plan) = subgroup_matmul(&case.graph, k, &opts) {
                         // One vec4 binding per distinct binding the views read, and the
                         // output where its rows are a multiple of 4 long.
@@ -191,7 +194,10 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
                         let n = *case.graph.ty(k.outputs[0]).shape.dims().last().unwrap();
                         let rows_of_4 = case.graph.node(k.outputs[0]).op.name() != "conv2d" && n % 4 == 0;
                         assert!(!rows_of_4 || plan.vec4_store, "{}", case.name);
-                        assert_eq!(plan.vec4_store, src.wgsl.contains("] = vec4<f32>("), "{}", case.name);
+                        assert!(
+                            matches!(src.form, KernelForm::SubgroupMatmul { vec4_store, .. } if vec4_store == plan.vec4_store)
+                        );
+                        assert_eq!(plan.vec4_store, src.wgsl.contains("] = vec4<f32>("), "{}: the store", case.name);
                         vec4_operands += plan.lhs.is_some() as usize + plan.rhs.is_some() as usize;
                         shaders += 1;
                     }
@@ -239,7 +245,8 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
         let k = &partition(&conv.graph, &conv.outputs, FusionMode::On).unwrap()[0];
         let plan = subgroup_matmul(&conv.graph, k, &cpu_opts(8)).expect("a subgroup matmul");
         assert!(plan.lhs.is_some() == vec4 && plan.rhs.is_none(), "c = {c}");
-        assert!(lower(&conv.graph, k, &cpu_opts(8)).wgsl.contains(MARK));
+        let src = lower(&conv.graph, k, &cpu_opts(8));
+        assert!(matches!(src.form, KernelForm::SubgroupMatmul { conv: true, .. }), "{:?}", src.form);
     }
     // Not on GPUs, nor without a fixed subgroup size.
     let gpu = LowerOptions { cpu: false, ..cpu_opts(32) };
@@ -322,12 +329,11 @@ fn subgroup_matmul_matches_the_reference() {
             let fusion = if fusion { FusionMode::On } else { FusionMode::Off };
             let opts = CompileOptions { fusion, dump_wgsl: Some(dir.clone()), ..Default::default() };
             let exe = device.compile(&case.graph, &case.outputs, &opts).expect("compiles");
-            let sg = std::fs::read_dir(&dir)
-                .expect("dumped WGSL")
-                .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-                .any(|w| w.contains(MARK));
-            // The executable's statistics say the same as its WGSL.
-            let stats_sg = exe.stats().kernels.iter().any(|k| k.subgroup_matmul && k.matmul_tiling.is_none());
+            let kernels = &exe.stats().kernels;
+            let sg = kernels.iter().any(|k| matches!(k.form, KernelForm::SubgroupMatmul { .. }));
+            // The flags say what the form says, and every kernel's WGSL was dumped.
+            let stats_sg = kernels.iter().any(|k| k.subgroup_matmul && k.matmul_tiling.is_none());
+            assert_eq!(std::fs::read_dir(&dir).expect("dumped WGSL").count(), kernels.len(), "{}", case.name);
             if sg != expect_sg || stats_sg != sg {
                 failures.push(format!(
                     "{} ({fusion:?}): subgroup matmul {sg} (stats {stats_sg}), expected {expect_sg}",
@@ -384,9 +390,10 @@ fn f16_products_take_the_subgroup_matmul() {
     cases.push(conv);
     for case in &cases {
         let k = &partition(&case.graph, &case.outputs, FusionMode::On).unwrap()[0];
-        let src = lower(&case.graph, k, &native).wgsl;
-        validate(&src).unwrap_or_else(|e| panic!("{}: {e}\n{src}", case.name));
-        assert!(src.contains(MARK), "{}: no subgroup matmul\n{src}", case.name);
+        let lowered = lower(&case.graph, k, &native);
+        let src = &lowered.wgsl;
+        validate(src).unwrap_or_else(|e| panic!("{}: {e}\n{src}", case.name));
+        assert!(on_subgroups(&lowered), "{}: no subgroup matmul\n{src}", case.name);
         // Views of f16 bindings are declared and read as vec4<f16>; the f32 weights below a
         // cast as vec4<f32>, rounded per vec4.
         assert!(src.contains("array<vec4<f16>>") && src.contains("vec4<f32>(b"), "{}\n{src}", case.name);
@@ -394,7 +401,7 @@ fn f16_products_take_the_subgroup_matmul() {
         assert_eq!(src.contains("array<vec4<f32>>"), cast, "{}\n{src}", case.name);
         assert_eq!(src.contains("= fg_round_f16x4(b"), cast, "{}\n{src}", case.name);
         // Packed f16 (no native f16) keeps the tiled kernel.
-        assert!(!lower(&case.graph, k, &cpu_opts(8)).wgsl.contains(MARK), "{}", case.name);
+        assert!(!on_subgroups(&lower(&case.graph, k, &cpu_opts(8))), "{}", case.name);
     }
     let device = Device::shared().expect("a device");
     let expect_sg = takes_subgroup_matmul(&device) && device.f16_native();

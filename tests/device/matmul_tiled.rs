@@ -7,7 +7,7 @@ use crate::common;
 use crate::common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode};
 use fusegraph::crates::runtime::Cooperative;
-use fusegraph::crates::wgsl::{lower, lower_with, validate, LowerOptions, Strategy};
+use fusegraph::crates::wgsl::{lower, lower_with, validate, KernelForm, LowerOptions, Strategy};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, ExecutableStats, MatmulTiling, Tensor};
 use std::sync::Arc;
 
@@ -17,9 +17,6 @@ use std::sync::Arc;
 /// 128×256×64; the lhs alone of 100×1000×7 and 130×40×258.
 const SHAPES: [(usize, usize, usize); 8] =
     [(1, 1, 1), (7, 33, 5), (64, 64, 64), (65, 17, 129), (100, 1000, 7), (128, 256, 64), (130, 40, 258), (66, 72, 100)];
-
-/// The shader marker of the tiled lowering.
-const TILED: &str = "var<workgroup> fg_tile_a";
 
 /// A matmul case: plain 2-D, or batched lhs [2,1,m,k] (transposed when `transposed`) times
 /// rhs [3,k,n], with the epilogue `relu(x + bias)` when `epilogue`.
@@ -58,10 +55,15 @@ fn sweep(dtypes: &[DType]) -> Vec<Case> {
     out
 }
 
+/// Whether a kernel was lowered as the workgroup-tiled matmul.
+fn is_tiled(src: &fusegraph::crates::wgsl::KernelSource) -> bool {
+    matches!(src.form, KernelForm::TiledMatmul { .. })
+}
+
 /// Whether the lowering of `case`'s kernels (fused) takes the tiled path.
 fn tiled(case: &Case, opts: &LowerOptions) -> bool {
     let kernels = partition(&case.graph, &case.outputs, FusionMode::On).unwrap();
-    kernels.iter().any(|k| lower(&case.graph, k, opts).wgsl.contains(TILED))
+    kernels.iter().any(|k| is_tiled(&lower(&case.graph, k, opts)))
 }
 
 #[test]
@@ -84,7 +86,7 @@ fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
                             if let Err(e) = validate(&src.wgsl) {
                                 panic!("{} kernel {} ({opts:?}, {strategy:?}): {e}", case.name, src.label);
                             }
-                            assert!(strategy.tiled_matmul || !src.wgsl.contains(TILED));
+                            assert!(strategy.tiled_matmul || !is_tiled(&src));
                             shaders += 1;
                         }
                     }
@@ -143,11 +145,11 @@ fn every_candidate_tiling_validates() {
                     if let Err(e) = validate(&src.wgsl) {
                         panic!("{} kernel {} ({opts:?}, {tiling}): {e}", case.name, src.label);
                     }
-                    shaders += src.wgsl.contains(TILED) as usize;
+                    shaders += is_tiled(&src) as usize;
                     // Operands that are bindings with rows of whole vec4s (both here, unless
                     // the lhs is transposed; packed f16 never) are loaded a vec4 of their
                     // storage type at a time, into registers one `k` slice ahead.
-                    if case.name.contains("_66x72x100_") && src.wgsl.contains(TILED) {
+                    if case.name.contains("_66x72x100_") && is_tiled(&src) {
                         let dt = case.graph.ty(case.outputs[0]).dtype;
                         let elem = match dt {
                             DType::F16 if f16_native => Some("f16"),
@@ -161,13 +163,16 @@ fn every_candidate_tiling_validates() {
                         };
                         assert_eq!(declared("pa", lhs), lhs.is_some(), "{} [{tiling}]", case.name);
                         assert_eq!(declared("pb", elem), elem.is_some(), "{} [{tiling}]", case.name);
-                        assert_eq!(src.wgsl.contains("var pa0") || src.wgsl.contains("var pb0"), elem.is_some());
+                        let KernelForm::TiledMatmul { vec4_lhs, vec4_rhs, .. } = src.form else { unreachable!() };
+                        assert_eq!((vec4_lhs, vec4_rhs), (lhs.is_some(), elem.is_some()), "{}", case.name);
                         // Turned off (for comparisons): every value through the element functions.
                         let off = Strategy { vec4_operands: false, ..strategy };
-                        let plain = lower_with(&case.graph, k, &opts, &off).wgsl;
-                        validate(&plain)
+                        let plain = lower_with(&case.graph, k, &opts, &off);
+                        validate(&plain.wgsl)
                             .unwrap_or_else(|e| panic!("{} [{tiling}] without vec4 operands: {e}", case.name));
-                        assert!(!plain.contains("var pa0") && !plain.contains("var pb0"), "{}", case.name);
+                        let vec4 =
+                            matches!(plain.form, KernelForm::TiledMatmul { vec4_lhs: false, vec4_rhs: false, .. });
+                        assert!(vec4, "{}", case.name);
                     }
                     // Each invocation's columns side by side (for comparisons): also valid, and
                     // different from the default wherever a block has two groups of four.
@@ -175,7 +180,7 @@ fn every_candidate_tiling_validates() {
                     if let Err(e) = validate(&blocked.wgsl) {
                         panic!("{} kernel {} ({tiling}, blocked columns): {e}", case.name, blocked.label);
                     }
-                    if src.wgsl.contains(TILED) && tiling.bn > 4 {
+                    if is_tiled(&src) && tiling.bn > 4 {
                         assert_ne!(blocked.wgsl, src.wgsl, "{} [{tiling}]", case.name);
                         // The second group of four is `gx` fours after the first.
                         let second =
@@ -284,10 +289,10 @@ fn strided_operands_are_read_as_vec4s() {
     {
         let case = build(variant);
         let kernels = partition(&case.graph, &case.outputs, FusionMode::On).unwrap();
-        let src = kernels.iter().map(|k| lower(&case.graph, k, &gpu)).find(|s| s.wgsl.contains(TILED)).expect("tiled");
+        let src = kernels.iter().map(|k| lower(&case.graph, k, &gpu)).find(is_tiled).expect("tiled");
         validate(&src.wgsl).unwrap_or_else(|e| panic!("{}: {e}", case.name));
-        assert_eq!(src.wgsl.contains("var pa0 = vec4<f32>();"), vec4, "{}", case.name);
-        assert_eq!(src.wgsl.contains("var pb0 = vec4<f32>();"), vec4, "{}", case.name);
+        let KernelForm::TiledMatmul { vec4_lhs, vec4_rhs, .. } = src.form else { unreachable!() };
+        assert_eq!((vec4_lhs, vec4_rhs), (vec4, vec4), "{}", case.name);
         for tiling in [MatmulTiling::CANDIDATES[0], MatmulTiling::CANDIDATES[1]] {
             let opts = CompileOptions { matmul_tiling: Some(tiling), ..Default::default() };
             check_with(&device, &case, &opts).unwrap_or_else(|e| panic!("{} [{tiling}]: {e}", case.name));
@@ -304,16 +309,22 @@ fn tiled_kernel_workgroups_cover_every_tile_of_every_batch_entry() {
         let src = kernels
             .iter()
             .map(|k| lower(&c.graph, k, &LowerOptions::default()))
-            .find(|s| s.wgsl.contains(TILED))
+            .find(is_tiled)
             .expect("a tiled kernel");
         assert_eq!(src.workgroups, workgroups, "{shape:?}");
         assert_eq!(src.wgsl.contains("var acc7_1 "), large, "{shape:?}");
     }
 }
 
-/// The shader markers of the cooperative-matrix kernel: on the device's matrices, emulated.
+/// The shader markers of the cooperative-matrix kernel's multiply-adds: on the device's
+/// matrices, emulated.
 const COOP: &str = "coopMultiplyAdd(";
 const COOP_EMULATED: &str = "fg_emu_mad(";
+
+/// Whether a kernel was lowered as the tiled matmul on cooperative matrices of kind `coop`.
+fn on_coop(src: &fusegraph::crates::wgsl::KernelSource, coop: Cooperative) -> bool {
+    matches!(src.form, KernelForm::TiledMatmul { coop: Some(c), .. } if c == coop)
+}
 
 /// f16 products for the cooperative-matrix kernel, ragged in every dimension, with two `k`
 /// steps and 2×2 or 3×5 tiles, and one whose operands' rows are whole vec4s (staged a vec4
@@ -360,12 +371,8 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
                 };
                 let strategy = Strategy { matmul_tiling: Some(tiling), ..Default::default() };
                 let srcs: Vec<_> = kernels.iter().map(|k| lower_with(&case.graph, k, &opts, &strategy)).collect();
-                assert!(
-                    srcs.iter().any(|s| s.wgsl.contains(marker)),
-                    "{} ({size}, {coop:?}): no coop kernel",
-                    case.name
-                );
-                for src in srcs.iter().filter(|s| s.wgsl.contains(marker)) {
+                assert!(srcs.iter().any(|s| on_coop(s, coop)), "{} ({size}, {coop:?}): no coop kernel", case.name);
+                for src in srcs.iter().filter(|s| on_coop(s, coop)) {
                     let module = validate(&src.wgsl)
                         .unwrap_or_else(|e| panic!("{} kernel {} ({opts:?}): {e}", case.name, src.label));
                     shaders += 1;
@@ -382,8 +389,9 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
                     // registers one `k` slice ahead.
                     if case.name.contains("_66x72x100_") {
                         let lhs = !case.name.contains("_ttrue");
-                        assert_eq!(src.wgsl.contains("var pa0 = vec4<f16>();"), lhs, "{}", case.name);
-                        assert!(src.wgsl.contains("var pb0 = vec4<f16>();"), "{}", case.name);
+                        let KernelForm::TiledMatmul { vec4_lhs, vec4_rhs, .. } = src.form else { unreachable!() };
+                        assert_eq!((vec4_lhs, vec4_rhs), (lhs, true), "{}", case.name);
+                        assert_eq!(src.wgsl.contains("var pa0 = vec4<f16>();"), lhs, "{}: staged as f16", case.name);
                     }
                     // One epilogue pass per fragment row of a subgroup, through an f32 band of
                     // `rows`×16 rows: within 48 KiB with the 32-lane subgroups of NVIDIA.
@@ -444,7 +452,11 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
         (&f32, native),
     ] {
         let kernels = partition(&case.graph, &case.outputs, FusionMode::On).unwrap();
-        assert!(kernels.iter().all(|k| !lower(&case.graph, k, &opts).wgsl.contains(COOP)), "{} {opts:?}", case.name);
+        assert!(
+            kernels.iter().all(|k| !on_coop(&lower(&case.graph, k, &opts), Cooperative::Native)),
+            "{} {opts:?}",
+            case.name
+        );
         assert!(tiled(case, &opts), "{} {opts:?}", case.name);
     }
 }

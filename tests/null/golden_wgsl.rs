@@ -6,7 +6,7 @@
 use crate::common::{composite_builders, Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::attention::fuse_attention;
 use fusegraph::crates::passes::{fuse, FusionOptions, Kernel};
-use fusegraph::crates::wgsl::{lower, validate, LowerOptions};
+use fusegraph::crates::wgsl::{lower, validate, KernelForm, LowerOptions};
 use fusegraph::{DType, Graph, NodeId};
 
 fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectFile) {
@@ -228,6 +228,7 @@ fn gpu_loop_kernels_take_four_elements_per_invocation_only_when_large() {
         validate(&src.wgsl).unwrap();
         let per_invocation = if four { 4 } else { 1 };
         assert_eq!(src.workgroups, (n / per_invocation).div_ceil(WORKGROUP_SIZE as usize) as u64, "{n} elements");
+        assert_eq!(src.form, KernelForm::Loop { quads: four }, "{n} elements");
         assert_eq!(src.wgsl.contains("array<vec4<f32>>"), four, "{n} elements:\n{}", src.wgsl);
     }
 }

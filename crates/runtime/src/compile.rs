@@ -475,6 +475,7 @@ impl Device {
                 members: k.members.clone(),
                 bytes_moved,
                 workgroups,
+                form: src.form,
                 matmul_tiling,
                 subgroup_matmul,
                 texture_operands: uses.len(),

@@ -47,6 +47,9 @@ pub struct KernelStats {
     pub bytes_moved: u64,
     /// Workgroups dispatched `(x, y, z)`.
     pub workgroups: [u32; 3],
+    /// How the kernel was lowered: its family (loop, row, tiled or subgroup matmul,
+    /// attention) and the choices within it.
+    pub form: fusegraph_wgsl::KernelForm,
     /// The tiling of a tiled matmul kernel, plain or on cooperative matrices (forced,
     /// autotuned or the default for its shape); `None` for every other kernel.
     pub matmul_tiling: Option<MatmulTiling>,

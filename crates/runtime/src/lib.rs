@@ -28,7 +28,7 @@ pub use error::{Result, RuntimeError};
 pub use executable::{Executable, ExecutableStats, KernelStats, Timing};
 pub use feeds::{FeedName, Outputs};
 pub use fusegraph_passes::FusionMode;
-pub use fusegraph_wgsl::{Cooperative, GemmShape, MatmulTiling};
+pub use fusegraph_wgsl::{Cooperative, GemmShape, KernelForm, MatmulTiling};
 pub use options::{CompileOptions, ReduceFill, SplitK, SplitReductions};
 pub use profile::{KernelTime, Profile};
 pub use store::ParamStore;

@@ -34,7 +34,9 @@ pub use lower::{localize, lower, lower_planned, lower_with};
 pub use matmul::{gemm_shape, GemmShape};
 pub use matmul_coop::{cooperative_matmul, CoopPlan};
 pub use matmul_subgroup::{subgroup_matmul, SubgroupPlan};
-pub use options::{Binding, Cooperative, KernelSource, LowerOptions, Strategy, TEXTURE_ROW, WORKGROUP_SIZE};
+pub use options::{
+    Binding, Cooperative, KernelForm, KernelSource, LowerOptions, Strategy, TEXTURE_ROW, WORKGROUP_SIZE,
+};
 pub use tiling::MatmulTiling;
 pub use validate::{validate, ValidateError};
 pub use view::{reshape_strides, split_last_axis_view, strided_view, StridedView};

@@ -428,7 +428,29 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     wgsl.push_str(&helpers_called(&[&body, &main]));
     wgsl.push_str(&main);
     let label = kernel.members.iter().map(|&m| g.node(m).op.name()).collect::<Vec<_>>().join("+");
-    KernelSource { wgsl, bindings, workgroups, label }
+    let conv = |t: &crate::matmul::TiledPlan| matches!(g.node(t.matmul).op, Op::Conv2d { .. });
+    let form = match &kernel.kind {
+        KernelKind::Loop => match (&tiled, &subgroup) {
+            (Some(t), Some(p)) => KernelForm::SubgroupMatmul {
+                conv: conv(t),
+                textures: bindings.iter().filter(|b| b.texture).count(),
+                vec4_store: p.vec4_store,
+            },
+            (Some(t), None) => KernelForm::TiledMatmul {
+                conv: conv(t),
+                coop: coop.and(opts.cooperative_matrix),
+                vec4_lhs: t.vec4_lhs.is_some(),
+                vec4_rhs: t.vec4_rhs.is_some(),
+            },
+            (None, _) => KernelForm::Loop { quads: loop_vec4.is_some() },
+        },
+        KernelKind::Row { shape, axes } => {
+            let (per_thread, subgroups) = row_layout(g, &row_reduces, shape, axes, opts);
+            KernelForm::Row { shared: !per_thread, subgroups: !per_thread && subgroups, quads: row_vec4.is_some() }
+        }
+        KernelKind::Attention { .. } => KernelForm::Attention { tiled: opts.tiled_attention },
+    };
+    KernelSource { wgsl, bindings, workgroups, label, form }
 }
 
 #[cfg(test)]

@@ -96,6 +96,56 @@ pub struct KernelSource {
     pub workgroups: u64,
     /// A short label naming the member ops, for debugging and profiles.
     pub label: String,
+    /// How it was lowered: the kernel family and the choices within it.
+    pub form: KernelForm,
+}
+
+/// How a kernel was lowered (what tests and statistics ask of a kernel, rather than reading
+/// its WGSL).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelForm {
+    /// One invocation per output element, or per four adjacent ones (`quads`).
+    Loop {
+        /// Four elements per invocation, as vec4 loads and stores.
+        quads: bool,
+    },
+    /// A reduction's rows: a workgroup per row with a tree in workgroup memory (`shared`,
+    /// with `subgroups` arithmetic where the adapter has it), or an invocation per row.
+    Row {
+        /// A workgroup per row, combining in workgroup memory.
+        shared: bool,
+        /// Subgroup operations in the workgroup's tree.
+        subgroups: bool,
+        /// An invocation per row reading four elements per step (CPU adapters).
+        quads: bool,
+    },
+    /// The register-blocked, workgroup-tiled matrix product (a convolution as an implicit
+    /// GEMM with `conv`), on cooperative matrices with `coop`.
+    TiledMatmul {
+        /// The product is a convolution's (patches gathered by `fg_im2col`).
+        conv: bool,
+        /// On cooperative matrices, natively or emulated.
+        coop: Option<Cooperative>,
+        /// The lhs loaded a vec4 at a time from its binding.
+        vec4_lhs: bool,
+        /// The rhs likewise.
+        vec4_rhs: bool,
+    },
+    /// The subgroup matrix product of CPU adapters (no barriers).
+    SubgroupMatmul {
+        /// A convolution's product.
+        conv: bool,
+        /// Operands read from workspace textures.
+        textures: usize,
+        /// The output written a vec4 at a time.
+        vec4_store: bool,
+    },
+    /// Memory-efficient attention with the online softmax; `tiled`: keys and values staged
+    /// in workgroup memory.
+    Attention {
+        /// Keys and values staged in workgroup memory.
+        tiled: bool,
+    },
 }
 
 impl KernelSource {

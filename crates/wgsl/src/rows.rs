@@ -54,9 +54,7 @@ pub(crate) fn row_main(
     let row_len: usize = axes.iter().map(|&a| shape[a]).product();
     let full: usize = shape.iter().product();
     let rows = full.checked_div(row_len).unwrap_or(0);
-    // Many rows (or a CPU adapter): one invocation per row, no barriers. Few long rows: a
-    // workgroup per row with a tree in workgroup memory.
-    let per_thread = rows_per_thread(opts, rows, row_len, red.reduces.len() + 1);
+    let (per_thread, subgroups) = row_layout(g, red.reduces, shape, axes, opts);
     let wg = row_len.next_power_of_two().clamp(32, WORKGROUP_SIZE as usize);
     let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
     // fg_elem(row, e): the linear index in `shape` of element `e` of row `row`.
@@ -82,8 +80,6 @@ pub(crate) fn row_main(
     }
 
     let mut main = String::new();
-    // Subgroup arithmetic exists for f32, f16, i32 and u32 (not bool).
-    let subgroups = opts.subgroups && red.reduces.iter().all(|&r| g.ty(r).dtype != DType::Bool);
     let _ = writeln!(main, "@compute @workgroup_size({wg})");
     if subgroups {
         let _ = writeln!(
@@ -171,6 +167,23 @@ pub(crate) struct RowQuads<'a> {
 ///
 /// On a CPU adapter only where one invocation's walks over its row (`passes` of them, one
 /// per reduction and one for the outputs) stay within [`CPU_LOOP_BUDGET`] iterations.
+/// How a row kernel runs: `(per thread, subgroups)`. Many rows (or a CPU adapter): one
+/// invocation per row, no barriers. Few long rows: a workgroup per row with a tree in
+/// workgroup memory, with subgroup arithmetic where the adapter has it (f32, f16, i32 and
+/// u32 reductions; not bool).
+pub(crate) fn row_layout(
+    g: &Graph,
+    reduces: &[NodeId],
+    shape: &[usize],
+    axes: &[usize],
+    opts: &LowerOptions,
+) -> (bool, bool) {
+    let row_len: usize = axes.iter().map(|&a| shape[a]).product();
+    let rows = shape.iter().product::<usize>().checked_div(row_len).unwrap_or(0);
+    let per_thread = rows_per_thread(opts, rows, row_len, reduces.len() + 1);
+    (per_thread, opts.subgroups && reduces.iter().all(|&r| g.ty(r).dtype != DType::Bool))
+}
+
 pub(crate) fn rows_per_thread(opts: &LowerOptions, rows: usize, row_len: usize, passes: usize) -> bool {
     let within = within_budget(opts, row_len as u64, passes as u64);
     (opts.cpu && rows >= 16 && within) || (!opts.cpu && rows >= 8192 && row_len <= 256)
