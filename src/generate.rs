@@ -1,7 +1,7 @@
 //! Text generation with a KV cache that stays on the device: [`Generator`] runs GPT-2
 //! ([`crate::nn::Gpt2`]) as a prefill executable (the prompt's keys and values written into
-//! the cache) and a decode-step executable (one token per sequence at a fed position,
-//! written into the cache in place of nothing else), both bound to the model's
+//! the cache) and a decode-step executable (one token per sequence at a fed position, its
+//! keys and values written into the caches in place), both bound to the model's
 //! [`ParamStore`], where the caches live as parameters.
 //!
 //! A decode step attends to the whole cache under a mask of the positions written so far, so

@@ -71,6 +71,8 @@ fn greedy_generation_matches_transformers_token_for_token() {
         let flat = ints(&r[prompt]);
         let prompts: Vec<Vec<i32>> = flat.chunks(len).map(|c| c.to_vec()).collect();
         let mut g = Generator::new(&store, &m, batch, 64, CompileOptions::default()).unwrap();
+        // Every layer's key and value caches are written where they lie, not copied.
+        assert_eq!(g.decode_executable().memory_plan().updated_in_place.len(), 2 * m.config.n_layer);
         let out = g.generate(&prompts, 32, &Sampling::greedy()).unwrap();
         let expect: Vec<Vec<i32>> = ints(&r[want]).chunks(len + 32).map(|c| c.to_vec()).collect();
         assert_eq!(out.tokens, expect, "{want}");
