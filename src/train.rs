@@ -113,6 +113,10 @@ pub struct TrainOptions {
     pub memory_limit: Option<u64>,
     /// Kernel fusion (default on).
     pub fusion: FusionMode,
+    /// The parameters to train, by path (a module's: `module.params()`); the others the
+    /// loss reads stay as they are (fine-tuning a head, freezing an encoder). `None`: every
+    /// f32 parameter the loss reads.
+    pub trainable: Option<Vec<String>>,
 }
 
 impl Default for TrainOptions {
@@ -124,6 +128,7 @@ impl Default for TrainOptions {
             checkpoint: false,
             memory_limit: None,
             fusion: FusionMode::On,
+            trainable: None,
         }
     }
 }
@@ -391,18 +396,25 @@ fn record_step(
         None => (forward.loss.clone(), forward.segments.clone()),
     };
 
-    // The trained parameters: every f32 parameter the loss reads, by name.
+    // The trained parameters: every f32 parameter the loss reads (of `trainable`, if
+    // given), by name.
     let mut nodes_of: BTreeMap<String, Vec<NodeId>> = BTreeMap::new();
     b.edit(|g| -> Result<()> {
         for id in g.reachable(&[loss.id()])? {
             if let Op::Parameter { name } = &g.node(id).op {
-                if g.ty(id).dtype == DType::F32 {
+                let chosen = opts.trainable.as_ref().is_none_or(|t| t.contains(name));
+                if g.ty(id).dtype == DType::F32 && chosen {
                     nodes_of.entry(name.clone()).or_default().push(id);
                 }
             }
         }
         Ok(())
     })?;
+    if let Some(t) = &opts.trainable {
+        if let Some(name) = t.iter().find(|n| !nodes_of.contains_key(n.as_str())) {
+            return Err(config(format!("trainable parameter `{name}` is not an f32 parameter the loss reads")));
+        }
+    }
     if nodes_of.is_empty() {
         return Err(config("the loss depends on no f32 parameter"));
     }

@@ -93,3 +93,38 @@ fn bad_training_configurations_are_typed_errors() {
     fwd.loss = fwd.output.clone();
     assert!(config(build_step(&b, &mut p, &fwd, &Adam::new(1e-3), &TrainOptions::default()).err()));
 }
+
+/// Fine-tuning: with `trainable` naming the head's parameters, a step updates those and
+/// leaves the rest (and creates no optimizer state for them); a name the loss does not read
+/// is a typed error.
+#[test]
+fn only_the_trainable_parameters_change() {
+    use fusegraph::nn::Module;
+    let model = mlp_model(&[6, 8, 3]).unwrap();
+    let head: Vec<String> = model.layers[1].params().iter().map(|p| p.path().to_string()).collect();
+    let b = GraphBuilder::new();
+    let mut p = Params::of(&model, 3).unwrap();
+    let objective = mlp(&b, &model, 4).unwrap();
+    let opts = TrainOptions { trainable: Some(head.clone()), ..Default::default() };
+    let step = build_step(&b, &mut p, &objective, &Sgd::new(0.5), &opts).unwrap();
+    assert_eq!(step.trained, {
+        let mut h = head.clone();
+        h.sort();
+        h
+    });
+    let mut t = fusegraph::train::Trainer::new(&Device::shared().unwrap(), step, &p).unwrap();
+    let before = t.store().read_all().unwrap();
+    let x = fusegraph::HostTensor::new([4, 6], fusegraph_workloads::random_values(1, 24)).unwrap();
+    let y = fusegraph::HostTensor::new([4], vec![0i32, 1, 2, 1]).unwrap();
+    t.step(&[("x", &x), ("y", &y)]).unwrap();
+    let after = t.store().read_all().unwrap();
+    for (name, v) in &before {
+        assert_eq!(after[name] != *v, head.contains(name), "{name}");
+    }
+    let b = GraphBuilder::new();
+    let mut p = Params::of(&model, 3).unwrap();
+    let objective = mlp(&b, &model, 4).unwrap();
+    let bad = TrainOptions { trainable: Some(vec!["fc9.weight".into()]), ..Default::default() };
+    let err = build_step(&b, &mut p, &objective, &Sgd::new(0.5), &bad).unwrap_err().to_string();
+    assert!(err.contains("fc9.weight"), "{err}");
+}
