@@ -77,10 +77,18 @@ pub fn from_bytes(bytes: &[u8]) -> Result<BTreeMap<String, HostTensor>, Safetens
     file.iter().map(|(name, view)| Ok((name.to_string(), decode(name, &view)?))).collect()
 }
 
-/// Every tensor of the safetensors file at `path`, by key.
+/// Every tensor of the safetensors file at `path`, by key, decoded from the memory-mapped
+/// file (no copy of the whole file is made first).
 pub fn read(path: &Path) -> Result<BTreeMap<String, HostTensor>, SafetensorsError> {
-    let bytes = std::fs::read(path).map_err(|source| SafetensorsError::Io { path: path.to_path_buf(), source })?;
-    from_bytes(&bytes)
+    let io = |source| SafetensorsError::Io { path: path.to_path_buf(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: the map is read-only; a file changed by another process while it is read is
+    // outside what this reader supports (as for every mmap reader).
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    from_bytes(&map).map_err(|e| match e {
+        SafetensorsError::Format(m) => SafetensorsError::Format(format!("{}: {m}", path.display())),
+        other => other,
+    })
 }
 
 /// The safetensors dtype and little-endian bytes of a host tensor.
