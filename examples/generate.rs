@@ -94,9 +94,16 @@ fn byte_symbols() -> Vec<char> {
         .collect()
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
     let args = Args::parse();
     fusegraph::init_logging();
+    if let Err(e) = run(args) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::shared()?;
     let store = ParamStore::new(&device);
     let (model, vocab_json) = if args.random {
