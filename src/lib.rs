@@ -32,7 +32,7 @@ pub use fusegraph_ir::{
 pub use fusegraph_runtime::{
     Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FeedName, FusionMode, GemmShape,
     KernelForm, KernelStats, MatmulTiling, Outputs, ParamStore, ReduceFill, RuntimeError, SplitK, SplitReductions,
-    TunedSplit, TunedTiling,
+    TunedFamily, TunedSplit, TunedTiling,
 };
 
 pub use error::{Error, Result};

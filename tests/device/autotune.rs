@@ -15,8 +15,8 @@ use std::sync::Arc;
 fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     let dir = std::env::temp_dir().join(format!("fusegraph-autotune-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    // Measurements cached in a fresh folder; the GPU's kernel forms, since a CPU adapter with
-    // a fixed subgroup size would take the subgroup matmul, which is not tuned.
+    // Measurements cached in a fresh folder; the GPU's kernel forms (the tiled family, whose
+    // tilings are tuned; `gpu_kernels` does not measure the family).
     let opts = |autotune: bool| DeviceOptions {
         autotune: Some(autotune),
         cache_dir: Some(dir.join("fusegraph")),

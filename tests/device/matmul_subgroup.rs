@@ -248,11 +248,12 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
         let src = lower(&conv.graph, k, &cpu_opts(8));
         assert!(matches!(src.form, KernelForm::SubgroupMatmul { conv: true, .. }), "{:?}", src.form);
     }
-    // Not on GPUs, nor without a fixed subgroup size.
+    // On a GPU with a fixed subgroup size too (the runtime then measures which family runs:
+    // `CompileOptions::subgroup_matmul`), not without a fixed subgroup size.
     let gpu = LowerOptions { cpu: false, ..cpu_opts(32) };
     let k = &partition(&plain.graph, &plain.outputs, FusionMode::On).unwrap()[0];
     assert!(subgroup_matmul(&plain.graph, k, &cpu_opts(8)).is_some());
-    assert!(subgroup_matmul(&plain.graph, k, &gpu).is_none());
+    assert!(subgroup_matmul(&plain.graph, k, &gpu).is_some());
     assert!(subgroup_matmul(&plain.graph, k, &LowerOptions { subgroup_size: None, ..cpu_opts(8) }).is_none());
 }
 
@@ -619,4 +620,55 @@ fn the_workspace_is_counted_and_yields_to_the_memory_limit() {
         let got = exe.run(&refs).unwrap();
         assert_close(&got[0], &want[0], rtol, atol.max(c.atol)).unwrap();
     }
+}
+
+/// Where the subgroup matmul and the tiled kernel both apply, which one runs is measured once
+/// per shape class (autotuning on) and cached, the winner is the one compiled, and either can
+/// be forced; all three agree with the reference.
+#[test]
+fn the_matmul_family_is_measured_per_class_and_can_be_forced() {
+    let dir = std::env::temp_dir().join(format!("fusegraph-family-{}", std::process::id()));
+    let opts = DeviceOptions { autotune: Some(true), cache_dir: Some(dir.clone()), ..Default::default() };
+    let device = Arc::new(Device::new(&opts).expect("a device"));
+    let info = device.info();
+    let fixed = info.subgroup_min_size == info.subgroup_max_size
+        && (4..=64).contains(&info.subgroup_min_size)
+        && device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP);
+    if !fixed {
+        eprintln!("skipped: {} has no fixed subgroup size, so only the tiled family applies", device.describe());
+        return;
+    }
+    let (m, k, n) = (128, 160, 192);
+    assert!(m * k * n >= fusegraph::crates::runtime::MIN_TUNED_MACS);
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [m, k]).unwrap();
+    let w = b.input("w", DType::F32, [k, n]).unwrap();
+    let y = x.matmul(&w).unwrap().relu().unwrap();
+    let g = b.graph();
+    let feeds = BTreeMap::from([
+        ("x".to_string(), HostTensor::new([m, k], fusegraph_workloads::random_values(1, m * k)).unwrap()),
+        ("w".to_string(), HostTensor::new([k, n], fusegraph_workloads::random_values(2, k * n)).unwrap()),
+    ]);
+    let want = evaluate(&g, &[y.id()], &feeds, &BTreeMap::new()).unwrap().remove(0);
+    let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let run = |subgroup_matmul: Option<bool>| {
+        let exe = device.compile(&g, &[y.id()], &CompileOptions { subgroup_matmul, ..Default::default() }).unwrap();
+        let got = exe.run(&refs).unwrap().remove(0);
+        assert_close(&got, &want, 1e-4, 1e-4).unwrap();
+        exe.stats().kernels.iter().map(|k| k.form).find(|f| !matches!(f, KernelForm::Loop { .. })).unwrap()
+    };
+    let chosen = run(None);
+    let families = device.tuned_families();
+    assert_eq!(families.len(), 1, "one class measured: {families:?}");
+    assert_eq!(families[0].timings.len(), 2, "both families timed");
+    assert_eq!(matches!(chosen, KernelForm::SubgroupMatmul { .. }), families[0].subgroup, "{chosen:?}");
+    assert!(matches!(run(Some(true)), KernelForm::SubgroupMatmul { .. }));
+    assert!(matches!(run(Some(false)), KernelForm::TiledMatmul { .. }));
+    // Cached on disk: a new device reads the choice instead of measuring.
+    let again = Arc::new(Device::new(&opts).expect("a device"));
+    let exe = again.compile(&g, &[y.id()], &CompileOptions::default()).unwrap();
+    assert!(exe.stats().kernels.iter().any(|k| k.form == chosen));
+    assert!(again.tuned_families().iter().all(|f| f.timings.is_empty()), "read, not measured");
+    eprintln!("measured {:?} on {}", families[0].timings, device.describe());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -60,10 +60,12 @@ fn is_tiled(src: &fusegraph::crates::wgsl::KernelSource) -> bool {
     matches!(src.form, KernelForm::TiledMatmul { .. })
 }
 
-/// Whether the lowering of `case`'s kernels (fused) takes the tiled path.
+/// Whether the lowering of `case`'s kernels (fused) takes the tiled path (the tiled family,
+/// not the subgroup one, where both apply).
 fn tiled(case: &Case, opts: &LowerOptions) -> bool {
     let kernels = partition(&case.graph, &case.outputs, FusionMode::On).unwrap();
-    kernels.iter().any(|k| is_tiled(&lower(&case.graph, k, opts)))
+    let strategy = Strategy { subgroup_matmul: false, ..Default::default() };
+    kernels.iter().any(|k| is_tiled(&lower_with(&case.graph, k, opts, &strategy)))
 }
 
 #[test]

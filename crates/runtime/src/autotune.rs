@@ -24,7 +24,7 @@
 //! [`split_candidates`] slices (the product and its sum), timed as above; the fastest slice
 //! count is kept in memory and in `splitk-v1-<adapter>.txt`.
 
-use crate::tuned::{TunedSplit, TunedTiling};
+use crate::tuned::{TunedFamily, TunedSplit, TunedTiling};
 use crate::{CompileOptions, Device, FusionMode, Result};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor};
 use fusegraph_passes::split_k::{FillOptions, Gemm};
@@ -263,6 +263,66 @@ impl Device {
             return Err(failed.expect("every candidate failed to compile"));
         };
         Ok(TunedTiling { class: class.to_string(), tiling, timings })
+    }
+
+    /// Whether products of `shape`'s class in `dtype` run fastest on the subgroup matmul
+    /// (rather than the tiled kernel at its default tiling), where both apply: measured once
+    /// per class and cached (`family-v1-<adapter>.txt`), as tilings are. `None` where
+    /// autotuning is off or the product is below [`MIN_TUNED_MACS`].
+    pub(crate) fn tuned_family(self: &Arc<Self>, shape: &GemmShape, dtype: DType) -> Option<bool> {
+        if !self.autotune || shape.batch * shape.m * shape.n * shape.k < MIN_TUNED_MACS {
+            return None;
+        }
+        let key = class(shape, dtype, false);
+        {
+            let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
+            let read = |class, family: String| TunedFamily { class, subgroup: family == "subgroup", timings: vec![] };
+            if let Some(t) = tuner.families.get(&self.cache, "family-v1", &key, read) {
+                return Some(t.subgroup);
+            }
+        }
+        let max_macs =
+            if self.info().device_type == wgpu::DeviceType::Cpu { MAX_TIMED_MACS } else { MAX_TIMED_MACS_GPU };
+        let shape = timed_shape(shape, max_macs);
+        let measured = (|| -> Result<TunedFamily> {
+            let (b, out, a_host, b_host) = product(&shape, dtype)?;
+            let feeds = [("a", &a_host), ("b", &b_host)];
+            let compile = |subgroup: bool| {
+                let opts = CompileOptions {
+                    fusion: FusionMode::Off,
+                    simplify: false,
+                    subgroup_matmul: Some(subgroup),
+                    matmul_tiling: (!subgroup).then(|| MatmulTiling::default_for(shape.m, shape.n)),
+                    name: Some(format!("autotuning {key}: subgroup matmul {subgroup}")),
+                    split_k: crate::SplitK::Off,
+                    ..Default::default()
+                };
+                self.compile(&b.graph(), &[out], &opts)
+            };
+            let (timings, failed) = self.time_candidates([true, false], compile, &feeds)?;
+            let best = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0);
+            let subgroup = best.ok_or_else(|| failed.expect("every candidate failed to compile"))?;
+            Ok(TunedFamily { class: key.clone(), subgroup, timings })
+        })();
+        let tuned = match measured {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(target: "fusegraph::autotune", class = %key, "kept the adapter's matmul family: {e}");
+                return None;
+            }
+        };
+        tracing::info!(target: "fusegraph::autotune", class = %key, subgroup = tuned.subgroup, "matmul family");
+        let subgroup = tuned.subgroup;
+        let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
+        let line = |t: &TunedFamily| format!("{} = {}\n", t.class, if t.subgroup { "subgroup" } else { "tiled" });
+        tuner.families.insert(&self.cache, "family-v1", key, tuned, line);
+        Some(subgroup)
+    }
+
+    /// The matmul families measured so far on this device (or read from the disk cache), by
+    /// class.
+    pub fn tuned_families(&self) -> Vec<TunedFamily> {
+        self.tuner.lock().unwrap_or_else(|p| p.into_inner()).families.by_class.values().cloned().collect()
     }
 
     /// The tilings tuned so far on this device (measured or read from the disk cache), by

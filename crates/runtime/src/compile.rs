@@ -177,17 +177,27 @@ impl Device {
         // A forced tiling asks for the workgroup-tiled kernel, not the subgroup one.
         let strategy = Strategy { subgroup_matmul: opts.matmul_tiling.is_none(), ..Default::default() };
         // Matmul kernels that can run on cooperative matrices (f16 products on adapters that
-        // have them), and those that take the subgroup lowering (CPU adapters, not tuned).
+        // have them), and those that take the subgroup lowering: where it applies, the family
+        // forced, else measured per shape class, else the adapter's (a CPU's forms: subgroup).
         let coop_able: Vec<bool> =
             kernels.iter().map(|k| strategy.tiled_matmul && cooperative_matmul(graph, k, lower_opts)).collect();
         let subgroup: Vec<bool> = kernels
             .iter()
             .zip(&coop_able)
             .map(|(k, &able)| {
-                !able
+                let applies = !able
                     && strategy.tiled_matmul
                     && strategy.subgroup_matmul
-                    && subgroup_matmul(graph, k, lower_opts).is_some()
+                    && subgroup_matmul(graph, k, lower_opts).is_some();
+                applies
+                    && opts.subgroup_matmul.unwrap_or_else(|| {
+                        // `gpu_kernels` asks for a GPU's default forms, unmeasured.
+                        let measured = (self.cpu_kernels() == (self.info().device_type == wgpu::DeviceType::Cpu))
+                            .then(|| gemm_shape(graph, k, lower_opts))
+                            .flatten()
+                            .and_then(|(shape, dtype)| self.tuned_family(&shape, dtype));
+                        measured.unwrap_or(self.cpu_kernels())
+                    })
             })
             .collect();
         // Each tiled matmul kernel takes the forced tiling, else the tuned one for its shape
@@ -326,7 +336,7 @@ impl Device {
             staging_bytes += plan.locations[&o].size;
         }
         let held: u64 = [plan.arena_bytes, plan.persistent_bytes, staging_bytes].map(buffer_bytes).iter().sum();
-        let forms = KernelForms { kernels: &kernels, tilings: &tilings, coop: &coop };
+        let forms = KernelForms { kernels: &kernels, tilings: &tilings, subgroup: &subgroup, coop: &coop };
         let (sources, workspace_plan) = lower_kernels(graph, &forms, opts, lower_opts, &plan, held, limit);
         let lowered = start.elapsed();
         for (k, s) in sources.iter().enumerate() {
@@ -640,6 +650,7 @@ fn store_buffer(store: &ParamStore, name: &str) -> Result<wgpu::Buffer> {
 struct KernelForms<'a> {
     kernels: &'a [fusegraph_passes::Kernel],
     tilings: &'a [Option<MatmulTiling>],
+    subgroup: &'a [bool],
     coop: &'a [bool],
 }
 
@@ -656,17 +667,16 @@ fn lower_kernels(
     held: u64,
     limit: Option<u64>,
 ) -> (Vec<KernelSource>, WorkspacePlan) {
-    let KernelForms { kernels, tilings, coop } = *forms;
-    // A forced tiling asks for the workgroup-tiled kernel, not the subgroup one.
-    let strategy = Strategy { subgroup_matmul: opts.matmul_tiling.is_none(), ..Default::default() };
+    let KernelForms { kernels, tilings, subgroup, coop } = *forms;
+    let strategy = Strategy::default();
     let unshared = if opts.excess_precision { unshared_members(kernels) } else { vec![Vec::new(); kernels.len()] };
     let lower_all = |lower_opts: &LowerOptions| -> Vec<KernelSource> {
         kernels
             .iter()
             .zip(&unshared)
-            .zip(tilings.iter().zip(coop))
-            .map(|((k, unshared), (&matmul_tiling, &cooperative_matmul))| {
-                let strategy = Strategy { matmul_tiling, cooperative_matmul, ..strategy };
+            .zip(tilings.iter().zip(coop).zip(subgroup))
+            .map(|((k, unshared), ((&matmul_tiling, &cooperative_matmul), &subgroup_matmul))| {
+                let strategy = Strategy { matmul_tiling, cooperative_matmul, subgroup_matmul, ..strategy };
                 lower_planned(graph, k, unshared, lower_opts, &strategy)
             })
             .collect()

@@ -32,7 +32,7 @@ pub use fusegraph_wgsl::{Cooperative, GemmShape, KernelForm, MatmulTiling};
 pub use options::{CompileOptions, ReduceFill, SplitK, SplitReductions};
 pub use profile::{KernelTime, Profile};
 pub use store::ParamStore;
-pub use tuned::{TunedSplit, TunedTiling};
+pub use tuned::{TunedFamily, TunedSplit, TunedTiling};
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;
 /// wgpu's adapter type, as reported in [`Device::info`].

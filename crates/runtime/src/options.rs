@@ -79,6 +79,13 @@ pub struct CompileOptions {
     /// parameters alone is then computed once and returned as stored until a parameter
     /// changes. Off in [`crate::CompileOptions::unfused`] (the naive baseline).
     pub hoist_parameters: bool,
+    /// The matrix-product family where both apply: the subgroup matmul (no workgroup memory
+    /// or barriers; adapters with a fixed subgroup size) or the workgroup-tiled kernel.
+    /// `None` (the default): measured per shape class where autotuning is on
+    /// ([`crate::Device::tuned_families`]), else the subgroup kernel on a CPU adapter and the
+    /// tiled one elsewhere; `Some(true)` / `Some(false)`: that family. A forced
+    /// `matmul_tiling` means the tiled kernel.
+    pub subgroup_matmul: Option<bool>,
     /// With fusion on, matrix products that share their left operand and whose weights are
     /// parameters of one shape that no update writes (attention's query, key and value
     /// projections) become one batched product over the weights stacked into one parameter
@@ -196,6 +203,7 @@ impl Default for CompileOptions {
             split_k: SplitK::Off,
             split_reductions: SplitReductions::Adapter,
             hoist_parameters: true,
+            subgroup_matmul: None,
             combine_products: true,
             excess_precision: true,
         }

@@ -61,6 +61,19 @@ pub struct TunedTiling {
 pub(crate) struct Tuner {
     pub(crate) tilings: Choices<TunedTiling>,
     pub(crate) splits: Choices<TunedSplit>,
+    pub(crate) families: Choices<TunedFamily>,
+}
+
+/// The matmul family measured fastest for a shape class where the subgroup matmul and the
+/// tiled kernel both apply ([`crate::CompileOptions::subgroup_matmul`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunedFamily {
+    /// The shape class.
+    pub class: String,
+    /// Whether the subgroup matmul won.
+    pub subgroup: bool,
+    /// Median ms of each family as timed, subgroup first (empty when read from the cache).
+    pub timings: Vec<(bool, f64)>,
 }
 
 /// One kind of tuned choice by class: read from the device's cache file on first use, the

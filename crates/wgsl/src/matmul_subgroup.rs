@@ -75,7 +75,7 @@ impl SubgroupPlan {
 /// over its last 1–3 (the first convolution of an RGB network: `k` = 27).
 pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerOptions) -> Option<SubgroupPlan> {
     let lanes = opts.subgroup_size? as usize;
-    if !(opts.cpu && opts.subgroups && (4..=64).contains(&lanes) && lanes.is_power_of_two()) {
+    if !(opts.subgroups && (4..=64).contains(&lanes) && lanes.is_power_of_two()) {
         return None;
     }
     let mm = plan.matmul;
