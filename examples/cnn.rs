@@ -4,6 +4,7 @@
 //! `cargo run --release --example cnn [-- --quick]`
 
 use clap::Parser;
+use fusegraph::nn::models::global_average_pool;
 use fusegraph::nn::{module, BatchNorm2d, Conv2d, Conv2dConfig, Forward, Linear, ResidualBlock, Scope};
 use fusegraph::Tensor;
 
@@ -38,9 +39,7 @@ impl Forward for Cnn {
         for stage in &self.stages {
             h = stage.forward(&h)?;
         }
-        let &[n, c, hh, hw] = h.dims() else { unreachable!("NCHW") };
-        let pooled = h.avg_pool2d([hh, hw], [hh, hw], [0, 0])?.reshape([n, c])?;
-        self.fc.forward(&pooled)
+        self.fc.forward(&global_average_pool(&h)?)
     }
 }
 

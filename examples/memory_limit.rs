@@ -174,7 +174,7 @@ fn attention(device: &std::sync::Arc<Device>, quick: bool) -> Result<(), Box<dyn
     }
     let (got, stats) = run(&limited)?;
     let diff = got[0].to_f64().iter().zip(want[0].to_f64()).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-    let fused_kernels = stats.kernels.iter().filter(|k| k.attention).count();
+    let fused_kernels = stats.kernels.iter().filter(|k| k.attention()).count();
     println!(
         "{}: {} bytes with the attention in three kernels; under a limit of {limit} it fits in {} bytes \
          with {fused_kernels} fused attention kernel(s) ({} kernels); outputs within {diff:.1e} of the plain run",

@@ -136,14 +136,14 @@ fn fused_attention_matches_the_reference_and_the_three_kernel_attention() {
             let (got, stats) = run(&device, &g, &outs, &feeds, true);
             let (three, plain) = run(&device, &g, &outs, &feeds, false);
             // One attention kernel replaced the scores, softmax and product kernels.
-            let fused_kernels = stats.kernels.iter().filter(|k| k.attention).count();
+            let fused_kernels = stats.kernels.iter().filter(|k| k.attention()).count();
             assert_eq!(
                 fused_kernels,
                 1,
                 "{s:?} [{form}]: {:?}",
                 stats.kernels.iter().map(|k| &k.label).collect::<Vec<_>>()
             );
-            assert!(plain.kernels.iter().all(|k| !k.attention));
+            assert!(plain.kernels.iter().all(|k| !k.attention()));
             assert!(
                 stats.kernels.len() < plain.kernels.len(),
                 "{s:?}: {} vs {}",
@@ -264,7 +264,7 @@ fn random_masks_match_the_reference() {
         let fmap: BTreeMap<String, HostTensor> = feeds.iter().cloned().collect();
         let want = evaluate(&g, &outs, &fmap, &BTreeMap::new()).expect("reference");
         let (got, stats) = run(device, &g, &outs, &feeds, true);
-        if !stats.kernels.iter().any(|k| k.attention) {
+        if !stats.kernels.iter().any(|k| k.attention()) {
             failures.push(format!("{what}: no attention kernel"));
         }
         let (rtol, atol) = tolerance(DType::F32);
@@ -288,7 +288,7 @@ fn tiled_attention_on_a_padded_grid() {
     let opts = DeviceOptions { tiled_attention: Some(true), ..Default::default() };
     let device = Arc::new(Device::new(&opts).expect("a device"));
     let (got, stats) = run(&device, &g, &outs, &feeds, true);
-    let kernel = stats.kernels.iter().find(|k| k.attention).expect("an attention kernel");
+    let kernel = stats.kernels.iter().find(|k| k.attention()).expect("an attention kernel");
     let [x, y, _] = kernel.workgroups;
     assert!(y > 1 && u64::from(x) * u64::from(y) > 65_537, "{:?}", kernel.workgroups);
     let fmap: BTreeMap<String, HostTensor> = feeds.iter().cloned().collect();
@@ -322,7 +322,7 @@ fn memory_limit_turns_on_fused_attention() {
     assert!(matches!(err, Some(RuntimeError::ResourceExhausted { .. })), "{err:?}");
     let exe =
         device.compile(&g, &outs, &CompileOptions { memory_limit: Some(limit), ..Default::default() }).expect("fits");
-    assert!(exe.stats().kernels.iter().any(|k| k.attention));
+    assert!(exe.stats().kernels.iter().any(|k| k.attention()));
     let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let got = exe.run(&refs).expect("runs");
     let fmap: BTreeMap<String, HostTensor> = feeds.iter().cloned().collect();
@@ -331,5 +331,5 @@ fn memory_limit_turns_on_fused_attention() {
     assert_close(&got[0], &want[0], rtol, atol).expect("matches the reference");
     // Without a limit the default keeps the three-kernel attention.
     let default = device.compile(&g, &outs, &CompileOptions::default()).expect("compiles");
-    assert!(default.stats().kernels.iter().all(|k| !k.attention));
+    assert!(default.stats().kernels.iter().all(|k| !k.attention()));
 }

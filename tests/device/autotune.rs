@@ -105,7 +105,7 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     assert_eq!(tuned.timings.len(), MatmulTiling::CANDIDATES.len() + coop_candidates, "{tuned:?}");
     let kernel = &exe.stats().kernels[0];
     assert_eq!(kernel.matmul_tiling, Some(tuned.tiling));
-    assert_eq!(kernel.cooperative_matmul, tuned.tiling.is_cooperative(), "{tuned:?}");
+    assert_eq!(kernel.cooperative_matmul(), tuned.tiling.is_cooperative(), "{tuned:?}");
     eprintln!("f16 timings: {:?}", tuned.timings.iter().map(|(t, ms)| format!("{t} {ms:.2} ms")).collect::<Vec<_>>());
 
     // Split-k, tuned: a 128×128 output over k 1024 is timed unsplit and in 2, 4 and 8 slices

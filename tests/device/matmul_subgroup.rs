@@ -332,8 +332,8 @@ fn subgroup_matmul_matches_the_reference() {
             let exe = device.compile(&case.graph, &case.outputs, &opts).expect("compiles");
             let kernels = &exe.stats().kernels;
             let sg = kernels.iter().any(|k| matches!(k.form, KernelForm::SubgroupMatmul { .. }));
-            // The flags say what the form says, and every kernel's WGSL was dumped.
-            let stats_sg = kernels.iter().any(|k| k.subgroup_matmul && k.matmul_tiling.is_none());
+            // A subgroup kernel carries no tiling, and every kernel's WGSL was dumped.
+            let stats_sg = kernels.iter().any(|k| k.subgroup_matmul() && k.matmul_tiling.is_none());
             assert_eq!(std::fs::read_dir(&dir).expect("dumped WGSL").count(), kernels.len(), "{}", case.name);
             if sg != expect_sg || stats_sg != sg {
                 failures.push(format!(
@@ -413,7 +413,7 @@ fn f16_products_take_the_subgroup_matmul() {
         for fusion in [FusionMode::On, FusionMode::Off] {
             let exe =
                 device.compile(&case.graph, &case.outputs, &CompileOptions { fusion, ..Default::default() }).unwrap();
-            let sg = exe.stats().kernels.iter().any(|k| k.subgroup_matmul && k.matmul_tiling.is_none());
+            let sg = exe.stats().kernels.iter().any(|k| k.subgroup_matmul() && k.matmul_tiling.is_none());
             assert_eq!(sg, expect_sg, "{} ({fusion:?})", case.name);
             let got = exe.run(&refs).unwrap();
             let (rtol, atol) = tolerance(DType::F16);
@@ -555,7 +555,7 @@ fn texture_operands_match_the_buffer_reads() {
         for (device, textures) in [(&on, true), (&off, false)] {
             let exe = device.compile(&case.graph, &case.outputs, &CompileOptions::default()).expect("compiles");
             let stats = exe.stats();
-            let read = stats.kernels.iter().map(|k| k.texture_operands).sum::<usize>();
+            let read = stats.kernels.iter().map(|k| k.texture_operands()).sum::<usize>();
             // As many as the lowering makes textures (checked in the test above).
             let lowered = partition(&case.graph, &case.outputs, FusionMode::On)
                 .unwrap()
@@ -615,7 +615,7 @@ fn the_workspace_is_counted_and_yields_to_the_memory_limit() {
         let exe = device.compile(&c.graph, &c.outputs, &opts).unwrap();
         assert_eq!(exe.stats().workspace_bytes, workspace, "limit {limit}");
         assert!(exe.stats().device_bytes <= limit);
-        let reads = exe.stats().kernels.iter().map(|k| k.texture_operands).sum::<usize>();
+        let reads = exe.stats().kernels.iter().map(|k| k.texture_operands()).sum::<usize>();
         assert_eq!(reads > 0, workspace > 0);
         let got = exe.run(&refs).unwrap();
         assert_close(&got[0], &want[0], rtol, atol.max(c.atol)).unwrap();

@@ -493,7 +493,7 @@ fn cooperative_matmul_matches_the_reference() {
             ran += 1;
             let how = format!("{how}, {tiling}");
             match check_with(device, case, &CompileOptions { matmul_tiling: Some(tiling), ..Default::default() }) {
-                Ok(stats) if !stats.kernels.iter().any(|k| k.cooperative_matmul) => {
+                Ok(stats) if !stats.kernels.iter().any(|k| k.cooperative_matmul()) => {
                     failures.push(format!("{} [{how}]: not on cooperative matrices", case.name))
                 }
                 Ok(_) => {}

@@ -245,10 +245,10 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         // A tiled matmul is named with its tiling (autotuned, or the default for its shape)
         // and `coop` on cooperative matrices, a subgroup matmul as such.
         let stats = exe.stats();
-        let coop = if stats.kernels.iter().any(|k| k.cooperative_matmul) { " coop" } else { "" };
+        let coop = if stats.kernels.iter().any(|k| k.cooperative_matmul()) { " coop" } else { "" };
         let kernel = match stats.kernels.iter().find_map(|k| k.matmul_tiling) {
             Some(t) => format!("{kernel}{coop} {t}"),
-            None if stats.kernels.iter().any(|k| k.subgroup_matmul) => format!("{kernel} subgroup"),
+            None if stats.kernels.iter().any(|k| k.subgroup_matmul()) => format!("{kernel} subgroup"),
             None => kernel.to_string(),
         };
         let row = Row { kernel, shape, dtype, ms, gflops: flops / ms / 1e6, gbps: bytes / ms / 1e6, ceiling_gbps };

@@ -154,15 +154,23 @@ impl Checkpoint {
 
     /// The tensor `key` as stored (bf16 widened to f32).
     pub fn tensor(&self, key: &str) -> Result<HostTensor> {
+        self.tensor_in(&self.headers()?, key)
+    }
+
+    /// Each file's parsed header (the data stays mapped), in file order.
+    fn headers(&self) -> Result<Vec<SafeTensors<'_>>> {
+        self.files.iter().map(|(path, map)| SafeTensors::deserialize(map).map_err(|e| format(path, e))).collect()
+    }
+
+    /// The tensor `key` through already parsed `headers`.
+    fn tensor_in(&self, headers: &[SafeTensors<'_>], key: &str) -> Result<HostTensor> {
         let &file = self.keys.get(key).ok_or_else(|| NnError::MissingKey {
             key: key.to_string(),
             param: String::new(),
             expected: None,
             file: self.source.display().to_string(),
         })?;
-        let (path, map) = &self.files[file];
-        let st = SafeTensors::deserialize(map).map_err(|e| format(path, e))?;
-        let view = st.tensor(key).map_err(|e| format(path, e))?;
+        let view = headers[file].tensor(key).map_err(|e| format(&self.files[file].0, e))?;
         Ok(decode(key, &view)?)
     }
 
@@ -187,6 +195,7 @@ impl Checkpoint {
                 });
             }
         }
+        let headers = self.headers()?;
         let mut out = BTreeMap::new();
         for (path, p) in &params {
             let Some(&key) = key_of.get(path.as_str()) else {
@@ -197,7 +206,7 @@ impl Checkpoint {
                     file: self.source.display().to_string(),
                 });
             };
-            let mut t = self.tensor(key)?;
+            let mut t = self.tensor_in(&headers, key)?;
             if map.transposed(path) && t.shape().rank() == 2 {
                 t = transpose2(&t)?;
             }

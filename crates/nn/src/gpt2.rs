@@ -139,12 +139,7 @@ impl Gpt2 {
         if c.n_head == 0 || d % c.n_head != 0 || c.vocab_size == 0 || c.n_positions == 0 {
             return Err(config(format!("GPT-2: {c:?} needs n_head dividing n_embd and a non-empty vocabulary")));
         }
-        let linear = |s: &Scope, i: usize, o: usize| -> Result<Linear> {
-            let mut l = Linear::new(s, i, o, true)?;
-            l.weight = s.param("weight", &[i, o], Init::Normal(0.02));
-            l.bias = Some(s.param("bias", &[o], Init::Zeros));
-            Ok(l)
-        };
+        let linear = |s: &Scope, i: usize, o: usize| Linear::with_init(s, i, o, Init::Normal(0.02), Some(Init::Zeros));
         let ln = |s: &Scope| -> Result<LayerNorm> {
             let mut l = LayerNorm::new(s, d)?;
             l.eps = c.layer_norm_epsilon;

@@ -21,14 +21,20 @@ pub struct Linear {
 crate::module!(Linear { weight, bias });
 
 impl Linear {
-    /// A linear layer `in_dim → out_dim` under `s`.
+    /// A linear layer `in_dim → out_dim` under `s`, initialized as PyTorch's `nn.Linear`.
     pub fn new(s: &Scope, in_dim: usize, out_dim: usize, bias: bool) -> Result<Self> {
+        let init = Init::KaimingUniform { fan_in: in_dim };
+        Linear::with_init(s, in_dim, out_dim, init, bias.then_some(init))
+    }
+
+    /// [`Linear::new`] with other initializers (GPT-2 draws its weights from `N(0, 0.02²)`,
+    /// its biases zero); `bias: None` for no bias.
+    pub fn with_init(s: &Scope, in_dim: usize, out_dim: usize, weight: Init, bias: Option<Init>) -> Result<Self> {
         if in_dim == 0 || out_dim == 0 {
             return Err(config(format!("Linear `{}`: widths {in_dim} → {out_dim} must be ≥ 1", s.path())));
         }
-        let init = Init::KaimingUniform { fan_in: in_dim };
-        let weight = s.param("weight", &[in_dim, out_dim], init);
-        let bias = bias.then(|| s.param("bias", &[out_dim], init));
+        let weight = s.param("weight", &[in_dim, out_dim], weight);
+        let bias = bias.map(|init| s.param("bias", &[out_dim], init));
         Ok(Linear { weight, bias })
     }
 

@@ -92,9 +92,7 @@ impl Forward for ResNet {
         for block in &self.blocks {
             h = block.forward(&h)?;
         }
-        let (n, c, hh, hw) = (h.dims()[0], h.dims()[1], h.dims()[2], h.dims()[3]);
-        let pooled = h.avg_pool2d([hh, hw], [hh, hw], [0, 0])?.reshape([n, c])?;
-        self.fc.forward(&pooled)
+        self.fc.forward(&global_average_pool(&h)?)
     }
 }
 
@@ -280,8 +278,14 @@ impl Forward for TorchvisionResNet {
         for block in self.layers.iter().flatten() {
             h = block.forward(&h)?;
         }
-        let (n, c, hh, hw) = (h.dims()[0], h.dims()[1], h.dims()[2], h.dims()[3]);
-        let pooled = h.avg_pool2d([hh, hw], [hh, hw], [0, 0])?.reshape([n, c])?;
-        self.fc.forward(&pooled)
+        self.fc.forward(&global_average_pool(&h)?)
     }
+}
+
+/// The mean of each channel of `h: [n, c, h, w]` over its image, `[n, c]`.
+pub fn global_average_pool(h: &Tensor) -> Result<Tensor> {
+    let &[n, c, hh, hw] = h.dims() else {
+        return Err(config(format!("global_average_pool: input {} must be NCHW (rank 4)", h.ty())));
+    };
+    Ok(h.avg_pool2d([hh, hw], [hh, hw], [0, 0])?.reshape([n, c])?)
 }

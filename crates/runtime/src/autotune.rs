@@ -110,10 +110,8 @@ impl Device {
             }
         }
         // Measured outside the lock: timing compiles and runs executables on this device.
-        let max_macs =
-            if self.info().device_type == wgpu::DeviceType::Cpu { MAX_TIMED_MACS } else { MAX_TIMED_MACS_GPU };
         tracing::info!(target: "fusegraph::autotune", class = %key, "timing the matmul tilings of a new shape class");
-        let tuned = match self.measure_tilings(&key, &timed_shape(shape, max_macs), dtype, coop) {
+        let tuned = match self.measure_tilings(&key, &self.timed_shape(shape), dtype, coop) {
             Ok(t) => t,
             // A candidate that cannot run here (limits) leaves the default in place.
             Err(e) => {
@@ -242,27 +240,51 @@ impl Device {
         dtype: DType,
         coop: bool,
     ) -> Result<TunedTiling> {
+        let coop_candidates: &[MatmulTiling] = if coop { &MatmulTiling::COOP_CANDIDATES } else { &[] };
+        let candidates = MatmulTiling::CANDIDATES.iter().chain(coop_candidates).copied();
+        let (tiling, timings) =
+            self.time_product(class, shape, dtype, candidates, |tiling, opts| opts.matmul_tiling = Some(tiling))?;
+        Ok(TunedTiling { class: class.to_string(), tiling, timings })
+    }
+
+    /// The product a shape class is timed on here: `shape` scaled down to at most
+    /// [`MAX_TIMED_MACS`] on a CPU adapter, [`MAX_TIMED_MACS_GPU`] on a GPU.
+    fn timed_shape(&self, shape: &GemmShape) -> GemmShape {
+        let cpu = self.info().device_type == wgpu::DeviceType::Cpu;
+        timed_shape(shape, if cpu { MAX_TIMED_MACS } else { MAX_TIMED_MACS_GPU })
+    }
+
+    /// Times each of `candidates` on the product `shape` in `dtype` (the integer class runs
+    /// i32), compiled unfused and unsplit (the product as the class has it) with `choose`
+    /// applied to the options; returns the fastest and every candidate's median. A candidate
+    /// that fails to compile (over the device's limits) is left out; an error while timing,
+    /// or no candidate compiling, is the error.
+    fn time_product<C: Copy>(
+        self: &Arc<Self>,
+        class: &str,
+        shape: &GemmShape,
+        dtype: DType,
+        candidates: impl IntoIterator<Item = C>,
+        choose: impl Fn(C, &mut CompileOptions),
+    ) -> Result<(C, Vec<(C, f64)>)> {
         let (b, out, a_host, b_host) = product(shape, dtype)?;
         let feeds = [("a", &a_host), ("b", &b_host)];
-        let compile = |tiling: MatmulTiling| {
-            let opts = CompileOptions {
+        let compile = |c: C| {
+            let mut opts = CompileOptions {
                 fusion: FusionMode::Off,
                 simplify: false,
-                matmul_tiling: Some(tiling),
-                name: Some(format!("autotuning {class} with {tiling}")),
-                // The product as the class has it, never split.
+                name: Some(format!("autotuning {class}")),
                 split_k: crate::SplitK::Off,
                 ..Default::default()
             };
+            choose(c, &mut opts);
             self.compile(&b.graph(), &[out], &opts)
         };
-        let coop_candidates: &[MatmulTiling] = if coop { &MatmulTiling::COOP_CANDIDATES } else { &[] };
-        let candidates = MatmulTiling::CANDIDATES.iter().chain(coop_candidates).copied();
         let (timings, failed) = self.time_candidates(candidates, compile, &feeds)?;
-        let Some(tiling) = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0) else {
-            return Err(failed.expect("every candidate failed to compile"));
-        };
-        Ok(TunedTiling { class: class.to_string(), tiling, timings })
+        match timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0) {
+            Some(best) => Ok((best, timings)),
+            None => Err(failed.expect("every candidate failed to compile")),
+        }
     }
 
     /// Whether products of `shape`'s class in `dtype` run fastest on the subgroup matmul
@@ -281,31 +303,13 @@ impl Device {
                 return Some(t.subgroup);
             }
         }
-        let max_macs =
-            if self.info().device_type == wgpu::DeviceType::Cpu { MAX_TIMED_MACS } else { MAX_TIMED_MACS_GPU };
-        let shape = timed_shape(shape, max_macs);
-        let measured = (|| -> Result<TunedFamily> {
-            let (b, out, a_host, b_host) = product(&shape, dtype)?;
-            let feeds = [("a", &a_host), ("b", &b_host)];
-            let compile = |subgroup: bool| {
-                let opts = CompileOptions {
-                    fusion: FusionMode::Off,
-                    simplify: false,
-                    subgroup_matmul: Some(subgroup),
-                    matmul_tiling: (!subgroup).then(|| MatmulTiling::default_for(shape.m, shape.n)),
-                    name: Some(format!("autotuning {key}: subgroup matmul {subgroup}")),
-                    split_k: crate::SplitK::Off,
-                    ..Default::default()
-                };
-                self.compile(&b.graph(), &[out], &opts)
-            };
-            let (timings, failed) = self.time_candidates([true, false], compile, &feeds)?;
-            let best = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0);
-            let subgroup = best.ok_or_else(|| failed.expect("every candidate failed to compile"))?;
-            Ok(TunedFamily { class: key.clone(), subgroup, timings })
-        })();
+        let shape = self.timed_shape(shape);
+        let measured = self.time_product(&key, &shape, dtype, [true, false], |subgroup, opts| {
+            opts.subgroup_matmul = Some(subgroup);
+            opts.matmul_tiling = (!subgroup).then(|| MatmulTiling::default_for(shape.m, shape.n));
+        });
         let tuned = match measured {
-            Ok(t) => t,
+            Ok((subgroup, timings)) => TunedFamily { class: key.clone(), subgroup, timings },
             Err(e) => {
                 tracing::warn!(target: "fusegraph::autotune", class = %key, "kept the adapter's matmul family: {e}");
                 return None;

@@ -64,13 +64,15 @@ impl Device {
         }
     }
 
-    /// The limit in force for a compile's own buffers: its `memory_limit` less the `bound`
-    /// bytes of store parameters it binds (the limit covers those too), and what the device
-    /// limit leaves free (the store is allocated already).
-    fn limit_for(&self, opts: &CompileOptions, bound: u64) -> Option<u64> {
+    /// The limit in force for a compile's own buffers — its `memory_limit` less the `bound`
+    /// bytes of store parameters it binds (that limit covers those too), or what the device
+    /// limit leaves free (the store is allocated already), whichever is tighter — and the
+    /// store bytes that limit counts (`bound` where it is the compile's own, else 0).
+    fn limit_for(&self, opts: &CompileOptions, bound: u64) -> (Option<u64>, u64) {
         match (opts.memory_limit.map(|l| l.saturating_sub(bound)), self.pool.available()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+            (Some(own), Some(device)) if device < own => (Some(device), 0),
+            (Some(own), _) => (Some(own), bound),
+            (None, device) => (device, 0),
         }
     }
 
@@ -89,7 +91,7 @@ impl Device {
         popts.updates = planned_updates(opts, outputs.len());
         let mut outs = outputs.to_vec();
         outs.extend(opts.updates.iter().map(|(_, node)| *node));
-        let limit = self.limit_for(opts, 0);
+        let (limit, _) = self.limit_for(opts, 0);
         let mixed = if opts.mixed_precision {
             let (g, mixed_outs) = opts.mixed(graph, &outs)?;
             outs = mixed_outs;
@@ -190,14 +192,14 @@ impl Device {
                     && strategy.subgroup_matmul
                     && subgroup_matmul(graph, k, lower_opts).is_some();
                 applies
-                    && opts.subgroup_matmul.unwrap_or_else(|| {
+                    && match opts.subgroup_matmul {
+                        Some(forced) => forced,
                         // `gpu_kernels` asks for a GPU's default forms, unmeasured.
-                        let measured = (self.cpu_kernels() == (self.info().device_type == wgpu::DeviceType::Cpu))
-                            .then(|| gemm_shape(graph, k, lower_opts))
-                            .flatten()
-                            .and_then(|(shape, dtype)| self.tuned_family(&shape, dtype));
-                        measured.unwrap_or(self.cpu_kernels())
-                    })
+                        None if self.gpu_kernels => false,
+                        None => gemm_shape(graph, k, lower_opts)
+                            .and_then(|(shape, dtype)| self.tuned_family(&shape, dtype))
+                            .unwrap_or(self.cpu_kernels()),
+                    }
             })
             .collect();
         // Each tiled matmul kernel takes the forced tiling, else the tuned one for its shape
@@ -307,7 +309,7 @@ impl Device {
             Some(_) => declared_params.values().map(|t| t.buffer_bytes() as u64).sum(),
             None => 0,
         };
-        let limit = self.limit_for(opts, bound);
+        let (limit, counted) = self.limit_for(opts, bound);
         popts.remat = opts.remat;
         // Updates are planned in place where safe (their values follow the user's outputs).
         popts.updates = planned_updates(opts, user_outputs);
@@ -327,7 +329,7 @@ impl Device {
             .map(|j| (j.name.clone(), j))
             .collect();
         let (graph, outputs) = (&simplified, outs_vec.as_slice());
-        check_memory_limit(graph, outputs, &update_nodes, &mut planned, opts, limit, bound)?;
+        check_memory_limit(graph, outputs, &update_nodes, &mut planned, opts, limit, counted)?;
         let (kernels, plan, prepared) = (planned.kernels, planned.plan, planned.prepared);
         let lower_opts = self.lower_options();
         let (tilings, subgroup, coop) = self.matmul_forms(graph, &kernels, opts, &lower_opts);
@@ -427,10 +429,7 @@ impl Device {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut compiled = Vec::new();
         let mut kstats = Vec::new();
-        let paths = tilings.iter().zip(&subgroup).zip(&coop);
-        for ((k, src), ((&matmul_tiling, &subgroup_matmul), &cooperative_matmul)) in
-            kernels.iter().zip(&sources).zip(paths)
-        {
+        for ((k, src), &matmul_tiling) in kernels.iter().zip(&sources).zip(&tilings) {
             let pipeline = self.pipeline(&src.wgsl, &src.bindings, &src.label)?;
             let uses = &workspace_plan.uses[compiled.len()];
             let entries: Vec<wgpu::BindGroupEntry> = src
@@ -487,10 +486,6 @@ impl Device {
                 workgroups,
                 form: src.form,
                 matmul_tiling,
-                subgroup_matmul,
-                texture_operands: uses.len(),
-                cooperative_matmul,
-                attention: matches!(k.kind, fusegraph_passes::KernelKind::Attention { .. }),
             });
             compiled.push(CompiledKernel { pipeline, bind_group, workgroups, copies });
         }
@@ -643,7 +638,7 @@ fn check_store(store: &ParamStore, declared_params: &BTreeMap<String, TensorType
 
 /// The store's buffer of parameter `name` (checked present by [`check_store`]).
 fn store_buffer(store: &ParamStore, name: &str) -> Result<wgpu::Buffer> {
-    store.buffer(name).map(|(b, _)| b).ok_or_else(|| RuntimeError::UnknownParameter { name: name.into() })
+    store.buffer(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.into() })
 }
 
 /// The kernels of a compile and the matmul forms chosen for them ([`Device::matmul_forms`]).
@@ -705,7 +700,7 @@ fn check_memory_limit(
     planned: &mut Planned,
     opts: &CompileOptions,
     limit: Option<u64>,
-    bound: u64,
+    counted: u64,
 ) -> Result<()> {
     // The planner counts every output it was given as staging; update values stay on the
     // device and are never read back.
@@ -721,17 +716,14 @@ fn check_memory_limit(
         // Every buffer is at least 4 bytes, an empty region's too.
         let needed: u64 = [s.persistent_bytes, s.arena_bytes, s.staging_bytes].map(buffer_bytes).iter().sum();
         if needed > limit {
-            // Against the compile's own limit, reported with the store parameters the
-            // executable binds, as that limit counts them.
-            let with_store = opts.memory_limit.is_some_and(|l| l.saturating_sub(bound) == limit);
-            let bound = if with_store { bound } else { 0 };
+            // Reported with the store parameters the limit counts (`counted`).
             return Err(RuntimeError::ResourceExhausted {
                 graph: opts.name.clone().unwrap_or_else(|| format!("a graph of {} nodes", graph.len())),
-                needed: needed + bound,
-                persistent: s.persistent_bytes + bound,
+                needed: needed + counted,
+                persistent: s.persistent_bytes + counted,
                 arena: s.arena_bytes,
                 staging: s.staging_bytes,
-                limit: limit + bound,
+                limit: limit + counted,
                 lower_bound: s.lower_bound_bytes,
                 largest: s
                     .peak_values

@@ -151,7 +151,7 @@ pub struct Device {
     tiled_attention: bool,
     shader_checks: bool,
     texture_operands: bool,
-    gpu_kernels: bool,
+    pub(crate) gpu_kernels: bool,
     pub(crate) measure_cost: bool,
     pub(crate) cache: crate::tuned::Cache,
     pub(crate) tuner: Mutex<crate::tuned::Tuner>,

@@ -5,7 +5,7 @@ use crate::pool::texel_bytes;
 use crate::{Device, Result, RuntimeError};
 use fusegraph_ir::{Graph, HostTensor, NodeId, TensorType};
 use fusegraph_passes::{Location, MemoryPlan, Region};
-use fusegraph_wgsl::{KernelSource, MatmulTiling, TEXTURE_ROW};
+use fusegraph_wgsl::{KernelForm, KernelSource, MatmulTiling, TEXTURE_ROW};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -53,18 +53,35 @@ pub struct KernelStats {
     /// The tiling of a tiled matmul kernel, plain or on cooperative matrices (forced,
     /// autotuned or the default for its shape); `None` for every other kernel.
     pub matmul_tiling: Option<MatmulTiling>,
-    /// A matmul kernel lowered by the subgroup matmul (CPU adapters with a fixed subgroup
-    /// size; see `fusegraph_wgsl::subgroup_matmul`) rather than the workgroup-tiled one.
-    pub subgroup_matmul: bool,
+}
+
+impl KernelStats {
+    /// A matmul kernel lowered by the subgroup matmul (adapters with a fixed subgroup size;
+    /// see `fusegraph_wgsl::subgroup_matmul`) rather than the workgroup-tiled one.
+    pub fn subgroup_matmul(&self) -> bool {
+        matches!(self.form, KernelForm::SubgroupMatmul { .. })
+    }
+
     /// Operands the kernel reads from workspace textures, copied there before it runs (the
     /// subgroup matmul on CPU adapters; see [`crate::DeviceOptions::texture_operands`]).
-    pub texture_operands: usize,
+    pub fn texture_operands(&self) -> usize {
+        match self.form {
+            KernelForm::SubgroupMatmul { textures, .. } => textures,
+            _ => 0,
+        }
+    }
+
     /// A matmul kernel on cooperative matrices (see [`crate::Device::cooperative_matrix`] and
     /// `fusegraph_wgsl::CoopPlan`) rather than the plain workgroup-tiled one.
-    pub cooperative_matmul: bool,
+    pub fn cooperative_matmul(&self) -> bool {
+        matches!(self.form, KernelForm::TiledMatmul { coop: Some(_), .. })
+    }
+
     /// A memory-efficient attention kernel (`softmax(x)·v` with the online softmax; see
     /// [`crate::CompileOptions::fused_attention`]).
-    pub attention: bool,
+    pub fn attention(&self) -> bool {
+        matches!(self.form, KernelForm::Attention { .. })
+    }
 }
 
 /// Introspection of a compiled executable.

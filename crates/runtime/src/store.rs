@@ -104,9 +104,9 @@ impl ParamStore {
         self.inner.generation.fetch_add(1, Ordering::AcqRel) + 1
     }
 
-    /// The buffer of `name` and its type.
-    pub(crate) fn buffer(&self, name: &str) -> Option<(wgpu::Buffer, TensorType)> {
-        self.entries().get(name).map(|e| (e.alloc.buffer().clone(), e.ty.clone()))
+    /// The buffer of `name`.
+    pub(crate) fn buffer(&self, name: &str) -> Option<wgpu::Buffer> {
+        self.entries().get(name).map(|e| e.alloc.buffer().clone())
     }
 
     /// Sets (or adds) one parameter: see [`ParamStore::insert_all`].
