@@ -77,7 +77,7 @@ fn every_op_matches_the_reference_fused_in_gpu_forms() {
 fn rows_shared_by_a_workgroup_match_the_reference() {
     use common::{CaseBuilder, Domain};
     use fusegraph::crates::passes::partition;
-    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::crates::wgsl::{lower, Forms, LowerOptions, CPU_LOOP_BUDGET};
     use fusegraph::{DType, ReduceKind};
     let mut cases = Vec::new();
     for (i, dt) in [DType::F32, DType::F16, DType::I32].into_iter().enumerate() {
@@ -101,7 +101,13 @@ fn rows_shared_by_a_workgroup_match_the_reference() {
     let device = Device::shared().expect("a device");
     let opts = LowerOptions {
         f16_native: device.f16_native(),
-        cpu: device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu,
+        forms: if device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu {
+            Forms::SERIAL
+        } else {
+            Forms::PARALLEL
+        },
+        loop_budget: (device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu)
+            .then_some(CPU_LOOP_BUDGET),
         subgroups: device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP),
         subgroup_size: None,
         ..Default::default()
@@ -166,7 +172,7 @@ fn tanh_matches_f64_over_its_whole_range() {
 #[test]
 fn softmax_rows_in_one_pass_match_the_reference_with_masks_and_infinities() {
     use fusegraph::crates::passes::partition;
-    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::crates::wgsl::{lower, Forms, LowerOptions, CPU_LOOP_BUDGET};
     let (rows, cols) = (24, 37);
     let mut rng = common::Rng::new(77);
     let mut v: Vec<f32> = (0..rows * cols).map(|_| rng.uniform(-6.0, 6.0) as f32).collect();
@@ -198,8 +204,14 @@ fn softmax_rows_in_one_pass_match_the_reference_with_masks_and_infinities() {
     let w = want[0].to_f64();
     assert!(w[cols].is_nan() && w[2 * cols].is_nan() && w[0] == 0.0 && w[6 * cols - 1] == 1.0);
     let kernels = partition(&g, &[y.id()], FusionMode::On).unwrap();
-    let opts =
-        LowerOptions { f16_native: false, cpu: true, subgroups: true, subgroup_size: Some(8), ..Default::default() };
+    let opts = LowerOptions {
+        f16_native: false,
+        forms: Forms::SERIAL,
+        loop_budget: Some(CPU_LOOP_BUDGET),
+        subgroups: true,
+        subgroup_size: Some(8),
+        ..Default::default()
+    };
     let wgsl = lower(&g, &kernels[0], &opts).wgsl;
     assert_eq!(kernels.len(), 1);
     assert!(wgsl.contains("let n0 = max(m0, x0);") && wgsl.matches("exp(").count() >= 4, "{wgsl}");
@@ -215,12 +227,18 @@ fn softmax_rows_in_one_pass_match_the_reference_with_masks_and_infinities() {
 #[test]
 fn variance_rows_in_one_pass_match_the_reference_far_from_zero() {
     use fusegraph::crates::passes::partition;
-    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::crates::wgsl::{lower, Forms, LowerOptions, CPU_LOOP_BUDGET};
     use fusegraph::DType;
     let device = Device::shared().expect("a device");
     let opts = LowerOptions {
         f16_native: false,
-        cpu: device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu,
+        forms: if device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu {
+            Forms::SERIAL
+        } else {
+            Forms::PARALLEL
+        },
+        loop_budget: (device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu)
+            .then_some(CPU_LOOP_BUDGET),
         subgroups: device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP),
         subgroup_size: None,
         ..Default::default()
@@ -289,11 +307,17 @@ fn variance_rows_in_one_pass_match_the_reference_far_from_zero() {
 #[test]
 fn loop_kernels_move_vec4s_on_a_cpu_adapter() {
     use fusegraph::crates::passes::partition;
-    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::crates::wgsl::{lower, Forms, LowerOptions, CPU_LOOP_BUDGET};
     use fusegraph::DType;
     let device = Device::shared().expect("a device");
-    let opts =
-        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, ..Default::default() };
+    let opts = LowerOptions {
+        f16_native: false,
+        forms: Forms::SERIAL,
+        loop_budget: Some(CPU_LOOP_BUDGET),
+        subgroups: false,
+        subgroup_size: None,
+        ..Default::default()
+    };
     let mut rng = common::Rng::new(5);
     for (rows, cols) in [(12, 12), (9, 7)] {
         let n = rows * cols;
@@ -365,11 +389,17 @@ fn loop_kernels_move_vec4s_on_a_cpu_adapter() {
 #[test]
 fn row_kernels_move_vec4s_on_a_cpu_adapter() {
     use fusegraph::crates::passes::partition;
-    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::crates::wgsl::{lower, Forms, LowerOptions, CPU_LOOP_BUDGET};
     use fusegraph::DType;
     let device = Device::shared().expect("a device");
-    let opts =
-        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, ..Default::default() };
+    let opts = LowerOptions {
+        f16_native: false,
+        forms: Forms::SERIAL,
+        loop_budget: Some(CPU_LOOP_BUDGET),
+        subgroups: false,
+        subgroup_size: None,
+        ..Default::default()
+    };
     let mut rng = common::Rng::new(17);
     for cols in [36, 34] {
         let rows = 20;
@@ -437,7 +467,7 @@ fn row_kernels_move_vec4s_on_a_cpu_adapter() {
 #[test]
 fn f16_moves_as_words_on_a_cpu_adapter() {
     use fusegraph::crates::passes::partition;
-    use fusegraph::crates::wgsl::{lower, LowerOptions};
+    use fusegraph::crates::wgsl::{lower, Forms, LowerOptions, CPU_LOOP_BUDGET};
     use fusegraph::DType;
     use half::f16;
     let next_up = |v: f32| f32::from_bits(if v >= 0.0 { v.to_bits() + 1 } else { v.to_bits() - 1 });
@@ -530,8 +560,14 @@ fn f16_moves_as_words_on_a_cpu_adapter() {
         let kernels = partition(&g, &outs, FusionMode::On).unwrap();
         assert_eq!(kernels.len(), 2);
         for f16_native in [true, false] {
-            let opts =
-                LowerOptions { f16_native, cpu: true, subgroups: false, subgroup_size: None, ..Default::default() };
+            let opts = LowerOptions {
+                f16_native,
+                forms: Forms::SERIAL,
+                loop_budget: Some(CPU_LOOP_BUDGET),
+                subgroups: false,
+                subgroup_size: None,
+                ..Default::default()
+            };
             let wgsl: Vec<String> = kernels.iter().map(|k| lower(&g, k, &opts).wgsl).collect();
             let wgsl = wgsl.join("\n");
             let words = wgsl.contains("fg_f16x4_from_words(b0[")
@@ -581,12 +617,23 @@ fn uniform_scalars_are_computed_once_per_invocation() {
     simplify(&mut g, &mut outs).unwrap();
     let kernels = fuse(&g, &outs, &FusionOptions { max_bindings: 32, ..Default::default() }).unwrap().kernels;
     for cpu in [false, true] {
-        let srcs: Vec<String> =
-            kernels.iter().map(|k| lower(&g, k, &LowerOptions { cpu, ..Default::default() }).wgsl).collect();
+        let srcs: Vec<String> = kernels
+            .iter()
+            .map(|k| lower(&g, k, &LowerOptions { forms: cpu_forms(cpu), ..Default::default() }).wgsl)
+            .collect();
         let of_y = srcs.iter().find(|s| s.contains("pow(")).expect("a kernel computes the corrections");
         let main = &of_y[of_y.find("fn main(").unwrap()..];
         let first = main.lines().nth(1).unwrap_or_default();
         assert!(first.trim_start().starts_with("fg_us0 = fg_u"), "{of_y}");
         assert!(main.matches("fg_us").count() >= 2, "{of_y}");
+    }
+}
+
+/// The serial forms (a CPU adapter's) or the parallel ones.
+fn cpu_forms(cpu: bool) -> fusegraph::crates::wgsl::Forms {
+    if cpu {
+        fusegraph::crates::wgsl::Forms::SERIAL
+    } else {
+        fusegraph::crates::wgsl::Forms::PARALLEL
     }
 }

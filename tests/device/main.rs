@@ -31,6 +31,7 @@ mod device_ops;
 mod dynamic;
 mod errors;
 mod excess_precision;
+mod forms;
 mod fuzz_device;
 mod fuzz_images;
 mod gradients_device;

@@ -7,7 +7,9 @@
 use crate::common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode, Kernel, KernelKind};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
-use fusegraph::crates::wgsl::{gemm_shape, lower, subgroup_matmul, validate, KernelForm, LowerOptions, TEXTURE_ROW};
+use fusegraph::crates::wgsl::{
+    gemm_shape, lower, subgroup_matmul, validate, Forms, KernelForm, LowerOptions, CPU_LOOP_BUDGET, TEXTURE_ROW,
+};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor, NodeId, Tensor};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +29,14 @@ fn takes_subgroup_matmul(device: &Device) -> bool {
 }
 
 fn cpu_opts(lanes: u32) -> LowerOptions {
-    LowerOptions { f16_native: false, cpu: true, subgroups: true, subgroup_size: Some(lanes), ..Default::default() }
+    LowerOptions {
+        f16_native: false,
+        forms: Forms::SERIAL,
+        loop_budget: Some(CPU_LOOP_BUDGET),
+        subgroups: true,
+        subgroup_size: Some(lanes),
+        ..Default::default()
+    }
 }
 
 /// How each operand of a case's matmul is laid out in memory.
@@ -250,7 +259,7 @@ fn subgroup_kernels_validate_and_read_views_as_vec4() {
     }
     // On a GPU with a fixed subgroup size too (the runtime then measures which family runs:
     // `CompileOptions::subgroup_matmul`), not without a fixed subgroup size.
-    let gpu = LowerOptions { cpu: false, ..cpu_opts(32) };
+    let gpu = LowerOptions { forms: Forms::PARALLEL, ..cpu_opts(32) };
     let k = &partition(&plain.graph, &plain.outputs, FusionMode::On).unwrap()[0];
     assert!(subgroup_matmul(&plain.graph, k, &cpu_opts(8)).is_some());
     assert!(subgroup_matmul(&plain.graph, k, &gpu).is_some());
@@ -288,7 +297,7 @@ fn invariant_epilogue_values_are_read_once_per_row_or_column() {
     // (case, values per row, values per column)
     for (c, per_row, per_col) in [(&mm, 1, 1), (&conv, 1, 0), (&column_bias, 0, 1), (&batch_norm, 2, 0)] {
         let k = &partition(&c.graph, &c.outputs, FusionMode::On).unwrap()[0];
-        for opts in [cpu_opts(8), LowerOptions { cpu: false, subgroups: false, ..cpu_opts(8) }] {
+        for opts in [cpu_opts(8), LowerOptions { forms: Forms::PARALLEL, subgroups: false, ..cpu_opts(8) }] {
             let src = lower(&c.graph, k, &opts).wgsl;
             validate(&src).unwrap_or_else(|e| panic!("{}: {e}\n{src}", c.name));
             let head = src.lines().find(|l| l.contains("_acc(i: u32, acc: f32")).expect("an epilogue");

@@ -7,7 +7,9 @@ use crate::common;
 use crate::common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode};
 use fusegraph::crates::runtime::Cooperative;
-use fusegraph::crates::wgsl::{lower, lower_with, validate, KernelForm, LowerOptions, Strategy};
+use fusegraph::crates::wgsl::{
+    lower, lower_with, validate, Forms, KernelForm, LowerOptions, Strategy, CPU_LOOP_BUDGET,
+};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, ExecutableStats, MatmulTiling, Tensor};
 use std::sync::Arc;
 
@@ -78,7 +80,8 @@ fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
                     for cpu in [false, true] {
                         let opts = LowerOptions {
                             f16_native,
-                            cpu,
+                            forms: if cpu { Forms::SERIAL } else { Forms::PARALLEL },
+                            loop_budget: cpu.then_some(CPU_LOOP_BUDGET),
                             subgroups: false,
                             subgroup_size: None,
                             ..Default::default()
@@ -103,7 +106,8 @@ fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
                 &case,
                 &LowerOptions {
                     f16_native: true,
-                    cpu: true,
+                    forms: Forms::SERIAL,
+                    loop_budget: Some(CPU_LOOP_BUDGET),
                     subgroups: false,
                     subgroup_size: None,
                     ..Default::default()
@@ -117,7 +121,8 @@ fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
                 &case,
                 &LowerOptions {
                     f16_native: false,
-                    cpu: true,
+                    forms: Forms::SERIAL,
+                    loop_budget: Some(CPU_LOOP_BUDGET),
                     subgroups: false,
                     subgroup_size: None,
                     ..Default::default()
@@ -139,8 +144,14 @@ fn every_candidate_tiling_validates() {
         let f16 = case.graph.ty(case.outputs[0]).dtype == DType::F16;
         for k in &partition(&case.graph, &case.outputs, FusionMode::On).unwrap() {
             for f16_native in if f16 { vec![false, true] } else { vec![true] } {
-                let opts =
-                    LowerOptions { f16_native, cpu: true, subgroups: false, subgroup_size: None, ..Default::default() };
+                let opts = LowerOptions {
+                    f16_native,
+                    forms: Forms::SERIAL,
+                    loop_budget: Some(CPU_LOOP_BUDGET),
+                    subgroups: false,
+                    subgroup_size: None,
+                    ..Default::default()
+                };
                 for tiling in MatmulTiling::CANDIDATES {
                     let strategy = Strategy { matmul_tiling: Some(tiling), ..Default::default() };
                     let src = lower_with(&case.graph, k, &opts, &strategy);
@@ -284,7 +295,7 @@ fn strided_operands_are_read_as_vec4s() {
         case.atol = 1e-3;
         case
     };
-    let gpu = LowerOptions { cpu: false, subgroups: false, subgroup_size: None, ..Default::default() };
+    let gpu = LowerOptions { forms: Forms::PARALLEL, subgroups: false, subgroup_size: None, ..Default::default() };
     let device = Device::shared().expect("a device");
     for (variant, vec4) in
         [("reshape", true), ("transpose", true), ("heads", true), ("slice", true), ("misaligned", false)]
@@ -365,7 +376,7 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
             {
                 let opts = LowerOptions {
                     f16_native: true,
-                    cpu: false,
+                    forms: Forms::PARALLEL,
                     subgroups: true,
                     subgroup_size: Some(size),
                     cooperative_matrix: Some(coop),
@@ -440,7 +451,7 @@ fn cooperative_kernels_validate_and_compile_to_spirv_for_every_subgroup_grid() {
     let f32 = case(DType::F32, (65, 17, 130), false, false, false);
     let native = LowerOptions {
         f16_native: true,
-        cpu: false,
+        forms: Forms::PARALLEL,
         subgroups: true,
         subgroup_size: Some(32),
         cooperative_matrix: Some(Cooperative::Native),
@@ -543,7 +554,8 @@ fn tiled_matmul_matches_the_reference() {
             }
             let opts = LowerOptions {
                 f16_native: device.f16_native(),
-                cpu: true,
+                forms: Forms::SERIAL,
+                loop_budget: Some(CPU_LOOP_BUDGET),
                 subgroups: false,
                 subgroup_size: None,
                 ..Default::default()

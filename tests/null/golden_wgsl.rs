@@ -6,14 +6,20 @@
 use crate::common::{composite_builders, Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::attention::fuse_attention;
 use fusegraph::crates::passes::{fuse, FusionOptions, Kernel};
-use fusegraph::crates::wgsl::{lower, validate, KernelForm, LowerOptions};
+use fusegraph::crates::wgsl::{lower, validate, Forms, KernelForm, LowerOptions, CPU_LOOP_BUDGET};
 use fusegraph::{DType, Graph, NodeId};
 
 fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectFile) {
     golden_with(
         name,
         dtype,
-        LowerOptions { f16_native, cpu: false, subgroups: false, subgroup_size: None, ..Default::default() },
+        LowerOptions {
+            f16_native,
+            forms: Forms::PARALLEL,
+            subgroups: false,
+            subgroup_size: None,
+            ..Default::default()
+        },
         file,
     );
 }
@@ -63,8 +69,13 @@ fn softmax_row_kernel() {
 /// The same row kernel with subgroup reductions (one partial per subgroup, no tree).
 #[test]
 fn softmax_row_kernel_with_subgroups() {
-    let opts =
-        LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None, ..Default::default() };
+    let opts = LowerOptions {
+        f16_native: false,
+        forms: Forms::PARALLEL,
+        subgroups: true,
+        subgroup_size: None,
+        ..Default::default()
+    };
     golden_with("softmax_last", DType::F32, opts, expect_test::expect_file!["../wgsl/softmax_last_subgroups.wgsl"]);
 }
 
@@ -87,8 +98,14 @@ fn elementwise_chain_native_f16() {
 /// computed statement by statement side by side (`CPU_INTERLEAVE`).
 #[test]
 fn elementwise_chain_interleaved_for_cpu() {
-    let opts =
-        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, ..Default::default() };
+    let opts = LowerOptions {
+        f16_native: false,
+        forms: Forms::SERIAL,
+        loop_budget: Some(CPU_LOOP_BUDGET),
+        subgroups: false,
+        subgroup_size: None,
+        ..Default::default()
+    };
     golden_with("chain20", DType::F32, opts, expect_test::expect_file!["../wgsl/chain20_cpu_interleaved.wgsl"]);
 }
 
@@ -96,8 +113,14 @@ fn elementwise_chain_interleaved_for_cpu() {
 /// side by side (names `_j_u`), every value before any store.
 #[test]
 fn two_outputs_interleaved_for_cpu() {
-    let opts =
-        LowerOptions { f16_native: false, cpu: true, subgroups: false, subgroup_size: None, ..Default::default() };
+    let opts = LowerOptions {
+        f16_native: false,
+        forms: Forms::SERIAL,
+        loop_budget: Some(CPU_LOOP_BUDGET),
+        subgroups: false,
+        subgroup_size: None,
+        ..Default::default()
+    };
     golden_with(
         "two_elementwise_outputs",
         DType::F32,
@@ -111,8 +134,13 @@ fn two_outputs_interleaved_for_cpu() {
 /// `n * mean` and one of `ssd + n * (mean - t)²`), then the outputs.
 #[test]
 fn layer_norm_rows_in_one_pass_with_subgroups() {
-    let opts =
-        LowerOptions { f16_native: false, cpu: false, subgroups: true, subgroup_size: None, ..Default::default() };
+    let opts = LowerOptions {
+        f16_native: false,
+        forms: Forms::PARALLEL,
+        subgroups: true,
+        subgroup_size: None,
+        ..Default::default()
+    };
     golden_with("layer_norm", DType::F32, opts, expect_test::expect_file!["../wgsl/layer_norm_subgroups.wgsl"]);
 }
 
@@ -123,7 +151,8 @@ fn layer_norm_rows_in_one_pass_with_subgroups() {
 #[test]
 fn matmul_with_texture_operands_for_cpu() {
     let opts = LowerOptions {
-        cpu: true,
+        forms: Forms::SERIAL,
+        loop_budget: Some(CPU_LOOP_BUDGET),
         subgroups: true,
         subgroup_size: Some(8),
         texture_operands: Some(16384),
@@ -148,7 +177,7 @@ fn matmul_with_texture_operands_for_cpu() {
 fn f16_matmul_on_cooperative_matrices() {
     let opts = LowerOptions {
         f16_native: true,
-        cpu: false,
+        forms: Forms::PARALLEL,
         subgroups: true,
         subgroup_size: Some(32),
         cooperative_matrix: Some(fusegraph::crates::runtime::Cooperative::Native),
@@ -214,8 +243,13 @@ fn causal_attention_stops_at_the_band() {
 #[test]
 fn gpu_loop_kernels_take_four_elements_per_invocation_only_when_large() {
     use fusegraph::crates::wgsl::{GPU_INTERLEAVE_MIN, WORKGROUP_SIZE};
-    let opts =
-        LowerOptions { f16_native: true, cpu: false, subgroups: true, subgroup_size: None, ..Default::default() };
+    let opts = LowerOptions {
+        f16_native: true,
+        forms: Forms::PARALLEL,
+        subgroups: true,
+        subgroup_size: None,
+        ..Default::default()
+    };
     for (n, four) in [(GPU_INTERLEAVE_MIN as usize, true), (GPU_INTERLEAVE_MIN as usize / 2, false)] {
         let b = fusegraph::GraphBuilder::new();
         let x = b.input("x", DType::F32, vec![n]).unwrap();

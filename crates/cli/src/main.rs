@@ -6,7 +6,7 @@ mod bench;
 mod roofline;
 
 use clap::{Parser, Subcommand};
-use fusegraph::crates::wgsl::LowerOptions;
+use fusegraph::crates::wgsl::{Forms, LowerOptions, CPU_LOOP_BUDGET};
 use fusegraph::{Device, DeviceOptions};
 use std::process::ExitCode;
 
@@ -64,7 +64,7 @@ enum Command {
         file: String,
         #[command(flatten)]
         form: Form,
-        /// Lower for a CPU adapter.
+        /// Lower for a CPU adapter: the serial forms, within Mesa's loop budget.
         #[arg(long)]
         cpu: bool,
         /// Native f16 storage (else two f16 packed in a u32).
@@ -103,7 +103,7 @@ struct Form {
 }
 
 fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
-    let device = Device::new(&DeviceOptions::default())?;
+    let device = std::sync::Arc::new(Device::new(&DeviceOptions::default())?);
     let i = device.info();
     let l = device.limits();
     let limits: Vec<(&str, u64)> = vec![
@@ -122,11 +122,20 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
         Some(fusegraph::crates::runtime::Cooperative::Emulated { .. }) => "f16 on emulated cooperative matrices",
         None => "no cooperative matrices (f32 and f16 on the tiled or subgroup kernels)",
     };
-    let attention = if device.tiled_attention() {
+    // The forms this adapter's kernels take (measured where autotuning is on).
+    let forms = device.kernel_forms();
+    let attention = if forms.tiled_attention {
         "fused attention stages blocks of keys in workgroup memory"
     } else {
         "fused attention reads one key at a time per row"
     };
+    let measured = if device.autotune() { "measured" } else { "the adapter's defaults" };
+    let kernel_forms = format!(
+        "loops {}, rows {}, texture operands {} ({measured})",
+        forms.loops,
+        forms.rows,
+        if forms.texture_operands { "on" } else { "off" }
+    );
     let configs: Vec<String> = device
         .cooperative_matrix_configs()
         .iter()
@@ -136,7 +145,7 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
         let info = serde_json::json!({
             "adapter": i.name, "backend": format!("{:?}", i.backend),
             "device_type": format!("{:?}", i.device_type), "driver": i.driver, "driver_info": i.driver_info,
-            "f16_storage": f16, "matmul": matmul, "attention": attention,
+            "f16_storage": f16, "matmul": matmul, "attention": attention, "kernel_forms": kernel_forms,
             "shader_checks": device.shader_checks(), "cooperative_matrix_configs": configs,
             "limits": limits.iter().map(|(k, v)| (k.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>(),
             "features": features,
@@ -150,6 +159,7 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
         println!("f16 storage  {f16}");
         println!("matmul       {matmul}");
         println!("attention    {attention}");
+        println!("kernel forms {kernel_forms}");
         let checks =
             if device.shader_checks() { "on (wgpu's index clamps and loop counters)" } else { "off (trusted modules)" };
         println!("shader checks {checks}");
@@ -337,7 +347,8 @@ fn dot(path: &str, form: &Form) -> Result<(), String> {
 fn wgsl(path: &str, form: &Form, opts: LowerOptions, excess_precision: bool, out: Option<&str>) -> Result<(), String> {
     use fusegraph::crates::passes::kernel::unshared_members;
     use fusegraph::crates::wgsl::{lower_planned, Strategy};
-    let (g, kernels) = read_kernels("wgsl", path, form, opts.cpu)?;
+    let cpu = opts.loop_budget.is_some();
+    let (g, kernels) = read_kernels("wgsl", path, form, cpu)?;
     if let Some(dir) = out {
         std::fs::create_dir_all(dir).map_err(|e| format!("wgsl: cannot create {dir}: {e}"))?;
     }
@@ -380,7 +391,15 @@ fn main() -> ExitCode {
         Command::Dot { file, form } => dot(&file, &form),
         Command::Explain { file, graph, mixed_precision } => explain(&file, graph, mixed_precision),
         Command::Wgsl { file, form, cpu, f16_native, no_excess_precision, out } => {
-            let opts = LowerOptions { cpu, f16_native, ..Default::default() };
+            let opts = match cpu {
+                true => LowerOptions {
+                    forms: Forms::SERIAL,
+                    loop_budget: Some(CPU_LOOP_BUDGET),
+                    f16_native,
+                    ..Default::default()
+                },
+                false => LowerOptions { f16_native, ..Default::default() },
+            };
             wgsl(&file, &form, opts, !no_excess_precision, out.as_deref())
         }
         Command::Ir { name, quick } => ir(&name, quick),

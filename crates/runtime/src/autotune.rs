@@ -189,7 +189,7 @@ impl Device {
     /// the other with one warm-up, took 3.8 ms for a kernel that ran in 0.70 ms in the same
     /// process a little later, and the last candidate always matched. Returns the median
     /// per candidate that compiled, and the last compile error.
-    fn time_candidates<C: Copy>(
+    pub(crate) fn time_candidates<C: Copy>(
         self: &Arc<Self>,
         candidates: impl IntoIterator<Item = C>,
         compile: impl Fn(C) -> Result<crate::Executable>,
@@ -359,7 +359,7 @@ fn product(shape: &GemmShape, dtype: DType) -> Result<(GraphBuilder, fusegraph_i
 }
 
 /// Values in [-0.5, 0.5) that vary along the buffer (not zeros, so timing sees real data).
-fn pattern(len: usize, seed: usize) -> Vec<f64> {
+pub(crate) fn pattern(len: usize, seed: usize) -> Vec<f64> {
     (0..len).map(|i| ((i * 7 + seed) % 13) as f64 / 13.0 - 0.5).collect()
 }
 

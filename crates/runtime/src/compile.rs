@@ -154,16 +154,19 @@ impl Device {
         Ok(fusegraph_passes::largest_batch(build, limit, &self.plan_options(opts), max_batch)?)
     }
 
-    /// The code generator's facts about this adapter.
-    fn lower_options(&self) -> LowerOptions {
+    /// The code generator's facts about this adapter, and the forms `opts` asks for.
+    fn lower_options(self: &Arc<Self>, opts: &CompileOptions) -> LowerOptions {
+        let forms = opts.kernel_forms.unwrap_or_else(|| self.kernel_forms());
+        let cpu = self.info().device_type == wgpu::DeviceType::Cpu;
         LowerOptions {
             f16_native: self.f16_native(),
-            cpu: self.cpu_kernels(),
+            forms: forms.forms(),
+            loop_budget: cpu.then_some(fusegraph_wgsl::CPU_LOOP_BUDGET),
             subgroups: self.features().contains(wgpu::Features::SUBGROUP),
             subgroup_size: crate::device::fixed_subgroup_size(self.info()),
             cooperative_matrix: self.cooperative_matrix(),
-            tiled_attention: self.tiled_attention(),
-            texture_operands: self.texture_operand_rows(),
+            tiled_attention: forms.tiled_attention,
+            texture_operands: self.texture_operand_rows().filter(|_| forms.texture_operands),
         }
     }
 
@@ -331,7 +334,7 @@ impl Device {
         let (graph, outputs) = (&simplified, outs_vec.as_slice());
         check_memory_limit(graph, outputs, &update_nodes, &mut planned, opts, limit, counted)?;
         let (kernels, plan, prepared) = (planned.kernels, planned.plan, planned.prepared);
-        let lower_opts = self.lower_options();
+        let lower_opts = self.lower_options(opts);
         let (tilings, subgroup, coop) = self.matmul_forms(graph, &kernels, opts, &lower_opts);
         let mut staging_bytes = 0;
         for &o in outputs {

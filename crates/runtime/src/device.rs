@@ -1,7 +1,7 @@
 //! Adapter choice and the device: Vulkan, Metal or DX12 first, GL (llvmpipe through EGL) as
 //! the fallback; `FUSEGRAPH_BACKEND` overrides. Holds the pipeline cache.
 
-use crate::{Cooperative, Result, RuntimeError};
+use crate::{Cooperative, KernelForms, Result, RuntimeError};
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -76,16 +76,15 @@ pub struct DeviceOptions {
     pub cooperative_matrix_emulation: Option<u32>,
     /// How a fused attention kernel (`CompileOptions::fused_attention`) walks the keys:
     /// `Some(true)` in blocks staged in workgroup memory by the whole workgroup (the GPU
-    /// form), `Some(false)` one key at a time read by each invocation. `None`: tiled except
-    /// on a CPU adapter (without [`DeviceOptions::gpu_kernels`]), where
-    /// the tiled form ran ~20% slower on lavapipe (its barriers inside the loop cost ~40%;
-    /// BENCHMARKS.md).
+    /// form), `Some(false)` one key at a time read by each invocation. `None`: the device's
+    /// [`Device::kernel_forms`] (measured where autotuning is on; unmeasured, tiled except on
+    /// a CPU adapter, where the tiled form ran ~20% slower on lavapipe: BENCHMARKS.md).
     pub tiled_attention: Option<bool>,
-    /// Whether the subgroup matmul of CPU adapters reads its operands from textures, copied
-    /// from their buffers before each such kernel (see
-    /// `fusegraph_wgsl::LowerOptions::texture_operands`; about 3× faster on lavapipe, for
-    /// extra memory that an executable holds only where its memory limit leaves room).
-    /// `None` is on.
+    /// Whether the subgroup matmul may read its operands from textures, copied from their
+    /// buffers before each such kernel (see `fusegraph_wgsl::LowerOptions::texture_operands`;
+    /// about 3× faster on lavapipe, for extra memory that an executable holds only where its
+    /// memory limit leaves room), where [`Device::kernel_forms`] takes them. `None` is
+    /// allowed; `Some(false)` never.
     pub texture_operands: Option<bool>,
     /// Whether wgpu adds its runtime checks to every kernel: `min` clamps on dynamic indices
     /// into arrays (workgroup tiles, vectors), a counter that bounds every loop, and, where
@@ -97,12 +96,12 @@ pub struct DeviceOptions {
     /// (wgpu issue gfx-rs/wgpu#7698: a pipeline went from 0.1 to 10 ms). `Some(true)` keeps
     /// them, to compare or to debug a kernel.
     pub shader_checks: Option<bool>,
-    /// Lower every kernel in the forms a GPU gets, on any adapter: workgroup-per-row
-    /// reductions, loop kernels without a CPU's serial steps, the workgroup-tiled matmul,
-    /// the split-reduction rule of a GPU ([`crate::ReduceFill::GPU`]). For tests on a CPU
-    /// adapter (lavapipe), which otherwise never runs these forms. A CPU adapter ends an
-    /// invocation's loops after 65 535 iterations (`fusegraph_wgsl::CPU_LOOP_BUDGET`), which
-    /// the GPU forms do not guard against: keep such tests' rows short.
+    /// Lower every kernel in the forms a GPU gets by default, on any adapter, unmeasured:
+    /// [`KernelForms::GPU`] (workgroup-per-row reductions, loop kernels without serial
+    /// steps, tiled attention), the workgroup-tiled matmul, the split-reduction rule of a GPU
+    /// ([`crate::ReduceFill::GPU`]). For tests on a CPU adapter (lavapipe), which otherwise
+    /// may never run these forms. The loop budget of Mesa's CPU adapters
+    /// (`fusegraph_wgsl::CPU_LOOP_BUDGET`) holds in these forms too.
     pub gpu_kernels: bool,
     /// Where measurements of the adapter (tuned tilings, the cost model) are cached between
     /// runs; `None`: `$XDG_CACHE_HOME/fusegraph`, else `$HOME/.cache/fusegraph`.
@@ -148,7 +147,7 @@ pub struct Device {
     pub(crate) pool: crate::pool::Pool,
     pub(crate) cost: std::sync::OnceLock<fusegraph_passes::cost::CostModel>,
     pub(crate) autotune: bool,
-    tiled_attention: bool,
+    tiled_attention: Option<bool>,
     shader_checks: bool,
     texture_operands: bool,
     pub(crate) gpu_kernels: bool,
@@ -260,8 +259,7 @@ impl Device {
             .autotune
             .or(crate::env::env().autotune)
             .unwrap_or_else(|| !(info.backend == wgpu::Backend::Gl && info.device_type == wgpu::DeviceType::Cpu));
-        let tiled_attention =
-            opts.tiled_attention.unwrap_or(info.device_type != wgpu::DeviceType::Cpu || opts.gpu_kernels);
+        let tiled_attention = opts.tiled_attention;
         let texture_operands = opts.texture_operands.unwrap_or(true);
         let shader_checks = opts.shader_checks.or(crate::env::env().shader_checks).unwrap_or(false);
         // Turned off on purpose, not by the GL default: measure nothing.
@@ -344,9 +342,9 @@ impl Device {
     }
 
     /// Whether fused attention kernels stage blocks of keys in workgroup memory
-    /// ([`DeviceOptions::tiled_attention`]).
-    pub fn tiled_attention(&self) -> bool {
-        self.tiled_attention
+    /// ([`DeviceOptions::tiled_attention`], else [`Device::kernel_forms`]).
+    pub fn tiled_attention(self: &Arc<Self>) -> bool {
+        self.kernel_forms().tiled_attention
     }
 
     /// Whether kernels are lowered in a CPU adapter's forms: the adapter is a CPU and
@@ -356,11 +354,41 @@ impl Device {
     }
 
     /// The most rows a texture operand may have where the subgroup matmul reads its operands
-    /// from textures ([`DeviceOptions::texture_operands`] on, a CPU adapter with a fixed
-    /// subgroup size); `None` otherwise.
+    /// from textures where they may ([`DeviceOptions::texture_operands`] not off, subgroup
+    /// operations with a fixed subgroup size, no [`DeviceOptions::gpu_kernels`]); `None`
+    /// otherwise.
     pub(crate) fn texture_operand_rows(&self) -> Option<u32> {
-        (self.texture_operands && self.cpu_kernels() && fixed_subgroup_size(&self.info).is_some())
-            .then_some(self.limits.max_texture_dimension_2d)
+        let subgroups = self.features.contains(wgpu::Features::SUBGROUP) && fixed_subgroup_size(&self.info).is_some();
+        (self.texture_operands && subgroups && !self.gpu_kernels).then_some(self.limits.max_texture_dimension_2d)
+    }
+
+    /// The forms a compile lowers its kernels in where the form is a choice
+    /// ([`KernelForms`]; [`crate::CompileOptions::kernel_forms`] forces them per compile):
+    /// a GPU's with [`DeviceOptions::gpu_kernels`]; else where autotuning is on, each kind's
+    /// family as measured on this adapter once and cached on disk (`forms-v1-<adapter>.txt`,
+    /// [`Device::tuned_forms`]); else the adapter's defaults ([`KernelForms::CPU`] on a CPU
+    /// adapter, [`KernelForms::GPU`] elsewhere). [`DeviceOptions::tiled_attention`] and
+    /// [`DeviceOptions::texture_operands`] override theirs.
+    pub fn kernel_forms(self: &Arc<Self>) -> KernelForms {
+        let forms = if self.gpu_kernels {
+            KernelForms::GPU
+        } else {
+            self.measured_forms().unwrap_or_else(|| self.default_forms())
+        };
+        KernelForms {
+            tiled_attention: self.tiled_attention.unwrap_or(forms.tiled_attention),
+            texture_operands: forms.texture_operands && self.texture_operand_rows().is_some(),
+            ..forms
+        }
+    }
+
+    /// The adapter's forms where nothing is measured: a CPU adapter's or a GPU's.
+    pub(crate) fn default_forms(&self) -> KernelForms {
+        if self.cpu_kernels() {
+            KernelForms::CPU
+        } else {
+            KernelForms::GPU
+        }
     }
 
     /// How f16 matmuls and convolutions run on cooperative matrices, if they do:

@@ -62,6 +62,7 @@ pub(crate) struct Tuner {
     pub(crate) tilings: Choices<TunedTiling>,
     pub(crate) splits: Choices<TunedSplit>,
     pub(crate) families: Choices<TunedFamily>,
+    pub(crate) forms: Choices<TunedForm>,
 }
 
 /// The matmul family measured fastest for a shape class where the subgroup matmul and the
@@ -74,6 +75,19 @@ pub struct TunedFamily {
     pub subgroup: bool,
     /// Median ms of each family as timed, subgroup first (empty when read from the cache).
     pub timings: Vec<(bool, f64)>,
+}
+
+/// The family measured fastest for one kind of kernel whose form is a choice
+/// ([`crate::KernelForms`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunedForm {
+    /// The kind: `loops`, `rows`, `attention` or `textures`.
+    pub kind: String,
+    /// The family chosen: `parallel` or `serial` (loops, rows), `tiled` or `keys`
+    /// (attention), `on` or `off` (textures).
+    pub choice: String,
+    /// Median ms of each family as timed (empty when read from the cache).
+    pub timings: Vec<(String, f64)>,
 }
 
 /// One kind of tuned choice by class: read from the device's cache file on first use, the

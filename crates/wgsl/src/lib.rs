@@ -29,13 +29,13 @@ mod validate;
 mod view;
 mod writer;
 
-pub use loops::GPU_INTERLEAVE_MIN;
+pub use loops::{CPU_LOOP_BUDGET, GPU_INTERLEAVE_MIN};
 pub use lower::{localize, lower, lower_planned, lower_with};
 pub use matmul::{gemm_shape, GemmShape};
 pub use matmul_coop::{cooperative_matmul, CoopPlan};
 pub use matmul_subgroup::{subgroup_matmul, SubgroupPlan};
 pub use options::{
-    Binding, Cooperative, KernelForm, KernelSource, LowerOptions, Strategy, TEXTURE_ROW, WORKGROUP_SIZE,
+    Binding, Cooperative, Forms, KernelForm, KernelSource, LowerOptions, Spread, Strategy, TEXTURE_ROW, WORKGROUP_SIZE,
 };
 pub use tiling::MatmulTiling;
 pub use validate::{validate, ValidateError};

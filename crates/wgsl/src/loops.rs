@@ -1,5 +1,5 @@
-//! Loop kernels: one invocation per output element (or per packed f16 word), and the CPU
-//! adapter's forms that give an invocation several elements.
+//! Loop kernels: one invocation per output element (or per packed f16 word), and the serial
+//! family's forms ([`Spread::Serial`]) that give an invocation several elements.
 
 use crate::options::*;
 use crate::region::*;
@@ -10,7 +10,7 @@ use fusegraph_passes::Kernel;
 use std::fmt::Write;
 
 /// Grid-stride steps each invocation of a plain loop kernel (see `loop_main`: one element, or
-/// one packed f16 word, per step) takes on a CPU adapter, where a workgroup costs a call
+/// one packed f16 word, per step) takes in the serial family (a CPU adapter's), where a workgroup costs a call
 /// looping over its SIMD batches (see [`loop_workgroups`]).
 ///
 /// On lavapipe (`time_wgsl`, the f16 chain's kernel, all counts in turn per round, medians): 196,608 elements (a transformer's `[256, 768]` activations) 5.27 ms with 1 step
@@ -20,7 +20,7 @@ use std::fmt::Write;
 pub const CPU_PLAIN_STEPS: u64 = 32;
 
 /// Grid-stride steps each invocation of an interleaved loop kernel (see `interleaved_main`:
-/// four elements per step) takes on a CPU adapter (see [`loop_workgroups`]).
+/// four elements per step) takes in the serial family (see [`loop_workgroups`]).
 ///
 /// On lavapipe (`time_wgsl`, the 20-op chain's kernel, all counts in turn per round, medians) what mattered was the steps per invocation,
 /// not the workgroups, and unlike the plain form's, four was best: 16 Mi elements (4 Mi vec4
@@ -31,18 +31,18 @@ pub const CPU_PLAIN_STEPS: u64 = 32;
 /// trip count of 4 instead of the loop's bound measured the same.
 pub const CPU_LOOP_STEPS: u64 = 4;
 
-/// The fewest workgroups a loop kernel dispatches on a CPU adapter where it has invocations
+/// The fewest workgroups a serial loop kernel dispatches where it has invocations
 /// for them, so that it can spread over a CPU's threads (lavapipe runs one per core). A guard
 /// for CPUs with more cores than the two this was measured on, where the counts above leave
 /// small kernels a handful of workgroups; not measured.
 pub const CPU_MIN_WORKGROUPS: u64 = 16;
 
 /// Workgroups of 256 invocations for a loop kernel of `invocations` grid-stride steps, each
-/// invocation taking `steps` of them on a CPU adapter (one on a GPU), and at least
+/// invocation taking `steps` of them in the serial family (else one), and there at least
 /// [`CPU_MIN_WORKGROUPS`] where there are invocations for them.
 pub(crate) fn loop_workgroups(opts: &LowerOptions, invocations: u64, steps: u64) -> u64 {
     let one_step = invocations.div_ceil(WORKGROUP_SIZE as u64);
-    if opts.cpu {
+    if opts.forms.loops == Spread::Serial {
         invocations.div_ceil(WORKGROUP_SIZE as u64 * steps).max(one_step.min(CPU_MIN_WORKGROUPS))
     } else {
         one_step
@@ -58,7 +58,7 @@ pub(crate) fn loop_main(
     opts: &LowerOptions,
     vec4: Option<&[NodeId]>,
 ) -> (String, u64) {
-    // On a CPU adapter, serial reductions inside the kernel count against the loop budget of
+    // Where the adapter has a loop budget, serial reductions inside the kernel count against that of
     // an invocation: fewer elements side by side and per invocation where they are long.
     let serial = serial_steps(g, kernel);
     let fits = |elements: u64| within_budget(opts, serial, elements);
@@ -143,7 +143,7 @@ pub(crate) fn loop_main(
     (main, workgroups)
 }
 
-/// Elements a loop kernel computes side by side ([`CPU_INTERLEAVE`]), or one where a CPU
+/// Elements a loop kernel computes side by side ([`CPU_INTERLEAVE`]), or one where the
 /// adapter's loop budget cannot take the kernel's serial reductions for that many.
 pub(crate) fn loop_ilp(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> usize {
     if within_budget(opts, serial_steps(g, kernel), CPU_INTERLEAVE as u64) {
@@ -153,10 +153,10 @@ pub(crate) fn loop_ilp(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> usize
     }
 }
 
-/// Whether `times` walks of `serial` iterations fit one invocation: always on a GPU, within
-/// [`CPU_LOOP_BUDGET`] on a CPU adapter.
+/// Whether `times` walks of `serial` iterations fit one invocation: within the adapter's
+/// loop budget where it has one ([`LowerOptions::loop_budget`]).
 pub(crate) fn within_budget(opts: &LowerOptions, serial: u64, times: u64) -> bool {
-    !opts.cpu || serial.saturating_mul(times) <= CPU_LOOP_BUDGET
+    opts.loop_budget.is_none_or(|budget| serial.saturating_mul(times) <= budget)
 }
 
 /// Serial loop iterations a loop kernel spends on one element: the lengths of the
@@ -176,7 +176,7 @@ pub(crate) fn serial_steps(g: &Graph, kernel: &Kernel) -> u64 {
         .sum()
 }
 
-/// Elements a loop kernel computes side by side per invocation on a CPU adapter.
+/// Elements a loop kernel computes side by side per invocation in the serial family.
 ///
 /// A CPU adapter runs an invocation batch as one SIMD instruction stream, so a region's
 /// chain of dependent operations is bound by its latency (on lavapipe the 20-op chain's five
@@ -203,13 +203,14 @@ pub(crate) fn loop_parts(
 ) -> Option<LoopParts> {
     let outs: Vec<(usize, &Binding)> = bindings.iter().enumerate().filter(|(_, b)| b.output).collect();
     let n = g.ty(outs.first()?.1.node).shape.numel() as u64;
-    if n == 0 || (!opts.cpu && n < GPU_INTERLEAVE_MIN) {
+    let serial = opts.forms.loops == Spread::Serial;
+    if n == 0 || (!serial && n < GPU_INTERLEAVE_MIN) {
         return None;
     }
     // Every output unpacked and of the same length (the plain form guards each store by
     // its own length), each with its region; a packed output only as whole words, in quads
     // (see `f16_words`).
-    let quads = opts.cpu && n.is_multiple_of(4) && CPU_INTERLEAVE == 4;
+    let quads = serial && n.is_multiple_of(4) && CPU_INTERLEAVE == 4;
     let mut parts = Vec::new();
     for &(k, b) in &outs {
         let ty = g.ty(b.node);
@@ -222,7 +223,7 @@ pub(crate) fn loop_parts(
     Some((n, parts))
 }
 
-/// The bindings a CPU adapter's loop kernel reads and writes as `vec4`s, when its outputs
+/// The bindings a loop kernel reads and writes as `vec4`s, when its outputs
 /// are of one length divisible by 4 (see [`interleaved_main`]): every output whose dtype
 /// allows it and every input its regions load four adjacent elements of at a time (see
 /// [`quad_view`]: at their own index, or broadcast along the rows). `None` where nothing
@@ -237,8 +238,8 @@ pub(crate) fn vec4_loop(
     let (n, parts) = loop_parts(g, bindings, regions, opts)?;
     // A vec4 is the four elements one step computes: only with four side by side (the
     // interleaved form falls back to scalar accesses otherwise, so the bindings must too;
-    // a CPU adapter takes one at a time where the kernel's serial reductions are long).
-    if n % 4 != 0 || (opts.cpu && CPU_INTERLEAVE != 4) || loop_ilp(g, kernel, opts) != 4 {
+    // one at a time where the kernel's serial reductions are long for the loop budget).
+    if n % 4 != 0 || (opts.forms.loops == Spread::Serial && CPU_INTERLEAVE != 4) || loop_ilp(g, kernel, opts) != 4 {
         return None;
     }
     let mut nodes: Vec<NodeId> = Vec::new();
@@ -258,8 +259,8 @@ pub(crate) fn vec4_loop(
 /// A loop kernel whose outputs are unpacked and of one length (see [`loop_parts`]),
 /// computing `ilp` elements of each per grid-stride step: every value the regions read from
 /// outside is loaded first, then each region statement runs for the elements in turn, then
-/// the elements are stored. On a CPU adapter each invocation takes [`CPU_LOOP_STEPS`]
-/// steps; on a GPU one invocation per step, so the loop runs once, and the `ilp` loads
+/// the elements are stored. In the serial family each invocation takes [`CPU_LOOP_STEPS`]
+/// steps; in the parallel one an invocation per step, so the loop runs once, and the `ilp` loads
 /// of each binding are in flight together: with one element per invocation an f32 copy of
 /// 64 Mi elements moved 652 GB/s on an H100 (Vulkan), about a fifth of its bandwidth, each
 /// invocation having a single 4-byte load outstanding.
@@ -336,7 +337,7 @@ pub(crate) fn grid_stride_main(end: u64, step: &str) -> String {
     main
 }
 
-/// Loop iterations one invocation of a kernel for a CPU adapter may take. Mesa's llvmpipe
+/// Loop iterations one invocation of a kernel may take on a Mesa CPU adapter. Mesa's llvmpipe
 /// and lavapipe end every loop of a shader invocation once they have run 65 535 iterations
 /// between them (`LP_MAX_TGSI_LOOP_ITERATIONS`, a guard against infinite loops, shared by all
 /// the loops of a shader), silently: 64 rows of 131 072 elements, one invocation per row,

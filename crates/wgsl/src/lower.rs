@@ -272,7 +272,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         KernelKind::Loop if tiled.is_none() => vec4_loop(g, kernel, &bindings, &regs, opts),
         _ => None,
     };
-    // So does a row kernel with one invocation per row on a CPU adapter, where it can.
+    // So does a row kernel with one invocation per row in the serial family, where it can.
     let row_vec4 = row_quads(g, kernel, &bindings, &regs, opts);
     // The subgroup matmul reads its operands' bindings as vec4s, and may write its output so.
     let quads = |node: NodeId| [&loop_vec4, &row_vec4].iter().any(|v| v.as_ref().is_some_and(|v| v.contains(&node)));
@@ -288,7 +288,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
                 }
             || quads(node)
     };
-    // f16 quads on a CPU adapter: pairs of words (see `f16_words`).
+    // f16 quads in the serial loop family: pairs of words (see `f16_words`).
     let words = |node: NodeId| quads(node) && f16_words(g.ty(node).dtype, opts);
 
     let mut body = String::new();
@@ -458,6 +458,11 @@ mod tests {
     use super::*;
     use fusegraph_ir::UnaryOp;
 
+    /// A Mesa CPU adapter's lowering: the serial forms within its loop budget.
+    fn cpu_adapter() -> LowerOptions {
+        LowerOptions { forms: Forms::SERIAL, loop_budget: Some(CPU_LOOP_BUDGET), ..Default::default() }
+    }
+
     /// A loop kernel whose serial reduction is too long for four elements side by side on a
     /// CPU adapter computes one at a time, so its bindings are scalars too: it declared its
     /// four outputs as a vec4 while storing them one by one (naga rejected the module). A
@@ -469,7 +474,7 @@ mod tests {
         let s = x.sum(&[1], false).unwrap();
         let y = s.exp().unwrap();
         let g = b.graph();
-        let opts = LowerOptions { cpu: true, ..Default::default() };
+        let opts = cpu_adapter();
         let kernel = |members: Vec<NodeId>, out: NodeId| Kernel {
             kind: KernelKind::Loop,
             members,
@@ -506,7 +511,7 @@ mod tests {
         let g = b.graph();
         let members = g.reachable(&[v.id()]).unwrap().into_iter().filter(|&n| n != x.id() && n != y.id()).collect();
         let k = Kernel { kind: KernelKind::Loop, members, outputs: vec![v.id()], inputs: vec![x.id(), y.id()] };
-        for opts in [LowerOptions::default(), LowerOptions { cpu: true, ..Default::default() }] {
+        for opts in [LowerOptions::default(), cpu_adapter()] {
             let exact = lower_with(&g, &k, &opts, &Strategy::default());
             let none = lower_planned(&g, &k, &[], &opts, &Strategy::default());
             assert_eq!(exact.wgsl, none.wgsl);
@@ -516,7 +521,7 @@ mod tests {
             // Calls to the rounding per rounded value: in its own function, in its output's
             // region function and, on a CPU adapter, in `main` for each of the four lanes a
             // step computes inline (elsewhere `main` calls the region function).
-            let per_value = if opts.cpu { 2 + 4 } else { 2 };
+            let per_value = if opts.forms.loops == Spread::Serial { 2 + 4 } else { 2 };
             let rounds = |src: &KernelSource| src.wgsl.matches("fg_round_f16(").count() - 1;
             assert_eq!(rounds(&exact), 20 * per_value, "every op rounds:\n{}", exact.wgsl);
             assert_eq!(rounds(&wide), per_value, "only the stored value rounds:\n{}", wide.wgsl);
@@ -552,7 +557,7 @@ mod tests {
             inputs: vec![g1.id(), m.id(), w.id(), bias.id()],
         };
         for cpu in [false, true] {
-            let src = lower(&g, &kernel, &LowerOptions { cpu, ..Default::default() });
+            let src = lower(&g, &kernel, &if cpu { cpu_adapter() } else { LowerOptions::default() });
             crate::validate(&src.wgsl).unwrap_or_else(|e| panic!("{e}\n{}", src.wgsl));
             let main = &src.wgsl[src.wgsl.find("@compute").unwrap()..];
             assert_eq!(main.matches("exp(").count(), 1, "{main}");

@@ -14,10 +14,14 @@ pub struct LowerOptions {
     /// Use WGSL `f16` storage (the adapter has `SHADER_F16`); otherwise f16 values are
     /// stored two to a `u32` and converted with `pack2x16float`/`unpack2x16float`.
     pub f16_native: bool,
-    /// The adapter is a CPU (lavapipe, llvmpipe): workgroup barriers are expensive there
-    /// (each one switches between the workgroup's SIMD batches), so row kernels prefer one
-    /// invocation per row looping serially over a workgroup-wide tree.
-    pub cpu: bool,
+    /// How loop and row kernels spread their work over invocations (a family per kind of
+    /// kernel, which the runtime chooses: measured on the adapter where it autotunes).
+    pub forms: Forms,
+    /// The most loop iterations one invocation may run, where the adapter cuts loops short
+    /// (Mesa's CPU adapters: see [`crate::CPU_LOOP_BUDGET`]): serial walks that would exceed it
+    /// take fewer elements per invocation, or a workgroup per row. A correctness limit,
+    /// whatever the forms; `None`: no limit.
+    pub loop_budget: Option<u64>,
     /// The device has subgroup operations (`wgpu::Features::SUBGROUP`): a row kernel that
     /// shares a row among a workgroup reduces within each subgroup with `subgroupAdd` (…Max,
     /// …Min, …Mul) and combines one partial per subgroup, instead of a tree with a barrier
@@ -25,9 +29,9 @@ pub struct LowerOptions {
     /// counted by `num_subgroups`.
     pub subgroups: bool,
     /// The adapter's subgroup size where it is fixed (its minimum and maximum agree, as on
-    /// lavapipe: 8); `None` where it varies or is unknown. With `cpu` and `subgroups`, f32
-    /// and f16 matmuls and convolutions take the subgroup lowering
-    /// (`matmul::subgroup_main`), which needs the size at compile time.
+    /// lavapipe: 8); `None` where it varies or is unknown. With `subgroups`, f32 and f16
+    /// matmuls and convolutions can take the subgroup lowering (`matmul::subgroup_main`),
+    /// which needs the size at compile time.
     pub subgroup_size: Option<u32>,
     /// How f16 matmuls and convolutions run on cooperative matrices, if they do (see
     /// [`crate::CoopPlan`]); `None` keeps the plain tiled kernel.
@@ -36,7 +40,7 @@ pub struct LowerOptions {
     /// blocks its workgroup stages in workgroup memory (`attention::tiled_main`: the GPU
     /// form); otherwise each invocation reads its keys one at a time (`attention::row_main`).
     pub tiled_attention: bool,
-    /// The subgroup matmul (`cpu`, `subgroups` and a fixed `subgroup_size`) reads its vec4
+    /// The subgroup matmul (`subgroups` and a fixed `subgroup_size`) reads its vec4
     /// operands from sampled textures instead of storage buffers: `Some(rows)`, the most
     /// rows a 2-D texture may have on the device (`max_texture_dimension_2d`). Each such
     /// binding ([`Binding::texture`]) is a `texture_2d<f32>` holding the value's vec4s in
@@ -47,6 +51,60 @@ pub struct LowerOptions {
     /// 3× faster (BENCHMARKS.md). Operands of more than `rows · TEXTURE_ROW` vec4s stay in
     /// their buffers.
     pub texture_operands: Option<u32>,
+}
+
+/// How a kind of kernel spreads its work over invocations: one of two families.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Spread {
+    /// Many invocations with little work each, as GPUs hide latency by running other
+    /// invocations: a loop kernel takes one element per invocation (four adjacent ones,
+    /// as `vec4`s, from [`crate::GPU_INTERLEAVE_MIN`] elements); a row kernel a workgroup per
+    /// row with a tree in workgroup memory, an invocation per row only for many short rows.
+    #[default]
+    Parallel,
+    /// Few invocations with more serial work each and no barriers, for adapters that run a
+    /// workgroup's invocations as SIMD batches on a few cores, where every workgroup and
+    /// barrier costs a switch (CPU adapters): a loop kernel's invocation computes four
+    /// elements side by side over several grid-stride steps, moving f16 values as words; a
+    /// row kernel gives each row an invocation wherever there are 16 rows and its walks fit
+    /// the loop budget, four elements side by side.
+    Serial,
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Spread::Parallel => "parallel",
+            Spread::Serial => "serial",
+        })
+    }
+}
+
+impl std::str::FromStr for Spread {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Spread, String> {
+        match s {
+            "parallel" => Ok(Spread::Parallel),
+            "serial" => Ok(Spread::Serial),
+            _ => Err(format!("`{s}` is not a spread (parallel, serial)")),
+        }
+    }
+}
+
+/// The family of each kind of kernel whose form is a choice ([`Spread`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Forms {
+    /// Elementwise (loop) kernels.
+    pub loops: Spread,
+    /// Reductions' row kernels.
+    pub rows: Spread,
+}
+
+impl Forms {
+    /// Both kinds [`Spread::Parallel`] (a GPU's forms; the default).
+    pub const PARALLEL: Forms = Forms { loops: Spread::Parallel, rows: Spread::Parallel };
+    /// Both kinds [`Spread::Serial`] (a CPU adapter's forms).
+    pub const SERIAL: Forms = Forms { loops: Spread::Serial, rows: Spread::Serial };
 }
 
 /// Texels (vec4s) per row of a texture operand (see [`LowerOptions::texture_operands`]): a

@@ -122,7 +122,7 @@ pub(crate) fn row_main_per_thread(
     let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
     let _ = writeln!(main, "    let row = (wid.y * nwg.x + wid.x) * {wg}u + lid;");
     let _ = writeln!(main, "    if (row >= {rows}u) {{ return; }}");
-    let ilp = if opts.cpu { CPU_INTERLEAVE } else { 1 };
+    let ilp = if opts.forms.rows == Spread::Serial { CPU_INTERLEAVE } else { 1 };
     let walk = RowWalk { len: row_len, start: "0u", step: 1, ilp, quads: quads.filter(|_| ilp == 4) };
     row_reductions(&mut main, g, red, walk, None);
     write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("0u", "1", false), opts, walk.quads);
@@ -162,12 +162,7 @@ pub(crate) struct RowQuads<'a> {
     pub(crate) regions: &'a [(NodeId, Vec<NodeId>)],
 }
 
-/// Whether a row kernel gives each row one invocation (many rows; on a CPU adapter, from
-/// 16 rows) rather than a workgroup.
-///
-/// On a CPU adapter only where one invocation's walks over its row (`passes` of them, one
-/// per reduction and one for the outputs) stay within [`CPU_LOOP_BUDGET`] iterations.
-/// How a row kernel runs: `(per thread, subgroups)`. Many rows (or a CPU adapter): one
+/// How a row kernel runs: `(per thread, subgroups)`. Many rows (or the serial family): one
 /// invocation per row, no barriers. Few long rows: a workgroup per row with a tree in
 /// workgroup memory, with subgroup arithmetic where the adapter has it (f32, f16, i32 and
 /// u32 reductions; not bool).
@@ -184,9 +179,17 @@ pub(crate) fn row_layout(
     (per_thread, opts.subgroups && reduces.iter().all(|&r| g.ty(r).dtype != DType::Bool))
 }
 
+/// Whether a row kernel gives each row one invocation rather than a workgroup: in the
+/// serial family ([`Spread::Serial`]) from 16 rows, in the parallel one from 8192 rows of at
+/// most 256; in both only where one invocation's walks over its row (`passes` of them, one
+/// per reduction and one for the outputs) fit the adapter's loop budget.
 pub(crate) fn rows_per_thread(opts: &LowerOptions, rows: usize, row_len: usize, passes: usize) -> bool {
     let within = within_budget(opts, row_len as u64, passes as u64);
-    (opts.cpu && rows >= 16 && within) || (!opts.cpu && rows >= 8192 && row_len <= 256)
+    within
+        && match opts.forms.rows {
+            Spread::Serial => rows >= 16,
+            Spread::Parallel => rows >= 8192 && row_len <= 256,
+        }
 }
 
 /// The statements computing `root` at an element index (its region, or a read of it when it
@@ -200,7 +203,7 @@ pub(crate) fn stmts_at(g: &Graph, kernel: &Kernel, root: NodeId) -> (Vec<RegionS
     }
 }
 
-/// The bindings a row kernel reads and writes as `vec4`s, where a CPU adapter gives each
+/// The bindings a row kernel reads and writes as `vec4`s, where the serial family gives each
 /// row one invocation and a row is contiguous (reduced over the trailing axes) with a length
 /// divisible by 4: each pass over a row then takes four adjacent elements per step (see
 /// [`interleaved_main`] for why). Inputs the reductions' or the full outputs' regions load
@@ -219,7 +222,11 @@ pub(crate) fn row_quads(
     let rows = full.checked_div(row_len)?;
     let trailing = axes.iter().enumerate().all(|(j, &a)| a + axes.len() == shape.len() + j);
     let passes = kernel.members.iter().filter(|&&m| matches!(g.node(m).op, Op::Reduce { .. })).count() + 1;
-    if !opts.cpu || !rows_per_thread(opts, rows, row_len, passes) || !trailing || !row_len.is_multiple_of(4) {
+    if opts.forms.rows != Spread::Serial
+        || !rows_per_thread(opts, rows, row_len, passes)
+        || !trailing
+        || !row_len.is_multiple_of(4)
+    {
         return None;
     }
     let full_out = |node: NodeId| g.ty(node).shape.numel() == full && full != rows;
@@ -575,7 +582,7 @@ pub(crate) fn row_pass(
 }
 
 /// Opens a block that accumulates reduction `r` over this invocation's elements of the row
-/// into `acc`, returning the reduction's kind. With `ilp` > 1 (a CPU adapter, where a serial
+/// into `acc`, returning the reduction's kind. With `ilp` > 1 (the serial family, where a serial
 /// chain of combines is bound by its latency: see [`CPU_INTERLEAVE`]) the partials are
 /// combined at the end, so float sums and products are rounded in another order than one
 /// serial loop's.

@@ -20,21 +20,22 @@ pub(crate) fn packed_f16(dtype: DType, opts: &LowerOptions) -> bool {
 /// Whether an f16 binding that a loop or row kernel reads or writes four adjacent elements
 /// at a time (its quads: see [`quad_view`]) is declared as pairs of `u32` words and
 /// converted by integer operations (`fg_f16x4_from_words`, `fg_f16x4_to_words` in
-/// shaders/helpers.wgsl), native f16 or not: on a CPU adapter, whose own f16 conversions
-/// are slower than the copy they convert (lavapipe, 16 Mi elements: an f16 copy through
-/// `vec4<f16>` 32–37 ms, through words 20–24 ms, an f32 copy 23 ms).
+/// shaders/helpers.wgsl), native f16 or not: in the serial loop family ([`Spread::Serial`]),
+/// for the adapters whose own f16 conversions are slower than the copy they convert
+/// (lavapipe, 16 Mi elements: an f16 copy through `vec4<f16>` 32–37 ms, through words
+/// 20–24 ms, an f32 copy 23 ms).
 pub(crate) fn f16_words(dtype: DType, opts: &LowerOptions) -> bool {
-    dtype == DType::F16 && opts.cpu
+    dtype == DType::F16 && opts.forms.loops == Spread::Serial
 }
 
 /// Whether a binding of `dtype` can be read and written in quads: `vec4`s of its storage
-/// type, or pairs of words for f16 on a CPU adapter (see [`f16_words`]).
+/// type, or pairs of words for f16 in the serial loop family (see [`f16_words`]).
 pub(crate) fn quad_storage(dtype: DType, opts: &LowerOptions) -> bool {
     vec4_storage(dtype, opts) || f16_words(dtype, opts)
 }
 
 /// The element type of a binding read and written in quads: `vec4` of its storage type, or
-/// a pair of words for f16 on a CPU adapter (see [`f16_words`]).
+/// a pair of words for f16 in the serial loop family (see [`f16_words`]).
 pub(crate) fn quad_elem(dtype: DType, opts: &LowerOptions) -> String {
     if f16_words(dtype, opts) {
         "vec2<u32>".to_string()
