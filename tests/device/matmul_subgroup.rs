@@ -10,7 +10,7 @@ use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
 use fusegraph::crates::wgsl::{
     gemm_shape, lower, subgroup_matmul, validate, Forms, KernelForm, LowerOptions, CPU_LOOP_BUDGET, TEXTURE_ROW,
 };
-use fusegraph::{CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor, NodeId, Tensor};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor, KernelForms, NodeId, Tensor};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -26,6 +26,12 @@ fn takes_subgroup_matmul(device: &Device) -> bool {
     info.device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu
         && info.subgroup_min_size == info.subgroup_max_size
         && device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP)
+}
+
+/// Compiles with texture operands wherever `device` allows them, whatever it measured.
+fn with_textures(device: &Arc<Device>) -> CompileOptions {
+    let forms = KernelForms { texture_operands: true, ..device.kernel_forms() };
+    CompileOptions { kernel_forms: Some(forms), ..Default::default() }
 }
 
 fn cpu_opts(lanes: u32) -> LowerOptions {
@@ -562,7 +568,7 @@ fn texture_operands_match_the_buffer_reads() {
         let want = evaluate(&case.graph, &case.outputs, &feeds, &BTreeMap::new()).expect("reference");
         let refs: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
         for (device, textures) in [(&on, true), (&off, false)] {
-            let exe = device.compile(&case.graph, &case.outputs, &CompileOptions::default()).expect("compiles");
+            let exe = device.compile(&case.graph, &case.outputs, &with_textures(device)).expect("compiles");
             let stats = exe.stats();
             let read = stats.kernels.iter().map(|k| k.texture_operands()).sum::<usize>();
             // As many as the lowering makes textures (checked in the test above).
@@ -601,7 +607,7 @@ fn the_workspace_is_counted_and_yields_to_the_memory_limit() {
     let want = evaluate(&c.graph, &c.outputs, &feeds, &BTreeMap::new()).expect("reference");
     let refs: Vec<(&str, &HostTensor)> = c.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let device = Arc::new(Device::new(&DeviceOptions::default()).unwrap());
-    let exe = device.compile(&c.graph, &c.outputs, &CompileOptions::default()).unwrap();
+    let exe = device.compile(&c.graph, &c.outputs, &with_textures(&device)).unwrap();
     let s = exe.stats().clone();
     assert_eq!(device.memory_allocated(), s.device_bytes);
     // Every buffer is at least 4 bytes (the empty persistent region's too).
@@ -620,7 +626,7 @@ fn the_workspace_is_counted_and_yields_to_the_memory_limit() {
     let (rtol, atol) = tolerance(DType::F32);
     assert_close(&got[0], &want[0], rtol, atol.max(c.atol)).unwrap();
     for (limit, workspace) in [(s.device_bytes, s.workspace_bytes), (s.device_bytes - 1, 0)] {
-        let opts = CompileOptions { memory_limit: Some(limit), ..Default::default() };
+        let opts = CompileOptions { memory_limit: Some(limit), ..with_textures(&device) };
         let exe = device.compile(&c.graph, &c.outputs, &opts).unwrap();
         assert_eq!(exe.stats().workspace_bytes, workspace, "limit {limit}");
         assert!(exe.stats().device_bytes <= limit);

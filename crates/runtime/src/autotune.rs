@@ -168,7 +168,7 @@ impl Device {
             };
             self.compile(&b.graph(), &[out], &opts)
         };
-        let (timings, failed) = self.time_candidates(split_candidates(gemm), compile, &feeds)?;
+        let (timings, failed) = self.time_candidates(split_candidates(gemm), compile, &feeds, false)?;
         let Some(splits) = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0) else {
             return Err(failed.expect("every candidate failed to compile"));
         };
@@ -187,17 +187,20 @@ impl Device {
     /// compiled first, run once untimed, then timed in [`GPU_ROUNDS`] interleaved rounds. A
     /// GPU's speed drifts with its clocks: on an H100 the second candidate, timed one after
     /// the other with one warm-up, took 3.8 ms for a kernel that ran in 0.70 ms in the same
-    /// process a little later, and the last candidate always matched. Returns the median
-    /// per candidate that compiled, and the last compile error.
+    /// process a little later, and the last candidate always matched. `interleaved` times a
+    /// CPU adapter's candidates in rounds too (a few cheap candidates, whose comparison
+    /// should not depend on what else the machine was doing at one moment). Returns the
+    /// median per candidate that compiled, and the last compile error.
     pub(crate) fn time_candidates<C: Copy>(
         self: &Arc<Self>,
         candidates: impl IntoIterator<Item = C>,
         compile: impl Fn(C) -> Result<crate::Executable>,
         feeds: &[(&str, &HostTensor)],
+        interleaved: bool,
     ) -> Result<Timed<C>> {
         let mut timings = Vec::new();
         let mut failed = None;
-        if self.info().device_type == wgpu::DeviceType::Cpu {
+        if self.info().device_type == wgpu::DeviceType::Cpu && !interleaved {
             for c in candidates {
                 match compile(c) {
                     Ok(exe) => timings.push((c, exe.time(feeds, 1, 3)?.median())),
@@ -280,7 +283,7 @@ impl Device {
             choose(c, &mut opts);
             self.compile(&b.graph(), &[out], &opts)
         };
-        let (timings, failed) = self.time_candidates(candidates, compile, &feeds)?;
+        let (timings, failed) = self.time_candidates(candidates, compile, &feeds, false)?;
         match timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0) {
             Some(best) => Ok((best, timings)),
             None => Err(failed.expect("every candidate failed to compile")),

@@ -1,5 +1,6 @@
 //! Measuring the kernel forms ([`KernelForms`]): for each kind of kernel whose form is a
-//! choice, both families are timed once on the adapter on a representative workload and the
+//! choice, both families are timed once on the adapter on a representative workload (in
+//! interleaved rounds, a CPU adapter's too) and the
 //! faster kept, in memory and on disk (`forms-v1-<adapter>.txt`, `kind = choice` lines), as
 //! matmul tilings are. Where autotuning is off nothing is measured and the adapter's defaults
 //! hold ([`Device::default_forms`]). The adapter's default family stays unless the other runs
@@ -197,7 +198,7 @@ impl Device {
             };
             self.compile(&graph, &[out], &opts)
         };
-        let (timings, failed) = self.time_candidates(kind.choices(), compile, &feeds)?;
+        let (timings, failed) = self.time_candidates(kind.choices(), compile, &feeds, true)?;
         // The adapter's default stays unless the other family is clearly faster (a tie
         // would otherwise pick by noise, and differently from run to run).
         let default = kind.of(forms);
