@@ -130,7 +130,10 @@ impl Device {
         let rewrites = Rewrites {
             simplify: opts.simplify,
             split_k: (opts.split_k != SplitK::Off).then_some(&splits as &dyn Fn(&Gemm) -> usize),
-            split_reductions: opts.split_reductions.fill(self.cpu_kernels()).filter(|_| opts.fusion == FusionMode::On),
+            split_reductions: opts
+                .split_reductions
+                .fill(self.forms_for(opts).rows)
+                .filter(|_| opts.fusion == FusionMode::On),
         };
         Ok(rewrite(graph, outputs, &rewrites, &fits)?)
     }
@@ -154,9 +157,14 @@ impl Device {
         Ok(fusegraph_passes::largest_batch(build, limit, &self.plan_options(opts), max_batch)?)
     }
 
+    /// The kernel forms a compile with `opts` lowers in: forced, or the device's.
+    fn forms_for(self: &Arc<Self>, opts: &CompileOptions) -> crate::KernelForms {
+        opts.kernel_forms.unwrap_or_else(|| self.kernel_forms())
+    }
+
     /// The code generator's facts about this adapter, and the forms `opts` asks for.
     fn lower_options(self: &Arc<Self>, opts: &CompileOptions) -> LowerOptions {
-        let forms = opts.kernel_forms.unwrap_or_else(|| self.kernel_forms());
+        let forms = self.forms_for(opts);
         let cpu = self.info().device_type == wgpu::DeviceType::Cpu;
         LowerOptions {
             f16_native: self.f16_native(),

@@ -1,10 +1,10 @@
 //! Measuring the kernel forms ([`KernelForms`]): for each kind of kernel whose form is a
 //! choice, both families are timed once on the adapter on a representative workload (in
-//! interleaved rounds, a CPU adapter's too) and the
-//! faster kept, in memory and on disk (`forms-v1-<adapter>.txt`, `kind = choice` lines), as
-//! matmul tilings are. Where autotuning is off nothing is measured and the adapter's defaults
-//! hold ([`Device::default_forms`]). The adapter's default family stays unless the other runs
-//! at least 5% faster.
+//! interleaved rounds, a CPU adapter's too) and the faster kept, in memory and on disk
+//! (`forms-v1-<adapter>.txt`, `kind = choice` lines), as matmul tilings are. Where
+//! autotuning is off nothing is measured and the adapter's defaults hold
+//! ([`Device::default_forms`]). The adapter's default family stays unless the other runs at
+//! least 5% faster.
 //!
 //! The workloads: loops, `tanh(1.5x + 0.25) · sigmoid(x)` over 4 Mi f32 elements (16 Mi on
 //! a GPU); rows, a softmax over 2048 rows of 512 (4096 of 1024 on a GPU); attention, the

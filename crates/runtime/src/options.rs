@@ -63,8 +63,8 @@ pub struct CompileOptions {
     pub split_k: SplitK,
     /// With fusion on, reductions with few outputs and long rows (a loss, a norm, a bias
     /// gradient's column sums) become two reductions, the first over chunks of each row
-    /// with many workgroups ([`fusegraph_passes::split_reduce`]). Default: by the adapter's
-    /// occupancy rule; off in [`crate::CompileOptions::unfused`]. A split that would make the plan
+    /// with many workgroups ([`fusegraph_passes::split_reduce`]). Default: by the occupancy
+    /// rule of the row kernels' family ([`SplitReductions::Adapter`]); off in [`crate::CompileOptions::unfused`]. A split that would make the plan
     /// exceed the memory limit is not made.
     pub split_reductions: SplitReductions,
     /// Run the kernels that compute from parameters and constants alone (batch-norm
@@ -176,8 +176,10 @@ pub enum SplitK {
 pub enum SplitReductions {
     /// None.
     Off,
-    /// By the occupancy rule for the adapter (the default):
-    /// [`ReduceFill::GPU`] on a GPU, [`ReduceFill::CPU`] on a CPU adapter.
+    /// By the occupancy rule for the row kernels' family the compile lowers in (the
+    /// default; [`KernelForms::rows`]): [`ReduceFill::GPU`] for workgroup-per-row kernels
+    /// (parallel), [`ReduceFill::CPU`] for invocation-per-row ones (serial), whose partials
+    /// are each one invocation's.
     #[default]
     Adapter,
     /// By this occupancy rule on any adapter (tests run a GPU's on a CPU adapter).
@@ -185,11 +187,11 @@ pub enum SplitReductions {
 }
 
 impl SplitReductions {
-    /// The occupancy rule in force on an adapter that is (`cpu`) or is not a CPU.
-    pub(crate) fn fill(self, cpu: bool) -> Option<ReduceFill> {
+    /// The occupancy rule in force where row kernels are lowered in the `rows` family.
+    pub(crate) fn fill(self, rows: Spread) -> Option<ReduceFill> {
         match self {
             SplitReductions::Off => None,
-            SplitReductions::Adapter if cpu => Some(ReduceFill::CPU),
+            SplitReductions::Adapter if rows == Spread::Serial => Some(ReduceFill::CPU),
             SplitReductions::Adapter => Some(ReduceFill::GPU),
             SplitReductions::Fill(f) => Some(f),
         }
