@@ -39,6 +39,21 @@ impl Rng {
 /// The seeds a differential fuzz test runs: `1..=default` cases, `FUSEGRAPH_FUZZ_CASES=N`
 /// for more or fewer, `FUSEGRAPH_FUZZ_FROM=F` to start at seed `F` (fresh cases after a long
 /// run), `FUSEGRAPH_FUZZ_SEED=S` for seed `S` alone (the one a failure named).
+/// Lowering options of a Mesa CPU adapter without subgroups (`cpu`: the serial forms within
+/// its loop budget) or of a GPU without them (the parallel forms), f16 native or packed.
+#[allow(dead_code)]
+pub fn lower_options(cpu: bool, f16_native: bool) -> fusegraph::crates::wgsl::LowerOptions {
+    use fusegraph::crates::wgsl::{Forms, LowerOptions, CPU_LOOP_BUDGET};
+    LowerOptions {
+        f16_native,
+        forms: if cpu { Forms::SERIAL } else { Forms::PARALLEL },
+        loop_budget: cpu.then_some(CPU_LOOP_BUDGET),
+        subgroups: false,
+        subgroup_size: None,
+        ..Default::default()
+    }
+}
+
 pub fn fuzz_seeds(default: u64) -> std::ops::RangeInclusive<u64> {
     let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok());
     match var("FUSEGRAPH_FUZZ_SEED") {

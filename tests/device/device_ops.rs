@@ -77,7 +77,7 @@ fn every_op_matches_the_reference_fused_in_gpu_forms() {
 fn rows_shared_by_a_workgroup_match_the_reference() {
     use common::{CaseBuilder, Domain};
     use fusegraph::crates::passes::partition;
-    use fusegraph::crates::wgsl::{lower, Forms, LowerOptions, CPU_LOOP_BUDGET};
+    use fusegraph::crates::wgsl::{lower, LowerOptions};
     use fusegraph::{DType, ReduceKind};
     let mut cases = Vec::new();
     for (i, dt) in [DType::F32, DType::F16, DType::I32].into_iter().enumerate() {
@@ -99,19 +99,9 @@ fn rows_shared_by_a_workgroup_match_the_reference() {
         }
     }
     let device = Device::shared().expect("a device");
-    let opts = LowerOptions {
-        f16_native: device.f16_native(),
-        forms: if device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu {
-            Forms::SERIAL
-        } else {
-            Forms::PARALLEL
-        },
-        loop_budget: (device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu)
-            .then_some(CPU_LOOP_BUDGET),
-        subgroups: device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP),
-        subgroup_size: None,
-        ..Default::default()
-    };
+    let cpu = device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu;
+    let subgroups = device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP);
+    let opts = LowerOptions { subgroups, ..common::lower_options(cpu, device.f16_native()) };
     let mut failures = Vec::new();
     for case in &cases {
         // The fused kernels share rows among a workgroup; with subgroups they use them.
@@ -172,7 +162,7 @@ fn tanh_matches_f64_over_its_whole_range() {
 #[test]
 fn softmax_rows_in_one_pass_match_the_reference_with_masks_and_infinities() {
     use fusegraph::crates::passes::partition;
-    use fusegraph::crates::wgsl::{lower, Forms, LowerOptions, CPU_LOOP_BUDGET};
+    use fusegraph::crates::wgsl::{lower, LowerOptions};
     let (rows, cols) = (24, 37);
     let mut rng = common::Rng::new(77);
     let mut v: Vec<f32> = (0..rows * cols).map(|_| rng.uniform(-6.0, 6.0) as f32).collect();
@@ -204,14 +194,7 @@ fn softmax_rows_in_one_pass_match_the_reference_with_masks_and_infinities() {
     let w = want[0].to_f64();
     assert!(w[cols].is_nan() && w[2 * cols].is_nan() && w[0] == 0.0 && w[6 * cols - 1] == 1.0);
     let kernels = partition(&g, &[y.id()], FusionMode::On).unwrap();
-    let opts = LowerOptions {
-        f16_native: false,
-        forms: Forms::SERIAL,
-        loop_budget: Some(CPU_LOOP_BUDGET),
-        subgroups: true,
-        subgroup_size: Some(8),
-        ..Default::default()
-    };
+    let opts = LowerOptions { subgroups: true, subgroup_size: Some(8), ..common::lower_options(true, false) };
     let wgsl = lower(&g, &kernels[0], &opts).wgsl;
     assert_eq!(kernels.len(), 1);
     assert!(wgsl.contains("let n0 = max(m0, x0);") && wgsl.matches("exp(").count() >= 4, "{wgsl}");
@@ -227,22 +210,12 @@ fn softmax_rows_in_one_pass_match_the_reference_with_masks_and_infinities() {
 #[test]
 fn variance_rows_in_one_pass_match_the_reference_far_from_zero() {
     use fusegraph::crates::passes::partition;
-    use fusegraph::crates::wgsl::{lower, Forms, LowerOptions, CPU_LOOP_BUDGET};
+    use fusegraph::crates::wgsl::{lower, LowerOptions};
     use fusegraph::DType;
     let device = Device::shared().expect("a device");
-    let opts = LowerOptions {
-        f16_native: false,
-        forms: if device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu {
-            Forms::SERIAL
-        } else {
-            Forms::PARALLEL
-        },
-        loop_budget: (device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu)
-            .then_some(CPU_LOOP_BUDGET),
-        subgroups: device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP),
-        subgroup_size: None,
-        ..Default::default()
-    };
+    let cpu = device.info().device_type == fusegraph::crates::runtime::WgpuDeviceType::Cpu;
+    let subgroups = device.features().contains(fusegraph::crates::runtime::WgpuFeatures::SUBGROUP);
+    let opts = LowerOptions { subgroups, ..common::lower_options(cpu, false) };
     let mut rng = common::Rng::new(91);
     for (rows, cols) in [(40, 103), (33, 2), (20, 3), (3, 777), (2, 3)] {
         let v: Vec<f32> = (0..rows * cols).map(|_| (1e4 + rng.uniform(-1.0, 1.0)) as f32).collect();
@@ -307,17 +280,10 @@ fn variance_rows_in_one_pass_match_the_reference_far_from_zero() {
 #[test]
 fn loop_kernels_move_vec4s_on_a_cpu_adapter() {
     use fusegraph::crates::passes::partition;
-    use fusegraph::crates::wgsl::{lower, Forms, LowerOptions, CPU_LOOP_BUDGET};
+    use fusegraph::crates::wgsl::lower;
     use fusegraph::DType;
     let device = Device::shared().expect("a device");
-    let opts = LowerOptions {
-        f16_native: false,
-        forms: Forms::SERIAL,
-        loop_budget: Some(CPU_LOOP_BUDGET),
-        subgroups: false,
-        subgroup_size: None,
-        ..Default::default()
-    };
+    let opts = crate::common::lower_options(true, false);
     let mut rng = common::Rng::new(5);
     for (rows, cols) in [(12, 12), (9, 7)] {
         let n = rows * cols;
@@ -389,17 +355,10 @@ fn loop_kernels_move_vec4s_on_a_cpu_adapter() {
 #[test]
 fn row_kernels_move_vec4s_on_a_cpu_adapter() {
     use fusegraph::crates::passes::partition;
-    use fusegraph::crates::wgsl::{lower, Forms, LowerOptions, CPU_LOOP_BUDGET};
+    use fusegraph::crates::wgsl::lower;
     use fusegraph::DType;
     let device = Device::shared().expect("a device");
-    let opts = LowerOptions {
-        f16_native: false,
-        forms: Forms::SERIAL,
-        loop_budget: Some(CPU_LOOP_BUDGET),
-        subgroups: false,
-        subgroup_size: None,
-        ..Default::default()
-    };
+    let opts = crate::common::lower_options(true, false);
     let mut rng = common::Rng::new(17);
     for cols in [36, 34] {
         let rows = 20;
@@ -467,7 +426,7 @@ fn row_kernels_move_vec4s_on_a_cpu_adapter() {
 #[test]
 fn f16_moves_as_words_on_a_cpu_adapter() {
     use fusegraph::crates::passes::partition;
-    use fusegraph::crates::wgsl::{lower, Forms, LowerOptions, CPU_LOOP_BUDGET};
+    use fusegraph::crates::wgsl::lower;
     use fusegraph::DType;
     use half::f16;
     let next_up = |v: f32| f32::from_bits(if v >= 0.0 { v.to_bits() + 1 } else { v.to_bits() - 1 });
@@ -560,14 +519,7 @@ fn f16_moves_as_words_on_a_cpu_adapter() {
         let kernels = partition(&g, &outs, FusionMode::On).unwrap();
         assert_eq!(kernels.len(), 2);
         for f16_native in [true, false] {
-            let opts = LowerOptions {
-                f16_native,
-                forms: Forms::SERIAL,
-                loop_budget: Some(CPU_LOOP_BUDGET),
-                subgroups: false,
-                subgroup_size: None,
-                ..Default::default()
-            };
+            let opts = crate::common::lower_options(true, f16_native);
             let wgsl: Vec<String> = kernels.iter().map(|k| lower(&g, k, &opts).wgsl).collect();
             let wgsl = wgsl.join("\n");
             let words = wgsl.contains("fg_f16x4_from_words(b0[")

@@ -7,9 +7,7 @@ use crate::common;
 use crate::common::{Case, CaseBuilder, Domain};
 use fusegraph::crates::passes::{partition, FusionMode};
 use fusegraph::crates::runtime::Cooperative;
-use fusegraph::crates::wgsl::{
-    lower, lower_with, validate, Forms, KernelForm, LowerOptions, Strategy, CPU_LOOP_BUDGET,
-};
+use fusegraph::crates::wgsl::{lower, lower_with, validate, Forms, KernelForm, LowerOptions, Strategy};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, ExecutableStats, MatmulTiling, Tensor};
 use std::sync::Arc;
 
@@ -78,14 +76,7 @@ fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
             for k in &partition(&case.graph, &case.outputs, mode).unwrap() {
                 for f16_native in [false, true] {
                     for cpu in [false, true] {
-                        let opts = LowerOptions {
-                            f16_native,
-                            forms: if cpu { Forms::SERIAL } else { Forms::PARALLEL },
-                            loop_budget: cpu.then_some(CPU_LOOP_BUDGET),
-                            subgroups: false,
-                            subgroup_size: None,
-                            ..Default::default()
-                        };
+                        let opts = crate::common::lower_options(cpu, f16_native);
                         for strategy in [Strategy::default(), Strategy { tiled_matmul: false, ..Default::default() }] {
                             let src = lower_with(&case.graph, k, &opts, &strategy);
                             if let Err(e) = validate(&src.wgsl) {
@@ -101,37 +92,8 @@ fn tiled_kernels_validate_in_every_dtype_and_f16_form() {
         // The tiled path is taken except for packed f16 outputs with an odd row length.
         let n = case.graph.ty(case.outputs[0]).shape.dims().last().copied().unwrap();
         let packed_odd = case.graph.ty(case.outputs[0]).dtype == DType::F16 && n % 2 == 1;
-        assert!(
-            tiled(
-                &case,
-                &LowerOptions {
-                    f16_native: true,
-                    forms: Forms::SERIAL,
-                    loop_budget: Some(CPU_LOOP_BUDGET),
-                    subgroups: false,
-                    subgroup_size: None,
-                    ..Default::default()
-                }
-            ),
-            "{} not tiled",
-            case.name
-        );
-        assert_eq!(
-            tiled(
-                &case,
-                &LowerOptions {
-                    f16_native: false,
-                    forms: Forms::SERIAL,
-                    loop_budget: Some(CPU_LOOP_BUDGET),
-                    subgroups: false,
-                    subgroup_size: None,
-                    ..Default::default()
-                }
-            ),
-            !packed_odd,
-            "{}",
-            case.name
-        );
+        assert!(tiled(&case, &crate::common::lower_options(true, true)), "{} not tiled", case.name);
+        assert_eq!(tiled(&case, &crate::common::lower_options(true, false)), !packed_odd, "{}", case.name);
     }
     assert!(shaders > 500, "only {shaders} shaders validated");
 }
@@ -144,14 +106,7 @@ fn every_candidate_tiling_validates() {
         let f16 = case.graph.ty(case.outputs[0]).dtype == DType::F16;
         for k in &partition(&case.graph, &case.outputs, FusionMode::On).unwrap() {
             for f16_native in if f16 { vec![false, true] } else { vec![true] } {
-                let opts = LowerOptions {
-                    f16_native,
-                    forms: Forms::SERIAL,
-                    loop_budget: Some(CPU_LOOP_BUDGET),
-                    subgroups: false,
-                    subgroup_size: None,
-                    ..Default::default()
-                };
+                let opts = crate::common::lower_options(true, f16_native);
                 for tiling in MatmulTiling::CANDIDATES {
                     let strategy = Strategy { matmul_tiling: Some(tiling), ..Default::default() };
                     let src = lower_with(&case.graph, k, &opts, &strategy);
@@ -552,14 +507,7 @@ fn tiled_matmul_matches_the_reference() {
             if *form == "packed f16" && devices.len() > 1 && case.graph.ty(case.outputs[0]).dtype != DType::F16 {
                 continue;
             }
-            let opts = LowerOptions {
-                f16_native: device.f16_native(),
-                forms: Forms::SERIAL,
-                loop_budget: Some(CPU_LOOP_BUDGET),
-                subgroups: false,
-                subgroup_size: None,
-                ..Default::default()
-            };
+            let opts = crate::common::lower_options(true, device.f16_native());
             let out = case.graph.ty(case.outputs[0]);
             let packed_odd =
                 out.dtype == DType::F16 && !device.f16_native() && out.shape.dims()[out.shape.rank() - 1] % 2 == 1;

@@ -10,18 +10,7 @@ use fusegraph::crates::wgsl::{lower, validate, Forms, KernelForm, LowerOptions, 
 use fusegraph::{DType, Graph, NodeId};
 
 fn golden(name: &str, dtype: DType, f16_native: bool, file: expect_test::ExpectFile) {
-    golden_with(
-        name,
-        dtype,
-        LowerOptions {
-            f16_native,
-            forms: Forms::PARALLEL,
-            subgroups: false,
-            subgroup_size: None,
-            ..Default::default()
-        },
-        file,
-    );
+    golden_with(name, dtype, crate::common::lower_options(false, f16_native), file);
 }
 
 fn golden_with(name: &str, dtype: DType, opts: LowerOptions, file: expect_test::ExpectFile) {
@@ -69,13 +58,7 @@ fn softmax_row_kernel() {
 /// The same row kernel with subgroup reductions (one partial per subgroup, no tree).
 #[test]
 fn softmax_row_kernel_with_subgroups() {
-    let opts = LowerOptions {
-        f16_native: false,
-        forms: Forms::PARALLEL,
-        subgroups: true,
-        subgroup_size: None,
-        ..Default::default()
-    };
+    let opts = LowerOptions { subgroups: true, ..crate::common::lower_options(false, false) };
     golden_with("softmax_last", DType::F32, opts, expect_test::expect_file!["../wgsl/softmax_last_subgroups.wgsl"]);
 }
 
@@ -98,14 +81,7 @@ fn elementwise_chain_native_f16() {
 /// computed statement by statement side by side (`CPU_INTERLEAVE`).
 #[test]
 fn elementwise_chain_interleaved_for_cpu() {
-    let opts = LowerOptions {
-        f16_native: false,
-        forms: Forms::SERIAL,
-        loop_budget: Some(CPU_LOOP_BUDGET),
-        subgroups: false,
-        subgroup_size: None,
-        ..Default::default()
-    };
+    let opts = crate::common::lower_options(true, false);
     golden_with("chain20", DType::F32, opts, expect_test::expect_file!["../wgsl/chain20_cpu_interleaved.wgsl"]);
 }
 
@@ -113,14 +89,7 @@ fn elementwise_chain_interleaved_for_cpu() {
 /// side by side (names `_j_u`), every value before any store.
 #[test]
 fn two_outputs_interleaved_for_cpu() {
-    let opts = LowerOptions {
-        f16_native: false,
-        forms: Forms::SERIAL,
-        loop_budget: Some(CPU_LOOP_BUDGET),
-        subgroups: false,
-        subgroup_size: None,
-        ..Default::default()
-    };
+    let opts = crate::common::lower_options(true, false);
     golden_with(
         "two_elementwise_outputs",
         DType::F32,
@@ -134,13 +103,7 @@ fn two_outputs_interleaved_for_cpu() {
 /// `n * mean` and one of `ssd + n * (mean - t)²`), then the outputs.
 #[test]
 fn layer_norm_rows_in_one_pass_with_subgroups() {
-    let opts = LowerOptions {
-        f16_native: false,
-        forms: Forms::PARALLEL,
-        subgroups: true,
-        subgroup_size: None,
-        ..Default::default()
-    };
+    let opts = LowerOptions { subgroups: true, ..crate::common::lower_options(false, false) };
     golden_with("layer_norm", DType::F32, opts, expect_test::expect_file!["../wgsl/layer_norm_subgroups.wgsl"]);
 }
 
@@ -243,13 +206,7 @@ fn causal_attention_stops_at_the_band() {
 #[test]
 fn gpu_loop_kernels_take_four_elements_per_invocation_only_when_large() {
     use fusegraph::crates::wgsl::{GPU_INTERLEAVE_MIN, WORKGROUP_SIZE};
-    let opts = LowerOptions {
-        f16_native: true,
-        forms: Forms::PARALLEL,
-        subgroups: true,
-        subgroup_size: None,
-        ..Default::default()
-    };
+    let opts = LowerOptions { subgroups: true, ..crate::common::lower_options(false, true) };
     for (n, four) in [(GPU_INTERLEAVE_MIN as usize, true), (GPU_INTERLEAVE_MIN as usize / 2, false)] {
         let b = fusegraph::GraphBuilder::new();
         let x = b.input("x", DType::F32, vec![n]).unwrap();

@@ -30,10 +30,10 @@ pub use executable::{Executable, ExecutableStats, KernelStats, Timing};
 pub use feeds::{FeedName, Outputs};
 pub use fusegraph_passes::FusionMode;
 pub use fusegraph_wgsl::{Cooperative, Forms, GemmShape, KernelForm, MatmulTiling, Spread};
-pub use options::{CompileOptions, KernelForms, ReduceFill, SplitK, SplitReductions};
+pub use options::{CompileOptions, ReduceFill, SplitK, SplitReductions};
 pub use profile::{KernelTime, Profile};
 pub use store::ParamStore;
-pub use tuned::{TunedFamily, TunedForm, TunedSplit, TunedTiling};
+pub use tuned::{KernelForms, TunedFamily, TunedForm, TunedSplit, TunedTiling};
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;
 /// wgpu's adapter type, as reported in [`Device::info`].

@@ -1,11 +1,12 @@
 //! What a compilation is asked for: [`crate::CompileOptions`] and its split choices.
 
 use crate::Device;
+use crate::KernelForms;
 use fusegraph_ir::{Graph, NodeId};
 use fusegraph_passes::split_k::{fill_splits, FillOptions, Gemm};
 pub use fusegraph_passes::split_reduce::FillOptions as ReduceFill;
 use fusegraph_passes::FusionMode;
-use fusegraph_wgsl::{Forms, MatmulTiling, Spread};
+use fusegraph_wgsl::{MatmulTiling, Spread};
 use std::sync::Arc;
 
 /// Options of one compilation.
@@ -107,41 +108,6 @@ pub struct CompileOptions {
     /// ([`Device::kernel_forms`], measured where autotuning is on). For comparisons and
     /// tests of each form.
     pub kernel_forms: Option<KernelForms>,
-}
-
-/// The family each kind of kernel is lowered in, where the form is a choice rather than an
-/// adapter's fact: one of two per kind, picked by measuring both on the adapter
-/// ([`Device::kernel_forms`]), forced per compile by [`CompileOptions::kernel_forms`].
-/// Correctness limits (the loop budget of Mesa's CPU adapters, exact `tanh`, f16 rounding)
-/// are not forms: they hold in every family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KernelForms {
-    /// Elementwise (loop) kernels: an element per invocation (parallel) or several side by
-    /// side over grid-stride steps (serial); see [`Spread`].
-    pub loops: Spread,
-    /// Reductions' row kernels: a workgroup per row (parallel) or an invocation per row
-    /// (serial).
-    pub rows: Spread,
-    /// The fused attention kernel stages blocks of keys in workgroup memory (else each
-    /// invocation reads its keys one at a time).
-    pub tiled_attention: bool,
-    /// The subgroup matmul reads its operands from textures, where the device allows them
-    /// ([`crate::DeviceOptions::texture_operands`]).
-    pub texture_operands: bool,
-}
-
-impl KernelForms {
-    /// A GPU's forms (the default off a CPU adapter).
-    pub const GPU: KernelForms =
-        KernelForms { loops: Spread::Parallel, rows: Spread::Parallel, tiled_attention: true, texture_operands: false };
-    /// A CPU adapter's forms (its default).
-    pub const CPU: KernelForms =
-        KernelForms { loops: Spread::Serial, rows: Spread::Serial, tiled_attention: false, texture_operands: true };
-
-    /// The code generator's part: the loop and row families.
-    pub fn forms(&self) -> Forms {
-        Forms { loops: self.loops, rows: self.rows }
-    }
 }
 
 /// Which matrix products [`crate::CompileOptions::split_k`] splits.

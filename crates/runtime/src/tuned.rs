@@ -1,7 +1,7 @@
 //! What the autotuner and the cost model keep between runs: the tuned choices by shape class
-//! ([`Tuner`]) and the device's cache files ([`Cache`]).
+//! ([`Tuner`]), the kernel forms ([`KernelForms`]) and the device's cache files ([`Cache`]).
 
-use fusegraph_wgsl::MatmulTiling;
+use fusegraph_wgsl::{Forms, MatmulTiling, Spread};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -40,6 +40,41 @@ impl Cache {
                 let _ = std::fs::rename(&tmp, &path);
             }
         }
+    }
+}
+
+/// The family each kind of kernel is lowered in, where the form is a choice rather than an
+/// adapter's fact: one of two per kind, picked by measuring both on the adapter
+/// ([`crate::Device::kernel_forms`]), forced per compile by [`crate::CompileOptions::kernel_forms`].
+/// Correctness limits (the loop budget of Mesa's CPU adapters, exact `tanh`, f16 rounding)
+/// are not forms: they hold in every family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelForms {
+    /// Elementwise (loop) kernels: an element per invocation (parallel) or several side by
+    /// side over grid-stride steps (serial); see [`Spread`].
+    pub loops: Spread,
+    /// Reductions' row kernels: a workgroup per row (parallel) or an invocation per row
+    /// (serial).
+    pub rows: Spread,
+    /// The fused attention kernel stages blocks of keys in workgroup memory (else each
+    /// invocation reads its keys one at a time).
+    pub tiled_attention: bool,
+    /// The subgroup matmul reads its operands from textures, where the device allows them
+    /// ([`crate::DeviceOptions::texture_operands`]).
+    pub texture_operands: bool,
+}
+
+impl KernelForms {
+    /// A GPU's forms (the default off a CPU adapter).
+    pub const GPU: KernelForms =
+        KernelForms { loops: Spread::Parallel, rows: Spread::Parallel, tiled_attention: true, texture_operands: false };
+    /// A CPU adapter's forms (its default).
+    pub const CPU: KernelForms =
+        KernelForms { loops: Spread::Serial, rows: Spread::Serial, tiled_attention: false, texture_operands: true };
+
+    /// The code generator's part: the loop and row families.
+    pub fn forms(&self) -> Forms {
+        Forms { loops: self.loops, rows: self.rows }
     }
 }
 
