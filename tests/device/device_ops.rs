@@ -70,6 +70,35 @@ fn every_op_matches_the_reference_fused_in_gpu_forms() {
     assert!(failures.is_empty(), "{} of {} failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
+/// The op catalog fused with the loop and row families mixed as a device's measurement may
+/// mix them ([`fusegraph::KernelForms`]): serial loops with workgroup-per-row reductions,
+/// and parallel loops with invocation-per-row ones, a case each in turn (f32 and f16 native
+/// and packed, as [`devices`] has them).
+#[test]
+fn every_op_matches_the_reference_fused_in_mixed_forms() {
+    use fusegraph::{KernelForms, Spread};
+    let mixes = [(Spread::Serial, Spread::Parallel), (Spread::Parallel, Spread::Serial)];
+    let mut cases = common::catalog(13);
+    cases.extend(common::composite_cases());
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for (form, device) in devices() {
+        eprintln!("device: {} ({form})", device.describe());
+        for (i, case) in cases.iter().enumerate() {
+            ran += 1;
+            let (loops, rows) = mixes[i % 2];
+            let forms = KernelForms { loops, rows, ..device.kernel_forms() };
+            let opts = CompileOptions { kernel_forms: Some(forms), ..Default::default() };
+            if let Err(e) = run_case(&device, case, &opts) {
+                failures.push(format!("{} [{form}, loops {loops}, rows {rows}]: {e}", case.name));
+            }
+        }
+    }
+    assert!(ran >= cases.len(), "{ran} runs");
+    eprintln!("{ran} runs, {} failed", failures.len());
+    assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
 /// Few long rows: each row is shared by a workgroup (the tree strategy), reduced within
 /// subgroups where the device has them. Sum, max, min and product in f32, f16 and i32, and
 /// the softmax and layer-norm row kernels, against the reference.
