@@ -347,8 +347,9 @@ impl Device {
         self.kernel_forms().tiled_attention
     }
 
-    /// Whether kernels are lowered in a CPU adapter's forms: the adapter is a CPU and
-    /// [`DeviceOptions::gpu_kernels`] did not ask for a GPU's.
+    /// Whether a CPU adapter's defaults hold where nothing is measured or forced (its kernel
+    /// forms, its matmul family): the adapter is a CPU and [`DeviceOptions::gpu_kernels`] did
+    /// not ask for a GPU's.
     pub fn cpu_kernels(&self) -> bool {
         self.info.device_type == wgpu::DeviceType::Cpu && !self.gpu_kernels
     }
