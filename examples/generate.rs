@@ -1,7 +1,7 @@
 //! Generates text with GPT-2 and a KV cache on the device: a Hugging Face checkpoint
 //! directory (`config.json` and `model.safetensors`, or a sharded index), or random weights
 //! of any GPT-2 shape (GPT-2 small's by default). Prints the text (through the directory's
-//! `vocab.json` where there is one, else one byte per token id below 256), tokens per second,
+//! tokenizer, else one byte per token id below 256), tokens per second,
 //! and the decode step's time at chosen positions: flat, since a step attends to the whole
 //! cache under a mask whatever the position.
 //!
@@ -9,20 +9,23 @@
 //! [--tokens N] [--batch B] [--temperature T] [--top-k K] [--top-p P] [--seed S]
 //! [--max-seq M] [--report-at 16,128,512] [--json PATH]`
 //!
-//! The prompt is encoded one byte per token (GPT-2's byte-level symbols, without BPE
-//! merges): valid input for any GPT-2 vocabulary.
+//! The prompt is encoded by the directory's byte-level BPE tokenizer (Hugging Face
+//! `tokenizers`: its `tokenizer.json`, else `vocab.json` and `merges.txt` as GPT-2 has them);
+//! without one (random weights) one byte per token.
 
 use clap::Parser;
 use fusegraph::generate::{Generator, Sampling};
 use fusegraph::nn::{Checkpoint, Gpt2, Gpt2Config, KeyMap, Params, Scope};
 use fusegraph::{CompileOptions, Device, ParamStore};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use tokenizers::Tokenizer;
 
 /// GPT-2 text generation with a KV cache on the device.
 #[derive(Parser)]
 struct Args {
-    /// A Hugging Face GPT-2 directory [default: the tiny test checkpoint].
+    /// A Hugging Face GPT-2 directory [default: the tiny test checkpoint with its BPE
+    /// tokenizer].
     #[arg(long, value_name = "DIR")]
     model: Option<PathBuf>,
     /// Random weights of the shape below instead of a checkpoint.
@@ -79,19 +82,26 @@ struct Args {
 }
 
 /// GPT-2's byte-level symbols: byte `b` is the character `bytes_to_unicode()[b]`.
-fn byte_symbols() -> Vec<char> {
-    let printable: Vec<u32> = (33..=126).chain(161..=172).chain(174..=255).collect();
-    let mut extra = 0;
-    (0..256u32)
-        .map(|b| {
-            if printable.contains(&b) {
-                char::from_u32(b).expect("a valid char")
-            } else {
-                extra += 1;
-                char::from_u32(255 + extra).expect("a valid char")
-            }
-        })
-        .collect()
+/// The byte-level BPE tokenizer of a Hugging Face GPT-2 directory: `tokenizer.json`, else
+/// `vocab.json` with `merges.txt` and GPT-2's byte-level pre-tokenizer and decoder; `None`
+/// where it has neither.
+fn tokenizer(dir: &Path) -> Result<Option<Tokenizer>, Box<dyn std::error::Error>> {
+    use tokenizers::decoders::byte_level::ByteLevel;
+    use tokenizers::models::bpe::BPE;
+    let json = dir.join("tokenizer.json");
+    if json.exists() {
+        return Ok(Some(Tokenizer::from_file(&json).map_err(|e| format!("{}: {e}", json.display()))?));
+    }
+    let (vocab, merges) = (dir.join("vocab.json"), dir.join("merges.txt"));
+    if !vocab.exists() || !merges.exists() {
+        return Ok(None);
+    }
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    let bpe = BPE::from_file(&path(&vocab), &path(&merges)).build().map_err(|e| format!("{}: {e}", vocab.display()))?;
+    let mut t = Tokenizer::new(bpe);
+    t.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+    t.with_decoder(Some(ByteLevel::default()));
+    Ok(Some(t))
 }
 
 fn main() {
@@ -106,7 +116,7 @@ fn main() {
 fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::shared()?;
     let store = ParamStore::new(&device);
-    let (model, vocab_json) = if args.random {
+    let (model, tokenizer) = if args.random {
         let c = Gpt2Config {
             vocab_size: args.vocab,
             n_positions: args.n_positions,
@@ -122,36 +132,34 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let dir = args
             .model
             .clone()
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/checkpoints/gpt2-tiny"));
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/checkpoints/gpt2-tiny-bpe"));
         let model =
             Gpt2::new(&Scope::root(), Gpt2Config::from_json(&std::fs::read_to_string(dir.join("config.json"))?)?)?;
         store.insert_all(Checkpoint::open(&dir)?.load(&model, &KeyMap::gpt2())?.iter())?;
-        let vocab: Option<BTreeMap<String, i64>> =
-            std::fs::read_to_string(dir.join("vocab.json")).ok().map(|t| serde_json::from_str(&t)).transpose()?;
-        (model, vocab)
+        (model, tokenizer(&dir)?)
     };
     let c = model.config;
-    // Tokens: one per byte, through vocab.json's byte symbols where there is one.
-    let symbols = byte_symbols();
-    let encode = |b: u8| -> i32 {
-        match &vocab_json {
-            Some(v) => v.get(&symbols[b as usize].to_string()).copied().unwrap_or(0) as i32,
-            None => b as i32 % c.vocab_size as i32,
-        }
+    // Tokens: the tokenizer's, else one per byte.
+    let prompt: Vec<i32> = match &tokenizer {
+        Some(t) => t
+            .encode(args.prompt.as_str(), false)
+            .map_err(|e| e.to_string())?
+            .get_ids()
+            .iter()
+            .map(|&i| i as i32)
+            .collect(),
+        None => args.prompt.bytes().map(|b| b as i32 % c.vocab_size as i32).collect(),
     };
-    let by_id: BTreeMap<i64, String> = vocab_json.iter().flatten().map(|(k, &v)| (v, k.clone())).collect();
-    let decode = |ids: &[i32]| -> String {
-        let bytes: Vec<u8> = match &vocab_json {
-            Some(_) => ids
-                .iter()
-                .flat_map(|&i| by_id.get(&(i as i64)).cloned().unwrap_or_default().chars().collect::<Vec<_>>())
-                .filter_map(|ch| symbols.iter().position(|&s| s == ch).map(|b| b as u8))
-                .collect(),
-            None => ids.iter().map(|&i| i.clamp(0, 255) as u8).collect(),
-        };
-        String::from_utf8_lossy(&bytes).into_owned()
+    let decode = |ids: &[i32]| -> Result<String, Box<dyn std::error::Error>> {
+        Ok(match &tokenizer {
+            Some(t) => {
+                t.decode(&ids.iter().map(|&i| i as u32).collect::<Vec<_>>(), false).map_err(|e| e.to_string())?
+            }
+            None => {
+                String::from_utf8_lossy(&ids.iter().map(|&i| i.clamp(0, 255) as u8).collect::<Vec<_>>()).into_owned()
+            }
+        })
     };
-    let prompt: Vec<i32> = args.prompt.bytes().map(encode).collect();
     let max_seq = args.max_seq.unwrap_or(prompt.len() + args.tokens).min(c.n_positions);
     println!(
         "GPT-2 {} blocks × width {} × {} heads, vocabulary {}, {} parameters, on {}",
@@ -170,7 +178,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     let out = generator.generate(&prompts, args.tokens, &sampling)?;
     for (i, seq) in out.tokens.iter().enumerate() {
-        println!("[{i}] {:?}", decode(seq));
+        println!("[{i}] {:?}", decode(seq)?);
     }
     println!("prefill       {:.2} ms ({} tokens × {})", out.prefill_ms, prompt.len(), args.batch);
     println!("decode        {:.1} tokens/s ({} steps × batch {})", out.tokens_per_s, out.step_ms.len(), args.batch);

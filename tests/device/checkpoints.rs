@@ -1,7 +1,7 @@
 //! Checkpoints written by `transformers` (tests/data/checkpoints, made by
 //! scripts/fixtures/make_checkpoints.py): a tiny GPT-2 in f32, bf16 and sharded form gives
-//! `transformers`' logits and greedy tokens; bad checkpoints are typed errors naming the key,
-//! and leave the store as it was.
+//! `transformers`' logits and greedy tokens, and with its BPE tokenizer its text; bad
+//! checkpoints are typed errors naming the key, and leave the store as it was.
 
 use fusegraph::crates::ir::safetensors;
 use fusegraph::generate::{Generator, Sampling};
@@ -79,6 +79,37 @@ fn greedy_generation_matches_transformers_token_for_token() {
         assert_eq!(out.step_ms.len(), 31);
         assert!(out.tokens_per_s > 0.0);
     }
+}
+
+/// A GPT-2 with its byte-level BPE tokenizer (`gpt2-tiny-bpe`, made by
+/// scripts/fixtures/make_bpe.py): Hugging Face's `tokenizers` reads the `tokenizer.json`
+/// that `transformers` saved and gives the prompt's ids (merged: fewer tokens than bytes);
+/// greedy generation gives `transformers`' 24 tokens, and they decode to its text.
+#[test]
+fn gpt2_with_its_bpe_tokenizer_writes_what_transformers_writes() {
+    let dir = data().join("gpt2-tiny-bpe");
+    let text = std::fs::read_to_string(data().join("gpt2-tiny-bpe-reference.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<i32> {
+        v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap() as i32).collect()
+    };
+    let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+    let text = r["prompt"].as_str().unwrap();
+    let prompt: Vec<i32> = tokenizer.encode(text, false).unwrap().get_ids().iter().map(|&i| i as i32).collect();
+    assert_eq!(prompt, ids(&r["prompt_ids"]));
+    assert!(prompt.len() * 3 < text.len() * 2, "{} tokens for {} bytes", prompt.len(), text.len());
+
+    let config = Gpt2Config::from_json(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let m = Gpt2::new(&Scope::root(), config).unwrap();
+    let store = ParamStore::new(&Device::shared().unwrap());
+    store.insert_all(Checkpoint::open(&dir).unwrap().load(&m, &KeyMap::gpt2()).unwrap().iter()).unwrap();
+    let want = ids(&r["generated_ids"]);
+    let mut g = Generator::new(&store, &m, 1, prompt.len() + want.len(), CompileOptions::default()).unwrap();
+    let out = g.generate(std::slice::from_ref(&prompt), want.len(), &Sampling::greedy()).unwrap();
+    assert_eq!(out.tokens[0][..prompt.len()], prompt[..]);
+    assert_eq!(out.tokens[0][prompt.len()..], want[..]);
+    let all: Vec<u32> = out.tokens[0].iter().map(|&i| i as u32).collect();
+    assert_eq!(tokenizer.decode(&all, false).unwrap(), r["text"].as_str().unwrap());
 }
 
 /// Writes `tensors` as a safetensors file in a fresh directory and returns its path.
