@@ -31,6 +31,23 @@ thread_local! {
     static MEASURING: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Sets [`MEASURING`] while it lives (unset again if the measurement panics).
+struct Measuring;
+
+impl Measuring {
+    fn during<T>(f: impl FnOnce() -> T) -> T {
+        MEASURING.set(true);
+        let _unset = Measuring;
+        f()
+    }
+}
+
+impl Drop for Measuring {
+    fn drop(&mut self) {
+        MEASURING.set(false);
+    }
+}
+
 /// A kind of kernel whose form is a choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -154,9 +171,7 @@ impl Device {
             let choice = match cached {
                 Some(choice) => Some(choice),
                 None => {
-                    MEASURING.set(true);
-                    let measured = self.measure_form(kind, forms);
-                    MEASURING.set(false);
+                    let measured = Measuring::during(|| self.measure_form(kind, forms));
                     match measured {
                         Ok(tuned) => {
                             tracing::info!(target: "fusegraph::autotune", kind = kind.name(), choice = %tuned.choice, timings = ?tuned.timings, "kernel form");
