@@ -63,7 +63,7 @@ impl KernelStats {
     }
 
     /// Operands the kernel reads from workspace textures, copied there before it runs (the
-    /// subgroup matmul on CPU adapters; see [`crate::DeviceOptions::texture_operands`]).
+    /// subgroup matmul where it reads textures; see [`crate::DeviceOptions::texture_operands`]).
     pub fn texture_operands(&self) -> usize {
         match self.form {
             KernelForm::SubgroupMatmul { textures, .. } => textures,
@@ -106,7 +106,7 @@ pub struct ExecutableStats {
     pub lower_bound_bytes: u64,
     /// The arena if every value had its own buffer.
     pub naive_bytes: u64,
-    /// Bytes of the textures the subgroup matmul reads its operands from (CPU adapters; see
+    /// Bytes of the textures the subgroup matmul reads its operands from (see
     /// [`crate::DeviceOptions::texture_operands`]): one per operand position and format,
     /// shared by every kernel, sized to the largest. 0 where no kernel reads a texture.
     pub workspace_bytes: u64,

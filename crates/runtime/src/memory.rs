@@ -31,7 +31,7 @@ impl Drop for Allocation {
     }
 }
 
-/// A texture held by an executable (the subgroup matmul's operands on CPU adapters, see
+/// A texture held by an executable (the subgroup matmul's operands where it reads textures, see
 /// `fusegraph_wgsl::LowerOptions::texture_operands`), counted in the pool's allocated bytes
 /// until dropped. Textures are not cached.
 pub(crate) struct TextureAllocation {

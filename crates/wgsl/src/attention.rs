@@ -13,7 +13,7 @@
 //!   row), then each invocation computes the block's logits from `fg_q` and `fg_kt`, and
 //!   updates its running max `m`, its running sum `l` of `exp(x − m)` and its row of
 //!   `Σ exp(x − m)·v` (a private array) once per block, rescaling by `exp(m_old − m_new)`.
-//! - **One key at a time** (CPU adapters, and logits of any other form): invocation `r`
+//! - **One key at a time** (without `tiled_attention`, and logits of any other form): invocation `r`
 //!   walks the `s_k` logits of its row, each computed by the kernel's element functions
 //!   (`v{logits}(r·s_k + j)`: the scores' dot product, scale and mask), rescaling per key.
 //!   On lavapipe a barrier inside a loop costs more than the staging saves (BENCHMARKS.md).

@@ -19,8 +19,8 @@
 //! lowering.
 //!
 //! On adapters with cooperative matrices (tensor cores) an f16 product takes the same kernel
-//! with its compute phase on 16×16 matrix fragments ([`CoopPlan`]); CPU adapters take the
-//! subgroup matmul ([`subgroup_main`]).
+//! with its compute phase on 16×16 matrix fragments ([`CoopPlan`]); adapters with a fixed
+//! subgroup size may take the subgroup matmul ([`subgroup_main`]), as the runtime measures.
 //!
 //! [`regions`]: fusegraph_passes::kernel::regions
 

@@ -174,7 +174,7 @@ pub enum KernelForm {
         shared: bool,
         /// Subgroup operations in the workgroup's tree.
         subgroups: bool,
-        /// An invocation per row reading four elements per step (CPU adapters).
+        /// An invocation per row reading four elements per step (the serial row family).
         quads: bool,
     },
     /// The register-blocked, workgroup-tiled matrix product (a convolution as an implicit
@@ -189,7 +189,7 @@ pub enum KernelForm {
         /// The rhs likewise.
         vec4_rhs: bool,
     },
-    /// The subgroup matrix product of CPU adapters (no barriers).
+    /// The subgroup matrix product (no barriers; adapters with a fixed subgroup size).
     SubgroupMatmul {
         /// A convolution's product.
         conv: bool,
@@ -225,7 +225,7 @@ pub struct Strategy {
     /// is not [`MatmulTiling::is_valid`]) picks [`MatmulTiling::default_for`] its shape.
     pub matmul_tiling: Option<MatmulTiling>,
     /// With `tiled_matmul`, lower a matmul by `crate::matmul_subgroup::subgroup_main` where
-    /// [`subgroup_matmul`](crate::subgroup_matmul) says it can (CPU adapters); otherwise
+    /// [`subgroup_matmul`](crate::subgroup_matmul) says it can (a fixed subgroup size); otherwise
     /// the workgroup-tiled kernel with `matmul_tiling`.
     pub subgroup_matmul: bool,
     /// With `tiled_matmul`, lower an f16 matmul on cooperative matrices where

@@ -1,5 +1,5 @@
 //! How each dtype is stored in a binding and moved between memory and the element functions
-//! (f16 native, packed two to a word, or as words on a CPU adapter).
+//! (f16 native, packed two to a word, or as words in the serial loop family).
 
 use crate::options::*;
 use fusegraph_ir::DType;
