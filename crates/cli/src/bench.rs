@@ -276,7 +276,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         }
     }
     print!("{table}");
-    println!("timer: {}; adapter: {} ({:?})", records.first().map_or("-", |r| r.1.timer), info.name, info.backend);
+    let forms = device.kernel_forms().to_string();
+    println!(
+        "timer: {}; adapter: {} ({:?}); kernel forms: {forms}",
+        records.first().map_or("-", |r| r.1.timer),
+        info.name,
+        info.backend
+    );
     if let Some(path) = &args.json {
         let json: Vec<serde_json::Value> = records
             .iter()
@@ -289,7 +295,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                     "p10_ms": r.p10_ms, "p90_ms": r.p90_ms,
                     "speedup": sp.map(|s| s.median), "speedup_p10": sp.map(|s| s.p10),
                     "speedup_p90": sp.map(|s| s.p90), "timer": r.timer,
-                    "adapter": info.name, "backend": format!("{:?}", info.backend),
+                    "adapter": info.name, "backend": format!("{:?}", info.backend), "kernel_forms": forms,
                 })
             })
             .collect();

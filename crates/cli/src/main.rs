@@ -130,12 +130,7 @@ fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
         "fused attention reads one key at a time per row"
     };
     let measured = if device.autotune() { "measured" } else { "the adapter's defaults" };
-    let kernel_forms = format!(
-        "loops {}, rows {}, texture operands {} ({measured})",
-        forms.loops,
-        forms.rows,
-        if forms.texture_operands { "on" } else { "off" }
-    );
+    let kernel_forms = format!("{forms} ({measured})");
     let configs: Vec<String> = device
         .cooperative_matrix_configs()
         .iter()

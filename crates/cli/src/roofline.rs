@@ -393,7 +393,8 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         let each: Vec<String> = t.timings.iter().map(|(c, ms)| format!("{c} {ms:.3}")).collect();
         println!("autotuned {}: {} (ms: {})", t.class, t.tiling, each.join(", "));
     }
-    println!("ceilings (measured in this run): copy {ceiling_gbps:.2} GB/s, matmul {ceiling_gflops:.2} GFLOP/s; adapter {} ({:?})", info.name, info.backend);
+    let forms = device.kernel_forms().to_string();
+    println!("ceilings (measured in this run): copy {ceiling_gbps:.2} GB/s, matmul {ceiling_gflops:.2} GFLOP/s; adapter {} ({:?}); kernel forms: {forms}", info.name, info.backend);
     // f16 against f32 at the largest product, best kernel of each, and the best f16 kernel
     // on cooperative matrices against f32 where the adapter has them.
     if let Some(&m) = mm.last() {
@@ -431,6 +432,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
                     "kernel": r.kernel, "shape": r.shape, "dtype": r.dtype.name(), "ms": r.ms,
                     "gflops": r.gflops, "gbps": r.gbps, "ceiling_gbps": r.ceiling_gbps,
                     "ceiling_gflops": ceiling_gflops, "adapter": info.name, "backend": format!("{:?}", info.backend),
+                    "kernel_forms": forms,
                 })
             })
             .collect();

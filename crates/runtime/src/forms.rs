@@ -257,6 +257,10 @@ mod tests {
         assert_eq!(Kind::Rows.with(KernelForms::CPU, "parallel").rows, Spread::Parallel);
         assert!(!Kind::Attention.with(KernelForms::GPU, "keys").tiled_attention);
         assert!(!Kind::Textures.with(KernelForms::CPU, "off").texture_operands);
+        assert_eq!(
+            KernelForms::CPU.to_string(),
+            "loops serial, rows serial, attention a key at a time, texture operands on"
+        );
         for kind in Kind::ALL {
             for choice in kind.choices() {
                 assert_eq!(kind.of(kind.with(KernelForms::GPU, choice)), choice);

@@ -78,6 +78,15 @@ impl KernelForms {
     }
 }
 
+impl std::fmt::Display for KernelForms {
+    /// `loops serial, rows serial, attention a key at a time, texture operands on`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let attention = if self.tiled_attention { "tiled" } else { "a key at a time" };
+        let textures = if self.texture_operands { "on" } else { "off" };
+        write!(f, "loops {}, rows {}, attention {attention}, texture operands {textures}", self.loops, self.rows)
+    }
+}
+
 /// One tuned class: what was chosen, and whether it was measured in this process or read
 /// from the disk cache.
 #[derive(Clone, Debug, PartialEq)]
