@@ -230,33 +230,34 @@ fn fusion_options() -> fusegraph::crates::passes::FusionOptions {
 }
 
 /// The graph in fusegraph's text form at `path`, rewritten and fused as the runtime compiles
-/// it for a GPU, or a CPU adapter with `cpu` (partitioned one op per kernel with
-/// `--unfused`), and its kernels; `cmd` names the command in errors.
+/// it with the parallel row family, or the serial one with `serial_rows` (partitioned one op
+/// per kernel with `--unfused`), and its kernels; `cmd` names the command in errors.
 fn read_kernels(
     cmd: &str,
     path: &str,
     form: &Form,
-    cpu: bool,
+    serial_rows: bool,
 ) -> Result<(fusegraph::Graph, Vec<fusegraph::crates::passes::Kernel>), String> {
     use fusegraph::crates::passes::{partition, FusionMode};
     let mut read = read_graph(cmd, path, form.mixed_precision)?;
     let kernels = if form.unfused {
         partition(&read.graph, &read.kept, FusionMode::Off).map_err(|e| e.to_string())?
     } else {
-        prepare(&mut read, cpu)?;
+        prepare(&mut read, serial_rows)?;
         fused(&read)?.kernels
     };
     Ok((read.graph, kernels))
 }
 
-/// Rewrites the program (simplification, split reductions by a GPU's or, with `cpu`, a CPU
-/// adapter's rule) and combines its sibling products as the runtime's default compile does
-/// (the products of updated parameters are not combined); returns the groups combined.
-fn prepare(read: &mut Read, cpu: bool) -> Result<Vec<fusegraph::crates::passes::Combined>, String> {
+/// Rewrites the program (simplification, split reductions by the parallel row family's or,
+/// with `serial_rows`, the serial one's rule) and combines its sibling products as the
+/// runtime's default compile does (the products of updated parameters are not combined);
+/// returns the groups combined.
+fn prepare(read: &mut Read, serial_rows: bool) -> Result<Vec<fusegraph::crates::passes::Combined>, String> {
     use fusegraph::crates::passes::combine_products;
     use fusegraph::crates::passes::rewrite::{rewrite, Rewrites};
     use fusegraph::ReduceFill;
-    let fill = if cpu { ReduceFill::CPU } else { ReduceFill::GPU };
+    let fill = if serial_rows { ReduceFill::CPU } else { ReduceFill::GPU };
     let rewrites = Rewrites { simplify: true, split_k: None, split_reductions: Some(fill) };
     rewrite(&mut read.graph, &mut read.kept, &rewrites, &|_, _| true).map_err(|e| e.to_string())?;
     combine_products(&mut read.graph, &read.kept, &read.updated).map_err(|e| e.to_string())
@@ -342,8 +343,9 @@ fn dot(path: &str, form: &Form) -> Result<(), String> {
 fn wgsl(path: &str, form: &Form, opts: LowerOptions, excess_precision: bool, out: Option<&str>) -> Result<(), String> {
     use fusegraph::crates::passes::kernel::unshared_members;
     use fusegraph::crates::wgsl::{lower_planned, Strategy};
-    let cpu = opts.loop_budget.is_some();
-    let (g, kernels) = read_kernels("wgsl", path, form, cpu)?;
+    // The split rule of the row family lowered, as the runtime's.
+    let serial_rows = opts.forms.rows == fusegraph::Spread::Serial;
+    let (g, kernels) = read_kernels("wgsl", path, form, serial_rows)?;
     if let Some(dir) = out {
         std::fs::create_dir_all(dir).map_err(|e| format!("wgsl: cannot create {dir}: {e}"))?;
     }

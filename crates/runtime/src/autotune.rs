@@ -60,6 +60,14 @@ pub(crate) fn split_candidates(gemm: &Gemm) -> Vec<usize> {
 /// Median milliseconds per candidate that compiled, and the last compile error.
 type Timed<C> = (Vec<(C, f64)>, Option<crate::RuntimeError>);
 
+/// The candidate with the smallest median, or the last compile error where none compiled.
+pub(crate) fn fastest<C: Copy>(timings: &[(C, f64)], failed: Option<crate::RuntimeError>) -> Result<C> {
+    match timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
+        Some(&(best, _)) => Ok(best),
+        None => Err(failed.expect("every candidate failed to compile")),
+    }
+}
+
 fn bucket(x: usize) -> usize {
     x.clamp(16, 4096).next_power_of_two()
 }
@@ -169,9 +177,7 @@ impl Device {
             self.compile(&b.graph(), &[out], &opts)
         };
         let (timings, failed) = self.time_candidates(split_candidates(gemm), compile, &feeds, false)?;
-        let Some(splits) = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0) else {
-            return Err(failed.expect("every candidate failed to compile"));
-        };
+        let splits = fastest(&timings, failed)?;
         Ok(TunedSplit { class: class.to_string(), splits, timings })
     }
 
@@ -284,10 +290,7 @@ impl Device {
             self.compile(&b.graph(), &[out], &opts)
         };
         let (timings, failed) = self.time_candidates(candidates, compile, &feeds, false)?;
-        match timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0) {
-            Some(best) => Ok((best, timings)),
-            None => Err(failed.expect("every candidate failed to compile")),
-        }
+        Ok((fastest(&timings, failed)?, timings))
     }
 
     /// Whether products of `shape`'s class in `dtype` run fastest on the subgroup matmul

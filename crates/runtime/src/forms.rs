@@ -11,7 +11,7 @@
 //! fused `softmax(q·kᵀ/8)·v` of 4 heads of 256 queries and keys of 64; textures, the subgroup
 //! matmul of 512³ f32 (only where the device allows texture operands).
 
-use crate::autotune::pattern;
+use crate::autotune::{fastest, pattern};
 use crate::tuned::TunedForm;
 use crate::{CompileOptions, Device, KernelForms, Result, SplitReductions};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor, NodeId};
@@ -218,19 +218,16 @@ impl Device {
         // would otherwise pick by noise, and differently from run to run).
         let default = kind.of(forms);
         let ms = |c: &str| timings.iter().find(|t| t.0 == c).map(|t| t.1);
-        let best = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0);
-        let best = match (best, ms(default)) {
-            (Some(best), Some(d)) if ms(best).is_some_and(|b| b > d * (1.0 - MARGIN)) => Some(default.to_string()),
-            (best, _) => best.map(str::to_string),
+        let best = fastest(&timings, failed)?;
+        let choice = match (ms(best), ms(default)) {
+            (Some(b), Some(d)) if b > d * (1.0 - MARGIN) => default,
+            _ => best,
         };
-        match best {
-            Some(choice) => Ok(TunedForm {
-                kind: kind.name().to_string(),
-                choice,
-                timings: timings.into_iter().map(|(c, ms)| (c.to_string(), ms)).collect(),
-            }),
-            None => Err(failed.expect("every candidate failed to compile")),
-        }
+        Ok(TunedForm {
+            kind: kind.name().to_string(),
+            choice: choice.to_string(),
+            timings: timings.into_iter().map(|(c, ms)| (c.to_string(), ms)).collect(),
+        })
     }
 
     /// The kernel forms measured so far on this device (or read from the disk cache), by

@@ -80,17 +80,6 @@ impl std::fmt::Display for Spread {
     }
 }
 
-impl std::str::FromStr for Spread {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Spread, String> {
-        match s {
-            "parallel" => Ok(Spread::Parallel),
-            "serial" => Ok(Spread::Serial),
-            _ => Err(format!("`{s}` is not a spread (parallel, serial)")),
-        }
-    }
-}
-
 /// The family of each kind of kernel whose form is a choice ([`Spread`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Forms {
