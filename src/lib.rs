@@ -31,7 +31,7 @@ pub use fusegraph_ir::{
 };
 pub use fusegraph_runtime::{
     Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FeedName, FusionMode, GemmShape,
-    KernelForm, KernelForms, KernelStats, MatmulTiling, Outputs, ParamStore, ReduceFill, RuntimeError, SplitK,
+    KernelForm, KernelForms, KernelStats, MatmulTiling, Outputs, ParamStore, Recorded, ReduceFill, RuntimeError, SplitK,
     SplitReductions, Spread, TunedFamily, TunedForm, TunedSplit, TunedTiling,
 };
 

@@ -56,7 +56,7 @@ use crate::{grad, CompileOptions, DType, Device, Executable, FusionMode, Graph, 
 use crate::{FeedName, Op, ParamStore, Tensor, TensorType};
 use fusegraph_nn::{Init, Params};
 use fusegraph_passes::checkpoint::checkpoint;
-use fusegraph_passes::{PlanOptions, PlanSummary};
+use fusegraph_passes::{PlanOptions, PlanSummary, Stages};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -286,45 +286,39 @@ impl TrainStep {
         }
     }
 
-    /// The planner's figures for this step without a device (default adapter limits,
-    /// simplified first, rematerialized toward the memory limit if one is set).
+    /// The planner's figures for this step without a device: the stages a compile runs
+    /// ([`fusegraph_passes::pipeline`]: simplified, fused, planned, rematerialized toward the
+    /// memory limit if one is set) for the default adapter limits.
     ///
-    /// The update values are planned as outputs (alive to the end of the run, as the runtime
-    /// keeps them), but the staging bytes — and so the total — count only the step's real
-    /// outputs, since the runtime copies updates on the device instead of reading them back.
+    /// The update values are planned alive to the end of the run, as the runtime keeps them;
+    /// the staging bytes count only the step's real outputs, since the runtime copies updates
+    /// on the device instead of reading them back.
     pub fn plan_summary(&self) -> Result<PlanSummary> {
-        let limit = self.options.memory_limit;
-        let s = fusegraph_passes::plan_summary_within(&self.graph, &self.plan_outputs(), &self.plan_options(), limit)?;
-        Ok(self.without_update_staging(s))
+        let plan = PlanOptions { fusion: self.options.fusion, ..Default::default() };
+        let stages = Stages { plan, simplify: true, limit: self.options.memory_limit, ..Default::default() };
+        Ok(fusegraph_passes::pipeline::run(&self.graph, &self.outputs(), &self.updates, &stages)?.planned.summary)
     }
 
-    /// The options [`TrainStep::plan_summary`] plans [`TrainStep::plan_outputs`] with: this
-    /// step's fusion mode and its updates (each as its parameter's name and its value's index
-    /// in `plan_outputs`), default adapter limits otherwise. To plan the step for another
-    /// adapter without a device, change `max_bindings` and call
-    /// [`fusegraph_passes::plan_summary_within`] (whose totals still count the updates'
-    /// staging bytes).
+    /// The options of the planner alone ([`fusegraph_passes::plan_summary_within`]) for
+    /// [`TrainStep::plan_outputs`], unsimplified: this step's fusion mode and its updates
+    /// (each as its parameter's name and its value's index in `plan_outputs`), default
+    /// adapter limits otherwise. To plan the step for another adapter without a device,
+    /// change `max_bindings`.
     pub fn plan_options(&self) -> PlanOptions {
         let first = self.outputs().len();
         let updates = self.updates.iter().enumerate().map(|(i, (name, _))| (name.clone(), first + i)).collect();
         PlanOptions { fusion: self.options.fusion, updates, ..Default::default() }
     }
 
-    /// [`TrainStep::plan_summary`] with `device`'s limits and alignment.
+    /// The memory [`Device::compile`] plans for this step on `device`
+    /// ([`Device::plan`] with [`TrainStep::compile_options`]).
     pub fn plan(&self, device: &Arc<Device>) -> Result<PlanSummary> {
-        let opts = CompileOptions {
-            fusion: self.options.fusion,
-            memory_limit: self.options.memory_limit,
-            updates: self.updates.clone(),
-            ..Default::default()
-        };
-        Ok(self.without_update_staging(device.plan(&self.graph, &self.outputs(), &opts)?))
+        Ok(device.plan(&self.graph, &self.outputs(), &self.compile_options())?)
     }
 
-    fn without_update_staging(&self, mut s: PlanSummary) -> PlanSummary {
-        s.staging_bytes = self.outputs().iter().map(|&o| self.graph.ty(o).buffer_bytes() as u64).sum();
-        s.total_bytes = s.persistent_bytes + s.arena_bytes + s.staging_bytes;
-        s
+    /// The step as [`Device::largest_batch`] takes it: its graph, outputs and updates.
+    pub fn recorded(&self) -> crate::Recorded {
+        crate::Recorded { graph: self.graph.clone(), outputs: self.outputs(), updates: self.updates.clone() }
     }
 }
 

@@ -9,7 +9,7 @@ use fusegraph_workloads as workloads;
 
 #[test]
 fn buffer_reuse_keeps_the_example_networks_activations_at_least_2x_below_naive() {
-    let unfused = PlanOptions { fusion: FusionMode::Off, simplify: false, ..Default::default() };
+    let unfused = PlanOptions { fusion: FusionMode::Off, ..Default::default() };
     for w in [workloads::mlp(256, false), workloads::cnn(32, false), workloads::transformer(256, 1, false)] {
         let w = w.expect("builds");
         let fused = plan_summary(&w.graph, &w.outputs, &PlanOptions::default()).expect("plans");

@@ -24,6 +24,7 @@ pub mod liveness;
 pub mod memory_plan;
 pub mod mixed_precision;
 pub mod partition;
+pub mod pipeline;
 pub mod planner;
 pub mod remat;
 pub mod rewrite;
@@ -45,8 +46,9 @@ pub use kernel::{FusionMode, Kernel, KernelKind};
 pub use memory_plan::{check_plan, plan_memory_updating, plan_memory_with, MemoryOptions, PlanError};
 pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};
 pub use partition::partition;
+pub use pipeline::{held_bytes, largest_batch, Front, Stages};
 pub use planner::{
-    largest_batch, plan_combined_within, plan_graph, plan_summary, plan_summary_within, plan_within, LiveValue,
+    plan_combined_within, plan_graph, plan_summary, plan_summary_within, plan_within, LiveValue,
     PlanOptions, PlanSummary, Planned,
 };
 pub use remat::{rematerialize, rematerialize_with};

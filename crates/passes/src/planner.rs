@@ -3,8 +3,8 @@
 //! [`plan_graph`] runs the memory pipeline the runtime uses: partition or fuse → [`schedule`](crate::schedule::schedule_updating)
 //! → [`plan_memory_updating`] → [`rematerialize_with`] when a budget is given. [`plan_summary`]
 //! reports its bytes (persistent, arena, staging, total, lower bound, naive) and the largest
-//! values live at the peak step, for out-of-memory messages. [`largest_batch`] searches the
-//! largest batch size whose plan fits a byte limit.
+//! values live at the peak step, for out-of-memory messages. [`crate::pipeline`] runs the
+//! rewrites before it, as a compile does, and searches the largest batch that fits.
 
 use crate::attention::fuse_attention;
 use crate::combine::{combine_products, Combined};
@@ -38,15 +38,14 @@ pub struct PlanOptions {
     pub remat_budget: Option<u64>,
     /// How many of the largest values live at the peak to report.
     pub top_values: usize,
-    /// Simplify a copy of the graph first (as the runtime's default compile does); used by
-    /// [`plan_summary`] and [`largest_batch`].
-    pub simplify: bool,
-    /// In [`plan_within`] (and so [`largest_batch`]), rematerialize when the plan exceeds the
+    /// In [`plan_within`], rematerialize when the plan exceeds the
     /// limit.
     pub remat: bool,
     /// Parameter updates, as (parameter name, index into the outputs of its new value): the
-    /// plan writes each in place where [`plan_memory_updating`] finds it safe. Indices rather
-    /// than nodes, so they survive simplification of a copy of the graph.
+    /// plan writes each in place where [`plan_memory_updating`] finds it safe, and keeps it
+    /// alive to the end of the run, but it is not read back: the summary's staging counts
+    /// the other outputs only. Indices rather than nodes, so they survive rewrites of a copy
+    /// of the graph ([`crate::pipeline::run`] fills them).
     pub updates: Vec<(String, usize)>,
     /// Memory-efficient attention ([`crate::attention`]): `Some(true)` merges every
     /// `softmax(x)·v` into one kernel that stores neither the scores nor the probabilities,
@@ -60,9 +59,8 @@ pub struct PlanOptions {
     pub hoist: bool,
     /// With fusion on, combine the matrix products that share their left operand and whose
     /// weights (parameters of one shape that no update writes) stack into one parameter
-    /// ([`mod@crate::combine`]), in the copy of the graph [`plan_summary_within`] (and so
-    /// [`largest_batch`]) plans, as the runtime's compile does; [`plan_graph`] plans the
-    /// graph it is given.
+    /// ([`mod@crate::combine`]), in the copy of the graph [`plan_summary_within`] plans, as
+    /// the runtime's compile does; [`plan_graph`] plans the graph it is given.
     pub combine_products: bool,
     /// Parameters live outside the plan, in buffers of their own
     /// ([`MemoryOptions::external_parameters`]); products then do not combine (their weights
@@ -81,7 +79,6 @@ impl Default for PlanOptions {
             schedule: true,
             remat_budget: None,
             top_values: 8,
-            simplify: true,
             remat: true,
             updates: Vec::new(),
             fused_attention: None,
@@ -112,7 +109,8 @@ pub struct PlanSummary {
     pub persistent_bytes: u64,
     /// Inputs and intermediates (the arena of the plan).
     pub arena_bytes: u64,
-    /// The readback buffer: the sum of the outputs' buffer sizes.
+    /// The readback buffer: the sum of the outputs' buffer sizes (update values, which stay
+    /// on the device, not counted).
     pub staging_bytes: u64,
     /// `persistent + arena + staging`.
     pub total_bytes: u64,
@@ -195,7 +193,7 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
         kept.extend(hoisted.pinned.into_iter().filter(|v| !outputs.contains(v)));
     }
     let plan = plan_memory_updating(g, &kernels, &kept, &mopts, &updates);
-    let summary = summarize(g, outputs, &kernels, &plan, opts.top_values);
+    let summary = summarize(g, outputs, &opts.updates, &kernels, &plan, opts.top_values);
     Ok(Planned { kernels, plan, summary, prepared })
 }
 
@@ -281,31 +279,41 @@ pub fn plan_combined_within(
     Ok((planned, groups))
 }
 
-/// The bytes of the plan of `outputs` (simplified first if `opts.simplify`, sibling products
-/// combined if `opts.combine_products`), with rematerialization toward `limit` if given; see
-/// [`PlanSummary`].
+/// The bytes of the plan of `outputs` as the graph stands (sibling products combined if
+/// `opts.combine_products`), with rematerialization toward `limit` if given; see
+/// [`PlanSummary`]. [`crate::pipeline::run`] plans as a compile does (simplified and split
+/// first).
 pub fn plan_summary_within(
     g: &Graph,
     outputs: &[NodeId],
     opts: &PlanOptions,
     limit: Option<u64>,
 ) -> Result<PlanSummary> {
-    let (mut g2, mut outs) = (g.clone(), outputs.to_vec());
-    if opts.simplify {
-        crate::simplify(&mut g2, &mut outs)?;
-    }
-    Ok(plan_combined_within(&mut g2, &outs, opts, limit)?.0.summary)
+    let mut g2 = g.clone();
+    Ok(plan_combined_within(&mut g2, outputs, opts, limit)?.0.summary)
 }
 
-/// The bytes of the plan of `outputs` (simplified first if `opts.simplify`); see
-/// [`PlanSummary`].
+/// The bytes of the plan of `outputs` as the graph stands; see [`PlanSummary`].
 pub fn plan_summary(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<PlanSummary> {
     plan_summary_within(g, outputs, opts, None)
 }
 
-fn summarize(g: &Graph, outputs: &[NodeId], kernels: &[Kernel], plan: &MemoryPlan, top: usize) -> PlanSummary {
+fn summarize(
+    g: &Graph,
+    outputs: &[NodeId],
+    updates: &[(String, usize)],
+    kernels: &[Kernel],
+    plan: &MemoryPlan,
+    top: usize,
+) -> PlanSummary {
+    // Update values stay on the device; one that is also an output in its own right is read
+    // back as that output.
+    let update_index: BTreeSet<usize> = updates.iter().map(|&(_, i)| i).collect();
+    let read_back = outputs.iter().enumerate().filter(|(i, o)| {
+        !update_index.contains(i) || outputs.iter().enumerate().any(|(j, p)| p == *o && !update_index.contains(&j))
+    });
     let staging_bytes: u64 =
-        outputs.iter().map(|o| plan.locations.get(o).map_or_else(|| value_bytes(g, *o), |l| l.size)).sum();
+        read_back.map(|(_, o)| plan.locations.get(o).map_or_else(|| value_bytes(g, *o), |l| l.size)).sum();
     let per_step = plan.live_bytes_per_step();
     let peak_step = per_step.iter().enumerate().fold(0, |best, (s, &b)| if b > per_step[best] { s } else { best });
     // One value per in-place chain: at the step where an output takes over its input's bytes
@@ -339,43 +347,4 @@ fn summarize(g: &Graph, outputs: &[NodeId], kernels: &[Kernel], plan: &MemoryPla
         peak_step,
         peak_values,
     }
-}
-
-/// The largest batch in `1..=max_batch` whose planned `total_bytes` is at most `limit_bytes`,
-/// found by doubling then bisection (assuming memory grows with the batch); `None` if batch 1
-/// does not fit. `build(batch)` returns the graph and its outputs. Plans only; no device.
-pub fn largest_batch(
-    build: impl Fn(usize) -> Result<(Graph, Vec<NodeId>)>,
-    limit_bytes: u64,
-    opts: &PlanOptions,
-    max_batch: usize,
-) -> Result<Option<usize>> {
-    let fits = |batch: usize| -> Result<bool> {
-        let (g, outputs) = build(batch)?;
-        Ok(plan_summary_within(&g, &outputs, opts, Some(limit_bytes))?.total_bytes <= limit_bytes)
-    };
-    if max_batch == 0 || !fits(1)? {
-        return Ok(None);
-    }
-    let mut lo = 1;
-    let mut hi = None;
-    while lo < max_batch {
-        let next = lo.saturating_mul(2).min(max_batch);
-        if fits(next)? {
-            lo = next;
-        } else {
-            hi = Some(next);
-            break;
-        }
-    }
-    let Some(mut hi) = hi else { return Ok(Some(lo)) };
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if fits(mid)? {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Ok(Some(lo))
 }

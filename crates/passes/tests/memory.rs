@@ -6,7 +6,7 @@ use fusegraph_passes::liveness::{intervals, peak_live_bytes};
 use fusegraph_passes::schedule::first_unready;
 use fusegraph_passes::testing::{conv_net, elementwise_chain, mlp, remat_graph, transformer_block};
 use fusegraph_passes::{
-    check_plan, largest_batch, partition, plan_graph, plan_memory, plan_memory_with, plan_summary, schedule,
+    check_plan, largest_batch, Stages, partition, plan_graph, plan_memory, plan_memory_with, plan_summary, schedule,
     FusionMode, MemoryOptions, PlanOptions,
 };
 
@@ -135,6 +135,8 @@ fn largest_batch_fits_and_the_next_does_not() {
         plan_summary(&g, &outs, &opts).unwrap().total_bytes
     };
     let limit = total(1) + 40 * 1024 * 1024 / 10;
+    let mlp = |b| mlp(b).map(|(g, outs)| (g, outs, vec![]));
+    let opts = Stages { plan: opts.clone(), ..Default::default() };
     let b = largest_batch(mlp, limit, &opts, 4096).unwrap().expect("batch 1 fits");
     eprintln!("largest mlp batch under {limit} bytes: {b} ({} bytes; {} at {})", total(b), total(b + 1), b + 1);
     assert!(total(b) <= limit);

@@ -1,20 +1,19 @@
-//! Compilation of a graph into an [`Executable`]: `Device::compile` and `Device::plan`.
+//! Compilation of a graph into an [`Executable`]: `Device::compile`, `Device::plan` and
+//! `Device::largest_batch`, which run the same device-free stages
+//! ([`fusegraph_passes::pipeline`]); `compile` then lowers the kernels here and allocates and
+//! binds them in [`crate::bind`].
 
-use crate::pool::{buffer_bytes, texel_bytes, Kind};
+use crate::pool::{buffer_bytes, texel_bytes};
 use crate::{Device, ParamStore, Result, RuntimeError};
-use fusegraph_ir::{verify, Graph, HostTensor, NodeId, Op, TensorType};
+use fusegraph_ir::{verify, Graph, NodeId, Op, TensorType};
 use fusegraph_passes::kernel::unshared_members;
-use fusegraph_passes::rewrite::{rewrite, Rewrites};
+use fusegraph_passes::pipeline::{self, held_bytes, Front, Stages};
 use fusegraph_passes::split_k::Gemm;
-use fusegraph_passes::{
-    plan_combined_within, plan_summary_within, plan_within, FusionMode, Joined, Location, MemoryPlan, PlanOptions,
-    PlanSummary, Planned, Region,
-};
+use fusegraph_passes::{FusionMode, MemoryPlan, PlanOptions, PlanSummary};
 use fusegraph_wgsl::{
     cooperative_matmul, gemm_shape, lower_planned, subgroup_matmul, KernelSource, LowerOptions, MatmulTiling, Strategy,
-    TEXTURE_ROW,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::executable::*;
@@ -36,31 +35,61 @@ pub(crate) fn binding_bytes(g: &Graph, k: &fusegraph_passes::Kernel, node: NodeI
     }
 }
 
-/// `opts.updates` as the planner takes them: each parameter's name with the index of its new
-/// value among the planned outputs, where the values follow the `first` user outputs.
-pub(crate) fn planned_updates(opts: &CompileOptions, first: usize) -> Vec<(String, usize)> {
-    opts.updates.iter().enumerate().map(|(i, (name, _))| (name.clone(), first + i)).collect()
+/// A recorded graph for [`Device::largest_batch`]: the graph, the outputs read back, and
+/// the parameter updates (a training step's), if any.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// The graph.
+    pub graph: Graph,
+    /// The outputs read back.
+    pub outputs: Vec<NodeId>,
+    /// `(parameter name, new value)` written after each run, as [`CompileOptions::updates`].
+    pub updates: Vec<(String, NodeId)>,
+}
+
+impl From<(Graph, Vec<NodeId>)> for Recorded {
+    fn from((graph, outputs): (Graph, Vec<NodeId>)) -> Self {
+        Recorded { graph, outputs, updates: Vec::new() }
+    }
 }
 
 impl Device {
     /// Planner options matching this device's limits, cost model and `opts`.
-    fn plan_options(self: &Arc<Self>, opts: &CompileOptions) -> PlanOptions {
+    fn plan_options(self: &Arc<Self>, opts: &CompileOptions, external_parameters: bool) -> PlanOptions {
         let limits = self.limits();
         PlanOptions {
             fusion: opts.fusion,
-            cost: if opts.fusion == FusionMode::On && !opts.calibrating {
-                self.cost_model()
-            } else {
-                Default::default()
-            },
+            cost: if opts.fusion == FusionMode::On { self.cost_model() } else { Default::default() },
             max_bindings: limits.max_storage_buffers_per_shader_stage as usize,
             alignment: (limits.min_storage_buffer_offset_alignment as u64).max(4),
-            simplify: opts.simplify,
             remat: opts.remat,
             fused_attention: opts.fused_attention,
             hoist: opts.hoist_parameters,
             combine_products: opts.combine_products,
+            external_parameters,
             ..Default::default()
+        }
+    }
+
+    /// The device-free stages ([`fusegraph_passes::pipeline`]) as a compile with `opts` runs
+    /// them on this adapter, with `masters` kept f32 under mixed precision (besides the
+    /// updated parameters), parameters in a store's buffers where `external`, and `limit` in
+    /// force.
+    fn stages<'a>(
+        self: &'a Arc<Self>,
+        opts: &'a CompileOptions,
+        masters: BTreeSet<String>,
+        external: bool,
+        limit: Option<u64>,
+    ) -> Stages<'a> {
+        let splits = move |gemm: &Gemm| opts.split_k.splits(self, gemm);
+        Stages {
+            plan: self.plan_options(opts, external),
+            simplify: opts.simplify,
+            mixed_precision: opts.mixed_precision.then_some(masters),
+            split_k: (opts.split_k != SplitK::Off).then(|| Box::new(splits) as Box<dyn Fn(&Gemm) -> usize>),
+            split_reductions: opts.split_reductions.fill(self.forms_for(opts).rows),
+            limit,
         }
     }
 
@@ -76,85 +105,48 @@ impl Device {
         }
     }
 
-    /// The memory `compile` would plan for `outputs` of `graph` under `opts` (simplification,
-    /// fusion, schedule, and toward the limit fused attention and rematerialization), without
-    /// allocating anything.
-    ///
-    /// With `opts.updates`, their values are planned after `outputs` as `compile` plans them
-    /// (in place where safe); the summary's staging then counts them too.
+    /// The memory `compile` would plan for `outputs` of `graph` under `opts`, without
+    /// allocating anything: the same stages ([`fusegraph_passes::pipeline`]: mixed
+    /// precision, simplification, splits that fit, fusion, schedule, and toward the limit
+    /// hoisting dropped, fused attention and rematerialization). Updates (`opts.updates`) are
+    /// planned as `compile` plans them and not counted as staging.
     ///
     /// The summary counts the buffers. A CPU adapter's executable may also hold workspace
     /// textures ([`ExecutableStats::workspace_bytes`]), only where the memory limit leaves
     /// room for them: a plan that fits the limit compiles within it.
     pub fn plan(self: &Arc<Self>, graph: &Graph, outputs: &[NodeId], opts: &CompileOptions) -> Result<PlanSummary> {
-        let mut popts = self.plan_options(opts);
-        popts.updates = planned_updates(opts, outputs.len());
-        let mut outs = outputs.to_vec();
-        outs.extend(opts.updates.iter().map(|(_, node)| *node));
         let (limit, _) = self.limit_for(opts, 0);
-        let mixed = if opts.mixed_precision {
-            let (g, mixed_outs) = opts.mixed(graph, &outs)?;
-            outs = mixed_outs;
-            Some(g)
-        } else {
-            None
-        };
-        let g = mixed.as_ref().unwrap_or(graph);
-        if opts.split_k == SplitK::Off && opts.split_reductions == SplitReductions::Off {
-            return Ok(plan_summary_within(g, &outs, &popts, limit)?);
-        }
-        // As `compile`: simplified, then split where the split plan fits the limit.
-        let mut rewritten = g.clone();
-        self.rewrite(&mut rewritten, &mut outs, opts, &popts, limit)?;
-        popts.simplify = false;
-        Ok(plan_summary_within(&rewritten, &outs, &popts, limit)?)
+        let stages = self.stages(opts, BTreeSet::new(), false, limit);
+        Ok(pipeline::run(graph, outputs, &opts.updates, &stages)?.planned.summary)
     }
 
-    /// The rewrites `compile` and `plan` make before fusion ([`fusegraph_passes::rewrite`]):
-    /// simplification (with `opts.simplify`), split-k ([`CompileOptions::split_k`]) and split
-    /// reductions ([`CompileOptions::split_reductions`], with fusion on), each split kept only
-    /// where its plan fits `limit` as it is (without rematerialization or fused attention).
-    fn rewrite(
+    /// The largest batch in `1..=max_batch` whose compile with `opts` fits `limit` bytes on
+    /// this device, asking the planner only (the stages `compile` runs, no allocation, no
+    /// dispatch); `None` if batch 1 does not fit. `build(batch)` records the graph at that
+    /// batch: its outputs, or a [`Recorded`] with its updates (a training step's; the
+    /// updates of `opts` are not used, since they name nodes of one graph).
+    pub fn largest_batch<R: Into<Recorded>, E: std::fmt::Display>(
         self: &Arc<Self>,
-        graph: &mut Graph,
-        outputs: &mut Vec<NodeId>,
-        opts: &CompileOptions,
-        popts: &PlanOptions,
-        limit: Option<u64>,
-    ) -> Result<()> {
-        let popts = PlanOptions { simplify: false, ..popts.clone() };
-        let fits = |g: &Graph, outs: &[NodeId]| {
-            limit.is_none_or(|l| plan_within(g, outs, &popts, None).is_ok_and(|p| p.summary.total_bytes <= l))
-        };
-        let splits = |gemm: &Gemm| opts.split_k.splits(self, gemm);
-        let rewrites = Rewrites {
-            simplify: opts.simplify,
-            split_k: (opts.split_k != SplitK::Off).then_some(&splits as &dyn Fn(&Gemm) -> usize),
-            split_reductions: opts
-                .split_reductions
-                .fill(self.forms_for(opts).rows)
-                .filter(|_| opts.fusion == FusionMode::On),
-        };
-        Ok(rewrite(graph, outputs, &rewrites, &fits)?)
-    }
-
-    /// The largest batch in `1..=max_batch` whose plan fits `limit` bytes on this device,
-    /// asking the planner only (no allocation, no dispatch); `None` if batch 1 does not fit.
-    pub fn largest_batch<E: std::fmt::Display>(
-        self: &Arc<Self>,
-        build: impl Fn(usize) -> std::result::Result<(Graph, Vec<NodeId>), E>,
+        build: impl Fn(usize) -> std::result::Result<R, E>,
         limit: u64,
         opts: &CompileOptions,
         max_batch: usize,
     ) -> Result<Option<usize>> {
         // A model's own error (a layer's, say) reaches the planner as the op that failed.
         let build = |n: usize| {
-            build(n).map_err(|e| fusegraph_ir::IrError::Type {
-                op: "largest_batch".into(),
-                detail: format!("recording batch {n}: {e}"),
-            })
+            let r: Recorded = build(n)
+                .map_err(|e| fusegraph_ir::IrError::Type {
+                    op: "largest_batch".into(),
+                    detail: format!("recording batch {n}: {e}"),
+                })?
+                .into();
+            Ok((r.graph, r.outputs, r.updates))
         };
-        Ok(fusegraph_passes::largest_batch(build, limit, &self.plan_options(opts), max_batch)?)
+        let opts = CompileOptions { memory_limit: Some(limit), ..opts.clone() };
+        let (limit, _) = self.limit_for(&opts, 0);
+        let Some(limit) = limit else { return Ok(Some(max_batch)) };
+        let stages = self.stages(&opts, BTreeSet::new(), false, Some(limit));
+        Ok(pipeline::largest_batch(build, limit, &stages, max_batch)?)
     }
 
     /// The kernel forms a compile with `opts` lowers in: forced, or the device's.
@@ -281,7 +273,9 @@ impl Device {
     }
 
     /// [`Device::compile`], with the parameters bound to `store`'s buffers where one is given
-    /// (see [`ParamStore::compile`]).
+    /// (see [`ParamStore::compile`]). The stages: the device-free front
+    /// ([`fusegraph_passes::pipeline`]), the limit check, kernel forms and lowering
+    /// ([`Device::lower`]), then allocation, binding and pipelines ([`crate::bind`]).
     pub(crate) fn compile_with(
         self: &Arc<Self>,
         graph: &Graph,
@@ -294,64 +288,48 @@ impl Device {
         for &o in outputs {
             graph.check(o)?;
         }
-        let (declared_inputs, declared_params) = declared(graph, opts)?;
-        let user_output_nodes = outputs.to_vec();
+        let declared = declared(graph, opts)?;
         if let Some(store) = store {
-            check_store(store, &declared_params)?;
+            check_store(store, &declared.1)?;
         }
-        // Update values are outputs of the plan (kept alive to the end) but not returned.
-        let user_outputs = outputs.len();
-        let mut outs_vec = outputs.to_vec();
-        outs_vec.extend(opts.updates.iter().map(|(_, n)| *n));
-        let mut simplified = graph.clone();
-        if opts.mixed_precision {
-            // A store's parameters stay f32 (other executables read them): cast where used.
-            let masters = match store {
-                Some(_) => declared_params.keys().cloned().collect(),
-                None => opts.masters(),
-            };
-            (simplified, outs_vec) = opts.mixed_with(graph, &outs_vec, &masters)?;
-        }
-        let limits = self.limits();
-        let mut popts = self.plan_options(opts);
-        popts.external_parameters = store.is_some();
-        // Bytes of the store's parameters this executable binds.
-        let bound: u64 = match store {
-            Some(_) => declared_params.values().map(|t| t.buffer_bytes() as u64).sum(),
-            None => 0,
-        };
+        // Bytes of the store's parameters this executable binds, which the limit covers.
+        let bound = store.map_or(0, |_| crate::bind::bound_bytes(&declared));
         let (limit, counted) = self.limit_for(opts, bound);
-        popts.remat = opts.remat;
-        // Updates are planned in place where safe (their values follow the user's outputs).
-        popts.updates = planned_updates(opts, user_outputs);
-        self.rewrite(&mut simplified, &mut outs_vec, opts, &popts, limit)?;
-        let rewritten = start.elapsed();
-        let update_nodes = outs_vec.split_off(user_outputs);
-        let mut plan_outputs = outs_vec.clone();
-        plan_outputs.extend(update_nodes.iter().copied());
-        // Sibling products combined: their weights stack into parameters whose parts are the
-        // user's parameters, each written and read where it lies in the stack.
-        let (mut planned, groups) = plan_combined_within(&mut simplified, &plan_outputs, &popts, limit)?;
-        let planned_at = start.elapsed();
-        let combined_products = (groups.iter().map(|c| c.products.len()).sum(), groups.len());
-        let stacked: BTreeMap<String, Joined> = groups
-            .into_iter()
-            .flat_map(|c| std::iter::once(c.weights).chain(c.biases))
-            .map(|j| (j.name.clone(), j))
-            .collect();
-        let (graph, outputs) = (&simplified, outs_vec.as_slice());
-        check_memory_limit(graph, outputs, &update_nodes, &mut planned, opts, limit, counted)?;
-        let (kernels, plan, prepared) = (planned.kernels, planned.plan, planned.prepared);
+        // A store's parameters stay f32 under mixed precision (other executables read them):
+        // each is cast where used.
+        let masters = match store {
+            Some(_) => declared.1.keys().cloned().collect(),
+            None => BTreeSet::new(),
+        };
+        let stages = self.stages(opts, masters, store.is_some(), limit);
+        let front = pipeline::run(graph, outputs, &opts.updates, &stages)?;
+        check_memory_limit(&front, opts, limit, counted)?;
+        let lowered = self.lower(&front, opts, limit)?;
+        let lowered_at = start.elapsed();
+        let exe = self.bind(outputs, front, lowered, opts, store, declared)?;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        tracing::debug!(
+            target: "fusegraph::timing",
+            graph = opts.name.as_deref().unwrap_or("-"),
+            kernels = exe.kernels.len(),
+            front_ms = ms(lowered_at),
+            bind_ms = ms(start.elapsed() - lowered_at),
+            "compiled"
+        );
+        Ok(exe)
+    }
+
+    /// The lowering stage: the matmul forms of each kernel ([`Device::matmul_forms`]), every
+    /// kernel lowered to WGSL (texture operands only where the limit leaves room), the WGSL
+    /// traced and dumped where asked for, and checked against the adapter's limits.
+    fn lower(self: &Arc<Self>, front: &Front, opts: &CompileOptions, limit: Option<u64>) -> Result<Lowered> {
+        let (graph, plan, kernels) = (&front.graph, &front.planned.plan, &front.planned.kernels);
         let lower_opts = self.lower_options(opts);
-        let (tilings, subgroup, coop) = self.matmul_forms(graph, &kernels, opts, &lower_opts);
-        let mut staging_bytes = 0;
-        for &o in outputs {
-            staging_bytes += plan.locations[&o].size;
-        }
+        let (tilings, subgroup, coop) = self.matmul_forms(graph, kernels, opts, &lower_opts);
+        let staging_bytes: u64 = front.outputs.iter().map(|o| plan.locations[o].size).sum();
         let held: u64 = [plan.arena_bytes, plan.persistent_bytes, staging_bytes].map(buffer_bytes).iter().sum();
-        let forms = KernelForms { kernels: &kernels, tilings: &tilings, subgroup: &subgroup, coop: &coop };
-        let (sources, workspace_plan) = lower_kernels(graph, &forms, opts, lower_opts, &plan, held, limit);
-        let lowered = start.elapsed();
+        let forms = KernelForms { kernels, tilings: &tilings, subgroup: &subgroup, coop: &coop };
+        let (sources, workspace) = lower_kernels(graph, &forms, opts, lower_opts, plan, held, limit);
         for (k, s) in sources.iter().enumerate() {
             tracing::trace!(target: "fusegraph::wgsl", kernel = k, "{}", s.annotated());
         }
@@ -363,220 +341,32 @@ impl Device {
                 }
             }
         }
-        self.check_adapter_limits(graph, &sources, &plan)?;
-        // Reused buffers may be a little larger than planned, within the limit in force.
-        let mut slack = limit.map_or(u64::MAX, |l| l.saturating_sub(held + workspace_plan.bytes()));
-        let arena_alloc = self.allocate(Kind::Storage, plan.arena_bytes, &mut slack, "the arena")?;
-        let persistent_alloc =
-            self.allocate(Kind::Storage, plan.persistent_bytes, &mut slack, "the persistent region")?;
-        let staging_alloc = self.allocate(Kind::Staging, staging_bytes, &mut slack, "the staging buffer")?;
-        let workspace = workspace_plan
-            .textures
-            .iter()
-            .map(|&(_, format, rows)| self.allocate_texture(format, TEXTURE_ROW, rows, "a matmul operand texture"))
-            .collect::<Result<Vec<_>>>()?;
-        let (arena, persistent) = (arena_alloc.buffer(), persistent_alloc.buffer());
-        // The store's buffer of each parameter in the External region.
-        let externals: Vec<wgpu::Buffer> = match store {
-            Some(store) => plan.external.iter().map(|name| store_buffer(store, name)).collect::<Result<_>>()?,
-            None => Vec::new(),
-        };
-        let region_buffer = |r: Region| match r {
-            Region::Persistent => persistent,
-            Region::Arena => arena,
-            Region::External(i) => &externals[i as usize],
-        };
-
-        let mut inputs = BTreeMap::new();
-        let mut params = BTreeMap::new();
-        for (&id, &loc) in &plan.locations {
-            let node = graph.node(id);
-            let slot = Slot { ty: node.ty.clone(), loc };
-            match &node.op {
-                Op::Input { name } => {
-                    inputs.insert(name.clone(), slot);
-                }
-                Op::Parameter { name } => match stacked.get(name) {
-                    // Each part where it lies in the stack.
-                    Some(joined) => {
-                        let bytes = joined.part.buffer_bytes() as u64;
-                        for (i, part) in joined.parts.iter().enumerate() {
-                            let loc = Location { offset: loc.offset + i as u64 * bytes, size: bytes, ..loc };
-                            params.insert(part.clone(), (Slot { ty: joined.part.clone(), loc }, false));
-                        }
-                    }
-                    None => {
-                        // A store's parameter always holds a value.
-                        let in_store = matches!(slot.loc.region, Region::External(_));
-                        params.insert(name.clone(), (slot, in_store));
-                    }
-                },
-                Op::Constant { values } => {
-                    let host = HostTensor::from_f64(node.ty.dtype, node.ty.shape.clone(), values)?;
-                    self.queue.write_buffer(persistent, loc.offset, &host.to_bytes());
-                }
-                _ => {}
-            }
-        }
-        let mut outs = Vec::new();
-        let mut staging_offset = 0;
-        for &o in outputs {
-            let loc = plan.locations[&o];
-            outs.push((Slot { ty: graph.ty(o).clone(), loc }, staging_offset));
-            staging_offset += loc.size;
-        }
-        let mut updates = Vec::new();
-        for ((name, _), &node) in opts.updates.iter().zip(&update_nodes) {
-            let from = plan.locations[&node];
-            let to = params
-                .get(name)
-                .map(|(slot, _): &(Slot, bool)| slot.loc)
-                .ok_or_else(|| RuntimeError::UnusedUpdate { name: name.clone() })?;
-            if from != to {
-                updates.push((from, to));
-            }
-        }
-
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let mut compiled = Vec::new();
-        let mut kstats = Vec::new();
-        for ((k, src), &matmul_tiling) in kernels.iter().zip(&sources).zip(&tilings) {
-            let pipeline = self.pipeline(&src.wgsl, &src.bindings, &src.label)?;
-            let uses = &workspace_plan.uses[compiled.len()];
-            let entries: Vec<wgpu::BindGroupEntry> = src
-                .bindings
-                .iter()
-                .enumerate()
-                .map(|(b, binding)| {
-                    let resource = match uses.iter().find(|u| u.0 == b) {
-                        Some(&(_, t, _)) => wgpu::BindingResource::TextureView(&workspace[t].view),
-                        None => {
-                            let loc = plan.locations[&binding.node];
-                            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                buffer: region_buffer(loc.region),
-                                offset: loc.offset,
-                                size: wgpu::BufferSize::new(loc.size),
-                            })
-                        }
-                    };
-                    wgpu::BindGroupEntry { binding: b as u32, resource }
-                })
-                .collect();
-            let copies = uses
-                .iter()
-                .map(|&(b, t, texels)| TextureCopy {
-                    loc: plan.locations[&src.bindings[b].node],
-                    texels,
-                    texel_bytes: texel_bytes(workspace_plan.textures[t].1),
-                    texture: t,
-                })
-                .collect();
-            let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some(&src.label),
-                layout: &pipeline.1,
-                entries: &entries,
-            });
-            let groups = src.workgroups;
-            let max_dim = limits.max_compute_workgroups_per_dimension as u64;
-            let x = groups.min(max_dim);
-            let y = if x == 0 { 0 } else { groups.div_ceil(x) };
-            if y > max_dim {
-                return Err(RuntimeError::TooLarge {
-                    what: format!("kernel `{}` workgroups", src.label),
-                    bytes: groups,
-                    limit: max_dim * max_dim,
-                });
-            }
-            let workgroups = [x as u32, y as u32, 1];
-            let bytes_moved =
-                src.bindings.iter().map(|b| binding_bytes(graph, k, b.node, plan.locations[&b.node].size)).sum();
-            kstats.push(KernelStats {
-                label: src.label.clone(),
-                members: k.members.clone(),
-                bytes_moved,
-                workgroups,
-                form: src.form,
-                matmul_tiling,
-            });
-            compiled.push(CompiledKernel { pipeline, bind_group, workgroups, copies });
-        }
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(RuntimeError::Wgpu { during: "creating bind groups".into(), detail: e.to_string() });
-        }
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-        tracing::debug!(
-            target: "fusegraph::timing",
-            graph = opts.name.as_deref().unwrap_or("-"),
-            nodes = graph.len(),
-            kernels = sources.len(),
-            rewrite_ms = ms(rewritten),
-            plan_ms = ms(planned_at - rewritten),
-            lower_ms = ms(lowered - planned_at),
-            pipelines_ms = ms(start.elapsed() - lowered),
-            "compiled"
-        );
-        tracing::debug!(
-            target: "fusegraph::plan",
-            graph = opts.name.as_deref().unwrap_or("-"),
-            arena_bytes = plan.arena_bytes,
-            persistent_bytes = plan.persistent_bytes,
-            staging_bytes,
-            lower_bound_bytes = plan.lower_bound_bytes,
-            "memory plan"
-        );
-        let stats = ExecutableStats {
-            pipelines: sources.iter().map(|s| s.wgsl.as_str()).collect::<std::collections::BTreeSet<_>>().len(),
-            bytes_moved: kstats.iter().map(|k| k.bytes_moved).sum(),
-            kernels: kstats,
-            arena_bytes: plan.arena_bytes,
-            persistent_bytes: plan.persistent_bytes,
-            staging_bytes,
-            lower_bound_bytes: plan.lower_bound_bytes,
-            naive_bytes: plan.naive_bytes,
-            workspace_bytes: workspace.iter().map(|t| t.size).sum(),
-            prepared_kernels: prepared,
-            combined_products,
-            store_bytes: bound,
-            device_bytes: arena_alloc.size
-                + persistent_alloc.size
-                + staging_alloc.size
-                + workspace.iter().map(|t| t.size).sum::<u64>(),
-        };
-        Ok(Executable {
-            device: self.clone(),
-            kernels: compiled,
-            inputs,
-            params,
-            declared_inputs,
-            declared_params,
-            outputs: outs,
-            output_nodes: user_output_nodes,
-            updates,
-            arena: arena_alloc,
-            persistent: persistent_alloc,
-            staging: staging_alloc,
-            workspace,
-            stats,
-            plan,
-            graph: graph.clone(),
-            running: std::sync::Mutex::new(()),
-            prepared,
-            stale: std::sync::atomic::AtomicBool::new(true),
-            seen: std::sync::atomic::AtomicU64::new(store.map_or(0, |s| s.generation())),
-            store: store.cloned(),
-            externals,
-        })
+        self.check_adapter_limits(graph, &sources, plan)?;
+        Ok(Lowered { sources, workspace, tilings, staging_bytes, held, limit })
     }
 }
+
+/// The lowering stage's result: each kernel's WGSL, the workspace its texture operands
+/// take, each kernel's matmul tiling, and the bytes of the plan's buffers.
+pub(crate) struct Lowered {
+    pub(crate) sources: Vec<KernelSource>,
+    pub(crate) workspace: WorkspacePlan,
+    pub(crate) tilings: Vec<Option<MatmulTiling>>,
+    /// The outputs' bytes: the staging buffer.
+    pub(crate) staging_bytes: u64,
+    /// The arena, persistent and staging buffers' bytes together.
+    pub(crate) held: u64,
+    /// The limit in force for the executable's own buffers.
+    pub(crate) limit: Option<u64>,
+}
+
+/// The inputs and parameters a graph declares, by name.
+pub(crate) type Declared = (BTreeMap<String, TensorType>, BTreeMap<String, TensorType>);
 
 /// The inputs and parameters of `graph` as the user wrote it, by name (each may be fed or
 /// set even where simplification finds the outputs do not need it); checks that every one of
 /// `opts.updates` names a declared parameter of its type.
-#[allow(clippy::type_complexity)]
-fn declared(
-    graph: &Graph,
-    opts: &CompileOptions,
-) -> Result<(BTreeMap<String, TensorType>, BTreeMap<String, TensorType>)> {
+fn declared(graph: &Graph, opts: &CompileOptions) -> Result<Declared> {
     // Every input and parameter of the graph as the user wrote it may be fed or set, even
     // if simplification finds the outputs do not need it.
     let mut declared_inputs = BTreeMap::new();
@@ -647,10 +437,6 @@ fn check_store(store: &ParamStore, declared_params: &BTreeMap<String, TensorType
     Ok(())
 }
 
-/// The store's buffer of parameter `name` (checked present by [`check_store`]).
-fn store_buffer(store: &ParamStore, name: &str) -> Result<wgpu::Buffer> {
-    store.buffer(name).ok_or_else(|| RuntimeError::UnknownParameter { name: name.into() })
-}
 
 /// The kernels of a compile and the matmul forms chosen for them ([`Device::matmul_forms`]).
 struct KernelForms<'a> {
@@ -701,48 +487,27 @@ fn lower_kernels(
     (sources, workspace_plan)
 }
 
-/// Takes the update values (which stay on the device) out of the plan's staging bytes, then
-/// fails with [`RuntimeError::ResourceExhausted`], naming the largest live values, where the
-/// plan needs more than `limit` bytes.
-fn check_memory_limit(
-    graph: &Graph,
-    outputs: &[NodeId],
-    update_nodes: &[NodeId],
-    planned: &mut Planned,
-    opts: &CompileOptions,
-    limit: Option<u64>,
-    counted: u64,
-) -> Result<()> {
-    // The planner counts every output it was given as staging; update values stay on the
-    // device and are never read back.
-    let update_staging: u64 = update_nodes
-        .iter()
-        .filter(|u| !outputs.contains(u))
-        .map(|u| planned.plan.locations.get(u).map_or(0, |l| l.size))
-        .sum();
-    planned.summary.staging_bytes -= update_staging.min(planned.summary.staging_bytes);
-    planned.summary.total_bytes -= update_staging.min(planned.summary.total_bytes);
-    if let Some(limit) = limit {
-        let s = &planned.summary;
-        // Every buffer is at least 4 bytes, an empty region's too.
-        let needed: u64 = [s.persistent_bytes, s.arena_bytes, s.staging_bytes].map(buffer_bytes).iter().sum();
-        if needed > limit {
-            // Reported with the store parameters the limit counts (`counted`).
-            return Err(RuntimeError::ResourceExhausted {
-                graph: opts.name.clone().unwrap_or_else(|| format!("a graph of {} nodes", graph.len())),
-                needed: needed + counted,
-                persistent: s.persistent_bytes + counted,
-                arena: s.arena_bytes,
-                staging: s.staging_bytes,
-                limit: limit + counted,
-                lower_bound: s.lower_bound_bytes,
-                largest: s
-                    .peak_values
-                    .iter()
-                    .map(|v| (format!("{v_node} {} {}", v.op, graph.ty(v.node), v_node = v.node), v.bytes))
-                    .collect(),
-            });
-        }
+/// Fails with [`RuntimeError::ResourceExhausted`], naming the largest live values, where the
+/// plan needs more than `limit` bytes ([`held_bytes`]); the error counts the `counted` store
+/// bytes the limit covers.
+fn check_memory_limit(front: &Front, opts: &CompileOptions, limit: Option<u64>, counted: u64) -> Result<()> {
+    let (graph, s) = (&front.graph, front.summary());
+    let needed = held_bytes(s);
+    match limit {
+        Some(limit) if needed > limit => Err(RuntimeError::ResourceExhausted {
+            graph: opts.name.clone().unwrap_or_else(|| format!("a graph of {} nodes", graph.len())),
+            needed: needed + counted,
+            persistent: s.persistent_bytes + counted,
+            arena: s.arena_bytes,
+            staging: s.staging_bytes,
+            limit: limit + counted,
+            lower_bound: s.lower_bound_bytes,
+            largest: s
+                .peak_values
+                .iter()
+                .map(|v| (format!("{v_node} {} {}", v.op, graph.ty(v.node), v_node = v.node), v.bytes))
+                .collect(),
+        }),
+        _ => Ok(()),
     }
-    Ok(())
 }

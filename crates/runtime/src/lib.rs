@@ -7,23 +7,22 @@
 
 #![warn(missing_docs)]
 
-mod autotune;
-mod calibrate;
+mod bind;
 mod compile;
 mod device;
 pub mod env;
 mod error;
 mod executable;
 mod feeds;
-mod forms;
+mod measure;
 mod memory;
 mod options;
 mod pool;
 mod profile;
 mod store;
-mod tuned;
 
-pub use autotune::{MAX_TIMED_MACS, MAX_TIMED_MACS_GPU, MIN_TUNED_MACS};
+pub use measure::autotune::{MAX_TIMED_MACS, MAX_TIMED_MACS_GPU, MIN_TUNED_MACS, TIMED_TILINGS};
+pub use compile::Recorded;
 pub use device::{Backend, Device, DeviceOptions};
 pub use error::{Result, RuntimeError};
 pub use executable::{Executable, ExecutableStats, KernelStats, Timing};
@@ -33,7 +32,7 @@ pub use fusegraph_wgsl::{Cooperative, Forms, GemmShape, KernelForm, MatmulTiling
 pub use options::{CompileOptions, ReduceFill, SplitK, SplitReductions};
 pub use profile::{KernelTime, Profile};
 pub use store::ParamStore;
-pub use tuned::{KernelForms, TunedFamily, TunedForm, TunedSplit, TunedTiling};
+pub use measure::tuned::{KernelForms, TunedFamily, TunedForm, TunedSplit, TunedTiling};
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;
 /// wgpu's adapter type, as reported in [`Device::info`].

@@ -2,7 +2,7 @@
 
 use crate::Device;
 use crate::KernelForms;
-use fusegraph_ir::{Graph, NodeId};
+use fusegraph_ir::NodeId;
 use fusegraph_passes::split_k::{fill_splits, FillOptions, Gemm};
 pub use fusegraph_passes::split_reduce::FillOptions as ReduceFill;
 use fusegraph_passes::FusionMode;
@@ -32,9 +32,6 @@ pub struct CompileOptions {
     /// that computes their new values (an optimizer's) stays f32: in f16 Adam's `ε` is 0.
     /// For training, the `train` module's mixed precision (loss scaling) is the recipe.
     pub mixed_precision: bool,
-    /// Set while measuring the cost model itself: plan with the default cost model.
-    #[doc(hidden)]
-    pub calibrating: bool,
     /// Parameter updates: after each run, parameter `name` takes the value node `NodeId`
     /// computed in that run (a training step's new weights and optimizer state). The copy
     /// happens on the device, after every kernel, in the same submit.
@@ -203,7 +200,6 @@ impl Default for CompileOptions {
             name: None,
             updates: vec![],
             mixed_precision: false,
-            calibrating: false,
             matmul_tiling: None,
             dump_wgsl: None,
             fused_attention: None,
@@ -219,30 +215,6 @@ impl Default for CompileOptions {
 }
 
 impl CompileOptions {
-    /// The parameters mixed precision keeps in f32: those `updates` writes (a training
-    /// step's weights and optimizer state need their f32 values between steps).
-    pub(crate) fn masters(&self) -> std::collections::BTreeSet<String> {
-        self.updates.iter().map(|(name, _)| name.clone()).collect()
-    }
-
-    /// `graph` rewritten to mixed precision, and the new ids of `outputs` (which hold the
-    /// update values): f16 storage but for the masters, the updates' arithmetic in f32
-    /// ([`fusegraph_passes::mixed_precision::to_mixed_precision_updating`]).
-    pub(crate) fn mixed(&self, graph: &Graph, outputs: &[NodeId]) -> fusegraph_ir::Result<(Graph, Vec<NodeId>)> {
-        self.mixed_with(graph, outputs, &self.masters())
-    }
-
-    /// [`CompileOptions::mixed`] with the given f32 master parameters.
-    pub(crate) fn mixed_with(
-        &self,
-        graph: &Graph,
-        outputs: &[NodeId],
-        masters: &std::collections::BTreeSet<String>,
-    ) -> fusegraph_ir::Result<(Graph, Vec<NodeId>)> {
-        let updates: Vec<NodeId> = self.updates.iter().map(|(_, n)| *n).collect();
-        fusegraph_passes::mixed_precision::to_mixed_precision_updating(graph, outputs, masters, &updates)
-    }
-
     /// One kernel per primitive op, no simplification, no hoisting and no combined
     /// products: the baseline of comparisons.
     pub fn unfused() -> Self {

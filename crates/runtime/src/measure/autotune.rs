@@ -1,8 +1,9 @@
-//! Autotuning of the tiled matmul: for each class of GEMM shape a kernel computes, every
-//! candidate tiling ([`MatmulTiling::CANDIDATES`], and for an f16 product that can run on
-//! the adapter's cooperative matrices [`MatmulTiling::COOP_CANDIDATES`] too, so the tuner
-//! also decides between tensor cores and the plain kernel) is timed once on this adapter and
-//! the fastest kept: in memory, and on disk (`~/.cache/fusegraph/tiling-v4-<adapter>.txt`, keyed
+//! Autotuning of the tiled matmul: for each class of GEMM shape a kernel computes, at most
+//! [`TIMED_TILINGS`] candidate tilings are timed once on this adapter — the untuned default,
+//! the nearest measured class's winner and the best by a cost model ([`timed_tilings`]) of
+//! [`MatmulTiling::CANDIDATES`], and for an f16 product that can run on the adapter's
+//! cooperative matrices of [`MatmulTiling::COOP_CANDIDATES`] too, so the tuner also decides
+//! between tensor cores and the plain kernel — and the fastest kept: in memory, and on disk (`~/.cache/fusegraph/tiling-v4-<adapter>.txt`, keyed
 //! by adapter and driver) so the next run reuses it. Off with
 //! [`DeviceOptions::autotune`](crate::DeviceOptions::autotune) or `FUSEGRAPH_AUTOTUNE=off`
 //! (every kernel then takes [`MatmulTiling::default_for`] its shape, for reproducible runs),
@@ -24,7 +25,7 @@
 //! [`split_candidates`] slices (the product and its sum), timed as above; the fastest slice
 //! count is kept in memory and in `splitk-v1-<adapter>.txt`.
 
-use crate::tuned::{TunedFamily, TunedSplit, TunedTiling};
+use super::tuned::{TunedFamily, TunedSplit, TunedTiling};
 use crate::{CompileOptions, Device, FusionMode, Result};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor};
 use fusegraph_passes::split_k::{FillOptions, Gemm};
@@ -99,6 +100,88 @@ fn timed_shape(shape: &GemmShape, max_macs: usize) -> GemmShape {
     s
 }
 
+/// Tilings timed for a new shape class: at most this many.
+pub const TIMED_TILINGS: usize = 4;
+
+/// Workgroups a GPU runs at once, as the tiling cost model counts them (a few per
+/// multiprocessor of a large GPU).
+const GPU_FILL: usize = 256;
+/// Workgroups a CPU adapter runs at once, as the tiling cost model counts them.
+const CPU_FILL: usize = 16;
+
+/// The cost model's estimate for `t` computing `shape`, in arbitrary units: the waves of
+/// workgroups (`fill` at a time) times each invocation's multiply-adds per tile, weighed by
+/// the workgroup-memory reads per multiply-add its register block needs
+/// (`(bm + bn) / (bm · bn)`) and the device-memory reads per multiply-add of its tile.
+/// Padding (a tile over the edge of the output) counts as work.
+pub(crate) fn predicted_cost(t: &MatmulTiling, shape: &GemmShape, fill: usize) -> f64 {
+    let (tm, tn) = t.tile();
+    let tiles = shape.batch * shape.m.div_ceil(tm) * shape.n.div_ceil(tn);
+    let waves = tiles.div_ceil(fill) as f64;
+    let per_invocation = (tm * tn * shape.k) as f64 / (t.gx * t.gy) as f64;
+    let shared = (t.bm + t.bn) as f64 / (t.bm * t.bn) as f64;
+    let global = (tm + tn) as f64 / (tm * tn) as f64;
+    waves * per_invocation * (1.0 + 2.0 * shared + 8.0 * global)
+}
+
+/// The tilings timed for a new class of `shape`, at most [`TIMED_TILINGS`]: the untuned
+/// default for the shape (so that tuning never keeps a slower tiling than no tuning), with
+/// `coop` the default cooperative tiling, `nearest` (the winner of the nearest class
+/// measured so far) where given, then the cost model's best ([`predicted_cost`], `fill`
+/// workgroups at a time) of [`MatmulTiling::CANDIDATES`] (and, with `coop`,
+/// [`MatmulTiling::COOP_CANDIDATES`]).
+pub(crate) fn timed_tilings(
+    shape: &GemmShape,
+    coop: bool,
+    nearest: Option<MatmulTiling>,
+    fill: usize,
+) -> Vec<MatmulTiling> {
+    let mut out = vec![MatmulTiling::default_for(shape.m, shape.n)];
+    if coop {
+        out.push(MatmulTiling::COOP_CANDIDATES[0]);
+    }
+    let coop_candidates: &[MatmulTiling] = if coop { &MatmulTiling::COOP_CANDIDATES } else { &[] };
+    let mut ranked: Vec<MatmulTiling> = MatmulTiling::CANDIDATES.iter().chain(coop_candidates).copied().collect();
+    // Stable: ties keep the candidates' order.
+    ranked.sort_by(|a, b| predicted_cost(a, shape, fill).total_cmp(&predicted_cost(b, shape, fill)));
+    let usable = |t: &MatmulTiling| coop || !t.is_cooperative();
+    for t in nearest.filter(usable).into_iter().chain(ranked) {
+        if out.len() == TIMED_TILINGS {
+            break;
+        }
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// The winner of the measured class nearest to `class` (the same element type, batching and
+/// cooperative flag; the fewest doublings of `m`, `n` and `k` apart), if any.
+fn nearest_winner<'a>(class: &str, measured: impl Iterator<Item = (&'a str, MatmulTiling)>) -> Option<MatmulTiling> {
+    // `f32 b1 m512 n1024 k16 coop`: the kind is every word but the dimensions.
+    let parse = |c: &str| -> Option<(Vec<String>, [f64; 3])> {
+        let (mut kind, mut dims) = (Vec::new(), [None; 3]);
+        for w in c.split_whitespace() {
+            let dim = ["m", "n", "k"].iter().position(|p| w.starts_with(p));
+            match dim.and_then(|i| Some((i, w[1..].parse::<f64>().ok()?))) {
+                Some((i, v)) => dims[i] = Some(v.log2()),
+                None => kind.push(w.to_string()),
+            }
+        }
+        Some((kind, [dims[0]?, dims[1]?, dims[2]?]))
+    };
+    let (kind, dims) = parse(class)?;
+    measured
+        .filter(|(c, _)| *c != class)
+        .filter_map(|(c, t)| {
+            let (k, d) = parse(c)?;
+            (k == kind).then(|| ((0..3).map(|i| (d[i] - dims[i]).abs()).sum::<f64>(), t))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, t)| t)
+}
+
 impl Device {
     /// The tiling for a tiled matmul kernel computing `shape` in `dtype`: the tuned choice of
     /// its class (measured now if this device has not seen the class and the disk cache has
@@ -106,7 +189,7 @@ impl Device {
     /// With `coop` (the kernel can run on cooperative matrices) the cooperative tilings are
     /// candidates too, and one of them is the choice where it was fastest.
     pub(crate) fn tuned_tiling(self: &Arc<Self>, shape: &GemmShape, dtype: DType, coop: bool) -> Option<MatmulTiling> {
-        if !self.autotune || shape.batch * shape.m * shape.n * shape.k < MIN_TUNED_MACS {
+        if !self.autotune || super::measuring() || shape.batch * shape.m * shape.n * shape.k < MIN_TUNED_MACS {
             return None;
         }
         let key = class(shape, dtype, coop);
@@ -118,8 +201,9 @@ impl Device {
             }
         }
         // Measured outside the lock: timing compiles and runs executables on this device.
-        tracing::info!(target: "fusegraph::autotune", class = %key, "timing the matmul tilings of a new shape class");
-        let tuned = match self.measure_tilings(&key, &self.timed_shape(shape), dtype, coop) {
+        let start = std::time::Instant::now();
+        let measured = super::during(|| self.measure_tilings(&key, shape, dtype, coop));
+        let tuned = match measured {
             Ok(t) => t,
             // A candidate that cannot run here (limits) leaves the default in place.
             Err(e) => {
@@ -128,7 +212,14 @@ impl Device {
             }
         };
         let tiling = tuned.tiling;
-        tracing::info!(target: "fusegraph::autotune", class = %key, tiling = %tiling, "tuned");
+        tracing::info!(
+            target: "fusegraph::autotune",
+            class = %key,
+            tiling = %tiling,
+            timed = tuned.timings.len(),
+            seconds = start.elapsed().as_secs_f64(),
+            "tuned the matmul tilings of a new shape class"
+        );
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
         tuner.tilings.insert(&self.cache, "tiling-v4", key, tuned, |t| format!("{} = {}\n", t.class, t.tiling));
         Some(tiling)
@@ -144,7 +235,10 @@ impl Device {
     /// included, as tilings are timed.
     pub(crate) fn tuned_split_count(self: &Arc<Self>, gemm: &Gemm) -> usize {
         let shape = GemmShape { batch: gemm.batch, m: gemm.m, n: gemm.n, k: gemm.k };
-        if !self.autotune || gemm.batch * gemm.m * gemm.n * gemm.k < MIN_TUNED_MACS || split_candidates(gemm).len() < 2
+        if !self.autotune
+            || super::measuring()
+            || gemm.batch * gemm.m * gemm.n * gemm.k < MIN_TUNED_MACS
+            || split_candidates(gemm).len() < 2
         {
             return 1;
         }
@@ -157,7 +251,7 @@ impl Device {
                 return fits(t.splits);
             }
         }
-        let Ok(tuned) = self.measure_splits(&key, &shape, gemm) else { return 1 };
+        let Ok(tuned) = super::during(|| self.measure_splits(&key, &shape, gemm)) else { return 1 };
         let splits = tuned.splits;
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
         tuner.splits.insert(&self.cache, "splitk-v1", key, tuned, |t| format!("{} = {}\n", t.class, t.splits));
@@ -238,10 +332,11 @@ impl Device {
         Ok((timings, failed))
     }
 
-    /// Times every candidate tiling on `shape` in `dtype` (the integer class runs i32), the
-    /// cooperative ones too with `coop`. A candidate that fails to compile (over the device's
-    /// limits) is left out; an error while timing, or no candidate compiling, abandons the
-    /// class, which then keeps the default tiling.
+    /// Times the few tilings worth timing for `shape`'s class ([`timed_tilings`]: the
+    /// defaults, the nearest measured class's winner and the cost model's best) on its
+    /// representative product in `dtype` (the integer class runs i32). A candidate that
+    /// fails to compile (over the device's limits) is left out; an error while timing, or
+    /// no candidate compiling, abandons the class, which then keeps the default tiling.
     fn measure_tilings(
         self: &Arc<Self>,
         class: &str,
@@ -249,10 +344,15 @@ impl Device {
         dtype: DType,
         coop: bool,
     ) -> Result<TunedTiling> {
-        let coop_candidates: &[MatmulTiling] = if coop { &MatmulTiling::COOP_CANDIDATES } else { &[] };
-        let candidates = MatmulTiling::CANDIDATES.iter().chain(coop_candidates).copied();
+        let nearest = {
+            let tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
+            nearest_winner(class, tuner.tilings.by_class.values().map(|t| (t.class.as_str(), t.tiling)))
+        };
+        let fill = if self.info().device_type == wgpu::DeviceType::Cpu { CPU_FILL } else { GPU_FILL };
+        let candidates = timed_tilings(shape, coop, nearest, fill);
+        let timed = self.timed_shape(shape);
         let (tiling, timings) =
-            self.time_product(class, shape, dtype, candidates, |tiling, opts| opts.matmul_tiling = Some(tiling))?;
+            self.time_product(class, &timed, dtype, candidates, |tiling, opts| opts.matmul_tiling = Some(tiling))?;
         Ok(TunedTiling { class: class.to_string(), tiling, timings })
     }
 
@@ -298,7 +398,7 @@ impl Device {
     /// per class and cached (`family-v1-<adapter>.txt`), as tilings are. `None` where
     /// autotuning is off or the product is below [`MIN_TUNED_MACS`].
     pub(crate) fn tuned_family(self: &Arc<Self>, shape: &GemmShape, dtype: DType) -> Option<bool> {
-        if !self.autotune || shape.batch * shape.m * shape.n * shape.k < MIN_TUNED_MACS {
+        if !self.autotune || super::measuring() || shape.batch * shape.m * shape.n * shape.k < MIN_TUNED_MACS {
             return None;
         }
         let key = class(shape, dtype, false);
@@ -310,9 +410,11 @@ impl Device {
             }
         }
         let shape = self.timed_shape(shape);
-        let measured = self.time_product(&key, &shape, dtype, [true, false], |subgroup, opts| {
-            opts.subgroup_matmul = Some(subgroup);
-            opts.matmul_tiling = (!subgroup).then(|| MatmulTiling::default_for(shape.m, shape.n));
+        let measured = super::during(|| {
+            self.time_product(&key, &shape, dtype, [true, false], |subgroup, opts| {
+                opts.subgroup_matmul = Some(subgroup);
+                opts.matmul_tiling = (!subgroup).then(|| MatmulTiling::default_for(shape.m, shape.n));
+            })
         });
         let tuned = match measured {
             Ok((subgroup, timings)) => TunedFamily { class: key.clone(), subgroup, timings },
@@ -372,7 +474,7 @@ pub(crate) fn pattern(len: usize, seed: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tuned::parse_line;
+    use crate::measure::tuned::parse_line;
 
     #[test]
     fn classes_round_up_to_powers_of_two_and_timed_shapes_shrink() {

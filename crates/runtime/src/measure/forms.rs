@@ -11,12 +11,11 @@
 //! fused `softmax(q·kᵀ/8)·v` of 4 heads of 256 queries and keys of 64; textures, the subgroup
 //! matmul of 512³ f32 (only where the device allows texture operands).
 
-use crate::autotune::{fastest, pattern};
-use crate::tuned::TunedForm;
+use super::autotune::{fastest, pattern};
+use super::tuned::TunedForm;
 use crate::{CompileOptions, Device, KernelForms, Result, SplitReductions};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor, NodeId};
 use fusegraph_wgsl::Spread;
-use std::cell::Cell;
 use std::sync::Arc;
 
 /// The cache file of the measured forms.
@@ -24,29 +23,6 @@ const STEM: &str = "forms-v1";
 
 /// How much faster than the adapter's default family the other must run to replace it.
 const MARGIN: f64 = 0.05;
-
-thread_local! {
-    /// Set while this thread measures forms: the compiles inside (a tuned tiling's, say) take
-    /// the adapter's defaults instead of measuring again.
-    static MEASURING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Sets [`MEASURING`] while it lives (unset again if the measurement panics).
-struct Measuring;
-
-impl Measuring {
-    fn during<T>(f: impl FnOnce() -> T) -> T {
-        MEASURING.set(true);
-        let _unset = Measuring;
-        f()
-    }
-}
-
-impl Drop for Measuring {
-    fn drop(&mut self) {
-        MEASURING.set(false);
-    }
-}
 
 /// A kind of kernel whose form is a choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,7 +131,7 @@ impl Device {
     /// nor the disk cache has it), starting from the adapter's defaults: `None` where
     /// autotuning is off, or while this thread is measuring them.
     pub(crate) fn measured_forms(self: &Arc<Self>) -> Option<KernelForms> {
-        if !self.autotune() || MEASURING.get() {
+        if !self.autotune() || super::measuring() {
             return None;
         }
         let mut forms = self.default_forms();
@@ -171,7 +147,7 @@ impl Device {
             let choice = match cached {
                 Some(choice) => Some(choice),
                 None => {
-                    let measured = Measuring::during(|| self.measure_form(kind, forms));
+                    let measured = super::during(|| self.measure_form(kind, forms));
                     match measured {
                         Ok(tuned) => {
                             tracing::info!(target: "fusegraph::autotune", kind = kind.name(), choice = %tuned.choice, timings = ?tuned.timings, "kernel form");
@@ -204,7 +180,6 @@ impl Device {
         let compile = |choice: &'static str| {
             let opts = CompileOptions {
                 name: Some(format!("autotuning {} forms", kind.name())),
-                calibrating: true,
                 split_reductions: SplitReductions::Off,
                 fused_attention: (kind == Kind::Attention).then_some(true),
                 subgroup_matmul: (kind == Kind::Textures).then_some(true),
