@@ -7,7 +7,8 @@
 #                                # release binaries and test executables into .gpu-bin/
 # There (device `run`, carry [".gl", ".gpu-bin"]):
 #   ./scripts/gpu.sh run [PHASE ...]   # phases: info tests roofline bench examples peers (all when
-#                                      # none is named; also: profile, coop (the matmul rows
+#                                      # none is named; also: cold (a model's first run with
+#                                      # nothing measured, then warm), profile, coop (the matmul rows
 #                                      # only, every cooperative tiling),
 #                                      # chain (the elementwise chain's kernel beside edits
 #                                      # that take its parts away: what bounds it),
@@ -194,6 +195,25 @@ run() {
             else
                 echo "no peer binaries in .gpu-bin (../shared/peers/compare.sh build; compare.sh pack .gpu-bin)"
             fi
+            ;;
+        cold)
+            # The first run of a model on an adapter with nothing measured yet (a fresh cache
+            # folder: the cost model, kernel forms, matmul families and tilings all measured
+            # in the run), then the same run again reading the cache; wall seconds each, and
+            # per new shape class the candidates timed and the seconds spent.
+            for w in mlp transformer_s256_l2; do
+                local cache=/tmp/fg-cold-$w
+                rm -rf "$cache"
+                for run in cold warm; do
+                    local t=$(date +%s%N)
+                    XDG_CACHE_HOME=$cache FUSEGRAPH_LOG=fusegraph::autotune=info timeout 120 \
+                        $B/fusegraph bench --workload $w --runs 5 > "$OUT/cold-$w-$run.log" 2>&1
+                    local rc=$?
+                    echo "== $w $run: $(( ($(date +%s%N) - t) / 1000000 )) ms (exit $rc)" | tee -a "$OUT/cold.log"
+                    grep -E "tuned|kernel form|matmul family" "$OUT/cold-$w-$run.log" | sed 's/\x1b\[[0-9;]*m//g' \
+                        | tee -a "$OUT/cold.log" | tail -12
+                done
+            done
             ;;
         generate)
             # GPT-2 small's shapes with random weights: tokens/s at batch 1 and 8, and the

@@ -31,8 +31,8 @@ pub use fusegraph_ir::{
 };
 pub use fusegraph_runtime::{
     Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FeedName, FusionMode, GemmShape,
-    KernelForm, KernelForms, KernelStats, MatmulTiling, Outputs, ParamStore, Recorded, ReduceFill, RuntimeError, SplitK,
-    SplitReductions, Spread, TunedFamily, TunedForm, TunedSplit, TunedTiling,
+    KernelForm, KernelForms, KernelStats, MatmulTiling, Outputs, ParamStore, Recorded, ReduceFill, RuntimeError,
+    SplitK, SplitReductions, Spread, TunedFamily, TunedForm, TunedSplit, TunedTiling,
 };
 
 pub use error::{Error, Result};

@@ -37,6 +37,7 @@ mod fuzz_images;
 mod gradients_device;
 mod hoist;
 mod introspection;
+mod largest_batch;
 mod matmul_subgroup;
 mod matmul_tiled;
 mod memory;

@@ -6,8 +6,8 @@ use fusegraph_passes::liveness::{intervals, peak_live_bytes};
 use fusegraph_passes::schedule::first_unready;
 use fusegraph_passes::testing::{conv_net, elementwise_chain, mlp, remat_graph, transformer_block};
 use fusegraph_passes::{
-    check_plan, largest_batch, Stages, partition, plan_graph, plan_memory, plan_memory_with, plan_summary, schedule,
-    FusionMode, MemoryOptions, PlanOptions,
+    check_plan, largest_batch, partition, plan_graph, plan_memory, plan_memory_with, plan_summary, schedule,
+    FusionMode, MemoryOptions, PlanOptions, Stages,
 };
 
 const ALIGN: u64 = 256;

@@ -69,9 +69,10 @@ impl Device {
         let mut updates = Vec::new();
         for ((name, _), node) in opts.updates.iter().zip(&front.updates) {
             let from = plan.locations[node];
-            let to = params.get(name).map(|(slot, _)| slot.loc).ok_or_else(|| RuntimeError::UnusedUpdate {
-                name: name.clone(),
-            })?;
+            let to = params
+                .get(name)
+                .map(|(slot, _)| slot.loc)
+                .ok_or_else(|| RuntimeError::UnusedUpdate { name: name.clone() })?;
             if from != to {
                 updates.push((from, to));
             }
@@ -273,7 +274,13 @@ pub(crate) fn bound_bytes(declared: &Declared) -> u64 {
 }
 
 /// The executable's statistics: its kernels, the plan's bytes and what it holds.
-fn stats(front: &Front, lowered: &Lowered, kernels: Vec<KernelStats>, b: &Buffers, store_bytes: u64) -> ExecutableStats {
+fn stats(
+    front: &Front,
+    lowered: &Lowered,
+    kernels: Vec<KernelStats>,
+    b: &Buffers,
+    store_bytes: u64,
+) -> ExecutableStats {
     let plan = &front.planned.plan;
     let workspace_bytes: u64 = b.workspace.iter().map(|t| t.size).sum();
     let pipelines = lowered.sources.iter().map(|s| s.wgsl.as_str()).collect::<std::collections::BTreeSet<_>>().len();

@@ -437,7 +437,6 @@ fn check_store(store: &ParamStore, declared_params: &BTreeMap<String, TensorType
     Ok(())
 }
 
-
 /// The kernels of a compile and the matmul forms chosen for them ([`Device::matmul_forms`]).
 struct KernelForms<'a> {
     kernels: &'a [fusegraph_passes::Kernel],

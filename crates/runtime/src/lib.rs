@@ -21,7 +21,6 @@ mod pool;
 mod profile;
 mod store;
 
-pub use measure::autotune::{MAX_TIMED_MACS, MAX_TIMED_MACS_GPU, MIN_TUNED_MACS, TIMED_TILINGS};
 pub use compile::Recorded;
 pub use device::{Backend, Device, DeviceOptions};
 pub use error::{Result, RuntimeError};
@@ -29,10 +28,11 @@ pub use executable::{Executable, ExecutableStats, KernelStats, Timing};
 pub use feeds::{FeedName, Outputs};
 pub use fusegraph_passes::FusionMode;
 pub use fusegraph_wgsl::{Cooperative, Forms, GemmShape, KernelForm, MatmulTiling, Spread};
+pub use measure::autotune::{MAX_TIMED_MACS, MAX_TIMED_MACS_GPU, MIN_TUNED_MACS, TIMED_TILINGS};
+pub use measure::tuned::{KernelForms, TunedFamily, TunedForm, TunedSplit, TunedTiling};
 pub use options::{CompileOptions, ReduceFill, SplitK, SplitReductions};
 pub use profile::{KernelTime, Profile};
 pub use store::ParamStore;
-pub use measure::tuned::{KernelForms, TunedFamily, TunedForm, TunedSplit, TunedTiling};
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;
 /// wgpu's adapter type, as reported in [`Device::info`].

@@ -504,4 +504,40 @@ mod tests {
         assert!(!large.is_valid() && large.is_cooperative());
         assert_eq!(parse_line(&format!("f16 b1 m4096 n4096 k4096 coop = {large}")).map(|p| p.1), Some(large));
     }
+
+    #[test]
+    fn a_new_class_times_the_defaults_the_nearest_winner_and_the_cost_models_best() {
+        let square = GemmShape { batch: 1, m: 1024, n: 1024, k: 1024 };
+        for fill in [CPU_FILL, GPU_FILL] {
+            let plain = timed_tilings(&square, false, None, fill);
+            assert_eq!(plain.len(), TIMED_TILINGS);
+            assert_eq!(plain[0], MatmulTiling::default_for(1024, 1024), "the default first");
+            assert!(plain.iter().all(|t| !t.is_cooperative() && MatmulTiling::CANDIDATES.contains(t)));
+            let mut unique = plain.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), plain.len(), "{plain:?}");
+            // With cooperative matrices, the cooperative default is timed too.
+            let coop = timed_tilings(&square, true, None, fill);
+            assert_eq!(&coop[..2], &[MatmulTiling::default_for(1024, 1024), MatmulTiling::COOP_CANDIDATES[0]]);
+            assert_eq!(coop.len(), TIMED_TILINGS);
+        }
+        // Few output tiles (a 256 × 768 projection) on a GPU: the model prefers smaller tiles
+        // (more workgroups) over the default 128 × 128 ones it still times.
+        let skinny = GemmShape { batch: 1, m: 256, n: 768, k: 3072 };
+        let ranked = timed_tilings(&skinny, false, None, GPU_FILL);
+        let (tm, tn) = ranked[1].tile();
+        assert!(tm * tn < 128 * 128, "{ranked:?}");
+        // The nearest measured class of the same kind lends its winner, timed second.
+        let winner = MatmulTiling::CANDIDATES[7];
+        let measured = [
+            ("f32 b1 m1024 n1024 k512", winner),
+            ("f32 b1 m16 n16 k16", MatmulTiling::CANDIDATES[4]),
+            ("f16 b1 m1024 n1024 k1024", MatmulTiling::CANDIDATES[5]),
+        ];
+        let nearest = nearest_winner("f32 b1 m1024 n1024 k1024", measured.into_iter());
+        assert_eq!(nearest, Some(winner));
+        assert_eq!(nearest_winner("f32 batched m1024 n1024 k1024", measured.into_iter()), None, "another kind");
+        assert_eq!(timed_tilings(&square, false, nearest, GPU_FILL)[1], winner);
+    }
 }
