@@ -9,7 +9,7 @@
 
 use clap::Parser;
 use fusegraph::nn::{module, Forward, Gpt, GptConfig, Linear, Params, Scope};
-use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor, RuntimeError, Tensor};
+use fusegraph::{CompileOptions, DType, Device, FusedAttention, GraphBuilder, HostTensor, RuntimeError, Tensor};
 use fusegraph_workloads::{random_values, Workload};
 
 /// `y = x + s + f(s)` with `s = gelu(x)` and `f` narrow → wide → narrow → wide linear layers:
@@ -155,8 +155,8 @@ fn attention(device: &std::sync::Arc<Device>, quick: bool) -> Result<(), Box<dyn
     let seq = if quick { 256 } else { 512 };
     let w = fusegraph_workloads::transformer(seq, 1, true)?;
     let named = CompileOptions { name: Some(w.name.clone()), ..Default::default() };
-    let three = CompileOptions { fused_attention: Some(false), ..named.clone() };
-    let fused = CompileOptions { fused_attention: Some(true), ..named.clone() };
+    let three = CompileOptions { fused_attention: FusedAttention::Never, ..named.clone() };
+    let fused = CompileOptions { fused_attention: FusedAttention::Always, ..named.clone() };
     let (plain, small) = (device.plan(&w.graph, &w.outputs, &three)?, device.plan(&w.graph, &w.outputs, &fused)?);
     let limit = small.total_bytes;
     let run = |opts: &CompileOptions| -> Result<(Vec<HostTensor>, fusegraph::ExecutableStats), RuntimeError> {

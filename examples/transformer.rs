@@ -8,7 +8,7 @@
 
 use clap::Parser;
 use fusegraph::nn::{module, Forward, LayerNorm, Scope, TransformerBlock};
-use fusegraph::Tensor;
+use fusegraph::{FusedAttention, Tensor};
 
 /// GPT-2's decoder stack without the embeddings: causal pre-norm blocks `h.{i}` (layer norm,
 /// attention, residual; layer norm, MLP, residual) and a final layer norm `ln_f`.
@@ -62,14 +62,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let Args { layers, seq, quick, mixed_precision, fused_attention } = Args::parse();
     fusegraph::init_logging();
     let seq = seq.unwrap_or(if quick { 32 } else { 256 });
-    let fused_attention = fused_attention.then_some(true);
+    let fused_attention = if fused_attention { FusedAttention::Always } else { FusedAttention::OverLimit };
     let (d_model, heads, d_mlp) = if quick { (128, 4, 512) } else { (768, 12, 3072) };
     let model = Decoder::new(&Scope::root(), layers, d_model, heads, d_mlp)?;
     let name = format!("transformer_s{seq}_l{layers}");
     let w = fusegraph_workloads::Workload::of_model(name, &model, &[1, seq, d_model], 3)?;
     let device = fusegraph::Device::shared()?;
     let precision = if mixed_precision { "mixed precision (f16 storage)" } else { "f32" };
-    let attention = if fused_attention.is_some() { ", fused attention" } else { "" };
+    let attention = if fused_attention == FusedAttention::Always { ", fused attention" } else { "" };
     println!("transformer: {layers} layer(s), sequence {seq}, {precision}{attention} on {}", device.describe());
     let opts = fusegraph::CompileOptions { mixed_precision, fused_attention, ..Default::default() };
     let report = fusegraph_workloads::run_example_with(&device, &w, 3, &opts)?;

@@ -122,6 +122,12 @@ run() {
             # The autotuner's choices, per shape class.
             cat "$XDG_CACHE_HOME"/fusegraph/* 2>/dev/null | tee -a "$OUT/roofline.log"
             ;;
+        rooflinequick)
+            # The families with stated targets only, five runs a row.
+            timeout 120 $B/fusegraph roofline --kernels copy,elementwise,reduce,softmax,layer,matmul --runs 5 \
+                --json "$OUT/roofline.json" 2>&1 | tee "$OUT/roofline.log" | grep -v "^timing"
+            cat "$XDG_CACHE_HOME"/fusegraph/* 2>/dev/null >> "$OUT/roofline.log"
+            ;;
         coop)
             # The matmul rows only: the tuner's picks, each cooperative-matrix tiling forced
             # (rows `matmul coop TILING`), and the best of them against f32.
@@ -186,7 +192,7 @@ run() {
                 P=/tmp/fg-peers && mkdir -p $P && tar -C $P -xJf .gpu-bin/peers.tar.xz
             fi
             if [ -x $P/burn-bench ] && [ -x $P/fg-bench ]; then
-                for round in 1 2; do
+                for round in $(seq "${PEER_ROUNDS:-2}"); do
                     echo "== round $round: Burn" | tee -a "$OUT/peers.log"
                     timeout 90 $P/burn-bench 2>&1 | tee -a "$OUT/peers.log"
                     echo "== round $round: fusegraph" | tee -a "$OUT/peers.log"

@@ -30,9 +30,9 @@ pub use fusegraph_ir::{
     NodeId, Op, PoolKind, ReduceKind, Shape, Tensor, TensorType, UnaryOp,
 };
 pub use fusegraph_runtime::{
-    Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FeedName, FusionMode, GemmShape,
-    KernelForm, KernelForms, KernelStats, MatmulTiling, Outputs, ParamStore, Recorded, ReduceFill, RuntimeError,
-    SplitK, SplitReductions, Spread, TunedFamily, TunedForm, TunedSplit, TunedTiling,
+    Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FeedName, FusedAttention, FusionMode,
+    GemmShape, KernelForm, KernelForms, KernelStats, MatmulFamily, MatmulTiling, Outputs, ParamStore, Recorded,
+    ReduceFill, RuntimeError, SplitK, SplitReductions, Spread, TunedFamily, TunedForm, TunedSplit, TunedTiling,
 };
 
 pub use error::{Error, Result};

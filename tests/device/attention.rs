@@ -9,7 +9,8 @@
 use crate::common::{devices, random, Domain, Rng};
 use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
 use fusegraph::{
-    CompileOptions, DType, Device, DeviceOptions, Graph, GraphBuilder, HostTensor, NodeId, RuntimeError, Tensor,
+    CompileOptions, DType, Device, DeviceOptions, FusedAttention, Graph, GraphBuilder, HostTensor, NodeId,
+    RuntimeError, Tensor,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -72,7 +73,8 @@ fn run(
     feeds: &[(String, HostTensor)],
     fused: bool,
 ) -> (Vec<HostTensor>, fusegraph::ExecutableStats) {
-    let opts = CompileOptions { fused_attention: Some(fused), ..Default::default() };
+    let fused_attention = if fused { FusedAttention::Always } else { FusedAttention::Never };
+    let opts = CompileOptions { fused_attention, ..Default::default() };
     let exe = device.compile(g, outs, &opts).expect("compiles");
     let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
     (exe.run(&refs).expect("runs").into_vec(), exe.stats().clone())
@@ -306,10 +308,11 @@ fn memory_limit_turns_on_fused_attention() {
         Shape { batch: 1, heads: 4, seq_q: 256, seq_k: 256, head: 16, causal: true, masked: -1e9, dtype: DType::F32 };
     let (g, outs, feeds) = attention(s);
     let device = Arc::new(Device::new(&DeviceOptions::default()).expect("a device"));
-    let off = CompileOptions { fused_attention: Some(false), ..Default::default() };
+    let off = CompileOptions { fused_attention: FusedAttention::Never, ..Default::default() };
     let plain = device.plan(&g, &outs, &off).expect("plans");
-    let fused =
-        device.plan(&g, &outs, &CompileOptions { fused_attention: Some(true), ..Default::default() }).expect("plans");
+    let fused = device
+        .plan(&g, &outs, &CompileOptions { fused_attention: FusedAttention::Always, ..Default::default() })
+        .expect("plans");
     // Scores and probabilities: 4 × 256 × 256 f32 each.
     assert!(
         plain.total_bytes >= fused.total_bytes + 4 * 256 * 256 * 4,

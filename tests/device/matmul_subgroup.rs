@@ -10,7 +10,9 @@ use fusegraph::crates::reference::{assert_close, evaluate, tolerance};
 use fusegraph::crates::wgsl::{
     gemm_shape, lower, subgroup_matmul, validate, Forms, KernelForm, LowerOptions, CPU_LOOP_BUDGET, TEXTURE_ROW,
 };
-use fusegraph::{CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor, KernelForms, NodeId, Tensor};
+use fusegraph::{
+    CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor, KernelForms, MatmulFamily, NodeId, Tensor,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -666,19 +668,19 @@ fn the_matmul_family_is_measured_per_class_and_can_be_forced() {
     ]);
     let want = evaluate(&g, &[y.id()], &feeds, &BTreeMap::new()).unwrap().remove(0);
     let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let run = |subgroup_matmul: Option<bool>| {
-        let exe = device.compile(&g, &[y.id()], &CompileOptions { subgroup_matmul, ..Default::default() }).unwrap();
+    let run = |matmul_family: MatmulFamily| {
+        let exe = device.compile(&g, &[y.id()], &CompileOptions { matmul_family, ..Default::default() }).unwrap();
         let got = exe.run(&refs).unwrap().remove(0);
         assert_close(&got, &want, 1e-4, 1e-4).unwrap();
         exe.stats().kernels.iter().map(|k| k.form).find(|f| !matches!(f, KernelForm::Loop { .. })).unwrap()
     };
-    let chosen = run(None);
+    let chosen = run(MatmulFamily::Measured);
     let families = device.tuned_families();
     assert_eq!(families.len(), 1, "one class measured: {families:?}");
     assert_eq!(families[0].timings.len(), 2, "both families timed");
     assert_eq!(matches!(chosen, KernelForm::SubgroupMatmul { .. }), families[0].subgroup, "{chosen:?}");
-    assert!(matches!(run(Some(true)), KernelForm::SubgroupMatmul { .. }));
-    assert!(matches!(run(Some(false)), KernelForm::TiledMatmul { .. }));
+    assert!(matches!(run(MatmulFamily::Subgroup), KernelForm::SubgroupMatmul { .. }));
+    assert!(matches!(run(MatmulFamily::Tiled), KernelForm::TiledMatmul { .. }));
     // Cached on disk: a new device reads the choice instead of measuring.
     let again = Arc::new(Device::new(&opts).expect("a device"));
     let exe = again.compile(&g, &[y.id()], &CompileOptions::default()).unwrap();

@@ -9,7 +9,9 @@
 use crate::common;
 
 use crate::common::{run_case, Case, CaseBuilder, Domain};
-use fusegraph::{CompileOptions, DType, Device, DeviceOptions, ExecutableStats, FusionMode, MatmulTiling};
+use fusegraph::{
+    CompileOptions, DType, Device, DeviceOptions, ExecutableStats, FusedAttention, FusionMode, MatmulTiling,
+};
 use std::sync::Arc;
 
 /// A device with the shader checks `on` or off, and `tiled_attention`.
@@ -153,7 +155,7 @@ fn attention(dt: DType, s: usize, d: usize) -> Case {
 #[test]
 fn fused_attention_matches_the_reference_with_and_without_shader_checks() {
     let cases = [attention(DType::F32, 7, 8), attention(DType::F32, 70, 16), attention(DType::F16, 33, 8)];
-    let opts = CompileOptions { fused_attention: Some(true), ..Default::default() };
+    let opts = CompileOptions { fused_attention: FusedAttention::Always, ..Default::default() };
     let mut failures = Vec::new();
     let mut ran = 0;
     for (checks, tiled) in [(false, false), (false, true), (true, false), (true, true)] {

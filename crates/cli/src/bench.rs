@@ -214,7 +214,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         // A training step's mixed precision is in its graph (`select_with`: loss scaling,
         // f32 master weights); the other workloads take the compile option.
         let fused_opts = CompileOptions {
-            fused_attention: args.fused_attention.then_some(true),
+            fused_attention: match args.fused_attention {
+                true => fusegraph::FusedAttention::Always,
+                false => fusegraph::FusedAttention::OverLimit,
+            },
             mixed_precision: args.mixed_precision && w.updates.is_empty(),
             split_k: args.split_k,
             ..Default::default()

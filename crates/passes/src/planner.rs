@@ -47,11 +47,9 @@ pub struct PlanOptions {
     /// the other outputs only. Indices rather than nodes, so they survive rewrites of a copy
     /// of the graph ([`crate::pipeline::run`] fills them).
     pub updates: Vec<(String, usize)>,
-    /// Memory-efficient attention ([`crate::attention`]): `Some(true)` merges every
-    /// `softmax(x)·v` into one kernel that stores neither the scores nor the probabilities,
-    /// `Some(false)` never; `None` (the default) only where [`plan_within`] finds the plan
-    /// over its limit, before rematerializing.
-    pub fused_attention: Option<bool>,
+    /// Memory-efficient attention ([`crate::attention`]): when every `softmax(x)·v` merges
+    /// into one kernel that stores neither the scores nor the probabilities.
+    pub fused_attention: FusedAttention,
     /// Move the kernels that compute from parameters and constants alone to the front of
     /// the schedule and keep the values they leave for later kernels ([`mod@crate::hoist`]), so a
     /// runtime can run them only after a parameter changes. Off with a `remat_budget`; in
@@ -81,12 +79,27 @@ impl Default for PlanOptions {
             top_values: 8,
             remat: true,
             updates: Vec::new(),
-            fused_attention: None,
+            fused_attention: FusedAttention::OverLimit,
             hoist: false,
             combine_products: false,
             external_parameters: false,
         }
     }
+}
+
+/// When attention's `softmax(x)·v` (its probabilities times the values) runs as one
+/// memory-efficient kernel that stores neither the scores nor the probabilities
+/// ([`crate::attention`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FusedAttention {
+    /// Only where the plan would otherwise exceed the memory limit (tried before
+    /// rematerialization): the default.
+    #[default]
+    OverLimit,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
 }
 
 /// A value live at the peak step.
@@ -157,7 +170,7 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
             let fopts = FusionOptions { max_bindings: opts.max_bindings, cost: opts.cost, ..Default::default() };
             let values: Vec<NodeId> = updates.iter().map(|&(_, v)| v).collect();
             let kernels = fuse_updating(g, outputs, &values, &fopts)?.kernels;
-            if opts.fused_attention == Some(true) {
+            if opts.fused_attention == FusedAttention::Always {
                 fuse_attention(g, kernels, outputs, opts.max_bindings)
             } else {
                 kernels
@@ -219,7 +232,7 @@ fn update_pairs(g: &Graph, outputs: &[NodeId], updates: &[(String, usize)]) -> R
 }
 
 /// Plans as [`plan_graph`]; if the total exceeds `limit`, plans again without hoisting,
-/// then with memory-efficient attention (unless `opts.fused_attention` decides it) and then,
+/// then with memory-efficient attention (where `opts.fused_attention` leaves it to the limit) and then,
 /// if `opts.remat` is set and it still does not fit, with rematerialization toward an arena
 /// budget of what the limit leaves after the persistent and staging bytes. The caller compares the result's total
 /// with the limit.
@@ -232,13 +245,16 @@ pub fn plan_within(g: &Graph, outputs: &[NodeId], opts: &PlanOptions, limit: Opt
         opts.hoist = false;
         planned = plan_graph(g, outputs, &opts)?;
     }
-    if planned.summary.total_bytes > limit && opts.fused_attention.is_none() && opts.fusion == FusionMode::On {
-        opts.fused_attention = Some(true);
+    if planned.summary.total_bytes > limit
+        && opts.fused_attention == FusedAttention::OverLimit
+        && opts.fusion == FusionMode::On
+    {
+        opts.fused_attention = FusedAttention::Always;
         let attention = plan_graph(g, outputs, &opts)?;
         if attention.summary.total_bytes < planned.summary.total_bytes {
             planned = attention;
         } else {
-            opts.fused_attention = Some(false);
+            opts.fused_attention = FusedAttention::Never;
         }
     }
     let fixed = planned.summary.persistent_bytes + planned.summary.staging_bytes;

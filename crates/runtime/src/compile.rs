@@ -4,7 +4,7 @@
 //! binds them in [`crate::bind`].
 
 use crate::pool::{buffer_bytes, texel_bytes};
-use crate::{Device, ParamStore, Result, RuntimeError};
+use crate::{Device, MatmulFamily, ParamStore, Result, RuntimeError};
 use fusegraph_ir::{verify, Graph, NodeId, Op, TensorType};
 use fusegraph_passes::kernel::unshared_members;
 use fusegraph_passes::pipeline::{self, held_bytes, Front, Stages};
@@ -195,11 +195,12 @@ impl Device {
                     && strategy.subgroup_matmul
                     && subgroup_matmul(graph, k, lower_opts).is_some();
                 applies
-                    && match opts.subgroup_matmul {
-                        Some(forced) => forced,
+                    && match opts.matmul_family {
+                        MatmulFamily::Subgroup => true,
+                        MatmulFamily::Tiled => false,
                         // `gpu_kernels` asks for a GPU's default forms, unmeasured.
-                        None if self.gpu_kernels => false,
-                        None => gemm_shape(graph, k, lower_opts)
+                        MatmulFamily::Measured if self.gpu_kernels => false,
+                        MatmulFamily::Measured => gemm_shape(graph, k, lower_opts)
                             .and_then(|(shape, dtype)| self.tuned_family(&shape, dtype))
                             .unwrap_or(self.cpu_kernels()),
                     }

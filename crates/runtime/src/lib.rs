@@ -30,7 +30,7 @@ pub use fusegraph_passes::FusionMode;
 pub use fusegraph_wgsl::{Cooperative, Forms, GemmShape, KernelForm, MatmulTiling, Spread};
 pub use measure::autotune::{MAX_TIMED_MACS, MAX_TIMED_MACS_GPU, MIN_TUNED_MACS, TIMED_TILINGS};
 pub use measure::tuned::{KernelForms, TunedFamily, TunedForm, TunedSplit, TunedTiling};
-pub use options::{CompileOptions, ReduceFill, SplitK, SplitReductions};
+pub use options::{CompileOptions, FusedAttention, MatmulFamily, ReduceFill, SplitK, SplitReductions};
 pub use profile::{KernelTime, Profile};
 pub use store::ParamStore;
 /// wgpu's backend enum, as reported in [`Device::info`].

@@ -5,6 +5,7 @@ use crate::KernelForms;
 use fusegraph_ir::NodeId;
 use fusegraph_passes::split_k::{fill_splits, FillOptions, Gemm};
 pub use fusegraph_passes::split_reduce::FillOptions as ReduceFill;
+pub use fusegraph_passes::FusedAttention;
 use fusegraph_passes::FusionMode;
 use fusegraph_wgsl::{MatmulTiling, Spread};
 use std::sync::Arc;
@@ -47,13 +48,13 @@ pub struct CompileOptions {
     /// variable `FUSEGRAPH_DUMP_WGSL=DIR` does the same for every compile; [`crate::env`]). Best effort: a
     /// folder that cannot be written is skipped.
     pub dump_wgsl: Option<std::path::PathBuf>,
-    /// Memory-efficient attention: `Some(true)` computes every `softmax(x)·v` (attention's
-    /// probabilities times the values) in one kernel that stores neither the scores nor the
-    /// probabilities, `Some(false)` never; `None` (the default) only when the plan would
-    /// otherwise exceed the memory limit (tried before rematerialization). It saves
+    /// Memory-efficient attention: when every `softmax(x)·v` (attention's probabilities
+    /// times the values) runs in one kernel that stores neither the scores nor the
+    /// probabilities ([`FusedAttention::OverLimit`], the default: only when the plan would
+    /// otherwise exceed the memory limit, tried before rematerialization). It saves
     /// `2 · batch · heads · seq²` values per attention layer; the kernel suits GPUs, and is
     /// slower than the unfused attention on a CPU adapter (BENCHMARKS.md).
-    pub fused_attention: Option<bool>,
+    pub fused_attention: FusedAttention,
     /// Split-k: matrix products too small to occupy the device become `s` products over
     /// slices of `k`, summed ([`fusegraph_passes::split_k`]). Off by default (`fusegraph
     /// bench --split-k` sets it). A split that would make the plan exceed the memory limit is
@@ -78,12 +79,10 @@ pub struct CompileOptions {
     /// changes. Off in [`crate::CompileOptions::unfused`] (the naive baseline).
     pub hoist_parameters: bool,
     /// The matrix-product family where both apply: the subgroup matmul (no workgroup memory
-    /// or barriers; adapters with a fixed subgroup size) or the workgroup-tiled kernel.
-    /// `None` (the default): measured per shape class where autotuning is on
-    /// ([`crate::Device::tuned_families`]), else the subgroup kernel on a CPU adapter and the
-    /// tiled one elsewhere; `Some(true)` / `Some(false)`: that family. A forced
-    /// `matmul_tiling` means the tiled kernel.
-    pub subgroup_matmul: Option<bool>,
+    /// or barriers; adapters with a fixed subgroup size) or the workgroup-tiled kernel
+    /// ([`MatmulFamily`]; by default measured per shape class). A forced `matmul_tiling`
+    /// means the tiled kernel.
+    pub matmul_family: MatmulFamily,
     /// With fusion on, matrix products that share their left operand and whose weights are
     /// parameters of one shape that no update writes (attention's query, key and value
     /// projections) become one batched product over the weights stacked into one parameter
@@ -105,6 +104,20 @@ pub struct CompileOptions {
     /// ([`Device::kernel_forms`], measured where autotuning is on). For comparisons and
     /// tests of each form.
     pub kernel_forms: Option<KernelForms>,
+}
+
+/// The matrix-product family of [`CompileOptions::matmul_family`], where both the subgroup
+/// matmul and the workgroup-tiled kernel apply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatmulFamily {
+    /// Measured per shape class where autotuning is on ([`crate::Device::tuned_families`]),
+    /// else the subgroup kernel on a CPU adapter and the tiled one elsewhere (the default).
+    #[default]
+    Measured,
+    /// The subgroup matmul.
+    Subgroup,
+    /// The workgroup-tiled kernel.
+    Tiled,
 }
 
 /// Which matrix products [`crate::CompileOptions::split_k`] splits.
@@ -202,11 +215,11 @@ impl Default for CompileOptions {
             mixed_precision: false,
             matmul_tiling: None,
             dump_wgsl: None,
-            fused_attention: None,
+            fused_attention: FusedAttention::OverLimit,
             split_k: SplitK::Off,
             split_reductions: SplitReductions::Adapter,
             hoist_parameters: true,
-            subgroup_matmul: None,
+            matmul_family: MatmulFamily::Measured,
             combine_products: true,
             excess_precision: true,
             kernel_forms: None,

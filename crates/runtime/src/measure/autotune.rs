@@ -26,7 +26,7 @@
 //! count is kept in memory and in `splitk-v1-<adapter>.txt`.
 
 use super::tuned::{TunedFamily, TunedSplit, TunedTiling};
-use crate::{CompileOptions, Device, FusionMode, Result};
+use crate::{CompileOptions, Device, FusionMode, MatmulFamily, Result};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor};
 use fusegraph_passes::split_k::{FillOptions, Gemm};
 use fusegraph_wgsl::{GemmShape, MatmulTiling};
@@ -412,7 +412,7 @@ impl Device {
         let shape = self.timed_shape(shape);
         let measured = super::during(|| {
             self.time_product(&key, &shape, dtype, [true, false], |subgroup, opts| {
-                opts.subgroup_matmul = Some(subgroup);
+                opts.matmul_family = if subgroup { MatmulFamily::Subgroup } else { MatmulFamily::Tiled };
                 opts.matmul_tiling = (!subgroup).then(|| MatmulTiling::default_for(shape.m, shape.n));
             })
         });

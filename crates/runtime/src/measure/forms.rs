@@ -13,7 +13,7 @@
 
 use super::autotune::{fastest, pattern};
 use super::tuned::TunedForm;
-use crate::{CompileOptions, Device, KernelForms, Result, SplitReductions};
+use crate::{CompileOptions, Device, FusedAttention, KernelForms, MatmulFamily, Result, SplitReductions};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor, NodeId};
 use fusegraph_wgsl::Spread;
 use std::sync::Arc;
@@ -181,8 +181,14 @@ impl Device {
             let opts = CompileOptions {
                 name: Some(format!("autotuning {} forms", kind.name())),
                 split_reductions: SplitReductions::Off,
-                fused_attention: (kind == Kind::Attention).then_some(true),
-                subgroup_matmul: (kind == Kind::Textures).then_some(true),
+                fused_attention: match kind {
+                    Kind::Attention => FusedAttention::Always,
+                    _ => FusedAttention::OverLimit,
+                },
+                matmul_family: match kind {
+                    Kind::Textures => MatmulFamily::Subgroup,
+                    _ => MatmulFamily::Measured,
+                },
                 kernel_forms: Some(kind.with(forms, choice)),
                 ..Default::default()
             };
