@@ -121,7 +121,7 @@ def device_section(folder):
         lines += ["### Fused against unfused (`fusegraph bench`)", ""] + bench_table(load(bench)) + [""]
     peers = os.path.join(folder, "peers.txt")
     if os.path.exists(peers):
-        lines += ["### Burn beside fusegraph (`../shared/peers`, medians in ms, two rounds in turn)", ""]
+        lines += ["### Burn beside fusegraph (`../shared/peers`, medians in ms, rounds in turn)", ""]
         lines += peers_table(open(peers).read()) + [""]
     return lines
 

@@ -27,6 +27,9 @@ use fusegraph_ir::{verify, Graph, NodeId, Result};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+/// The slice count split-k gives each product (1 leaves it alone).
+pub type SplitCount<'a> = Box<dyn Fn(&Gemm) -> usize + 'a>;
+
 /// What the device-free stages are asked for: the planner's options, the rewrites, mixed
 /// precision and the memory limit. A runtime fills it from its compile options and its
 /// adapter's facts; without a device, [`Stages::default`] plans for the default limits.
@@ -42,7 +45,7 @@ pub struct Stages<'a> {
     /// state need their f32 values between steps).
     pub mixed_precision: Option<BTreeSet<String>>,
     /// Split matmuls over `k`: the slice count for each product (1 leaves it alone).
-    pub split_k: Option<Box<dyn Fn(&Gemm) -> usize + 'a>>,
+    pub split_k: Option<SplitCount<'a>>,
     /// Split reductions with few outputs and long rows by this occupancy rule (fusion on
     /// only: the partial sums are meant to fuse with their producer).
     pub split_reductions: Option<ReduceFill>,
@@ -145,7 +148,7 @@ pub fn largest_batch(
         plan: stages.plan.clone(),
         simplify: stages.simplify,
         mixed_precision: stages.mixed_precision.clone(),
-        split_k: stages.split_k.as_deref().map(|f| Box::new(f) as Box<dyn Fn(&Gemm) -> usize>),
+        split_k: stages.split_k.as_deref().map(|f| Box::new(f) as SplitCount),
         split_reductions: stages.split_reductions,
         limit: Some(limit),
     };

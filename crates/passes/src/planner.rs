@@ -323,11 +323,9 @@ fn summarize(
     top: usize,
 ) -> PlanSummary {
     // Update values stay on the device; one that is also an output in its own right is read
-    // back as that output.
+    // back (and counted) as that output.
     let update_index: BTreeSet<usize> = updates.iter().map(|&(_, i)| i).collect();
-    let read_back = outputs.iter().enumerate().filter(|(i, o)| {
-        !update_index.contains(i) || outputs.iter().enumerate().any(|(j, p)| p == *o && !update_index.contains(&j))
-    });
+    let read_back = outputs.iter().enumerate().filter(|(i, _)| !update_index.contains(i));
     let staging_bytes: u64 =
         read_back.map(|(_, o)| plan.locations.get(o).map_or_else(|| value_bytes(g, *o), |l| l.size)).sum();
     let per_step = plan.live_bytes_per_step();

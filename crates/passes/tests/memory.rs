@@ -144,3 +144,34 @@ fn largest_batch_fits_and_the_next_does_not() {
     assert_eq!(largest_batch(mlp, total(1) - 1, &opts, 4096).unwrap(), None);
     assert_eq!(largest_batch(mlp, u64::MAX, &opts, 5).unwrap(), Some(5));
 }
+
+/// Updates are planned once, beside the outputs: alive to the end and written in place, but
+/// never staged for reading back — unless the same value is also an output.
+#[test]
+fn update_values_are_planned_but_not_staged() {
+    use fusegraph_ir::{DType, GraphBuilder};
+    use fusegraph_passes::pipeline::run;
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [1024]).unwrap();
+    let w = b.parameter("w", DType::F32, [1024]).unwrap();
+    let y = x.mul(&w).unwrap().sum(&[0], false).unwrap();
+    let w_new = w.add(&x).unwrap();
+    let g = b.graph();
+    let stages = Stages { simplify: true, ..Default::default() };
+    let updates = vec![("w".to_string(), w_new.id())];
+    let planned = run(&g, &[y.id()], &updates, &stages).unwrap();
+    let s = planned.summary();
+    assert_eq!(s.staging_bytes, 4, "the loss alone is read back: {s:?}");
+    assert_eq!(s.total_bytes, s.persistent_bytes + s.arena_bytes + s.staging_bytes);
+    assert_eq!(planned.updates.len(), 1);
+    // The new weights are written over the old ones: no arena bytes for them.
+    assert!(planned.planned.plan.locations.contains_key(&planned.updates[0]));
+    assert_eq!(
+        planned.planned.plan.locations[&planned.updates[0]].region,
+        fusegraph_passes::Region::Persistent,
+        "written in place: {s:?}"
+    );
+    // Read back too: then it is staged once.
+    let both = run(&g, &[y.id(), w_new.id()], &updates, &stages).unwrap();
+    assert_eq!(both.summary().staging_bytes, 4 + 4096);
+}

@@ -2,7 +2,7 @@
 //! parameter, output and update given its slot, constants written, and each lowered kernel
 //! made a pipeline with its bind group.
 
-use crate::compile::{binding_bytes, Declared, Lowered};
+use crate::compile::{binding_bytes, bound_bytes, Declared, Lowered};
 use crate::executable::{CompiledKernel, ExecutableStats, KernelStats, Slot, TextureCopy};
 use crate::memory::{Allocation, TextureAllocation};
 use crate::pool::{texel_bytes, Kind};
@@ -266,11 +266,6 @@ impl Device {
         }
         Ok([x as u32, y as u32, 1])
     }
-}
-
-/// Bytes of the declared parameters: those a store holds for an executable bound to it.
-pub(crate) fn bound_bytes(declared: &Declared) -> u64 {
-    declared.1.values().map(|t| t.buffer_bytes() as u64).sum()
 }
 
 /// The executable's statistics: its kernels, the plan's bytes and what it holds.

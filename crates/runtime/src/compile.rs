@@ -87,7 +87,7 @@ impl Device {
             plan: self.plan_options(opts, external),
             simplify: opts.simplify,
             mixed_precision: opts.mixed_precision.then_some(masters),
-            split_k: (opts.split_k != SplitK::Off).then(|| Box::new(splits) as Box<dyn Fn(&Gemm) -> usize>),
+            split_k: (opts.split_k != SplitK::Off).then(|| Box::new(splits) as pipeline::SplitCount),
             split_reductions: opts.split_reductions.fill(self.forms_for(opts).rows),
             limit,
         }
@@ -294,7 +294,7 @@ impl Device {
             check_store(store, &declared.1)?;
         }
         // Bytes of the store's parameters this executable binds, which the limit covers.
-        let bound = store.map_or(0, |_| crate::bind::bound_bytes(&declared));
+        let bound = store.map_or(0, |_| bound_bytes(&declared));
         let (limit, counted) = self.limit_for(opts, bound);
         // A store's parameters stay f32 under mixed precision (other executables read them):
         // each is cast where used.
@@ -363,6 +363,11 @@ pub(crate) struct Lowered {
 
 /// The inputs and parameters a graph declares, by name.
 pub(crate) type Declared = (BTreeMap<String, TensorType>, BTreeMap<String, TensorType>);
+
+/// Bytes of the declared parameters: those a store holds for an executable bound to it.
+pub(crate) fn bound_bytes(declared: &Declared) -> u64 {
+    declared.1.values().map(|t| t.buffer_bytes() as u64).sum()
+}
 
 /// The inputs and parameters of `graph` as the user wrote it, by name (each may be fed or
 /// set even where simplification finds the outputs do not need it); checks that every one of

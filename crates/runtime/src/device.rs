@@ -152,8 +152,8 @@ pub struct Device {
     texture_operands: bool,
     pub(crate) gpu_kernels: bool,
     pub(crate) measure_cost: bool,
-    pub(crate) cache: crate::measure::tuned::Cache,
-    pub(crate) tuner: Mutex<crate::measure::tuned::Tuner>,
+    pub(crate) cache: crate::tuned::Cache,
+    pub(crate) tuner: Mutex<crate::tuned::Tuner>,
 }
 
 impl std::fmt::Debug for Device {
@@ -266,7 +266,7 @@ impl Device {
         let measure_cost = opts.autotune.or(crate::env::env().autotune) != Some(false);
         let cache_dir =
             opts.cache_dir.clone().or_else(|| crate::env::env().cache_home.clone().map(|h| h.join("fusegraph")));
-        let cache = crate::measure::tuned::Cache::new(cache_dir, &info, shader_checks);
+        let cache = crate::tuned::Cache::new(cache_dir, &info, shader_checks);
         Ok(Device {
             device,
             queue,

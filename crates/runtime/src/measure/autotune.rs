@@ -25,7 +25,7 @@
 //! [`split_candidates`] slices (the product and its sum), timed as above; the fastest slice
 //! count is kept in memory and in `splitk-v1-<adapter>.txt`.
 
-use super::tuned::{TunedFamily, TunedSplit, TunedTiling};
+use crate::tuned::{TunedFamily, TunedSplit, TunedTiling};
 use crate::{CompileOptions, Device, FusionMode, MatmulFamily, Result};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor};
 use fusegraph_passes::split_k::{FillOptions, Gemm};
@@ -344,16 +344,25 @@ impl Device {
         dtype: DType,
         coop: bool,
     ) -> Result<TunedTiling> {
-        let nearest = {
-            let tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
-            nearest_winner(class, tuner.tilings.by_class.values().map(|t| (t.class.as_str(), t.tiling)))
-        };
-        let fill = if self.info().device_type == wgpu::DeviceType::Cpu { CPU_FILL } else { GPU_FILL };
-        let candidates = timed_tilings(shape, coop, nearest, fill);
+        let candidates = self.candidate_tilings(class, shape, coop);
         let timed = self.timed_shape(shape);
         let (tiling, timings) =
             self.time_product(class, &timed, dtype, candidates, |tiling, opts| opts.matmul_tiling = Some(tiling))?;
         Ok(TunedTiling { class: class.to_string(), tiling, timings })
+    }
+
+    /// The tilings timed for a new `class` of `shape` on this adapter ([`timed_tilings`],
+    /// with the nearest class measured so far).
+    fn candidate_tilings(&self, class: &str, shape: &GemmShape, coop: bool) -> Vec<MatmulTiling> {
+        let nearest = {
+            let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
+            // The cache file read first: its classes are neighbours too.
+            let read = |class, tiling| TunedTiling { class, tiling, timings: vec![] };
+            let _ = tuner.tilings.get(&self.cache, "tiling-v4", class, read);
+            nearest_winner(class, tuner.tilings.by_class.values().map(|t| (t.class.as_str(), t.tiling)))
+        };
+        let fill = if self.info().device_type == wgpu::DeviceType::Cpu { CPU_FILL } else { GPU_FILL };
+        timed_tilings(shape, coop, nearest, fill)
     }
 
     /// The product a shape class is timed on here: `shape` scaled down to at most
@@ -394,9 +403,12 @@ impl Device {
     }
 
     /// Whether products of `shape`'s class in `dtype` run fastest on the subgroup matmul
-    /// (rather than the tiled kernel at its default tiling), where both apply: measured once
-    /// per class and cached (`family-v1-<adapter>.txt`), as tilings are. `None` where
-    /// autotuning is off or the product is below [`MIN_TUNED_MACS`].
+    /// rather than the tiled kernel, where both apply: measured once per class and cached
+    /// (`family-v1-<adapter>.txt`), as tilings are. The subgroup kernel is timed beside the
+    /// tiled candidates of [`timed_tilings`] in one measurement; where the tiled family wins,
+    /// its fastest tiling is the class's tuned tiling too (cached as [`Device::tuned_tiling`]
+    /// would), so the class is timed once. `None` where autotuning is off or the product is
+    /// below [`MIN_TUNED_MACS`].
     pub(crate) fn tuned_family(self: &Arc<Self>, shape: &GemmShape, dtype: DType) -> Option<bool> {
         if !self.autotune || super::measuring() || shape.batch * shape.m * shape.n * shape.k < MIN_TUNED_MACS {
             return None;
@@ -409,26 +421,49 @@ impl Device {
                 return Some(t.subgroup);
             }
         }
-        let shape = self.timed_shape(shape);
+        let start = std::time::Instant::now();
+        // `None`: the subgroup kernel; `Some(tiling)`: the tiled kernel with that tiling.
+        let candidates: Vec<Option<MatmulTiling>> =
+            std::iter::once(None).chain(self.candidate_tilings(&key, shape, false).into_iter().map(Some)).collect();
+        let timed = self.timed_shape(shape);
         let measured = super::during(|| {
-            self.time_product(&key, &shape, dtype, [true, false], |subgroup, opts| {
-                opts.matmul_family = if subgroup { MatmulFamily::Subgroup } else { MatmulFamily::Tiled };
-                opts.matmul_tiling = (!subgroup).then(|| MatmulTiling::default_for(shape.m, shape.n));
+            self.time_product(&key, &timed, dtype, candidates, |c, opts| {
+                opts.matmul_family = if c.is_none() { MatmulFamily::Subgroup } else { MatmulFamily::Tiled };
+                opts.matmul_tiling = c;
             })
         });
-        let tuned = match measured {
-            Ok((subgroup, timings)) => TunedFamily { class: key.clone(), subgroup, timings },
+        let (best, timings) = match measured {
+            Ok(m) => m,
             Err(e) => {
                 tracing::warn!(target: "fusegraph::autotune", class = %key, "kept the adapter's matmul family: {e}");
                 return None;
             }
         };
-        tracing::info!(target: "fusegraph::autotune", class = %key, subgroup = tuned.subgroup, "matmul family");
-        let subgroup = tuned.subgroup;
+        let fastest_of = |subgroup: bool| {
+            timings.iter().filter(|t| t.0.is_none() == subgroup).map(|t| t.1).min_by(|a, b| a.total_cmp(b))
+        };
+        let family_timings = [true, false].into_iter().filter_map(|sg| Some((sg, fastest_of(sg)?))).collect();
+        let tuned = TunedFamily { class: key.clone(), subgroup: best.is_none(), timings: family_timings };
+        tracing::info!(
+            target: "fusegraph::autotune",
+            class = %key,
+            subgroup = tuned.subgroup,
+            timed = timings.len(),
+            seconds = start.elapsed().as_secs_f64(),
+            "measured the matmul family (and tilings) of a new shape class"
+        );
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
         let line = |t: &TunedFamily| format!("{} = {}\n", t.class, if t.subgroup { "subgroup" } else { "tiled" });
-        tuner.families.insert(&self.cache, "family-v1", key, tuned, line);
-        Some(subgroup)
+        tuner.families.insert(&self.cache, "family-v1", key.clone(), tuned, line);
+        if let Some(tiling) = best {
+            // The cache file read first, so that rewriting it keeps its other classes.
+            let read = |class, tiling| TunedTiling { class, tiling, timings: vec![] };
+            let _ = tuner.tilings.get(&self.cache, "tiling-v4", &key, read);
+            let timings = timings.iter().filter_map(|&(c, ms)| Some((c?, ms))).collect();
+            let tuned = TunedTiling { class: key.clone(), tiling, timings };
+            tuner.tilings.insert(&self.cache, "tiling-v4", key, tuned, |t| format!("{} = {}\n", t.class, t.tiling));
+        }
+        Some(best.is_none())
     }
 
     /// The matmul families measured so far on this device (or read from the disk cache), by
@@ -474,7 +509,7 @@ pub(crate) fn pattern(len: usize, seed: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::tuned::parse_line;
+    use crate::tuned::parse_line;
 
     #[test]
     fn classes_round_up_to_powers_of_two_and_timed_shapes_shrink() {

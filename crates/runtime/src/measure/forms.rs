@@ -12,7 +12,7 @@
 //! matmul of 512³ f32 (only where the device allows texture operands).
 
 use super::autotune::{fastest, pattern};
-use super::tuned::TunedForm;
+use crate::tuned::TunedForm;
 use crate::{CompileOptions, Device, FusedAttention, KernelForms, MatmulFamily, Result, SplitReductions};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor, NodeId};
 use fusegraph_wgsl::Spread;

@@ -1,7 +1,7 @@
 //! Everything that measures the adapter: the cost model fusion weighs ([`cost`]), the
 //! kernel forms ([`forms`]), the matmul tilings, families and split-k slice counts
-//! ([`autotune`]), and what they keep between runs ([`tuned`]: in memory per device, on disk
-//! per adapter and driver).
+//! ([`autotune`]). What they keep between runs (in memory per device, on disk per adapter
+//! and driver) is [`crate::tuned`], which the device holds.
 //!
 //! Measuring compiles and runs small executables on the device, and compiling asks for
 //! measured choices. One rule keeps that from recursing: while a thread measures
@@ -13,7 +13,6 @@
 pub(crate) mod autotune;
 pub(crate) mod cost;
 pub(crate) mod forms;
-pub(crate) mod tuned;
 
 use std::cell::Cell;
 

@@ -110,7 +110,7 @@ pub(crate) struct Tuner {
 }
 
 /// The matmul family measured fastest for a shape class where the subgroup matmul and the
-/// tiled kernel both apply ([`crate::CompileOptions::subgroup_matmul`]).
+/// tiled kernel both apply ([`crate::CompileOptions::matmul_family`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TunedFamily {
     /// The shape class.
