@@ -35,6 +35,10 @@ use std::sync::Arc;
 /// Rounds in which a GPU times every candidate once (after one untimed round).
 const GPU_ROUNDS: usize = 5;
 
+/// A GPU candidate this many times slower than the fastest in the untimed round is not
+/// timed further.
+const DROP_AFTER_WARMUP: f64 = 3.0;
+
 /// Products smaller than this many multiply-adds keep the default tiling.
 pub const MIN_TUNED_MACS: usize = 1 << 21;
 /// On a CPU adapter the timed product of a class is scaled down to at most this many
@@ -261,6 +265,7 @@ impl Device {
     /// Times `gemm`'s product split into each of [`split_candidates`] slices.
     fn measure_splits(self: &Arc<Self>, class: &str, shape: &GemmShape, gemm: &Gemm) -> Result<TunedSplit> {
         let (b, out, a_host, b_host) = product(shape, gemm.dtype)?;
+        let graph = b.graph();
         let feeds = [("a", &a_host), ("b", &b_host)];
         let compile = |s: usize| {
             let opts = CompileOptions {
@@ -268,7 +273,7 @@ impl Device {
                 name: Some(format!("split-k tuning {class} with {s} slices")),
                 ..Default::default()
             };
-            self.compile(&b.graph(), &[out], &opts)
+            self.compile(&graph, &[out], &opts)
         };
         let (timings, failed) = self.time_candidates(split_candidates(gemm), compile, &feeds, false)?;
         let splits = fastest(&timings, failed)?;
@@ -284,17 +289,18 @@ impl Device {
     /// Times each candidate's executable on `feeds`: on a CPU adapter one after the other
     /// (one warm-up, three timed runs each; each holds its buffers only while it is timed,
     /// and compiling is what costs there, up to seconds per candidate); on a GPU all
-    /// compiled first, run once untimed, then timed in [`GPU_ROUNDS`] interleaved rounds. A
+    /// compiled first, run once untimed, then timed in [`GPU_ROUNDS`] interleaved rounds (but
+    /// for those [`DROP_AFTER_WARMUP`] times slower than the fastest in the untimed round). A
     /// GPU's speed drifts with its clocks: on an H100 the second candidate, timed one after
     /// the other with one warm-up, took 3.8 ms for a kernel that ran in 0.70 ms in the same
     /// process a little later, and the last candidate always matched. `interleaved` times a
     /// CPU adapter's candidates in rounds too (a few cheap candidates, whose comparison
     /// should not depend on what else the machine was doing at one moment). Returns the
     /// median per candidate that compiled, and the last compile error.
-    pub(crate) fn time_candidates<C: Copy>(
+    pub(crate) fn time_candidates<C: Copy + Send>(
         self: &Arc<Self>,
         candidates: impl IntoIterator<Item = C>,
-        compile: impl Fn(C) -> Result<crate::Executable>,
+        compile: impl Fn(C) -> Result<crate::Executable> + Sync,
         feeds: &[(&str, &HostTensor)],
         interleaved: bool,
     ) -> Result<Timed<C>> {
@@ -308,28 +314,72 @@ impl Device {
                 }
             }
         } else {
+            let start = std::time::Instant::now();
             let mut exes = Vec::new();
-            for c in candidates {
-                match compile(c) {
+            for (c, compiled) in self.compile_all(candidates, &compile) {
+                match compiled {
                     Ok(exe) => exes.push((c, exe)),
                     Err(e) => failed = Some(e),
                 }
             }
+            let compiled = start.elapsed();
+            // The untimed round first: a candidate over `DROP_AFTER_WARMUP` times the fastest
+            // there cannot win and is not run again (its warm-up time stands for it).
+            let warm: Vec<f64> =
+                exes.iter().map(|(_, exe)| Ok(exe.time(feeds, 0, 1)?.median())).collect::<Result<_>>()?;
+            let best = warm.iter().copied().fold(f64::INFINITY, f64::min);
+            let kept: Vec<bool> = warm.iter().map(|&w| w <= best * DROP_AFTER_WARMUP).collect();
             let mut ms = vec![Vec::new(); exes.len()];
-            for round in 0..=GPU_ROUNDS {
-                for ((_, exe), ms) in exes.iter().zip(&mut ms) {
-                    let t = exe.time(feeds, 0, 1)?;
-                    if round > 0 {
-                        ms.extend(t.ms);
-                    }
+            for _ in 0..GPU_ROUNDS {
+                for (((_, exe), ms), _) in exes.iter().zip(&mut ms).zip(&kept).filter(|(_, &k)| k) {
+                    ms.extend(exe.time(feeds, 0, 1)?.ms);
                 }
             }
-            for ((c, _), ms) in exes.iter().zip(ms) {
+            for (((c, _), ms), w) in exes.iter().zip(ms).zip(warm) {
                 let t = crate::Timing { ms, gpu_timestamps: self.has_timestamps() };
-                timings.push((*c, t.median()));
+                timings.push((*c, if t.ms.is_empty() { w } else { t.median() }));
             }
+            tracing::info!(
+                target: "fusegraph::autotune",
+                candidates = exes.len(),
+                dropped = kept.iter().filter(|k| !**k).count(),
+                compile_s = compiled.as_secs_f64(),
+                run_s = (start.elapsed() - compiled).as_secs_f64(),
+                "timed candidates"
+            );
         }
         Ok((timings, failed))
+    }
+
+    /// Each candidate's executable, compiled on a thread of its own where the backend allows
+    /// it (creating a pipeline is most of a candidate's cost on a GPU, and drivers compile
+    /// in parallel); one after the other on GL, whose context takes one thread at a time.
+    /// The threads measure as this one does ([`super::during`]).
+    fn compile_all<C: Copy + Send>(
+        &self,
+        candidates: impl IntoIterator<Item = C>,
+        compile: &(impl Fn(C) -> Result<crate::Executable> + Sync),
+    ) -> Vec<(C, Result<crate::Executable>)> {
+        let candidates: Vec<C> = candidates.into_iter().collect();
+        if self.info().backend == wgpu::Backend::Gl || candidates.len() < 2 {
+            return candidates.into_iter().map(|c| (c, compile(c))).collect();
+        }
+        std::thread::scope(|scope| {
+            let threads: Vec<_> =
+                candidates.iter().map(|&c| (c, scope.spawn(move || super::during(|| compile(c))))).collect();
+            threads
+                .into_iter()
+                .map(|(c, t)| {
+                    let compiled = t.join().unwrap_or_else(|_| {
+                        Err(crate::RuntimeError::Wgpu {
+                            during: "compiling a candidate".into(),
+                            detail: "panicked".into(),
+                        })
+                    });
+                    (c, compiled)
+                })
+                .collect()
+        })
     }
 
     /// Times the few tilings worth timing for `shape`'s class ([`timed_tilings`]: the
@@ -377,15 +427,16 @@ impl Device {
     /// applied to the options; returns the fastest and every candidate's median. A candidate
     /// that fails to compile (over the device's limits) is left out; an error while timing,
     /// or no candidate compiling, is the error.
-    fn time_product<C: Copy>(
+    fn time_product<C: Copy + Send>(
         self: &Arc<Self>,
         class: &str,
         shape: &GemmShape,
         dtype: DType,
         candidates: impl IntoIterator<Item = C>,
-        choose: impl Fn(C, &mut CompileOptions),
+        choose: impl Fn(C, &mut CompileOptions) + Sync,
     ) -> Result<(C, Vec<(C, f64)>)> {
         let (b, out, a_host, b_host) = product(shape, dtype)?;
+        let graph = b.graph();
         let feeds = [("a", &a_host), ("b", &b_host)];
         let compile = |c: C| {
             let mut opts = CompileOptions {
@@ -396,7 +447,7 @@ impl Device {
                 ..Default::default()
             };
             choose(c, &mut opts);
-            self.compile(&b.graph(), &[out], &opts)
+            self.compile(&graph, &[out], &opts)
         };
         let (timings, failed) = self.time_candidates(candidates, compile, &feeds, false)?;
         Ok((fastest(&timings, failed)?, timings))
