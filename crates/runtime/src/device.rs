@@ -81,9 +81,9 @@ pub struct DeviceOptions {
     /// a CPU adapter, where the tiled form ran ~20% slower on lavapipe: BENCHMARKS.md).
     pub tiled_attention: Option<bool>,
     /// Whether the subgroup matmul may read its operands from textures, copied from their
-    /// buffers before each such kernel (see `fusegraph_wgsl::LowerOptions::texture_operands`;
-    /// about 3× faster on lavapipe, for extra memory that an executable holds only where its
-    /// memory limit leaves room), where [`Device::kernel_forms`] takes them. `None` is
+    /// buffers before each such kernel (see `fusegraph_wgsl::LowerOptions::texture_operands`:
+    /// faster loads on adapters whose storage loads are slow, for extra memory that an
+    /// executable holds only where its memory limit leaves room), where [`Device::kernel_forms`] takes them. `None` is
     /// allowed; `Some(false)` never.
     pub texture_operands: Option<bool>,
     /// Whether wgpu adds its runtime checks to every kernel: `min` clamps on dynamic indices

@@ -96,7 +96,7 @@ pub struct CompileOptions {
     /// `xla_allow_excess_precision`; see [`fusegraph_wgsl::lower_planned`]). Default on:
     /// results are at least as close to the exact ones, but differ in the last f16 bits from
     /// a run that rounds every op (the unfused one), and rounding costs about a dozen
-    /// integer operations per f16 op (a 20-op f16 chain on lavapipe 1.9× faster with it).
+    /// integer operations per f16 op where f16 is emulated (BENCHMARKS.md).
     /// Off: every f16 op's result is rounded, as the reference evaluator does. f32 graphs
     /// are unaffected.
     pub excess_precision: bool,

@@ -291,9 +291,8 @@ impl Device {
     /// and compiling is what costs there, up to seconds per candidate); on a GPU all
     /// compiled first, run once untimed, then timed in [`GPU_ROUNDS`] interleaved rounds (but
     /// for those [`DROP_AFTER_WARMUP`] times slower than the fastest in the untimed round). A
-    /// GPU's speed drifts with its clocks: on an H100 the second candidate, timed one after
-    /// the other with one warm-up, took 3.8 ms for a kernel that ran in 0.70 ms in the same
-    /// process a little later, and the last candidate always matched. `interleaved` times a
+    /// GPU's speed drifts with its clocks, so candidates timed one after the other would be
+    /// compared at different clocks; interleaved rounds see the same. `interleaved` times a
     /// CPU adapter's candidates in rounds too (a few cheap candidates, whose comparison
     /// should not depend on what else the machine was doing at one moment). Returns the
     /// median per candidate that compiled, and the last compile error.
