@@ -134,27 +134,20 @@ fn rewrite_within(g: &mut Graph, outs: &mut Vec<NodeId>, stages: &Stages, popts:
     rewrite(g, outs, &rewrites, &fits)
 }
 
-/// The largest batch in `1..=max_batch` whose plan through [`run`] (with `stages`, at a
-/// limit of `limit` bytes) holds at most `limit` bytes ([`held_bytes`]), found by doubling
-/// then bisection (assuming memory grows with the batch); `None` if batch 1 does not fit.
-/// `build(batch)` returns the graph, its outputs and its updates. Plans only; no device.
+/// The largest batch in `1..=max_batch` whose plan through [`run`] with `stages` holds at
+/// most `stages.limit` bytes ([`held_bytes`]; every batch fits without a limit), found by
+/// doubling then bisection (assuming memory grows with the batch); `None` if batch 1 does
+/// not fit. `build(batch)` returns the graph, its outputs and its updates. Plans only; no
+/// device.
 pub fn largest_batch(
     build: impl Fn(usize) -> Result<(Graph, Vec<NodeId>, Vec<(String, NodeId)>)>,
-    limit: u64,
     stages: &Stages,
     max_batch: usize,
 ) -> Result<Option<usize>> {
-    let stages = Stages {
-        plan: stages.plan.clone(),
-        simplify: stages.simplify,
-        mixed_precision: stages.mixed_precision.clone(),
-        split_k: stages.split_k.as_deref().map(|f| Box::new(f) as SplitCount),
-        split_reductions: stages.split_reductions,
-        limit: Some(limit),
-    };
+    let Some(limit) = stages.limit else { return Ok((max_batch > 0).then_some(max_batch)) };
     let fits = |batch: usize| -> Result<bool> {
         let (g, outputs, updates) = build(batch)?;
-        Ok(held_bytes(run(&g, &outputs, &updates, &stages)?.summary()) <= limit)
+        Ok(held_bytes(run(&g, &outputs, &updates, stages)?.summary()) <= limit)
     };
     if max_batch == 0 || !fits(1)? {
         return Ok(None);

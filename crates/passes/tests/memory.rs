@@ -136,13 +136,13 @@ fn largest_batch_fits_and_the_next_does_not() {
     };
     let limit = total(1) + 40 * 1024 * 1024 / 10;
     let mlp = |b| mlp(b).map(|(g, outs)| (g, outs, vec![]));
-    let opts = Stages { plan: opts.clone(), ..Default::default() };
-    let b = largest_batch(mlp, limit, &opts, 4096).unwrap().expect("batch 1 fits");
+    let stages = |limit| Stages { plan: opts.clone(), limit: Some(limit), ..Default::default() };
+    let b = largest_batch(mlp, &stages(limit), 4096).unwrap().expect("batch 1 fits");
     eprintln!("largest mlp batch under {limit} bytes: {b} ({} bytes; {} at {})", total(b), total(b + 1), b + 1);
     assert!(total(b) <= limit);
     assert!(total(b + 1) > limit);
-    assert_eq!(largest_batch(mlp, total(1) - 1, &opts, 4096).unwrap(), None);
-    assert_eq!(largest_batch(mlp, u64::MAX, &opts, 5).unwrap(), Some(5));
+    assert_eq!(largest_batch(mlp, &stages(total(1) - 1), 4096).unwrap(), None);
+    assert_eq!(largest_batch(mlp, &stages(u64::MAX), 5).unwrap(), Some(5));
 }
 
 /// Updates are planned once, beside the outputs: alive to the end and written in place, but

@@ -3,7 +3,7 @@
 //! ([`fusegraph_passes::pipeline`]); `compile` then lowers the kernels here and allocates and
 //! binds them in [`crate::bind`].
 
-use crate::pool::{buffer_bytes, texel_bytes};
+use crate::pool::texel_bytes;
 use crate::{Device, MatmulFamily, ParamStore, Result, RuntimeError};
 use fusegraph_ir::{verify, Graph, NodeId, Op, TensorType};
 use fusegraph_passes::kernel::unshared_members;
@@ -144,9 +144,8 @@ impl Device {
         };
         let opts = CompileOptions { memory_limit: Some(limit), ..opts.clone() };
         let (limit, _) = self.limit_for(&opts, 0);
-        let Some(limit) = limit else { return Ok(Some(max_batch)) };
-        let stages = self.stages(&opts, BTreeSet::new(), false, Some(limit));
-        Ok(pipeline::largest_batch(build, limit, &stages, max_batch)?)
+        let stages = self.stages(&opts, BTreeSet::new(), false, limit);
+        Ok(pipeline::largest_batch(build, &stages, max_batch)?)
     }
 
     /// The kernel forms a compile with `opts` lowers in: forced, or the device's.
@@ -305,6 +304,7 @@ impl Device {
         let stages = self.stages(opts, masters, store.is_some(), limit);
         let front = pipeline::run(graph, outputs, &opts.updates, &stages)?;
         check_memory_limit(&front, opts, limit, counted)?;
+        let (rewrite_time, plan_time) = (front.rewrite_time, front.plan_time);
         let lowered = self.lower(&front, opts, limit)?;
         let lowered_at = start.elapsed();
         let exe = self.bind(outputs, front, lowered, opts, store, declared)?;
@@ -313,7 +313,9 @@ impl Device {
             target: "fusegraph::timing",
             graph = opts.name.as_deref().unwrap_or("-"),
             kernels = exe.kernels.len(),
-            front_ms = ms(lowered_at),
+            rewrite_ms = ms(rewrite_time),
+            plan_ms = ms(plan_time),
+            lower_ms = ms(lowered_at.saturating_sub(rewrite_time + plan_time)),
             bind_ms = ms(start.elapsed() - lowered_at),
             "compiled"
         );
@@ -327,8 +329,7 @@ impl Device {
         let (graph, plan, kernels) = (&front.graph, &front.planned.plan, &front.planned.kernels);
         let lower_opts = self.lower_options(opts);
         let (tilings, subgroup, coop) = self.matmul_forms(graph, kernels, opts, &lower_opts);
-        let staging_bytes: u64 = front.outputs.iter().map(|o| plan.locations[o].size).sum();
-        let held: u64 = [plan.arena_bytes, plan.persistent_bytes, staging_bytes].map(buffer_bytes).iter().sum();
+        let (staging_bytes, held) = (front.summary().staging_bytes, held_bytes(front.summary()));
         let forms = KernelForms { kernels, tilings: &tilings, subgroup: &subgroup, coop: &coop };
         let (sources, workspace) = lower_kernels(graph, &forms, opts, lower_opts, plan, held, limit);
         for (k, s) in sources.iter().enumerate() {

@@ -104,6 +104,19 @@ fn timed_shape(shape: &GemmShape, max_macs: usize) -> GemmShape {
     s
 }
 
+/// The tilings cache file's stem.
+const TILINGS: &str = "tiling-v4";
+
+/// A tiling read from the cache file (no timings).
+fn cached_tiling(class: String, tiling: MatmulTiling) -> TunedTiling {
+    TunedTiling { class, tiling, timings: vec![] }
+}
+
+/// A tiling's line in the cache file.
+fn tiling_line(t: &TunedTiling) -> String {
+    format!("{} = {}\n", t.class, t.tiling)
+}
+
 /// Tilings timed for a new shape class: at most this many.
 pub const TIMED_TILINGS: usize = 4;
 
@@ -199,8 +212,7 @@ impl Device {
         let key = class(shape, dtype, coop);
         {
             let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
-            let read = |class, tiling| TunedTiling { class, tiling, timings: vec![] };
-            if let Some(t) = tuner.tilings.get(&self.cache, "tiling-v4", &key, read) {
+            if let Some(t) = tuner.tilings.get(&self.cache, TILINGS, &key, cached_tiling) {
                 return Some(t.tiling);
             }
         }
@@ -225,7 +237,7 @@ impl Device {
             "tuned the matmul tilings of a new shape class"
         );
         let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
-        tuner.tilings.insert(&self.cache, "tiling-v4", key, tuned, |t| format!("{} = {}\n", t.class, t.tiling));
+        tuner.tilings.insert(&self.cache, TILINGS, key, tuned, tiling_line);
         Some(tiling)
     }
 
@@ -406,8 +418,7 @@ impl Device {
         let nearest = {
             let mut tuner = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
             // The cache file read first: its classes are neighbours too.
-            let read = |class, tiling| TunedTiling { class, tiling, timings: vec![] };
-            let _ = tuner.tilings.get(&self.cache, "tiling-v4", class, read);
+            let _ = tuner.tilings.get(&self.cache, TILINGS, class, cached_tiling);
             nearest_winner(class, tuner.tilings.by_class.values().map(|t| (t.class.as_str(), t.tiling)))
         };
         let fill = if self.info().device_type == wgpu::DeviceType::Cpu { CPU_FILL } else { GPU_FILL };
@@ -507,11 +518,10 @@ impl Device {
         tuner.families.insert(&self.cache, "family-v1", key.clone(), tuned, line);
         if let Some(tiling) = best {
             // The cache file read first, so that rewriting it keeps its other classes.
-            let read = |class, tiling| TunedTiling { class, tiling, timings: vec![] };
-            let _ = tuner.tilings.get(&self.cache, "tiling-v4", &key, read);
+            let _ = tuner.tilings.get(&self.cache, TILINGS, &key, cached_tiling);
             let timings = timings.iter().filter_map(|&(c, ms)| Some((c?, ms))).collect();
             let tuned = TunedTiling { class: key.clone(), tiling, timings };
-            tuner.tilings.insert(&self.cache, "tiling-v4", key, tuned, |t| format!("{} = {}\n", t.class, t.tiling));
+            tuner.tilings.insert(&self.cache, TILINGS, key, tuned, tiling_line);
         }
         Some(best.is_none())
     }
