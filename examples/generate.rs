@@ -170,7 +170,8 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         fusegraph::nn::Module::num_elements(&model),
         device.describe()
     );
-    let mut generator = Generator::new(&store, &model, args.batch, max_seq, CompileOptions::default())?;
+    let mut generator =
+        Generator::new(&store, std::sync::Arc::new(model.clone()), args.batch, max_seq, CompileOptions::default())?;
     let sampling = Sampling { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
     let prompts = vec![prompt.clone(); args.batch];
     if args.warmup > 0 {

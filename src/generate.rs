@@ -1,5 +1,5 @@
-//! Text generation with a KV cache that stays on the device: [`Generator`] runs GPT-2
-//! ([`crate::nn::Gpt2`]) as a prefill executable (the prompt's keys and values written into
+//! Text generation with a KV cache that stays on the device: [`Generator`] runs a causal
+//! language model ([`CausalLm`]: GPT-2, the Llama family) as a prefill executable (the prompt's keys and values written into
 //! the cache) and a decode-step executable (one token per sequence at a fed position, its
 //! keys and values written into the caches in place), both bound to the model's
 //! [`ParamStore`], where the caches live as parameters.
@@ -9,10 +9,10 @@
 //! Sampling ([`Sampling`]) happens on the host from the last position's logits: greedy, or
 //! temperature, top-k and top-p with a seeded generator.
 
-use crate::nn::gpt2::Kv;
-use crate::nn::Gpt2;
+use crate::nn::causal::{CausalLm, Kv};
 use crate::{CompileOptions, DType, Error, Executable, GraphBuilder, HostTensor, ParamStore, Result, Tensor};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// How the next token is chosen from the logits.
@@ -39,7 +39,8 @@ impl Sampling {
 /// What [`Generator::generate`] produced and how long it took.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Generation {
-    /// Per sequence: the prompt followed by the new tokens.
+    /// Per sequence: the prompt followed by the new tokens (through an end-of-sequence token
+    /// where one came).
     pub tokens: Vec<Vec<i32>>,
     /// Wall time of the prefill run (upload, run, readback of the last logits), in ms.
     pub prefill_ms: f64,
@@ -49,9 +50,10 @@ pub struct Generation {
     pub tokens_per_s: f64,
 }
 
-/// GPT-2 compiled for generation at one batch size and cache length, bound to a store.
+/// A model compiled for generation at one batch size and cache length, bound to a store.
 pub struct Generator {
-    model: Gpt2,
+    model: Arc<dyn CausalLm>,
+    stop: Vec<i32>,
     store: ParamStore,
     opts: CompileOptions,
     batch: usize,
@@ -75,21 +77,28 @@ impl Rng {
 
 impl Generator {
     /// Compiles the decode step of `model` for `batch` sequences of up to `max_seq`
-    /// positions (≤ the model's `n_positions`) against `store`, which must hold the model's
+    /// positions (≤ the model's longest) against `store`, which must hold the model's
     /// parameters; the caches are added to it (zeros, `kv_cache.b{batch}.{layer}.k` and `.v`,
-    /// `[batch, heads, max_seq, head width]` f32) unless present.
-    pub fn new(store: &ParamStore, model: &Gpt2, batch: usize, max_seq: usize, opts: CompileOptions) -> Result<Self> {
-        let c = model.config;
-        if batch == 0 || max_seq == 0 || max_seq > c.n_positions {
+    /// `[batch, kv heads, max_seq, head width]` f32) unless present. Generation stops at the
+    /// model's end-of-sequence tokens ([`Generator::stop_at`] changes them).
+    pub fn new(
+        store: &ParamStore,
+        model: Arc<dyn CausalLm>,
+        batch: usize,
+        max_seq: usize,
+        opts: CompileOptions,
+    ) -> Result<Self> {
+        let longest = model.max_positions();
+        if batch == 0 || max_seq == 0 || max_seq > longest {
             return Err(Error::Config(format!(
-                "generate: batch {batch} and max_seq {max_seq} must be ≥ 1, max_seq ≤ n_positions {}",
-                c.n_positions
+                "generate: batch {batch} and max_seq {max_seq} must be ≥ 1, max_seq ≤ the model's {longest} positions"
             )));
         }
-        let shape = [batch, c.n_head, max_seq, model.head_dim()];
+        let shape = Self::cache_dims(&*model, batch, max_seq);
         let zeros = HostTensor::new(shape, vec![0.0f32; shape.iter().product()])?;
-        let caches: Vec<(String, String)> =
-            (0..c.n_layer).map(|i| (format!("kv_cache.b{batch}.{i}.k"), format!("kv_cache.b{batch}.{i}.v"))).collect();
+        let caches: Vec<(String, String)> = (0..model.cache_shape().0)
+            .map(|i| (format!("kv_cache.b{batch}.{i}.k"), format!("kv_cache.b{batch}.{i}.v")))
+            .collect();
         let missing: Vec<(&str, &HostTensor)> = caches
             .iter()
             .flat_map(|(k, v)| [k.as_str(), v.as_str()])
@@ -102,10 +111,11 @@ impl Generator {
         let pos = b.input("pos", DType::I32, Vec::<usize>::new())?;
         let cache = Self::cache_params(&b, &caches, shape)?;
         let (logits, updated) = model.decode(&ids, &pos, &cache)?;
-        let last = logits.reshape([batch, c.vocab_size])?;
+        let last = logits.reshape([batch, model.vocab_size()])?;
         let decode = Self::compile(store, &b, &last, &caches, &updated, &opts, "decode step")?;
         Ok(Generator {
-            model: model.clone(),
+            stop: model.eos_token_ids(),
+            model,
             store: store.clone(),
             opts,
             batch,
@@ -114,6 +124,18 @@ impl Generator {
             decode,
             prefill: BTreeMap::new(),
         })
+    }
+
+    /// A cache's dimensions: `[batch, kv heads, max_seq, head width]`.
+    fn cache_dims(model: &dyn CausalLm, batch: usize, max_seq: usize) -> [usize; 4] {
+        let (_, heads, dh) = model.cache_shape();
+        [batch, heads, max_seq, dh]
+    }
+
+    /// Ends a sequence when it produces one of `tokens` (kept as its last token); none: every
+    /// sequence runs to its length.
+    pub fn stop_at(&mut self, tokens: Vec<i32>) {
+        self.stop = tokens;
     }
 
     fn cache_params(b: &GraphBuilder, caches: &[(String, String)], shape: [usize; 4]) -> Result<Vec<Kv>> {
@@ -144,14 +166,12 @@ impl Generator {
     /// The prefill executable for prompts of `len` tokens (compiled on first use).
     fn prefill(&mut self, len: usize) -> Result<&Executable> {
         if !self.prefill.contains_key(&len) {
-            let (c, batch) = (self.model.config, self.batch);
+            let (vocab, batch) = (self.model.vocab_size(), self.batch);
             let b = GraphBuilder::new();
             let ids = b.input("ids", DType::I32, [batch, len])?;
             let (logits, kvs) = self.model.prefill(&ids)?;
-            let last = logits
-                .slice(&[0, len - 1, 0], &[batch, len, c.vocab_size], &[1, 1, 1])?
-                .reshape([batch, c.vocab_size])?;
-            let shape = [batch, c.n_head, self.max_seq, self.model.head_dim()];
+            let last = logits.slice(&[0, len - 1, 0], &[batch, len, vocab], &[1, 1, 1])?.reshape([batch, vocab])?;
+            let shape = Self::cache_dims(&*self.model, batch, self.max_seq);
             let cache = Self::cache_params(&b, &self.caches, shape)?;
             let zero = b.scalar(DType::I32, 0.0)?;
             let written = cache
@@ -175,6 +195,19 @@ impl Generator {
     /// Generates `new_tokens` tokens after each of `prompts` (one per sequence of the batch,
     /// all of one length ≥ 1; prompt plus new tokens within `max_seq`).
     pub fn generate(&mut self, prompts: &[Vec<i32>], new_tokens: usize, sampling: &Sampling) -> Result<Generation> {
+        self.generate_streaming(prompts, new_tokens, sampling, &mut |_| Ok(()))
+    }
+
+    /// [`Generator::generate`], calling `each` with every step's new tokens (one per
+    /// sequence, `None` for a sequence that has ended) as they are chosen; an error from
+    /// `each` stops the generation and is returned.
+    pub fn generate_streaming(
+        &mut self,
+        prompts: &[Vec<i32>],
+        new_tokens: usize,
+        sampling: &Sampling,
+        each: &mut dyn FnMut(&[Option<i32>]) -> Result<()>,
+    ) -> Result<Generation> {
         let len = prompts.first().map_or(0, Vec::len);
         if prompts.len() != self.batch || len == 0 || prompts.iter().any(|p| p.len() != len) {
             return Err(Error::Config(format!(
@@ -190,7 +223,7 @@ impl Generator {
                 self.max_seq
             )));
         }
-        let vocab = self.model.config.vocab_size as i32;
+        let vocab = self.model.vocab_size() as i32;
         if let Some(t) = prompts.iter().flatten().find(|&&t| !(0..vocab).contains(&t)) {
             return Err(Error::Config(format!("generate: token {t} is outside the vocabulary 0..{vocab}")));
         }
@@ -204,11 +237,18 @@ impl Generator {
         let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
         let mut next = sample_rows(&logits, sampling, &mut rng);
         let mut step_ms = Vec::with_capacity(new_tokens);
+        let mut ended = vec![false; batch];
         for step in 0..new_tokens {
-            for (seq, &t) in tokens.iter_mut().zip(&next) {
-                seq.push(t);
+            let mut chosen = vec![None; batch];
+            for (((seq, &t), ended), chosen) in tokens.iter_mut().zip(&next).zip(&mut ended).zip(&mut chosen) {
+                if !*ended {
+                    seq.push(t);
+                    *chosen = Some(t);
+                    *ended = self.stop.contains(&t);
+                }
             }
-            if step + 1 == new_tokens {
+            each(&chosen)?;
+            if step + 1 == new_tokens || ended.iter().all(|&e| e) {
                 break;
             }
             let ids = HostTensor::new([batch, 1], next.clone())?;

@@ -70,7 +70,8 @@ fn greedy_generation_matches_transformers_token_for_token() {
         let (batch, len) = (dims[0], dims[1]);
         let flat = ints(&r[prompt]);
         let prompts: Vec<Vec<i32>> = flat.chunks(len).map(|c| c.to_vec()).collect();
-        let mut g = Generator::new(&store, &m, batch, 64, CompileOptions::default()).unwrap();
+        let mut g =
+            Generator::new(&store, std::sync::Arc::new(m.clone()), batch, 64, CompileOptions::default()).unwrap();
         // Every layer's key and value caches are written where they lie, not copied.
         assert_eq!(g.decode_executable().memory_plan().updated_in_place.len(), 2 * m.config.n_layer);
         let out = g.generate(&prompts, 32, &Sampling::greedy()).unwrap();
@@ -104,7 +105,9 @@ fn gpt2_with_its_bpe_tokenizer_writes_what_transformers_writes() {
     let store = ParamStore::new(&Device::shared().unwrap());
     store.insert_all(Checkpoint::open(&dir).unwrap().load(&m, &KeyMap::gpt2()).unwrap().iter()).unwrap();
     let want = ids(&r["generated_ids"]);
-    let mut g = Generator::new(&store, &m, 1, prompt.len() + want.len(), CompileOptions::default()).unwrap();
+    let mut g =
+        Generator::new(&store, std::sync::Arc::new(m.clone()), 1, prompt.len() + want.len(), CompileOptions::default())
+            .unwrap();
     let out = g.generate(std::slice::from_ref(&prompt), want.len(), &Sampling::greedy()).unwrap();
     assert_eq!(out.tokens[0][..prompt.len()], prompt[..]);
     assert_eq!(out.tokens[0][prompt.len()..], want[..]);

@@ -38,6 +38,7 @@ mod gradients_device;
 mod hoist;
 mod introspection;
 mod largest_batch;
+mod llama;
 mod matmul_subgroup;
 mod matmul_tiled;
 mod memory;

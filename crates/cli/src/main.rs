@@ -3,6 +3,7 @@
 //! `fusegraph info [--json]` prints the chosen adapter, backend, driver, limits and features.
 
 mod bench;
+mod generate;
 mod roofline;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +36,7 @@ enum Command {
     },
     Bench(bench::BenchArgs),
     Roofline(roofline::RooflineArgs),
+    Generate(generate::GenerateArgs),
     /// A program in fusegraph's text form (a graph, its outputs and its parameter updates),
     /// simplified, its products of one operand combined and fused as the runtime compiles it
     /// (no device needed), as Graphviz DOT with one cluster per kernel.
@@ -385,6 +387,7 @@ fn main() -> ExitCode {
         Command::Info { json } => info(json).map_err(|e| e.to_string()),
         Command::Bench(a) => bench::run(&a),
         Command::Roofline(a) => roofline::run(&a),
+        Command::Generate(a) => generate::run(&a),
         Command::Dot { file, form } => dot(&file, &form),
         Command::Explain { file, graph, mixed_precision } => explain(&file, graph, mixed_precision),
         Command::Wgsl { file, form, cpu, f16_native, no_excess_precision, out } => {

@@ -54,6 +54,22 @@ impl KeyMap {
         }
     }
 
+    /// Hugging Face Llama-family models (`LlamaForCausalLM`, `Qwen2ForCausalLM`,
+    /// `MistralForCausalLM`): PyTorch `Linear` weights (`*_proj`, `lm_head`) stored `[out, in]`;
+    /// rotary buffers (`rotary_emb.inv_freq`) dropped, and with `tied` heads `lm_head.weight`
+    /// (when the file carries it).
+    pub fn llama(tied: bool) -> Self {
+        let mut drop_suffixes = vec!["rotary_emb.inv_freq".to_string()];
+        if tied {
+            drop_suffixes.push("lm_head.weight".into());
+        }
+        KeyMap {
+            drop_suffixes,
+            transposed_suffixes: vec!["_proj.weight".into(), "lm_head.weight".into()],
+            ..Default::default()
+        }
+    }
+
     /// The model path of checkpoint key `key`, or `None` for a dropped key.
     fn path_of(&self, key: &str) -> Option<String> {
         let mut k = key;

@@ -63,6 +63,17 @@ pub enum NnError {
         /// The type found.
         got: TensorType,
     },
+    /// A model configuration (`config.json`) field holds a value this library does not
+    /// support (an unknown architecture, activation or rotary type, an inconsistent width).
+    #[error("config.json: `{field}` is {value}; supported: {supported}")]
+    ConfigField {
+        /// The field, dotted for nested ones (`rope_scaling.rope_type`).
+        field: String,
+        /// Its value as written.
+        value: String,
+        /// What is supported instead.
+        supported: String,
+    },
     /// A layer or initializer was configured inconsistently (e.g. `heads` does not divide
     /// `d_model`, a zero fan-in, an input of the wrong rank).
     #[error("{0}")]

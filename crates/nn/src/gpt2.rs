@@ -6,10 +6,11 @@
 //! [`Linear`] does.
 //!
 //! Three ways to run it: [`Gpt2::forward`] (logits of whole sequences), and for generation
-//! with a KV cache, [`Gpt2::prefill`] (a prompt's logits and its keys and values, written
-//! into the cache) and [`Gpt2::decode`] (one token per sequence at a run-time position,
+//! with a KV cache, [`CausalLm::prefill`] (a prompt's logits and its keys and values, written
+//! into the cache) and [`CausalLm::decode`] (one token per sequence at a run-time position,
 //! attending to the cache it updates in place).
 
+use crate::causal::{attend, check_cache, CausalLm};
 use crate::error::{config, Result};
 use crate::init::Init;
 use crate::layers::{Embedding, LayerNorm, Linear};
@@ -128,8 +129,7 @@ pub struct Gpt2 {
 
 crate::module!(Gpt2 { wte, wpe, h, ln_f });
 
-/// One layer's keys or values: `[batch, heads, positions, head width]`.
-pub type Kv = (Tensor, Tensor);
+pub use crate::causal::Kv;
 
 impl Gpt2 {
     /// A model shaped by `c` under `s` (the root for a checkpoint's names), initialized as
@@ -207,28 +207,33 @@ impl Gpt2 {
         Ok([part(0)?, part(1)?, part(2)?])
     }
 
-    /// `softmax(q·kᵀ/√dh + mask)·v` merged over heads and projected: `q: [b, h, sq, dh]`,
-    /// `k, v: [b, h, sk, dh]`, `keep: bool [sq, sk]` (false positions masked out).
-    fn attend(&self, attn: &Gpt2Attention, q: &Tensor, k: &Tensor, v: &Tensor, keep: &Tensor) -> Result<Tensor> {
-        let (b, sq) = (q.dims()[0], q.dims()[2]);
-        let scores = q.matmul(&k.transpose(&[0, 1, 3, 2])?)?.mul_scalar(1.0 / (self.head_dim() as f64).sqrt())?;
-        let masked = keep
-            .broadcast_in_dim(scores.dims().to_vec(), vec![2, 3])?
-            .select(&scores, &q.builder().scalar(DType::F32, -1e9)?)?;
-        let ctx = masked.softmax(3)?.matmul(v)?.transpose(&[0, 2, 1, 3])?.reshape([b, sq, self.config.n_embd])?;
-        attn.c_proj.forward(&ctx)
-    }
-
     /// The rest of a block after attention: residual, `ln_2`, MLP, residual.
     fn finish_block(&self, block: &Gpt2Block, x: &Tensor, attended: &Tensor) -> Result<Tensor> {
         let h = x.add(attended)?;
         let m = block.mlp.c_fc.forward(&block.ln_2.forward(&h)?)?.gelu_tanh()?;
         Ok(h.add(&block.mlp.c_proj.forward(&m)?)?)
     }
+}
 
-    /// The logits `[batch, seq, vocab]` of a prompt `ids: [batch, seq]` and every layer's keys
-    /// and values `[batch, heads, seq, head width]` (to fill a cache).
-    pub fn prefill(&self, ids: &Tensor) -> Result<(Tensor, Vec<Kv>)> {
+impl CausalLm for Gpt2 {
+    fn name(&self) -> String {
+        let c = &self.config;
+        format!("GPT-2 {} blocks × width {} × {} heads", c.n_layer, c.n_embd, c.n_head)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn max_positions(&self) -> usize {
+        self.config.n_positions
+    }
+
+    fn cache_shape(&self) -> (usize, usize, usize) {
+        (self.config.n_layer, self.config.n_head, self.head_dim())
+    }
+
+    fn prefill(&self, ids: &Tensor) -> Result<(Tensor, Vec<Kv>)> {
         let (_, seq) = self.check_ids(ids, "prefill")?;
         let b = ids.builder();
         let pos = b.iota(DType::I32, [seq], 0)?;
@@ -237,40 +242,16 @@ impl Gpt2 {
         let mut kvs = Vec::new();
         for block in &self.h {
             let [q, k, v] = self.qkv(&block.attn, &block.ln_1.forward(&h)?)?;
-            let a = self.attend(&block.attn, &q, &k, &v, &causal)?;
+            let a = block.attn.c_proj.forward(&attend(&q, &k, &v, &causal)?)?;
             h = self.finish_block(block, &h, &a)?;
             kvs.push((k, v));
         }
         Ok((self.logits(&h)?, kvs))
     }
 
-    /// One decode step: the logits `[batch, 1, vocab]` of `ids: [batch, 1]` at position `pos`
-    /// (a rank-0 i32 known at run time), attending to positions `0..=pos` of `cache` (per
-    /// layer, keys and values `[batch, heads, max, head width]`) after writing this token's
-    /// keys and values there; returns the logits and the updated caches.
-    pub fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv]) -> Result<(Tensor, Vec<Kv>)> {
+    fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv]) -> Result<(Tensor, Vec<Kv>)> {
         let (batch, seq) = self.check_ids(ids, "decode")?;
-        let (nh, dh) = (self.config.n_head, self.head_dim());
-        if seq != 1 || cache.len() != self.h.len() {
-            return Err(config(format!(
-                "GPT-2 decode: one token per sequence ({} given) and a cache per layer ({} for {})",
-                seq,
-                cache.len(),
-                self.h.len()
-            )));
-        }
-        let max = cache[0].0.dims().get(2).copied().unwrap_or(0);
-        for (k, v) in cache {
-            for t in [k, v] {
-                if t.dims() != [batch, nh, max, dh] || max == 0 || max > self.config.n_positions {
-                    return Err(config(format!(
-                        "GPT-2 decode: cache {} must be f32 [{batch}, {nh}, max ≤ {}, {dh}]",
-                        t.ty(),
-                        self.config.n_positions
-                    )));
-                }
-            }
-        }
+        let max = check_cache(self, batch, seq, cache)?;
         let b = ids.builder();
         let table = self.wpe.table.get(b)?;
         let mut h = self.wte.forward(ids)?.add(&table.dynamic_slice(pos, 0, 1)?)?;
@@ -279,7 +260,7 @@ impl Gpt2 {
         for (block, (kc, vc)) in self.h.iter().zip(cache) {
             let [q, k, v] = self.qkv(&block.attn, &block.ln_1.forward(&h)?)?;
             let (kc, vc) = (kc.dynamic_update_slice(&k, pos, 2)?, vc.dynamic_update_slice(&v, pos, 2)?);
-            let a = self.attend(&block.attn, &q, &kc, &vc, &keep)?;
+            let a = block.attn.c_proj.forward(&attend(&q, &kc, &vc, &keep)?)?;
             h = self.finish_block(block, &h, &a)?;
             updated.push((kc, vc));
         }

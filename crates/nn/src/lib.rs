@@ -34,26 +34,32 @@
 
 mod attention;
 mod blocks;
+pub mod causal;
 pub mod checkpoint;
 mod error;
 pub mod gpt2;
 mod init;
 mod layers;
+pub mod llama;
 pub mod loss;
 pub mod models;
 mod module;
 pub mod optim;
 mod params;
+pub mod pretrained;
 
 pub use attention::MultiHeadAttention;
 pub use blocks::{Mlp, ResidualBlock, TransformerBlock};
+pub use causal::CausalLm;
 pub use checkpoint::{Checkpoint, KeyMap};
 pub use error::{NnError, Result};
 pub use gpt2::{Gpt2, Gpt2Config};
 pub use init::Init;
 pub use layers::{Activation, BatchNorm2d, Conv2d, Conv2dConfig, Embedding, LayerNorm, Linear, RmsNorm};
+pub use llama::{Llama, LlamaConfig};
 pub use loss::{cross_entropy, mse};
 pub use models::{Gpt, GptConfig, MlpClassifier, ResNet, TorchvisionResNet};
 pub use module::{Forward, Module, Param, Scope, Sequential};
 pub use optim::{Adam, Optimizer, Sgd};
 pub use params::Params;
+pub use pretrained::Pretrained;

@@ -103,6 +103,11 @@ impl Params {
         &self.values
     }
 
+    /// The values by name, taken out.
+    pub fn into_map(self) -> BTreeMap<String, HostTensor> {
+        self.values
+    }
+
     /// Records a `Parameter` node `name` of type `dtype[shape]` in `b`, initializing its value
     /// with `init` if `name` has none yet. If it has one, its type must be `dtype[shape]`
     /// ([`NnError::Shape`] otherwise) and it is kept.

@@ -1,0 +1,234 @@
+//! `fusegraph generate`: text from a Hugging Face model directory (GPT-2 or a Llama-family
+//! model), its tokenizer and its chat template, or from random weights of any config's
+//! shapes.
+
+use clap::Args;
+use fusegraph::generate::{Generator, Sampling};
+use fusegraph::nn::Pretrained;
+use fusegraph::{CompileOptions, Device, ParamStore};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tokenizers::Tokenizer;
+
+/// Generates text with a KV cache on the device: a prompt (or a chat) in, tokens streamed
+/// to stdout as they are chosen.
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// A Hugging Face model directory: `config.json`, `model.safetensors` (or a sharded
+    /// index), `tokenizer.json` and `tokenizer_config.json`.
+    #[arg(long, value_name = "DIR", required_unless_present = "random_config", conflicts_with = "random_config")]
+    model: Option<PathBuf>,
+    /// Random weights of the shapes a `config.json` gives (no tokenizer: give
+    /// `--prompt-ids`).
+    #[arg(long, value_name = "FILE.json")]
+    random_config: Option<PathBuf>,
+    /// The prompt's text (encoded by the directory's tokenizer, with its special tokens).
+    #[arg(long, conflicts_with = "prompt_ids")]
+    prompt: Option<String>,
+    /// The prompt as token ids.
+    #[arg(long, value_delimiter = ',', value_name = "ID,ID,…")]
+    prompt_ids: Option<Vec<i32>>,
+    /// Wrap `--prompt` as a user message in the model's chat template (with
+    /// `add_generation_prompt`), as `apply_chat_template` renders it.
+    #[arg(long, requires = "prompt")]
+    chat: bool,
+    /// A system message before the user's (with `--chat`).
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    /// New tokens at most (fewer where an end-of-sequence token comes).
+    #[arg(long, default_value_t = 64)]
+    tokens: usize,
+    /// 0: greedy; otherwise the logits are divided by it and sampled.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    /// Sample from the k most likely tokens.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Sample from the smallest set of tokens whose probability reaches p.
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// The sampling seed (and the random weights' seed).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Sequences generated together (each from the prompt).
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// The cache's length (default: prompt plus new tokens).
+    #[arg(long)]
+    max_seq: Option<usize>,
+    /// Do not stop at the config's end-of-sequence tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Write prompt ids, generated ids, text, prefill ms and decode tokens/s as JSON.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+}
+
+/// A model directory's tokenizer and chat template.
+struct Text {
+    tokenizer: Tokenizer,
+    /// `chat_template` of `tokenizer_config.json`, else `chat_template.jinja`.
+    template: Option<String>,
+    bos: Option<String>,
+    eos: Option<String>,
+}
+
+/// A special token of `tokenizer_config.json`: a string or `{"content": …}`.
+fn special(config: &serde_json::Value, key: &str) -> Option<String> {
+    let v = config.get(key)?;
+    v.as_str().or_else(|| v.get("content").and_then(|c| c.as_str())).map(str::to_string)
+}
+
+impl Text {
+    fn open(dir: &Path) -> Result<Text, String> {
+        let path = dir.join("tokenizer.json");
+        let tokenizer = Tokenizer::from_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let config_path = dir.join("tokenizer_config.json");
+        let config: serde_json::Value = match std::fs::read_to_string(&config_path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| format!("{}: {e}", config_path.display()))?,
+            Err(_) => serde_json::Value::Null,
+        };
+        let template = match config.get("chat_template") {
+            Some(serde_json::Value::String(t)) => Some(t.clone()),
+            // A list of named templates: the one named `default`.
+            Some(serde_json::Value::Array(list)) => list
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                .and_then(|t| t.get("template")?.as_str().map(str::to_string)),
+            _ => std::fs::read_to_string(dir.join("chat_template.jinja")).ok(),
+        };
+        Ok(Text { tokenizer, template, bos: special(&config, "bos_token"), eos: special(&config, "eos_token") })
+    }
+
+    /// The chat `[system], user` rendered by the template as `transformers`'
+    /// `apply_chat_template(…, add_generation_prompt=True)` does (Jinja with trimmed blocks,
+    /// Python's string methods).
+    fn chat(&self, system: Option<&str>, user: &str) -> Result<String, String> {
+        let template = self.template.as_deref().ok_or("the model directory has no chat template")?;
+        let mut env = minijinja::Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template("chat", template).map_err(|e| format!("chat template: {e}"))?;
+        let mut messages = Vec::new();
+        if let Some(s) = system {
+            messages.push(minijinja::context! { role => "system", content => s });
+        }
+        messages.push(minijinja::context! { role => "user", content => user });
+        let ctx = minijinja::context! {
+            messages => messages,
+            add_generation_prompt => true,
+            bos_token => self.bos.clone().unwrap_or_default(),
+            eos_token => self.eos.clone().unwrap_or_default(),
+        };
+        env.get_template("chat").and_then(|t| t.render(ctx)).map_err(|e| format!("chat template: {e}"))
+    }
+
+    fn encode(&self, text: &str, special_tokens: bool) -> Result<Vec<i32>, String> {
+        let enc = self.tokenizer.encode(text, special_tokens).map_err(|e| format!("tokenizer: {e}"))?;
+        Ok(enc.get_ids().iter().map(|&i| i as i32).collect())
+    }
+
+    fn decode(&self, ids: &[i32]) -> Result<String, String> {
+        let ids: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
+        self.tokenizer.decode(&ids, true).map_err(|e| format!("tokenizer: {e}"))
+    }
+}
+
+pub fn run(a: &GenerateArgs) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let (loaded, text) = match (&a.model, &a.random_config) {
+        (Some(dir), _) => {
+            let loaded = Pretrained::load(dir).map_err(|e| err(&e))?;
+            let text = if dir.join("tokenizer.json").exists() { Some(Text::open(dir)?) } else { None };
+            (loaded, text)
+        }
+        (None, Some(file)) => {
+            let config = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+            (Pretrained::random(&config, a.seed).map_err(|e| err(&e))?, None)
+        }
+        (None, None) => return Err("give --model DIR or --random-config FILE.json".into()),
+    };
+    let model = loaded.model;
+    let prompt: Vec<i32> = match (&a.prompt_ids, &a.prompt, &text) {
+        (Some(ids), _, _) => ids.clone(),
+        (None, Some(p), Some(t)) if a.chat => t.encode(&t.chat(a.system.as_deref(), p)?, false)?,
+        (None, Some(p), Some(t)) => t.encode(p, true)?,
+        (None, Some(_), None) => return Err("this model has no tokenizer.json: give --prompt-ids".into()),
+        (None, None, _) => return Err("give --prompt TEXT or --prompt-ids 1,2,3".into()),
+    };
+    if prompt.is_empty() {
+        return Err("the prompt has no tokens".into());
+    }
+    let device = Device::shared().map_err(|e| err(&e))?;
+    let store = ParamStore::new(&device);
+    store.insert_all(loaded.params.iter()).map_err(|e| err(&e))?;
+    drop(loaded.params);
+    let max_seq = a.max_seq.unwrap_or(prompt.len() + a.tokens).min(model.max_positions());
+    eprintln!("{} on {}", model.name(), device.describe());
+    let start = Instant::now();
+    let mut generator =
+        Generator::new(&store, model.clone(), a.batch, max_seq, CompileOptions::default()).map_err(|e| err(&e))?;
+    if a.ignore_eos {
+        generator.stop_at(Vec::new());
+    }
+    eprintln!("compiled in {:.2} s", start.elapsed().as_secs_f64());
+    let sampling = Sampling { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
+    let prompts = vec![prompt.clone(); a.batch];
+    // Stream the first sequence: print what its decoded text gained at each step.
+    let mut new: Vec<i32> = Vec::new();
+    let mut shown = String::new();
+    let mut out = std::io::stdout().lock();
+    let mut stream = |step: &[Option<i32>]| -> fusegraph::Result<()> {
+        if let Some(t) = step[0] {
+            new.push(t);
+            let piece = match &text {
+                Some(tx) => tx.decode(&new).map_err(fusegraph::Error::Config)?,
+                None => format!("{} ", new.iter().map(i32::to_string).collect::<Vec<_>>().join(" ")),
+            };
+            // A token ending inside a multi-byte character decodes to U+FFFD: wait for the rest.
+            if piece.starts_with(&shown) && !piece.ends_with('\u{FFFD}') {
+                let _ = write!(out, "{}", &piece[shown.len()..]);
+                let _ = out.flush();
+                shown = piece;
+            }
+        }
+        Ok(())
+    };
+    let gen = generator.generate_streaming(&prompts, a.tokens, &sampling, &mut stream).map_err(|e| err(&e))?;
+    println!();
+    let generated = gen.tokens[0][prompt.len()..].to_vec();
+    eprintln!(
+        "prefill {:.2} ms ({} tokens × {}), decode {:.1} tokens/s ({} steps)",
+        gen.prefill_ms,
+        prompt.len(),
+        a.batch,
+        gen.tokens_per_s,
+        gen.step_ms.len()
+    );
+    if let Some(path) = &a.json {
+        let text = match &text {
+            Some(t) => Some(t.decode(&generated)?),
+            None => None,
+        };
+        let json = serde_json::json!({
+            "model": model.name(),
+            "device": device.describe(),
+            "batch": a.batch,
+            "prompt_ids": prompt,
+            "generated_ids": generated,
+            "sequences": gen.tokens,
+            "text": text,
+            "prefill_ms": gen.prefill_ms,
+            "decode_tokens_per_s": if gen.tokens_per_s.is_finite() { Some(gen.tokens_per_s) } else { None },
+            "step_ms": gen.step_ms,
+        });
+        let body = serde_json::to_string_pretty(&json).map_err(|e| err(&e))?;
+        std::fs::write(path, body + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! What generation needs of a causal language model ([`CausalLm`]: GPT-2, the Llama family),
+//! and the attention they share.
+
+use crate::error::{config, Result};
+use crate::module::Module;
+use fusegraph_ir::{DType, Tensor};
+
+/// One layer's keys or values: `[batch, kv heads, positions, head width]`.
+pub type Kv = (Tensor, Tensor);
+
+/// A decoder that generates with a key/value cache: a prefill of whole prompts and a decode
+/// step of one token per sequence at a run-time position.
+pub trait CausalLm: Module + Send + Sync {
+    /// A one-line description (class, layers, widths).
+    fn name(&self) -> String;
+    /// Token vocabulary.
+    fn vocab_size(&self) -> usize;
+    /// The longest sequence.
+    fn max_positions(&self) -> usize;
+    /// The cache's shape: layers, key/value heads, head width.
+    fn cache_shape(&self) -> (usize, usize, usize);
+    /// The tokens that end a generation (none: it runs to its length).
+    fn eos_token_ids(&self) -> Vec<i32> {
+        Vec::new()
+    }
+    /// The logits `[batch, seq, vocab]` of a prompt `ids: i32 [batch, seq]` (positions
+    /// `0..seq`) and every layer's keys and values `[batch, kv heads, seq, head width]`.
+    fn prefill(&self, ids: &Tensor) -> Result<(Tensor, Vec<Kv>)>;
+    /// One decode step: the logits `[batch, 1, vocab]` of `ids: [batch, 1]` at position `pos`
+    /// (a rank-0 i32 known at run time), attending to positions `0..=pos` of `cache` (per
+    /// layer, `[batch, kv heads, max, head width]`) after writing this token's keys and values
+    /// there; returns the logits and the updated caches.
+    fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv]) -> Result<(Tensor, Vec<Kv>)>;
+}
+
+/// Checks a decode step's operands against `model`'s cache shape; returns the cache length.
+pub(crate) fn check_cache(model: &dyn CausalLm, batch: usize, seq: usize, cache: &[Kv]) -> Result<usize> {
+    let (layers, heads, dh) = model.cache_shape();
+    if seq != 1 || cache.len() != layers {
+        return Err(config(format!(
+            "{} decode: one token per sequence ({seq} given) and a cache per layer ({} for {layers})",
+            model.name(),
+            cache.len(),
+        )));
+    }
+    let max = cache[0].0.dims().get(2).copied().unwrap_or(0);
+    for (k, v) in cache {
+        for t in [k, v] {
+            if t.dims() != [batch, heads, max, dh] || max == 0 || max > model.max_positions() {
+                return Err(config(format!(
+                    "{} decode: cache {} must be [{batch}, {heads}, max ≤ {}, {dh}]",
+                    model.name(),
+                    t.ty(),
+                    model.max_positions()
+                )));
+            }
+        }
+    }
+    Ok(max)
+}
+
+/// `softmax(q·kᵀ/√dh, masked)·v` with heads merged: `q: [b, heads, sq, dh]`, `k, v: [b, kv
+/// heads, sk, dh]` (kv heads dividing heads; query head `h` reads key head `h / group`), `keep:
+/// bool [sq, sk]` (false: masked out) → `[b, sq, heads · dh]`.
+///
+/// The query heads of a group are stacked as rows of one product with their key head, so
+/// grouped-query attention reads each key and value once, as multi-head attention does.
+pub(crate) fn attend(q: &Tensor, k: &Tensor, v: &Tensor, keep: &Tensor) -> Result<Tensor> {
+    let &[b, heads, sq, dh] = q.dims() else { return Err(config(format!("attention: q {} must be rank 4", q.ty()))) };
+    let (kv_heads, sk) = (k.dims()[1], k.dims()[2]);
+    if kv_heads == 0 || heads % kv_heads != 0 || keep.dims() != [sq, sk] {
+        return Err(config(format!(
+            "attention: q {}, k {} and mask {} do not fit (kv heads must divide heads)",
+            q.ty(),
+            k.ty(),
+            keep.ty()
+        )));
+    }
+    let group = heads / kv_heads;
+    let (q, keep) = if group == 1 {
+        (q.clone(), keep.clone())
+    } else {
+        let rows = group * sq;
+        (
+            q.reshape([b, kv_heads, rows, dh])?,
+            keep.broadcast_in_dim(vec![group, sq, sk], vec![1, 2])?.reshape([rows, sk])?,
+        )
+    };
+    let scores = q.matmul(&k.transpose(&[0, 1, 3, 2])?)?.mul_scalar(1.0 / (dh as f64).sqrt())?;
+    let masked = keep
+        .broadcast_in_dim(scores.dims().to_vec(), vec![2, 3])?
+        .select(&scores, &q.builder().scalar(DType::F32, -1e9)?)?;
+    let ctx = masked.softmax(3)?.matmul(v)?;
+    let ctx = if group == 1 { ctx } else { ctx.reshape([b, heads, sq, dh])? };
+    Ok(ctx.transpose(&[0, 2, 1, 3])?.reshape([b, sq, heads * dh])?)
+}

@@ -1,0 +1,626 @@
+//! The Llama-family decoders as Hugging Face `transformers` defines them —
+//! `LlamaForCausalLM` (Llama 2, 3, 3.1, 3.2, SmolLM), `Qwen2ForCausalLM` and
+//! `MistralForCausalLM` — as one model whose differences are fields of its [`LlamaConfig`]:
+//! q/k/v and MLP biases, grouped-query attention (`num_key_value_heads`), rotary positions
+//! with their scaling (`linear`, `llama3`), a sliding attention window per layer and a head
+//! tied to the embeddings or its own.
+//!
+//! Parameter names are `transformers`' (`model.embed_tokens`, `model.layers.{i}.self_attn.
+//! q_proj`, `….mlp.gate_proj`, `model.norm`, `lm_head`), so a checkpoint directory loads with
+//! [`crate::KeyMap::llama`]. PyTorch's `Linear` stores `[out, in]`; [`Linear`] is `[in, out]`,
+//! so the key map loads projections transposed.
+//!
+//! Rotary positions are recorded as graph ops on the positions (fed at run time in a decode
+//! step): angles `pos · inv_freq`, their cosines and sines, and the rotation of q and k —
+//! elementwise work that fuses with its neighbours. Grouped-query attention reads each key
+//! and value head once: the query heads sharing a key head are stacked as rows of one
+//! product, so nothing repeats the cache.
+
+use crate::causal::{attend, CausalLm, Kv};
+use crate::error::{config, NnError, Result};
+use crate::init::Init;
+use crate::layers::{Embedding, Linear, RmsNorm};
+use crate::module::{Forward, Scope};
+use fusegraph_ir::{DType, Tensor};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The model classes a `config.json`'s `architectures` may name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Architecture {
+    /// `LlamaForCausalLM`.
+    Llama,
+    /// `Qwen2ForCausalLM`: biases on q, k and v.
+    Qwen2,
+    /// `MistralForCausalLM`: a sliding window on every layer when `sliding_window` is set.
+    Mistral,
+}
+
+impl Architecture {
+    /// The `transformers` class name.
+    pub fn class_name(self) -> &'static str {
+        match self {
+            Architecture::Llama => "LlamaForCausalLM",
+            Architecture::Qwen2 => "Qwen2ForCausalLM",
+            Architecture::Mistral => "MistralForCausalLM",
+        }
+    }
+}
+
+/// How rotary frequencies are scaled for contexts longer than the model was trained on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    /// `rope_type: default`: `inv_freq[i] = θ^(−2i/d)`.
+    Default,
+    /// `rope_type: linear`: every frequency divided by `factor`.
+    Linear {
+        /// The divisor.
+        factor: f64,
+    },
+    /// `rope_type: llama3` (Llama 3.1, 3.2): low frequencies divided by `factor`, high ones
+    /// kept, the band between interpolated.
+    Llama3 {
+        /// The low frequencies' divisor.
+        factor: f64,
+        /// Wavelengths above `original_max_position_embeddings / low_freq_factor` are low.
+        low_freq_factor: f64,
+        /// Wavelengths below `original_max_position_embeddings / high_freq_factor` are high.
+        high_freq_factor: f64,
+        /// The context length the model was trained on.
+        original_max_position_embeddings: f64,
+    },
+}
+
+/// The fields of a Llama-family `config.json` that shape the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// The model class.
+    pub architecture: Architecture,
+    /// Token vocabulary (`vocab_size`).
+    pub vocab_size: usize,
+    /// Model width (`hidden_size`).
+    pub hidden_size: usize,
+    /// The MLP's inner width (`intermediate_size`).
+    pub intermediate_size: usize,
+    /// Decoder layers (`num_hidden_layers`).
+    pub num_hidden_layers: usize,
+    /// Query heads (`num_attention_heads`).
+    pub num_attention_heads: usize,
+    /// Key and value heads (`num_key_value_heads`; dividing the query heads).
+    pub num_key_value_heads: usize,
+    /// Width of one head (`head_dim`, else `hidden_size / num_attention_heads`).
+    pub head_dim: usize,
+    /// The longest sequence (`max_position_embeddings`).
+    pub max_position_embeddings: usize,
+    /// RMS norms' epsilon (`rms_norm_eps`).
+    pub rms_norm_eps: f64,
+    /// Rotary base θ (`rope_theta`).
+    pub rope_theta: f64,
+    /// Rotary scaling (`rope_scaling`, or `rope_parameters` in `transformers` 5).
+    pub rope_scaling: RopeScaling,
+    /// Whether the head is the embedding table (`tie_word_embeddings`).
+    pub tie_word_embeddings: bool,
+    /// Biases on the q, k and v projections (Qwen2; Llama's `attention_bias`).
+    pub qkv_bias: bool,
+    /// A bias on the output projection (Llama's `attention_bias`).
+    pub o_bias: bool,
+    /// Biases on the MLP's projections (`mlp_bias`).
+    pub mlp_bias: bool,
+    /// Per layer, the sliding attention window (`sliding_window`) or `None` for full
+    /// attention: a query at `i` reads keys `j` with `i − window < j ≤ i`.
+    pub sliding_windows: Vec<Option<usize>>,
+    /// The tokens that end a generation (`eos_token_id`, one or a list).
+    pub eos_token_ids: Vec<i32>,
+    /// The token that starts a sequence (`bos_token_id`).
+    pub bos_token_id: Option<i32>,
+}
+
+/// The `config.json` as written, before its fields are checked.
+#[derive(Deserialize)]
+struct RawConfig {
+    architectures: Option<Vec<String>>,
+    model_type: Option<String>,
+    vocab_size: Option<usize>,
+    hidden_size: Option<usize>,
+    intermediate_size: Option<usize>,
+    num_hidden_layers: Option<usize>,
+    num_attention_heads: Option<usize>,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    max_position_embeddings: Option<usize>,
+    rms_norm_eps: Option<f64>,
+    rope_theta: Option<f64>,
+    rope_scaling: Option<Value>,
+    rope_parameters: Option<Value>,
+    partial_rotary_factor: Option<f64>,
+    hidden_act: Option<String>,
+    tie_word_embeddings: Option<bool>,
+    attention_bias: Option<bool>,
+    mlp_bias: Option<bool>,
+    sliding_window: Option<usize>,
+    use_sliding_window: Option<bool>,
+    max_window_layers: Option<usize>,
+    layer_types: Option<Vec<String>>,
+    eos_token_id: Option<Value>,
+    bos_token_id: Option<Value>,
+}
+
+/// An unsupported value of a config field, as a typed error.
+fn unsupported(field: &str, value: impl std::fmt::Display, supported: &str) -> NnError {
+    NnError::ConfigField { field: field.into(), value: value.to_string(), supported: supported.into() }
+}
+
+fn token_ids(field: &str, v: &Option<Value>) -> Result<Vec<i32>> {
+    let one =
+        |x: &Value| x.as_i64().map(|i| i as i32).ok_or_else(|| unsupported(field, x, "a token id or a list of them"));
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(xs)) => xs.iter().map(one).collect(),
+        Some(x) => Ok(vec![one(x)?]),
+    }
+}
+
+impl RopeScaling {
+    /// `rope_scaling` (`transformers` 4) or `rope_parameters` (5): `rope_type` (or the older
+    /// `type`) with its factors; `rope_parameters` may carry `rope_theta` too.
+    fn parse(field: &str, v: Option<&Value>) -> Result<(RopeScaling, Option<f64>)> {
+        let Some(v) = v.filter(|v| !v.is_null()) else { return Ok((RopeScaling::Default, None)) };
+        let kind = v.get("rope_type").or_else(|| v.get("type")).and_then(Value::as_str).unwrap_or("default");
+        let theta = v.get("rope_theta").and_then(Value::as_f64);
+        let num = |k: &str| -> Result<f64> {
+            v.get(k).and_then(Value::as_f64).filter(|x| x.is_finite() && *x > 0.0).ok_or_else(|| {
+                unsupported(&format!("{field}.{k}"), v.get(k).unwrap_or(&Value::Null), "a positive number")
+            })
+        };
+        let scaling = match kind {
+            "default" => RopeScaling::Default,
+            "linear" => RopeScaling::Linear { factor: num("factor")? },
+            "llama3" => RopeScaling::Llama3 {
+                factor: num("factor")?,
+                low_freq_factor: num("low_freq_factor")?,
+                high_freq_factor: num("high_freq_factor")?,
+                original_max_position_embeddings: num("original_max_position_embeddings")?,
+            },
+            other => return Err(unsupported(&format!("{field}.rope_type"), other, "default, linear or llama3")),
+        };
+        if let RopeScaling::Llama3 { low_freq_factor, high_freq_factor, .. } = scaling {
+            if high_freq_factor <= low_freq_factor {
+                return Err(unsupported(
+                    &format!("{field}.high_freq_factor"),
+                    high_freq_factor,
+                    "a number above low_freq_factor",
+                ));
+            }
+        }
+        Ok((scaling, theta))
+    }
+
+    /// The rotary frequencies of a head `dim` wide: `θ^(−2i/dim)` for `i < dim/2`, scaled,
+    /// each rounded to f32 as `transformers` computes them.
+    pub fn inv_freq(self, theta: f64, dim: usize) -> Vec<f64> {
+        (0..dim / 2)
+            .map(|i| {
+                let base = (1.0 / (theta as f32).powf((2 * i) as f32 / dim as f32)) as f64;
+                let f = match self {
+                    RopeScaling::Default => base,
+                    RopeScaling::Linear { factor } => base / factor,
+                    RopeScaling::Llama3 {
+                        factor,
+                        low_freq_factor,
+                        high_freq_factor,
+                        original_max_position_embeddings,
+                    } => {
+                        let (low_wavelen, high_wavelen) = (
+                            original_max_position_embeddings / low_freq_factor,
+                            original_max_position_embeddings / high_freq_factor,
+                        );
+                        let wavelen = 2.0 * std::f64::consts::PI / base;
+                        if wavelen > low_wavelen {
+                            base / factor
+                        } else if wavelen < high_wavelen {
+                            base
+                        } else {
+                            let smooth = (original_max_position_embeddings / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * base / factor + smooth * base
+                        }
+                    }
+                };
+                f as f32 as f64
+            })
+            .collect()
+    }
+}
+
+impl LlamaConfig {
+    /// The shape of a `config.json` written by `transformers` 4 or 5 for one of the
+    /// [`Architecture`]s. An architecture, activation or rotary type it does not support is an
+    /// [`NnError::ConfigField`] naming the field and its value.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let raw: RawConfig = serde_json::from_str(text).map_err(|e| config(format!("config.json: {e}")))?;
+        let archs = raw.architectures.clone().unwrap_or_default();
+        let architecture = match archs.first().map(String::as_str).or(raw.model_type.as_deref()) {
+            Some("LlamaForCausalLM" | "llama") => Architecture::Llama,
+            Some("Qwen2ForCausalLM" | "qwen2") => Architecture::Qwen2,
+            Some("MistralForCausalLM" | "mistral") => Architecture::Mistral,
+            Some(other) => {
+                return Err(unsupported(
+                    "architectures",
+                    other,
+                    "LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM",
+                ))
+            }
+            None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
+        };
+        let need = |k: &str, v: Option<usize>| -> Result<usize> {
+            v.filter(|&x| x > 0).ok_or_else(|| unsupported(k, "(missing or 0)", "a positive integer"))
+        };
+        let hidden_size = need("hidden_size", raw.hidden_size)?;
+        let heads = need("num_attention_heads", raw.num_attention_heads)?;
+        let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
+        if kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(unsupported(
+                "num_key_value_heads",
+                kv_heads,
+                &format!("a divisor of num_attention_heads {heads}"),
+            ));
+        }
+        let head_dim = match raw.head_dim {
+            Some(d) => d,
+            None if hidden_size % heads == 0 => hidden_size / heads,
+            None => {
+                return Err(unsupported(
+                    "num_attention_heads",
+                    heads,
+                    &format!("a divisor of hidden_size {hidden_size}"),
+                ))
+            }
+        };
+        if head_dim == 0 || head_dim % 2 != 0 {
+            return Err(unsupported("head_dim", head_dim, "an even width ≥ 2 (rotary pairs)"));
+        }
+        if let Some(act) = raw.hidden_act.as_deref().filter(|a| *a != "silu") {
+            return Err(unsupported("hidden_act", act, "silu"));
+        }
+        if let Some(p) = raw.partial_rotary_factor.filter(|&p| p != 1.0) {
+            return Err(unsupported("partial_rotary_factor", p, "1.0"));
+        }
+        let (rope_scaling, theta_5) = match (&raw.rope_parameters, &raw.rope_scaling) {
+            (Some(p), _) if !p.is_null() => RopeScaling::parse("rope_parameters", Some(p))?,
+            (_, s) => RopeScaling::parse("rope_scaling", s.as_ref())?,
+        };
+        let rope_theta = raw.rope_theta.or(theta_5).unwrap_or(10000.0);
+        let layers = need("num_hidden_layers", raw.num_hidden_layers)?;
+        let sliding_windows = Self::windows(architecture, &raw, layers)?;
+        let attention_bias = raw.attention_bias.unwrap_or(false);
+        Ok(LlamaConfig {
+            architecture,
+            vocab_size: need("vocab_size", raw.vocab_size)?,
+            hidden_size,
+            intermediate_size: need("intermediate_size", raw.intermediate_size)?,
+            num_hidden_layers: layers,
+            num_attention_heads: heads,
+            num_key_value_heads: kv_heads,
+            head_dim,
+            max_position_embeddings: need("max_position_embeddings", raw.max_position_embeddings)?,
+            rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
+            rope_theta,
+            rope_scaling,
+            tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
+            qkv_bias: architecture == Architecture::Qwen2 || attention_bias,
+            o_bias: architecture != Architecture::Qwen2 && attention_bias,
+            mlp_bias: raw.mlp_bias.unwrap_or(false),
+            sliding_windows,
+            eos_token_ids: token_ids("eos_token_id", &raw.eos_token_id)?,
+            bos_token_id: token_ids("bos_token_id", &raw.bos_token_id)?.first().copied(),
+        })
+    }
+
+    /// Per layer, its window: `layer_types` where given; Mistral's `sliding_window` on every
+    /// layer; Qwen2's on layers from `max_window_layers` when `use_sliding_window`.
+    fn windows(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Vec<Option<usize>>> {
+        let window = raw.sliding_window.filter(|&w| w > 0);
+        if let Some(types) = &raw.layer_types {
+            if types.len() != layers {
+                return Err(unsupported("layer_types", types.len(), &format!("{layers} entries (num_hidden_layers)")));
+            }
+            return types
+                .iter()
+                .map(|t| match (t.as_str(), window) {
+                    ("full_attention", _) => Ok(None),
+                    ("sliding_attention", Some(w)) => Ok(Some(w)),
+                    (other, _) => Err(unsupported(
+                        "layer_types",
+                        other,
+                        "full_attention, or sliding_attention with a sliding_window",
+                    )),
+                })
+                .collect();
+        }
+        Ok((0..layers)
+            .map(|i| match arch {
+                Architecture::Mistral => window,
+                Architecture::Qwen2 if raw.use_sliding_window == Some(true) => {
+                    window.filter(|_| i >= raw.max_window_layers.unwrap_or(0))
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The rotary frequencies of one head.
+    pub fn inv_freq(&self) -> Vec<f64> {
+        self.rope_scaling.inv_freq(self.rope_theta, self.head_dim)
+    }
+}
+
+/// Attention with rotary q and k and grouped key/value heads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaAttention {
+    /// `q_proj`, `hidden → heads · head_dim`.
+    pub q_proj: Linear,
+    /// `k_proj`, `hidden → kv_heads · head_dim`.
+    pub k_proj: Linear,
+    /// `v_proj`, `hidden → kv_heads · head_dim`.
+    pub v_proj: Linear,
+    /// `o_proj`, `heads · head_dim → hidden`.
+    pub o_proj: Linear,
+}
+
+crate::module!(LlamaAttention { q_proj, k_proj, v_proj, o_proj });
+
+/// The gated MLP: `down_proj(silu(gate_proj(x)) · up_proj(x))`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaMlp {
+    /// `gate_proj`.
+    pub gate_proj: Linear,
+    /// `up_proj`.
+    pub up_proj: Linear,
+    /// `down_proj`.
+    pub down_proj: Linear,
+}
+
+crate::module!(LlamaMlp { gate_proj, up_proj, down_proj });
+
+/// A decoder layer: `h = x + attn(norm(x))`, `out = h + mlp(norm(h))`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaLayer {
+    /// `input_layernorm`.
+    pub input_layernorm: RmsNorm,
+    /// `self_attn`.
+    pub self_attn: LlamaAttention,
+    /// `post_attention_layernorm`.
+    pub post_attention_layernorm: RmsNorm,
+    /// `mlp`.
+    pub mlp: LlamaMlp,
+}
+
+crate::module!(LlamaLayer { input_layernorm, self_attn, post_attention_layernorm, mlp });
+
+/// A Llama-family causal language model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Llama {
+    /// `model.embed_tokens`: `[vocab, hidden]`.
+    pub embed_tokens: Embedding,
+    /// `model.layers.{i}`.
+    pub layers: Vec<LlamaLayer>,
+    /// `model.norm`.
+    pub norm: RmsNorm,
+    /// `lm_head`, or `None` when tied to the embeddings.
+    pub lm_head: Option<Linear>,
+    /// Its shape.
+    pub config: LlamaConfig,
+}
+
+crate::module!(Llama { embed_tokens, layers, norm, lm_head });
+
+impl Llama {
+    /// A model shaped by `c` under `s` (the root for a checkpoint's names), initialized as
+    /// `transformers` does (`N(0, 0.02²)`, zero biases, norms at one).
+    pub fn new(s: &Scope, c: LlamaConfig) -> Result<Self> {
+        let (d, dh) = (c.hidden_size, c.head_dim);
+        if c.sliding_windows.len() != c.num_hidden_layers {
+            return Err(config(format!(
+                "Llama: {} sliding windows for {} layers",
+                c.sliding_windows.len(),
+                c.num_hidden_layers
+            )));
+        }
+        let linear = |s: &Scope, i: usize, o: usize, bias: bool| {
+            Linear::with_init(s, i, o, Init::Normal(0.02), bias.then_some(Init::Zeros))
+        };
+        let norm = |s: &Scope| -> Result<RmsNorm> {
+            let mut n = RmsNorm::new(s, d)?;
+            n.eps = c.rms_norm_eps;
+            Ok(n)
+        };
+        let m = s.at("model");
+        let layers = (0..c.num_hidden_layers)
+            .map(|i| {
+                let l = m.at("layers").at(i);
+                let (a, p) = (l.at("self_attn"), l.at("mlp"));
+                Ok(LlamaLayer {
+                    input_layernorm: norm(&l.at("input_layernorm"))?,
+                    self_attn: LlamaAttention {
+                        q_proj: linear(&a.at("q_proj"), d, c.num_attention_heads * dh, c.qkv_bias)?,
+                        k_proj: linear(&a.at("k_proj"), d, c.num_key_value_heads * dh, c.qkv_bias)?,
+                        v_proj: linear(&a.at("v_proj"), d, c.num_key_value_heads * dh, c.qkv_bias)?,
+                        o_proj: linear(&a.at("o_proj"), c.num_attention_heads * dh, d, c.o_bias)?,
+                    },
+                    post_attention_layernorm: norm(&l.at("post_attention_layernorm"))?,
+                    mlp: LlamaMlp {
+                        gate_proj: linear(&p.at("gate_proj"), d, c.intermediate_size, c.mlp_bias)?,
+                        up_proj: linear(&p.at("up_proj"), d, c.intermediate_size, c.mlp_bias)?,
+                        down_proj: linear(&p.at("down_proj"), c.intermediate_size, d, c.mlp_bias)?,
+                    },
+                })
+            })
+            .collect::<Result<_>>()?;
+        let lm_head =
+            if c.tie_word_embeddings { None } else { Some(linear(&s.at("lm_head"), d, c.vocab_size, false)?) };
+        Ok(Llama {
+            embed_tokens: Embedding::with_init(&m.at("embed_tokens"), c.vocab_size, d, Init::Normal(0.02))?,
+            layers,
+            norm: norm(&m.at("norm"))?,
+            lm_head,
+            config: c,
+        })
+    }
+
+    /// `x: [b, s, hidden]` → q `[b, heads, s, dh]`, k and v `[b, kv_heads, s, dh]`, q and k
+    /// rotated by the angles of `positions: i32 [s]`.
+    fn qkv(&self, attn: &LlamaAttention, x: &Tensor, positions: &Tensor) -> Result<[Tensor; 3]> {
+        let c = &self.config;
+        let (b, s) = (x.dims()[0], x.dims()[1]);
+        let heads =
+            |t: Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape([b, s, n, c.head_dim])?.transpose(&[0, 2, 1, 3])?) };
+        let (cos, sin) = rotary_angles(positions, &c.inv_freq())?;
+        let q = rotate(&heads(attn.q_proj.forward(x)?, c.num_attention_heads)?, &cos, &sin)?;
+        let k = rotate(&heads(attn.k_proj.forward(x)?, c.num_key_value_heads)?, &cos, &sin)?;
+        Ok([q, k, heads(attn.v_proj.forward(x)?, c.num_key_value_heads)?])
+    }
+
+    /// The rest of a layer after attention: residual, norm, gated MLP, residual.
+    fn finish_layer(&self, layer: &LlamaLayer, x: &Tensor, attended: &Tensor) -> Result<Tensor> {
+        let h = x.add(&layer.self_attn.o_proj.forward(attended)?)?;
+        let n = layer.post_attention_layernorm.forward(&h)?;
+        let gated = layer.mlp.gate_proj.forward(&n)?.silu()?.mul(&layer.mlp.up_proj.forward(&n)?)?;
+        Ok(h.add(&layer.mlp.down_proj.forward(&gated)?)?)
+    }
+
+    /// Which keys each query reads: `bool [sq, sk]` for queries at `q_pos: i32 [sq, 1]` and
+    /// keys at `k_pos: i32 [1, sk]`, causal and within the layer's window.
+    fn keep(q_pos: &Tensor, k_pos: &Tensor, window: Option<usize>) -> Result<Tensor> {
+        let (sq, sk) = (q_pos.dims()[0], k_pos.dims()[1]);
+        let (q, k) = (q_pos.broadcast_to([sq, sk])?, k_pos.broadcast_to([sq, sk])?);
+        let causal = k.le(&q)?;
+        Ok(match window {
+            Some(w) => causal.and(&k.gt(&q.add_scalar(-(w as f64))?)?)?,
+            None => causal,
+        })
+    }
+
+    fn check_ids(&self, ids: &Tensor, what: &str) -> Result<(usize, usize)> {
+        match *ids.dims() {
+            [batch, seq] if ids.dtype().is_int() && seq >= 1 && seq <= self.config.max_position_embeddings => {
+                Ok((batch, seq))
+            }
+            _ => Err(config(format!(
+                "{} {what}: ids {} must be i32 [batch, seq] with 1 ≤ seq ≤ {}",
+                self.config.architecture.class_name(),
+                ids.ty(),
+                self.config.max_position_embeddings
+            ))),
+        }
+    }
+}
+
+/// `cos` and `sin` `[s, dh/2]` of the angles `positions · inv_freq` (`positions: i32 [s]`),
+/// the product rounded to f32 as `transformers` forms it.
+pub fn rotary_angles(positions: &Tensor, inv_freq: &[f64]) -> Result<(Tensor, Tensor)> {
+    let (s, half) = (positions.dims()[0], inv_freq.len());
+    let b = positions.builder();
+    let p = positions.cast(DType::F32)?.broadcast_in_dim(vec![s, half], vec![0])?;
+    let f = b.constant(DType::F32, [half], inv_freq)?.broadcast_in_dim(vec![s, half], vec![1])?;
+    let angles = p.mul(&f)?;
+    Ok((angles.cos()?, angles.sin()?))
+}
+
+/// Rotates `x: [b, h, s, dh]` by per-position angles (`cos`, `sin`: `[s, dh/2]`), pairing
+/// element `i` with `i + dh/2` (`transformers`' `rotate_half`).
+pub fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let half = x.dims()[3] / 2;
+    let (x1, x2) = (x.narrow(3, 0, half)?, x.narrow(3, half, half)?);
+    let dims = x1.dims().to_vec();
+    let (c, s) = (cos.broadcast_in_dim(dims.clone(), vec![2, 3])?, sin.broadcast_in_dim(dims, vec![2, 3])?);
+    let first = x1.mul(&c)?.sub(&x2.mul(&s)?)?;
+    let second = x2.mul(&c)?.add(&x1.mul(&s)?)?;
+    Ok(x.builder().concat(&[&first, &second], 3)?)
+}
+
+impl CausalLm for Llama {
+    fn name(&self) -> String {
+        let c = &self.config;
+        format!(
+            "{} {} layers × width {} × {} heads ({} key/value) of {}",
+            c.architecture.class_name(),
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.head_dim
+        )
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn max_positions(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+
+    fn cache_shape(&self) -> (usize, usize, usize) {
+        (self.config.num_hidden_layers, self.config.num_key_value_heads, self.config.head_dim)
+    }
+
+    fn eos_token_ids(&self) -> Vec<i32> {
+        self.config.eos_token_ids.clone()
+    }
+
+    fn prefill(&self, ids: &Tensor) -> Result<(Tensor, Vec<Kv>)> {
+        let (_, seq) = self.check_ids(ids, "prefill")?;
+        let b = ids.builder();
+        let pos = b.iota(DType::I32, [seq], 0)?;
+        let (q_pos, k_pos) = (pos.reshape([seq, 1])?, pos.reshape([1, seq])?);
+        let mut h = self.embed_tokens.forward(ids)?;
+        let mut kvs = Vec::new();
+        for (layer, window) in self.layers.iter().zip(&self.config.sliding_windows) {
+            let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, &pos)?;
+            let a = attend(&q, &k, &v, &Self::keep(&q_pos, &k_pos, *window)?)?;
+            h = self.finish_layer(layer, &h, &a)?;
+            kvs.push((k, v));
+        }
+        Ok((self.logits(&h)?, kvs))
+    }
+
+    fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv]) -> Result<(Tensor, Vec<Kv>)> {
+        let (batch, seq) = self.check_ids(ids, "decode")?;
+        let max = crate::causal::check_cache(self, batch, seq, cache)?;
+        let b = ids.builder();
+        let p = pos.cast(DType::I32)?.reshape([1])?;
+        let (q_pos, k_pos) = (p.reshape([1, 1])?, b.iota(DType::I32, [1, max], 1)?);
+        let mut h = self.embed_tokens.forward(ids)?;
+        let mut updated = Vec::new();
+        for ((layer, window), (kc, vc)) in self.layers.iter().zip(&self.config.sliding_windows).zip(cache) {
+            let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, &p)?;
+            let (kc, vc) = (kc.dynamic_update_slice(&k, pos, 2)?, vc.dynamic_update_slice(&v, pos, 2)?);
+            let a = attend(&q, &kc, &vc, &Self::keep(&q_pos, &k_pos, *window)?)?;
+            h = self.finish_layer(layer, &h, &a)?;
+            updated.push((kc, vc));
+        }
+        Ok((self.logits(&h)?, updated))
+    }
+}
+
+impl Llama {
+    /// The logits `[batch, seq, vocab]` of final hidden states `h: [batch, seq, hidden]`.
+    fn logits(&self, h: &Tensor) -> Result<Tensor> {
+        let h = self.norm.forward(h)?;
+        match &self.lm_head {
+            Some(head) => head.forward(&h),
+            None => {
+                let (batch, seq, d) = (h.dims()[0], h.dims()[1], self.config.hidden_size);
+                let table = self.embed_tokens.table.get(h.builder())?;
+                Ok(h.reshape([batch * seq, d])?.matmul(&table.t()?)?.reshape([batch, seq, self.config.vocab_size])?)
+            }
+        }
+    }
+}
+
+impl Forward for Llama {
+    /// The logits `[batch, seq, vocab]` of `ids: i32 [batch, seq]` (causal, positions `0..seq`).
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        Ok(self.prefill(ids)?.0)
+    }
+}

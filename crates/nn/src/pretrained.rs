@@ -1,0 +1,93 @@
+//! Hugging Face model directories: `config.json` names the class (`architectures`), which
+//! picks the model ([`crate::Gpt2`] or [`crate::Llama`]) and its key map, and the directory's
+//! safetensors (one file or shards) give the weights.
+
+use crate::causal::CausalLm;
+use crate::checkpoint::{Checkpoint, KeyMap};
+use crate::error::{NnError, Result};
+use crate::gpt2::{Gpt2, Gpt2Config};
+use crate::llama::{Llama, LlamaConfig};
+use crate::module::{Module, Scope};
+use crate::params::Params;
+use fusegraph_ir::HostTensor;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A model read from a directory or built from a config, with its parameters' values.
+pub struct Pretrained {
+    /// The model.
+    pub model: Arc<dyn CausalLm>,
+    /// Its parameters' values by path.
+    pub params: BTreeMap<String, HostTensor>,
+}
+
+/// One of the models a `config.json` can name.
+enum Any {
+    Gpt2(Gpt2),
+    Llama(Llama),
+}
+
+impl Any {
+    /// The model `config.json`'s text describes: `GPT2LMHeadModel` (or `model_type: gpt2`),
+    /// else a Llama-family class; any other class is [`NnError::ConfigField`].
+    fn from_config(text: &str) -> Result<Any> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| NnError::Config(format!("config.json: {e}")))?;
+        let arch = v.get("architectures").and_then(|a| a.get(0)).and_then(|a| a.as_str());
+        let gpt2 = arch == Some("GPT2LMHeadModel") || (arch.is_none() && v.get("model_type") == Some(&"gpt2".into()));
+        Ok(if gpt2 {
+            Any::Gpt2(Gpt2::new(&Scope::root(), Gpt2Config::from_json(text)?)?)
+        } else {
+            Any::Llama(Llama::new(&Scope::root(), LlamaConfig::from_json(text)?)?)
+        })
+    }
+
+    fn module(&self) -> &dyn Module {
+        match self {
+            Any::Gpt2(m) => m,
+            Any::Llama(m) => m,
+        }
+    }
+
+    fn key_map(&self) -> KeyMap {
+        match self {
+            Any::Gpt2(_) => KeyMap::gpt2(),
+            Any::Llama(m) => KeyMap::llama(m.config.tie_word_embeddings),
+        }
+    }
+
+    fn shared(self) -> Arc<dyn CausalLm> {
+        match self {
+            Any::Gpt2(m) => Arc::new(m),
+            Any::Llama(m) => Arc::new(m),
+        }
+    }
+}
+
+impl Pretrained {
+    /// The model of `dir/config.json` with the weights of `dir`'s safetensors, every
+    /// parameter checked before anything is returned (a missing shard names its file, a
+    /// missing or misshapen tensor its key).
+    pub fn load(dir: &Path) -> Result<Pretrained> {
+        let model = Any::from_config(&read_config(dir)?)?;
+        let params = Checkpoint::open(dir)?.load(model.module(), &model.key_map())?;
+        Ok(Pretrained { model: model.shared(), params })
+    }
+
+    /// The model `config.json`'s text describes with seeded random weights (as
+    /// `transformers` initializes them), for measuring models whose weights are elsewhere.
+    pub fn random(config_json: &str, seed: u64) -> Result<Pretrained> {
+        let model = Any::from_config(config_json)?;
+        let params = Params::of(model.module(), seed)?.into_map();
+        Ok(Pretrained { model: model.shared(), params })
+    }
+}
+
+/// The text of `dir/config.json`.
+pub fn read_config(dir: &Path) -> Result<String> {
+    let path = dir.join("config.json");
+    std::fs::read_to_string(&path).map_err(|source| {
+        NnError::Checkpoint(fusegraph_ir::safetensors::SafetensorsError::Io { path: path.clone(), source })
+    })
+}

@@ -1,0 +1,136 @@
+//! Llama-family checkpoints written by `transformers` (tests/data/checkpoints, made by
+//! scripts/fixtures/make_llama.py): a Llama with grouped-query attention, `llama3` rotary
+//! scaling and an untied head (f32, sharded, bf16), a Qwen2 with q/k/v biases, one key/value
+//! head and a tied head (f32, bf16), and a Mistral with a sliding window shorter than the
+//! sequence give `transformers`' logits and greedy tokens.
+
+use fusegraph::generate::{Generator, Sampling};
+use fusegraph::nn::{NnError, Pretrained};
+use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor, ParamStore};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/checkpoints")
+}
+
+fn reference(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(data().join(format!("{name}-reference.json"))).unwrap()).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<i32> {
+    v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap() as i32).collect()
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().flat_map(|row| row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap())).collect()
+}
+
+/// The model of `dir` with its weights in a store on the shared device.
+fn load(dir: &str) -> (Pretrained, ParamStore) {
+    let loaded = Pretrained::load(&data().join(dir)).unwrap();
+    let store = ParamStore::new(&Device::shared().unwrap());
+    store.insert_all(loaded.params.iter()).unwrap();
+    (loaded, store)
+}
+
+/// The largest difference from `want`, relative to `want`'s largest magnitude.
+fn relative_error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    got.iter().zip(want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / scale
+}
+
+/// Each checkpoint's prompt logits, and its 32 greedy tokens through the KV cache (prefill,
+/// then decode steps at run-time positions), as `transformers` gives them. A bf16 checkpoint
+/// is computed in f32 from its bf16 values: it matches `transformers` run on the same values
+/// in f32 to 1e-4, and `transformers`' own bf16 run (which rounds every activation to bf16)
+/// to that run's rounding.
+#[test]
+fn llama_family_logits_and_greedy_tokens_match_transformers() {
+    let cases = [
+        ("llama-tiny", "llama-tiny", ""),
+        ("llama-tiny-sharded", "llama-tiny", ""),
+        ("llama-tiny-bf16", "llama-tiny", "_bf16_weights"),
+        ("qwen2-tiny", "qwen2-tiny", ""),
+        ("qwen2-tiny-bf16", "qwen2-tiny", "_bf16_weights"),
+        ("mistral-tiny", "mistral-tiny", ""),
+    ];
+    for (dir, name, form) in cases {
+        let r = reference(name);
+        let (loaded, store) = load(dir);
+        let model = loaded.model;
+        let prompt = ids(&r["prompt_ids"]);
+        let b = GraphBuilder::new();
+        let x = b.input("ids", DType::I32, [1, prompt.len()]).unwrap();
+        let logits = model.prefill(&x).unwrap().0;
+        let exe = store.compile(&b.graph(), &[logits.id()], &CompileOptions::default()).unwrap();
+        let got = exe.run(&[(&x, &HostTensor::new([1, prompt.len()], prompt.clone()).unwrap())]).unwrap();
+        let err = relative_error(&got[0].to_f64(), &floats(&r[format!("logits{form}").as_str()]));
+        assert!(err < 1e-4, "{dir}: logits differ from transformers' by {err:.2e} of the largest");
+        if !form.is_empty() {
+            let native = relative_error(&got[0].to_f64(), &floats(&r["logits_bf16"]));
+            assert!(native < 5e-2, "{dir}: {native:.2e} from transformers' bf16 run");
+        }
+
+        let want = ids(&r[format!("greedy{}", if form.is_empty() { "" } else { "_bf16_weights" }).as_str()]);
+        let mut g =
+            Generator::new(&store, model.clone(), 1, prompt.len() + want.len(), CompileOptions::default()).unwrap();
+        g.stop_at(Vec::new());
+        let out = g.generate(std::slice::from_ref(&prompt), want.len(), &Sampling::greedy()).unwrap();
+        assert_eq!(out.tokens[0][prompt.len()..], want[..], "{dir}: greedy tokens");
+    }
+}
+
+/// Generation stops at the config's end-of-sequence token, kept as the last token.
+#[test]
+fn generation_stops_at_the_end_of_sequence_token() {
+    let r = reference("llama-tiny");
+    let (loaded, store) = load("llama-tiny");
+    let prompt = ids(&r["prompt_ids"]);
+    let greedy = ids(&r["greedy"]);
+    let model = loaded.model;
+    let mut g =
+        Generator::new(&store, model.clone(), 1, prompt.len() + greedy.len(), CompileOptions::default()).unwrap();
+    // Make the 5th greedy token the end of the sequence.
+    g.stop_at(vec![greedy[4]]);
+    let out = g.generate(std::slice::from_ref(&prompt), greedy.len(), &Sampling::greedy()).unwrap();
+    let first = greedy.iter().position(|&t| t == greedy[4]).unwrap();
+    assert_eq!(out.tokens[0][prompt.len()..], greedy[..=first]);
+    assert_eq!(model.eos_token_ids(), vec![1], "the config's eos_token_id");
+}
+
+/// A config naming a class this library does not build, or a rotary type it does not know,
+/// is a typed error naming the field and the value; a checkpoint missing a shard names the
+/// file; nothing is returned half loaded.
+#[test]
+fn unsupported_configs_and_missing_shards_are_named() {
+    let dir = std::env::temp_dir().join(format!("fusegraph-llama-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = std::fs::read_to_string(data().join("llama-tiny/config.json")).unwrap();
+    let edited = config.replace("LlamaForCausalLM", "GemmaForCausalLM");
+    std::fs::write(dir.join("config.json"), &edited).unwrap();
+    match Pretrained::load(&dir) {
+        Err(NnError::ConfigField { field, value, .. }) => {
+            assert_eq!((field.as_str(), value.as_str()), ("architectures", "GemmaForCausalLM"))
+        }
+        other => panic!("{:?}", other.map(|p| p.model.name())),
+    }
+    std::fs::write(dir.join("config.json"), config.replace("\"llama3\"", "\"yarn\"")).unwrap();
+    let e = Pretrained::load(&dir).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("rope_parameters.rope_type") && e.contains("yarn"), "{e}");
+
+    // The sharded checkpoint without one of its shards.
+    let sharded = data().join("llama-tiny-sharded");
+    for entry in std::fs::read_dir(&sharded).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("model.safetensors.index.json")).unwrap()).unwrap();
+    let shard = index["weight_map"].as_object().unwrap().values().next().unwrap().as_str().unwrap().to_string();
+    std::fs::remove_file(dir.join(&shard)).unwrap();
+    let e = Pretrained::load(&dir).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains(&shard), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
