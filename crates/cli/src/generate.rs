@@ -154,10 +154,15 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
         (None, None) => return Err("give --model DIR or --random-config FILE.json".into()),
     };
     let model = loaded.model;
-    let prompt: Vec<i32> = match (&a.prompt_ids, &a.prompt, &text) {
-        (Some(ids), _, _) => ids.clone(),
-        (None, Some(p), Some(t)) if a.chat => t.encode(&t.chat(a.system.as_deref(), p)?, false)?,
-        (None, Some(p), Some(t)) => t.encode(p, true)?,
+    // The prompt's text as encoded (the chat rendered), and its ids.
+    let (prompt_text, prompt): (Option<String>, Vec<i32>) = match (&a.prompt_ids, &a.prompt, &text) {
+        (Some(ids), _, _) => (None, ids.clone()),
+        (None, Some(p), Some(t)) if a.chat => {
+            let chat = t.chat(a.system.as_deref(), p)?;
+            let ids = t.encode(&chat, false)?;
+            (Some(chat), ids)
+        }
+        (None, Some(p), Some(t)) => (Some(p.clone()), t.encode(p, true)?),
         (None, Some(_), None) => return Err("this model has no tokenizer.json: give --prompt-ids".into()),
         (None, None, _) => return Err("give --prompt TEXT or --prompt-ids 1,2,3".into()),
     };
@@ -219,6 +224,7 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
             "model": model.name(),
             "device": device.describe(),
             "batch": a.batch,
+            "prompt_text": prompt_text,
             "prompt_ids": prompt,
             "generated_ids": generated,
             "sequences": gen.tokens,

@@ -360,3 +360,78 @@ fn explain_fuses_a_training_step_as_the_runtime_compiles_it() {
         assert_eq!(text.contains("combined 2 products"), combined, "{tail}\n{text}");
     }
 }
+
+fn checkpoint(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/checkpoints").join(name)
+}
+
+/// `generate --json` on a Llama-family directory (tests/data/checkpoints, written by
+/// `transformers`): a text prompt encodes to `transformers`' ids, a chat renders to
+/// `apply_chat_template`'s text and ids (Llama 3's template with a system message, and
+/// ChatML), and greedy decoding gives `transformers`' 32 tokens after each.
+#[test]
+fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
+    let dir = std::env::temp_dir().join(format!("fusegraph-generate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ids =
+        |v: &serde_json::Value| -> Vec<i64> { v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect() };
+    for name in ["llama-tiny", "qwen2-tiny"] {
+        let text = std::fs::read_to_string(checkpoint(&format!("{name}-reference.json"))).unwrap();
+        let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let model = checkpoint(name);
+        let json = dir.join(format!("{name}.json"));
+        let common = ["generate", "--model", model.to_str().unwrap(), "--tokens", "32", "--ignore-eos"];
+        let prompt_ids = ids(&r["prompt_ids"]).iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        let runs: [(&[&str], &str, &str); 3] = [
+            (&["--prompt-ids", &prompt_ids], "prompt_ids", "greedy"),
+            (&["--prompt", r["prompt"].as_str().unwrap()], "prompt_ids", "greedy"),
+            (
+                &["--chat", "--system", r["system"].as_str().unwrap(), "--prompt", r["user"].as_str().unwrap()],
+                "chat_ids",
+                "chat_greedy",
+            ),
+        ];
+        for (args, want_prompt, want_new) in runs {
+            let mut all: Vec<&str> = common.to_vec();
+            all.extend_from_slice(args);
+            all.extend_from_slice(&["--json", json.to_str().unwrap()]);
+            let out = fusegraph(&all, None);
+            assert!(out.status.success(), "{name} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            let got: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+            assert_eq!(ids(&got["prompt_ids"]), ids(&r[want_prompt]), "{name} {args:?}");
+            assert_eq!(ids(&got["generated_ids"]), ids(&r[want_new]), "{name} {args:?}");
+            if want_prompt == "chat_ids" {
+                assert_eq!(got["prompt_text"], r["chat_text"], "{name}: the rendered chat");
+            }
+            assert!(got["prefill_ms"].as_f64().unwrap() > 0.0 && got["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Bad input to `generate` is a clear error: a directory of an unsupported class names the
+/// field and value, a text prompt without a tokenizer asks for ids.
+#[test]
+fn generate_names_what_is_wrong() {
+    let dir = std::env::temp_dir().join(format!("fusegraph-generate-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = std::fs::read_to_string(checkpoint("llama-tiny/config.json")).unwrap();
+    let path = dir.join("config.json");
+    std::fs::write(&path, config.replace("LlamaForCausalLM", "PhiForCausalLM")).unwrap();
+    let out = fusegraph(&["generate", "--model", dir.to_str().unwrap(), "--prompt-ids", "1,2"], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("architectures") && err.contains("PhiForCausalLM"), "{err}");
+    let out = fusegraph(&["generate", "--random-config", path.to_str().unwrap(), "--prompt", "hi"], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("architectures"), "{err}");
+    std::fs::write(&path, &config).unwrap();
+    let out = fusegraph(&["generate", "--random-config", path.to_str().unwrap(), "--prompt", "hi"], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--prompt-ids"), "{err}");
+    let out = fusegraph(
+        &["generate", "--random-config", path.to_str().unwrap(), "--prompt-ids", "5,6,7", "--tokens", "4"],
+        None,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
