@@ -86,7 +86,7 @@ pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> Ho
                 (rng.uniform(-1.0, d as f64 + 1.0).floor()).max(if dtype == DType::U32 { 0.0 } else { -1.0 })
             }
             (DType::Bool, _) => (rng.next_u64() & 1) as f64,
-            (DType::F32 | DType::F16, Domain::Any) => {
+            (DType::F32 | DType::F16 | DType::BF16, Domain::Any) => {
                 let v = rng.uniform(-3.0, 3.0);
                 if v.abs() < 1e-3 {
                     0.5
@@ -94,8 +94,8 @@ pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> Ho
                     v
                 }
             }
-            (DType::F32 | DType::F16, Domain::Positive) => rng.uniform(0.25, 3.0),
-            (DType::F32 | DType::F16, Domain::NonZero) => {
+            (DType::F32 | DType::F16 | DType::BF16, Domain::Positive) => rng.uniform(0.25, 3.0),
+            (DType::F32 | DType::F16 | DType::BF16, Domain::NonZero) => {
                 let v = rng.uniform(0.5, 3.0);
                 if rng.next_u64() & 1 == 1 {
                     v
@@ -256,14 +256,14 @@ pub fn catalog(seed: u64) -> Vec<Case> {
             cases.push(c.finish(format!("{}_{dt}_broadcast", op.name()), &[&y]));
         }
     }
-    for dt in DType::ALL {
+    for dt in DType::COMPUTED {
         let mut c = next();
         let cond = c.input(DType::Bool, &[6, 5], Domain::Any);
         let a = c.input(dt, &[6, 5], Domain::Any);
         let b = c.input(dt, &[1, 5], Domain::Any);
         let y = cond.select(&a, &b).unwrap();
         cases.push(c.finish(format!("select_{dt}"), &[&y]));
-        for to in DType::ALL {
+        for to in DType::COMPUTED {
             let mut c = next();
             let x = c.input(dt, &[37], Domain::Any);
             let y = x.cast(to).unwrap();
@@ -271,6 +271,19 @@ pub fn catalog(seed: u64) -> Vec<Case> {
         }
         layout_cases(dt, &mut next, &mut cases);
     }
+    // bf16 is stored only: a cast to a float type is the op that reads it (alone, and as a
+    // matmul's operand as a bf16 weight is read).
+    for to in [DType::F32, DType::F16] {
+        let mut c = next();
+        let x = c.input(DType::BF16, &[37], Domain::Any);
+        let y = x.cast(to).unwrap();
+        cases.push(c.finish(format!("cast_bf16_to_{to}"), &[&y]));
+    }
+    let mut c = next();
+    let x = c.input(DType::F32, &[6, 24], Domain::Any);
+    let w = c.input(DType::BF16, &[24, 10], Domain::Any);
+    let y = x.matmul(&w.cast(DType::F32).unwrap()).unwrap();
+    cases.push(c.finish("matmul_bf16_weight".to_string(), &[&y]));
     numeric_cases(&mut next, &mut cases);
     cases
 }

@@ -6,9 +6,10 @@
 
 use fusegraph::generate::{Generator, Sampling};
 use fusegraph::nn::{NnError, Pretrained};
-use fusegraph::{CompileOptions, DType, Device, GraphBuilder, HostTensor, ParamStore};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor, ParamStore};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 fn data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/checkpoints")
@@ -28,7 +29,7 @@ fn floats(v: &Value) -> Vec<f64> {
 
 /// The model of `dir` with its weights in a store on the shared device.
 fn load(dir: &str) -> (Pretrained, ParamStore) {
-    let loaded = Pretrained::load(&data().join(dir)).unwrap();
+    let loaded = Pretrained::load(&data().join(dir), None).unwrap();
     let store = ParamStore::new(&Device::shared().unwrap());
     store.insert_all(loaded.params.iter()).unwrap();
     (loaded, store)
@@ -43,9 +44,9 @@ fn relative_error(got: &[f64], want: &[f64]) -> f64 {
 
 /// Each checkpoint's prompt logits, and its 32 greedy tokens through the KV cache (prefill,
 /// then decode steps at run-time positions), as `transformers` gives them. A bf16 checkpoint
-/// is computed in f32 from its bf16 values: it matches `transformers` run on the same values
-/// in f32 to 1e-4, and `transformers`' own bf16 run (which rounds every activation to bf16)
-/// to that run's rounding.
+/// stays bf16 on the device and is computed in f32 from its values: it matches `transformers`
+/// run on the same values in f32 to 1e-4, and `transformers`' own bf16 run (which rounds
+/// every activation to bf16) to that run's rounding.
 #[test]
 fn llama_family_logits_and_greedy_tokens_match_transformers() {
     let cases = [
@@ -110,14 +111,14 @@ fn unsupported_configs_and_missing_shards_are_named() {
     let config = std::fs::read_to_string(data().join("llama-tiny/config.json")).unwrap();
     let edited = config.replace("LlamaForCausalLM", "GemmaForCausalLM");
     std::fs::write(dir.join("config.json"), &edited).unwrap();
-    match Pretrained::load(&dir) {
+    match Pretrained::load(&dir, None) {
         Err(NnError::ConfigField { field, value, .. }) => {
             assert_eq!((field.as_str(), value.as_str()), ("architectures", "GemmaForCausalLM"))
         }
         other => panic!("{:?}", other.map(|p| p.model.name())),
     }
     std::fs::write(dir.join("config.json"), config.replace("\"llama3\"", "\"yarn\"")).unwrap();
-    let e = Pretrained::load(&dir).map(|_| ()).unwrap_err().to_string();
+    let e = Pretrained::load(&dir, None).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("rope_parameters.rope_type") && e.contains("yarn"), "{e}");
 
     // The sharded checkpoint without one of its shards.
@@ -130,7 +131,42 @@ fn unsupported_configs_and_missing_shards_are_named() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("model.safetensors.index.json")).unwrap()).unwrap();
     let shard = index["weight_map"].as_object().unwrap().values().next().unwrap().as_str().unwrap().to_string();
     std::fs::remove_file(dir.join(&shard)).unwrap();
-    let e = Pretrained::load(&dir).map(|_| ()).unwrap_err().to_string();
+    let e = Pretrained::load(&dir, None).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains(&shard), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The logits of `reference`'s prompt from a loaded model.
+fn prompt_logits(loaded: &Pretrained, store: &ParamStore, prompt: &[i32]) -> Vec<f64> {
+    let b = GraphBuilder::new();
+    let x = b.input("ids", DType::I32, [1, prompt.len()]).unwrap();
+    let logits = loaded.model.prefill(&x).unwrap().0;
+    let exe = store.compile(&b.graph(), &[logits.id()], &CompileOptions::default()).unwrap();
+    exe.run(&[(&x, &HostTensor::new([1, prompt.len()], prompt.to_vec()).unwrap())]).unwrap()[0].to_f64()
+}
+
+/// Parameters stay in their storage dtype on the device: a bf16 checkpoint's take 2 bytes
+/// each (the store's bytes and the device's `memory_allocated`), as does an f32 checkpoint
+/// loaded with `Some(BF16)` — whose logits are then those of its bf16-rounded weights — and
+/// f16 storage likewise; `Some(F32)` widens a bf16 checkpoint to 4 bytes each.
+#[test]
+fn parameters_keep_their_storage_dtype_on_the_device() {
+    let r = reference("llama-tiny");
+    let prompt = ids(&r["prompt_ids"]);
+    for (dir, dtype, bytes_each, want, tolerance) in [
+        ("llama-tiny-bf16", None, 2, "logits_bf16_weights", 1e-4),
+        ("llama-tiny", Some(DType::BF16), 2, "logits_bf16_weights", 1e-4),
+        ("llama-tiny-bf16", Some(DType::F32), 4, "logits_bf16_weights", 1e-4),
+        ("llama-tiny", Some(DType::F16), 2, "logits", 1e-2),
+    ] {
+        let loaded = Pretrained::load(&data().join(dir), dtype).unwrap();
+        let elements = loaded.model.num_elements() as u64;
+        let device = Arc::new(Device::new(&DeviceOptions::default()).unwrap());
+        let store = ParamStore::new(&device);
+        store.insert_all(loaded.params.iter()).unwrap();
+        assert_eq!(store.bytes(), bytes_each * elements, "{dir} as {dtype:?}");
+        assert_eq!(device.memory_allocated(), bytes_each * elements, "{dir} as {dtype:?}");
+        let err = relative_error(&prompt_logits(&loaded, &store, &prompt), &floats(&r[want]));
+        assert!(err < tolerance, "{dir} as {dtype:?}: {err:.2e} from {want}");
+    }
 }

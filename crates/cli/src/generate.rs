@@ -5,7 +5,7 @@
 use clap::Args;
 use fusegraph::generate::{Generator, Sampling};
 use fusegraph::nn::Pretrained;
-use fusegraph::{CompileOptions, Device, ParamStore};
+use fusegraph::{CompileOptions, DType, Device, ParamStore};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -48,6 +48,10 @@ pub struct GenerateArgs {
     /// Sample from the smallest set of tokens whose probability reaches p.
     #[arg(long)]
     top_p: Option<f64>,
+    /// The parameters' storage dtype on the device: f32, f16 or bf16 (computed in f32 either
+    /// way; default: the checkpoint's, as its config names it).
+    #[arg(long)]
+    dtype: Option<DType>,
     /// The sampling seed (and the random weights' seed).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -143,13 +147,13 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let (loaded, text) = match (&a.model, &a.random_config) {
         (Some(dir), _) => {
-            let loaded = Pretrained::load(dir).map_err(|e| err(&e))?;
+            let loaded = Pretrained::load(dir, a.dtype).map_err(|e| err(&e))?;
             let text = if dir.join("tokenizer.json").exists() { Some(Text::open(dir)?) } else { None };
             (loaded, text)
         }
         (None, Some(file)) => {
             let config = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-            (Pretrained::random(&config, a.seed).map_err(|e| err(&e))?, None)
+            (Pretrained::random(&config, a.dtype, a.seed).map_err(|e| err(&e))?, None)
         }
         (None, None) => return Err("give --model DIR or --random-config FILE.json".into()),
     };
@@ -172,9 +176,17 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
     let device = Device::shared().map_err(|e| err(&e))?;
     let store = ParamStore::new(&device);
     store.insert_all(loaded.params.iter()).map_err(|e| err(&e))?;
+    let dtypes: std::collections::BTreeSet<String> = loaded.params.values().map(|t| t.dtype().to_string()).collect();
     drop(loaded.params);
+    let weight_bytes = store.bytes();
     let max_seq = a.max_seq.unwrap_or(prompt.len() + a.tokens).min(model.max_positions());
-    eprintln!("{} on {}", model.name(), device.describe());
+    eprintln!(
+        "{}, {:.1} MB of {} parameters, on {}",
+        model.name(),
+        weight_bytes as f64 / 1e6,
+        dtypes.into_iter().collect::<Vec<_>>().join("/"),
+        device.describe()
+    );
     let start = Instant::now();
     let mut generator =
         Generator::new(&store, model.clone(), a.batch, max_seq, CompileOptions::default()).map_err(|e| err(&e))?;
@@ -224,6 +236,7 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
             "model": model.name(),
             "device": device.describe(),
             "batch": a.batch,
+            "parameter_bytes": weight_bytes,
             "prompt_text": prompt_text,
             "prompt_ids": prompt,
             "generated_ids": generated,

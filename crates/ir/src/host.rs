@@ -1,7 +1,7 @@
 //! Host tensors: typed data plus a shape, the values fed to and read back from executables.
 
 use crate::{DType, IrError, Result, Shape, TensorType};
-use half::f16;
+use half::{bf16, f16};
 
 /// Typed element storage of a [`HostTensor`].
 #[derive(Clone, Debug, PartialEq)]
@@ -10,12 +10,20 @@ pub enum HostData {
     F32(Vec<f32>),
     /// f16 elements.
     F16(Vec<f16>),
+    /// bf16 elements.
+    BF16(Vec<bf16>),
     /// i32 elements.
     I32(Vec<i32>),
     /// u32 elements.
     U32(Vec<u32>),
     /// bool elements.
     Bool(Vec<bool>),
+}
+
+/// The bf16 nearest `v` (ties to even), through f32: `half`'s `bf16::from_f64` misrounds
+/// some values (0.0091857915 gives 0.009155273, not the nearest 0.009216309).
+pub fn bf16_nearest(v: f64) -> bf16 {
+    bf16::from_f32(v as f32)
 }
 
 /// A Rust element type that maps to a [`DType`].
@@ -46,6 +54,7 @@ macro_rules! element {
 }
 element!(f32, F32);
 element!(f16, F16);
+element!(bf16, BF16);
 element!(i32, I32);
 element!(u32, U32);
 element!(bool, Bool);
@@ -76,6 +85,7 @@ impl HostTensor {
         let data = match dtype {
             DType::F32 => HostData::F32(values.iter().map(|&v| v as f32).collect()),
             DType::F16 => HostData::F16(values.iter().map(|&v| f16::from_f64(v)).collect()),
+            DType::BF16 => HostData::BF16(values.iter().map(|&v| bf16_nearest(v)).collect()),
             DType::I32 => HostData::I32(values.iter().map(|&v| v as i32).collect()),
             DType::U32 => HostData::U32(values.iter().map(|&v| v as u32).collect()),
             DType::Bool => HostData::Bool(values.iter().map(|&v| v != 0.0).collect()),
@@ -100,6 +110,7 @@ impl HostTensor {
         match self.data {
             HostData::F32(_) => DType::F32,
             HostData::F16(_) => DType::F16,
+            HostData::BF16(_) => DType::BF16,
             HostData::I32(_) => DType::I32,
             HostData::U32(_) => DType::U32,
             HostData::Bool(_) => DType::Bool,
@@ -126,18 +137,20 @@ impl HostTensor {
         match &self.data {
             HostData::F32(v) => v.iter().map(|&x| x as f64).collect(),
             HostData::F16(v) => v.iter().map(|&x| x.to_f64()).collect(),
+            HostData::BF16(v) => v.iter().map(|&x| x.to_f64()).collect(),
             HostData::I32(v) => v.iter().map(|&x| x as f64).collect(),
             HostData::U32(v) => v.iter().map(|&x| x as f64).collect(),
             HostData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
         }
     }
 
-    /// The device storage layout: f16 as packed halves, bool as one u32 word each, padded
+    /// The device storage layout: f16 and bf16 as packed halves, bool as one u32 word each, padded
     /// with zeros to whole 4-byte words.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out: Vec<u8> = match &self.data {
             HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::U32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::Bool(v) => v.iter().flat_map(|&x| (x as u32).to_le_bytes()).collect(),
@@ -159,6 +172,9 @@ impl HostTensor {
             DType::U32 => HostData::U32((0..n).map(|i| u32::from_le_bytes(word(i))).collect()),
             DType::Bool => HostData::Bool((0..n).map(|i| u32::from_le_bytes(word(i)) != 0).collect()),
             DType::F16 => HostData::F16((0..n).map(|i| f16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])).collect()),
+            DType::BF16 => {
+                HostData::BF16((0..n).map(|i| bf16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])).collect())
+            }
         };
         Ok(HostTensor { shape: ty.shape.clone(), data })
     }

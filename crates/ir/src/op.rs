@@ -183,7 +183,7 @@ impl BinaryOp {
         match self {
             BinaryOp::Pow => dtype.is_float(),
             BinaryOp::And | BinaryOp::Or => dtype == DType::Bool,
-            BinaryOp::Eq | BinaryOp::Ne => true,
+            BinaryOp::Eq | BinaryOp::Ne => !dtype.is_storage_only(),
             _ => dtype.is_numeric(),
         }
     }
@@ -493,6 +493,18 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
     if arity != usize::MAX && operands.len() != arity {
         return err(op, format!("expects {arity} operand(s), got {} ({})", operands.len(), list(operands)));
     }
+    // Storage-only types (bf16) are read by a cast to a computing float type and nothing else.
+    match op {
+        Op::Cast { to } if to.is_storage_only() => {
+            return err(op, format!("to {to}: a storage type, which only inputs and parameters hold"));
+        }
+        Op::Cast { to } if to.is_float() => {}
+        _ => {
+            if let Some(x) = operands.iter().find(|t| t.dtype.is_storage_only()) {
+                return err(op, format!("operand {x}: {} is a storage type; cast it to f32 or f16 first", x.dtype));
+            }
+        }
+    }
     match op {
         Op::Unary(u) => {
             let x = operands[0];
@@ -765,6 +777,13 @@ pub fn reduced_dims(dims: &[usize], axes: &[usize], keep_dims: bool) -> Vec<usiz
 /// Checks a leaf op against the type it is created with.
 pub fn check_leaf(op: &Op, ty: &TensorType) -> Result<()> {
     match op {
+        Op::Input { .. } | Op::Parameter { .. } => {}
+        _ if ty.dtype.is_storage_only() => {
+            return err(op, format!("{ty}: a storage type, which only inputs and parameters hold"));
+        }
+        _ => {}
+    }
+    match op {
         Op::Constant { values } => {
             if values.len() != ty.shape.numel() {
                 return err(op, format!("{} values given for {ty} ({} elements)", values.len(), ty.shape.numel()));
@@ -789,7 +808,7 @@ pub fn check_leaf(op: &Op, ty: &TensorType) -> Result<()> {
 /// Whether `v` is exactly representable in `dtype` (floats: any value, rounded on use).
 pub fn representable(v: f64, dtype: DType) -> bool {
     match dtype {
-        DType::F32 | DType::F16 => true,
+        DType::F32 | DType::F16 | DType::BF16 => true,
         DType::I32 => v.fract() == 0.0 && v >= i32::MIN as f64 && v <= i32::MAX as f64,
         DType::U32 => v.fract() == 0.0 && v >= 0.0 && v <= u32::MAX as f64,
         DType::Bool => v == 0.0 || v == 1.0,

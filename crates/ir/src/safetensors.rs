@@ -1,11 +1,11 @@
 //! safetensors files ↔ [`HostTensor`]s: the weight file format Hugging Face, PyTorch and
 //! candle write, so weights saved here load elsewhere and the other way round.
 //!
-//! f32, f16, i32 and u32 are stored as themselves (little-endian), bool as `BOOL` (a byte per
-//! element). Reading also takes `U8` (as bool) and `BF16` (widened to f32, exactly).
+//! f32, f16, bf16, i32 and u32 are stored as themselves (little-endian), bool as `BOOL` (a
+//! byte per element). Reading also takes `U8` (as bool).
 
 use crate::{HostTensor, Shape};
-use half::f16;
+use half::{bf16, f16};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::BTreeMap;
@@ -97,14 +97,15 @@ fn encode(t: &HostTensor) -> (Dtype, Vec<u8>) {
     match t.data() {
         HostData::F32(v) => (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         HostData::F16(v) => (Dtype::F16, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        HostData::BF16(v) => (Dtype::BF16, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         HostData::I32(v) => (Dtype::I32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         HostData::U32(v) => (Dtype::U32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         HostData::Bool(v) => (Dtype::BOOL, v.iter().map(|&x| x as u8).collect()),
     }
 }
 
-/// A host tensor from a safetensors view (`name` is its key, for errors): F32, F16, I32 and
-/// U32 as themselves, BF16 widened to f32, BOOL and U8 as bool.
+/// A host tensor from a safetensors view (`name` is its key, for errors): F32, F16, BF16, I32
+/// and U32 as themselves, BOOL and U8 as bool.
 pub fn decode(name: &str, view: &TensorView<'_>) -> Result<HostTensor, SafetensorsError> {
     let shape = Shape::new(view.shape());
     let raw = view.data();
@@ -115,11 +116,7 @@ pub fn decode(name: &str, view: &TensorView<'_>) -> Result<HostTensor, Safetenso
         Dtype::I32 => HostTensor::new(shape, words().map(i32::from_le_bytes).collect::<Vec<_>>()),
         Dtype::U32 => HostTensor::new(shape, words().map(u32::from_le_bytes).collect::<Vec<_>>()),
         Dtype::F16 => HostTensor::new(shape, halves().map(f16::from_le_bytes).collect::<Vec<_>>()),
-        // bf16 is the top half of an f32: widening is exact.
-        Dtype::BF16 => HostTensor::new(
-            shape,
-            halves().map(|h| f32::from_bits((u16::from_le_bytes(h) as u32) << 16)).collect::<Vec<_>>(),
-        ),
+        Dtype::BF16 => HostTensor::new(shape, halves().map(bf16::from_le_bytes).collect::<Vec<_>>()),
         Dtype::BOOL | Dtype::U8 => HostTensor::new(shape, raw.iter().map(|&x| x != 0).collect::<Vec<_>>()),
         other => return Err(SafetensorsError::Dtype { name: name.to_string(), dtype: format!("{other:?}") }),
     };
@@ -148,14 +145,15 @@ mod tests {
     }
 
     #[test]
-    fn bf16_widens_exactly_and_unknown_dtypes_are_named() {
+    fn bf16_reads_as_itself_and_unknown_dtypes_are_named() {
         let values = [1.0f32, -0.15625, 3.0e5];
         let raw: Vec<u8> = values.iter().flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect();
         let view = TensorView::new(Dtype::BF16, vec![3], &raw).unwrap();
         let bytes = safetensors::serialize([("w", view)], None).unwrap();
         let t = &from_bytes(&bytes).unwrap()["w"];
-        let want: Vec<f32> = values.iter().map(|v| f32::from_bits(v.to_bits() & 0xffff_0000)).collect();
-        assert_eq!(t.as_slice::<f32>(), Some(&want[..]));
+        let want: Vec<f64> = values.iter().map(|v| f32::from_bits(v.to_bits() & 0xffff_0000) as f64).collect();
+        assert_eq!(t.dtype(), crate::DType::BF16);
+        assert_eq!(t.to_f64(), want);
 
         let raw = [0u8; 16];
         let view = TensorView::new(Dtype::F64, vec![2], &raw).unwrap();

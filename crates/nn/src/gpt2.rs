@@ -181,7 +181,7 @@ impl Gpt2 {
     fn logits(&self, h: &Tensor) -> Result<Tensor> {
         let (batch, seq, d) = (h.dims()[0], h.dims()[1], self.config.n_embd);
         let h = self.ln_f.forward(h)?;
-        let table = self.wte.table.get(h.builder())?;
+        let table = self.wte.table.read(h.builder(), DType::F32)?;
         Ok(h.reshape([batch * seq, d])?.matmul(&table.t()?)?.reshape([batch, seq, self.config.vocab_size])?)
     }
 
@@ -237,7 +237,7 @@ impl CausalLm for Gpt2 {
         let (_, seq) = self.check_ids(ids, "prefill")?;
         let b = ids.builder();
         let pos = b.iota(DType::I32, [seq], 0)?;
-        let mut h = self.wte.forward(ids)?.add(&self.wpe.forward(&pos)?)?;
+        let mut h = self.wte.lookup(ids, DType::F32)?.add(&self.wpe.lookup(&pos, DType::F32)?)?;
         let causal = b.iota(DType::I32, [seq, seq], 0)?.ge(&b.iota(DType::I32, [seq, seq], 1)?)?;
         let mut kvs = Vec::new();
         for block in &self.h {
@@ -253,8 +253,8 @@ impl CausalLm for Gpt2 {
         let (batch, seq) = self.check_ids(ids, "decode")?;
         let max = check_cache(self, batch, seq, cache)?;
         let b = ids.builder();
-        let table = self.wpe.table.get(b)?;
-        let mut h = self.wte.forward(ids)?.add(&table.dynamic_slice(pos, 0, 1)?)?;
+        let table = self.wpe.table.read(b, DType::F32)?;
+        let mut h = self.wte.lookup(ids, DType::F32)?.add(&table.dynamic_slice(pos, 0, 1)?)?;
         let keep = b.iota(DType::I32, [1, max], 1)?.le(&pos.cast(DType::I32)?)?;
         let mut updated = Vec::new();
         for (block, (kc, vc)) in self.h.iter().zip(cache) {

@@ -7,7 +7,7 @@
 use crate::error::{config, Result};
 use crate::init::Init;
 use crate::module::{Forward, Module, Param, Scope};
-use fusegraph_ir::Tensor;
+use fusegraph_ir::{DType, Tensor};
 
 /// `y = x·W + b` over the last axis.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,9 +65,9 @@ impl Forward for Linear {
         let b = x.builder();
         let rows: usize = dims[..dims.len() - 1].iter().product();
         let x2 = if dims.len() == 2 { x.clone() } else { x.reshape([rows, self.in_dim()])? };
-        let mut y = x2.matmul(&self.weight.get(b)?)?;
+        let mut y = x2.matmul(&self.weight.read(b, x.dtype())?)?;
         if let Some(bias) = &self.bias {
-            y = y.add(&bias.get(b)?)?;
+            y = y.add(&bias.read(b, x.dtype())?)?;
         }
         if dims.len() == 2 {
             return Ok(y);
@@ -246,7 +246,9 @@ impl Forward for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let last = last_axis(x, "LayerNorm")?;
         let b = x.builder();
-        Ok(x.layer_norm(&[last], self.eps)?.mul(&self.gamma.get(b)?)?.add(&self.beta.get(b)?)?)
+        Ok(x.layer_norm(&[last], self.eps)?
+            .mul(&self.gamma.read(b, x.dtype())?)?
+            .add(&self.beta.read(b, x.dtype())?)?)
     }
 }
 
@@ -273,7 +275,7 @@ impl Forward for RmsNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let last = last_axis(x, "RmsNorm")?;
         let scale = x.mul(x)?.mean(&[last], true)?.add_scalar(self.eps)?.rsqrt()?;
-        Ok(x.mul(&scale)?.mul(&self.gamma.get(x.builder())?)?)
+        Ok(x.mul(&scale)?.mul(&self.gamma.read(x.builder(), x.dtype())?)?)
     }
 }
 
@@ -303,9 +305,18 @@ impl Embedding {
 
 impl Forward for Embedding {
     /// `ids: i32|u32 [...] → [..., dim]`, row `ids[i]` of the table for each id (out-of-range
-    /// ids clamp, as [`fusegraph_ir::Op::Gather`] defines).
+    /// ids clamp, as [`fusegraph_ir::Op::Gather`] defines); a bf16 table gives f32 rows.
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        Ok(self.table.get(ids.builder())?.gather(ids, 0)?)
+        let stored = self.table.ty().dtype;
+        self.lookup(ids, if stored.is_storage_only() { DType::F32 } else { stored })
+    }
+}
+
+impl Embedding {
+    /// The rows of `ids` as `compute` values (the table read through a cast where it is
+    /// stored in another dtype).
+    pub fn lookup(&self, ids: &Tensor, compute: DType) -> Result<Tensor> {
+        Ok(self.table.read(ids.builder(), compute)?.gather(ids, 0)?)
     }
 }
 

@@ -573,7 +573,7 @@ impl CausalLm for Llama {
         let b = ids.builder();
         let pos = b.iota(DType::I32, [seq], 0)?;
         let (q_pos, k_pos) = (pos.reshape([seq, 1])?, pos.reshape([1, seq])?);
-        let mut h = self.embed_tokens.forward(ids)?;
+        let mut h = self.embed_tokens.lookup(ids, DType::F32)?;
         let mut kvs = Vec::new();
         for (layer, window) in self.layers.iter().zip(&self.config.sliding_windows) {
             let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, &pos)?;
@@ -590,7 +590,7 @@ impl CausalLm for Llama {
         let b = ids.builder();
         let p = pos.cast(DType::I32)?.reshape([1])?;
         let (q_pos, k_pos) = (p.reshape([1, 1])?, b.iota(DType::I32, [1, max], 1)?);
-        let mut h = self.embed_tokens.forward(ids)?;
+        let mut h = self.embed_tokens.lookup(ids, DType::F32)?;
         let mut updated = Vec::new();
         for ((layer, window), (kc, vc)) in self.layers.iter().zip(&self.config.sliding_windows).zip(cache) {
             let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, &p)?;
@@ -611,7 +611,7 @@ impl Llama {
             Some(head) => head.forward(&h),
             None => {
                 let (batch, seq, d) = (h.dims()[0], h.dims()[1], self.config.hidden_size);
-                let table = self.embed_tokens.table.get(h.builder())?;
+                let table = self.embed_tokens.table.read(h.builder(), DType::F32)?;
                 Ok(h.reshape([batch * seq, d])?.matmul(&table.t()?)?.reshape([batch, seq, self.config.vocab_size])?)
             }
         }

@@ -56,27 +56,58 @@ impl Param {
     pub fn get(&self, b: &GraphBuilder) -> Result<Tensor> {
         Ok(b.parameter(&self.path, self.ty.dtype, self.ty.shape.clone())?)
     }
+
+    /// Its value in `b` as `compute` values: the parameter itself, or cast from its storage
+    /// dtype (a bf16 or f16 weight read by an f32 layer; the cast fuses into the reading
+    /// kernel, so the stored bytes are what moves).
+    pub fn read(&self, b: &GraphBuilder, compute: DType) -> Result<Tensor> {
+        let t = self.get(b)?;
+        Ok(if t.dtype() == compute { t } else { t.cast(compute)? })
+    }
 }
 
 /// A position in a module tree: the path prefix of the parameters created under it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// A scope also says which dtype its parameters are stored in ([`Scope::storing`]; f32 unless
+/// set), inherited by its children.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scope {
     prefix: String,
+    dtype: DType,
+}
+
+impl Default for Scope {
+    fn default() -> Self {
+        Scope { prefix: String::new(), dtype: DType::F32 }
+    }
 }
 
 impl Scope {
-    /// The root: parameters under it are named by their own names.
+    /// The root: parameters under it are named by their own names, stored as f32.
     pub fn root() -> Scope {
         Scope::default()
+    }
+
+    /// This scope with its parameters (and its children's) stored as `dtype`: f32, f16, or
+    /// bf16 (storage only: layers read such a parameter through a cast to their computing
+    /// dtype, [`Param::read`]).
+    pub fn storing(&self, dtype: DType) -> Scope {
+        Scope { prefix: self.prefix.clone(), dtype }
+    }
+
+    /// The dtype parameters under this scope are stored in.
+    pub fn dtype(&self) -> DType {
+        self.dtype
     }
 
     /// The child scope `name` (`h`, `0`, `attn`): its parameters are named `{path}.{name}.…`.
     pub fn at(&self, name: impl std::fmt::Display) -> Scope {
         let name = name.to_string();
-        match self.prefix.is_empty() {
-            true => Scope { prefix: name },
-            false => Scope { prefix: format!("{}.{name}", self.prefix) },
-        }
+        let prefix = match self.prefix.is_empty() {
+            true => name,
+            false => format!("{}.{name}", self.prefix),
+        };
+        Scope { prefix, dtype: self.dtype }
     }
 
     /// This scope's path (empty at the root).
@@ -84,9 +115,9 @@ impl Scope {
         &self.prefix
     }
 
-    /// The parameter `name` of this scope, f32, with `shape` and `init`.
+    /// The parameter `name` of this scope, in the scope's dtype, with `shape` and `init`.
     pub fn param(&self, name: &str, shape: &[usize], init: Init) -> Param {
-        Param::new(self.at(name).prefix, DType::F32, shape, init)
+        Param::new(self.at(name).prefix, self.dtype, shape, init)
     }
 }
 

@@ -9,7 +9,7 @@ use crate::gpt2::{Gpt2, Gpt2Config};
 use crate::llama::{Llama, LlamaConfig};
 use crate::module::{Module, Scope};
 use crate::params::Params;
-use fusegraph_ir::HostTensor;
+use fusegraph_ir::{DType, HostTensor};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -31,15 +31,21 @@ enum Any {
 impl Any {
     /// The model `config.json`'s text describes: `GPT2LMHeadModel` (or `model_type: gpt2`),
     /// else a Llama-family class; any other class is [`NnError::ConfigField`].
-    fn from_config(text: &str) -> Result<Any> {
+    /// Its parameters are stored as `dtype`, else as the config's `dtype` (`torch_dtype` in
+    /// `transformers` 4): the checkpoint's own.
+    fn from_config(text: &str, dtype: Option<DType>) -> Result<Any> {
         let v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| NnError::Config(format!("config.json: {e}")))?;
         let arch = v.get("architectures").and_then(|a| a.get(0)).and_then(|a| a.as_str());
         let gpt2 = arch == Some("GPT2LMHeadModel") || (arch.is_none() && v.get("model_type") == Some(&"gpt2".into()));
+        let scope = Scope::root().storing(match dtype {
+            Some(d) => d,
+            None => config_dtype(&v)?,
+        });
         Ok(if gpt2 {
-            Any::Gpt2(Gpt2::new(&Scope::root(), Gpt2Config::from_json(text)?)?)
+            Any::Gpt2(Gpt2::new(&scope, Gpt2Config::from_json(text)?)?)
         } else {
-            Any::Llama(Llama::new(&Scope::root(), LlamaConfig::from_json(text)?)?)
+            Any::Llama(Llama::new(&scope, LlamaConfig::from_json(text)?)?)
         })
     }
 
@@ -69,16 +75,20 @@ impl Pretrained {
     /// The model of `dir/config.json` with the weights of `dir`'s safetensors, every
     /// parameter checked before anything is returned (a missing shard names its file, a
     /// missing or misshapen tensor its key).
-    pub fn load(dir: &Path) -> Result<Pretrained> {
-        let model = Any::from_config(&read_config(dir)?)?;
+    ///
+    /// Parameters are stored as `dtype` (f32, f16 or bf16; converted from the file's where
+    /// they differ), or with `None` as the checkpoint's config says (`dtype`, `torch_dtype`).
+    pub fn load(dir: &Path, dtype: Option<DType>) -> Result<Pretrained> {
+        let model = Any::from_config(&read_config(dir)?, dtype)?;
         let params = Checkpoint::open(dir)?.load(model.module(), &model.key_map())?;
         Ok(Pretrained { model: model.shared(), params })
     }
 
     /// The model `config.json`'s text describes with seeded random weights (as
-    /// `transformers` initializes them), for measuring models whose weights are elsewhere.
-    pub fn random(config_json: &str, seed: u64) -> Result<Pretrained> {
-        let model = Any::from_config(config_json)?;
+    /// `transformers` initializes them) stored as [`Pretrained::load`] stores them, for
+    /// measuring models whose weights are elsewhere.
+    pub fn random(config_json: &str, dtype: Option<DType>, seed: u64) -> Result<Pretrained> {
+        let model = Any::from_config(config_json, dtype)?;
         let params = Params::of(model.module(), seed)?.into_map();
         Ok(Pretrained { model: model.shared(), params })
     }
@@ -90,4 +100,20 @@ pub fn read_config(dir: &Path) -> Result<String> {
     std::fs::read_to_string(&path).map_err(|source| {
         NnError::Checkpoint(fusegraph_ir::safetensors::SafetensorsError::Io { path: path.clone(), source })
     })
+}
+
+/// The storage dtype a config names (`dtype`, or `torch_dtype` in `transformers` 4): f32
+/// where it names none.
+fn config_dtype(v: &serde_json::Value) -> Result<DType> {
+    let named = v.get("dtype").or_else(|| v.get("torch_dtype")).and_then(|d| d.as_str());
+    match named {
+        None | Some("float32") => Ok(DType::F32),
+        Some("bfloat16") => Ok(DType::BF16),
+        Some("float16") => Ok(DType::F16),
+        Some(other) => Err(NnError::ConfigField {
+            field: "dtype".into(),
+            value: other.into(),
+            supported: "float32, bfloat16 or float16".into(),
+        }),
+    }
 }

@@ -6,6 +6,7 @@ use fusegraph_ir::{f16, BinaryOp, DType, UnaryOp};
 ///
 /// * `F32`: round to nearest binary32 (`x as f32`).
 /// * `F16`: round to nearest binary16 (`half::f16::from_f64`).
+/// * `BF16`: round to nearest bfloat16 ([`fusegraph_ir::bf16_nearest`]).
 /// * `I32` / `U32`: truncate toward zero, then wrap modulo 2³² (two's complement for `I32`);
 ///   this is how integer add/sub/mul/neg/abs and integer reductions overflow. NaN gives 0 and
 ///   ±∞ saturate (they never arise from integer arithmetic).
@@ -14,6 +15,7 @@ pub fn round_to(dtype: DType, v: f64) -> f64 {
     match dtype {
         DType::F32 => v as f32 as f64,
         DType::F16 => f16::from_f64(v).to_f64(),
+        DType::BF16 => fusegraph_ir::bf16_nearest(v).to_f64(),
         DType::I32 => wrap_i128(v) as i32 as f64,
         DType::U32 => wrap_i128(v) as u32 as f64,
         DType::Bool => bool01(v != 0.0),
@@ -47,7 +49,7 @@ pub(crate) fn bool01(b: bool) -> f64 {
 /// anything to bool is `v != 0`; bool is 0 or 1; integers to floats round to the float dtype.
 pub fn cast_value(from: DType, to: DType, v: f64) -> f64 {
     match to {
-        DType::F32 | DType::F16 => round_to(to, v),
+        DType::F32 | DType::F16 | DType::BF16 => round_to(to, v),
         DType::Bool => bool01(v != 0.0),
         DType::I32 => match from {
             DType::U32 => (v as u32) as i32 as f64,

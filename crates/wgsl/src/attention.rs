@@ -33,7 +33,7 @@
 
 use crate::body::{batch_coords, write_matmul_body};
 use crate::options::{Binding, MAIN_ARGS};
-use crate::storage::{packed_f16, store_value};
+use crate::storage::{packed_halves, store_value};
 use crate::writer::{literal, ravel, unravel};
 use fusegraph_ir::{DType, Graph, NodeId, Op};
 use fusegraph_passes::band::{key_band, KeyBand};
@@ -206,7 +206,7 @@ fn write_store(
     opts: &crate::LowerOptions,
 ) {
     let dtype = g.ty(out).dtype;
-    if packed_f16(dtype, opts) {
+    if packed_halves(dtype, opts) {
         // The row starts on a word (the head dimension is even): two halves per store.
         let _ = writeln!(main, "{indent}for (var d = 0u; d < {head}u; d = d + 2u) {{");
         let _ = writeln!(

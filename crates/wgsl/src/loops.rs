@@ -76,7 +76,7 @@ pub(crate) fn loop_main(
     // an output written over an input it shares the element with (a parameter updated in
     // place) cannot change what another output reads.
     let plain: Vec<(usize, &Binding)> =
-        outputs.iter().copied().filter(|(_, b)| !packed_f16(g.ty(b.node).dtype, opts)).collect();
+        outputs.iter().copied().filter(|(_, b)| !packed_halves(g.ty(b.node).dtype, opts)).collect();
     let two_phase = plain.len() > 1;
     if two_phase {
         // Outputs of one length (the interleaved form takes kernels whose outputs all have
@@ -116,7 +116,7 @@ pub(crate) fn loop_main(
         let ty = g.ty(b.node);
         let n = ty.shape.numel() as u64;
         let f = format!("e{}", b.node.index());
-        if packed_f16(ty.dtype, opts) {
+        if packed_halves(ty.dtype, opts) {
             let words = n.div_ceil(2);
             invocations = invocations.max(words);
             let _ = writeln!(body, "        if (t < {words}u) {{");
@@ -214,7 +214,7 @@ pub(crate) fn loop_parts(
     let mut parts = Vec::new();
     for &(k, b) in &outs {
         let ty = g.ty(b.node);
-        if (packed_f16(ty.dtype, opts) && !quads) || ty.shape.numel() as u64 != n {
+        if (packed_halves(ty.dtype, opts) && !quads) || ty.shape.numel() as u64 != n {
             return None;
         }
         let region = &regions.iter().find(|(o, _)| *o == b.node)?.1;
@@ -283,7 +283,7 @@ pub(crate) fn interleaved_main(
     let (n, parts) = loop_parts(g, bindings, regions, opts)?;
     let vec4 = vec4.filter(|_| ilp == 4 && n % 4 == 0);
     // A packed output is written in whole words, by quads only.
-    if vec4.is_none() && parts.iter().any(|(_, _, dtype, _)| packed_f16(*dtype, opts)) {
+    if vec4.is_none() && parts.iter().any(|(_, _, dtype, _)| packed_halves(*dtype, opts)) {
         return None;
     }
     // All outputs have one length, so element `i` of a value is the same in every region:

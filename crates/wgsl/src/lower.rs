@@ -310,7 +310,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         }
         let elem = if words(b.node) {
             &quad_elem(dt, opts)
-        } else if b.output && packed_f16(dt, opts) && matches!(kernel.kind, KernelKind::Row { .. }) {
+        } else if b.output && packed_halves(dt, opts) && matches!(kernel.kind, KernelKind::Row { .. }) {
             // Rows write single halves of shared words from different workgroups.
             "atomic<u32>"
         } else if vec4(b.node) {
@@ -326,7 +326,9 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         let dt = g.ty(b.node).dtype;
         let load = if words(b.node) {
             format!("unpack2x16float(b{k}[i >> 2u][(i >> 1u) & 1u])[i & 1u]")
-        } else if packed_f16(dt, opts) {
+        } else if dt == DType::BF16 {
+            crate::storage::bf16_load(&format!("b{k}"), "i")
+        } else if packed_halves(dt, opts) {
             format!("select(unpack2x16float(b{k}[i >> 1u]).x, unpack2x16float(b{k}[i >> 1u]).y, (i & 1u) == 1u)")
         } else if b.texture {
             load_value(dt, &format!("fg_t{k}(i >> 2u)[i & 3u]"))

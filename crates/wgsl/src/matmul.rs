@@ -26,7 +26,7 @@
 
 use crate::options::{LowerOptions, MAIN_ARGS};
 use crate::region::region_calls;
-use crate::storage::{packed_f16, vec4_storage};
+use crate::storage::{packed_halves, vec4_storage};
 use crate::view::strided_view;
 use crate::writer::{ravel, vty};
 use fusegraph_ir::{DType, Graph, NodeId, Op};
@@ -107,7 +107,7 @@ pub fn plan(g: &Graph, kernel: &Kernel, regions: &[(NodeId, Vec<NodeId>)], opts:
         .filter(|&m| g.ty(m).shape.numel() == numel && g.ty(m).shape.rank() >= 2)
         .max_by_key(|&m| gemm_dims(g, m).3)?;
     let n = gemm_dims(g, matmul).2;
-    if packed_f16(out_ty.dtype, opts) && n % 2 == 1 {
+    if packed_halves(out_ty.dtype, opts) && n % 2 == 1 {
         return None;
     }
     // An operand `[.., rows, cols]` that is a strided view of a binding, one of its two
@@ -148,7 +148,8 @@ pub(crate) fn vec4_value(dtype: DType, v: [String; 4]) -> String {
 /// storage of f32 or native f16.
 pub fn tiled_vec4_store(g: &Graph, plan: &TiledPlan, opts: &LowerOptions) -> bool {
     let dt = g.ty(plan.output).dtype;
-    gemm_dims(g, plan.matmul).2.is_multiple_of(4) && (dt == DType::F32 || (dt == DType::F16 && !packed_f16(dt, opts)))
+    gemm_dims(g, plan.matmul).2.is_multiple_of(4)
+        && (dt == DType::F32 || (dt == DType::F16 && !packed_halves(dt, opts)))
 }
 
 pub(crate) const XYZW: [&str; 4] = ["x", "y", "z", "w"];

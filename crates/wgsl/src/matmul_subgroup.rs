@@ -5,7 +5,7 @@
 use crate::matmul::*;
 use crate::options::{Binding, LowerOptions};
 use crate::region::write_region;
-use crate::storage::{packed_f16, store_value};
+use crate::storage::{packed_halves, store_value};
 use crate::view::{reshape_strides, split_last_axis_view, strided_view, StridedView};
 use crate::writer::unravel;
 use fusegraph_ir::{DType, Graph, NodeId, Op};
@@ -84,7 +84,10 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
     let floats = [mm, ops[0], ops[1]].iter().all(|&n| matches!(g.ty(n).dtype, DType::F32 | DType::F16));
     let ranks = ops.iter().all(|&o| g.ty(o).shape.rank() >= 2);
     let conv = matches!(g.node(mm).op, Op::Conv2d { groups: 1, .. });
-    if !(conv || matches!(g.node(mm).op, Op::MatMul)) || !floats || !ranks || packed_f16(g.ty(plan.output).dtype, opts)
+    if !(conv || matches!(g.node(mm).op, Op::MatMul))
+        || !floats
+        || !ranks
+        || packed_halves(g.ty(plan.output).dtype, opts)
     {
         return None;
     }
@@ -92,7 +95,7 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
     // Contiguous along axis `unit`; every other stride and the offset in whole vec4s; a
     // binding of f32 or of native f16 (`vec4<f16>`, widened on load).
     let aligned = |v: &StridedView, unit: usize| {
-        !packed_f16(g.ty(v.leaf).dtype, opts)
+        !packed_halves(g.ty(v.leaf).dtype, opts)
             && v.offset.is_multiple_of(4)
             && v.strides.iter().enumerate().all(|(a, &s)| a == unit || s.is_multiple_of(4))
             && v.strides[unit] == 1
@@ -140,7 +143,7 @@ pub fn subgroup_plan(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerO
             && numel > 0
             && numel.is_multiple_of(4)
             && matches!(g.ty(n).dtype, DType::F32 | DType::F16)
-            && !packed_f16(g.ty(n).dtype, opts)
+            && !packed_halves(g.ty(n).dtype, opts)
     };
     // A texture pays for its copy only where the kernel loads each element of the operand
     // more than once: every workgroup computes `rows` rows by `4·lanes` columns of one

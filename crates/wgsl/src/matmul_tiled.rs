@@ -6,7 +6,7 @@ use crate::matmul::*;
 use crate::matmul_coop::*;
 use crate::options::{Binding, LowerOptions, Strategy};
 use crate::region::write_region;
-use crate::storage::{packed_f16, storage_elem, store_value};
+use crate::storage::{packed_halves, storage_elem, store_value};
 use crate::tiling::*;
 use crate::view::strided_view;
 use crate::writer::{unravel, vty};
@@ -216,7 +216,7 @@ pub fn tiled_main(
         for c in 0..bn {
             // `eO_acc`'s arguments after the index: the accumulator, then the invariants.
             let acc = |c: usize| format!("acc{r}_{}.{}{}", c / 4, XYZW[c % 4], given(c));
-            if packed_f16(out_dt, opts) {
+            if packed_halves(out_dt, opts) {
                 // `n` is even and `gcP` a multiple of 4: both halves of each word are ours.
                 if c % 2 == 0 {
                     w(

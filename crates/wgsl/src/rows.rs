@@ -24,7 +24,7 @@ pub(crate) fn row_store(
     opts: &LowerOptions,
     indent: &str,
 ) {
-    if packed_f16(dtype, opts) {
+    if packed_halves(dtype, opts) {
         let _ = writeln!(main, "{indent}{{");
         let _ = writeln!(main, "{indent}    let w = ({idx}) >> 1u;");
         let _ = writeln!(main, "{indent}    let sh = (({idx}) & 1u) * 16u;");

@@ -13,8 +13,16 @@ pub(crate) fn storage_elem(dtype: DType, opts: &LowerOptions) -> &'static str {
     }
 }
 
-pub(crate) fn packed_f16(dtype: DType, opts: &LowerOptions) -> bool {
-    dtype == DType::F16 && !opts.f16_native
+/// Whether a binding of `dtype` stores two 16-bit halves in each `u32` word: f16 without
+/// native f16, and bf16 always (read only: no kernel computes a bf16, see [`bf16_load`]).
+pub(crate) fn packed_halves(dtype: DType, opts: &LowerOptions) -> bool {
+    (dtype == DType::F16 && !opts.f16_native) || dtype == DType::BF16
+}
+
+/// Element `i` of a bf16 binding `b` (halves packed in words) as the f32 it is exactly: its
+/// bits are an f32's top half.
+pub(crate) fn bf16_load(b: &str, i: &str) -> String {
+    format!("bitcast<f32>(({b}[{i} >> 1u] >> (({i} & 1u) << 4u)) << 16u)")
 }
 
 /// Whether an f16 binding that a loop or row kernel reads or writes four adjacent elements

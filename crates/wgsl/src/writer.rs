@@ -3,10 +3,11 @@
 use fusegraph_ir::DType;
 use std::fmt::Write;
 
-/// The WGSL type a value of `dtype` is computed in (f16 computes in f32).
+/// The WGSL type a value of `dtype` is computed in (f16 computes in f32, bf16 is read as
+/// f32).
 pub fn vty(dtype: DType) -> &'static str {
     match dtype {
-        DType::F32 | DType::F16 => "f32",
+        DType::F32 | DType::F16 | DType::BF16 => "f32",
         DType::I32 => "i32",
         DType::U32 => "u32",
         DType::Bool => "bool",
@@ -16,9 +17,13 @@ pub fn vty(dtype: DType) -> &'static str {
 /// A WGSL literal of `v` in the compute type of `dtype`, exact for every value.
 pub fn literal(dtype: DType, v: f64) -> String {
     match dtype {
-        DType::F32 | DType::F16 => {
-            // An f16 value is the f16 nearest `v` (computed in f32).
-            let f = if dtype == DType::F16 { half::f16::from_f64(v).to_f32() } else { v as f32 };
+        DType::F32 | DType::F16 | DType::BF16 => {
+            // An f16 value is the f16 nearest `v` (computed in f32); a bf16 one likewise.
+            let f = match dtype {
+                DType::F16 => half::f16::from_f64(v).to_f32(),
+                DType::BF16 => fusegraph_ir::bf16_nearest(v).to_f32(),
+                _ => v as f32,
+            };
             if f.is_finite() {
                 let s = format!("{f:?}");
                 if s.contains('.') || s.contains('e') {
