@@ -1,0 +1,132 @@
+//! Llama-family `config.json`s in both forms `transformers` writes: 4.x (`rope_theta` and
+//! `rope_scaling` at the top level, most checkpoints people hold) and 5.x (`rope_parameters`),
+//! the rotary frequencies `transformers` computes from them, the per-layer windows, and the
+//! typed errors for what is not supported.
+
+use fusegraph_nn::llama::{Architecture, RopeScaling};
+use fusegraph_nn::{CausalLm, LlamaConfig, Module, NnError, Pretrained};
+
+/// Llama-3.2-1B's `config.json` as published (transformers 4.45).
+const LLAMA_3_2_1B: &str = r#"{
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+  "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+  "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256
+}"#;
+
+#[test]
+fn a_transformers_4_config_gives_the_model_and_transformers_rotary_frequencies() {
+    let c = LlamaConfig::from_json(LLAMA_3_2_1B).unwrap();
+    assert_eq!(c.architecture, Architecture::Llama);
+    assert_eq!((c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim), (2048, 32, 8, 64));
+    assert!(c.tie_word_embeddings && !c.qkv_bias && !c.mlp_bias);
+    assert_eq!(c.eos_token_ids, vec![128001]);
+    assert_eq!(c.rope_theta, 500000.0);
+    assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor: 32.0, .. }));
+    assert_eq!(c.sliding_windows, vec![None; 16]);
+    // transformers 5.24's ROPE_INIT_FUNCTIONS["llama3"] on this config: indices 0, 1 (high
+    // frequencies, kept), 10, 16 (the band between, interpolated), 20, 24, 31 (low, ÷ 32).
+    let want = [
+        (0, 1.0),
+        (1, 0.663601279258728),
+        (10, 0.016560440883040428),
+        (16, 0.000429556705057621),
+        (20, 8.570255886297673e-06),
+        (24, 1.6619674170215148e-06),
+        (31, 9.418306490260875e-08),
+    ];
+    let f = c.inv_freq();
+    assert_eq!(f.len(), 32);
+    for (i, v) in want {
+        assert!((f[i] - v).abs() <= 1e-6 * v, "inv_freq[{i}] = {} (transformers {v})", f[i]);
+    }
+    // `linear` scaling divides every frequency (transformers: 0.25, 0.1659…, 7.53e-7).
+    let linear = LLAMA_3_2_1B.replace(
+        r#""rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"}"#,
+        r#""rope_scaling": {"type": "linear", "factor": 4.0}"#,
+    );
+    let f = LlamaConfig::from_json(&linear).unwrap().inv_freq();
+    for (i, v) in [(0, 0.25), (1, 0.165900319814682), (31, 7.5346451922087e-07)] {
+        assert!((f[i] - v).abs() <= 1e-6 * v, "linear inv_freq[{i}] = {} (transformers {v})", f[i]);
+    }
+    // The model's shapes: 1.24 B parameters, the head tied (no lm_head), bf16 by its config.
+    let model = fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap();
+    assert_eq!(model.num_elements(), 1_235_814_400);
+    assert!(model.lm_head.is_none());
+    assert_eq!(model.cache_shape(), (16, 8, 64));
+}
+
+#[test]
+fn a_transformers_5_config_reads_rope_parameters() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/checkpoints/llama-tiny/config.json"),
+    )
+    .unwrap();
+    assert!(text.contains("rope_parameters") && !text.contains("rope_scaling"));
+    let c = LlamaConfig::from_json(&text).unwrap();
+    assert_eq!(c.rope_theta, 500000.0);
+    assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { original_max_position_embeddings: 64.0, .. }));
+    assert_eq!((c.num_attention_heads, c.num_key_value_heads, c.head_dim), (4, 2, 16));
+}
+
+#[test]
+fn windows_biases_and_heads_follow_the_architecture() {
+    let qwen = r#"{"architectures": ["Qwen2ForCausalLM"], "vocab_size": 100, "hidden_size": 32,
+        "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "max_position_embeddings": 64, "rope_theta": 1000000.0,
+        "sliding_window": 16, "use_sliding_window": true, "max_window_layers": 2,
+        "tie_word_embeddings": true, "eos_token_id": [5, 7]}"#;
+    let c = LlamaConfig::from_json(qwen).unwrap();
+    assert_eq!(c.architecture, Architecture::Qwen2);
+    assert!(c.qkv_bias && !c.o_bias);
+    assert_eq!(c.sliding_windows, vec![None, None, Some(16), Some(16)]);
+    assert_eq!(c.eos_token_ids, vec![5, 7]);
+    assert_eq!(c.head_dim, 8);
+    // Without use_sliding_window, Qwen2 attends fully; `layer_types` overrides both.
+    let off = qwen.replace("\"use_sliding_window\": true", "\"use_sliding_window\": false");
+    assert_eq!(LlamaConfig::from_json(&off).unwrap().sliding_windows, vec![None; 4]);
+    let typed = qwen.replace(
+        "\"max_window_layers\": 2",
+        r#""layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]"#,
+    );
+    assert_eq!(LlamaConfig::from_json(&typed).unwrap().sliding_windows, vec![Some(16), None, Some(16), None]);
+    let mistral = qwen.replace("Qwen2ForCausalLM", "MistralForCausalLM");
+    let c = LlamaConfig::from_json(&mistral).unwrap();
+    assert_eq!(c.sliding_windows, vec![Some(16); 4]);
+    assert!(!c.qkv_bias);
+    // Llama's attention_bias puts biases on all four projections.
+    let biased = LLAMA_3_2_1B.replace("\"attention_bias\": false", "\"attention_bias\": true");
+    let c = LlamaConfig::from_json(&biased).unwrap();
+    assert!(c.qkv_bias && c.o_bias);
+}
+
+#[test]
+fn unsupported_fields_are_typed_errors_naming_field_and_value() {
+    let cases = [
+        (LLAMA_3_2_1B.replace("LlamaForCausalLM", "GemmaForCausalLM"), "architectures", "GemmaForCausalLM"),
+        (LLAMA_3_2_1B.replace("\"silu\"", "\"gelu\""), "hidden_act", "gelu"),
+        (LLAMA_3_2_1B.replace("\"llama3\"", "\"yarn\""), "rope_scaling.rope_type", "yarn"),
+        (LLAMA_3_2_1B.replace("\"num_key_value_heads\": 8", "\"num_key_value_heads\": 5"), "num_key_value_heads", "5"),
+        (LLAMA_3_2_1B.replace("\"factor\": 32.0", "\"factor\": -1"), "rope_scaling.factor", "-1"),
+        (LLAMA_3_2_1B.replace("\"head_dim\": 64", "\"head_dim\": 63"), "head_dim", "63"),
+    ];
+    for (text, field, value) in cases {
+        match LlamaConfig::from_json(&text) {
+            Err(NnError::ConfigField { field: f, value: v, .. }) => {
+                assert_eq!((f.as_str(), v.as_str()), (field, value));
+            }
+            other => panic!("{field}: {:?}", other.map(|c| c.architecture)),
+        }
+    }
+    let e = LlamaConfig::from_json(&LLAMA_3_2_1B.replace("\"bfloat16\"", "\"float8\""));
+    assert!(e.is_ok(), "the config itself does not care");
+    let e = Pretrained::random(&LLAMA_3_2_1B.replace("\"bfloat16\"", "\"float8\""), None, 0).map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("dtype") && e.to_string().contains("float8"), "{e}");
+}
