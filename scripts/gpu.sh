@@ -7,7 +7,8 @@
 #                                # release binaries and test executables into .gpu-bin/
 # There (device `run`, carry [".gl", ".gpu-bin"]):
 #   ./scripts/gpu.sh run [PHASE ...]   # phases: info tests roofline bench examples peers (all when
-#                                      # none is named; also: cold (a model's first run with
+#                                      # none is named; also: llama (Llama-3.2-1B shapes in bf16:
+#                                      # prefill and decode), cold (a model's first run with
 #                                      # nothing measured, then warm), profile, coop (the matmul rows
 #                                      # only, every cooperative tiling),
 #                                      # chain (the elementwise chain's kernel beside edits
@@ -229,6 +230,18 @@ run() {
                 echo "== generate, GPT-2 124M shapes, batch $b" | tee -a "$OUT/generate.log"
                 timeout 150 $B/generate --random --prompt Hi --tokens 515 --max-seq 520 --batch $b \
                     --report-at 16,128,512 --json "$OUT/generate-b$b.json" 2>&1 | grep -v "^\[" | tee -a "$OUT/generate.log"
+            done
+            ;;
+        llama)
+            # Llama-3.2-1B's shapes (benchmarks/configs) with random bf16 weights: a 512-token
+            # prefill (ms) and decode tokens/s at batch 1 and 8.
+            local ids
+            ids=$(seq -s, 1000 1511)
+            for b in 1 8; do
+                echo "== generate, Llama-3.2-1B shapes, bf16, batch $b" | tee -a "$OUT/llama.log"
+                timeout 200 $B/fusegraph generate --random-config benchmarks/configs/llama-3.2-1b.json \
+                    --dtype bf16 --prompt-ids "$ids" --tokens 64 --batch $b --json "$OUT/llama-b$b.json" \
+                    2>&1 | tail -3 | tee -a "$OUT/llama.log"
             done
             ;;
         bench)

@@ -391,7 +391,9 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
                 "chat_greedy",
             ),
         ];
-        for (args, want_prompt, want_new) in runs {
+        // The text prompt on one model, the ids on the other (each run compiles its own).
+        let skip = if name == "llama-tiny" { "--prompt-ids" } else { "--prompt" };
+        for (args, want_prompt, want_new) in runs.into_iter().filter(|(a, _, _)| a[0] != skip) {
             let mut all: Vec<&str> = common.to_vec();
             all.extend_from_slice(args);
             all.extend_from_slice(&["--json", json.to_str().unwrap()]);

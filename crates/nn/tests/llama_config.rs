@@ -7,18 +7,7 @@ use fusegraph_nn::llama::{Architecture, RopeScaling};
 use fusegraph_nn::{CausalLm, LlamaConfig, Module, NnError, Pretrained};
 
 /// Llama-3.2-1B's `config.json` as published (transformers 4.45).
-const LLAMA_3_2_1B: &str = r#"{
-  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
-  "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
-  "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
-  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
-  "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
-  "pretraining_tp": 1, "rms_norm_eps": 1e-05,
-  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
-  "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256
-}"#;
+const LLAMA_3_2_1B: &str = include_str!("../../../benchmarks/configs/llama-3.2-1b.json");
 
 #[test]
 fn a_transformers_4_config_gives_the_model_and_transformers_rotary_frequencies() {
@@ -47,12 +36,9 @@ fn a_transformers_4_config_gives_the_model_and_transformers_rotary_frequencies()
         assert!((f[i] - v).abs() <= 1e-6 * v, "inv_freq[{i}] = {} (transformers {v})", f[i]);
     }
     // `linear` scaling divides every frequency (transformers: 0.25, 0.1659…, 7.53e-7).
-    let linear = LLAMA_3_2_1B.replace(
-        r#""rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                   "original_max_position_embeddings": 8192, "rope_type": "llama3"}"#,
-        r#""rope_scaling": {"type": "linear", "factor": 4.0}"#,
-    );
-    let f = LlamaConfig::from_json(&linear).unwrap().inv_freq();
+    let mut linear: serde_json::Value = serde_json::from_str(LLAMA_3_2_1B).unwrap();
+    linear["rope_scaling"] = serde_json::json!({"type": "linear", "factor": 4.0});
+    let f = LlamaConfig::from_json(&linear.to_string()).unwrap().inv_freq();
     for (i, v) in [(0, 0.25), (1, 0.165900319814682), (31, 7.5346451922087e-07)] {
         assert!((f[i] - v).abs() <= 1e-6 * v, "linear inv_freq[{i}] = {} (transformers {v})", f[i]);
     }
