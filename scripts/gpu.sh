@@ -239,8 +239,8 @@ run() {
             ids=$(seq -s, 1000 1511)
             for b in 1 8; do
                 echo "== generate, Llama-3.2-1B shapes, bf16, batch $b" | tee -a "$OUT/llama.log"
-                timeout 200 $B/fusegraph generate --random-config benchmarks/configs/llama-3.2-1b.json \
-                    --dtype bf16 --prompt-ids "$ids" --tokens 64 --batch $b --json "$OUT/llama-b$b.json" \
+                timeout 100 $B/fusegraph generate --random-config benchmarks/configs/llama-3.2-1b.json \
+                    --dtype bf16 --prompt-ids "$ids" --tokens 64 --warmup 4 --batch $b --json "$OUT/llama-b$b.json" \
                     2>&1 | tail -3 | tee -a "$OUT/llama.log"
             done
             ;;

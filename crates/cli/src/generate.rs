@@ -61,6 +61,10 @@ pub struct GenerateArgs {
     /// The cache's length (default: prompt plus new tokens).
     #[arg(long)]
     max_seq: Option<usize>,
+    /// Generate this many tokens first, untimed and not shown (the driver's first-run work
+    /// out of the figures).
+    #[arg(long, default_value_t = 0)]
+    warmup: usize,
     /// Do not stop at the config's end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -196,6 +200,10 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
     eprintln!("compiled in {:.2} s", start.elapsed().as_secs_f64());
     let sampling = Sampling { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
     let prompts = vec![prompt.clone(); a.batch];
+    if a.warmup > 0 {
+        let n = a.warmup.min(max_seq.saturating_sub(prompt.len())).max(1);
+        generator.generate(&prompts, n, &sampling).map_err(|e| err(&e))?;
+    }
     // Stream the first sequence: print what its decoded text gained at each step.
     let mut new: Vec<i32> = Vec::new();
     let mut shown = String::new();

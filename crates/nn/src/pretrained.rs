@@ -6,9 +6,10 @@ use crate::causal::CausalLm;
 use crate::checkpoint::{Checkpoint, KeyMap};
 use crate::error::{NnError, Result};
 use crate::gpt2::{Gpt2, Gpt2Config};
+use crate::init::Rng;
 use crate::llama::{Llama, LlamaConfig};
+use crate::module::Param;
 use crate::module::{Module, Scope};
-use crate::params::Params;
 use fusegraph_ir::{DType, HostTensor};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -84,12 +85,15 @@ impl Pretrained {
         Ok(Pretrained { model: model.shared(), params })
     }
 
-    /// The model `config.json`'s text describes with seeded random weights (as
-    /// `transformers` initializes them) stored as [`Pretrained::load`] stores them, for
-    /// measuring models whose weights are elsewhere.
+    /// The model `config.json`'s text describes with seeded random weights (each drawn by its
+    /// parameter's initializer, as `transformers` initializes them) stored as
+    /// [`Pretrained::load`] stores them, for measuring models whose weights are elsewhere.
+    /// A billion values take seconds: chunks of a million values are drawn on every core, each
+    /// from its own stream seeded by `seed`, the parameter and the chunk (the values do not
+    /// depend on the number of threads, and are not those of [`Params::of`]).
     pub fn random(config_json: &str, dtype: Option<DType>, seed: u64) -> Result<Pretrained> {
         let model = Any::from_config(config_json, dtype)?;
-        let params = Params::of(model.module(), seed)?.into_map();
+        let params = draw(model.module(), seed)?;
         Ok(Pretrained { model: model.shared(), params })
     }
 }
@@ -116,4 +120,41 @@ fn config_dtype(v: &serde_json::Value) -> Result<DType> {
             supported: "float32, bfloat16 or float16".into(),
         }),
     }
+}
+
+/// Every parameter of `module` drawn by its initializer, a chunk of `CHUNK` values per work
+/// item on every core (see [`Pretrained::random`]).
+fn draw(module: &dyn Module, seed: u64) -> Result<BTreeMap<String, HostTensor>> {
+    const CHUNK: usize = 1 << 20;
+    let params: Vec<Param> = module.params();
+    let mut values: Vec<Vec<f64>> = params.iter().map(|p| vec![0.0; p.ty().shape.numel()]).collect();
+    let work: Vec<(usize, usize, &mut [f64])> = values
+        .iter_mut()
+        .enumerate()
+        .flat_map(|(i, v)| v.chunks_mut(CHUNK).enumerate().map(move |(c, chunk)| (i, c, chunk)))
+        .collect();
+    let work = std::sync::Mutex::new(work);
+    let failed: std::sync::Mutex<Option<NnError>> = std::sync::Mutex::new(None);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let Some((i, c, chunk)) = work.lock().expect("no thread panics holding it").pop() else { break };
+                // One stream per (seed, parameter, chunk): SplitMix64's constant spreads them.
+                let stream = seed ^ ((i as u64) << 32 | c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                match params[i].init().sample(&mut Rng::new(stream), chunk.len()) {
+                    Ok(v) => chunk.copy_from_slice(&v),
+                    Err(e) => _ = failed.lock().expect("no thread panics holding it").get_or_insert(e),
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().expect("no thread panicked") {
+        return Err(e);
+    }
+    params
+        .iter()
+        .zip(values)
+        .map(|(p, v)| Ok((p.path().to_string(), HostTensor::from_f64(p.ty().dtype, p.ty().shape.clone(), &v)?)))
+        .collect()
 }
