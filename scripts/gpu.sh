@@ -233,13 +233,13 @@ run() {
             done
             ;;
         llama)
-            # Llama-3.2-1B's shapes (benchmarks/configs) with random bf16 weights: a 512-token
+            # Llama-3.2-1B's shapes (tests/data/configs) with random bf16 weights: a 512-token
             # prefill (ms) and decode tokens/s at batch 1 and 8.
             local ids
             ids=$(seq -s, 1000 1511)
             for b in 1 8; do
                 echo "== generate, Llama-3.2-1B shapes, bf16, batch $b" | tee -a "$OUT/llama.log"
-                timeout 100 $B/fusegraph generate --random-config benchmarks/configs/llama-3.2-1b.json \
+                timeout 100 $B/fusegraph generate --random-config tests/data/configs/llama-3.2-1b.json \
                     --dtype bf16 --prompt-ids "$ids" --tokens 64 --warmup 4 --batch $b --json "$OUT/llama-b$b.json" \
                     2>&1 | tail -3 | tee -a "$OUT/llama.log"
             done

@@ -7,7 +7,7 @@ use fusegraph_nn::llama::{Architecture, RopeScaling};
 use fusegraph_nn::{CausalLm, LlamaConfig, Module, NnError, Pretrained};
 
 /// Llama-3.2-1B's `config.json` as published (transformers 4.45).
-const LLAMA_3_2_1B: &str = include_str!("../../../benchmarks/configs/llama-3.2-1b.json");
+const LLAMA_3_2_1B: &str = include_str!("../../../tests/data/configs/llama-3.2-1b.json");
 
 #[test]
 fn a_transformers_4_config_gives_the_model_and_transformers_rotary_frequencies() {
