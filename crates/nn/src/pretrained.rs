@@ -90,7 +90,7 @@ impl Pretrained {
     /// [`Pretrained::load`] stores them, for measuring models whose weights are elsewhere.
     /// A billion values take seconds: chunks of a million values are drawn on every core, each
     /// from its own stream seeded by `seed`, the parameter and the chunk (the values do not
-    /// depend on the number of threads, and are not those of [`Params::of`]).
+    /// depend on the number of threads, and are not those of [`crate::Params::of`]).
     pub fn random(config_json: &str, dtype: Option<DType>, seed: u64) -> Result<Pretrained> {
         let model = Any::from_config(config_json, dtype)?;
         let params = draw(model.module(), seed)?;
