@@ -63,6 +63,17 @@ pub enum NnError {
         /// The type found.
         got: TensorType,
     },
+    /// A GGUF file is malformed or holds what is not read here (its magic, version, a
+    /// tensor's type, offset or size).
+    #[error("GGUF {file}{}: {detail}", tensor.as_ref().map(|t| format!(", tensor `{t}`")).unwrap_or_default())]
+    Gguf {
+        /// The file.
+        file: String,
+        /// The tensor, where one is at fault.
+        tensor: Option<String>,
+        /// What is wrong.
+        detail: String,
+    },
     /// A model configuration (`config.json`) field holds a value this library does not
     /// support (an unknown architecture, activation or rotary type, an inconsistent width).
     #[error("config.json: `{field}` is {value}; supported: {supported}")]

@@ -1,0 +1,391 @@
+//! GGUF files, llama.cpp's format (version 3, and 2 which differs only in nothing read
+//! here): the header, the metadata, the tensor infos and the aligned data section,
+//! memory-mapped. Tensors of type F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K are read;
+//! quantized blocks are dequantized to f32 exactly as the `gguf` package's reference code
+//! does (each scale product rounded to f32 before it meets a value).
+//!
+//! Every tensor's type, offset (aligned, within the file) and byte size are checked when the
+//! file is opened, so a bad file is a typed error ([`NnError::Gguf`]) naming the tensor
+//! before anything is read.
+
+use crate::error::{NnError, Result};
+use fusegraph_ir::{bf16, f16, HostTensor};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GgufValue {
+    /// Unsigned integers (`uint8` … `uint64`).
+    Uint(u64),
+    /// Signed integers (`int8` … `int64`).
+    Int(i64),
+    /// `float32` and `float64`.
+    Float(f64),
+    /// `bool`.
+    Bool(bool),
+    /// `string`.
+    String(String),
+    /// `array`.
+    Array(Vec<GgufValue>),
+}
+
+impl GgufValue {
+    /// The value as an unsigned integer, if it is a non-negative integer.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            GgufValue::Uint(v) => Some(v),
+            GgufValue::Int(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as a float, if it is a number.
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            GgufValue::Uint(v) => Some(v as f64),
+            GgufValue::Int(v) => Some(v as f64),
+            GgufValue::Float(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The value as a string, if it is one.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            GgufValue::String(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// The tensor types read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GgmlType {
+    /// 32-bit floats.
+    F32,
+    /// 16-bit floats.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// Blocks of 32: an f16 scale and 32 signed bytes.
+    Q8_0,
+    /// Blocks of 32: an f16 scale and 32 4-bit values offset by 8.
+    Q4_0,
+    /// Super-blocks of 256: f16 scale and min, eight 6-bit sub-block scales and mins, 4-bit
+    /// values.
+    Q4K,
+    /// Super-blocks of 256: 6-bit values (4 low bits, 2 high), sixteen 8-bit sub-block
+    /// scales, an f16 scale.
+    Q6K,
+}
+
+impl GgmlType {
+    /// The type of GGML's type id, if read here.
+    pub fn from_id(id: u32) -> Option<GgmlType> {
+        Some(match id {
+            0 => GgmlType::F32,
+            1 => GgmlType::F16,
+            2 => GgmlType::Q4_0,
+            8 => GgmlType::Q8_0,
+            12 => GgmlType::Q4K,
+            14 => GgmlType::Q6K,
+            30 => GgmlType::BF16,
+            _ => return None,
+        })
+    }
+
+    /// Elements per block and bytes per block.
+    pub fn block(self) -> (usize, usize) {
+        match self {
+            GgmlType::F32 => (1, 4),
+            GgmlType::F16 | GgmlType::BF16 => (1, 2),
+            GgmlType::Q8_0 => (32, 34),
+            GgmlType::Q4_0 => (32, 18),
+            GgmlType::Q4K => (256, 144),
+            GgmlType::Q6K => (256, 210),
+        }
+    }
+}
+
+/// A tensor's entry in the file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    /// Its name (`blk.0.attn_q.weight`).
+    pub name: String,
+    /// Its dims, outermost first (the file lists them innermost first).
+    pub dims: Vec<usize>,
+    /// Its type.
+    pub ty: GgmlType,
+    /// Its data's offset from the data section's start.
+    pub offset: usize,
+}
+
+impl TensorInfo {
+    /// Its element count.
+    pub fn numel(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    /// Its data's size in bytes.
+    pub fn bytes(&self) -> usize {
+        let (block, bytes) = self.ty.block();
+        self.numel() / block * bytes
+    }
+}
+
+/// An open GGUF file: its metadata and tensor infos read and checked, the data mapped.
+pub struct Gguf {
+    path: PathBuf,
+    map: memmap2::Mmap,
+    /// The format version (2 or 3).
+    pub version: u32,
+    metadata: BTreeMap<String, GgufValue>,
+    tensors: Vec<TensorInfo>,
+    data: usize,
+}
+
+impl std::fmt::Debug for Gguf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gguf").field("path", &self.path).field("tensors", &self.tensors.len()).finish()
+    }
+}
+
+/// A little-endian reader over the header, naming the file in its errors.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    file: &'a Path,
+}
+
+impl Reader<'_> {
+    fn err(&self, tensor: Option<&str>, detail: impl Into<String>) -> NnError {
+        NnError::Gguf {
+            file: self.file.display().to_string(),
+            tensor: tensor.map(str::to_string),
+            detail: detail.into(),
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&[u8]> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or_else(|| self.err(None, format!("the header ends early (at byte {})", self.at)))?;
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    fn len(&mut self) -> Result<usize> {
+        let n = self.u64()?;
+        usize::try_from(n)
+            .ok()
+            .filter(|&n| n <= self.bytes.len())
+            .ok_or_else(|| self.err(None, format!("a length of {n}")))
+    }
+
+    fn string(&mut self) -> Result<String> {
+        let n = self.len()?;
+        let s = self.take(n)?;
+        String::from_utf8(s.to_vec()).map_err(|_| self.err(None, "a string that is not UTF-8"))
+    }
+
+    fn value(&mut self, ty: u32) -> Result<GgufValue> {
+        let b = |r: &mut Self, n: usize| -> Result<[u8; 8]> {
+            let mut out = [0u8; 8];
+            out[..n].copy_from_slice(r.take(n)?);
+            Ok(out)
+        };
+        Ok(match ty {
+            0 => GgufValue::Uint(self.take(1)?[0] as u64),
+            1 => GgufValue::Int(self.take(1)?[0] as i8 as i64),
+            2 => GgufValue::Uint(u16::from_le_bytes(b(self, 2)?[..2].try_into().expect("2")) as u64),
+            3 => GgufValue::Int(i16::from_le_bytes(b(self, 2)?[..2].try_into().expect("2")) as i64),
+            4 => GgufValue::Uint(self.u32()? as u64),
+            5 => GgufValue::Int(self.u32()? as i32 as i64),
+            6 => GgufValue::Float(f32::from_bits(self.u32()?) as f64),
+            7 => GgufValue::Bool(self.take(1)?[0] != 0),
+            8 => GgufValue::String(self.string()?),
+            9 => {
+                let elem = self.u32()?;
+                let n = self.len()?;
+                GgufValue::Array((0..n).map(|_| self.value(elem)).collect::<Result<_>>()?)
+            }
+            10 => GgufValue::Uint(self.u64()?),
+            11 => GgufValue::Int(self.u64()? as i64),
+            12 => GgufValue::Float(f64::from_bits(self.u64()?)),
+            other => return Err(self.err(None, format!("metadata value type {other}"))),
+        })
+    }
+}
+
+impl Gguf {
+    /// Opens `path` and checks its header: the magic `GGUF`, version 2 or 3, every tensor's
+    /// type known, its offset aligned (`general.alignment`, 32 by default) and its data
+    /// within the file.
+    pub fn open(path: &Path) -> Result<Gguf> {
+        let file = std::fs::File::open(path).map_err(|source| {
+            NnError::Checkpoint(fusegraph_ir::safetensors::SafetensorsError::Io { path: path.to_path_buf(), source })
+        })?;
+        // SAFETY: read-only map; a file changed by another process while open is outside
+        // what this reader supports (as for every mmap reader).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| {
+            NnError::Checkpoint(fusegraph_ir::safetensors::SafetensorsError::Io { path: path.to_path_buf(), source })
+        })?;
+        let mut r = Reader { bytes: &map, at: 0, file: path };
+        if r.take(4).ok() != Some(b"GGUF".as_slice()) {
+            return Err(r.err(None, "not a GGUF file (its magic is not `GGUF`)"));
+        }
+        let version = r.u32()?;
+        if !(2..=3).contains(&version) {
+            return Err(r.err(None, format!("version {version}; versions 2 and 3 are read")));
+        }
+        let (tensor_count, kv_count) = (r.len()?, r.len()?);
+        let mut metadata = BTreeMap::new();
+        for _ in 0..kv_count {
+            let key = r.string()?;
+            let ty = r.u32()?;
+            metadata.insert(key, r.value(ty)?);
+        }
+        let mut tensors = Vec::with_capacity(tensor_count);
+        for _ in 0..tensor_count {
+            let name = r.string()?;
+            let n_dims = r.u32()? as usize;
+            let mut dims = (0..n_dims).map(|_| r.len()).collect::<Result<Vec<_>>>()?;
+            dims.reverse();
+            let id = r.u32()?;
+            let offset = r.len()?;
+            let ty = GgmlType::from_id(id).ok_or_else(|| {
+                r.err(Some(&name), format!("type id {id}; F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K are read"))
+            })?;
+            tensors.push(TensorInfo { name, dims, ty, offset });
+        }
+        let alignment = match metadata.get("general.alignment") {
+            None => 32,
+            Some(v) => {
+                v.as_u64().filter(|&a| a > 0).ok_or_else(|| r.err(None, format!("general.alignment {v:?}")))? as usize
+            }
+        };
+        let data = r.at.div_ceil(alignment) * alignment;
+        for t in &tensors {
+            let (block, _) = t.ty.block();
+            if t.numel() % block != 0 {
+                return Err(
+                    r.err(Some(&t.name), format!("{} elements are not whole {:?} blocks of {block}", t.numel(), t.ty))
+                );
+            }
+            if t.offset % alignment != 0 {
+                return Err(r.err(
+                    Some(&t.name),
+                    format!("offset {} is not a multiple of the alignment {alignment}", t.offset),
+                ));
+            }
+            let end = data.checked_add(t.offset).and_then(|s| s.checked_add(t.bytes()));
+            if end.is_none_or(|e| e > map.len()) {
+                return Err(r.err(
+                    Some(&t.name),
+                    format!("{} bytes at offset {} run past the file's end ({} bytes)", t.bytes(), t.offset, map.len()),
+                ));
+            }
+        }
+        Ok(Gguf { path: path.to_path_buf(), version, metadata, tensors, data, map })
+    }
+
+    /// The metadata, by key.
+    pub fn metadata(&self) -> &BTreeMap<String, GgufValue> {
+        &self.metadata
+    }
+
+    /// The tensor infos, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The tensor `name`: F32, F16 and BF16 as themselves, quantized types dequantized to
+    /// f32 as the `gguf` package's reference code does.
+    pub fn tensor(&self, name: &str) -> Result<HostTensor> {
+        let t = self.tensors.iter().find(|t| t.name == name).ok_or_else(|| NnError::Gguf {
+            file: self.path.display().to_string(),
+            tensor: Some(name.to_string()),
+            detail: "no such tensor".into(),
+        })?;
+        let raw = &self.map[self.data + t.offset..self.data + t.offset + t.bytes()];
+        let dims = t.dims.clone();
+        let pairs = || raw.chunks_exact(2).map(|c| [c[0], c[1]]);
+        Ok(match t.ty {
+            GgmlType::F32 => HostTensor::new(
+                dims,
+                raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect::<Vec<_>>(),
+            ),
+            GgmlType::F16 => HostTensor::new(dims, pairs().map(f16::from_le_bytes).collect::<Vec<_>>()),
+            GgmlType::BF16 => HostTensor::new(dims, pairs().map(bf16::from_le_bytes).collect::<Vec<_>>()),
+            quantized => HostTensor::new(dims, dequantize(quantized, raw)),
+        }?)
+    }
+}
+
+fn half(b: &[u8]) -> f32 {
+    f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// The f32 values of `raw`'s blocks of a quantized `ty`.
+pub fn dequantize(ty: GgmlType, raw: &[u8]) -> Vec<f32> {
+    let (block, bytes) = ty.block();
+    let mut out = Vec::with_capacity(raw.len() / bytes * block);
+    for b in raw.chunks_exact(bytes) {
+        match ty {
+            GgmlType::Q8_0 => {
+                let d = half(b);
+                out.extend(b[2..].iter().map(|&q| q as i8 as f32 * d));
+            }
+            GgmlType::Q4_0 => {
+                let d = half(b);
+                let qs = &b[2..];
+                out.extend(qs.iter().map(|&q| d * ((q & 0x0F) as i32 - 8) as f32));
+                out.extend(qs.iter().map(|&q| d * ((q >> 4) as i32 - 8) as f32));
+            }
+            GgmlType::Q4K => {
+                let (d, dmin) = (half(b), half(&b[2..]));
+                let (s, qs) = (&b[4..16], &b[16..]);
+                // Sub-block j's 6-bit scale and min.
+                let scale_min = |j: usize| -> (f32, f32) {
+                    if j < 4 {
+                        ((s[j] & 0x3F) as f32, (s[j + 4] & 0x3F) as f32)
+                    } else {
+                        (
+                            ((s[j + 4] & 0x0F) | ((s[j - 4] >> 2) & 0x30)) as f32,
+                            ((s[j + 4] >> 4) | ((s[j] >> 2) & 0x30)) as f32,
+                        )
+                    }
+                };
+                for (i, chunk) in qs.chunks_exact(32).enumerate() {
+                    for (shift, j) in [(0, 2 * i), (4, 2 * i + 1)] {
+                        let (sc, m) = scale_min(j);
+                        let (dj, mj) = (d * sc, dmin * m);
+                        out.extend(chunk.iter().map(|&q| dj * ((q >> shift) & 0x0F) as f32 - mj));
+                    }
+                }
+            }
+            GgmlType::Q6K => {
+                let (ql, qh, scales, d) = (&b[..128], &b[128..192], &b[192..208], half(&b[208..]));
+                for e in 0..256 {
+                    let (c, r, l) = (e / 128, (e % 128) / 32, e % 32);
+                    let low = ql[64 * c + 32 * (r % 2) + l];
+                    let low = if r < 2 { low & 0x0F } else { low >> 4 };
+                    let high = (qh[32 * c + l] >> (2 * r)) & 0x03;
+                    let q = ((low | (high << 4)) as i32 - 32) as f32;
+                    out.push(d * scales[e / 16] as i8 as f32 * q);
+                }
+            }
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("not a block type"),
+        }
+    }
+    out
+}
