@@ -170,3 +170,31 @@ fn parameters_keep_their_storage_dtype_on_the_device() {
         assert!(err < tolerance, "{dir} as {dtype:?}: {err:.2e} from {want}");
     }
 }
+
+/// llama-tiny as llama.cpp's converter writes it (tests/data/gguf, made by
+/// scripts/fixtures/make_gguf.py with the `gguf` package): the F32 file gives the
+/// safetensors checkpoint's logits (q and k rows unpermuted, llama3 scaling from
+/// `rope_freqs`), the Q8_0 file the logits and greedy tokens `transformers` computes from its
+/// dequantized weights.
+#[test]
+fn gguf_files_give_transformers_logits_and_tokens() {
+    let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gguf");
+    let f32_ref = reference("llama-tiny");
+    let q8_ref: Value =
+        serde_json::from_str(&std::fs::read_to_string(gguf.join("llama-tiny-q8_0-reference.json")).unwrap()).unwrap();
+    for (file, r) in [("llama-tiny-f32.gguf", &f32_ref), ("llama-tiny-q8_0.gguf", &q8_ref)] {
+        let loaded = Pretrained::load(&gguf.join(file), None).unwrap();
+        let store = ParamStore::new(&Device::shared().unwrap());
+        store.insert_all(loaded.params.iter()).unwrap();
+        let prompt = ids(&r["prompt_ids"]);
+        let err = relative_error(&prompt_logits(&loaded, &store, &prompt), &floats(&r["logits"]));
+        assert!(err < 1e-4, "{file}: logits differ by {err:.2e} of the largest");
+        let want = ids(&r["greedy"]);
+        let mut g =
+            Generator::new(&store, loaded.model.clone(), 1, prompt.len() + want.len(), CompileOptions::default())
+                .unwrap();
+        g.stop_at(Vec::new());
+        let out = g.generate(std::slice::from_ref(&prompt), want.len(), &Sampling::greedy()).unwrap();
+        assert_eq!(out.tokens[0][prompt.len()..], want[..], "{file}: greedy tokens");
+    }
+}

@@ -408,6 +408,19 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
             assert!(got["prefill_ms"].as_f64().unwrap() > 0.0 && got["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
         }
     }
+    // A GGUF file (llama.cpp's format, Q8_0 weights, tests/data/gguf): transformers' tokens
+    // from its dequantized weights.
+    let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(gguf.join("llama-tiny-q8_0-reference.json")).unwrap()).unwrap();
+    let prompt_ids = ids(&r["prompt_ids"]).iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    let json = dir.join("gguf.json");
+    let model = gguf.join("llama-tiny-q8_0.gguf");
+    let args = ["generate", "--model", model.to_str().unwrap(), "--prompt-ids", &prompt_ids, "--tokens", "32"];
+    let out = fusegraph(&[&args[..], &["--ignore-eos", "--json", json.to_str().unwrap()]].concat(), None);
+    assert!(out.status.success(), "gguf: {}", String::from_utf8_lossy(&out.stderr));
+    let got: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(ids(&got["generated_ids"]), ids(&r["greedy"]), "gguf");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

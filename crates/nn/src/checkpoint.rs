@@ -246,7 +246,7 @@ impl Checkpoint {
 }
 
 /// The transpose of a 2-D tensor.
-fn transpose2(t: &HostTensor) -> Result<HostTensor> {
+pub(crate) fn transpose2(t: &HostTensor) -> Result<HostTensor> {
     let (r, c) = (t.shape().dims()[0], t.shape().dims()[1]);
     let v = t.to_f64();
     let mut out = vec![0.0; r * c];

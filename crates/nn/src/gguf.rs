@@ -9,7 +9,9 @@
 //! before anything is read.
 
 use crate::error::{NnError, Result};
-use fusegraph_ir::{bf16, f16, HostTensor};
+use crate::llama::{Llama, LlamaConfig};
+use crate::module::{Module, Scope};
+use fusegraph_ir::{bf16, f16, DType, HostTensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -388,4 +390,173 @@ pub fn dequantize(ty: GgmlType, raw: &[u8]) -> Vec<f32> {
         }
     }
     out
+}
+
+/// `transformers`' name of each part of a Llama layer, and llama.cpp's.
+const LAYER_PARTS: [(&str, &str); 9] = [
+    ("input_layernorm", "attn_norm"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("post_attention_layernorm", "ffn_norm"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+];
+
+/// llama.cpp's name of the parameter `transformers` calls `path`.
+fn gguf_name(path: &str) -> Option<String> {
+    match path {
+        "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
+        "model.norm.weight" => return Some("output_norm.weight".into()),
+        "lm_head.weight" => return Some("output.weight".into()),
+        _ => {}
+    }
+    let rest = path.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let (part, kind) = rest.rsplit_once('.')?;
+    let (_, gg) = LAYER_PARTS.iter().find(|(hf, _)| *hf == part)?;
+    Some(format!("blk.{layer}.{gg}.{kind}"))
+}
+
+/// The rows of a q or k projection `[n · 2 · h, cols]` back in `transformers`' order from the
+/// order llama.cpp's converter writes (`permute`: within each of the `n` heads, the two
+/// rotary halves interleaved).
+fn unpermute(t: &HostTensor, n: usize) -> Result<HostTensor> {
+    let (rows, cols) = (t.shape().dims()[0], t.shape().dims()[1]);
+    if n == 0 || rows % (2 * n) != 0 {
+        return Err(NnError::Config(format!("GGUF: {rows} rows of a q/k projection do not split into {n} heads")));
+    }
+    let h = rows / n / 2;
+    let v = t.to_f64();
+    let mut out = vec![0.0; v.len()];
+    for a in 0..n {
+        for b in 0..2 {
+            for j in 0..h {
+                let (to, from) = (a * 2 * h + b * h + j, a * 2 * h + j * 2 + b);
+                out[to * cols..(to + 1) * cols].copy_from_slice(&v[from * cols..(from + 1) * cols]);
+            }
+        }
+    }
+    Ok(HostTensor::from_f64(t.dtype(), vec![rows, cols], &out)?)
+}
+
+impl Gguf {
+    fn error(&self, tensor: Option<&str>, detail: impl Into<String>) -> NnError {
+        NnError::Gguf {
+            file: self.path.display().to_string(),
+            tensor: tensor.map(str::to_string),
+            detail: detail.into(),
+        }
+    }
+
+    /// The Llama of a `llama`-architecture file (`general.architecture`), its shape from the
+    /// `llama.*` metadata, and its parameters' values under `transformers`' names: q and k
+    /// rows back in `transformers`' order, projections transposed to [`crate::Linear`]'s
+    /// layout, stored as `dtype` (f32 by default, which holds every dequantized value
+    /// exactly). Every parameter is checked before anything is returned: a missing tensor, a
+    /// misshapen one, or one the model has no place for is an error naming it.
+    pub fn llama(&self, dtype: Option<DType>) -> Result<(Llama, BTreeMap<String, HostTensor>)> {
+        let model = Llama::new(&Scope::root().storing(dtype.unwrap_or(DType::F32)), self.llama_config()?)?;
+        let c = &model.config;
+        let file = self.path.display().to_string();
+        let mut used = std::collections::BTreeSet::from(["rope_freqs.weight".to_string()]);
+        let mut out = BTreeMap::new();
+        for p in model.params() {
+            let name =
+                gguf_name(p.path()).ok_or_else(|| NnError::Config(format!("GGUF: no name for `{}`", p.path())))?;
+            if !self.tensors.iter().any(|t| t.name == name) {
+                let expected = Some(p.ty().clone());
+                return Err(NnError::MissingKey { key: name, param: p.path().into(), expected, file });
+            }
+            let mut t = self.tensor(&name)?;
+            if name.ends_with("attn_q.weight") {
+                t = unpermute(&t, c.num_attention_heads)?;
+            } else if name.ends_with("attn_k.weight") {
+                t = unpermute(&t, c.num_key_value_heads)?;
+            }
+            if (p.path().ends_with("_proj.weight") || p.path() == "lm_head.weight") && t.shape().rank() == 2 {
+                t = crate::checkpoint::transpose2(&t)?;
+            }
+            if t.shape() != &p.ty().shape {
+                let (expected, got) = (Box::new(p.ty().clone()), Box::new(t.ty()));
+                return Err(NnError::KeyShape { key: name, param: p.path().into(), expected, got, file });
+            }
+            if t.dtype() != p.ty().dtype {
+                t = HostTensor::from_f64(p.ty().dtype, p.ty().shape.clone(), &t.to_f64())?;
+            }
+            used.insert(name);
+            out.insert(p.path().to_string(), t);
+        }
+        if let Some(t) = self.tensors.iter().find(|t| !used.contains(&t.name)) {
+            return Err(NnError::UnknownKey { key: t.name.clone(), file });
+        }
+        Ok((model, out))
+    }
+
+    /// The model's shape from the `llama.*` metadata, as a `transformers` config would give
+    /// it; `rope_freqs` (llama3 scaling as the converter stores it) as the frequencies'
+    /// divisors.
+    fn llama_config(&self) -> Result<LlamaConfig> {
+        let m = &self.metadata;
+        let arch = m.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("(missing)");
+        if arch != "llama" {
+            return Err(NnError::ConfigField {
+                field: "general.architecture".into(),
+                value: arch.into(),
+                supported: "llama".into(),
+            });
+        }
+        let get = |k: &str| m.get(&format!("llama.{k}"));
+        let int = |k: &str| get(k).and_then(GgufValue::as_u64);
+        let need = |k: &str| int(k).ok_or_else(|| self.error(None, format!("metadata `llama.{k}` is missing")));
+        let (heads, hidden) = (need("attention.head_count")?, need("embedding_length")?);
+        let tied = !self.tensors.iter().any(|t| t.name == "output.weight");
+        let vocab = int("vocab_size").or_else(|| {
+            self.tensors.iter().find(|t| t.name == "token_embd.weight").and_then(|t| t.dims.first()).map(|&d| d as u64)
+        });
+        let scaling = match get("rope.scaling.type").and_then(GgufValue::as_str) {
+            None | Some("none") => serde_json::Value::Null,
+            Some("linear") => {
+                let factor = get("rope.scaling.factor").and_then(GgufValue::as_f64).unwrap_or(1.0);
+                serde_json::json!({ "rope_type": "linear", "factor": factor })
+            }
+            Some(other) => {
+                return Err(NnError::ConfigField {
+                    field: "llama.rope.scaling.type".into(),
+                    value: other.into(),
+                    supported: "none or linear (llama3 scaling comes as rope_freqs)".into(),
+                })
+            }
+        };
+        let token = |k: &str| m.get(&format!("tokenizer.ggml.{k}")).and_then(GgufValue::as_u64);
+        let json = serde_json::json!({
+            "architectures": ["LlamaForCausalLM"],
+            "vocab_size": vocab,
+            "hidden_size": hidden,
+            "intermediate_size": need("feed_forward_length")?,
+            "num_hidden_layers": need("block_count")?,
+            "num_attention_heads": heads,
+            "num_key_value_heads": int("attention.head_count_kv").unwrap_or(heads),
+            "head_dim": int("attention.key_length").or(int("rope.dimension_count")).unwrap_or(hidden / heads.max(1)),
+            "max_position_embeddings": need("context_length")?,
+            "rms_norm_eps": get("attention.layer_norm_rms_epsilon").and_then(GgufValue::as_f64).unwrap_or(1e-5),
+            "rope_theta": get("rope.freq_base").and_then(GgufValue::as_f64).unwrap_or(10000.0),
+            "rope_scaling": scaling,
+            "tie_word_embeddings": tied,
+            "eos_token_id": token("eos_token_id"),
+            "bos_token_id": token("bos_token_id"),
+        });
+        let mut c = LlamaConfig::from_json(&json.to_string())?;
+        if self.tensors.iter().any(|t| t.name == "rope_freqs.weight") {
+            let f = self.tensor("rope_freqs.weight")?.to_f64();
+            if f.len() != c.head_dim / 2 {
+                let detail = format!("{} factors for {} frequencies", f.len(), c.head_dim / 2);
+                return Err(self.error(Some("rope_freqs.weight"), detail));
+            }
+            c.rope_factors = Some(f);
+        }
+        Ok(c)
+    }
 }

@@ -98,6 +98,9 @@ pub struct LlamaConfig {
     pub rope_theta: f64,
     /// Rotary scaling (`rope_scaling`, or `rope_parameters` in `transformers` 5).
     pub rope_scaling: RopeScaling,
+    /// A divisor per rotary frequency, in place of `rope_scaling` (GGUF files store
+    /// `llama3` scaling so, as `rope_freqs`).
+    pub rope_factors: Option<Vec<f64>>,
     /// Whether the head is the embedding table (`tie_word_embeddings`).
     pub tie_word_embeddings: bool,
     /// Biases on the q, k and v projections (Qwen2; Llama's `attention_bias`).
@@ -306,6 +309,7 @@ impl LlamaConfig {
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
             rope_theta,
             rope_scaling,
+            rope_factors: None,
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
             qkv_bias: architecture == Architecture::Qwen2 || attention_bias,
             o_bias: architecture != Architecture::Qwen2 && attention_bias,
@@ -350,7 +354,11 @@ impl LlamaConfig {
 
     /// The rotary frequencies of one head.
     pub fn inv_freq(&self) -> Vec<f64> {
-        self.rope_scaling.inv_freq(self.rope_theta, self.head_dim)
+        let scaled = self.rope_scaling.inv_freq(self.rope_theta, self.head_dim);
+        match &self.rope_factors {
+            Some(f) => scaled.iter().zip(f).map(|(v, d)| (*v as f32 / *d as f32) as f64).collect(),
+            None => scaled,
+        }
     }
 }
 

@@ -79,7 +79,15 @@ impl Pretrained {
     ///
     /// Parameters are stored as `dtype` (f32, f16 or bf16; converted from the file's where
     /// they differ), or with `None` as the checkpoint's config says (`dtype`, `torch_dtype`).
+    ///
+    /// A `.gguf` file (llama.cpp's format, `llama` architecture) loads through
+    /// [`crate::gguf::Gguf::llama`]: its quantized tensors dequantized, stored as `dtype` (f32
+    /// by default).
     pub fn load(dir: &Path, dtype: Option<DType>) -> Result<Pretrained> {
+        if dir.extension().is_some_and(|e| e == "gguf") {
+            let (model, params) = crate::gguf::Gguf::open(dir)?.llama(dtype)?;
+            return Ok(Pretrained { model: Arc::new(model), params });
+        }
         let model = Any::from_config(&read_config(dir)?, dtype)?;
         let params = Checkpoint::open(dir)?.load(model.module(), &model.key_map())?;
         Ok(Pretrained { model: model.shared(), params })
