@@ -44,15 +44,10 @@ fn mixes(all: bool) -> Vec<CompileOptions> {
             for split_k in [SplitK::Off, SplitK::Fill { workgroups: 64 }] {
                 for remat in [false, true] {
                     let on = [mixed_precision, split_reductions != SplitReductions::Off, split_k != SplitK::Off, remat];
-                    let count = on.iter().filter(|&&o| o).count();
                     // Kept when not `all`: none, all, mixed precision with split
                     // reductions, split-k with remat.
-                    if all
-                        || count == 0
-                        || count == 4
-                        || on == [true, true, false, false]
-                        || on == [false, false, true, true]
-                    {
+                    let kept = [[false; 4], [true; 4], [true, true, false, false], [false, false, true, true]];
+                    if all || kept.contains(&on) {
                         out.push(CompileOptions {
                             mixed_precision,
                             split_reductions,

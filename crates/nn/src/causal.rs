@@ -2,6 +2,7 @@
 //! and the attention they share.
 
 use crate::error::{config, Result};
+use crate::layers::Embedding;
 use crate::module::Module;
 use fusegraph_ir::{DType, Tensor};
 
@@ -31,6 +32,29 @@ pub trait CausalLm: Module + Send + Sync {
     /// layer, `[batch, kv heads, max, head width]`) after writing this token's keys and values
     /// there; returns the logits and the updated caches.
     fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv]) -> Result<(Tensor, Vec<Kv>)>;
+}
+
+/// Checks `ids` (an integer `[batch, seq]` with `1 ≤ seq ≤` the model's longest) for
+/// `model`'s `what` (prefill, decode); returns `(batch, seq)`.
+pub(crate) fn check_ids(model: &dyn CausalLm, ids: &Tensor, what: &str) -> Result<(usize, usize)> {
+    match *ids.dims() {
+        [batch, seq] if ids.dtype().is_int() && seq >= 1 && seq <= model.max_positions() => Ok((batch, seq)),
+        _ => Err(config(format!(
+            "{} {what}: ids {} must be i32 [batch, seq] with 1 ≤ seq ≤ {}",
+            model.name(),
+            ids.ty(),
+            model.max_positions()
+        ))),
+    }
+}
+
+/// The logits `[batch, seq, vocab]` of hidden states `h: [batch, seq, d]` through a head
+/// tied to the embedding `table` (`[vocab, d]`, read transposed).
+pub(crate) fn tied_head(h: &Tensor, table: &Embedding) -> Result<Tensor> {
+    let (batch, seq, d) = (h.dims()[0], h.dims()[1], h.dims()[2]);
+    let t = table.table.read(h.builder(), DType::F32)?;
+    let vocab = t.dims()[0];
+    Ok(h.reshape([batch * seq, d])?.matmul(&t.t()?)?.reshape([batch, seq, vocab])?)
 }
 
 /// Checks a decode step's operands against `model`'s cache shape; returns the cache length.

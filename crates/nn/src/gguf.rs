@@ -200,16 +200,12 @@ impl Reader<'_> {
     }
 
     fn value(&mut self, ty: u32) -> Result<GgufValue> {
-        let b = |r: &mut Self, n: usize| -> Result<[u8; 8]> {
-            let mut out = [0u8; 8];
-            out[..n].copy_from_slice(r.take(n)?);
-            Ok(out)
-        };
+        let word16 = |r: &mut Self| -> Result<u16> { Ok(u16::from_le_bytes(r.take(2)?.try_into().expect("2 bytes"))) };
         Ok(match ty {
             0 => GgufValue::Uint(self.take(1)?[0] as u64),
             1 => GgufValue::Int(self.take(1)?[0] as i8 as i64),
-            2 => GgufValue::Uint(u16::from_le_bytes(b(self, 2)?[..2].try_into().expect("2")) as u64),
-            3 => GgufValue::Int(i16::from_le_bytes(b(self, 2)?[..2].try_into().expect("2")) as i64),
+            2 => GgufValue::Uint(word16(self)? as u64),
+            3 => GgufValue::Int(word16(self)? as i16 as i64),
             4 => GgufValue::Uint(self.u32()? as u64),
             5 => GgufValue::Int(self.u32()? as i32 as i64),
             6 => GgufValue::Float(f32::from_bits(self.u32()?) as f64),

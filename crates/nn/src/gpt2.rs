@@ -10,7 +10,7 @@
 //! into the cache) and [`CausalLm::decode`] (one token per sequence at a run-time position,
 //! attending to the cache it updates in place).
 
-use crate::causal::{attend, check_cache, CausalLm};
+use crate::causal::{attend, check_cache, check_ids, tied_head, CausalLm};
 use crate::error::{config, Result};
 use crate::init::Init;
 use crate::layers::{Embedding, LayerNorm, Linear};
@@ -179,21 +179,7 @@ impl Gpt2 {
 
     /// The logits `[batch, seq, vocab]` of final hidden states `h: [batch, seq, d]`.
     fn logits(&self, h: &Tensor) -> Result<Tensor> {
-        let (batch, seq, d) = (h.dims()[0], h.dims()[1], self.config.n_embd);
-        let h = self.ln_f.forward(h)?;
-        let table = self.wte.table.read(h.builder(), DType::F32)?;
-        Ok(h.reshape([batch * seq, d])?.matmul(&table.t()?)?.reshape([batch, seq, self.config.vocab_size])?)
-    }
-
-    fn check_ids(&self, ids: &Tensor, what: &str) -> Result<(usize, usize)> {
-        match *ids.dims() {
-            [batch, seq] if ids.dtype().is_int() && seq >= 1 && seq <= self.config.n_positions => Ok((batch, seq)),
-            _ => Err(config(format!(
-                "GPT-2 {what}: ids {} must be i32 [batch, seq] with 1 ≤ seq ≤ {}",
-                ids.ty(),
-                self.config.n_positions
-            ))),
-        }
+        tied_head(&self.ln_f.forward(h)?, &self.wte)
     }
 
     /// `x: [b, s, d]` → q, k, v as `[b, heads, s, head width]`.
@@ -234,7 +220,7 @@ impl CausalLm for Gpt2 {
     }
 
     fn prefill(&self, ids: &Tensor) -> Result<(Tensor, Vec<Kv>)> {
-        let (_, seq) = self.check_ids(ids, "prefill")?;
+        let (_, seq) = check_ids(self, ids, "prefill")?;
         let b = ids.builder();
         let pos = b.iota(DType::I32, [seq], 0)?;
         let mut h = self.wte.lookup(ids, DType::F32)?.add(&self.wpe.lookup(&pos, DType::F32)?)?;
@@ -250,7 +236,7 @@ impl CausalLm for Gpt2 {
     }
 
     fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv]) -> Result<(Tensor, Vec<Kv>)> {
-        let (batch, seq) = self.check_ids(ids, "decode")?;
+        let (batch, seq) = check_ids(self, ids, "decode")?;
         let max = check_cache(self, batch, seq, cache)?;
         let b = ids.builder();
         let table = self.wpe.table.read(b, DType::F32)?;

@@ -301,6 +301,12 @@ impl Embedding {
         }
         Ok(Embedding { table: s.param("weight", &[vocab, dim], init) })
     }
+
+    /// The rows of `ids` as `compute` values (the table read through a cast where it is
+    /// stored in another dtype).
+    pub fn lookup(&self, ids: &Tensor, compute: DType) -> Result<Tensor> {
+        Ok(self.table.read(ids.builder(), compute)?.gather(ids, 0)?)
+    }
 }
 
 impl Forward for Embedding {
@@ -309,14 +315,6 @@ impl Forward for Embedding {
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         let stored = self.table.ty().dtype;
         self.lookup(ids, if stored.is_storage_only() { DType::F32 } else { stored })
-    }
-}
-
-impl Embedding {
-    /// The rows of `ids` as `compute` values (the table read through a cast where it is
-    /// stored in another dtype).
-    pub fn lookup(&self, ids: &Tensor, compute: DType) -> Result<Tensor> {
-        Ok(self.table.read(ids.builder(), compute)?.gather(ids, 0)?)
     }
 }
 

@@ -16,7 +16,7 @@
 //! and value head once: the query heads sharing a key head are stacked as rows of one
 //! product, so nothing repeats the cache.
 
-use crate::causal::{attend, CausalLm, Kv};
+use crate::causal::{attend, check_cache, check_ids, tied_head, CausalLm, Kv};
 use crate::error::{config, NnError, Result};
 use crate::init::Init;
 use crate::layers::{Embedding, Linear, RmsNorm};
@@ -476,15 +476,16 @@ impl Llama {
     }
 
     /// `x: [b, s, hidden]` → q `[b, heads, s, dh]`, k and v `[b, kv_heads, s, dh]`, q and k
-    /// rotated by the angles of `positions: i32 [s]`.
-    fn qkv(&self, attn: &LlamaAttention, x: &Tensor, positions: &Tensor) -> Result<[Tensor; 3]> {
+    /// rotated by `angles` (the cosines and sines of [`rotary_angles`], one graph's for all
+    /// layers).
+    fn qkv(&self, attn: &LlamaAttention, x: &Tensor, angles: &(Tensor, Tensor)) -> Result<[Tensor; 3]> {
         let c = &self.config;
         let (b, s) = (x.dims()[0], x.dims()[1]);
         let heads =
             |t: Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape([b, s, n, c.head_dim])?.transpose(&[0, 2, 1, 3])?) };
-        let (cos, sin) = rotary_angles(positions, &c.inv_freq())?;
-        let q = rotate(&heads(attn.q_proj.forward(x)?, c.num_attention_heads)?, &cos, &sin)?;
-        let k = rotate(&heads(attn.k_proj.forward(x)?, c.num_key_value_heads)?, &cos, &sin)?;
+        let (cos, sin) = angles;
+        let q = rotate(&heads(attn.q_proj.forward(x)?, c.num_attention_heads)?, cos, sin)?;
+        let k = rotate(&heads(attn.k_proj.forward(x)?, c.num_key_value_heads)?, cos, sin)?;
         Ok([q, k, heads(attn.v_proj.forward(x)?, c.num_key_value_heads)?])
     }
 
@@ -506,20 +507,6 @@ impl Llama {
             Some(w) => causal.and(&k.gt(&q.add_scalar(-(w as f64))?)?)?,
             None => causal,
         })
-    }
-
-    fn check_ids(&self, ids: &Tensor, what: &str) -> Result<(usize, usize)> {
-        match *ids.dims() {
-            [batch, seq] if ids.dtype().is_int() && seq >= 1 && seq <= self.config.max_position_embeddings => {
-                Ok((batch, seq))
-            }
-            _ => Err(config(format!(
-                "{} {what}: ids {} must be i32 [batch, seq] with 1 ≤ seq ≤ {}",
-                self.config.architecture.class_name(),
-                ids.ty(),
-                self.config.max_position_embeddings
-            ))),
-        }
     }
 }
 
@@ -577,14 +564,15 @@ impl CausalLm for Llama {
     }
 
     fn prefill(&self, ids: &Tensor) -> Result<(Tensor, Vec<Kv>)> {
-        let (_, seq) = self.check_ids(ids, "prefill")?;
+        let (_, seq) = check_ids(self, ids, "prefill")?;
         let b = ids.builder();
         let pos = b.iota(DType::I32, [seq], 0)?;
         let (q_pos, k_pos) = (pos.reshape([seq, 1])?, pos.reshape([1, seq])?);
+        let angles = rotary_angles(&pos, &self.config.inv_freq())?;
         let mut h = self.embed_tokens.lookup(ids, DType::F32)?;
         let mut kvs = Vec::new();
         for (layer, window) in self.layers.iter().zip(&self.config.sliding_windows) {
-            let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, &pos)?;
+            let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, &angles)?;
             let a = attend(&q, &k, &v, &Self::keep(&q_pos, &k_pos, *window)?)?;
             h = self.finish_layer(layer, &h, &a)?;
             kvs.push((k, v));
@@ -593,15 +581,16 @@ impl CausalLm for Llama {
     }
 
     fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv]) -> Result<(Tensor, Vec<Kv>)> {
-        let (batch, seq) = self.check_ids(ids, "decode")?;
-        let max = crate::causal::check_cache(self, batch, seq, cache)?;
+        let (batch, seq) = check_ids(self, ids, "decode")?;
+        let max = check_cache(self, batch, seq, cache)?;
         let b = ids.builder();
         let p = pos.cast(DType::I32)?.reshape([1])?;
         let (q_pos, k_pos) = (p.reshape([1, 1])?, b.iota(DType::I32, [1, max], 1)?);
+        let angles = rotary_angles(&p, &self.config.inv_freq())?;
         let mut h = self.embed_tokens.lookup(ids, DType::F32)?;
         let mut updated = Vec::new();
         for ((layer, window), (kc, vc)) in self.layers.iter().zip(&self.config.sliding_windows).zip(cache) {
-            let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, &p)?;
+            let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, &angles)?;
             let (kc, vc) = (kc.dynamic_update_slice(&k, pos, 2)?, vc.dynamic_update_slice(&v, pos, 2)?);
             let a = attend(&q, &kc, &vc, &Self::keep(&q_pos, &k_pos, *window)?)?;
             h = self.finish_layer(layer, &h, &a)?;
@@ -617,11 +606,7 @@ impl Llama {
         let h = self.norm.forward(h)?;
         match &self.lm_head {
             Some(head) => head.forward(&h),
-            None => {
-                let (batch, seq, d) = (h.dims()[0], h.dims()[1], self.config.hidden_size);
-                let table = self.embed_tokens.table.read(h.builder(), DType::F32)?;
-                Ok(h.reshape([batch * seq, d])?.matmul(&table.t()?)?.reshape([batch, seq, self.config.vocab_size])?)
-            }
+            None => tied_head(&h, &self.embed_tokens),
         }
     }
 }

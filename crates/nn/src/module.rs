@@ -95,11 +95,6 @@ impl Scope {
         Scope { prefix: self.prefix.clone(), dtype }
     }
 
-    /// The dtype parameters under this scope are stored in.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
     /// The child scope `name` (`h`, `0`, `attn`): its parameters are named `{path}.{name}.…`.
     pub fn at(&self, name: impl std::fmt::Display) -> Scope {
         let name = name.to_string();
