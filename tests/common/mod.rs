@@ -86,7 +86,7 @@ pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> Ho
                 (rng.uniform(-1.0, d as f64 + 1.0).floor()).max(if dtype == DType::U32 { 0.0 } else { -1.0 })
             }
             (DType::Bool, _) => (rng.next_u64() & 1) as f64,
-            (DType::F32 | DType::F16 | DType::BF16, Domain::Any) => {
+            (DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0, Domain::Any) => {
                 let v = rng.uniform(-3.0, 3.0);
                 if v.abs() < 1e-3 {
                     0.5
@@ -94,8 +94,10 @@ pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> Ho
                     v
                 }
             }
-            (DType::F32 | DType::F16 | DType::BF16, Domain::Positive) => rng.uniform(0.25, 3.0),
-            (DType::F32 | DType::F16 | DType::BF16, Domain::NonZero) => {
+            (DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0, Domain::Positive) => {
+                rng.uniform(0.25, 3.0)
+            }
+            (DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0, Domain::NonZero) => {
                 let v = rng.uniform(0.5, 3.0);
                 if rng.next_u64() & 1 == 1 {
                     v
@@ -284,6 +286,33 @@ pub fn catalog(seed: u64) -> Vec<Case> {
     let w = c.input(DType::BF16, &[24, 10], Domain::Any);
     let y = x.matmul(&w.cast(DType::F32).unwrap()).unwrap();
     cases.push(c.finish("matmul_bf16_weight".to_string(), &[&y]));
+    // The block types likewise: casts, a weight in either orientation (GGUF's `[out, in]`
+    // transposed into the product, and `[in, out]`), and rows gathered from a table.
+    for q in [DType::Q8_0, DType::Q4_0] {
+        for to in [DType::F32, DType::F16] {
+            let mut c = next();
+            let x = c.input(q, &[3, 64], Domain::Any);
+            let y = x.cast(to).unwrap();
+            cases.push(c.finish(format!("cast_{q}_to_{to}"), &[&y]));
+        }
+        for dt in [DType::F32, DType::F16] {
+            let mut c = next();
+            let x = c.input(dt, &[6, 64], Domain::Any);
+            let w = c.input(q, &[10, 64], Domain::Any);
+            let y = x.matmul(&w.cast(dt).unwrap().transpose(&[1, 0]).unwrap()).unwrap();
+            cases.push(c.finish(format!("matmul_{q}_weight_rows_{dt}"), &[&y]));
+        }
+        let mut c = next();
+        let x = c.input(DType::F32, &[5, 24], Domain::Any);
+        let w = c.input(q, &[24, 96], Domain::Any);
+        let y = x.matmul(&w.cast(DType::F32).unwrap()).unwrap();
+        cases.push(c.finish(format!("matmul_{q}_weight"), &[&y]));
+        let mut c = next();
+        let table = c.input(q, &[9, 32], Domain::Any);
+        let ids = c.input(DType::I32, &[4], Domain::Index(9));
+        let y = table.cast(DType::F32).unwrap().gather(&ids, 0).unwrap();
+        cases.push(c.finish(format!("gather_{q}_rows"), &[&y]));
+    }
     numeric_cases(&mut next, &mut cases);
     cases
 }

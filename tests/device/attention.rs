@@ -156,7 +156,7 @@ fn fused_attention_matches_the_reference_and_the_three_kernel_attention() {
             // the output only.
             let io: u64 = [s.seq_q, s.seq_k, s.seq_k, s.seq_q]
                 .iter()
-                .map(|&n| (s.batch * s.heads * n * s.head * s.dtype.storage_bytes()) as u64)
+                .map(|&n| s.dtype.data_bytes(s.batch * s.heads * n * s.head) as u64)
                 .sum();
             assert!(
                 stats.lower_bound_bytes <= io + 4 * 256,

@@ -5,7 +5,7 @@
 //! sequence give `transformers`' logits and greedy tokens.
 
 use fusegraph::generate::{Generator, Sampling};
-use fusegraph::nn::{NnError, Pretrained};
+use fusegraph::nn::{NnError, Pretrained, Quantize};
 use fusegraph::{CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor, ParamStore};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -29,7 +29,7 @@ fn floats(v: &Value) -> Vec<f64> {
 
 /// The model of `dir` with its weights in a store on the shared device.
 fn load(dir: &str) -> (Pretrained, ParamStore) {
-    let loaded = Pretrained::load(&data().join(dir), None).unwrap();
+    let loaded = Pretrained::load(&data().join(dir), None, Quantize::AsStored).unwrap();
     let store = ParamStore::new(&Device::shared().unwrap());
     store.insert_all(loaded.params.iter()).unwrap();
     (loaded, store)
@@ -111,14 +111,14 @@ fn unsupported_configs_and_missing_shards_are_named() {
     let config = std::fs::read_to_string(data().join("llama-tiny/config.json")).unwrap();
     let edited = config.replace("LlamaForCausalLM", "GemmaForCausalLM");
     std::fs::write(dir.join("config.json"), &edited).unwrap();
-    match Pretrained::load(&dir, None) {
+    match Pretrained::load(&dir, None, Quantize::AsStored) {
         Err(NnError::ConfigField { field, value, .. }) => {
             assert_eq!((field.as_str(), value.as_str()), ("architectures", "GemmaForCausalLM"))
         }
         other => panic!("{:?}", other.map(|p| p.model.name())),
     }
     std::fs::write(dir.join("config.json"), config.replace("\"llama3\"", "\"yarn\"")).unwrap();
-    let e = Pretrained::load(&dir, None).map(|_| ()).unwrap_err().to_string();
+    let e = Pretrained::load(&dir, None, Quantize::AsStored).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("rope_parameters.rope_type") && e.contains("yarn"), "{e}");
 
     // The sharded checkpoint without one of its shards.
@@ -131,7 +131,7 @@ fn unsupported_configs_and_missing_shards_are_named() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("model.safetensors.index.json")).unwrap()).unwrap();
     let shard = index["weight_map"].as_object().unwrap().values().next().unwrap().as_str().unwrap().to_string();
     std::fs::remove_file(dir.join(&shard)).unwrap();
-    let e = Pretrained::load(&dir, None).map(|_| ()).unwrap_err().to_string();
+    let e = Pretrained::load(&dir, None, Quantize::AsStored).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains(&shard), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -159,7 +159,7 @@ fn parameters_keep_their_storage_dtype_on_the_device() {
         ("llama-tiny-bf16", Some(DType::F32), 4, "logits_bf16_weights", 1e-4),
         ("llama-tiny", Some(DType::F16), 2, "logits", 1e-2),
     ] {
-        let loaded = Pretrained::load(&data().join(dir), dtype).unwrap();
+        let loaded = Pretrained::load(&data().join(dir), dtype, Quantize::AsStored).unwrap();
         let elements = loaded.model.num_elements() as u64;
         let device = Arc::new(Device::new(&DeviceOptions::default()).unwrap());
         let store = ParamStore::new(&device);
@@ -174,27 +174,79 @@ fn parameters_keep_their_storage_dtype_on_the_device() {
 /// llama-tiny as llama.cpp's converter writes it (tests/data/gguf, made by
 /// scripts/fixtures/make_gguf.py with the `gguf` package): the F32 file gives the
 /// safetensors checkpoint's logits (q and k rows unpermuted, llama3 scaling from
-/// `rope_freqs`), the Q8_0 file the logits and greedy tokens `transformers` computes from its
-/// dequantized weights.
+/// `rope_freqs`), the Q8_0 and Q4_0 files the logits and greedy tokens `transformers` computes
+/// from their dequantized weights — their matrices on the device as the file's blocks, each
+/// dequantized inside the product that reads it.
 #[test]
 fn gguf_files_give_transformers_logits_and_tokens() {
-    let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gguf");
     let f32_ref = reference("llama-tiny");
-    let q8_ref: Value =
-        serde_json::from_str(&std::fs::read_to_string(gguf.join("llama-tiny-q8_0-reference.json")).unwrap()).unwrap();
-    for (file, r) in [("llama-tiny-f32.gguf", &f32_ref), ("llama-tiny-q8_0.gguf", &q8_ref)] {
-        let loaded = Pretrained::load(&gguf.join(file), None).unwrap();
-        let store = ParamStore::new(&Device::shared().unwrap());
-        store.insert_all(loaded.params.iter()).unwrap();
-        let prompt = ids(&r["prompt_ids"]);
-        let err = relative_error(&prompt_logits(&loaded, &store, &prompt), &floats(&r["logits"]));
-        assert!(err < 1e-4, "{file}: logits differ by {err:.2e} of the largest");
-        let want = ids(&r["greedy"]);
-        let mut g =
-            Generator::new(&store, loaded.model.clone(), 1, prompt.len() + want.len(), CompileOptions::default())
-                .unwrap();
-        g.stop_at(Vec::new());
-        let out = g.generate(std::slice::from_ref(&prompt), want.len(), &Sampling::greedy()).unwrap();
-        assert_eq!(out.tokens[0][prompt.len()..], want[..], "{file}: greedy tokens");
+    let (q8_ref, q4_ref) = (gguf_reference("q8_0"), gguf_reference("q4_0"));
+    for (file, r, block) in [
+        ("llama-tiny-f32.gguf", &f32_ref, None),
+        ("llama-tiny-q8_0.gguf", &q8_ref, Some(DType::Q8_0)),
+        ("llama-tiny-q4_0.gguf", &q4_ref, Some(DType::Q4_0)),
+    ] {
+        let loaded = Pretrained::load(&gguf_dir().join(file), None, Quantize::AsStored).unwrap();
+        let matrices = loaded.params.values().filter(|t| t.shape().rank() == 2).map(|t| t.dtype());
+        assert!(matrices.clone().all(|d| Some(d) == block || (block.is_none() && d == DType::F32)), "{file}");
+        check_logits_and_tokens(&loaded, r, file);
     }
+}
+
+/// `Quantize::To` quantizes a safetensors checkpoint as llama.cpp's reference code does: the
+/// f32 llama-tiny quantized on load to Q8_0 or Q4_0 holds the very blocks the `gguf`
+/// package wrote into the fixture files, so it gives their logits and tokens.
+#[test]
+fn quantizing_on_load_gives_the_gguf_files_blocks() {
+    for (q, r) in [(DType::Q8_0, gguf_reference("q8_0")), (DType::Q4_0, gguf_reference("q4_0"))] {
+        let loaded = Pretrained::load(&data().join("llama-tiny"), None, Quantize::To(q)).unwrap();
+        let file =
+            Pretrained::load(&gguf_dir().join(format!("llama-tiny-{q}.gguf")), None, Quantize::AsStored).unwrap();
+        for (path, t) in &file.params {
+            if t.dtype() == q {
+                let (mine, theirs) = (loaded.params[path].to_bytes(), t.to_bytes());
+                let differ = mine.iter().zip(&theirs).filter(|(a, b)| a != b).count();
+                assert!(differ == 0 && mine.len() == theirs.len(), "{path}: {differ} bytes differ");
+            }
+        }
+        check_logits_and_tokens(&loaded, &r, &format!("llama-tiny quantized to {q}"));
+    }
+}
+
+/// A Q4_0 model's parameters take at most 0.3 of their f16 bytes on the device.
+#[test]
+fn a_q4_0_model_takes_under_a_third_of_its_f16_bytes() {
+    let loaded = Pretrained::load(&gguf_dir().join("llama-tiny-q4_0.gguf"), None, Quantize::AsStored).unwrap();
+    let f16_bytes = 2 * loaded.model.num_elements() as u64;
+    let device = Arc::new(Device::new(&DeviceOptions::default()).unwrap());
+    let store = ParamStore::new(&device);
+    store.insert_all(loaded.params.iter()).unwrap();
+    let allocated = device.memory_allocated();
+    eprintln!("q4_0: {allocated} bytes on the device, f16 {f16_bytes}");
+    assert_eq!(allocated, store.bytes());
+    assert!(allocated * 10 <= f16_bytes * 3, "{allocated} bytes of {f16_bytes} in f16");
+}
+
+fn gguf_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gguf")
+}
+
+fn gguf_reference(kind: &str) -> Value {
+    let text = std::fs::read_to_string(gguf_dir().join(format!("llama-tiny-{kind}-reference.json"))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `loaded`'s prompt logits within 1e-4 of `r`'s and its greedy tokens `r`'s.
+fn check_logits_and_tokens(loaded: &Pretrained, r: &Value, what: &str) {
+    let store = ParamStore::new(&Device::shared().unwrap());
+    store.insert_all(loaded.params.iter()).unwrap();
+    let prompt = ids(&r["prompt_ids"]);
+    let err = relative_error(&prompt_logits(loaded, &store, &prompt), &floats(&r["logits"]));
+    assert!(err < 1e-4, "{what}: logits differ by {err:.2e} of the largest");
+    let want = ids(&r["greedy"]);
+    let mut g =
+        Generator::new(&store, loaded.model.clone(), 1, prompt.len() + want.len(), CompileOptions::default()).unwrap();
+    g.stop_at(Vec::new());
+    let out = g.generate(std::slice::from_ref(&prompt), want.len(), &Sampling::greedy()).unwrap();
+    assert_eq!(out.tokens[0][prompt.len()..], want[..], "{what}: greedy tokens");
 }

@@ -4,7 +4,7 @@
 
 use clap::Args;
 use fusegraph::generate::{Generator, Sampling};
-use fusegraph::nn::Pretrained;
+use fusegraph::nn::{Pretrained, Quantize};
 use fusegraph::{CompileOptions, DType, Device, ParamStore};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -49,9 +49,14 @@ pub struct GenerateArgs {
     #[arg(long)]
     top_p: Option<f64>,
     /// The parameters' storage dtype on the device: f32, f16 or bf16 (computed in f32 either
-    /// way; default: the checkpoint's, as its config names it).
+    /// way; default: the checkpoint's, as its config names it; f32 for a GGUF file's).
     #[arg(long)]
     dtype: Option<DType>,
+    /// The matrices' block type on the device: `q8_0` or `q4_0` (quantized on load by
+    /// llama.cpp's round-to-nearest), or `none` (a GGUF file's blocks dequantized). Default:
+    /// as the file stores them.
+    #[arg(long, value_parser = parse_quantize)]
+    quantize: Option<Quantize>,
     /// The sampling seed (and the random weights' seed).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -147,17 +152,28 @@ impl Text {
     }
 }
 
+/// `--quantize`: a block type or `none`.
+fn parse_quantize(s: &str) -> Result<Quantize, String> {
+    match s {
+        "none" => Ok(Quantize::None),
+        "q8_0" => Ok(Quantize::To(DType::Q8_0)),
+        "q4_0" => Ok(Quantize::To(DType::Q4_0)),
+        other => Err(format!("`{other}`: expected q8_0, q4_0 or none")),
+    }
+}
+
 pub fn run(a: &GenerateArgs) -> Result<(), String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
+    let quantize = a.quantize.unwrap_or_default();
     let (loaded, text) = match (&a.model, &a.random_config) {
         (Some(dir), _) => {
-            let loaded = Pretrained::load(dir, a.dtype).map_err(|e| err(&e))?;
+            let loaded = Pretrained::load(dir, a.dtype, quantize).map_err(|e| err(&e))?;
             let text = if dir.join("tokenizer.json").exists() { Some(Text::open(dir)?) } else { None };
             (loaded, text)
         }
         (None, Some(file)) => {
             let config = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-            (Pretrained::random(&config, a.dtype, a.seed).map_err(|e| err(&e))?, None)
+            (Pretrained::random(&config, a.dtype, quantize, a.seed).map_err(|e| err(&e))?, None)
         }
         (None, None) => return Err("give --model DIR or --random-config FILE.json".into()),
     };

@@ -14,6 +14,14 @@ use std::str::FromStr;
 /// weights of most checkpoints as written), and the one op that takes it is
 /// [`crate::Op::Cast`] to a computing float type — exact, since a bf16 is the top half of an
 /// f32. WGSL has no bf16 arithmetic; a kernel widens the bits as it loads them.
+///
+/// `Q8_0` and `Q4_0` are llama.cpp's block types, storage only too: each run of 32 elements
+/// along the last axis is one block, an f16 scale `d` followed by 32 signed bytes `q`
+/// (34 bytes, the value `d·q`) or 32 nibbles `n` (18 bytes, the value `d·(n − 8)`), packed
+/// back to back as a GGUF file holds them (see [`crate::quant`]). A tensor of either type
+/// has a last dimension that is a multiple of 32. A kernel reads element `i` from its block
+/// as it loads it, so a cast of a block tensor fused into a matmul's operand reads the
+/// packed bytes only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     /// IEEE 754 binary32.
@@ -29,16 +37,23 @@ pub enum DType {
     U32,
     /// Boolean.
     Bool,
+    /// Blocks of 32: an f16 scale and 32 signed bytes (storage only, see the type's docs).
+    Q8_0,
+    /// Blocks of 32: an f16 scale and 32 nibbles offset by 8 (storage only, see the type's
+    /// docs).
+    Q4_0,
 }
 
 impl DType {
     /// Every dtype, in a fixed order.
-    pub const ALL: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U32, DType::Bool];
+    pub const ALL: [DType; 8] =
+        [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U32, DType::Bool, DType::Q8_0, DType::Q4_0];
 
-    /// The dtypes ops compute in (every dtype but the storage-only [`DType::BF16`]).
+    /// The dtypes ops compute in (every dtype but the storage-only bf16, q8_0 and q4_0).
     pub const COMPUTED: [DType; 5] = [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool];
 
-    /// The lower-case name used in the text form (`f32`, `f16`, `bf16`, `i32`, `u32`, `bool`).
+    /// The lower-case name used in the text form (`f32`, `f16`, `bf16`, `i32`, `u32`, `bool`,
+    /// `q8_0`, `q4_0`).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -47,6 +62,8 @@ impl DType {
             DType::I32 => "i32",
             DType::U32 => "u32",
             DType::Bool => "bool",
+            DType::Q8_0 => "q8_0",
+            DType::Q4_0 => "q4_0",
         }
     }
 
@@ -59,7 +76,16 @@ impl DType {
     /// Whether values of this type are stored only, never computed with: the one op that
     /// reads them is a cast.
     pub fn is_storage_only(self) -> bool {
-        self == DType::BF16
+        matches!(self, DType::BF16 | DType::Q8_0 | DType::Q4_0)
+    }
+
+    /// Elements and bytes per block of a block type ([`DType::Q8_0`], [`DType::Q4_0`]).
+    pub fn block(self) -> Option<(usize, usize)> {
+        match self {
+            DType::Q8_0 => Some((32, 34)),
+            DType::Q4_0 => Some((32, 18)),
+            _ => None,
+        }
     }
 
     /// Whether this is an integer type.
@@ -69,21 +95,26 @@ impl DType {
 
     /// Whether arithmetic (add, mul, reductions, matmul) is defined on this type.
     pub fn is_numeric(self) -> bool {
-        !matches!(self, DType::Bool | DType::BF16)
+        !matches!(self, DType::Bool) && !self.is_storage_only()
     }
 
-    /// Bytes one element occupies on the device (see the type's docs for the layouts).
-    pub fn storage_bytes(self) -> usize {
+    /// Bytes `numel` elements occupy, packed (see the type's docs for the layouts; a block
+    /// type's whole blocks).
+    pub fn data_bytes(self, numel: usize) -> usize {
         match self {
-            DType::F16 | DType::BF16 => 2,
-            _ => 4,
+            DType::F16 | DType::BF16 => 2 * numel,
+            DType::Q8_0 | DType::Q4_0 => {
+                let (elems, bytes) = self.block().expect("a block type");
+                numel.div_ceil(elems) * bytes
+            }
+            _ => 4 * numel,
         }
     }
 
     /// Bytes a tensor of `numel` elements occupies on the device, rounded up to whole 4-byte
     /// words (the granularity of WGSL storage and of buffer copies).
     pub fn buffer_bytes(self, numel: usize) -> usize {
-        (numel * self.storage_bytes()).div_ceil(4) * 4
+        self.data_bytes(numel).div_ceil(4) * 4
     }
 }
 
@@ -99,6 +130,6 @@ impl FromStr for DType {
         DType::ALL
             .into_iter()
             .find(|d| d.name() == s)
-            .ok_or_else(|| format!("unknown dtype `{s}` (expected f32, f16, bf16, i32, u32 or bool)"))
+            .ok_or_else(|| format!("unknown dtype `{s}` (expected f32, f16, bf16, i32, u32, bool, q8_0 or q4_0)"))
     }
 }

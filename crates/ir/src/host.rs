@@ -18,6 +18,10 @@ pub enum HostData {
     U32(Vec<u32>),
     /// bool elements.
     Bool(Vec<bool>),
+    /// q8_0 blocks, packed as a GGUF file holds them (see [`crate::quant`]).
+    Q8_0(Vec<u8>),
+    /// q4_0 blocks, packed as a GGUF file holds them (see [`crate::quant`]).
+    Q4_0(Vec<u8>),
 }
 
 /// The bf16 nearest `v` (ties to even), through f32: `half`'s `bf16::from_f64` misrounds
@@ -80,8 +84,15 @@ impl HostTensor {
     }
 
     /// A tensor of `dtype` from f64 values, each converted as [`crate::Op::Cast`] would
-    /// (floats round, integers truncate and saturate, bool is `v != 0`).
+    /// (floats round, integers truncate and saturate, bool is `v != 0`); a block type's
+    /// values (a last dimension that is a multiple of 32) quantized by
+    /// [`crate::quant::quantize`] from their f32 roundings.
     pub fn from_f64(dtype: DType, shape: impl Into<Shape>, values: &[f64]) -> Result<Self> {
+        let shape = shape.into();
+        let blocks = |values: &[f64]| -> Result<Vec<u8>> {
+            check_blocks(dtype, &shape)?;
+            crate::quant::quantize(dtype, &values.iter().map(|&v| v as f32).collect::<Vec<_>>())
+        };
         let data = match dtype {
             DType::F32 => HostData::F32(values.iter().map(|&v| v as f32).collect()),
             DType::F16 => HostData::F16(values.iter().map(|&v| f16::from_f64(v)).collect()),
@@ -89,14 +100,31 @@ impl HostTensor {
             DType::I32 => HostData::I32(values.iter().map(|&v| v as i32).collect()),
             DType::U32 => HostData::U32(values.iter().map(|&v| v as u32).collect()),
             DType::Bool => HostData::Bool(values.iter().map(|&v| v != 0.0).collect()),
+            DType::Q8_0 => HostData::Q8_0(blocks(values)?),
+            DType::Q4_0 => HostData::Q4_0(blocks(values)?),
         };
-        let shape = shape.into();
         if shape.numel() != values.len() {
             return Err(IrError::ty(
                 "tensor",
                 format!("{} values given for shape {shape} ({} elements)", values.len(), shape.numel()),
             ));
         }
+        Ok(HostTensor { shape, data })
+    }
+
+    /// A tensor of a block type from its packed blocks (as a GGUF file holds them): `shape`'s
+    /// last dimension a multiple of 32, and exactly its blocks' bytes.
+    pub fn from_blocks(dtype: DType, shape: impl Into<Shape>, bytes: Vec<u8>) -> Result<Self> {
+        let shape = shape.into();
+        check_blocks(dtype, &shape)?;
+        if bytes.len() != dtype.data_bytes(shape.numel()) {
+            let need = dtype.data_bytes(shape.numel());
+            return Err(IrError::ty("tensor", format!("{} bytes given for {dtype}{shape} ({need})", bytes.len())));
+        }
+        let data = match dtype {
+            DType::Q8_0 => HostData::Q8_0(bytes),
+            _ => HostData::Q4_0(bytes),
+        };
         Ok(HostTensor { shape, data })
     }
 
@@ -114,6 +142,8 @@ impl HostTensor {
             HostData::I32(_) => DType::I32,
             HostData::U32(_) => DType::U32,
             HostData::Bool(_) => DType::Bool,
+            HostData::Q8_0(_) => DType::Q8_0,
+            HostData::Q4_0(_) => DType::Q4_0,
         }
     }
 
@@ -132,8 +162,13 @@ impl HostTensor {
         T::unwrap(&self.data)
     }
 
-    /// Every element widened to f64 (exact for all dtypes).
+    /// Every element widened to f64 (exact for all dtypes; a block type's values as
+    /// [`crate::quant::dequantize`] gives them).
     pub fn to_f64(&self) -> Vec<f64> {
+        let blocks = |bytes: &[u8]| -> Vec<f64> {
+            let v = crate::quant::dequantize(self.dtype(), bytes, self.shape.numel());
+            v.expect("whole blocks, checked when made").into_iter().map(f64::from).collect()
+        };
         match &self.data {
             HostData::F32(v) => v.iter().map(|&x| x as f64).collect(),
             HostData::F16(v) => v.iter().map(|&x| x.to_f64()).collect(),
@@ -141,11 +176,12 @@ impl HostTensor {
             HostData::I32(v) => v.iter().map(|&x| x as f64).collect(),
             HostData::U32(v) => v.iter().map(|&x| x as f64).collect(),
             HostData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+            HostData::Q8_0(b) | HostData::Q4_0(b) => blocks(b),
         }
     }
 
-    /// The device storage layout: f16 and bf16 as packed halves, bool as one u32 word each, padded
-    /// with zeros to whole 4-byte words.
+    /// The device storage layout: f16 and bf16 as packed halves, bool as one u32 word each,
+    /// block types as their packed blocks, padded with zeros to whole 4-byte words.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out: Vec<u8> = match &self.data {
             HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
@@ -154,6 +190,7 @@ impl HostTensor {
             HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::U32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::Bool(v) => v.iter().flat_map(|&x| (x as u32).to_le_bytes()).collect(),
+            HostData::Q8_0(b) | HostData::Q4_0(b) => b.clone(),
         };
         out.resize(self.dtype().buffer_bytes(self.shape.numel()), 0);
         out
@@ -162,7 +199,7 @@ impl HostTensor {
     /// Reads a tensor of type `ty` from its device storage layout (see [`Self::to_bytes`]).
     pub fn from_bytes(ty: &TensorType, bytes: &[u8]) -> Result<Self> {
         let n = ty.shape.numel();
-        if bytes.len() < n * ty.dtype.storage_bytes() {
+        if bytes.len() < ty.dtype.data_bytes(n) {
             return Err(IrError::ty("tensor", format!("{} bytes cannot hold {ty}", bytes.len())));
         }
         let word = |i: usize| [bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]];
@@ -175,7 +212,22 @@ impl HostTensor {
             DType::BF16 => {
                 HostData::BF16((0..n).map(|i| bf16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])).collect())
             }
+            DType::Q8_0 | DType::Q4_0 => {
+                return HostTensor::from_blocks(ty.dtype, ty.shape.clone(), bytes[..ty.dtype.data_bytes(n)].to_vec())
+            }
         };
         Ok(HostTensor { shape: ty.shape.clone(), data })
+    }
+}
+
+/// That a tensor of block type `dtype` and `shape` is whole blocks along its last axis.
+pub(crate) fn check_blocks(dtype: DType, shape: &Shape) -> Result<()> {
+    let (elems, _) = dtype.block().ok_or_else(|| IrError::ty("tensor", format!("{dtype} is not a block type")))?;
+    match shape.dims().last() {
+        Some(&last) if last % elems == 0 => Ok(()),
+        _ => Err(IrError::ty(
+            "tensor",
+            format!("{dtype}{shape}: a {dtype} tensor's last dimension is whole blocks of {elems}"),
+        )),
     }
 }

@@ -19,6 +19,7 @@ mod graph;
 mod host;
 pub mod op;
 mod ops;
+pub mod quant;
 pub mod safetensors;
 mod shape;
 pub mod text;

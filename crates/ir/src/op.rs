@@ -777,6 +777,11 @@ pub fn reduced_dims(dims: &[usize], axes: &[usize], keep_dims: bool) -> Vec<usiz
 /// Checks a leaf op against the type it is created with.
 pub fn check_leaf(op: &Op, ty: &TensorType) -> Result<()> {
     match op {
+        Op::Input { .. } | Op::Parameter { .. } if ty.dtype.block().is_some() => {
+            if let Err(IrError::Type { detail, .. }) = crate::host::check_blocks(ty.dtype, &ty.shape) {
+                return err(op, detail);
+            }
+        }
         Op::Input { .. } | Op::Parameter { .. } => {}
         _ if ty.dtype.is_storage_only() => {
             return err(op, format!("{ty}: a storage type, which only inputs and parameters hold"));
@@ -812,5 +817,6 @@ pub fn representable(v: f64, dtype: DType) -> bool {
         DType::I32 => v.fract() == 0.0 && v >= i32::MIN as f64 && v <= i32::MAX as f64,
         DType::U32 => v.fract() == 0.0 && v >= 0.0 && v <= u32::MAX as f64,
         DType::Bool => v == 0.0 || v == 1.0,
+        DType::Q8_0 | DType::Q4_0 => false,
     }
 }

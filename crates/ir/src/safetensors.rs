@@ -34,6 +34,14 @@ pub enum SafetensorsError {
         /// The file's dtype.
         dtype: String,
     },
+    /// A tensor's dtype has no safetensors dtype (the block types).
+    #[error("safetensors: tensor `{name}` is {dtype}, which safetensors has no dtype for (dequantize it to write it)")]
+    Unwritable {
+        /// The tensor's key.
+        name: String,
+        /// Its dtype.
+        dtype: crate::DType,
+    },
 }
 
 fn format_err(e: impl std::fmt::Display) -> SafetensorsError {
@@ -45,10 +53,11 @@ pub fn to_bytes<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a HostTensor)>
     let encoded: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)> = tensors
         .into_iter()
         .map(|(name, t)| {
-            let (dtype, bytes) = encode(t);
-            (name, dtype, t.shape().dims().to_vec(), bytes)
+            let (dtype, bytes) =
+                encode(t).ok_or(SafetensorsError::Unwritable { name: name.into(), dtype: t.dtype() })?;
+            Ok((name, dtype, t.shape().dims().to_vec(), bytes))
         })
-        .collect();
+        .collect::<Result<_, SafetensorsError>>()?;
     let mut views = Vec::with_capacity(encoded.len());
     for (name, dtype, shape, bytes) in &encoded {
         views.push((*name, TensorView::new(*dtype, shape.clone(), bytes).map_err(format_err)?));
@@ -91,17 +100,18 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, HostTensor>, SafetensorsErro
     })
 }
 
-/// The safetensors dtype and little-endian bytes of a host tensor.
-fn encode(t: &HostTensor) -> (Dtype, Vec<u8>) {
+/// The safetensors dtype and little-endian bytes of a host tensor (none for a block type).
+fn encode(t: &HostTensor) -> Option<(Dtype, Vec<u8>)> {
     use crate::HostData;
-    match t.data() {
+    Some(match t.data() {
         HostData::F32(v) => (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         HostData::F16(v) => (Dtype::F16, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         HostData::BF16(v) => (Dtype::BF16, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         HostData::I32(v) => (Dtype::I32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         HostData::U32(v) => (Dtype::U32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         HostData::Bool(v) => (Dtype::BOOL, v.iter().map(|&x| x as u8).collect()),
-    }
+        HostData::Q8_0(_) | HostData::Q4_0(_) => return None,
+    })
 }
 
 /// A host tensor from a safetensors view (`name` is its key, for errors): F32, F16, BF16, I32

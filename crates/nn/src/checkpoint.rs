@@ -223,10 +223,11 @@ impl Checkpoint {
                 });
             };
             let mut t = self.tensor_in(&headers, key)?;
-            if map.transposed(path) && t.shape().rank() == 2 {
+            let want = p.ty();
+            // A matrix of a block type keeps the file's `[out, in]` (see `crate::Matrices`).
+            if map.transposed(path) && t.shape().rank() == 2 && want.dtype.block().is_none() {
                 t = transpose2(&t)?;
             }
-            let want = p.ty();
             if t.shape() != &want.shape {
                 return Err(NnError::KeyShape {
                     key: key.to_string(),

@@ -10,7 +10,8 @@
 
 use crate::error::{NnError, Result};
 use crate::llama::{Llama, LlamaConfig};
-use crate::module::{Module, Scope};
+use crate::module::{Matrices, Module, Scope};
+use crate::pretrained::Quantize;
 use fusegraph_ir::{bf16, f16, DType, HostTensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -94,6 +95,18 @@ impl GgmlType {
             14 => GgmlType::Q6K,
             30 => GgmlType::BF16,
             _ => return None,
+        })
+    }
+
+    /// The IR's dtype of this type, where the IR holds it as it is.
+    pub fn dtype(self) -> Option<DType> {
+        Some(match self {
+            GgmlType::F32 => DType::F32,
+            GgmlType::F16 => DType::F16,
+            GgmlType::BF16 => DType::BF16,
+            GgmlType::Q8_0 => DType::Q8_0,
+            GgmlType::Q4_0 => DType::Q4_0,
+            GgmlType::Q4K | GgmlType::Q6K => return None,
         })
     }
 
@@ -306,8 +319,9 @@ impl Gguf {
         &self.tensors
     }
 
-    /// The tensor `name`: F32, F16 and BF16 as themselves, quantized types dequantized to
-    /// f32 as the `gguf` package's reference code does.
+    /// The tensor `name`: F32, F16, BF16, Q8_0 and Q4_0 as themselves (the blocks as the file
+    /// holds them), Q4_K and Q6_K dequantized to f32 as the `gguf` package's reference code
+    /// does.
     pub fn tensor(&self, name: &str) -> Result<HostTensor> {
         let t = self.tensors.iter().find(|t| t.name == name).ok_or_else(|| NnError::Gguf {
             file: self.path.display().to_string(),
@@ -324,6 +338,8 @@ impl Gguf {
             ),
             GgmlType::F16 => HostTensor::new(dims, pairs().map(f16::from_le_bytes).collect::<Vec<_>>()),
             GgmlType::BF16 => HostTensor::new(dims, pairs().map(bf16::from_le_bytes).collect::<Vec<_>>()),
+            GgmlType::Q8_0 => HostTensor::from_blocks(DType::Q8_0, dims, raw.to_vec()),
+            GgmlType::Q4_0 => HostTensor::from_blocks(DType::Q4_0, dims, raw.to_vec()),
             quantized => HostTensor::new(dims, dequantize(quantized, raw)),
         }?)
     }
@@ -339,15 +355,9 @@ pub fn dequantize(ty: GgmlType, raw: &[u8]) -> Vec<f32> {
     let mut out = Vec::with_capacity(raw.len() / bytes * block);
     for b in raw.chunks_exact(bytes) {
         match ty {
-            GgmlType::Q8_0 => {
-                let d = half(b);
-                out.extend(b[2..].iter().map(|&q| q as i8 as f32 * d));
-            }
-            GgmlType::Q4_0 => {
-                let d = half(b);
-                let qs = &b[2..];
-                out.extend(qs.iter().map(|&q| d * ((q & 0x0F) as i32 - 8) as f32));
-                out.extend(qs.iter().map(|&q| d * ((q >> 4) as i32 - 8) as f32));
+            GgmlType::Q8_0 | GgmlType::Q4_0 => {
+                let dtype = ty.dtype().expect("a block type of the IR");
+                out.extend(fusegraph_ir::quant::dequantize(dtype, b, block).expect("one whole block"));
             }
             GgmlType::Q4K => {
                 let (d, dmin) = (half(b), half(&b[2..]));
@@ -418,24 +428,25 @@ fn gguf_name(path: &str) -> Option<String> {
 
 /// The rows of a q or k projection `[n · 2 · h, cols]` back in `transformers`' order from the
 /// order llama.cpp's converter writes (`permute`: within each of the `n` heads, the two
-/// rotary halves interleaved).
+/// rotary halves interleaved). Rows move as their bytes (a block type's rows are whole
+/// blocks).
 fn unpermute(t: &HostTensor, n: usize) -> Result<HostTensor> {
     let (rows, cols) = (t.shape().dims()[0], t.shape().dims()[1]);
     if n == 0 || rows % (2 * n) != 0 {
         return Err(NnError::Config(format!("GGUF: {rows} rows of a q/k projection do not split into {n} heads")));
     }
     let h = rows / n / 2;
-    let v = t.to_f64();
-    let mut out = vec![0.0; v.len()];
+    let (bytes, row) = (t.to_bytes(), t.dtype().data_bytes(cols));
+    let mut out = vec![0; bytes.len()];
     for a in 0..n {
         for b in 0..2 {
             for j in 0..h {
                 let (to, from) = (a * 2 * h + b * h + j, a * 2 * h + j * 2 + b);
-                out[to * cols..(to + 1) * cols].copy_from_slice(&v[from * cols..(from + 1) * cols]);
+                out[to * row..(to + 1) * row].copy_from_slice(&bytes[from * row..(from + 1) * row]);
             }
         }
     }
-    Ok(HostTensor::from_f64(t.dtype(), vec![rows, cols], &out)?)
+    Ok(HostTensor::from_bytes(&t.ty(), &out)?)
 }
 
 impl Gguf {
@@ -450,11 +461,31 @@ impl Gguf {
     /// The Llama of a `llama`-architecture file (`general.architecture`), its shape from the
     /// `llama.*` metadata, and its parameters' values under `transformers`' names: q and k
     /// rows back in `transformers`' order, projections transposed to [`crate::Linear`]'s
-    /// layout, stored as `dtype` (f32 by default, which holds every dequantized value
-    /// exactly). Every parameter is checked before anything is returned: a missing tensor, a
-    /// misshapen one, or one the model has no place for is an error naming it.
-    pub fn llama(&self, dtype: Option<DType>) -> Result<(Llama, BTreeMap<String, HostTensor>)> {
-        let model = Llama::new(&Scope::root().storing(dtype.unwrap_or(DType::F32)), self.llama_config()?)?;
+    /// layout. Parameters are stored as `dtype` (f32 by default, which holds every
+    /// dequantized value exactly) and matrices as `quantize` says: by default a Q8_0 or Q4_0
+    /// matrix keeps its blocks as the file holds them (`[out, in]`, see [`crate::Matrices`]).
+    /// Every parameter is checked before anything is returned: a missing tensor, a misshapen
+    /// one, or one the model has no place for is an error naming it.
+    pub fn llama(&self, dtype: Option<DType>, quantize: Quantize) -> Result<(Llama, BTreeMap<String, HostTensor>)> {
+        let config = self.llama_config()?;
+        let matrices = match quantize {
+            Quantize::AsStored => {
+                let by_path = Llama::new(&Scope::root(), config.clone())?
+                    .params()
+                    .iter()
+                    .filter_map(|p| {
+                        let info = self.tensors.iter().find(|t| Some(&t.name) == gguf_name(p.path()).as_ref())?;
+                        let d = info.ty.dtype().filter(|d| d.block().is_some())?;
+                        Some((p.path().to_string(), d))
+                    })
+                    .collect();
+                Matrices::ByPath(std::sync::Arc::new(by_path))
+            }
+            other => other.matrices()?,
+        };
+        let dtype = crate::pretrained::parameter_dtype(dtype.unwrap_or(DType::F32))?;
+        let scope = Scope::root().storing(dtype).storing_matrices(matrices);
+        let model = Llama::new(&scope, config)?;
         let c = &model.config;
         let file = self.path.display().to_string();
         let mut used = std::collections::BTreeSet::from(["rope_freqs.weight".to_string()]);
@@ -466,21 +497,26 @@ impl Gguf {
                 let expected = Some(p.ty().clone());
                 return Err(NnError::MissingKey { key: name, param: p.path().into(), expected, file });
             }
+            let want = p.ty();
             let mut t = self.tensor(&name)?;
             if name.ends_with("attn_q.weight") {
                 t = unpermute(&t, c.num_attention_heads)?;
             } else if name.ends_with("attn_k.weight") {
                 t = unpermute(&t, c.num_key_value_heads)?;
             }
-            if (p.path().ends_with("_proj.weight") || p.path() == "lm_head.weight") && t.shape().rank() == 2 {
+            if t.dtype().block().is_some() && t.dtype() != want.dtype {
+                t = HostTensor::from_f64(DType::F32, t.shape().clone(), &t.to_f64())?;
+            }
+            let projection = p.path().ends_with("_proj.weight") || p.path() == "lm_head.weight";
+            if projection && t.shape().rank() == 2 && want.dtype.block().is_none() {
                 t = crate::checkpoint::transpose2(&t)?;
             }
-            if t.shape() != &p.ty().shape {
-                let (expected, got) = (Box::new(p.ty().clone()), Box::new(t.ty()));
+            if t.shape() != &want.shape {
+                let (expected, got) = (Box::new(want.clone()), Box::new(t.ty()));
                 return Err(NnError::KeyShape { key: name, param: p.path().into(), expected, got, file });
             }
-            if t.dtype() != p.ty().dtype {
-                t = HostTensor::from_f64(p.ty().dtype, p.ty().shape.clone(), &t.to_f64())?;
+            if t.dtype() != want.dtype {
+                t = HostTensor::from_f64(want.dtype, want.shape.clone(), &t.to_f64())?;
             }
             used.insert(name);
             out.insert(p.path().to_string(), t);

@@ -12,7 +12,8 @@ use fusegraph_ir::{DType, Tensor};
 /// `y = x·W + b` over the last axis.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Linear {
-    /// `weight`, f32 `[in, out]` (the transpose of PyTorch's layout), Kaiming uniform.
+    /// `weight`, f32 `[in, out]` (the transpose of PyTorch's layout), Kaiming uniform; a
+    /// block type's (see [`crate::Matrices`]) `[out, in]`, its blocks along `in`.
     pub weight: Param,
     /// `bias`, f32 `[out]`, uniform in `±1/√in`; `None` without bias.
     pub bias: Option<Param>,
@@ -33,19 +34,26 @@ impl Linear {
         if in_dim == 0 || out_dim == 0 {
             return Err(config(format!("Linear `{}`: widths {in_dim} → {out_dim} must be ≥ 1", s.path())));
         }
-        let weight = s.param("weight", &[in_dim, out_dim], weight);
+        let dtype = s.matrix_dtype("weight", in_dim);
+        let shape = if dtype.block().is_some() { [out_dim, in_dim] } else { [in_dim, out_dim] };
+        let weight = s.param("weight", &shape, weight).stored_as(dtype);
         let bias = bias.map(|init| s.param("bias", &[out_dim], init));
         Ok(Linear { weight, bias })
     }
 
+    /// Whether the weight is stored `[out, in]` (a block type's layout).
+    fn rows_out(&self) -> bool {
+        self.weight.ty().dtype.block().is_some()
+    }
+
     /// The input width.
     pub fn in_dim(&self) -> usize {
-        self.weight.dims()[0]
+        self.weight.dims()[usize::from(self.rows_out())]
     }
 
     /// The output width.
     pub fn out_dim(&self) -> usize {
-        self.weight.dims()[1]
+        self.weight.dims()[usize::from(!self.rows_out())]
     }
 }
 
@@ -65,7 +73,8 @@ impl Forward for Linear {
         let b = x.builder();
         let rows: usize = dims[..dims.len() - 1].iter().product();
         let x2 = if dims.len() == 2 { x.clone() } else { x.reshape([rows, self.in_dim()])? };
-        let mut y = x2.matmul(&self.weight.read(b, x.dtype())?)?;
+        let w = self.weight.read(b, x.dtype())?;
+        let mut y = x2.matmul(&if self.rows_out() { w.t()? } else { w })?;
         if let Some(bias) = &self.bias {
             y = y.add(&bias.read(b, x.dtype())?)?;
         }
@@ -282,7 +291,8 @@ impl Forward for RmsNorm {
 /// A lookup table of learned vectors, one row per token id.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Embedding {
-    /// `weight`, f32 `[vocab, dim]`, `N(0, 1)` like PyTorch.
+    /// `weight`, f32 `[vocab, dim]`, `N(0, 1)` like PyTorch (or as the scope's
+    /// [`crate::Matrices`] say).
     pub table: Param,
 }
 
@@ -299,7 +309,7 @@ impl Embedding {
         if vocab == 0 || dim == 0 {
             return Err(config(format!("Embedding `{}`: vocab {vocab} and dim {dim} must be ≥ 1", s.path())));
         }
-        Ok(Embedding { table: s.param("weight", &[vocab, dim], init) })
+        Ok(Embedding { table: s.param("weight", &[vocab, dim], init).stored_as(s.matrix_dtype("weight", dim)) })
     }
 
     /// The rows of `ids` as `compute` values (the table read through a cast where it is

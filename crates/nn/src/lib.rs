@@ -60,7 +60,7 @@ pub use layers::{Activation, BatchNorm2d, Conv2d, Conv2dConfig, Embedding, Layer
 pub use llama::{Llama, LlamaConfig};
 pub use loss::{cross_entropy, mse};
 pub use models::{Gpt, GptConfig, MlpClassifier, ResNet, TorchvisionResNet};
-pub use module::{Forward, Module, Param, Scope, Sequential};
+pub use module::{Forward, Matrices, Module, Param, Scope, Sequential};
 pub use optim::{Adam, Optimizer, Sgd};
 pub use params::Params;
-pub use pretrained::Pretrained;
+pub use pretrained::{Pretrained, Quantize};

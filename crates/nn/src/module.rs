@@ -32,6 +32,11 @@ impl Param {
         Param { path: path.into(), ty: TensorType::new(dtype, shape), init }
     }
 
+    /// This parameter stored as `dtype` (its shape and initializer kept).
+    pub fn stored_as(self, dtype: DType) -> Param {
+        Param { ty: TensorType::new(dtype, self.ty.shape.clone()), ..self }
+    }
+
     /// Its full name, dot-separated (`h.0.attn.q.weight`).
     pub fn path(&self) -> &str {
         &self.path
@@ -69,16 +74,36 @@ impl Param {
 /// A position in a module tree: the path prefix of the parameters created under it.
 ///
 /// A scope also says which dtype its parameters are stored in ([`Scope::storing`]; f32 unless
-/// set), inherited by its children.
+/// set) and which its matrices are ([`Scope::storing_matrices`]), inherited by its children.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scope {
     prefix: String,
     dtype: DType,
+    matrices: Matrices,
+}
+
+/// The dtype a scope stores its matrices in — [`crate::Linear`] weights and
+/// [`crate::Embedding`] tables, the parameters a block type ([`DType::Q8_0`],
+/// [`DType::Q4_0`]) can hold.
+///
+/// A matrix of a block type has its blocks along the axis a product contracts: a linear
+/// weight is then stored `[out, in]` (PyTorch's and GGUF's layout, read transposed), an
+/// embedding table `[vocab, dim]` as always. A matrix whose rows are not whole blocks of 32
+/// is stored in the scope's dtype.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Matrices {
+    /// In the scope's dtype.
+    #[default]
+    AsScope,
+    /// Every matrix in this dtype.
+    All(DType),
+    /// The matrices whose paths are keys in their dtype; the others in the scope's.
+    ByPath(std::sync::Arc<std::collections::BTreeMap<String, DType>>),
 }
 
 impl Default for Scope {
     fn default() -> Self {
-        Scope { prefix: String::new(), dtype: DType::F32 }
+        Scope { prefix: String::new(), dtype: DType::F32, matrices: Matrices::AsScope }
     }
 }
 
@@ -92,7 +117,12 @@ impl Scope {
     /// bf16 (storage only: layers read such a parameter through a cast to their computing
     /// dtype, [`Param::read`]).
     pub fn storing(&self, dtype: DType) -> Scope {
-        Scope { prefix: self.prefix.clone(), dtype }
+        Scope { dtype, ..self.clone() }
+    }
+
+    /// This scope with its matrices (and its children's) stored as `matrices` says.
+    pub fn storing_matrices(&self, matrices: Matrices) -> Scope {
+        Scope { matrices, ..self.clone() }
     }
 
     /// The child scope `name` (`h`, `0`, `attn`): its parameters are named `{path}.{name}.…`.
@@ -102,7 +132,7 @@ impl Scope {
             true => name,
             false => format!("{}.{name}", self.prefix),
         };
-        Scope { prefix, dtype: self.dtype }
+        Scope { prefix, ..self.clone() }
     }
 
     /// This scope's path (empty at the root).
@@ -113,6 +143,22 @@ impl Scope {
     /// The parameter `name` of this scope, in the scope's dtype, with `shape` and `init`.
     pub fn param(&self, name: &str, shape: &[usize], init: Init) -> Param {
         Param::new(self.at(name).prefix, self.dtype, shape, init)
+    }
+
+    /// The dtype of the matrix `name` of this scope whose rows (along the axis a product
+    /// contracts) are `row` long: as [`Matrices`] says, the scope's dtype where that is a
+    /// block type and `row` is not whole blocks.
+    pub fn matrix_dtype(&self, name: &str, row: usize) -> DType {
+        let path = self.at(name).prefix;
+        let d = match &self.matrices {
+            Matrices::AsScope => self.dtype,
+            Matrices::All(d) => *d,
+            Matrices::ByPath(m) => m.get(&path).copied().unwrap_or(self.dtype),
+        };
+        match d.block() {
+            Some((elems, _)) if !row.is_multiple_of(elems) => self.dtype,
+            _ => d,
+        }
     }
 }
 

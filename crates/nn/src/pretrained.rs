@@ -9,7 +9,7 @@ use crate::gpt2::{Gpt2, Gpt2Config};
 use crate::init::Rng;
 use crate::llama::{Llama, LlamaConfig};
 use crate::module::Param;
-use crate::module::{Module, Scope};
+use crate::module::{Matrices, Module, Scope};
 use fusegraph_ir::{DType, HostTensor};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,6 +23,36 @@ pub struct Pretrained {
     pub params: BTreeMap<String, HostTensor>,
 }
 
+/// Which matrices ([`crate::Linear`] weights, [`crate::Embedding`] tables) a loaded model
+/// holds in a block type ([`DType::Q8_0`], [`DType::Q4_0`]; see [`Matrices`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Quantize {
+    /// As the file stores them: a GGUF file's Q8_0 and Q4_0 matrices keep their blocks;
+    /// nothing else is quantized.
+    #[default]
+    AsStored,
+    /// None: a GGUF file's blocks are dequantized.
+    None,
+    /// Every matrix whose rows are whole blocks, quantized on load by llama.cpp's reference
+    /// round-to-nearest (a GGUF matrix already of this type keeps its blocks).
+    To(DType),
+}
+
+impl Quantize {
+    /// The scope's matrix rule for a file with no block types of its own.
+    pub(crate) fn matrices(self) -> Result<Matrices> {
+        match self {
+            Quantize::AsStored | Quantize::None => Ok(Matrices::AsScope),
+            Quantize::To(d) if d.block().is_some() => Ok(Matrices::All(d)),
+            Quantize::To(d) => Err(NnError::ConfigField {
+                field: "quantize".into(),
+                value: d.to_string(),
+                supported: "q8_0 or q4_0".into(),
+            }),
+        }
+    }
+}
+
 /// One of the models a `config.json` can name.
 enum Any {
     Gpt2(Gpt2),
@@ -34,15 +64,17 @@ impl Any {
     /// else a Llama-family class; any other class is [`NnError::ConfigField`].
     /// Its parameters are stored as `dtype`, else as the config's `dtype` (`torch_dtype` in
     /// `transformers` 4): the checkpoint's own.
-    fn from_config(text: &str, dtype: Option<DType>) -> Result<Any> {
+    fn from_config(text: &str, dtype: Option<DType>, quantize: Quantize) -> Result<Any> {
         let v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| NnError::Config(format!("config.json: {e}")))?;
         let arch = v.get("architectures").and_then(|a| a.get(0)).and_then(|a| a.as_str());
         let gpt2 = arch == Some("GPT2LMHeadModel") || (arch.is_none() && v.get("model_type") == Some(&"gpt2".into()));
-        let scope = Scope::root().storing(match dtype {
-            Some(d) => d,
-            None => config_dtype(&v)?,
-        });
+        let scope = Scope::root()
+            .storing(match dtype {
+                Some(d) => parameter_dtype(d)?,
+                None => config_dtype(&v)?,
+            })
+            .storing_matrices(quantize.matrices()?);
         Ok(if gpt2 {
             Any::Gpt2(Gpt2::new(&scope, Gpt2Config::from_json(text)?)?)
         } else {
@@ -78,17 +110,19 @@ impl Pretrained {
     /// missing or misshapen tensor its key).
     ///
     /// Parameters are stored as `dtype` (f32, f16 or bf16; converted from the file's where
-    /// they differ), or with `None` as the checkpoint's config says (`dtype`, `torch_dtype`).
+    /// they differ), or with `None` as the checkpoint's config says (`dtype`, `torch_dtype`);
+    /// matrices as `quantize` says.
     ///
     /// A `.gguf` file (llama.cpp's format, `llama` architecture) loads through
-    /// [`crate::gguf::Gguf::llama`]: its quantized tensors dequantized, stored as `dtype` (f32
+    /// [`crate::gguf::Gguf::llama`]: its Q8_0 and Q4_0 matrices kept as blocks (with
+    /// [`Quantize::AsStored`]), other quantized tensors dequantized, stored as `dtype` (f32
     /// by default).
-    pub fn load(dir: &Path, dtype: Option<DType>) -> Result<Pretrained> {
+    pub fn load(dir: &Path, dtype: Option<DType>, quantize: Quantize) -> Result<Pretrained> {
         if dir.extension().is_some_and(|e| e == "gguf") {
-            let (model, params) = crate::gguf::Gguf::open(dir)?.llama(dtype)?;
+            let (model, params) = crate::gguf::Gguf::open(dir)?.llama(dtype, quantize)?;
             return Ok(Pretrained { model: Arc::new(model), params });
         }
-        let model = Any::from_config(&read_config(dir)?, dtype)?;
+        let model = Any::from_config(&read_config(dir)?, dtype, quantize)?;
         let params = Checkpoint::open(dir)?.load(model.module(), &model.key_map())?;
         Ok(Pretrained { model: model.shared(), params })
     }
@@ -99,8 +133,8 @@ impl Pretrained {
     /// A billion values take seconds: chunks of a million values are drawn on every core, each
     /// from its own stream seeded by `seed`, the parameter and the chunk (the values do not
     /// depend on the number of threads, and are not those of [`crate::Params::of`]).
-    pub fn random(config_json: &str, dtype: Option<DType>, seed: u64) -> Result<Pretrained> {
-        let model = Any::from_config(config_json, dtype)?;
+    pub fn random(config_json: &str, dtype: Option<DType>, quantize: Quantize, seed: u64) -> Result<Pretrained> {
+        let model = Any::from_config(config_json, dtype, quantize)?;
         let params = draw(model.module(), seed)?;
         Ok(Pretrained { model: model.shared(), params })
     }
@@ -112,6 +146,19 @@ pub fn read_config(dir: &Path) -> Result<String> {
     std::fs::read_to_string(&path).map_err(|source| {
         NnError::Checkpoint(fusegraph_ir::safetensors::SafetensorsError::Io { path: path.clone(), source })
     })
+}
+
+/// `dtype` if parameters can be stored in it: f32, f16 or bf16 (a block type is for matrices
+/// only: [`Quantize`]).
+pub(crate) fn parameter_dtype(dtype: DType) -> Result<DType> {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => Ok(dtype),
+        other => Err(NnError::ConfigField {
+            field: "dtype".into(),
+            value: other.to_string(),
+            supported: "f32, f16 or bf16 (q8_0 and q4_0 through quantize)".into(),
+        }),
+    }
 }
 
 /// The storage dtype a config names (`dtype`, or `torch_dtype` in `transformers` 4): f32

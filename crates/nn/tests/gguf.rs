@@ -3,7 +3,7 @@
 //! dequantized bit for bit as the package's reference code does; malformed files are
 //! typed errors naming the tensor.
 
-use fusegraph_ir::safetensors;
+use fusegraph_ir::{quant, safetensors, DType, HostTensor};
 use fusegraph_nn::gguf::{GgmlType, Gguf, GgufValue};
 use fusegraph_nn::NnError;
 use std::path::{Path, PathBuf};
@@ -34,6 +34,22 @@ fn every_type_reads_as_the_gguf_package_dequantizes_it() {
         assert!(want.iter().any(|v| *v != 0.0), "{name}: the reference is not all zeros");
     }
     assert!(matches!(g.tensor("nope"), Err(NnError::Gguf { tensor: Some(t), .. }) if t == "nope"));
+}
+
+/// The package's Q8_0 and Q4_0 blocks are llama.cpp's reference round-to-nearest of the f32
+/// values: `fusegraph_ir::quant::quantize` writes the same bytes, and the file's blocks are
+/// held as they are (a block-type host tensor).
+#[test]
+fn quantizing_writes_the_gguf_packages_blocks() {
+    let g = Gguf::open(&data().join("types.gguf")).unwrap();
+    let reference = safetensors::read(&data().join("types-reference.safetensors")).unwrap();
+    let x: Vec<f32> = reference["f32"].to_f64().iter().map(|&v| v as f32).collect();
+    for (name, dtype) in [("q8_0", DType::Q8_0), ("q4_0", DType::Q4_0)] {
+        let file = g.tensor(name).unwrap();
+        assert_eq!(file.dtype(), dtype);
+        let mine = HostTensor::from_blocks(dtype, file.shape().clone(), quant::quantize(dtype, &x).unwrap()).unwrap();
+        assert_eq!(mine, file, "{name}: blocks differ from the gguf package's");
+    }
 }
 
 /// A GGUF file of one tensor `w` (type id `ty`, `dims` innermost first, data `data` at

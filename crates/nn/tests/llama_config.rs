@@ -3,8 +3,9 @@
 //! the rotary frequencies `transformers` computes from them, the per-layer windows, and the
 //! typed errors for what is not supported.
 
+use fusegraph_ir::DType;
 use fusegraph_nn::llama::{Architecture, RopeScaling};
-use fusegraph_nn::{CausalLm, LlamaConfig, Module, NnError, Pretrained};
+use fusegraph_nn::{CausalLm, LlamaConfig, Module, NnError, Pretrained, Quantize};
 
 /// Llama-3.2-1B's `config.json` as published (transformers 4.45).
 const LLAMA_3_2_1B: &str = include_str!("../../../tests/data/configs/llama-3.2-1b.json");
@@ -113,6 +114,16 @@ fn unsupported_fields_are_typed_errors_naming_field_and_value() {
     }
     let e = LlamaConfig::from_json(&LLAMA_3_2_1B.replace("\"bfloat16\"", "\"float8\""));
     assert!(e.is_ok(), "the config itself does not care");
-    let e = Pretrained::random(&LLAMA_3_2_1B.replace("\"bfloat16\"", "\"float8\""), None, 0).map(|_| ()).unwrap_err();
+    let float8 = LLAMA_3_2_1B.replace("\"bfloat16\"", "\"float8\"");
+    let e = Pretrained::random(&float8, None, Quantize::AsStored, 0).map(|_| ()).unwrap_err();
     assert!(e.to_string().contains("dtype") && e.to_string().contains("float8"), "{e}");
+    // Block types hold matrices only, through `Quantize`; `Quantize` takes block types only.
+    for (dtype, quantize, field) in
+        [(Some(DType::Q4_0), Quantize::AsStored, "dtype"), (None, Quantize::To(DType::F16), "quantize")]
+    {
+        match Pretrained::random(LLAMA_3_2_1B, dtype, quantize, 0).map(|_| ()) {
+            Err(NnError::ConfigField { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{dtype:?} {quantize:?}: {other:?}"),
+        }
+    }
 }

@@ -74,8 +74,10 @@ struct Epilogue {
 
 /// A parameter no update writes and no output names: its bytes may become part of a stack.
 fn stackable(g: &Graph, id: NodeId, outputs: &[NodeId], updated: &BTreeSet<String>) -> bool {
-    // Parts are written and read as whole 4-byte words.
-    let whole_words = (g.ty(id).shape.numel() * g.ty(id).dtype.storage_bytes()).is_multiple_of(4);
+    // Parts are written and read as whole 4-byte words, and addressed by element (so not
+    // a block type's blocks).
+    let dtype = g.ty(id).dtype;
+    let whole_words = dtype.data_bytes(g.ty(id).shape.numel()).is_multiple_of(4) && dtype.block().is_none();
     matches!(&g.node(id).op, Op::Parameter { name } if !updated.contains(name)) && !outputs.contains(&id) && whole_words
 }
 

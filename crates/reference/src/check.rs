@@ -3,13 +3,13 @@
 use fusegraph_ir::{DType, HostTensor};
 
 /// The default `(rtol, atol)` for comparing a computed tensor of `dtype` with the reference:
-/// f32 `(1e-5, 1e-5)`, f16 `(2e-3, 2e-3)`, bf16 (stored, never computed: exact) `(0, 0)`,
-/// integers and bool exact `(0, 0)`.
+/// f32 `(1e-5, 1e-5)`, f16 `(2e-3, 2e-3)`, the storage types (stored, never computed:
+/// exact) `(0, 0)`, integers and bool exact `(0, 0)`.
 pub fn tolerance(dtype: DType) -> (f64, f64) {
     match dtype {
         DType::F32 => (1e-5, 1e-5),
         DType::F16 => (2e-3, 2e-3),
-        DType::BF16 | DType::I32 | DType::U32 | DType::Bool => (0.0, 0.0),
+        DType::BF16 | DType::Q8_0 | DType::Q4_0 | DType::I32 | DType::U32 | DType::Bool => (0.0, 0.0),
     }
 }
 

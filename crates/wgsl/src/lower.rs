@@ -337,8 +337,11 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         } else {
             load_value(dt, &format!("b{k}[i]"))
         };
-        let _ =
-            writeln!(body, "fn v{}(i: u32) -> {} {{\n    return {load};\n}}\n", b.node.index(), crate::writer::vty(dt));
+        let load = match dt.block() {
+            Some(_) => crate::storage::block_load(dt, &format!("b{k}")),
+            None => format!("return {load};"),
+        };
+        let _ = writeln!(body, "fn v{}(i: u32) -> {} {{\n    {load}\n}}\n", b.node.index(), crate::writer::vty(dt));
     }
     let row_reduces: Vec<NodeId> = match kernel.kind {
         KernelKind::Row { .. } => {

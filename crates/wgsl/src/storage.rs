@@ -25,6 +25,29 @@ pub(crate) fn bf16_load(b: &str, i: &str) -> String {
     format!("bitcast<f32>(({b}[{i} >> 1u] >> (({i} & 1u) << 4u)) << 16u)")
 }
 
+/// The statements of an element function that return element `i` of a binding `b` of a
+/// block type (`q8_0`, `q4_0`: see [`DType`]) as the f32 its block gives: the block's f16
+/// scale (at an even byte offset, so within one word) times the element's signed byte, or
+/// its nibble less 8 (elements 0–15 of a block are the low nibbles of its 16 bytes, 16–31
+/// the high ones).
+pub(crate) fn block_load(dtype: DType, b: &str) -> String {
+    let (_, bytes) = dtype.block().expect("a block type");
+    let value = match dtype {
+        DType::Q8_0 => format!(
+            "let at = base + 2u + (i & 31u);\n    \
+             return f32(extractBits(bitcast<i32>({b}[at >> 2u]), (at & 3u) * 8u, 8u)) * d;"
+        ),
+        _ => format!(
+            "let j = i & 31u;\n    let at = base + 2u + (j & 15u);\n    \
+             return (f32(extractBits({b}[at >> 2u], (at & 3u) * 8u + (j >> 4u) * 4u, 4u)) - 8.0) * d;"
+        ),
+    };
+    format!(
+        "let base = (i >> 5u) * {bytes}u;\n    \
+         let d = unpack2x16float({b}[base >> 2u])[(base >> 1u) & 1u];\n    {value}"
+    )
+}
+
 /// Whether an f16 binding that a loop or row kernel reads or writes four adjacent elements
 /// at a time (its quads: see [`quad_view`]) is declared as pairs of `u32` words and
 /// converted by integer operations (`fg_f16x4_from_words`, `fg_f16x4_to_words` in

@@ -1,0 +1,107 @@
+//! llama.cpp's block types on the host ([`DType::Q8_0`], [`DType::Q4_0`]): quantization by
+//! llama.cpp's reference round-to-nearest (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`,
+//! which the `gguf` package's `quants` module reproduces), and dequantization as a kernel
+//! computes it (each value the f32 product of its block's f16 scale and its integer).
+
+use crate::{DType, IrError, Result};
+use half::f16;
+
+/// The packed blocks of `values` (a multiple of 32 of them) in `dtype`, a block type.
+pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
+    let (elems, bytes) = block_of(dtype, values.len())?;
+    let mut out = Vec::with_capacity(values.len() / elems * bytes);
+    for x in values.chunks_exact(elems) {
+        match dtype {
+            DType::Q8_0 => {
+                let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let d = amax / 127.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+                out.extend(x.iter().map(|&v| (v * id).round() as i8 as u8));
+            }
+            _ => {
+                // The value of largest magnitude (the first of equals) maps to -8.
+                let (mut amax, mut max) = (0f32, 0f32);
+                for &v in x {
+                    if amax < v.abs() {
+                        (amax, max) = (v.abs(), v);
+                    }
+                }
+                let d = max / -8.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+                let nibble = |v: f32| ((v * id + 8.5) as i8).clamp(0, 15) as u8;
+                out.extend((0..16).map(|j| nibble(x[j]) | (nibble(x[j + 16]) << 4)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The values of packed blocks of `dtype`, a block type: `numel` of them, read from `data`.
+pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
+    let (elems, bytes) = block_of(dtype, numel)?;
+    if data.len() < numel / elems * bytes {
+        let need = numel / elems * bytes;
+        return Err(IrError::ty("tensor", format!("{} bytes cannot hold {numel} {dtype} values ({need})", data.len())));
+    }
+    let mut out = Vec::with_capacity(numel);
+    for b in data.chunks_exact(bytes).take(numel / elems) {
+        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
+        match dtype {
+            DType::Q8_0 => out.extend(b[2..].iter().map(|&q| d * q as i8 as f32)),
+            _ => {
+                out.extend(b[2..].iter().map(|&q| d * ((q & 0x0f) as i32 - 8) as f32));
+                out.extend(b[2..].iter().map(|&q| d * ((q >> 4) as i32 - 8) as f32));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `dtype`'s block (elements, bytes), if it is a block type and `numel` whole blocks.
+fn block_of(dtype: DType, numel: usize) -> Result<(usize, usize)> {
+    let (elems, bytes) = dtype.block().ok_or_else(|| IrError::ty("tensor", format!("{dtype} is not a block type")))?;
+    if !numel.is_multiple_of(elems) {
+        return Err(IrError::ty("tensor", format!("{numel} values are not whole {dtype} blocks of {elems}")));
+    }
+    Ok((elems, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q8_0_and_q4_0_round_trip_within_half_a_step() {
+        let x: Vec<f32> = (0..64).map(|i| ((i * 37 % 64) as f32 - 31.5) / 7.0).collect();
+        for dtype in [DType::Q8_0, DType::Q4_0] {
+            let q = quantize(dtype, &x).unwrap();
+            assert_eq!(q.len(), dtype.data_bytes(64));
+            let back = dequantize(dtype, &q, 64).unwrap();
+            for block in 0..2 {
+                let r = &x[32 * block..32 * block + 32];
+                // The value of largest magnitude is ±127 steps (q8_0), or -8 steps (q4_0),
+                // whose other end is 7 steps: values past it clamp there.
+                let max = r.iter().copied().fold(0f32, |m, v| if v.abs() > m.abs() { v } else { m });
+                let (d, lo, hi) = match dtype {
+                    DType::Q8_0 => (max.abs() / 127.0, -max.abs(), max.abs()),
+                    _ => {
+                        let d = max / -8.0;
+                        (d.abs(), (-8.0 * d).min(7.0 * d), (-8.0 * d).max(7.0 * d))
+                    }
+                };
+                for (a, b) in r.iter().zip(&back[32 * block..]) {
+                    assert!((a.clamp(lo, hi) - b).abs() <= d * 0.501, "{dtype}: {a} → {b}, step {d}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn partial_blocks_and_element_types_are_errors() {
+        assert!(quantize(DType::Q8_0, &[1.0; 31]).unwrap_err().to_string().contains("whole q8_0 blocks"));
+        assert!(quantize(DType::F32, &[1.0; 32]).unwrap_err().to_string().contains("not a block type"));
+        assert!(dequantize(DType::Q4_0, &[0; 17], 32).unwrap_err().to_string().contains("17 bytes"));
+    }
+}
