@@ -408,19 +408,26 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
             assert!(got["prefill_ms"].as_f64().unwrap() > 0.0 && got["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
         }
     }
-    // A GGUF file (llama.cpp's format, Q8_0 weights, tests/data/gguf): transformers' tokens
-    // from its dequantized weights.
+    // GGUF files (llama.cpp's format, Q8_0 and Q4_0 weights, tests/data/gguf): transformers'
+    // tokens from their dequantized weights; and the f32 checkpoint quantized on load to
+    // Q4_0, which holds the Q4_0 file's blocks.
     let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf");
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(gguf.join("llama-tiny-q8_0-reference.json")).unwrap()).unwrap();
-    let prompt_ids = ids(&r["prompt_ids"]).iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-    let json = dir.join("gguf.json");
-    let model = gguf.join("llama-tiny-q8_0.gguf");
-    let args = ["generate", "--model", model.to_str().unwrap(), "--prompt-ids", &prompt_ids, "--tokens", "32"];
-    let out = fusegraph(&[&args[..], &["--ignore-eos", "--json", json.to_str().unwrap()]].concat(), None);
-    assert!(out.status.success(), "gguf: {}", String::from_utf8_lossy(&out.stderr));
-    let got: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(ids(&got["generated_ids"]), ids(&r["greedy"]), "gguf");
+    let llama_tiny = checkpoint("llama-tiny");
+    for (model, kind, extra) in [
+        (gguf.join("llama-tiny-q8_0.gguf"), "q8_0", &[][..]),
+        (gguf.join("llama-tiny-q4_0.gguf"), "q4_0", &[]),
+        (llama_tiny, "q4_0", &["--quantize", "q4_0"]),
+    ] {
+        let reference = std::fs::read_to_string(gguf.join(format!("llama-tiny-{kind}-reference.json"))).unwrap();
+        let r: serde_json::Value = serde_json::from_str(&reference).unwrap();
+        let prompt_ids = ids(&r["prompt_ids"]).iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        let json = dir.join("gguf.json");
+        let args = ["generate", "--model", model.to_str().unwrap(), "--prompt-ids", &prompt_ids, "--tokens", "32"];
+        let out = fusegraph(&[&args[..], extra, &["--ignore-eos", "--json", json.to_str().unwrap()]].concat(), None);
+        assert!(out.status.success(), "{model:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let got: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(ids(&got["generated_ids"]), ids(&r["greedy"]), "{model:?} {extra:?}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -448,5 +455,12 @@ fn generate_names_what_is_wrong() {
         None,
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Block types are for matrices, through --quantize, which takes nothing else.
+    for (flag, value, says) in [("--quantize", "f16", "q8_0, q4_0 or none"), ("--dtype", "q4_0", "quantize")] {
+        let out =
+            fusegraph(&["generate", "--random-config", path.to_str().unwrap(), "--prompt-ids", "5", flag, value], None);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{flag} {value}: {err}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
