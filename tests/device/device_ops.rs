@@ -70,6 +70,63 @@ fn every_op_matches_the_reference_fused_in_gpu_forms() {
     assert!(failures.is_empty(), "{} of {} failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
+/// Products of at most `GEMV_MAX_ROWS` rows in a GPU's forms take the matrix–vector kernel,
+/// which splits `k` over a workgroup: ragged `k` and `n`, a batch, a transposed lhs, f16,
+/// an epilogue, and weights read through a fused cast — a bf16 one row-major (`k` strided)
+/// and a q4_0 and a q8_0 one stored `[out, in]` and read transposed (`k` contiguous, each
+/// block dequantized as it is loaded) — all match the reference.
+#[test]
+fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
+    use crate::common::{CaseBuilder, Domain};
+    use fusegraph::DType;
+    let device =
+        Arc::new(Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).expect("a device"));
+    // (name, case, whether the rhs is read along `k`)
+    let mut cases = Vec::new();
+    for (dt, b, m, k, n, transposed) in
+        [(DType::F32, 1, 1, 200, 37, false), (DType::F32, 2, 3, 64, 20, true), (DType::F16, 1, 8, 72, 100, false)]
+    {
+        let mut c = CaseBuilder::new((m * 31 + k + n) as u64);
+        let a = match transposed {
+            true => c.input(dt, &[b, k, m], Domain::Any).transpose(&[0, 2, 1]).unwrap(),
+            false => c.input(dt, &[b, m, k], Domain::Any),
+        };
+        let w = c.input(dt, &[k, n], Domain::Any);
+        let bias = c.input(dt, &[n], Domain::Any);
+        let y = a.matmul(&w).and_then(|y| y.add(&bias)).and_then(|y| y.relu()).unwrap();
+        let mut case = c.finish(format!("gemv_{dt}_{b}x{m}x{k}x{n}_t{transposed}"), &[&y]);
+        case.f16_tol = 1e-2;
+        cases.push((case, false));
+    }
+    let mut c = CaseBuilder::new(5);
+    let x = c.input(DType::F32, &[4, 40], Domain::Any);
+    let w = c.input(DType::BF16, &[40, 33], Domain::Any);
+    let y = x.matmul(&w.cast(DType::F32).unwrap()).unwrap();
+    cases.push((c.finish("gemv_bf16_weight", &[&y]), false));
+    for q in [DType::Q4_0, DType::Q8_0] {
+        let mut c = CaseBuilder::new(6);
+        let x = c.input(DType::F32, &[2, 1, 96], Domain::Any);
+        let w = c.input(q, &[50, 96], Domain::Any);
+        let r = c.input(DType::F32, &[2, 1, 50], Domain::Any);
+        let y = x.reshape([2, 96]).unwrap().matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap();
+        let y = y.reshape([2, 1, 50]).unwrap().add(&r).unwrap();
+        cases.push((c.finish(format!("gemv_{q}_weight_rows"), &[&y]), true));
+    }
+    let mut failures = Vec::new();
+    for (case, k_contiguous) in &cases {
+        match run_case(&device, case, &CompileOptions::default()) {
+            Err(e) => failures.push(format!("{}: {e}", case.name)),
+            Ok(stats) => {
+                let forms: Vec<_> = stats.kernels.iter().map(|k| k.form).collect();
+                if !forms.contains(&KernelForm::Gemv { k_contiguous: *k_contiguous }) {
+                    failures.push(format!("{}: kernels {forms:?}", case.name));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
 /// The op catalog fused with the loop and row families mixed as a device's measurement may
 /// mix them ([`fusegraph::KernelForms`]): serial loops with workgroup-per-row reductions,
 /// and parallel loops with invocation-per-row ones, a case each in turn (f32 and f16 native

@@ -11,7 +11,8 @@ use fusegraph_passes::pipeline::{self, held_bytes, Front, Stages};
 use fusegraph_passes::split_k::Gemm;
 use fusegraph_passes::{FusionMode, MemoryPlan, PlanOptions, PlanSummary};
 use fusegraph_wgsl::{
-    cooperative_matmul, gemm_shape, lower_planned, subgroup_matmul, KernelSource, LowerOptions, MatmulTiling, Strategy,
+    cooperative_matmul, gemm_shape, gemv_kernel, lower_planned, subgroup_matmul, KernelSource, LowerOptions,
+    MatmulTiling, Strategy,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -185,11 +186,17 @@ impl Device {
         // forced, else measured per shape class, else the adapter's (a CPU's forms: subgroup).
         let coop_able: Vec<bool> =
             kernels.iter().map(|k| strategy.tiled_matmul && cooperative_matmul(graph, k, lower_opts)).collect();
+        // Products of a few rows take the matrix–vector kernel unless a tiling is forced:
+        // nothing to choose or measure for them.
+        let gemv: Vec<bool> =
+            kernels.iter().map(|k| opts.matmul_tiling.is_none() && gemv_kernel(graph, k, lower_opts)).collect();
         let subgroup: Vec<bool> = kernels
             .iter()
             .zip(&coop_able)
-            .map(|(k, &able)| {
+            .zip(&gemv)
+            .map(|((k, &able), &gemv)| {
                 let applies = !able
+                    && !gemv
                     && strategy.tiled_matmul
                     && strategy.subgroup_matmul
                     && subgroup_matmul(graph, k, lower_opts).is_some();
@@ -213,10 +220,10 @@ impl Device {
         let native_coop = self.cooperative_matrix() == Some(fusegraph_wgsl::Cooperative::Native);
         let tilings: Vec<Option<MatmulTiling>> = kernels
             .iter()
-            .zip(subgroup.iter().zip(&coop_able))
-            .map(|(k, (&subgroup, &able))| {
+            .zip(subgroup.iter().zip(&coop_able).zip(&gemv))
+            .map(|(k, ((&subgroup, &able), &gemv))| {
                 let (shape, dtype) = gemm_shape(graph, k, lower_opts).filter(|_| strategy.tiled_matmul)?;
-                if subgroup {
+                if subgroup || gemv {
                     return None;
                 }
                 let tuned = || if able && !native_coop { None } else { self.tuned_tiling(&shape, dtype, able) };
@@ -466,7 +473,8 @@ fn lower_kernels(
     limit: Option<u64>,
 ) -> (Vec<KernelSource>, WorkspacePlan) {
     let KernelForms { kernels, tilings, subgroup, coop } = *forms;
-    let strategy = Strategy::default();
+    // A forced tiling asks for the tiled kernel, not the matrix–vector one.
+    let strategy = Strategy { gemv: opts.matmul_tiling.is_none(), ..Strategy::default() };
     let unshared = if opts.excess_precision { unshared_members(kernels) } else { vec![Vec::new(); kernels.len()] };
     let lower_all = |lower_opts: &LowerOptions| -> Vec<KernelSource> {
         kernels

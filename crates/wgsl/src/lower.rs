@@ -255,11 +255,16 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
                 crate::matmul::TiledPlan { vec4_lhs: None, vec4_rhs: None, ..t }
             }
         });
+    // A product of a few rows takes the matrix–vector kernel.
+    let gemv = tiled.filter(|t| strategy.gemv && crate::matmul_gemv::gemv_applies(g, t, opts));
+    let tiled =
+        tiled
+            .map(|t| if gemv.is_some() { crate::matmul::TiledPlan { vec4_lhs: None, vec4_rhs: None, ..t } } else { t });
     let coop = tiled
-        .filter(|_| strategy.cooperative_matmul)
+        .filter(|_| strategy.cooperative_matmul && gemv.is_none())
         .and_then(|t| crate::matmul_coop::coop_plan(g, &t, opts, strategy.matmul_tiling));
     let subgroup = tiled
-        .filter(|_| strategy.subgroup_matmul && coop.is_none())
+        .filter(|_| strategy.subgroup_matmul && coop.is_none() && gemv.is_none())
         .and_then(|t| crate::matmul_subgroup::subgroup_plan(g, kernel, &t, opts));
     if let Some(p) = &subgroup {
         for b in bindings.iter_mut().filter(|b| !b.output && p.textures.contains(&b.node)) {
@@ -283,7 +288,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
             || kernel.outputs.contains(&node)
                 && match (&tiled, &subgroup) {
                     (Some(_), Some(p)) => p.vec4_store,
-                    (Some(t), None) => crate::matmul::tiled_vec4_store(g, t, opts),
+                    (Some(t), None) => gemv.is_none() && crate::matmul::tiled_vec4_store(g, t, opts),
                     (None, _) => false,
                 }
             || quads(node)
@@ -401,6 +406,10 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
                 crate::matmul_subgroup::subgroup_main(g, &bindings, t, p, &regs, &inv, &mut body)
             }
+            (Some(t), None) if gemv.is_some() => {
+                let (main, workgroups, _) = crate::matmul_gemv::gemv_main(g, kernel, &bindings, t, &regs, &mut body);
+                (main, workgroups)
+            }
             (Some(t), None) => {
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
                 crate::matmul_tiled::tiled_main(g, kernel, &bindings, t, &regs, opts, strategy, coop, &inv, &mut body)
@@ -440,6 +449,10 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
                 conv: conv(t),
                 textures: bindings.iter().filter(|b| b.texture).count(),
                 vec4_store: p.vec4_store,
+            },
+            (Some(t), None) if gemv.is_some() => KernelForm::Gemv {
+                k_contiguous: crate::matmul_gemv::k_along(g, kernel, t.matmul)
+                    == crate::matmul_gemv::KAlong::Contiguous,
             },
             (Some(t), None) => KernelForm::TiledMatmul {
                 conv: conv(t),

@@ -178,6 +178,12 @@ pub enum KernelForm {
         /// The rhs likewise.
         vec4_rhs: bool,
     },
+    /// The matrix–vector product of a few rows (`crate::matmul_gemv`): `k` split over a
+    /// workgroup's invocations, one accumulator per row each.
+    Gemv {
+        /// The rhs's elements adjacent along `k` (a weight read transposed).
+        k_contiguous: bool,
+    },
     /// The subgroup matrix product (no barriers; adapters with a fixed subgroup size).
     SubgroupMatmul {
         /// A convolution's product.
@@ -232,6 +238,10 @@ pub struct Strategy {
     /// adjacent vec4s of the rhs tile in each step and store adjacent vec4s of the result
     /// (see `crate::matmul_tiled::tiled_main`).
     pub blocked_columns: bool,
+    /// With `tiled_matmul`, lower a product of at most [`crate::GEMV_MAX_ROWS`] rows on an
+    /// adapter with a GPU's loop forms by the matrix–vector kernel
+    /// (`crate::matmul_gemv::gemv_main`); otherwise as any other product.
+    pub gemv: bool,
 }
 
 impl Default for Strategy {
@@ -243,6 +253,7 @@ impl Default for Strategy {
             cooperative_matmul: true,
             vec4_operands: true,
             blocked_columns: false,
+            gemv: true,
         }
     }
 }
