@@ -8,7 +8,8 @@
 # There (device `run`, carry [".gl", ".gpu-bin"]):
 #   ./scripts/gpu.sh run [PHASE ...]   # phases: info tests roofline bench examples peers (all when
 #                                      # none is named; also: llama (Llama-3.2-1B shapes in bf16:
-#                                      # prefill and decode), cold (a model's first run with
+#                                      # prefill and decode), quant (the same with bf16, q8_0
+#                                      # and q4_0 matrices), cold (a model's first run with
 #                                      # nothing measured, then warm), profile, coop (the matmul rows
 #                                      # only, every cooperative tiling),
 #                                      # chain (the elementwise chain's kernel beside edits
@@ -243,6 +244,26 @@ run() {
                     --dtype bf16 --prompt-ids "$ids" --tokens 64 --warmup 4 --batch $b --json "$OUT/llama-b$b.json" \
                     2>&1 | tail -3 | tee -a "$OUT/llama.log"
             done
+            ;;
+        quant)
+            # Llama-3.2-1B's shapes with random weights, the matrices bf16, q8_0 and q4_0
+            # (quantized on load), the rest bf16: a 512-token prefill and decode tokens/s at
+            # batch 1 and 8, the three in turn.
+            local ids
+            ids=$(seq -s, 1000 1511)
+            for b in 1 8; do
+                for q in none q8_0 q4_0; do
+                    echo "== generate, Llama-3.2-1B shapes, matrices $q (bf16 otherwise), batch $b" | tee -a "$OUT/quant.log"
+                    timeout 90 $B/fusegraph generate --random-config tests/data/configs/llama-3.2-1b.json \
+                        --dtype bf16 --quantize $q --prompt-ids "$ids" --tokens 64 --warmup 4 --batch $b \
+                        --json "$OUT/llama-$q-b$b.json" 2>&1 | tail -3 | tee -a "$OUT/quant.log"
+                done
+            done
+            ;;
+        skinny)
+            # The copy and the products of 8 rows (the matrix–vector kernel's), f32 and f16.
+            timeout 90 $B/fusegraph roofline --kernels copy,skinny --runs 5 --json "$OUT/skinny.json" 2>&1 \
+                | tee "$OUT/skinny.log" | grep -v "^timing"
             ;;
         bench)
             timeout 150 $B/fusegraph bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40

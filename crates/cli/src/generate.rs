@@ -87,6 +87,13 @@ struct Text {
     eos: Option<String>,
 }
 
+/// Llama 3's pre-tokenizer split (its tokenizer.json's `Split` regex).
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Qwen2's (digits one at a time).
+const QWEN2_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// A special token of `tokenizer_config.json`: a string or `{"content": …}`.
 fn special(config: &serde_json::Value, key: &str) -> Option<String> {
     let v = config.get(key)?;
@@ -112,6 +119,90 @@ impl Text {
             _ => std::fs::read_to_string(dir.join("chat_template.jinja")).ok(),
         };
         Ok(Text { tokenizer, template, bos: special(&config, "bos_token"), eos: special(&config, "eos_token") })
+    }
+
+    /// The tokenizer of a GGUF file: a `tokenizer.json` beside it (with its
+    /// `tokenizer_config.json`), else the file's `tokenizer.ggml.*` metadata — model `gpt2`,
+    /// a byte-level BPE as llama.cpp's converter writes Llama 3's, Qwen2's and GPT-2's:
+    /// tokens in id order, merges, the pre-tokenizer's split named by `tokenizer.ggml.pre`,
+    /// control tokens special, the bos token added where `add_bos_token` — and its chat
+    /// template from `tokenizer.chat_template`. `None` where it has none.
+    fn of_gguf(path: &Path) -> Result<Option<Text>, String> {
+        use fusegraph::nn::gguf::{Gguf, GgufValue};
+        use tokenizers::models::bpe::{Vocab, BPE};
+        use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+        use tokenizers::pre_tokenizers::sequence::Sequence;
+        use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+        use tokenizers::processors::template::TemplateProcessing;
+        use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
+        let dir = path.parent().unwrap_or(Path::new("."));
+        if dir.join("tokenizer.json").exists() {
+            return Text::open(dir).map(Some);
+        }
+        let gguf = Gguf::open(path).map_err(|e| e.to_string())?;
+        let m = gguf.metadata();
+        let key = |k: &str| m.get(&format!("tokenizer.ggml.{k}"));
+        let bad = |k: &str, what: &str| format!("{}: tokenizer.ggml.{k}: {what}", path.display());
+        let Some(model) = key("model") else { return Ok(None) };
+        if model.as_str() != Some("gpt2") {
+            return Err(bad("model", &format!("{model:?} is not read (byte-level BPE, `gpt2`, is): put the model's tokenizer.json beside the file")));
+        }
+        let strings = |k: &str| -> Result<Vec<String>, String> {
+            match key(k) {
+                Some(GgufValue::Array(v)) => {
+                    v.iter().map(|s| s.as_str().map(str::to_string).ok_or_else(|| bad(k, "not strings"))).collect()
+                }
+                _ => Err(bad(k, "missing or not a list")),
+            }
+        };
+        let tokens = strings("tokens")?;
+        let merges: Vec<(String, String)> = strings("merges")?
+            .iter()
+            .map(|m| m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| bad("merges", m)))
+            .collect::<Result<_, _>>()?;
+        let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| bad("merges", &e.to_string()))?;
+        let mut tokenizer = Tokenizer::new(bpe);
+        // The split before the bytes are mapped: GPT-2's within `ByteLevel`, the others' a
+        // regex of their own (as their tokenizer.json files have it).
+        let split = |pattern: &str| -> Result<PreTokenizerWrapper, String> {
+            let split = Split::new(SplitPattern::Regex(pattern.into()), SplitDelimiterBehavior::Isolated, false)
+                .map_err(|e| bad("pre", &e.to_string()))?;
+            Ok(Sequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()]).into())
+        };
+        let pre: PreTokenizerWrapper = match key("pre").and_then(GgufValue::as_str) {
+            None | Some("gpt-2" | "default") => ByteLevel::new(false, true, true).into(),
+            Some("llama-bpe" | "llama3") => split(LLAMA3_SPLIT)?,
+            Some("qwen2") => split(QWEN2_SPLIT)?,
+            Some(other) => return Err(bad("pre", &format!("`{other}` is not read (gpt-2, llama-bpe and qwen2 are)"))),
+        };
+        tokenizer.with_pre_tokenizer(Some(pre));
+        tokenizer.with_decoder(Some(ByteLevel::default()));
+        // Control tokens (type 3) are special: matched whole, skipped when decoding.
+        if let Some(GgufValue::Array(types)) = key("token_type") {
+            let special: Vec<AddedToken> = types
+                .iter()
+                .zip(&tokens)
+                .filter(|(t, _)| t.as_u64() == Some(3))
+                .map(|(_, tok)| AddedToken::from(tok.clone(), true))
+                .collect();
+            tokenizer.add_special_tokens(&special);
+        }
+        let token_of = |k: &str| key(k).and_then(GgufValue::as_u64).and_then(|i| tokens.get(i as usize)).cloned();
+        let (bos, eos) = (token_of("bos_token_id"), token_of("eos_token_id"));
+        if let (Some(b), Some(GgufValue::Bool(true))) = (&bos, key("add_bos_token")) {
+            let id = tokens.iter().position(|t| t == b).expect("a token of the list") as u32;
+            let post = TemplateProcessing::builder()
+                .try_single(format!("{b} $A"))
+                .and_then(|t| t.try_pair(format!("{b} $A {b} $B")))
+                .map_err(|e| bad("add_bos_token", &e))?
+                .special_tokens(vec![(b.clone(), id)])
+                .build()
+                .map_err(|e| bad("add_bos_token", &e.to_string()))?;
+            tokenizer.with_post_processor(Some(post));
+        }
+        let template = m.get("tokenizer.chat_template").and_then(GgufValue::as_str).map(str::to_string);
+        Ok(Some(Text { tokenizer, template, bos, eos }))
     }
 
     /// The chat `[system], user` rendered by the template as `transformers`'
@@ -168,7 +259,13 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
     let (loaded, text) = match (&a.model, &a.random_config) {
         (Some(dir), _) => {
             let loaded = Pretrained::load(dir, a.dtype, quantize).map_err(|e| err(&e))?;
-            let text = if dir.join("tokenizer.json").exists() { Some(Text::open(dir)?) } else { None };
+            let text = if dir.extension().is_some_and(|e| e == "gguf") {
+                Text::of_gguf(dir)?
+            } else if dir.join("tokenizer.json").exists() {
+                Some(Text::open(dir)?)
+            } else {
+                None
+            };
             (loaded, text)
         }
         (None, Some(file)) => {

@@ -428,6 +428,24 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
         let got: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         assert_eq!(ids(&got["generated_ids"]), ids(&r["greedy"]), "{model:?} {extra:?}");
     }
+    // The GGUF file's own tokenizer (`tokenizer.ggml.*`, as llama.cpp's converter writes
+    // llama-tiny's): the text prompt and the chat give `transformers`' ids and text.
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(checkpoint("llama-tiny-reference.json")).unwrap()).unwrap();
+    let model = gguf.join("llama-tiny-q8_0.gguf");
+    let json = dir.join("gguf-text.json");
+    let chat = ["--chat", "--system", r["system"].as_str().unwrap(), "--prompt", r["user"].as_str().unwrap()];
+    for (args, want) in [(&["--prompt", r["prompt"].as_str().unwrap()][..], "prompt_ids"), (&chat[..], "chat_ids")] {
+        let common =
+            ["generate", "--model", model.to_str().unwrap(), "--tokens", "2", "--json", json.to_str().unwrap()];
+        let out = fusegraph(&[&common[..], args].concat(), None);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let got: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(ids(&got["prompt_ids"]), ids(&r[want]), "gguf tokenizer, {args:?}");
+        if want == "chat_ids" {
+            assert_eq!(got["prompt_text"], r["chat_text"], "gguf chat template");
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
