@@ -5,7 +5,7 @@
 
 use fusegraph_ir::{quant, safetensors, DType, HostTensor};
 use fusegraph_nn::gguf::{GgmlType, Gguf, GgufValue};
-use fusegraph_nn::NnError;
+use fusegraph_nn::{NnError, Pretrained, Quantize};
 use std::path::{Path, PathBuf};
 
 fn data() -> PathBuf {
@@ -105,5 +105,32 @@ fn malformed_files_are_typed_errors_naming_the_tensor() {
     // A quantized tensor whose elements are not whole blocks.
     let e = open("blocks.gguf", file(b"GGUF", 3, 8, &[40], 0, &[0u8; 64])).unwrap_err().to_string();
     assert!(e.contains("`w`") && e.contains("blocks"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A tensor whose shape disagrees with the model the metadata describes (here
+/// `llama.feed_forward_length` changed in a copy of a fixture) is a typed error naming the
+/// file's tensor and the parameter, for dequantized and packed weights alike; nothing is
+/// returned.
+#[test]
+fn a_tensor_the_model_does_not_fit_is_named() {
+    let dir = std::env::temp_dir().join(format!("fusegraph-gguf-shape-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["llama-tiny-f32.gguf", "llama-tiny-q4_0.gguf"] {
+        let mut bytes = std::fs::read(data().join(file)).unwrap();
+        let key = b"llama.feed_forward_length";
+        let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+        assert_eq!(u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()), 4, "a uint32 value");
+        let value = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap());
+        bytes[at + 4..at + 8].copy_from_slice(&(value + 32).to_le_bytes());
+        let path = dir.join(file);
+        std::fs::write(&path, bytes).unwrap();
+        match Pretrained::load(&path, None, Quantize::AsStored).map(|_| ()) {
+            Err(NnError::KeyShape { key, param, .. }) => {
+                assert!(key.contains("ffn_") && param.contains("mlp."), "{file}: {key} for {param}");
+            }
+            other => panic!("{file}: {other:?}"),
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
