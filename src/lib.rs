@@ -47,11 +47,14 @@ pub struct ReadmeDoctests;
 
 /// Layers, losses, optimizers and parameter initialization (the `fusegraph-nn` crate).
 pub use fusegraph_nn as nn;
+/// ONNX models into graphs ([`onnx::OnnxModel`]).
+pub use fusegraph_onnx as onnx;
 
 /// The crates behind the facade, for users who need their full APIs.
 pub mod crates {
     pub use fusegraph_ir as ir;
     pub use fusegraph_nn as nn;
+    pub use fusegraph_onnx as onnx;
     pub use fusegraph_passes as passes;
     pub use fusegraph_reference as reference;
     pub use fusegraph_runtime as runtime;

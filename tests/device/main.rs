@@ -44,6 +44,7 @@ mod matmul_tiled;
 mod memory;
 mod mixed_precision;
 mod module;
+mod onnx;
 mod shader_checks;
 mod split_k;
 mod split_reduce;
