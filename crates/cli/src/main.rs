@@ -5,6 +5,7 @@
 mod bench;
 mod generate;
 mod roofline;
+mod run;
 
 use clap::{Parser, Subcommand};
 use fusegraph::crates::wgsl::{Forms, LowerOptions, CPU_LOOP_BUDGET};
@@ -37,8 +38,9 @@ enum Command {
     Bench(bench::BenchArgs),
     Roofline(roofline::RooflineArgs),
     Generate(generate::GenerateArgs),
+    Run(run::RunArgs),
     /// A program in fusegraph's text form (a graph, its outputs and its parameter updates),
-    /// simplified, its products of one operand combined and fused as the runtime compiles it
+    /// or an ONNX model (`.onnx`, named dimensions of size 1), simplified, its products of one operand combined and fused as the runtime compiles it
     /// (no device needed), as Graphviz DOT with one cluster per kernel.
     Dot {
         /// The program.
@@ -196,13 +198,17 @@ impl Read {
 /// the parameters it updates; rewritten to store f16 with `--mixed-precision` (updated
 /// parameters kept in f32, as the compile option does). `cmd` names the command in errors.
 fn read_graph(cmd: &str, path: &str, mixed_precision: bool) -> Result<Read, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{cmd}: cannot read {path}: {e}"))?;
-    let p = fusegraph::text::parse_program(&text).map_err(|e| format!("{cmd}: {path}: {e}"))?;
-    let mut read = Read {
-        kept: p.kept(),
-        outputs: p.outputs.len(),
-        updated: p.updates.into_iter().map(|(n, _)| n).collect(),
-        graph: p.graph,
+    let mut read = if path.ends_with(".onnx") {
+        read_onnx(path).map_err(|e| format!("{cmd}: {path}: {e}"))?
+    } else {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{cmd}: cannot read {path}: {e}"))?;
+        let p = fusegraph::text::parse_program(&text).map_err(|e| format!("{cmd}: {path}: {e}"))?;
+        Read {
+            kept: p.kept(),
+            outputs: p.outputs.len(),
+            updated: p.updates.into_iter().map(|(n, _)| n).collect(),
+            graph: p.graph,
+        }
     };
     if mixed_precision {
         let updates = read.update_values().to_vec();
@@ -215,6 +221,22 @@ fn read_graph(cmd: &str, path: &str, mixed_precision: bool) -> Result<Read, Stri
         .map_err(|e| format!("{cmd}: {path}: {e}"))?;
     }
     Ok(read)
+}
+
+/// An ONNX model's graph, imported with every named dimension (a batch) of size 1.
+fn read_onnx(path: &str) -> Result<Read, String> {
+    use fusegraph::onnx::{Dim, OnnxModel};
+    let model = OnnxModel::open(std::path::Path::new(path)).map_err(|e| e.to_string())?;
+    let shapes = model
+        .inputs()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|i| (i.name, i.dims.iter().map(|d| if let Dim::Fixed(n) = d { *n } else { 1 }).collect()))
+        .collect();
+    let b = fusegraph::GraphBuilder::new();
+    let imported = model.import(&b, &shapes).map_err(|e| e.to_string())?;
+    let kept: Vec<fusegraph::NodeId> = imported.outputs.iter().map(|(_, t)| t.id()).collect();
+    Ok(Read { outputs: kept.len(), kept, updated: Default::default(), graph: b.graph() })
 }
 
 /// Writes `text` to stdout; a reader that stopped early (`| head`) is not an error.
@@ -388,6 +410,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(&a),
         Command::Roofline(a) => roofline::run(&a),
         Command::Generate(a) => generate::run(&a),
+        Command::Run(a) => run::run(&a),
         Command::Dot { file, form } => dot(&file, &form),
         Command::Explain { file, graph, mixed_precision } => explain(&file, graph, mixed_precision),
         Command::Wgsl { file, form, cpu, f16_native, no_excess_precision, out } => {

@@ -482,3 +482,40 @@ fn generate_names_what_is_wrong() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `fusegraph run` on the CNN `torch.onnx.export` wrote (tests/data/onnx): the outputs it
+/// writes as `.npy` are ONNX Runtime's, and the summary names the fused kernels; `explain`
+/// reads the `.onnx` file; a missing input and an unknown input name are errors naming them.
+#[test]
+fn run_executes_an_onnx_model_and_writes_npy_outputs() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/onnx");
+    let dir = std::env::temp_dir().join(format!("fusegraph-run-{}", std::process::id()));
+    let model = data.join("cnn.onnx");
+    let input = format!("image={}", data.join("cnn-image.npy").display());
+    let args = ["run", model.to_str().unwrap(), "--input", &input, "--output", dir.to_str().unwrap()];
+    let out = fusegraph(&args, None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("fused kernels"), "{err}");
+    let io = fusegraph::crates::ir::safetensors::read(&data.join("cnn-io.safetensors")).unwrap();
+    for name in ["probs", "class"] {
+        let bytes = std::fs::read(dir.join(format!("{name}.npy"))).unwrap();
+        let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+        let got: Vec<f64> = match name {
+            "class" => npy.into_vec::<i32>().unwrap().into_iter().map(f64::from).collect(),
+            _ => npy.into_vec::<f32>().unwrap().into_iter().map(f64::from).collect(),
+        };
+        let want = io[&format!("output:{name}")].to_f64();
+        assert_eq!(got.len(), want.len(), "{name}");
+        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-4, "{name}: {worst:.2e} from ONNX Runtime's");
+    }
+    let out = fusegraph(&["explain", model.to_str().unwrap()], None);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("kernels:"));
+    let out = fusegraph(&["run", model.to_str().unwrap()], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("no --input for the model's input `image`"), "{err}");
+    let out = fusegraph(&["run", model.to_str().unwrap(), "--input", "pixels=x.npy"], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("`pixels`") && err.contains("image"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
