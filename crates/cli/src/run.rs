@@ -148,16 +148,17 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
         println!("{name}: {}", t.ty());
     }
     let s = exe.stats();
-    let mb = |b: u64| b as f64 / 1e6;
+    let bytes =
+        |b: u64| if b >= 1_000_000 { format!("{:.2} MB", b as f64 / 1e6) } else { format!("{:.1} kB", b as f64 / 1e3) };
     let time = times
         .get(times.len() / 2)
         .map_or("no timed runs".into(), |m| format!("{m:.3} ms per run (median of {}, with transfers)", times.len()));
     eprintln!(
-        "{}: {ops} ops → {} fused kernels; {:.2} MB planned for values, {:.2} MB of parameters; compiled in {compiled:.2} s; {time}; on {}",
+        "{}: {ops} ops → {} fused kernels; {} planned for values, {} of parameters; compiled in {compiled:.2} s; {time}; on {}",
         a.model.display(),
         s.kernels.len(),
-        mb(s.arena_bytes),
-        mb(s.persistent_bytes),
+        bytes(s.arena_bytes),
+        bytes(s.persistent_bytes),
         device.describe()
     );
     Ok(())

@@ -156,7 +156,7 @@ impl Scope {
             Matrices::ByPath(m) => m.get(&path).copied().unwrap_or(self.dtype),
         };
         match d.block() {
-            Some((elems, _)) if !row.is_multiple_of(elems) => self.dtype,
+            Some((elems, _)) if row % elems != 0 => self.dtype,
             _ => d,
         }
     }

@@ -254,6 +254,19 @@ impl OnnxModel {
     /// Records the graph into `b` for inputs of the shapes `shapes` gives (by input name;
     /// an input not named takes its declared shape, which must then be fixed).
     pub fn import(&self, b: &GraphBuilder, shapes: &BTreeMap<String, Vec<usize>>) -> Result<Imported> {
+        self.import_specialized(b, shapes, &BTreeMap::new())
+    }
+
+    /// [`OnnxModel::import`] with some inputs' values known at import (`known`, by input
+    /// name): the graph is specialized to them as to a shape — they are constants, and the
+    /// inputs that must be static (a `Reshape`'s shape, a reduction's axes, a `Slice`'s
+    /// bounds) may come from them. They are not among [`Imported::inputs`].
+    pub fn import_specialized(
+        &self,
+        b: &GraphBuilder,
+        shapes: &BTreeMap<String, Vec<usize>>,
+        known: &BTreeMap<String, HostTensor>,
+    ) -> Result<Imported> {
         let unsupported = self.unsupported();
         if !unsupported.is_empty() {
             return Err(OnnxError::Unsupported(unsupported));
@@ -283,6 +296,16 @@ impl OnnxModel {
         }
         let mut inputs = Vec::new();
         for info in self.inputs()? {
+            if let Some(v) = known.get(&info.name) {
+                let v = if v.dtype() == info.dtype {
+                    v.clone()
+                } else {
+                    HostTensor::from_f64(info.dtype, v.shape().clone(), &v.to_f64())
+                        .map_err(|e| OnnxError::Input { name: info.name.clone(), detail: e.to_string() })?
+                };
+                values.insert(info.name.clone(), Value::Known(v));
+                continue;
+            }
             let dims = match shapes.get(&info.name) {
                 Some(d) => d.clone(),
                 None => info

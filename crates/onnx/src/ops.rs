@@ -211,10 +211,29 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
     let one = |t: std::result::Result<Tensor, IrError>| t.map(|t| vec![t]).map_err(ir);
     let op = node.op_type.as_str();
     match op {
-        "Identity" | "Dropout" => Ok(vec![x(0)?]),
+        "Identity" => Ok(vec![x(0)?]),
+        "Dropout" => {
+            // Inference: the identity, and a mask of every element kept.
+            if let Some(Value::Known(h)) = ins.get(2).and_then(Option::as_ref) {
+                if h.to_f64().first().is_some_and(|&v| v != 0.0) {
+                    return Err(node_err(node, "training_mode (random dropout) is not supported"));
+                }
+            } else if ins.get(2).and_then(Option::as_ref).is_some() {
+                return Err(node_err(node, "training_mode computed at run time"));
+            }
+            let t = x(0)?;
+            let mask = b.full(DType::Bool, t.dims().to_vec(), 1.0).map_err(ir)?;
+            Ok(vec![t, mask])
+        }
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual"
         | "And" | "Or" => {
             let (l, mut r) = (x(0)?, x(1)?);
+            if op == "Pow" && l.dtype().is_int() {
+                // Integer powers through f32, rounded back.
+                let (lf, rf) = (l.cast(DType::F32).map_err(ir)?, r.cast(DType::F32).map_err(ir)?);
+                let p = lf.pow(&rf).and_then(|p| p.add_scalar(0.5)).and_then(|p| p.floor()).map_err(ir)?;
+                return one(p.cast(l.dtype()));
+            }
             if op == "Pow" && r.dtype() != l.dtype() {
                 r = r.cast(l.dtype()).map_err(ir)?;
             }
@@ -361,12 +380,17 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
             let r = t.rank();
             let from = axis(node, a.int("axis", -1), r)?;
             let over: Vec<usize> = (from..r).collect();
-            let mut y = t.layer_norm(&over, a.float("epsilon", 1e-5)).map_err(ir)?;
+            let eps = a.float("epsilon", 1e-5);
+            let mut y = t.layer_norm(&over, eps).map_err(ir)?;
             y = y.mul(&x(1)?).map_err(ir)?;
             if let Some(bias) = opt(2)? {
                 y = y.add(&bias).map_err(ir)?;
             }
-            Ok(vec![y])
+            // The optional outputs: the mean and the reciprocal standard deviation, kept
+            // along the normalized axes.
+            let mean = t.mean(&over, true).map_err(ir)?;
+            let inv = t.variance(&over, true).and_then(|v| v.add_scalar(eps)).and_then(|v| v.rsqrt()).map_err(ir)?;
+            Ok(vec![y, mean, inv])
         }
         "MaxPool" | "AveragePool" => pool(b, node, x(0)?),
         "GlobalAveragePool" | "GlobalMaxPool" => {
@@ -385,12 +409,18 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
             let from_input = op == "ReduceSum" || opset >= 18;
             let given = if from_input { known_ints(node, ins, 1)? } else { a.ints("axes") };
             let keep = a.int("keepdims", 1) != 0;
+            // Bools reduce as u32 (max as or, min as and; their identities false and true).
+            let t = if t.dtype() == DType::Bool { t.cast(DType::U32).map_err(ir)? } else { t };
+            let back = |r: std::result::Result<Tensor, IrError>| match x(0)?.dtype() {
+                DType::Bool => one(r.and_then(|r| r.cast(DType::Bool))),
+                _ => one(r),
+            };
             let list = match given {
                 Some(v) if !v.is_empty() => axes(node, &v, t.rank())?,
-                _ if a.int("noop_with_empty_axes", 0) != 0 => return Ok(vec![t]),
+                _ if a.int("noop_with_empty_axes", 0) != 0 => return Ok(vec![x(0)?]),
                 _ => (0..t.rank()).collect(),
             };
-            one(match op {
+            back(match op {
                 "ReduceSum" => t.sum(&list, keep),
                 "ReduceMean" => t.mean(&list, keep),
                 "ReduceMax" => t.max(&list, keep),
@@ -400,10 +430,16 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
         }
         "ArgMax" => {
             let t = x(0)?;
-            if a.int("select_last_index", 0) != 0 {
-                return Err(node_err(node, "select_last_index = 1 is not supported"));
+            let ax = axis(node, a.int("axis", 0), t.rank())?;
+            let keep = a.int("keepdims", 1) != 0;
+            if a.int("select_last_index", 0) == 0 {
+                return one(t.argmax(ax, keep));
             }
-            one(t.argmax(axis(node, a.int("axis", 0), t.rank())?, a.int("keepdims", 1) != 0))
+            // The last maximum: the first of the axis reversed, counted from the end.
+            let d = t.dims()[ax];
+            let rev = b.constant(DType::I32, [d], &(0..d).rev().map(|i| i as f64).collect::<Vec<_>>()).map_err(ir)?;
+            let first = t.gather(&rev, ax).and_then(|r| r.argmax(ax, keep)).map_err(ir)?;
+            one(first.full_like((d - 1) as f64).and_then(|last| last.sub(&first)))
         }
         "Reshape" => {
             let t = x(0)?;
@@ -513,18 +549,32 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
             let steps = known_ints(node, ins, 4)?.unwrap_or_else(|| vec![1; starts.len()]);
             let (mut lo, mut hi, mut st): (Vec<usize>, Vec<usize>, Vec<usize>) =
                 (vec![0; r], t.dims().to_vec(), vec![1; r]);
+            // Axes walked backwards (negative steps), as the indices they take.
+            let mut backwards: Vec<(usize, Vec<f64>)> = Vec::new();
             for (j, &ax) in list.iter().enumerate() {
                 let ax = axis(node, ax, r)?;
                 let d = t.dims()[ax] as i64;
-                if steps[j] <= 0 {
-                    return Err(node_err(node, format!("step {} (only positive steps are supported)", steps[j])));
+                let wrap = |v: i64| if v < 0 { v + d } else { v };
+                match steps[j] {
+                    0 => return Err(node_err(node, "a step of 0")),
+                    s if s > 0 => {
+                        lo[ax] = wrap(starts[j]).clamp(0, d) as usize;
+                        hi[ax] = (wrap(ends[j]).clamp(0, d) as usize).max(lo[ax]);
+                        st[ax] = s as usize;
+                    }
+                    s => {
+                        let (first, end) = (wrap(starts[j]).clamp(0, d - 1), wrap(ends[j]).clamp(-1, d - 1));
+                        let idx = (0..).map(|n| first + n * s).take_while(|&i| i > end).map(|i| i as f64).collect();
+                        backwards.push((ax, idx));
+                    }
                 }
-                let clamp = |v: i64| (if v < 0 { v + d } else { v }).clamp(0, d) as usize;
-                lo[ax] = clamp(starts[j]);
-                hi[ax] = clamp(ends[j]).max(lo[ax]);
-                st[ax] = steps[j] as usize;
             }
-            one(t.slice(&lo, &hi, &st))
+            let mut y = t.slice(&lo, &hi, &st).map_err(ir)?;
+            for (ax, idx) in backwards {
+                let i = b.constant(DType::I32, [idx.len()], &idx).map_err(ir)?;
+                y = y.gather(&i, ax).map_err(ir)?;
+            }
+            Ok(vec![y])
         }
         "Gather" => {
             let t = x(0)?;
@@ -570,15 +620,8 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
         }
         "Pad" => {
             let t = x(0)?;
-            if a.string("mode", "constant") != "constant" {
-                return Err(node_err(node, format!("mode `{}` (only constant is supported)", a.string("mode", ""))));
-            }
+            let mode = a.string("mode", "constant");
             let pads = known_ints(node, ins, 1)?.ok_or_else(|| node_err(node, "no pads"))?;
-            let value = match ins.get(2).and_then(Option::as_ref) {
-                Some(Value::Known(h)) => h.to_f64().first().copied().unwrap_or(0.0),
-                Some(Value::Node(_)) => return Err(node_err(node, "a constant_value computed at run time")),
-                None => 0.0,
-            };
             let r = t.rank();
             let list = known_ints(node, ins, 3)?.unwrap_or_else(|| (0..r as i64).collect());
             let (mut low, mut high) = (vec![0; r], vec![0; r]);
@@ -590,7 +633,51 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
                 }
                 (low[ax], high[ax]) = (l as usize, h as usize);
             }
-            one(t.pad(&low, &high, value))
+            if mode != "constant" {
+                // Edge, reflect and wrap: each padded axis gathered at the indices the mode
+                // maps its positions to.
+                let mut y = t;
+                for ax in 0..r {
+                    if low[ax] + high[ax] == 0 {
+                        continue;
+                    }
+                    let d = y.dims()[ax] as i64;
+                    let from = |i: i64| -> Option<i64> {
+                        match mode.as_str() {
+                            "edge" => Some(i.clamp(0, d - 1)),
+                            "wrap" => Some(i.rem_euclid(d)),
+                            "reflect" if d > 1 => {
+                                let p = i.rem_euclid(2 * (d - 1));
+                                Some(if p < d { p } else { 2 * (d - 1) - p })
+                            }
+                            "reflect" => Some(0),
+                            _ => None,
+                        }
+                    };
+                    let idx: Vec<f64> = (-(low[ax] as i64)..d + high[ax] as i64)
+                        .map(|i| from(i).map(|v| v as f64))
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| node_err(node, format!("mode `{mode}`")))?;
+                    let i = b.constant(DType::I32, [idx.len()], &idx).map_err(ir)?;
+                    y = y.gather(&i, ax).map_err(ir)?;
+                }
+                return Ok(vec![y]);
+            }
+            match ins.get(2).and_then(Option::as_ref) {
+                Some(Value::Known(h)) => one(t.pad(&low, &high, h.to_f64().first().copied().unwrap_or(0.0))),
+                None => one(t.pad(&low, &high, 0.0)),
+                // A value known at run time: zeros padded, then the value where the mask of
+                // the original elements is 0.
+                Some(v @ Value::Node(_)) => {
+                    let v = tensor(b, v).map_err(ir)?;
+                    let inner = t.pad(&low, &high, 0.0).map_err(ir)?;
+                    let kept = b
+                        .full(DType::Bool, t.dims().to_vec(), 1.0)
+                        .and_then(|m| m.pad(&low, &high, 0.0))
+                        .map_err(ir)?;
+                    one(kept.select(&inner, &v.reshape(Vec::<usize>::new()).map_err(ir)?))
+                }
+            }
         }
         "ConstantOfShape" => {
             let shape = known_ints(node, ins, 0)?.ok_or_else(|| node_err(node, "no shape"))?;
@@ -716,8 +803,26 @@ fn symmetric(node: &NodeProto, x: Tensor, p: [usize; 4], value: f64) -> Result<(
 fn pool(b: &GraphBuilder, node: &NodeProto, x: Tensor) -> Result<Vec<Tensor>> {
     let ir = |e: IrError| node_err(node, e.to_string());
     let a = Attrs(node);
+    // 1-D pooling as 2-D with a unit height; integers through f32 (exact below 2^24).
+    if x.rank() == 3 {
+        let d = x.dims().to_vec();
+        let y = pool_2d(b, node, &a, x.reshape([d[0], d[1], 1, d[2]]).map_err(ir)?, true)?;
+        let o = y.dims().to_vec();
+        return Ok(vec![y.reshape([o[0], o[1], o[3]]).map_err(ir)?]);
+    }
+    if x.dtype().is_int() {
+        let dtype = x.dtype();
+        let y = pool_2d(b, node, &a, x.cast(DType::F32).map_err(ir)?, false)?;
+        return Ok(vec![y.cast(dtype).map_err(ir)?]);
+    }
+    Ok(vec![pool_2d(b, node, &a, x, false)?])
+}
+
+/// [`pool`] of a rank-4 input (`one_d`: a 1-D pooling's attributes, of one spatial axis).
+fn pool_2d(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor, one_d: bool) -> Result<Tensor> {
+    let ir = |e: IrError| node_err(node, e.to_string());
     if x.rank() != 4 {
-        return Err(node_err(node, format!("input {} (2-D pooling is supported)", x.ty())));
+        return Err(node_err(node, format!("input {} (1-D and 2-D pooling are supported)", x.ty())));
     }
     if a.int("ceil_mode", 0) != 0 {
         return Err(node_err(node, "ceil_mode = 1 is not supported"));
@@ -726,24 +831,30 @@ fn pool(b: &GraphBuilder, node: &NodeProto, x: Tensor) -> Result<Vec<Tensor>> {
         return Err(node_err(node, "dilated pooling is not supported"));
     }
     let k = a.ints("kernel_shape").ok_or_else(|| node_err(node, "no kernel_shape"))?;
-    let kernel = [k[0] as usize, k[1] as usize];
-    let s = a.ints("strides").unwrap_or_else(|| vec![1, 1]);
-    let stride = [s[0] as usize, s[1] as usize];
-    let pads = window_pads(node, &a, &x, kernel, stride, [1, 1], false)?;
+    let s = a.ints("strides").unwrap_or_else(|| vec![1; k.len()]);
+    let (kernel, stride) = match (k.len(), s.len(), one_d) {
+        (1, 1, true) => ([1, k[0] as usize], [1, s[0] as usize]),
+        (2, 2, false) => ([k[0] as usize, k[1] as usize], [s[0] as usize, s[1] as usize]),
+        _ => return Err(node_err(node, format!("kernel_shape {k:?} and strides {s:?}"))),
+    };
+    let pads = window_pads(node, a, &x, kernel, stride, [1, 1], one_d)?;
     let max = node.op_type == "MaxPool";
     if max {
+        if node.output.len() > 1 {
+            return Err(node_err(node, "the Indices output is not supported"));
+        }
         let (x, padding) = symmetric(node, x, pads, f64::NEG_INFINITY)?;
-        return Ok(vec![x.max_pool2d(kernel, stride, padding).map_err(ir)?]);
+        return x.max_pool2d(kernel, stride, padding).map_err(ir);
     }
     let (xp, padding) = symmetric(node, x.clone(), pads, 0.0)?;
     let avg = xp.avg_pool2d(kernel, stride, padding).map_err(ir)?;
     if a.int("count_include_pad", 0) != 0 || pads == [0; 4] {
-        return Ok(vec![avg]);
+        return Ok(avg);
     }
     // The average over the padding counted as zeros, divided by the share of the window
     // inside the input: the same pooling of ones.
     let ones = b.full(x.dtype(), x.dims().to_vec(), 1.0).map_err(ir)?;
     let (op, padding) = symmetric(node, ones, pads, 0.0)?;
     let share = op.avg_pool2d(kernel, stride, padding).map_err(ir)?;
-    Ok(vec![avg.div(&share).map_err(ir)?])
+    avg.div(&share).map_err(ir)
 }
