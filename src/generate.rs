@@ -6,8 +6,9 @@
 //!
 //! A decode step attends to the whole cache under a mask of the positions written so far, so
 //! its work does not grow with the position: its time stays flat as the sequence grows.
-//! Sampling ([`Sampling`]) happens on the host from the last position's logits: greedy, or
-//! temperature, top-k and top-p with a seeded generator.
+//! Greedy decoding ([`Sampling::greedy`]) takes each sequence's argmax on the device, in the
+//! step's own executable, and reads back one id per sequence; temperature, top-k and top-p
+//! sampling (seeded) happen on the host from the last position's logits, read back whole.
 
 use crate::nn::causal::{CausalLm, Kv};
 use crate::{CompileOptions, DType, Error, Executable, GraphBuilder, HostTensor, ParamStore, Result, Tensor};
@@ -59,8 +60,12 @@ pub struct Generator {
     batch: usize,
     max_seq: usize,
     caches: Vec<(String, String)>,
-    decode: Executable,
-    prefill: BTreeMap<usize, Executable>,
+    /// The decode step returning logits (compiled by `new`), and the one returning the
+    /// greedy ids (compiled on first use).
+    decode: Option<Executable>,
+    decode_greedy: Option<Executable>,
+    /// Prefill executables by prompt length and whether they return the greedy ids.
+    prefill: BTreeMap<(usize, bool), Executable>,
 }
 
 /// The sampling generator: the workspace's seeded PCG.
@@ -106,14 +111,7 @@ impl Generator {
             .map(|n| (n, &zeros))
             .collect();
         store.insert_all(missing)?;
-        let b = GraphBuilder::new();
-        let ids = b.input("ids", DType::I32, [batch, 1])?;
-        let pos = b.input("pos", DType::I32, Vec::<usize>::new())?;
-        let cache = Self::cache_params(&b, &caches, shape)?;
-        let (logits, updated) = model.decode(&ids, &pos, &cache)?;
-        let last = logits.reshape([batch, model.vocab_size()])?;
-        let decode = Self::compile(store, &b, &last, &caches, &updated, &opts, "decode step")?;
-        Ok(Generator {
+        let mut g = Generator {
             stop: model.eos_token_ids(),
             model,
             store: store.clone(),
@@ -121,9 +119,26 @@ impl Generator {
             batch,
             max_seq,
             caches,
-            decode,
+            decode: None,
+            decode_greedy: None,
             prefill: BTreeMap::new(),
-        })
+        };
+        g.decode = Some(g.compile_decode(false)?);
+        Ok(g)
+    }
+
+    /// The decode step's executable: the last logits `[batch, vocab]`, or with `greedy` each
+    /// row's first maximum `[batch]` (i32).
+    fn compile_decode(&self, greedy: bool) -> Result<Executable> {
+        let (batch, model) = (self.batch, &self.model);
+        let shape = Self::cache_dims(&**model, batch, self.max_seq);
+        let b = GraphBuilder::new();
+        let ids = b.input("ids", DType::I32, [batch, 1])?;
+        let pos = b.input("pos", DType::I32, Vec::<usize>::new())?;
+        let cache = Self::cache_params(&b, &self.caches, shape)?;
+        let (logits, updated) = model.decode(&ids, &pos, &cache)?;
+        let last = head(&logits.reshape([batch, model.vocab_size()])?, greedy)?;
+        Self::compile(&self.store, &b, &last, &self.caches, &updated, &self.opts, "decode step")
     }
 
     /// A cache's dimensions: `[batch, kv heads, max_seq, head width]`.
@@ -163,14 +178,16 @@ impl Generator {
         Ok(store.compile(&b.graph(), &[out.id()], &opts)?)
     }
 
-    /// The prefill executable for prompts of `len` tokens (compiled on first use).
-    fn prefill(&mut self, len: usize) -> Result<&Executable> {
-        if !self.prefill.contains_key(&len) {
+    /// The prefill executable for prompts of `len` tokens, returning the last logits or with
+    /// `greedy` the greedy ids (compiled on first use).
+    fn prefill(&mut self, len: usize, greedy: bool) -> Result<&Executable> {
+        if !self.prefill.contains_key(&(len, greedy)) {
             let (vocab, batch) = (self.model.vocab_size(), self.batch);
             let b = GraphBuilder::new();
             let ids = b.input("ids", DType::I32, [batch, len])?;
             let (logits, kvs) = self.model.prefill(&ids)?;
             let last = logits.slice(&[0, len - 1, 0], &[batch, len, vocab], &[1, 1, 1])?.reshape([batch, vocab])?;
+            let last = head(&last, greedy)?;
             let shape = Self::cache_dims(&*self.model, batch, self.max_seq);
             let cache = Self::cache_params(&b, &self.caches, shape)?;
             let zero = b.scalar(DType::I32, 0.0)?;
@@ -182,14 +199,14 @@ impl Generator {
                 })
                 .collect::<Result<Vec<Kv>>>()?;
             let exe = Self::compile(&self.store, &b, &last, &self.caches, &written, &self.opts, "prefill")?;
-            self.prefill.insert(len, exe);
+            self.prefill.insert((len, greedy), exe);
         }
-        Ok(&self.prefill[&len])
+        Ok(&self.prefill[&(len, greedy)])
     }
 
     /// The decode-step executable (its stats, its memory plan).
     pub fn decode_executable(&self) -> &Executable {
-        &self.decode
+        self.decode.as_ref().expect("compiled by new")
     }
 
     /// Generates `new_tokens` tokens after each of `prompts` (one per sequence of the batch,
@@ -231,11 +248,25 @@ impl Generator {
         let mut rng = Rng::new(sampling.seed);
         let mut tokens: Vec<Vec<i32>> = prompts.to_vec();
         let ids = HostTensor::new([batch, len], prompts.concat())?;
-        self.prefill(len)?; // compiled on first use, outside the timing
+        // Greedy: the executables that return the ids (compiled on first use, outside the
+        // timing).
+        let greedy = sampling.temperature == 0.0;
+        self.prefill(len, greedy)?;
+        if greedy && self.decode_greedy.is_none() {
+            self.decode_greedy = Some(self.compile_decode(true)?);
+        }
+        let choose = |out: HostTensor, rng: &mut Rng| -> Vec<i32> {
+            match greedy {
+                true => out.as_slice::<i32>().expect("the argmax's i32 ids").to_vec(),
+                false => sample_rows(&out, sampling, rng),
+            }
+        };
         let start = Instant::now();
-        let logits = self.prefill[&len].run(&[("ids", &ids)])?.remove(0);
+        let out = self.prefill[&(len, greedy)].run(&[("ids", &ids)])?.remove(0);
         let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
-        let mut next = sample_rows(&logits, sampling, &mut rng);
+        let mut next = choose(out, &mut rng);
+        let decode = if greedy { &self.decode_greedy } else { &self.decode };
+        let decode = decode.as_ref().expect("compiled above or by new");
         let mut step_ms = Vec::with_capacity(new_tokens);
         let mut ended = vec![false; batch];
         for step in 0..new_tokens {
@@ -254,14 +285,20 @@ impl Generator {
             let ids = HostTensor::new([batch, 1], next.clone())?;
             let pos = HostTensor::new(Vec::<usize>::new(), vec![(len + step) as i32])?;
             let t0 = Instant::now();
-            let logits = self.decode.run(&[("ids", &ids), ("pos", &pos)])?.remove(0);
+            let out = decode.run(&[("ids", &ids), ("pos", &pos)])?.remove(0);
             step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
-            next = sample_rows(&logits, sampling, &mut rng);
+            next = choose(out, &mut rng);
         }
         let decode_s = step_ms.iter().sum::<f64>() / 1e3;
         let tokens_per_s = if decode_s > 0.0 { (batch * step_ms.len()) as f64 / decode_s } else { f64::NAN };
         Ok(Generation { tokens, prefill_ms, step_ms, tokens_per_s })
     }
+}
+
+/// The step's output from its last logits `[batch, vocab]`: them, or with `greedy` each
+/// row's first maximum (what [`sample`] picks at temperature 0).
+fn head(last: &Tensor, greedy: bool) -> Result<Tensor> {
+    Ok(if greedy { last.argmax(1, false)? } else { last.clone() })
 }
 
 /// The next token of each row of `logits: [batch, vocab]`.

@@ -250,3 +250,21 @@ fn check_logits_and_tokens(loaded: &Pretrained, r: &Value, what: &str) {
     let out = g.generate(std::slice::from_ref(&prompt), want.len(), &Sampling::greedy()).unwrap();
     assert_eq!(out.tokens[0][prompt.len()..], want[..], "{what}: greedy tokens");
 }
+
+/// Greedy decoding takes the argmax on the device and reads back one id per sequence; it
+/// chooses what the host chooses from the logits at top-k 1 (the same first maximum), at
+/// batch 2 over 24 new tokens.
+#[test]
+fn greedy_ids_chosen_on_the_device_are_the_hosts_choice() {
+    let loaded = Pretrained::load(&data().join("llama-tiny"), None, Quantize::AsStored).unwrap();
+    let store = ParamStore::new(&Device::shared().unwrap());
+    store.insert_all(loaded.params.iter()).unwrap();
+    let mut g = Generator::new(&store, loaded.model.clone(), 2, 32, CompileOptions::default()).unwrap();
+    g.stop_at(Vec::new());
+    let prompts = [vec![5, 17, 42, 8], vec![99, 3, 250, 61]];
+    let on_device = g.generate(&prompts, 24, &Sampling::greedy()).unwrap();
+    let top1 = Sampling { temperature: 1.0, top_k: Some(1), top_p: None, seed: 7 };
+    let on_host = g.generate(&prompts, 24, &top1).unwrap();
+    assert_eq!(on_device.tokens, on_host.tokens);
+    assert!(!g.decode_executable().stats().kernels.is_empty());
+}

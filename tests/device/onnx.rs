@@ -1,6 +1,7 @@
 //! ONNX models exported by `torch.onnx.export` (tests/data/onnx, written by
-//! scripts/fixtures/make_onnx.py) run fused on the device and give ONNX Runtime's outputs,
-//! in fewer kernels than unfused.
+//! scripts/fixtures/make_onnx.py) — a CNN, an MLP, torchvision's MobileNetV3-small (a
+//! quarter of its width), and a tiny BERT and GPT-2 as `transformers` builds them — run
+//! fused on the device and give ONNX Runtime's outputs, in fewer kernels than unfused.
 
 use fusegraph::crates::ir::safetensors;
 use fusegraph::onnx::OnnxModel;
@@ -14,7 +15,7 @@ fn data() -> PathBuf {
 
 #[test]
 fn exported_models_run_fused_and_give_onnx_runtimes_outputs() {
-    for name in ["cnn", "mlp"] {
+    for name in ["cnn", "mlp", "mobilenet_v3_small", "bert_tiny", "gpt2_tiny"] {
         let model = OnnxModel::open(&data().join(format!("{name}.onnx"))).unwrap();
         let io = safetensors::read(&data().join(format!("{name}-io.safetensors"))).unwrap();
         let feeds: BTreeMap<String, HostTensor> =

@@ -34,6 +34,7 @@ pub const SUPPORTED: &[&str] = &[
     "Flatten",
     "Floor",
     "Gather",
+    "GatherElements",
     "Gelu",
     "Gemm",
     "GlobalAveragePool",
@@ -593,6 +594,23 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
                 }
             };
             one(t.gather(&idx, ax))
+        }
+        "GatherElements" => {
+            // Element (c₀, …, c_axis, …) of the result is the data's at the index along
+            // `axis`: one gather from the flattened data at computed flat positions.
+            let (t, i) = (x(0)?, x(1)?.cast(DType::I32).map_err(ir)?);
+            let r = t.rank();
+            let ax = axis(node, a.int("axis", 0), r)?;
+            let dim = t.dims()[ax] as f64;
+            let zero = i.full_like(0.0).map_err(ir)?;
+            let i = i.lt(&zero).and_then(|neg| neg.select(&i.add_scalar(dim)?, &i)).map_err(ir)?;
+            let strides: Vec<usize> = (0..r).map(|q| t.dims()[q + 1..].iter().product()).collect();
+            let mut flat = i.mul_scalar(strides[ax] as f64).map_err(ir)?;
+            for (q, &stride) in strides.iter().enumerate().filter(|&(q, _)| q != ax) {
+                let coord = b.iota(DType::I32, i.dims().to_vec(), q).map_err(ir)?;
+                flat = flat.add(&coord.mul_scalar(stride as f64).map_err(ir)?).map_err(ir)?;
+            }
+            one(t.reshape([t.shape().numel()]).and_then(|d| d.gather(&flat, 0)))
         }
         "Expand" => {
             let t = x(0)?;

@@ -47,6 +47,21 @@ fn an_mlp_with_shape_arithmetic_gives_onnx_runtimes_outputs() {
     check("mlp");
 }
 
+/// torchvision's MobileNetV3-small (a quarter of its width): depthwise convolutions,
+/// squeeze-and-excitation, hardswish.
+#[test]
+fn mobilenet_v3_gives_onnx_runtimes_outputs() {
+    check("mobilenet_v3_small");
+}
+
+/// A tiny BERT and a tiny GPT-2 as `transformers` builds them: embeddings, attention with
+/// masks built from the inputs (`Where`, `Expand`, `GatherElements`), GELU, layer norms.
+#[test]
+fn transformers_bert_and_gpt2_give_onnx_runtimes_outputs() {
+    check("bert_tiny");
+    check("gpt2_tiny");
+}
+
 /// The MLP's batch is a named dimension: it imports at any batch, and its shape
 /// arithmetic (`Shape`, `Gather`, `Concat`, `Reshape`) folds away at import.
 #[test]

@@ -473,8 +473,7 @@ fn lower_kernels(
     limit: Option<u64>,
 ) -> (Vec<KernelSource>, WorkspacePlan) {
     let KernelForms { kernels, tilings, subgroup, coop } = *forms;
-    // A forced tiling asks for the tiled kernel, not the matrix–vector one.
-    let strategy = Strategy { gemv: opts.matmul_tiling.is_none(), ..Strategy::default() };
+    let strategy = Strategy::default();
     let unshared = if opts.excess_precision { unshared_members(kernels) } else { vec![Vec::new(); kernels.len()] };
     let lower_all = |lower_opts: &LowerOptions| -> Vec<KernelSource> {
         kernels

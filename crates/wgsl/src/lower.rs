@@ -256,7 +256,9 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
             }
         });
     // A product of a few rows takes the matrix–vector kernel.
-    let gemv = tiled.filter(|t| strategy.gemv && crate::matmul_gemv::gemv_applies(g, t, opts));
+    // (A tiling given asks for the tiled kernel.)
+    let gemv = tiled
+        .filter(|t| strategy.gemv && strategy.matmul_tiling.is_none() && crate::matmul_gemv::gemv_applies(g, t, opts));
     let tiled =
         tiled
             .map(|t| if gemv.is_some() { crate::matmul::TiledPlan { vec4_lhs: None, vec4_rhs: None, ..t } } else { t });

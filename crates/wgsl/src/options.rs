@@ -238,9 +238,10 @@ pub struct Strategy {
     /// adjacent vec4s of the rhs tile in each step and store adjacent vec4s of the result
     /// (see `crate::matmul_tiled::tiled_main`).
     pub blocked_columns: bool,
-    /// With `tiled_matmul`, lower a product of at most [`crate::GEMV_MAX_ROWS`] rows on an
-    /// adapter with a GPU's loop forms by the matrix–vector kernel
-    /// (`crate::matmul_gemv::gemv_main`); otherwise as any other product.
+    /// With `tiled_matmul` and no `matmul_tiling`, lower a product of at most
+    /// [`crate::GEMV_MAX_ROWS`] rows on an adapter with a GPU's loop forms by the
+    /// matrix–vector kernel (`crate::matmul_gemv::gemv_main`); otherwise as any other
+    /// product.
     pub gemv: bool,
 }
 
