@@ -86,17 +86,7 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
     for (dt, b, m, k, n, transposed) in
         [(DType::F32, 1, 1, 200, 37, false), (DType::F32, 2, 3, 64, 20, true), (DType::F16, 1, 8, 72, 100, false)]
     {
-        let mut c = CaseBuilder::new((m * 31 + k + n) as u64);
-        let a = match transposed {
-            true => c.input(dt, &[b, k, m], Domain::Any).transpose(&[0, 2, 1]).unwrap(),
-            false => c.input(dt, &[b, m, k], Domain::Any),
-        };
-        let w = c.input(dt, &[k, n], Domain::Any);
-        let bias = c.input(dt, &[n], Domain::Any);
-        let y = a.matmul(&w).and_then(|y| y.add(&bias)).and_then(|y| y.relu()).unwrap();
-        let mut case = c.finish(format!("gemv_{dt}_{b}x{m}x{k}x{n}_t{transposed}"), &[&y]);
-        case.f16_tol = 1e-2;
-        cases.push((case, false));
+        cases.push((crate::shader_checks::matmul(dt, b, (m, k, n), transposed), false));
     }
     let mut c = CaseBuilder::new(5);
     let x = c.input(DType::F32, &[4, 40], Domain::Any);

@@ -20,9 +20,8 @@ fn exported_models_run_fused_and_give_onnx_runtimes_outputs() {
         let io = safetensors::read(&data().join(format!("{name}-io.safetensors"))).unwrap();
         let feeds: BTreeMap<String, HostTensor> =
             io.iter().filter_map(|(k, v)| Some((k.strip_prefix("input:")?.to_string(), v.clone()))).collect();
-        let shapes = feeds.iter().map(|(k, v)| (k.clone(), v.shape().dims().to_vec())).collect();
         let b = GraphBuilder::new();
-        let imported = model.import(&b, &shapes).unwrap();
+        let imported = model.import_for(&b, &feeds).unwrap();
         let store = ParamStore::new(&Device::shared().unwrap());
         store.insert_all(imported.params.iter()).unwrap();
         let ids: Vec<_> = imported.outputs.iter().map(|(_, t)| t.id()).collect();

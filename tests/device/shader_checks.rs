@@ -90,7 +90,7 @@ fn every_op_matches_the_reference_with_and_without_shader_checks() {
 
 /// A matmul `[b, m, k] · [k, n]` (lhs transposed from `[b, k, m]` where `transposed`) with
 /// the epilogue `relu(x + bias)`.
-fn matmul(dt: DType, b: usize, (m, k, n): (usize, usize, usize), transposed: bool) -> Case {
+pub(crate) fn matmul(dt: DType, b: usize, (m, k, n): (usize, usize, usize), transposed: bool) -> Case {
     let mut c = CaseBuilder::new((m * 131 + k * 7 + n + b) as u64);
     let a = match transposed {
         true => c.input(dt, &[b, k, m], Domain::Any).transpose(&[0, 2, 1]).unwrap(),

@@ -115,9 +115,8 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
     if let Some(missing) = declared.iter().find(|i| !feeds.contains_key(&i.name)) {
         return Err(format!("no --input for the model's input `{}`", missing.name));
     }
-    let shapes = feeds.iter().map(|(k, v)| (k.clone(), v.shape().dims().to_vec())).collect();
     let b = GraphBuilder::new();
-    let imported = model.import(&b, &shapes).map_err(|e| e.to_string())?;
+    let imported = model.import_for(&b, &feeds).map_err(|e| e.to_string())?;
     let graph = b.graph();
     let ids: Vec<_> = imported.outputs.iter().map(|(_, t)| t.id()).collect();
     let ops =

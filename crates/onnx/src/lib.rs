@@ -257,6 +257,13 @@ impl OnnxModel {
         self.import_specialized(b, shapes, &BTreeMap::new())
     }
 
+    /// [`OnnxModel::import`] at the shapes of the values `feeds` gives each input (what a
+    /// run will feed).
+    pub fn import_for(&self, b: &GraphBuilder, feeds: &BTreeMap<String, HostTensor>) -> Result<Imported> {
+        let shapes = feeds.iter().map(|(k, v)| (k.clone(), v.shape().dims().to_vec())).collect();
+        self.import(b, &shapes)
+    }
+
     /// [`OnnxModel::import`] with some inputs' values known at import (`known`, by input
     /// name): the graph is specialized to them as to a shape — they are constants, and the
     /// inputs that must be static (a `Reshape`'s shape, a reduction's axes, a `Slice`'s

@@ -20,9 +20,8 @@ fn check(name: &str) {
     let io = safetensors::read(&data().join(format!("{name}-io.safetensors"))).unwrap();
     let feeds: BTreeMap<String, HostTensor> =
         io.iter().filter_map(|(k, v)| Some((k.strip_prefix("input:")?.to_string(), v.clone()))).collect();
-    let shapes = feeds.iter().map(|(k, v)| (k.clone(), v.shape().dims().to_vec())).collect();
     let b = GraphBuilder::new();
-    let imported = model.import(&b, &shapes).unwrap();
+    let imported = model.import_for(&b, &feeds).unwrap();
     let g = b.graph();
     let ids: Vec<_> = imported.outputs.iter().map(|(_, t)| t.id()).collect();
     let got = fusegraph_reference::evaluate(&g, &ids, &feeds, &imported.params).unwrap();
