@@ -69,6 +69,7 @@ pub const SUPPORTED: &[&str] = &[
     "ReduceSum",
     "Relu",
     "Reshape",
+    "Resize",
     "Shape",
     "Sigmoid",
     "Sign",
@@ -612,6 +613,7 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
             }
             one(t.reshape([t.shape().numel()]).and_then(|d| d.gather(&flat, 0)))
         }
+        "Resize" => resize(b, node, x(0)?, ins),
         "Expand" => {
             let t = x(0)?;
             let shape = known_ints(node, ins, 1)?.ok_or_else(|| node_err(node, "no shape"))?;
@@ -875,4 +877,95 @@ fn pool_2d(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor, one_d: 
     let (op, padding) = symmetric(node, ones, pads, 0.0)?;
     let share = op.avg_pool2d(kernel, stride, padding).map_err(ir)?;
     avg.div(&share).map_err(ir)
+}
+
+/// `Resize` in `nearest` and `linear` modes (the latter separable: one axis at a time, as
+/// bilinear and trilinear are): each resized axis gathered at source indices computed at
+/// import from its coordinate transformation, linear as the two neighbours weighted.
+fn resize(b: &GraphBuilder, node: &NodeProto, x: Tensor, ins: &[Option<Value>]) -> Result<Vec<Tensor>> {
+    let ir = |e: IrError| node_err(node, e.to_string());
+    let a = Attrs(node);
+    let r = x.rank();
+    let mode = a.string("mode", "nearest");
+    if mode != "nearest" && mode != "linear" {
+        return Err(node_err(node, format!("mode `{mode}` (nearest and linear are supported)")));
+    }
+    if a.int("antialias", 0) != 0 || a.string("keep_aspect_ratio_policy", "stretch") != "stretch" {
+        return Err(node_err(node, "antialias and keep_aspect_ratio_policy other than stretch are not supported"));
+    }
+    let transform = a.string("coordinate_transformation_mode", "half_pixel");
+    if transform == "tf_crop_and_resize" {
+        return Err(node_err(node, "coordinate_transformation_mode tf_crop_and_resize is not supported"));
+    }
+    let list: Vec<usize> = match a.ints("axes") {
+        Some(v) => v.iter().map(|&q| axis(node, q, r)).collect::<Result<_>>()?,
+        None => (0..r).collect(),
+    };
+    let floats = |i: usize| -> Result<Option<Vec<f64>>> {
+        match ins.get(i).and_then(Option::as_ref) {
+            Some(Value::Known(h)) if h.shape().numel() > 0 => Ok(Some(h.to_f64())),
+            Some(Value::Known(_)) | None => Ok(None),
+            Some(Value::Node(_)) => Err(node_err(node, format!("input {i} must be known at import"))),
+        }
+    };
+    let (scales, sizes) = (floats(2)?, floats(3)?);
+    let mut y = x;
+    for (j, &ax) in list.iter().enumerate() {
+        let len = y.dims()[ax];
+        let (out, scale) = match (&sizes, &scales) {
+            (Some(s), _) => (s[j] as usize, s[j] / len as f64),
+            (None, Some(s)) => ((len as f64 * s[j]).floor() as usize, s[j]),
+            (None, None) => return Err(node_err(node, "neither scales nor sizes")),
+        };
+        if out == len && scale == 1.0 {
+            continue;
+        }
+        let source = |o: usize| -> f64 {
+            let o = o as f64;
+            match transform.as_str() {
+                "asymmetric" => o / scale,
+                "align_corners" if out == 1 => 0.0,
+                // (The resized length unrounded, where scales are given.)
+                "align_corners" => o * (len as f64 - 1.0) / (len as f64 * scale - 1.0),
+                "pytorch_half_pixel" if out == 1 => 0.0,
+                "tf_half_pixel_for_nn" => (o + 0.5) / scale,
+                "half_pixel_symmetric" => {
+                    let adjustment = out as f64 / (scale * len as f64);
+                    let center = len as f64 / 2.0;
+                    center * (1.0 - adjustment) + (o + 0.5) / scale - 0.5
+                }
+                _ => (o + 0.5) / scale - 0.5,
+            }
+        };
+        let last = len as f64 - 1.0;
+        let gather = |idx: Vec<f64>| -> Result<Tensor> {
+            let i = b.constant(DType::I32, [idx.len()], &idx).map_err(ir)?;
+            y.gather(&i, ax).map_err(ir)
+        };
+        y = if mode == "nearest" {
+            let nearest = a.string("nearest_mode", "round_prefer_floor");
+            let pick = |x: f64| -> f64 {
+                match nearest.as_str() {
+                    "floor" => x.floor(),
+                    "ceil" => x.ceil(),
+                    "round_prefer_ceil" if x.fract() == 0.5 || x.fract() == -0.5 => x.ceil(),
+                    "round_prefer_ceil" => x.round(),
+                    _ if x.fract() == 0.5 || x.fract() == -0.5 => x.floor(),
+                    _ => x.round(),
+                }
+            };
+            gather((0..out).map(|o| pick(source(o)).clamp(0.0, last)).collect())?
+        } else {
+            let coords: Vec<f64> = (0..out).map(|o| source(o).clamp(0.0, last)).collect();
+            let lo: Vec<f64> = coords.iter().map(|c| c.floor()).collect();
+            let hi: Vec<f64> = lo.iter().map(|l| (l + 1.0).min(last)).collect();
+            let w: Vec<f64> = coords.iter().zip(&lo).map(|(c, l)| c - l).collect();
+            let mut shape = vec![1; r];
+            shape[ax] = out;
+            let w = b.constant(y.dtype(), shape, &w).map_err(ir)?;
+            let (l, h) = (gather(lo)?, gather(hi)?);
+            h.sub(&l).and_then(|d| d.mul(&w)).and_then(|d| l.add(&d)).map_err(ir)?
+        };
+    }
+    Ok(vec![y])
 }

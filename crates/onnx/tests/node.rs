@@ -3,7 +3,8 @@
 //! supported op at opsets 13–21 is imported and evaluated by the CPU reference, and its
 //! outputs compared with the expected ones. Integer inputs of at most 16 elements (axes,
 //! shapes, slice bounds, indices) are given at import (`OnnxModel::import_specialized`),
-//! as a static-shape compiler takes them. The cases that fail are exactly those listed,
+//! as a static-shape compiler takes them; where a node needs another input at import (a
+//! Resize's scales, a Range's float bounds), every input of at most 16 elements is. The cases that fail are exactly those listed,
 //! with the reason, in `tests/expected-failures.txt`, so a regression and a fix both show; the
 //! per-op table is printed (`cargo test -p fusegraph-onnx --test node -- --nocapture`).
 
@@ -36,11 +37,21 @@ fn run(name: &str) -> Result<(), String> {
     let feeds: BTreeMap<String, HostTensor> = inputs.into_iter().map(|(_, n, t)| (n, t)).collect();
     let shapes = feeds.iter().map(|(k, v)| (k.clone(), v.shape().dims().to_vec())).collect();
     // Integer inputs of a few elements (axes, shapes, bounds, indices) are given at import,
-    // as a static-shape compiler takes them; the others are fed.
-    let (known, feeds): (BTreeMap<String, HostTensor>, BTreeMap<String, HostTensor>) =
-        feeds.into_iter().partition(|(_, t)| t.dtype().is_int() && t.shape().numel() <= 16);
-    let b = GraphBuilder::new();
-    let imported = model.import_specialized(&b, &shapes, &known).map_err(|e| e.to_string())?;
+    // as a static-shape compiler takes them; the others are fed. Where a node needs another
+    // input at import (a Resize's scales, a Range's float bounds), every input of a few
+    // elements is given.
+    let mut b = GraphBuilder::new();
+    let small = |t: &HostTensor, any: bool| (any || t.dtype().is_int()) && t.shape().numel() <= 16;
+    let (mut known, mut feeds): (BTreeMap<String, HostTensor>, BTreeMap<String, HostTensor>) =
+        feeds.clone().into_iter().partition(|(_, t)| small(t, false));
+    let mut imported = model.import_specialized(&b, &shapes, &known);
+    if imported.as_ref().is_err_and(|e| e.to_string().contains("must be known at import")) {
+        let all = feeds.clone().into_iter().chain(known).collect::<BTreeMap<_, _>>();
+        (known, feeds) = all.into_iter().partition(|(_, t)| small(t, true));
+        b = GraphBuilder::new();
+        imported = model.import_specialized(&b, &shapes, &known);
+    }
+    let imported = imported.map_err(|e| e.to_string())?;
     // Inputs fed in the model's dtype (a float64 case's inputs were written as f32).
     let feeds: BTreeMap<String, HostTensor> = imported
         .inputs
