@@ -14,7 +14,7 @@
 use crate::error::{NnError, Result};
 use crate::module::{Module, Param};
 use fusegraph_ir::safetensors::{decode, SafetensorsError};
-use fusegraph_ir::HostTensor;
+use fusegraph_ir::{DType, HostTensor};
 use safetensors::SafeTensors;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -257,4 +257,47 @@ pub(crate) fn transpose2(t: &HostTensor) -> Result<HostTensor> {
         }
     }
     Ok(HostTensor::from_f64(t.dtype(), vec![c, r], &out)?)
+}
+
+/// Which matrices ([`crate::Linear`] weights, [`crate::Embedding`] tables) a loaded model
+/// holds in a block type ([`DType::Q8_0`], [`DType::Q4_0`]; see [`crate::Matrices`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Quantize {
+    /// As the file stores them: a GGUF file's Q8_0 and Q4_0 matrices keep their blocks;
+    /// nothing else is quantized.
+    #[default]
+    AsStored,
+    /// None: a GGUF file's blocks are dequantized.
+    None,
+    /// Every matrix whose rows are whole blocks, quantized on load by llama.cpp's reference
+    /// round-to-nearest (a GGUF matrix already of this type keeps its blocks).
+    To(DType),
+}
+
+impl Quantize {
+    /// The scope's matrix rule for a file with no block types of its own.
+    pub(crate) fn matrices(self) -> Result<crate::module::Matrices> {
+        match self {
+            Quantize::AsStored | Quantize::None => Ok(crate::module::Matrices::AsScope),
+            Quantize::To(d) if d.block().is_some() => Ok(crate::module::Matrices::All(d)),
+            Quantize::To(d) => Err(NnError::ConfigField {
+                field: "quantize".into(),
+                value: d.to_string(),
+                supported: "q8_0 or q4_0".into(),
+            }),
+        }
+    }
+}
+
+/// `dtype` if parameters can be stored in it: f32, f16 or bf16 (a block type is for matrices
+/// only: [`Quantize`]).
+pub(crate) fn parameter_dtype(dtype: DType) -> Result<DType> {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => Ok(dtype),
+        other => Err(NnError::ConfigField {
+            field: "dtype".into(),
+            value: other.to_string(),
+            supported: "f32, f16 or bf16 (q8_0 and q4_0 through quantize)".into(),
+        }),
+    }
 }

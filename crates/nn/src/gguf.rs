@@ -8,10 +8,10 @@
 //! file is opened, so a bad file is a typed error ([`NnError::Gguf`]) naming the tensor
 //! before anything is read.
 
+use crate::checkpoint::Quantize;
 use crate::error::{NnError, Result};
 use crate::llama::{Llama, LlamaConfig};
 use crate::module::{Matrices, Module, Scope};
-use crate::pretrained::Quantize;
 use fusegraph_ir::{bf16, f16, DType, HostTensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -483,7 +483,7 @@ impl Gguf {
             }
             other => other.matrices()?,
         };
-        let dtype = crate::pretrained::parameter_dtype(dtype.unwrap_or(DType::F32))?;
+        let dtype = crate::checkpoint::parameter_dtype(dtype.unwrap_or(DType::F32))?;
         let scope = Scope::root().storing(dtype).storing_matrices(matrices);
         let model = Llama::new(&scope, config)?;
         let c = &model.config;

@@ -3,13 +3,13 @@
 //! safetensors (one file or shards) give the weights.
 
 use crate::causal::CausalLm;
-use crate::checkpoint::{Checkpoint, KeyMap};
+use crate::checkpoint::{Checkpoint, KeyMap, Quantize};
 use crate::error::{NnError, Result};
 use crate::gpt2::{Gpt2, Gpt2Config};
 use crate::init::Rng;
 use crate::llama::{Llama, LlamaConfig};
 use crate::module::Param;
-use crate::module::{Matrices, Module, Scope};
+use crate::module::{Module, Scope};
 use fusegraph_ir::{DType, HostTensor};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,36 +21,6 @@ pub struct Pretrained {
     pub model: Arc<dyn CausalLm>,
     /// Its parameters' values by path.
     pub params: BTreeMap<String, HostTensor>,
-}
-
-/// Which matrices ([`crate::Linear`] weights, [`crate::Embedding`] tables) a loaded model
-/// holds in a block type ([`DType::Q8_0`], [`DType::Q4_0`]; see [`Matrices`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Quantize {
-    /// As the file stores them: a GGUF file's Q8_0 and Q4_0 matrices keep their blocks;
-    /// nothing else is quantized.
-    #[default]
-    AsStored,
-    /// None: a GGUF file's blocks are dequantized.
-    None,
-    /// Every matrix whose rows are whole blocks, quantized on load by llama.cpp's reference
-    /// round-to-nearest (a GGUF matrix already of this type keeps its blocks).
-    To(DType),
-}
-
-impl Quantize {
-    /// The scope's matrix rule for a file with no block types of its own.
-    pub(crate) fn matrices(self) -> Result<Matrices> {
-        match self {
-            Quantize::AsStored | Quantize::None => Ok(Matrices::AsScope),
-            Quantize::To(d) if d.block().is_some() => Ok(Matrices::All(d)),
-            Quantize::To(d) => Err(NnError::ConfigField {
-                field: "quantize".into(),
-                value: d.to_string(),
-                supported: "q8_0 or q4_0".into(),
-            }),
-        }
-    }
 }
 
 /// One of the models a `config.json` can name.
@@ -71,7 +41,7 @@ impl Any {
         let gpt2 = arch == Some("GPT2LMHeadModel") || (arch.is_none() && v.get("model_type") == Some(&"gpt2".into()));
         let scope = Scope::root()
             .storing(match dtype {
-                Some(d) => parameter_dtype(d)?,
+                Some(d) => crate::checkpoint::parameter_dtype(d)?,
                 None => config_dtype(&v)?,
             })
             .storing_matrices(quantize.matrices()?);
@@ -146,19 +116,6 @@ pub fn read_config(dir: &Path) -> Result<String> {
     std::fs::read_to_string(&path).map_err(|source| {
         NnError::Checkpoint(fusegraph_ir::safetensors::SafetensorsError::Io { path: path.clone(), source })
     })
-}
-
-/// `dtype` if parameters can be stored in it: f32, f16 or bf16 (a block type is for matrices
-/// only: [`Quantize`]).
-pub(crate) fn parameter_dtype(dtype: DType) -> Result<DType> {
-    match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => Ok(dtype),
-        other => Err(NnError::ConfigField {
-            field: "dtype".into(),
-            value: other.to_string(),
-            supported: "f32, f16 or bf16 (q8_0 and q4_0 through quantize)".into(),
-        }),
-    }
 }
 
 /// The storage dtype a config names (`dtype`, or `torch_dtype` in `transformers` 4): f32

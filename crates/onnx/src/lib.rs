@@ -17,8 +17,10 @@
 //!
 //! Invariants: depends on `ir` and `reference` only; importing never touches a device.
 
+mod node;
 pub mod ops;
 pub mod proto;
+mod window;
 
 use fusegraph_ir::{DType, GraphBuilder, HostTensor, IrError, Tensor};
 use prost::Message;
@@ -347,7 +349,7 @@ impl OnnxModel {
                         .get(n)
                         .cloned()
                         .map(Some)
-                        .ok_or_else(|| ops::node_err(node, format!("input `{n}` is not defined before it"))),
+                        .ok_or_else(|| node::node_err(node, format!("input `{n}` is not defined before it"))),
                 })
                 .collect::<Result<_>>()?;
             let outs = self.apply(b, node, &ins)?;
@@ -363,7 +365,7 @@ impl OnnxModel {
                 name: name.clone(),
                 detail: "a graph output no node computes".into(),
             })?;
-            outputs.push((name.clone(), ops::tensor(b, v).map_err(|e| tensor_err(&name, e))?));
+            outputs.push((name.clone(), node::tensor(b, v).map_err(|e| tensor_err(&name, e))?));
         }
         Ok(Imported { inputs, outputs, params })
     }
@@ -382,7 +384,7 @@ impl OnnxModel {
                 let ids: Vec<_> = outs.iter().map(Tensor::id).collect();
                 let none = BTreeMap::new();
                 let values = fusegraph_reference::evaluate(&g, &ids, &none, &none)
-                    .map_err(|e| ops::node_err(node, format!("evaluating at import: {e}")))?;
+                    .map_err(|e| node::node_err(node, format!("evaluating at import: {e}")))?;
                 return Ok(values.into_iter().map(Value::Known).collect());
             }
         }

@@ -49,7 +49,7 @@ pub struct GemmShape {
 
 /// The GEMM that `kernel` computes if it takes the tiled lowering under `opts`, with its
 /// element type; `None` for every other kernel. (A product of a few rows on a GPU takes the
-/// matrix–vector kernel unless a tiling is forced: [`gemv_kernel`].)
+/// matrix–vector kernel unless a tiling is forced: `gemv_kernel`.)
 pub fn gemm_shape(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Option<(GemmShape, fusegraph_ir::DType)> {
     if kernel.kind != fusegraph_passes::KernelKind::Loop {
         return None;
@@ -58,16 +58,6 @@ pub fn gemm_shape(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Option<(Ge
     let p = plan(g, kernel, &regs, opts)?;
     let (batch, m, n, k) = gemm_dims(g, p.matmul);
     Some((GemmShape { batch, m, n, k }, g.ty(p.matmul).dtype))
-}
-
-/// Whether `kernel` takes the matrix–vector kernel under `opts` (and the default strategy):
-/// no tiling to choose for it.
-pub fn gemv_kernel(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> bool {
-    if kernel.kind != fusegraph_passes::KernelKind::Loop {
-        return false;
-    }
-    let regs = fusegraph_passes::kernel::regions(g, kernel);
-    plan(g, kernel, &regs, opts).is_some_and(|p| crate::matmul_gemv::gemv_applies(g, &p, opts))
 }
 
 /// What the tiled lowering of a kernel needs: the matmul and the output it feeds, and which

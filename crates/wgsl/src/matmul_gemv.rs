@@ -48,6 +48,16 @@ impl KAlong {
     }
 }
 
+/// Whether `kernel` takes the matrix–vector kernel under `opts` (and the default strategy):
+/// no tiling to choose for it.
+pub fn gemv_kernel(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> bool {
+    if kernel.kind != fusegraph_passes::KernelKind::Loop {
+        return false;
+    }
+    let regs = fusegraph_passes::kernel::regions(g, kernel);
+    plan(g, kernel, &regs, opts).is_some_and(|p| gemv_applies(g, &p, opts))
+}
+
 /// Whether the tiled plan `plan` takes the matrix–vector kernel instead: a matmul (not a
 /// convolution) of at most [`GEMV_MAX_ROWS`] rows, on an adapter that spreads loops over
 /// many invocations (a GPU's forms), with an output stored one element per word or native

@@ -1,0 +1,253 @@
+//! The window ops — `Conv`, `MaxPool`, `AveragePool`, `Resize` — onto the IR's 2-D windows
+//! and gathers: padding modes and `auto_pad`, 1-D as 2-D with a unit height.
+
+use crate::node::{axis, node_err, Attrs};
+use crate::proto::NodeProto;
+use crate::{Result, Value};
+use fusegraph_ir::{DType, GraphBuilder, IrError, Tensor};
+
+/// `Conv` (2-D, or 1-D as 2-D with a unit height): groups, strides, dilations, pads
+/// (asymmetric ones as an explicit pad) or `auto_pad`, and the bias.
+pub(crate) fn conv(
+    b: &GraphBuilder,
+    node: &NodeProto,
+    x: Tensor,
+    w: Tensor,
+    bias: Option<Tensor>,
+) -> Result<Vec<Tensor>> {
+    let ir = |e: IrError| node_err(node, e.to_string());
+    let _ = b;
+    let a = Attrs(node);
+    let one_d = x.rank() == 3;
+    let (x, w) = if one_d {
+        let (xd, wd) = (x.dims().to_vec(), w.dims().to_vec());
+        (x.reshape([xd[0], xd[1], 1, xd[2]]).map_err(ir)?, w.reshape([wd[0], wd[1], 1, wd[2]]).map_err(ir)?)
+    } else {
+        (x, w)
+    };
+    if x.rank() != 4 {
+        return Err(node_err(node, format!("input {} (1-D and 2-D convolutions are supported)", x.ty())));
+    }
+    let two = |name: &str, default: i64| -> Vec<usize> {
+        let v = a.ints(name).unwrap_or_else(|| vec![default; if one_d { 1 } else { 2 }]);
+        let v: Vec<usize> = v.iter().map(|&x| x as usize).collect();
+        if one_d {
+            vec![1, v[0]]
+        } else {
+            v
+        }
+    };
+    let (stride, dilation) = (two("strides", 1), two("dilations", 1));
+    let kernel = [w.dims()[2], w.dims()[3]];
+    let pads = window_pads(node, &a, &x, kernel, [stride[0], stride[1]], [dilation[0], dilation[1]], one_d)?;
+    let (x, padding) = symmetric(node, x, pads, 0.0)?;
+    let groups = a.int("group", 1) as usize;
+    let mut y = x.conv2d(&w, [stride[0], stride[1]], padding, [dilation[0], dilation[1]], groups).map_err(ir)?;
+    if let Some(bias) = bias {
+        y = y.add(&bias.broadcast_in_dim(y.dims().to_vec(), vec![1]).map_err(ir)?).map_err(ir)?;
+    }
+    if one_d {
+        let d = y.dims().to_vec();
+        y = y.reshape([d[0], d[1], d[3]]).map_err(ir)?;
+    }
+    Ok(vec![y])
+}
+
+/// The pads `[top, left, bottom, right]` of a window op: `pads`, or as `auto_pad` says.
+fn window_pads(
+    node: &NodeProto,
+    a: &Attrs<'_>,
+    x: &Tensor,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    one_d: bool,
+) -> Result<[usize; 4]> {
+    match a.string("auto_pad", "NOTSET").as_str() {
+        "NOTSET" => {
+            let p: Vec<usize> = a.ints("pads").unwrap_or_default().iter().map(|&v| v as usize).collect();
+            Ok(match (p.len(), one_d) {
+                (0, _) => [0; 4],
+                (2, true) => [0, p[0], 0, p[1]],
+                (4, false) => [p[0], p[1], p[2], p[3]],
+                (n, _) => return Err(node_err(node, format!("{n} pads"))),
+            })
+        }
+        "VALID" => Ok([0; 4]),
+        mode @ ("SAME_UPPER" | "SAME_LOWER") => {
+            let mut out = [0; 4];
+            for s in 0..2 {
+                let d = x.dims()[2 + s];
+                let want = d.div_ceil(stride[s]);
+                let span = (kernel[s] - 1) * dilation[s] + 1;
+                let total = ((want - 1) * stride[s] + span).saturating_sub(d);
+                let (small, big) = (total / 2, total - total / 2);
+                (out[s], out[s + 2]) = if mode == "SAME_UPPER" { (small, big) } else { (big, small) };
+            }
+            Ok(out)
+        }
+        other => Err(node_err(node, format!("auto_pad `{other}`"))),
+    }
+}
+
+/// Symmetric padding for the IR's window ops: `x` padded explicitly with `value` where the
+/// two sides differ (then no padding is left to the op).
+fn symmetric(node: &NodeProto, x: Tensor, p: [usize; 4], value: f64) -> Result<(Tensor, [usize; 2])> {
+    if p[0] == p[2] && p[1] == p[3] {
+        return Ok((x, [p[0], p[1]]));
+    }
+    let padded = x.pad(&[0, 0, p[0], p[1]], &[0, 0, p[2], p[3]], value).map_err(|e| node_err(node, e.to_string()))?;
+    Ok((padded, [0, 0]))
+}
+
+/// `MaxPool` and `AveragePool` (2-D; `count_include_pad` 0 divides by the window's
+/// elements inside the input).
+pub(crate) fn pool(b: &GraphBuilder, node: &NodeProto, x: Tensor) -> Result<Vec<Tensor>> {
+    let ir = |e: IrError| node_err(node, e.to_string());
+    let a = Attrs(node);
+    // 1-D pooling as 2-D with a unit height; integers through f32 (exact below 2^24).
+    if x.rank() == 3 {
+        let d = x.dims().to_vec();
+        let y = pool_2d(b, node, &a, x.reshape([d[0], d[1], 1, d[2]]).map_err(ir)?, true)?;
+        let o = y.dims().to_vec();
+        return Ok(vec![y.reshape([o[0], o[1], o[3]]).map_err(ir)?]);
+    }
+    if x.dtype().is_int() {
+        let dtype = x.dtype();
+        let y = pool_2d(b, node, &a, x.cast(DType::F32).map_err(ir)?, false)?;
+        return Ok(vec![y.cast(dtype).map_err(ir)?]);
+    }
+    Ok(vec![pool_2d(b, node, &a, x, false)?])
+}
+
+/// [`pool`] of a rank-4 input (`one_d`: a 1-D pooling's attributes, of one spatial axis).
+fn pool_2d(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor, one_d: bool) -> Result<Tensor> {
+    let ir = |e: IrError| node_err(node, e.to_string());
+    if x.rank() != 4 {
+        return Err(node_err(node, format!("input {} (1-D and 2-D pooling are supported)", x.ty())));
+    }
+    if a.int("ceil_mode", 0) != 0 {
+        return Err(node_err(node, "ceil_mode = 1 is not supported"));
+    }
+    if a.ints("dilations").is_some_and(|d| d.iter().any(|&v| v != 1)) {
+        return Err(node_err(node, "dilated pooling is not supported"));
+    }
+    let k = a.ints("kernel_shape").ok_or_else(|| node_err(node, "no kernel_shape"))?;
+    let s = a.ints("strides").unwrap_or_else(|| vec![1; k.len()]);
+    let (kernel, stride) = match (k.len(), s.len(), one_d) {
+        (1, 1, true) => ([1, k[0] as usize], [1, s[0] as usize]),
+        (2, 2, false) => ([k[0] as usize, k[1] as usize], [s[0] as usize, s[1] as usize]),
+        _ => return Err(node_err(node, format!("kernel_shape {k:?} and strides {s:?}"))),
+    };
+    let pads = window_pads(node, a, &x, kernel, stride, [1, 1], one_d)?;
+    let max = node.op_type == "MaxPool";
+    if max {
+        if node.output.len() > 1 {
+            return Err(node_err(node, "the Indices output is not supported"));
+        }
+        let (x, padding) = symmetric(node, x, pads, f64::NEG_INFINITY)?;
+        return x.max_pool2d(kernel, stride, padding).map_err(ir);
+    }
+    let (xp, padding) = symmetric(node, x.clone(), pads, 0.0)?;
+    let avg = xp.avg_pool2d(kernel, stride, padding).map_err(ir)?;
+    if a.int("count_include_pad", 0) != 0 || pads == [0; 4] {
+        return Ok(avg);
+    }
+    // The average over the padding counted as zeros, divided by the share of the window
+    // inside the input: the same pooling of ones.
+    let ones = b.full(x.dtype(), x.dims().to_vec(), 1.0).map_err(ir)?;
+    let (op, padding) = symmetric(node, ones, pads, 0.0)?;
+    let share = op.avg_pool2d(kernel, stride, padding).map_err(ir)?;
+    avg.div(&share).map_err(ir)
+}
+
+/// `Resize` in `nearest` and `linear` modes (the latter separable: one axis at a time, as
+/// bilinear and trilinear are): each resized axis gathered at source indices computed at
+/// import from its coordinate transformation, linear as the two neighbours weighted.
+pub(crate) fn resize(b: &GraphBuilder, node: &NodeProto, x: Tensor, ins: &[Option<Value>]) -> Result<Vec<Tensor>> {
+    let ir = |e: IrError| node_err(node, e.to_string());
+    let a = Attrs(node);
+    let r = x.rank();
+    let mode = a.string("mode", "nearest");
+    if mode != "nearest" && mode != "linear" {
+        return Err(node_err(node, format!("mode `{mode}` (nearest and linear are supported)")));
+    }
+    if a.int("antialias", 0) != 0 || a.string("keep_aspect_ratio_policy", "stretch") != "stretch" {
+        return Err(node_err(node, "antialias and keep_aspect_ratio_policy other than stretch are not supported"));
+    }
+    let transform = a.string("coordinate_transformation_mode", "half_pixel");
+    if transform == "tf_crop_and_resize" {
+        return Err(node_err(node, "coordinate_transformation_mode tf_crop_and_resize is not supported"));
+    }
+    let list: Vec<usize> = match a.ints("axes") {
+        Some(v) => v.iter().map(|&q| axis(node, q, r)).collect::<Result<_>>()?,
+        None => (0..r).collect(),
+    };
+    let floats = |i: usize| -> Result<Option<Vec<f64>>> {
+        match ins.get(i).and_then(Option::as_ref) {
+            Some(Value::Known(h)) if h.shape().numel() > 0 => Ok(Some(h.to_f64())),
+            Some(Value::Known(_)) | None => Ok(None),
+            Some(Value::Node(_)) => Err(node_err(node, format!("input {i} must be known at import"))),
+        }
+    };
+    let (scales, sizes) = (floats(2)?, floats(3)?);
+    let mut y = x;
+    for (j, &ax) in list.iter().enumerate() {
+        let len = y.dims()[ax];
+        let (out, scale) = match (&sizes, &scales) {
+            (Some(s), _) => (s[j] as usize, s[j] / len as f64),
+            (None, Some(s)) => ((len as f64 * s[j]).floor() as usize, s[j]),
+            (None, None) => return Err(node_err(node, "neither scales nor sizes")),
+        };
+        if out == len && scale == 1.0 {
+            continue;
+        }
+        let source = |o: usize| -> f64 {
+            let o = o as f64;
+            match transform.as_str() {
+                "asymmetric" => o / scale,
+                "align_corners" if out == 1 => 0.0,
+                // (The resized length unrounded, where scales are given.)
+                "align_corners" => o * (len as f64 - 1.0) / (len as f64 * scale - 1.0),
+                "pytorch_half_pixel" if out == 1 => 0.0,
+                "tf_half_pixel_for_nn" => (o + 0.5) / scale,
+                "half_pixel_symmetric" => {
+                    let adjustment = out as f64 / (scale * len as f64);
+                    let center = len as f64 / 2.0;
+                    center * (1.0 - adjustment) + (o + 0.5) / scale - 0.5
+                }
+                _ => (o + 0.5) / scale - 0.5,
+            }
+        };
+        let last = len as f64 - 1.0;
+        let gather = |idx: Vec<f64>| -> Result<Tensor> {
+            let i = b.constant(DType::I32, [idx.len()], &idx).map_err(ir)?;
+            y.gather(&i, ax).map_err(ir)
+        };
+        y = if mode == "nearest" {
+            let nearest = a.string("nearest_mode", "round_prefer_floor");
+            let pick = |x: f64| -> f64 {
+                match nearest.as_str() {
+                    "floor" => x.floor(),
+                    "ceil" => x.ceil(),
+                    "round_prefer_ceil" if x.fract() == 0.5 || x.fract() == -0.5 => x.ceil(),
+                    "round_prefer_ceil" => x.round(),
+                    _ if x.fract() == 0.5 || x.fract() == -0.5 => x.floor(),
+                    _ => x.round(),
+                }
+            };
+            gather((0..out).map(|o| pick(source(o)).clamp(0.0, last)).collect())?
+        } else {
+            let coords: Vec<f64> = (0..out).map(|o| source(o).clamp(0.0, last)).collect();
+            let lo: Vec<f64> = coords.iter().map(|c| c.floor()).collect();
+            let hi: Vec<f64> = lo.iter().map(|l| (l + 1.0).min(last)).collect();
+            let w: Vec<f64> = coords.iter().zip(&lo).map(|(c, l)| c - l).collect();
+            let mut shape = vec![1; r];
+            shape[ax] = out;
+            let w = b.constant(y.dtype(), shape, &w).map_err(ir)?;
+            let (l, h) = (gather(lo)?, gather(hi)?);
+            h.sub(&l).and_then(|d| d.mul(&w)).and_then(|d| l.add(&d)).map_err(ir)?
+        };
+    }
+    Ok(vec![y])
+}
