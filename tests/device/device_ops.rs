@@ -70,9 +70,9 @@ fn every_op_matches_the_reference_fused_in_gpu_forms() {
     assert!(failures.is_empty(), "{} of {} failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
-/// Products of at most `GEMV_MAX_ROWS` rows in a GPU's forms take the matrix–vector kernel,
-/// which splits `k` over a workgroup: ragged `k` and `n`, a batch, a transposed lhs, f16,
-/// an epilogue, and weights read through a fused cast — a bf16 one row-major (`k` strided)
+/// Products of at most `GEMV_MAX_ROWS` rows in a GPU's forms take the matrix–vector kernel
+/// (an f16 result stored as packed halves excepted), which splits `k` over a workgroup:
+/// ragged `k` and `n`, a batch, a transposed lhs, f16, an epilogue, and weights read through a fused cast — a bf16 one row-major (`k` strided)
 /// and a q4_0 and a q8_0 one stored `[out, in]` and read transposed (`k` contiguous, each
 /// block dequantized as it is loaded) — all match the reference.
 #[test]
@@ -108,7 +108,10 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
             Err(e) => failures.push(format!("{}: {e}", case.name)),
             Ok(stats) => {
                 let forms: Vec<_> = stats.kernels.iter().map(|k| k.form).collect();
-                if !forms.contains(&KernelForm::Gemv { k_contiguous: *k_contiguous }) {
+                // An f16 result stored as packed halves (no native f16: GL) keeps the tiled
+                // kernel, whose invocations own whole words.
+                let packed = case.name.contains("f16") && !device.f16_native();
+                if !packed && !forms.contains(&KernelForm::Gemv { k_contiguous: *k_contiguous }) {
                     failures.push(format!("{}: kernels {forms:?}", case.name));
                 }
             }
