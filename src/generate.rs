@@ -204,7 +204,16 @@ impl Generator {
         Ok(&self.prefill[&(len, greedy)])
     }
 
-    /// The decode-step executable (its stats, its memory plan).
+    /// The decode-step executable a generation with `sampling` runs (the greedy one returns
+    /// ids: compiled by the first greedy generation, `None` before it).
+    pub fn step_executable(&self, sampling: &Sampling) -> Option<&Executable> {
+        match sampling.temperature == 0.0 {
+            true => self.decode_greedy.as_ref(),
+            false => self.decode.as_ref(),
+        }
+    }
+
+    /// The decode-step executable returning logits (its stats, its memory plan).
     pub fn decode_executable(&self) -> &Executable {
         self.decode.as_ref().expect("compiled by new")
     }

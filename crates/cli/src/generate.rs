@@ -340,13 +340,22 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
     let gen = generator.generate_streaming(&prompts, a.tokens, &sampling, &mut stream).map_err(|e| err(&e))?;
     println!();
     let generated = gen.tokens[0][prompt.len()..].to_vec();
+    // The decode step as compiled: its kernels, how many are matrix–vector products, and the
+    // bytes its kernels read and write.
+    let step = generator.step_executable(&sampling).map(|e| e.stats());
+    let (kernels, gemv, moved) = step.map_or((0, 0, 0), |s| {
+        let gemv = s.kernels.iter().filter(|k| matches!(k.form, fusegraph::KernelForm::Gemv { .. })).count();
+        (s.kernels.len(), gemv, s.bytes_moved)
+    });
     eprintln!(
-        "prefill {:.2} ms ({} tokens × {}), decode {:.1} tokens/s ({} steps)",
+        "prefill {:.2} ms ({} tokens × {}), decode {:.1} tokens/s ({} steps); a step: {kernels} kernels \
+         ({gemv} matrix–vector), {:.1} MB moved",
         gen.prefill_ms,
         prompt.len(),
         a.batch,
         gen.tokens_per_s,
-        gen.step_ms.len()
+        gen.step_ms.len(),
+        moved as f64 / 1e6
     );
     if let Some(path) = &a.json {
         let text = match &text {
@@ -366,6 +375,9 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
             "prefill_ms": gen.prefill_ms,
             "decode_tokens_per_s": if gen.tokens_per_s.is_finite() { Some(gen.tokens_per_s) } else { None },
             "step_ms": gen.step_ms,
+            "step_kernels": kernels,
+            "step_matrix_vector_kernels": gemv,
+            "step_bytes_moved": moved,
         });
         let body = serde_json::to_string_pretty(&json).map_err(|e| err(&e))?;
         std::fs::write(path, body + "\n").map_err(|e| format!("{}: {e}", path.display()))?;

@@ -406,6 +406,7 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
                 assert_eq!(got["prompt_text"], r["chat_text"], "{name}: the rendered chat");
             }
             assert!(got["prefill_ms"].as_f64().unwrap() > 0.0 && got["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
+            assert!(got["step_kernels"].as_u64().unwrap() > 0 && got["step_bytes_moved"].as_u64().unwrap() > 0);
         }
     }
     // GGUF files (llama.cpp's format, Q8_0 and Q4_0 weights, tests/data/gguf): transformers'
