@@ -17,6 +17,7 @@
 //!
 //! Invariants: depends on `ir` and `reference` only; importing never touches a device.
 
+mod einsum;
 mod node;
 pub mod ops;
 pub mod proto;

@@ -28,6 +28,7 @@ pub const SUPPORTED: &[&str] = &[
     "Cos",
     "Div",
     "Dropout",
+    "Einsum",
     "Elu",
     "Equal",
     "Erf",
@@ -552,6 +553,10 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
             one(t.reshape([t.shape().numel()]).and_then(|d| d.gather(&flat, 0)))
         }
         "Resize" => resize(b, node, x(0)?, ins),
+        "Einsum" => {
+            let operands = (0..ins.len()).map(x).collect::<Result<Vec<_>>>()?;
+            Ok(vec![crate::einsum::einsum(node, &a.string("equation", ""), operands)?])
+        }
         "Expand" => {
             let t = x(0)?;
             let shape = known_ints(node, ins, 1)?.ok_or_else(|| node_err(node, "no shape"))?;

@@ -34,7 +34,19 @@ fn run(name: &str) -> Result<(), String> {
         v
     };
     let (inputs, outputs) = (split("input"), split("output"));
-    let feeds: BTreeMap<String, HostTensor> = inputs.into_iter().map(|(_, n, t)| (n, t)).collect();
+    // (safetensors holds a 0-d array as one element of shape [1]: back to the declared rank.)
+    let declared = model.inputs().map_err(|e| e.to_string())?;
+    let scalar = |n: &str| declared.iter().any(|i| i.name == n && i.dims.is_empty());
+    let feeds: BTreeMap<String, HostTensor> = inputs
+        .into_iter()
+        .map(|(_, n, t)| {
+            let t = match scalar(&n) && t.shape().dims() == [1] {
+                true => HostTensor::from_f64(t.dtype(), Vec::<usize>::new(), &t.to_f64()).expect("one value"),
+                false => t,
+            };
+            (n, t)
+        })
+        .collect();
     let shapes = feeds.iter().map(|(k, v)| (k.clone(), v.shape().dims().to_vec())).collect();
     // Integer inputs of a few elements (axes, shapes, bounds, indices) are given at import,
     // as a static-shape compiler takes them; the others are fed. Where a node needs another
