@@ -60,10 +60,9 @@ pub struct Generator {
     batch: usize,
     max_seq: usize,
     caches: Vec<(String, String)>,
-    /// The decode step returning logits (compiled by `new`), and the one returning the
-    /// greedy ids (compiled on first use).
-    decode: Option<Executable>,
-    decode_greedy: Option<Executable>,
+    /// Decode-step executables by whether they return the greedy ids (else the logits: the
+    /// one `new` compiles); the greedy one compiled on first use.
+    decode: BTreeMap<bool, Executable>,
     /// Prefill executables by prompt length and whether they return the greedy ids.
     prefill: BTreeMap<(usize, bool), Executable>,
 }
@@ -119,26 +118,29 @@ impl Generator {
             batch,
             max_seq,
             caches,
-            decode: None,
-            decode_greedy: None,
+            decode: BTreeMap::new(),
             prefill: BTreeMap::new(),
         };
-        g.decode = Some(g.compile_decode(false)?);
+        g.decode(false)?;
         Ok(g)
     }
 
     /// The decode step's executable: the last logits `[batch, vocab]`, or with `greedy` each
-    /// row's first maximum `[batch]` (i32).
-    fn compile_decode(&self, greedy: bool) -> Result<Executable> {
-        let (batch, model) = (self.batch, &self.model);
-        let shape = Self::cache_dims(&**model, batch, self.max_seq);
-        let b = GraphBuilder::new();
-        let ids = b.input("ids", DType::I32, [batch, 1])?;
-        let pos = b.input("pos", DType::I32, Vec::<usize>::new())?;
-        let cache = Self::cache_params(&b, &self.caches, shape)?;
-        let (logits, updated) = model.decode(&ids, &pos, &cache)?;
-        let last = head(&logits.reshape([batch, model.vocab_size()])?, greedy)?;
-        Self::compile(&self.store, &b, &last, &self.caches, &updated, &self.opts, "decode step")
+    /// row's first maximum `[batch]` (i32) (compiled on first use).
+    fn decode(&mut self, greedy: bool) -> Result<&Executable> {
+        if !self.decode.contains_key(&greedy) {
+            let (batch, model) = (self.batch, &self.model);
+            let shape = Self::cache_dims(&**model, batch, self.max_seq);
+            let b = GraphBuilder::new();
+            let ids = b.input("ids", DType::I32, [batch, 1])?;
+            let pos = b.input("pos", DType::I32, Vec::<usize>::new())?;
+            let cache = Self::cache_params(&b, &self.caches, shape)?;
+            let (logits, updated) = model.decode(&ids, &pos, &cache)?;
+            let last = head(&logits.reshape([batch, model.vocab_size()])?, greedy)?;
+            let exe = Self::compile(&self.store, &b, &last, &self.caches, &updated, &self.opts, "decode step")?;
+            self.decode.insert(greedy, exe);
+        }
+        Ok(&self.decode[&greedy])
     }
 
     /// A cache's dimensions: `[batch, kv heads, max_seq, head width]`.
@@ -207,15 +209,12 @@ impl Generator {
     /// The decode-step executable a generation with `sampling` runs (the greedy one returns
     /// ids: compiled by the first greedy generation, `None` before it).
     pub fn step_executable(&self, sampling: &Sampling) -> Option<&Executable> {
-        match sampling.temperature == 0.0 {
-            true => self.decode_greedy.as_ref(),
-            false => self.decode.as_ref(),
-        }
+        self.decode.get(&(sampling.temperature == 0.0))
     }
 
     /// The decode-step executable returning logits (its stats, its memory plan).
     pub fn decode_executable(&self) -> &Executable {
-        self.decode.as_ref().expect("compiled by new")
+        &self.decode[&false]
     }
 
     /// Generates `new_tokens` tokens after each of `prompts` (one per sequence of the batch,
@@ -261,9 +260,7 @@ impl Generator {
         // timing).
         let greedy = sampling.temperature == 0.0;
         self.prefill(len, greedy)?;
-        if greedy && self.decode_greedy.is_none() {
-            self.decode_greedy = Some(self.compile_decode(true)?);
-        }
+        self.decode(greedy)?;
         let choose = |out: HostTensor, rng: &mut Rng| -> Vec<i32> {
             match greedy {
                 true => out.as_slice::<i32>().expect("the argmax's i32 ids").to_vec(),
@@ -274,8 +271,7 @@ impl Generator {
         let out = self.prefill[&(len, greedy)].run(&[("ids", &ids)])?.remove(0);
         let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
         let mut next = choose(out, &mut rng);
-        let decode = if greedy { &self.decode_greedy } else { &self.decode };
-        let decode = decode.as_ref().expect("compiled above or by new");
+        let decode = &self.decode[&greedy];
         let mut step_ms = Vec::with_capacity(new_tokens);
         let mut ended = vec![false; batch];
         for step in 0..new_tokens {

@@ -311,7 +311,7 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
             }
             Ok(vec![y])
         }
-        "Conv" => conv(b, node, x(0)?, x(1)?, opt(2)?),
+        "Conv" => conv(node, x(0)?, x(1)?, opt(2)?),
         "BatchNormalization" => {
             let t = x(0)?;
             one(t.batch_norm(&x(3)?, &x(4)?, &x(1)?, &x(2)?, a.float("epsilon", 1e-5), 1))
@@ -345,20 +345,21 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
             one(if op == "Softmax" { t.softmax(ax) } else { t.log_softmax(ax) })
         }
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" => {
-            let t = x(0)?;
+            let input = x(0)?;
             // Axes are an input from opset 13 for ReduceSum and 18 for the others.
             let from_input = op == "ReduceSum" || opset >= 18;
             let given = if from_input { known_ints(node, ins, 1)? } else { a.ints("axes") };
             let keep = a.int("keepdims", 1) != 0;
             // Bools reduce as u32 (max as or, min as and; their identities false and true).
-            let t = if t.dtype() == DType::Bool { t.cast(DType::U32).map_err(ir)? } else { t };
-            let back = |r: std::result::Result<Tensor, IrError>| match x(0)?.dtype() {
-                DType::Bool => one(r.and_then(|r| r.cast(DType::Bool))),
-                _ => one(r),
+            let bools = input.dtype() == DType::Bool;
+            let t = if bools { input.cast(DType::U32).map_err(ir)? } else { input.clone() };
+            let back = |r: std::result::Result<Tensor, IrError>| match bools {
+                true => one(r.and_then(|r| r.cast(DType::Bool))),
+                false => one(r),
             };
             let list = match given {
                 Some(v) if !v.is_empty() => axes(node, &v, t.rank())?,
-                _ if a.int("noop_with_empty_axes", 0) != 0 => return Ok(vec![x(0)?]),
+                _ if a.int("noop_with_empty_axes", 0) != 0 => return Ok(vec![input]),
                 _ => (0..t.rank()).collect(),
             };
             back(match op {

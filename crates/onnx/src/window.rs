@@ -8,15 +8,8 @@ use fusegraph_ir::{DType, GraphBuilder, IrError, Tensor};
 
 /// `Conv` (2-D, or 1-D as 2-D with a unit height): groups, strides, dilations, pads
 /// (asymmetric ones as an explicit pad) or `auto_pad`, and the bias.
-pub(crate) fn conv(
-    b: &GraphBuilder,
-    node: &NodeProto,
-    x: Tensor,
-    w: Tensor,
-    bias: Option<Tensor>,
-) -> Result<Vec<Tensor>> {
+pub(crate) fn conv(node: &NodeProto, x: Tensor, w: Tensor, bias: Option<Tensor>) -> Result<Vec<Tensor>> {
     let ir = |e: IrError| node_err(node, e.to_string());
-    let _ = b;
     let a = Attrs(node);
     let one_d = x.rank() == 3;
     let (x, w) = if one_d {

@@ -255,13 +255,15 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
                 crate::matmul::TiledPlan { vec4_lhs: None, vec4_rhs: None, ..t }
             }
         });
-    // A product of a few rows takes the matrix–vector kernel.
-    // (A tiling given asks for the tiled kernel.)
+    // A product of a few rows takes the matrix–vector kernel (a tiling given asks for the
+    // tiled kernel), which reads its operands through their element functions.
     let gemv = tiled
-        .filter(|t| strategy.gemv && strategy.matmul_tiling.is_none() && crate::matmul_gemv::gemv_applies(g, t, opts));
-    let tiled =
-        tiled
-            .map(|t| if gemv.is_some() { crate::matmul::TiledPlan { vec4_lhs: None, vec4_rhs: None, ..t } } else { t });
+        .filter(|t| strategy.gemv && strategy.matmul_tiling.is_none() && crate::matmul_gemv::gemv_applies(g, t, opts))
+        .map(|t| crate::matmul_gemv::k_along(g, kernel, t.matmul));
+    let tiled = tiled.map(|t| match gemv {
+        Some(_) => crate::matmul::TiledPlan { vec4_lhs: None, vec4_rhs: None, ..t },
+        None => t,
+    });
     let coop = tiled
         .filter(|_| strategy.cooperative_matmul && gemv.is_none())
         .and_then(|t| crate::matmul_coop::coop_plan(g, &t, opts, strategy.matmul_tiling));
@@ -403,20 +405,17 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         write_region(g, *o, region, None, &[], &mut body);
     }
     let (main, workgroups) = match &kernel.kind {
-        KernelKind::Loop => match (&tiled, &subgroup) {
-            (Some(t), Some(p)) => {
+        KernelKind::Loop => match (&tiled, &subgroup, gemv) {
+            (Some(t), _, Some(along)) => crate::matmul_gemv::gemv_main(g, &bindings, t, along, &regs, &mut body),
+            (Some(t), Some(p), None) => {
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
                 crate::matmul_subgroup::subgroup_main(g, &bindings, t, p, &regs, &inv, &mut body)
             }
-            (Some(t), None) if gemv.is_some() => {
-                let (main, workgroups, _) = crate::matmul_gemv::gemv_main(g, kernel, &bindings, t, &regs, &mut body);
-                (main, workgroups)
-            }
-            (Some(t), None) => {
+            (Some(t), None, None) => {
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
                 crate::matmul_tiled::tiled_main(g, kernel, &bindings, t, &regs, opts, strategy, coop, &inv, &mut body)
             }
-            (None, _) => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
+            (None, ..) => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
         },
         KernelKind::Row { shape, axes } => {
             let quads = row_vec4
@@ -446,23 +445,22 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     let label = kernel.members.iter().map(|&m| g.node(m).op.name()).collect::<Vec<_>>().join("+");
     let conv = |t: &crate::matmul::TiledPlan| matches!(g.node(t.matmul).op, Op::Conv2d { .. });
     let form = match &kernel.kind {
-        KernelKind::Loop => match (&tiled, &subgroup) {
-            (Some(t), Some(p)) => KernelForm::SubgroupMatmul {
+        KernelKind::Loop => match (&tiled, &subgroup, gemv) {
+            (Some(_), _, Some(along)) => {
+                KernelForm::Gemv { k_contiguous: along == crate::matmul_gemv::KAlong::Contiguous }
+            }
+            (Some(t), Some(p), None) => KernelForm::SubgroupMatmul {
                 conv: conv(t),
                 textures: bindings.iter().filter(|b| b.texture).count(),
                 vec4_store: p.vec4_store,
             },
-            (Some(t), None) if gemv.is_some() => KernelForm::Gemv {
-                k_contiguous: crate::matmul_gemv::k_along(g, kernel, t.matmul)
-                    == crate::matmul_gemv::KAlong::Contiguous,
-            },
-            (Some(t), None) => KernelForm::TiledMatmul {
+            (Some(t), None, None) => KernelForm::TiledMatmul {
                 conv: conv(t),
                 coop: coop.and(opts.cooperative_matrix),
                 vec4_lhs: t.vec4_lhs.is_some(),
                 vec4_rhs: t.vec4_rhs.is_some(),
             },
-            (None, _) => KernelForm::Loop { quads: loop_vec4.is_some() },
+            (None, ..) => KernelForm::Loop { quads: loop_vec4.is_some() },
         },
         KernelKind::Row { shape, axes } => {
             let (per_thread, subgroups) = row_layout(g, &row_reduces, shape, axes, opts);

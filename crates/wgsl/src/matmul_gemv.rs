@@ -98,15 +98,16 @@ pub(crate) fn k_along(g: &Graph, kernel: &Kernel, mm: NodeId) -> KAlong {
 }
 
 /// Writes `eO_acc` and the partials' workgroup array into `body` and returns `main` and the
-/// number of workgroups (one per `C` columns per batch entry).
+/// number of workgroups (one per `C` columns per batch entry); `along` is the rhs's layout
+/// ([`k_along`]).
 pub(crate) fn gemv_main(
     g: &Graph,
-    kernel: &Kernel,
     bindings: &[Binding],
     plan: &TiledPlan,
+    along: KAlong,
     regions: &[(NodeId, Vec<NodeId>)],
     body: &mut String,
-) -> (String, u64, KAlong) {
+) -> (String, u64) {
     let TiledPlan { matmul: mm, output, .. } = *plan;
     let region = &regions.iter().find(|(o, _)| *o == output).expect("the output has a region").1;
     write_region(g, output, region, Some(mm), &[], body);
@@ -115,7 +116,6 @@ pub(crate) fn gemv_main(
     let (batch, m, n, k) = gemm_dims(g, mm);
     let dims = g.ty(mm).shape.dims();
     let rank = dims.len();
-    let along = k_along(g, kernel, mm);
     let (c_n, s_n) = along.split();
     let tiles_n = n.div_ceil(c_n);
     let workgroups = (batch * tiles_n) as u64;
@@ -190,5 +190,5 @@ pub(crate) fn gemv_main(
     }
     w(&mut s, 1, "}".into());
     w(&mut s, 0, "}".into());
-    (s, workgroups, along)
+    (s, workgroups)
 }
