@@ -67,7 +67,9 @@ fn projections_run_as_one_product_on_stacked_parameters() {
         let want = evaluate(&g, &[y], &feeds, &params).unwrap();
         let got = on.run(&feed).unwrap().remove(0);
         assert_close(&got, &want[0], rtol, atol).unwrap();
-        assert_eq!(got.as_slice::<f32>(), off.run(&feed).unwrap()[0].as_slice::<f32>(), "{name}: apart");
+        // Apart, the products are other kernels (a GPU's autotuner may tile the stacked
+        // product otherwise): the same values up to the order of their sums.
+        assert_close(&got, &off.run(&feed).unwrap()[0], 1e-5, 1e-5).unwrap();
         // Each part reads back as set: the parts lie where set_parameter wrote them.
         for n in ["q.w", "k.w", "v.w", "k.b"] {
             assert_eq!(on.parameter(n).unwrap().as_slice::<f32>(), params[n].as_slice::<f32>(), "{name}: {n}");
