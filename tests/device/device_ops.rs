@@ -72,38 +72,62 @@ fn every_op_matches_the_reference_fused_in_gpu_forms() {
 
 /// Products of at most `GEMV_MAX_ROWS` rows in a GPU's forms take the matrix–vector kernel
 /// (an f16 result stored as packed halves excepted), which splits `k` over a workgroup:
-/// ragged `k` and `n`, a batch, a transposed lhs, f16, an epilogue, and weights read through a fused cast — a bf16 one row-major (`k` strided)
-/// and a q4_0 and a q8_0 one stored `[out, in]` and read transposed (`k` contiguous, each
-/// block dequantized as it is loaded) — all match the reference.
+/// ragged `k` and `n`, a batch, a transposed lhs, f16, an epilogue, and weights read through
+/// a fused cast — bf16 ones row-major (`k` strided) and stored `[out, in]` and read
+/// transposed (`k` contiguous: by whole words where `k` is a multiple of 8, else through the
+/// element function), and q4_0 and q8_0 ones stored `[out, in]` and read transposed, a block
+/// at a time (blocks at both word alignments; more blocks than a column's 32 invocations; a
+/// cast on to f16) — all match the reference.
 #[test]
 fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
     use crate::common::{CaseBuilder, Domain};
     use fusegraph::DType;
     let device =
         Arc::new(Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).expect("a device"));
-    // (name, case, whether the rhs is read along `k`)
+    let gemv = |k_contiguous, packed| KernelForm::Gemv { k_contiguous, packed };
+    // (case, the product's kernel form)
     let mut cases = Vec::new();
     for (dt, b, m, k, n, transposed) in
         [(DType::F32, 1, 1, 200, 37, false), (DType::F32, 2, 3, 64, 20, true), (DType::F16, 1, 8, 72, 100, false)]
     {
-        cases.push((crate::shader_checks::matmul(dt, b, (m, k, n), transposed), false));
+        cases.push((crate::shader_checks::matmul(dt, b, (m, k, n), transposed), gemv(false, false)));
     }
     let mut c = CaseBuilder::new(5);
     let x = c.input(DType::F32, &[4, 40], Domain::Any);
     let w = c.input(DType::BF16, &[40, 33], Domain::Any);
     let y = x.matmul(&w.cast(DType::F32).unwrap()).unwrap();
-    cases.push((c.finish("gemv_bf16_weight", &[&y]), false));
+    cases.push((c.finish("gemv_bf16_weight", &[&y]), gemv(false, false)));
+    for (k, packed) in [(296, true), (42, false)] {
+        let mut c = CaseBuilder::new(9);
+        let x = c.input(DType::F32, &[3, k], Domain::Any);
+        let w = c.input(DType::BF16, &[21, k], Domain::Any);
+        let y = x.matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap();
+        cases.push((c.finish(format!("gemv_bf16_weight_rows_k{k}"), &[&y]), gemv(true, packed)));
+    }
     for q in [DType::Q4_0, DType::Q8_0] {
+        // 3 blocks a column: its blocks alternate between word-aligned and not.
         let mut c = CaseBuilder::new(6);
         let x = c.input(DType::F32, &[2, 1, 96], Domain::Any);
         let w = c.input(q, &[50, 96], Domain::Any);
         let r = c.input(DType::F32, &[2, 1, 50], Domain::Any);
         let y = x.reshape([2, 96]).unwrap().matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap();
         let y = y.reshape([2, 1, 50]).unwrap().add(&r).unwrap();
-        cases.push((c.finish(format!("gemv_{q}_weight_rows"), &[&y]), true));
+        cases.push((c.finish(format!("gemv_{q}_weight_rows"), &[&y]), gemv(true, true)));
+        // 37 blocks a column (some invocations take two), one row.
+        let mut c = CaseBuilder::new(7);
+        let x = c.input(DType::F32, &[1, 1184], Domain::Any);
+        let w = c.input(q, &[9, 1184], Domain::Any);
+        let y = x.matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap();
+        cases.push((c.finish(format!("gemv_{q}_weight_long_k"), &[&y]), gemv(true, true)));
+        // Dequantized on to f16, 8 rows.
+        let mut c = CaseBuilder::new(8);
+        let x = c.input(DType::F16, &[8, 64], Domain::Any);
+        let w = c.input(q, &[12, 64], Domain::Any);
+        let y = x.matmul(&w.cast(DType::F16).unwrap().t().unwrap()).unwrap();
+        cases.push((c.finish(format!("gemv_{q}_weight_f16"), &[&y]), gemv(true, true)));
     }
     let mut failures = Vec::new();
-    for (case, k_contiguous) in &cases {
+    for (case, form) in &cases {
         match run_case(&device, case, &CompileOptions::default()) {
             Err(e) => failures.push(format!("{}: {e}", case.name)),
             Ok(stats) => {
@@ -111,7 +135,7 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
                 // An f16 result stored as packed halves (no native f16: GL) keeps the tiled
                 // kernel, whose invocations own whole words.
                 let packed = case.name.contains("f16") && !device.f16_native();
-                if !packed && !forms.contains(&KernelForm::Gemv { k_contiguous: *k_contiguous }) {
+                if !packed && !forms.contains(form) {
                     failures.push(format!("{}: kernels {forms:?}", case.name));
                 }
             }

@@ -349,7 +349,7 @@ fn binary(b: BinaryOp, dtype: DType, x: &str, y: &str) -> String {
     }
 }
 
-fn cast(from: DType, to: DType, x: &str) -> String {
+pub(crate) fn cast(from: DType, to: DType, x: &str) -> String {
     use DType::*;
     match (from, to) {
         _ if from == to => x.to_string(),

@@ -259,8 +259,8 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     // tiled kernel), which reads its operands through their element functions.
     let gemv = tiled
         .filter(|t| strategy.gemv && strategy.matmul_tiling.is_none() && crate::matmul_gemv::gemv_applies(g, t, opts))
-        .map(|t| crate::matmul_gemv::k_along(g, kernel, t.matmul));
-    let tiled = tiled.map(|t| match gemv {
+        .map(|t| crate::matmul_gemv::gemv_rhs(g, kernel, t.matmul));
+    let tiled = tiled.map(|t| match &gemv {
         Some(_) => crate::matmul::TiledPlan { vec4_lhs: None, vec4_rhs: None, ..t },
         None => t,
     });
@@ -405,8 +405,8 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         write_region(g, *o, region, None, &[], &mut body);
     }
     let (main, workgroups) = match &kernel.kind {
-        KernelKind::Loop => match (&tiled, &subgroup, gemv) {
-            (Some(t), _, Some(along)) => crate::matmul_gemv::gemv_main(g, &bindings, t, along, &regs, &mut body),
+        KernelKind::Loop => match (&tiled, &subgroup, &gemv) {
+            (Some(t), _, Some(rhs)) => crate::matmul_gemv::gemv_main(g, &bindings, t, rhs, &regs, &mut body),
             (Some(t), Some(p), None) => {
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
                 crate::matmul_subgroup::subgroup_main(g, &bindings, t, p, &regs, &inv, &mut body)
@@ -445,10 +445,11 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     let label = kernel.members.iter().map(|&m| g.node(m).op.name()).collect::<Vec<_>>().join("+");
     let conv = |t: &crate::matmul::TiledPlan| matches!(g.node(t.matmul).op, Op::Conv2d { .. });
     let form = match &kernel.kind {
-        KernelKind::Loop => match (&tiled, &subgroup, gemv) {
-            (Some(_), _, Some(along)) => {
-                KernelForm::Gemv { k_contiguous: along == crate::matmul_gemv::KAlong::Contiguous }
-            }
+        KernelKind::Loop => match (&tiled, &subgroup, &gemv) {
+            (Some(_), _, Some(rhs)) => KernelForm::Gemv {
+                k_contiguous: rhs.along == crate::matmul_gemv::KAlong::Contiguous,
+                packed: rhs.packed.is_some(),
+            },
             (Some(t), Some(p), None) => KernelForm::SubgroupMatmul {
                 conv: conv(t),
                 textures: bindings.iter().filter(|b| b.texture).count(),

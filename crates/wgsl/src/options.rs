@@ -183,6 +183,8 @@ pub enum KernelForm {
     Gemv {
         /// The rhs's elements adjacent along `k` (a weight read transposed).
         k_contiguous: bool,
+        /// The rhs read by whole words from a packed binding (a quantized or bf16 weight).
+        packed: bool,
     },
     /// The subgroup matrix product (no barriers; adapters with a fixed subgroup size).
     SubgroupMatmul {
