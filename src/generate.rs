@@ -6,36 +6,17 @@
 //!
 //! A decode step attends to the whole cache under a mask of the positions written so far, so
 //! its work does not grow with the position: its time stays flat as the sequence grows.
-//! Greedy decoding ([`Sampling::greedy`]) takes each sequence's argmax on the device, in the
-//! step's own executable, and reads back one id per sequence; temperature, top-k and top-p
-//! sampling (seeded) happen on the host from the last position's logits, read back whole.
+//! The step's executable also chooses the next tokens ([`crate::sampling`]: greedy, or
+//! temperature, top-k and top-p sampling from a seeded draw per sequence fed each step), so
+//! one id per sequence is read back, never the logits.
 
 use crate::nn::causal::{CausalLm, Kv};
+use crate::sampling::Head;
+pub use crate::sampling::Sampling;
 use crate::{CompileOptions, DType, Error, Executable, GraphBuilder, HostTensor, ParamStore, Result, Tensor};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// How the next token is chosen from the logits.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sampling {
-    /// 0 for greedy (the first maximum); otherwise the logits are divided by it.
-    pub temperature: f64,
-    /// Keep only the `k` most likely tokens.
-    pub top_k: Option<usize>,
-    /// Keep the smallest set of most likely tokens whose probability reaches `p` (at least
-    /// one).
-    pub top_p: Option<f64>,
-    /// Seed of the sampling generator.
-    pub seed: u64,
-}
-
-impl Sampling {
-    /// Greedy decoding.
-    pub fn greedy() -> Self {
-        Sampling { temperature: 0.0, top_k: None, top_p: None, seed: 0 }
-    }
-}
 
 /// What [`Generator::generate`] produced and how long it took.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,11 +41,11 @@ pub struct Generator {
     batch: usize,
     max_seq: usize,
     caches: Vec<(String, String)>,
-    /// Decode-step executables by whether they return the greedy ids (else the logits: the
-    /// one `new` compiles); the greedy one compiled on first use.
-    decode: BTreeMap<bool, Executable>,
-    /// Prefill executables by prompt length and whether they return the greedy ids.
-    prefill: BTreeMap<(usize, bool), Executable>,
+    /// Decode-step executables by what they return (the logits: the one `new` compiles; the
+    /// others compiled on first use).
+    decode: BTreeMap<Head, Executable>,
+    /// Prefill executables by prompt length and what they return.
+    prefill: BTreeMap<(usize, Head), Executable>,
 }
 
 /// The sampling generator: the workspace's seeded PCG.
@@ -121,14 +102,13 @@ impl Generator {
             decode: BTreeMap::new(),
             prefill: BTreeMap::new(),
         };
-        g.decode(false)?;
+        g.decode(Head::Logits)?;
         Ok(g)
     }
 
-    /// The decode step's executable: the last logits `[batch, vocab]`, or with `greedy` each
-    /// row's first maximum `[batch]` (i32) (compiled on first use).
-    fn decode(&mut self, greedy: bool) -> Result<&Executable> {
-        if !self.decode.contains_key(&greedy) {
+    /// The decode step's executable ending in `head` (compiled on first use).
+    fn decode(&mut self, head: Head) -> Result<&Executable> {
+        if !self.decode.contains_key(&head) {
             let (batch, model) = (self.batch, &self.model);
             let shape = Self::cache_dims(&**model, batch, self.max_seq);
             let b = GraphBuilder::new();
@@ -136,11 +116,11 @@ impl Generator {
             let pos = b.input("pos", DType::I32, Vec::<usize>::new())?;
             let cache = Self::cache_params(&b, &self.caches, shape)?;
             let (logits, updated) = model.decode(&ids, &pos, &cache)?;
-            let last = head(&logits.reshape([batch, model.vocab_size()])?, greedy)?;
+            let last = head.build(&logits.reshape([batch, model.vocab_size()])?)?;
             let exe = Self::compile(&self.store, &b, &last, &self.caches, &updated, &self.opts, "decode step")?;
-            self.decode.insert(greedy, exe);
+            self.decode.insert(head, exe);
         }
-        Ok(&self.decode[&greedy])
+        Ok(&self.decode[&head])
     }
 
     /// A cache's dimensions: `[batch, kv heads, max_seq, head width]`.
@@ -180,16 +160,16 @@ impl Generator {
         Ok(store.compile(&b.graph(), &[out.id()], &opts)?)
     }
 
-    /// The prefill executable for prompts of `len` tokens, returning the last logits or with
-    /// `greedy` the greedy ids (compiled on first use).
-    fn prefill(&mut self, len: usize, greedy: bool) -> Result<&Executable> {
-        if !self.prefill.contains_key(&(len, greedy)) {
+    /// The prefill executable for prompts of `len` tokens ending in `head` (compiled on first
+    /// use).
+    fn prefill(&mut self, len: usize, head: Head) -> Result<&Executable> {
+        if !self.prefill.contains_key(&(len, head)) {
             let (vocab, batch) = (self.model.vocab_size(), self.batch);
             let b = GraphBuilder::new();
             let ids = b.input("ids", DType::I32, [batch, len])?;
             let (logits, kvs) = self.model.prefill(&ids)?;
             let last = logits.slice(&[0, len - 1, 0], &[batch, len, vocab], &[1, 1, 1])?.reshape([batch, vocab])?;
-            let last = head(&last, greedy)?;
+            let last = head.build(&last)?;
             let shape = Self::cache_dims(&*self.model, batch, self.max_seq);
             let cache = Self::cache_params(&b, &self.caches, shape)?;
             let zero = b.scalar(DType::I32, 0.0)?;
@@ -201,20 +181,20 @@ impl Generator {
                 })
                 .collect::<Result<Vec<Kv>>>()?;
             let exe = Self::compile(&self.store, &b, &last, &self.caches, &written, &self.opts, "prefill")?;
-            self.prefill.insert((len, greedy), exe);
+            self.prefill.insert((len, head), exe);
         }
-        Ok(&self.prefill[&(len, greedy)])
+        Ok(&self.prefill[&(len, head)])
     }
 
-    /// The decode-step executable a generation with `sampling` runs (the greedy one returns
-    /// ids: compiled by the first greedy generation, `None` before it).
+    /// The decode-step executable a generation with `sampling` runs (it returns ids:
+    /// compiled by the first such generation, `None` before it).
     pub fn step_executable(&self, sampling: &Sampling) -> Option<&Executable> {
-        self.decode.get(&(sampling.temperature == 0.0))
+        self.decode.get(&Head::of(sampling))
     }
 
     /// The decode-step executable returning logits (its stats, its memory plan).
     pub fn decode_executable(&self) -> &Executable {
-        &self.decode[&false]
+        &self.decode[&Head::Logits]
     }
 
     /// Generates `new_tokens` tokens after each of `prompts` (one per sequence of the batch,
@@ -252,26 +232,39 @@ impl Generator {
         if let Some(t) = prompts.iter().flatten().find(|&&t| !(0..vocab).contains(&t)) {
             return Err(Error::Config(format!("generate: token {t} is outside the vocabulary 0..{vocab}")));
         }
+        let bad = |what: &str| Error::Config(format!("generate: {what} (sampling {sampling:?})"));
+        if !(sampling.temperature >= 0.0 && sampling.temperature.is_finite()) {
+            return Err(bad("temperature must be finite and ≥ 0"));
+        }
+        if sampling.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+            return Err(bad("top_p must be in (0, 1]"));
+        }
         let batch = self.batch;
         let mut rng = Rng::new(sampling.seed);
         let mut tokens: Vec<Vec<i32>> = prompts.to_vec();
         let ids = HostTensor::new([batch, len], prompts.concat())?;
-        // Greedy: the executables that return the ids (compiled on first use, outside the
-        // timing).
-        let greedy = sampling.temperature == 0.0;
-        self.prefill(len, greedy)?;
-        self.decode(greedy)?;
-        let choose = |out: HostTensor, rng: &mut Rng| -> Vec<i32> {
-            match greedy {
-                true => out.as_slice::<i32>().expect("the argmax's i32 ids").to_vec(),
-                false => sample_rows(&out, sampling, rng),
-            }
+        // The executables that return the chosen ids (compiled on first use, outside the
+        // timing), fed a draw per sequence when they sample.
+        let head = Head::of(sampling);
+        self.prefill(len, head)?;
+        self.decode(head)?;
+        let feeds = |ids: HostTensor, rng: &mut Rng| -> Result<Vec<(&'static str, HostTensor)>> {
+            // A draw in [0, 1) as an f32 (an f64 just below 1 rounds to 1).
+            let draws = (0..batch).map(|_| (rng.uniform() as f32).min(1.0 - f32::EPSILON / 2.0)).collect();
+            let mut feeds = head.feeds(sampling, draws)?;
+            feeds.push(("ids", ids));
+            Ok(feeds)
         };
+        let run = |exe: &Executable, feeds: &[(&'static str, HostTensor)]| -> Result<Vec<i32>> {
+            let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (*n, t)).collect();
+            let out = exe.run(&refs)?.remove(0);
+            Ok(out.as_slice::<i32>().expect("the chosen i32 ids").to_vec())
+        };
+        let first = feeds(ids, &mut rng)?;
         let start = Instant::now();
-        let out = self.prefill[&(len, greedy)].run(&[("ids", &ids)])?.remove(0);
+        let mut next = run(&self.prefill[&(len, head)], &first)?;
         let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
-        let mut next = choose(out, &mut rng);
-        let decode = &self.decode[&greedy];
+        let decode = &self.decode[&head];
         let mut step_ms = Vec::with_capacity(new_tokens);
         let mut ended = vec![false; batch];
         for step in 0..new_tokens {
@@ -287,106 +280,14 @@ impl Generator {
             if step + 1 == new_tokens || ended.iter().all(|&e| e) {
                 break;
             }
-            let ids = HostTensor::new([batch, 1], next.clone())?;
-            let pos = HostTensor::new(Vec::<usize>::new(), vec![(len + step) as i32])?;
+            let mut step_feeds = feeds(HostTensor::new([batch, 1], next.clone())?, &mut rng)?;
+            step_feeds.push(("pos", HostTensor::new(Vec::<usize>::new(), vec![(len + step) as i32])?));
             let t0 = Instant::now();
-            let out = decode.run(&[("ids", &ids), ("pos", &pos)])?.remove(0);
+            next = run(decode, &step_feeds)?;
             step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
-            next = choose(out, &mut rng);
         }
         let decode_s = step_ms.iter().sum::<f64>() / 1e3;
         let tokens_per_s = if decode_s > 0.0 { (batch * step_ms.len()) as f64 / decode_s } else { f64::NAN };
         Ok(Generation { tokens, prefill_ms, step_ms, tokens_per_s })
-    }
-}
-
-/// The step's output from its last logits `[batch, vocab]`: them, or with `greedy` each
-/// row's first maximum (what [`sample`] picks at temperature 0).
-fn head(last: &Tensor, greedy: bool) -> Result<Tensor> {
-    Ok(if greedy { last.argmax(1, false)? } else { last.clone() })
-}
-
-/// The next token of each row of `logits: [batch, vocab]`.
-fn sample_rows(logits: &HostTensor, s: &Sampling, rng: &mut Rng) -> Vec<i32> {
-    let v = logits.to_f64();
-    let vocab = logits.shape().dims()[1];
-    v.chunks(vocab).map(|row| sample(row, s, rng) as i32).collect()
-}
-
-/// One token from one row of logits: greedy at temperature 0, else temperature, top-k and
-/// top-p (in that order, as `transformers` applies them) and a draw.
-fn sample(row: &[f64], s: &Sampling, rng: &mut Rng) -> usize {
-    let argmax = || row.iter().enumerate().fold(0, |best, (i, &x)| if x > row[best] { i } else { best });
-    if s.temperature <= 0.0 {
-        return argmax();
-    }
-    let mut order: Vec<usize> = (0..row.len()).collect();
-    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-    if let Some(k) = s.top_k {
-        order.truncate(k.max(1));
-    }
-    let top = row[order[0]] / s.temperature;
-    let mut probs: Vec<f64> = order.iter().map(|&i| (row[i] / s.temperature - top).exp()).collect();
-    let total: f64 = probs.iter().sum();
-    probs.iter_mut().for_each(|p| *p /= total);
-    if let Some(p) = s.top_p {
-        let mut cum = 0.0;
-        let keep = probs.iter().take_while(|&&q| {
-            let before = cum;
-            cum += q;
-            before < p
-        });
-        let n = keep.count().max(1);
-        order.truncate(n);
-        probs.truncate(n);
-        let total: f64 = probs.iter().sum();
-        probs.iter_mut().for_each(|q| *q /= total);
-    }
-    let mut u = rng.uniform();
-    for (&i, &q) in order.iter().zip(&probs) {
-        if u < q {
-            return i;
-        }
-        u -= q;
-    }
-    order[order.len() - 1]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sampling_follows_its_rules() {
-        let row = [0.0, 3.0, 1.0, 3.0, -2.0];
-        let mut rng = Rng::new(1);
-        assert_eq!(sample(&row, &Sampling::greedy(), &mut rng), 1, "the first maximum");
-        let top1 = Sampling { temperature: 1.0, top_k: Some(1), top_p: None, seed: 0 };
-        assert_eq!(sample(&row, &top1, &mut rng), 1);
-        let top2 = Sampling { top_k: Some(2), ..top1 };
-        for _ in 0..50 {
-            assert!([1, 3].contains(&sample(&row, &top2, &mut rng)));
-        }
-        // top-p 0.5: the two 3.0 logits hold 0.42 each, so two tokens are kept.
-        let nucleus = Sampling { temperature: 1.0, top_k: None, top_p: Some(0.5), seed: 0 };
-        let mut seen = std::collections::BTreeSet::new();
-        for _ in 0..200 {
-            seen.insert(sample(&row, &nucleus, &mut rng));
-        }
-        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [1, 3]);
-        // Full sampling reaches every token and follows the softmax roughly.
-        let all = Sampling { temperature: 1.0, top_k: None, top_p: None, seed: 0 };
-        let mut counts = [0usize; 5];
-        for _ in 0..20000 {
-            counts[sample(&row, &all, &mut rng)] += 1;
-        }
-        let z: f64 = row.iter().map(|x| x.exp()).sum();
-        for (i, &c) in counts.iter().enumerate() {
-            let want = row[i].exp() / z;
-            assert!((c as f64 / 20000.0 - want).abs() < 0.02, "token {i}: {c} vs {want}");
-        }
-        // A seed gives the same draws.
-        let (mut a, mut b) = (Rng::new(7), Rng::new(7));
-        assert!((0..10).all(|_| sample(&row, &all, &mut a) == sample(&row, &all, &mut b)));
     }
 }

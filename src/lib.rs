@@ -23,6 +23,7 @@ mod error;
 pub mod generate;
 mod jit;
 mod logging;
+pub mod sampling;
 pub mod train;
 
 pub use fusegraph_ir::{

@@ -251,21 +251,81 @@ fn check_logits_and_tokens(loaded: &Pretrained, r: &Value, what: &str) {
     assert_eq!(out.tokens[0][prompt.len()..], want[..], "{what}: greedy tokens");
 }
 
-/// Greedy decoding takes the argmax on the device and reads back one id per sequence; it
-/// chooses what the host chooses from the logits at top-k 1 (the same first maximum), at
-/// batch 2 over 24 new tokens.
+/// The step chooses the next tokens on the device and reads back one id per sequence:
+/// greedy is the argmax; sampling at top-k 1 chooses the same tokens (random logits have no
+/// ties), at batch 2 over 24 new tokens; sampling with every filter is repeatable by its
+/// seed, and its ids lie in the vocabulary.
 #[test]
-fn greedy_ids_chosen_on_the_device_are_the_hosts_choice() {
+fn tokens_chosen_on_the_device() {
     let loaded = Pretrained::load(&data().join("llama-tiny"), None, Quantize::AsStored).unwrap();
     let store = ParamStore::new(&Device::shared().unwrap());
     store.insert_all(loaded.params.iter()).unwrap();
     let mut g = Generator::new(&store, loaded.model.clone(), 2, 32, CompileOptions::default()).unwrap();
     g.stop_at(Vec::new());
     let prompts = [vec![5, 17, 42, 8], vec![99, 3, 250, 61]];
-    let on_device = g.generate(&prompts, 24, &Sampling::greedy()).unwrap();
+    let greedy = g.generate(&prompts, 24, &Sampling::greedy()).unwrap();
     let top1 = Sampling { temperature: 1.0, top_k: Some(1), top_p: None, seed: 7 };
-    let on_host = g.generate(&prompts, 24, &top1).unwrap();
-    assert_eq!(on_device.tokens, on_host.tokens);
-    // The greedy generation ran the step that returns ids (compiled by its first use).
-    assert!(g.step_executable(&Sampling::greedy()).is_some());
+    assert_eq!(greedy.tokens, g.generate(&prompts, 24, &top1).unwrap().tokens);
+    // Each ran its own step, the sampled one fed a draw per sequence.
+    let inputs = |s: &Sampling| -> Vec<String> {
+        g.step_executable(s).expect("compiled by its first use").inputs().into_iter().map(|(n, _)| n).collect()
+    };
+    assert!(!inputs(&Sampling::greedy()).contains(&"uniform".to_string()));
+    assert!(inputs(&top1).contains(&"uniform".to_string()), "{:?}", inputs(&top1));
+    let all = Sampling { temperature: 0.8, top_k: Some(50), top_p: Some(0.9), seed: 3 };
+    let (a, b) = (g.generate(&prompts, 12, &all).unwrap(), g.generate(&prompts, 12, &all).unwrap());
+    assert_eq!(a.tokens, b.tokens, "a seed repeats its draws");
+    let vocab = loaded.model.vocab_size() as i32;
+    assert!(a.tokens.iter().flatten().all(|t| (0..vocab).contains(t)), "{:?}", a.tokens);
+    let other = g.generate(&prompts, 12, &Sampling { seed: 4, ..all }).unwrap();
+    assert_ne!(a.tokens, other.tokens, "another seed, other draws");
+    let bad = Sampling { top_p: Some(1.5), ..all };
+    let err = g.generate(&prompts, 4, &bad).unwrap_err().to_string();
+    assert!(err.contains("top_p must be in (0, 1]"), "{err}");
+}
+
+/// The sampling head on the device, fused as a step compiles it (in this adapter's kernel
+/// forms and in a GPU's), against the CPU reference of the same graph: random logits of a
+/// 3,000-token vocabulary, every filter mix, random draws.
+#[test]
+fn sampled_ids_on_the_device_match_the_reference() {
+    use fusegraph::crates::reference::evaluate;
+    use fusegraph::sampling::Head;
+    use fusegraph::{DType, GraphBuilder, HostTensor};
+    use std::collections::BTreeMap;
+    let (batch, vocab) = (3, 3000);
+    let mut rng = crate::common::Rng::new(21);
+    let logits = crate::common::random(&mut rng, DType::F32, &[batch, vocab], crate::common::Domain::Any);
+    let logits = HostTensor::from_f64(
+        DType::F32,
+        logits.shape().clone(),
+        &logits.to_f64().iter().map(|x| x * 6.0).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let gpu_forms = std::sync::Arc::new(
+        Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap(),
+    );
+    let settings = [(1.0, None, None), (0.7, Some(40), None), (1.2, None, Some(0.8)), (1.0, Some(200), Some(0.6))];
+    for (device, (t, k, p)) in [Device::shared().unwrap(), gpu_forms].iter().flat_map(|d| settings.map(|s| (d, s))) {
+        let s = Sampling { temperature: t, top_k: k, top_p: p, seed: 0 };
+        let b = GraphBuilder::new();
+        let x = b.input("logits", DType::F32, [batch, vocab]).unwrap();
+        let out = Head::of(&s).build(&x).unwrap();
+        let exe = device.compile(&b.graph(), &[out.id()], &CompileOptions::default()).unwrap();
+        for round in 0..4 {
+            let draws: Vec<f32> = (0..batch).map(|i| ((round * batch + i) as f32 * 0.377).fract()).collect();
+            let mut feeds: BTreeMap<String, HostTensor> =
+                Head::of(&s).feeds(&s, draws).unwrap().into_iter().map(|(n, t)| (n.to_string(), t)).collect();
+            feeds.insert("logits".into(), logits.clone());
+            let want = evaluate(&b.graph(), &[out.id()], &feeds, &BTreeMap::new()).unwrap();
+            let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            let got = exe.run(&refs).unwrap();
+            assert_eq!(
+                got[0].as_slice::<i32>(),
+                want[0].as_slice::<i32>(),
+                "{s:?}, round {round}, {}",
+                device.describe()
+            );
+        }
+    }
 }

@@ -130,7 +130,7 @@ pub(crate) fn gemv_rhs(g: &Graph, kernel: &Kernel, mm: NodeId) -> GemvRhs {
     let rd = g.ty(rhs).shape.dims();
     let unbatched = rd[..rd.len() - 2].iter().all(|&d| d == 1);
     let dtype = g.ty(n).dtype;
-    let words = dtype.block().is_some() || dtype == DType::BF16 && rd[rd.len() - 2] % 8 == 0;
+    let words = dtype.block().is_some() || dtype == DType::BF16 && rd[rd.len() - 2] & 7 == 0;
     let packed = (words && unbatched && kernel.inputs.contains(&n)).then(|| {
         casts.reverse();
         PackedRhs { leaf: n, dtype, casts }
