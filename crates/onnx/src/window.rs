@@ -5,6 +5,7 @@ use crate::node::{axis, node_err, Attrs};
 use crate::proto::NodeProto;
 use crate::{Result, Value};
 use fusegraph_ir::{DType, GraphBuilder, IrError, Tensor};
+use std::collections::BTreeMap;
 
 /// `Conv` (2-D, or 1-D as 2-D with a unit height): groups, strides, dilations, pads
 /// (asymmetric ones as an explicit pad) or `auto_pad`, and the bias.
@@ -154,24 +155,28 @@ fn pool_2d(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor, one_d: 
     avg.div(&share).map_err(ir)
 }
 
-/// `Resize` in `nearest` and `linear` modes (the latter separable: one axis at a time, as
-/// bilinear and trilinear are): each resized axis gathered at source indices computed at
-/// import from its coordinate transformation, linear as the two neighbours weighted.
+/// `Resize` in `nearest`, `linear` and `cubic` modes (the latter two separable: one axis at a
+/// time, as bilinear and bicubic are): each resized axis gathered at source indices computed
+/// at import from its coordinate transformation, linear as the two neighbours weighted, cubic
+/// as four with Keys' coefficients (`cubic_coeff_a`, `exclude_outside` renormalizing those
+/// inside; `antialias` widens a downsampling's linear or cubic support by the inverse
+/// scale). Sizes with `keep_aspect_ratio_policy` `not_larger` / `not_smaller` scale every
+/// resized axis by the least / greatest of their ratios.
 pub(crate) fn resize(b: &GraphBuilder, node: &NodeProto, x: Tensor, ins: &[Option<Value>]) -> Result<Vec<Tensor>> {
     let ir = |e: IrError| node_err(node, e.to_string());
     let a = Attrs(node);
     let r = x.rank();
     let mode = a.string("mode", "nearest");
-    if mode != "nearest" && mode != "linear" {
-        return Err(node_err(node, format!("mode `{mode}` (nearest and linear are supported)")));
+    if !["nearest", "linear", "cubic"].contains(&mode.as_str()) {
+        return Err(node_err(node, format!("mode `{mode}` (nearest, linear and cubic are supported)")));
     }
-    if a.int("antialias", 0) != 0 || a.string("keep_aspect_ratio_policy", "stretch") != "stretch" {
-        return Err(node_err(node, "antialias and keep_aspect_ratio_policy other than stretch are not supported"));
+    let antialias = a.int("antialias", 0) != 0 && mode != "nearest";
+    let coeff_a = a.float("cubic_coeff_a", -0.75);
+    let policy = a.string("keep_aspect_ratio_policy", "stretch");
+    if !["stretch", "not_larger", "not_smaller"].contains(&policy.as_str()) {
+        return Err(node_err(node, format!("keep_aspect_ratio_policy `{policy}`")));
     }
     let transform = a.string("coordinate_transformation_mode", "half_pixel");
-    if transform == "tf_crop_and_resize" {
-        return Err(node_err(node, "coordinate_transformation_mode tf_crop_and_resize is not supported"));
-    }
     let list: Vec<usize> = match a.ints("axes") {
         Some(v) => v.iter().map(|&q| axis(node, q, r)).collect::<Result<_>>()?,
         None => (0..r).collect(),
@@ -184,15 +189,35 @@ pub(crate) fn resize(b: &GraphBuilder, node: &NodeProto, x: Tensor, ins: &[Optio
         }
     };
     let (scales, sizes) = (floats(2)?, floats(3)?);
+    let crop = transform == "tf_crop_and_resize";
+    // The region of interest: starts, then ends, of the resized axes, in fractions of each.
+    let roi = match floats(1)? {
+        Some(v) if v.len() == 2 * list.len() => v,
+        _ if crop => {
+            return Err(node_err(node, format!("tf_crop_and_resize needs a roi of {} values", 2 * list.len())))
+        }
+        _ => Vec::new(),
+    };
+    let extrapolation = a.float("extrapolation_value", 0.0);
+    // One scale for every resized axis where sizes keep the aspect ratio.
+    let kept = match (&sizes, policy.as_str()) {
+        (Some(s), "not_larger" | "not_smaller") => {
+            let ratios = list.iter().zip(s).map(|(&ax, &n)| n / x.dims()[ax] as f64);
+            Some(if policy == "not_larger" { ratios.fold(f64::INFINITY, f64::min) } else { ratios.fold(0.0, f64::max) })
+        }
+        _ => None,
+    };
     let mut y = x;
     for (j, &ax) in list.iter().enumerate() {
         let len = y.dims()[ax];
-        let (out, scale) = match (&sizes, &scales) {
-            (Some(s), _) => (s[j] as usize, s[j] / len as f64),
-            (None, Some(s)) => ((len as f64 * s[j]).floor() as usize, s[j]),
-            (None, None) => return Err(node_err(node, "neither scales nor sizes")),
+        let (out, scale) = match (&sizes, &scales, kept) {
+            // (Rounding half up.)
+            (Some(_), _, Some(k)) => ((k * len as f64 + 0.5).floor() as usize, k),
+            (Some(s), _, None) => (s[j] as usize, s[j] / len as f64),
+            (None, Some(s), _) => ((len as f64 * s[j]).floor() as usize, s[j]),
+            (None, None, _) => return Err(node_err(node, "neither scales nor sizes")),
         };
-        if out == len && scale == 1.0 {
+        if out == len && scale == 1.0 && !crop {
             continue;
         }
         let source = |o: usize| -> f64 {
@@ -204,6 +229,12 @@ pub(crate) fn resize(b: &GraphBuilder, node: &NodeProto, x: Tensor, ins: &[Optio
                 "align_corners" => o * (len as f64 - 1.0) / (len as f64 * scale - 1.0),
                 "pytorch_half_pixel" if out == 1 => 0.0,
                 "tf_half_pixel_for_nn" => (o + 0.5) / scale,
+                "tf_crop_and_resize" => {
+                    let (start, end, width) = (roi[j], roi[j + list.len()], len as f64 * scale);
+                    let span = (end - start) * (len as f64 - 1.0);
+                    let at = if width == 1.0 { span / 2.0 } else { o * span / (width - 1.0) };
+                    at + start * (len as f64 - 1.0)
+                }
                 "half_pixel_symmetric" => {
                     let adjustment = out as f64 / (scale * len as f64);
                     let center = len as f64 / 2.0;
@@ -230,6 +261,40 @@ pub(crate) fn resize(b: &GraphBuilder, node: &NodeProto, x: Tensor, ins: &[Optio
                 }
             };
             gather((0..out).map(|o| pick(source(o)).clamp(0.0, last)).collect())?
+        } else if mode == "cubic" || antialias {
+            let exclude = a.int("exclude_outside", 0) != 0;
+            // Per tap, its source index and weight at each output position: the source
+            // coordinate `c` is `base + ratio`, `ratio` in (0, 1] (ONNX's reference prefers the
+            // left neighbour); tap `i` reads `base + i`, clamped to the edge.
+            let mut taps: BTreeMap<i64, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+            for o in 0..out {
+                let c = source(o);
+                let ratio = if c.fract() == 0.0 { 1.0 } else { c - c.floor() };
+                let base = c - ratio;
+                let mut k = tap_weights(mode == "cubic", ratio, if antialias { scale.min(1.0) } else { 1.0 }, coeff_a);
+                if exclude {
+                    let inside = |i: i64| (0.0..=last).contains(&(base + i as f64));
+                    let total: f64 = k.iter().filter(|(i, _)| inside(*i)).map(|(_, w)| w).sum();
+                    k.iter_mut().for_each(|(i, w)| *w = if inside(*i) { *w / total } else { 0.0 });
+                }
+                for (i, w) in k {
+                    let (idx, ws) = taps.entry(i).or_insert_with(|| (vec![0.0; out], vec![0.0; out]));
+                    idx[o] = (base + i as f64).clamp(0.0, last);
+                    ws[o] = w;
+                }
+            }
+            let mut shape = vec![1; r];
+            shape[ax] = out;
+            let mut sum: Option<Tensor> = None;
+            for (_, (i, w)) in taps {
+                let w = b.constant(y.dtype(), shape.clone(), &w).map_err(ir)?;
+                let term = gather(i)?.mul(&w).map_err(ir)?;
+                sum = Some(match sum {
+                    None => term,
+                    Some(s) => s.add(&term).map_err(ir)?,
+                });
+            }
+            sum.expect("at least two taps")
         } else {
             let coords: Vec<f64> = (0..out).map(|o| source(o).clamp(0.0, last)).collect();
             let lo: Vec<f64> = coords.iter().map(|c| c.floor()).collect();
@@ -241,6 +306,37 @@ pub(crate) fn resize(b: &GraphBuilder, node: &NodeProto, x: Tensor, ins: &[Optio
             let (l, h) = (gather(lo)?, gather(hi)?);
             h.sub(&l).and_then(|d| d.mul(&w)).and_then(|d| l.add(&d)).map_err(ir)?
         };
+        // A crop's positions outside the input take the extrapolation value.
+        let outside: Vec<f64> =
+            (0..out).map(|o| f64::from(u8::from(crop && !(0.0..=last).contains(&source(o))))).collect();
+        if outside.contains(&1.0) {
+            let mut shape = vec![1; r];
+            shape[ax] = out;
+            let m = b.constant(y.dtype(), shape, &outside).map_err(ir)?.broadcast_to(y.dims().to_vec()).map_err(ir)?;
+            let keep = m.mul_scalar(-1.0).and_then(|m| m.add_scalar(1.0)).map_err(ir)?;
+            y = y.mul(&keep).and_then(|v| v.add(&m.mul_scalar(extrapolation)?)).map_err(ir)?;
+        }
     }
     Ok(vec![y])
+}
+
+/// The taps of a point `ratio` ∈ (0, 1] past tap 0, as (offset, weight): cubic (Keys'
+/// kernel with parameter `a`) or linear, its support widened by `1 / scale` where `scale` < 1
+/// (antialiasing a downsampling) and the weights then normalized, as ONNX's reference
+/// computes them.
+fn tap_weights(cubic: bool, ratio: f64, scale: f64, a: f64) -> Vec<(i64, f64)> {
+    let keys = |x: f64| {
+        let x = x.abs();
+        match x {
+            _ if x <= 1.0 => ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0,
+            _ if x < 2.0 => ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a,
+            _ => 0.0,
+        }
+    };
+    let (support, kernel): (f64, &dyn Fn(f64) -> f64) =
+        if cubic { (2.0, &keys) } else { (1.0, &|x: f64| (1.0 - x.abs()).clamp(0.0, 1.0)) };
+    let start = (-support / scale).floor() as i64 + 1;
+    let taps: Vec<(i64, f64)> = (start..2 - start).map(|i| (i, kernel(scale * (i as f64 - ratio)))).collect();
+    let total: f64 = taps.iter().map(|(_, w)| w).sum();
+    taps.into_iter().map(|(i, w)| (i, w / total)).collect()
 }
