@@ -94,24 +94,124 @@ fn symmetric(node: &NodeProto, x: Tensor, p: [usize; 4], value: f64) -> Result<(
     Ok((padded, [0, 0]))
 }
 
-/// `MaxPool` and `AveragePool` (2-D; `count_include_pad` 0 divides by the window's
-/// elements inside the input).
+/// `MaxPool` and `AveragePool` (`count_include_pad` 0 divides by the window's elements inside
+/// the input): 1-D and 2-D on the IR's window ops, dilated or 3-D and up as the maximum or
+/// sum of one strided slice per window tap ([`pool_taps`]).
 pub(crate) fn pool(b: &GraphBuilder, node: &NodeProto, x: Tensor) -> Result<Vec<Tensor>> {
     let ir = |e: IrError| node_err(node, e.to_string());
     let a = Attrs(node);
-    // 1-D pooling as 2-D with a unit height; integers through f32 (exact below 2^24).
-    if x.rank() == 3 {
+    if node.op_type == "MaxPool" && node.output.len() > 1 {
+        return Err(node_err(node, "the Indices output is not supported"));
+    }
+    let taps = x.rank() > 4 || a.ints("dilations").is_some_and(|d| d.iter().any(|&v| v != 1));
+    // Integers through f32 (exact below 2^24).
+    let dtype = x.dtype();
+    let x = if dtype.is_int() { x.cast(DType::F32).map_err(ir)? } else { x };
+    let y = if taps {
+        pool_taps(b, node, &a, x)?
+    } else if x.rank() == 3 {
+        // 1-D pooling as 2-D with a unit height.
         let d = x.dims().to_vec();
         let y = pool_2d(b, node, &a, x.reshape([d[0], d[1], 1, d[2]]).map_err(ir)?, true)?;
         let o = y.dims().to_vec();
-        return Ok(vec![y.reshape([o[0], o[1], o[3]]).map_err(ir)?]);
+        y.reshape([o[0], o[1], o[3]]).map_err(ir)?
+    } else {
+        pool_2d(b, node, &a, x, false)?
+    };
+    Ok(vec![if dtype.is_int() { y.cast(dtype).map_err(ir)? } else { y }])
+}
+
+/// [`pool`] of any number of spatial axes, dilations included: padded (with `ceil_mode`'s
+/// extra window where it starts inside the input or its leading padding), then the maximum
+/// or sum over the window's taps of the input sliced at each tap's offset with the pooling's
+/// strides; an average divides by the same sum over ones where elements count.
+fn pool_taps(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor) -> Result<Tensor> {
+    let ir = |e: IrError| node_err(node, e.to_string());
+    let n = x.rank().checked_sub(2).filter(|&n| n >= 1).ok_or_else(|| node_err(node, format!("input {}", x.ty())))?;
+    let list = |name: &str, default: usize| -> Result<Vec<usize>> {
+        let v = a.ints(name).map_or(vec![default as i64; n], |v| v.to_vec());
+        match v.len() == n && v.iter().all(|&q| q >= 1) {
+            true => Ok(v.iter().map(|&q| q as usize).collect()),
+            false => Err(node_err(node, format!("{name} {v:?} for {n} spatial axes"))),
+        }
+    };
+    let (kernel, stride, dilation) = (list("kernel_shape", 0)?, list("strides", 1)?, list("dilations", 1)?);
+    let dims = x.dims()[2..].to_vec();
+    let span: Vec<usize> = (0..n).map(|i| (kernel[i] - 1) * dilation[i] + 1).collect();
+    let (mut begin, mut end) = (vec![0; n], vec![0; n]);
+    match a.string("auto_pad", "NOTSET").as_str() {
+        "NOTSET" => match a.ints("pads") {
+            Some(p) if p.len() == 2 * n => {
+                begin = p[..n].iter().map(|&v| v as usize).collect();
+                end = p[n..].iter().map(|&v| v as usize).collect();
+            }
+            Some(p) if !p.is_empty() => return Err(node_err(node, format!("{} pads", p.len()))),
+            _ => {}
+        },
+        "VALID" => {}
+        mode @ ("SAME_UPPER" | "SAME_LOWER") => {
+            for i in 0..n {
+                let total = ((dims[i].div_ceil(stride[i]) - 1) * stride[i] + span[i]).saturating_sub(dims[i]);
+                let (small, big) = (total / 2, total - total / 2);
+                (begin[i], end[i]) = if mode == "SAME_UPPER" { (small, big) } else { (big, small) };
+            }
+        }
+        other => return Err(node_err(node, format!("auto_pad `{other}`"))),
     }
-    if x.dtype().is_int() {
-        let dtype = x.dtype();
-        let y = pool_2d(b, node, &a, x.cast(DType::F32).map_err(ir)?, false)?;
-        return Ok(vec![y.cast(dtype).map_err(ir)?]);
+    let mut extra = vec![0; n];
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let padded = dims[i] + begin[i] + end[i];
+        if padded < span[i] {
+            return Err(node_err(node, format!("a window of {} past axis {} of {}", span[i], i + 2, x.ty())));
+        }
+        if a.int("ceil_mode", 0) != 0 {
+            let last_start = (padded - span[i]).div_ceil(stride[i]) * stride[i];
+            if last_start < dims[i] + begin[i] {
+                extra[i] = (last_start + span[i]).saturating_sub(padded);
+            }
+        }
+        out[i] = (padded + extra[i] - span[i]) / stride[i] + 1;
     }
-    Ok(vec![pool_2d(b, node, &a, x, false)?])
+    let max = node.op_type == "MaxPool";
+    let edges = |v: &[usize]| [&[0, 0][..], v].concat();
+    let after: Vec<usize> = (0..n).map(|i| end[i] + extra[i]).collect();
+    // The maximum or sum over the taps of `t` (padded already).
+    let over_taps = |t: &Tensor, max: bool| -> Result<Tensor> {
+        let mut acc: Option<Tensor> = None;
+        for tap in 0..kernel.iter().product::<usize>() {
+            let (mut start, mut limit, mut step) = (vec![0, 0], t.dims()[..2].to_vec(), vec![1, 1]);
+            let mut rest = tap;
+            for i in (0..n).rev() {
+                let at = (rest % kernel[i]) * dilation[i];
+                rest /= kernel[i];
+                start.insert(2, at);
+                limit.insert(2, at + (out[i] - 1) * stride[i] + 1);
+                step.insert(2, stride[i]);
+            }
+            let v = t.slice(&start, &limit, &step).map_err(ir)?;
+            acc = Some(match acc {
+                None => v,
+                Some(acc) if max => acc.maximum(&v).map_err(ir)?,
+                Some(acc) => acc.add(&v).map_err(ir)?,
+            });
+        }
+        Ok(acc.expect("a window of at least one tap"))
+    };
+    let fill = if max { f64::NEG_INFINITY } else { 0.0 };
+    let sum = over_taps(&x.pad(&edges(&begin), &edges(&after), fill).map_err(ir)?, max)?;
+    if max {
+        return Ok(sum);
+    }
+    let include_pad = a.int("count_include_pad", 0) != 0;
+    let mut ones = b.full(x.dtype(), x.dims().to_vec(), 1.0).map_err(ir)?;
+    let mut rest = (begin.clone(), after);
+    if include_pad {
+        ones = ones.pad(&edges(&begin), &edges(&end), 1.0).map_err(ir)?;
+        rest = (vec![0; n], extra);
+    }
+    let count = over_taps(&ones.pad(&edges(&rest.0), &edges(&rest.1), 0.0).map_err(ir)?, false)?;
+    sum.div(&count).map_err(ir)
 }
 
 /// [`pool`] of a rank-4 input (`one_d`: a 1-D pooling's attributes, of one spatial axis).
@@ -119,12 +219,6 @@ fn pool_2d(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor, one_d: 
     let ir = |e: IrError| node_err(node, e.to_string());
     if x.rank() != 4 {
         return Err(node_err(node, format!("input {} (1-D and 2-D pooling are supported)", x.ty())));
-    }
-    if a.int("ceil_mode", 0) != 0 {
-        return Err(node_err(node, "ceil_mode = 1 is not supported"));
-    }
-    if a.ints("dilations").is_some_and(|d| d.iter().any(|&v| v != 1)) {
-        return Err(node_err(node, "dilated pooling is not supported"));
     }
     let k = a.ints("kernel_shape").ok_or_else(|| node_err(node, "no kernel_shape"))?;
     let s = a.ints("strides").unwrap_or_else(|| vec![1; k.len()]);
@@ -134,23 +228,40 @@ fn pool_2d(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor, one_d: 
         _ => return Err(node_err(node, format!("kernel_shape {k:?} and strides {s:?}"))),
     };
     let pads = window_pads(node, a, &x, kernel, stride, [1, 1], one_d)?;
+    // ceil_mode: one more window per axis where the last would start inside the input or
+    // its leading padding, over trailing padding of its own (no element of the average).
+    let mut extra = [0; 2];
+    for ax in 0..2 {
+        let padded = x.dims()[2 + ax] + pads[ax] + pads[ax + 2];
+        if a.int("ceil_mode", 0) != 0 && padded >= kernel[ax] {
+            let last_start = (padded - kernel[ax]).div_ceil(stride[ax]) * stride[ax];
+            if last_start < x.dims()[2 + ax] + pads[ax] {
+                extra[ax] = (last_start + kernel[ax]).saturating_sub(padded);
+            }
+        }
+    }
+    let all = [pads[0], pads[1], pads[2] + extra[0], pads[3] + extra[1]];
     let max = node.op_type == "MaxPool";
     if max {
-        if node.output.len() > 1 {
-            return Err(node_err(node, "the Indices output is not supported"));
-        }
-        let (x, padding) = symmetric(node, x, pads, f64::NEG_INFINITY)?;
+        let (x, padding) = symmetric(node, x, all, f64::NEG_INFINITY)?;
         return x.max_pool2d(kernel, stride, padding).map_err(ir);
     }
-    let (xp, padding) = symmetric(node, x.clone(), pads, 0.0)?;
+    let (xp, padding) = symmetric(node, x.clone(), all, 0.0)?;
     let avg = xp.avg_pool2d(kernel, stride, padding).map_err(ir)?;
-    if a.int("count_include_pad", 0) != 0 || pads == [0; 4] {
+    let include_pad = a.int("count_include_pad", 0) != 0;
+    if all == [0; 4] || include_pad && extra == [0; 2] {
         return Ok(avg);
     }
     // The average over the padding counted as zeros, divided by the share of the window
-    // inside the input: the same pooling of ones.
-    let ones = b.full(x.dtype(), x.dims().to_vec(), 1.0).map_err(ir)?;
-    let (op, padding) = symmetric(node, ones, pads, 0.0)?;
+    // that counts: the same pooling of ones inside the input (and its padding, where
+    // count_include_pad says so), zeros past them.
+    let mut ones = b.full(x.dtype(), x.dims().to_vec(), 1.0).map_err(ir)?;
+    let mut rest = all;
+    if include_pad {
+        ones = ones.pad(&[0, 0, pads[0], pads[1]], &[0, 0, pads[2], pads[3]], 1.0).map_err(ir)?;
+        rest = [0, 0, extra[0], extra[1]];
+    }
+    let (op, padding) = symmetric(node, ones, rest, 0.0)?;
     let share = op.avg_pool2d(kernel, stride, padding).map_err(ir)?;
     avg.div(&share).map_err(ir)
 }
