@@ -154,13 +154,25 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
     match op {
         "Identity" => Ok(vec![x(0)?]),
         "Dropout" => {
-            // Inference: the identity, and a mask of every element kept.
+            // Inference, or training at ratio 0: the identity, and a mask of every element
+            // kept.
+            let ratio = match ins.get(1).and_then(Option::as_ref) {
+                Some(Value::Known(h)) => h.to_f64().first().copied().unwrap_or(0.5),
+                Some(Value::Node(_)) => f64::NAN,
+                None => 0.5,
+            };
             if let Some(Value::Known(h)) = ins.get(2).and_then(Option::as_ref) {
-                if h.to_f64().first().is_some_and(|&v| v != 0.0) {
-                    return Err(node_err(node, "training_mode (random dropout) is not supported"));
+                if h.to_f64().first().is_some_and(|&v| v != 0.0) && ratio != 0.0 {
+                    return Err(node_err(
+                        node,
+                        match ratio.is_nan() {
+                            true => "ratio must be known at import in training_mode",
+                            false => "training_mode at a ratio other than 0 (random dropout) is not supported",
+                        },
+                    ));
                 }
             } else if ins.get(2).and_then(Option::as_ref).is_some() {
-                return Err(node_err(node, "training_mode computed at run time"));
+                return Err(node_err(node, "training_mode must be known at import"));
             }
             let t = x(0)?;
             let mask = b.full(DType::Bool, t.dims().to_vec(), 1.0).map_err(ir)?;
