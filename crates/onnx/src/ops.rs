@@ -325,8 +325,20 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
         }
         "Conv" => conv(node, x(0)?, x(1)?, opt(2)?),
         "BatchNormalization" => {
-            let t = x(0)?;
-            one(t.batch_norm(&x(3)?, &x(4)?, &x(1)?, &x(2)?, a.float("epsilon", 1e-5), 1))
+            let (t, eps) = (x(0)?, a.float("epsilon", 1e-5));
+            if a.int("training_mode", 0) == 0 {
+                return one(t.batch_norm(&x(3)?, &x(4)?, &x(1)?, &x(2)?, eps, 1));
+            }
+            // Training: normalized by the batch's statistics (over every axis but the
+            // channels; the variance biased), and the running ones updated by `momentum`.
+            let over: Vec<usize> = (0..t.rank()).filter(|&q| q != 1).collect();
+            let (mean, var) = (t.mean(&over, false).map_err(ir)?, t.variance(&over, false).map_err(ir)?);
+            let y = t.batch_norm(&mean, &var, &x(1)?, &x(2)?, eps, 1).map_err(ir)?;
+            let m = a.float("momentum", 0.9);
+            let running = |old: Tensor, now: &Tensor| -> std::result::Result<Tensor, IrError> {
+                old.mul_scalar(m)?.add(&now.mul_scalar(1.0 - m)?)
+            };
+            Ok(vec![y, running(x(3)?, &mean).map_err(ir)?, running(x(4)?, &var).map_err(ir)?])
         }
         "LayerNormalization" => {
             let t = x(0)?;
