@@ -1,7 +1,7 @@
 //! `Einsum` as transposes, reductions and batched products: operands contracted two at a
 //! time (each keeping the indices the output or a later operand needs), an index only one
 //! operand has summed away first, ellipses as indices of their own (broadcast as numpy
-//! broadcasts). A repeated index within one operand (a diagonal) is an error.
+//! broadcasts). A repeated index within one operand takes that operand's diagonal first.
 
 use crate::node::node_err;
 use crate::proto::NodeProto;
@@ -40,26 +40,24 @@ pub(crate) fn einsum(node: &NodeProto, equation: &str, operands: Vec<Tensor>) ->
             None => t.chars().collect(),
         }
     };
-    let mut list = Vec::new();
+    let (mut list, mut raw) = (Vec::new(), Vec::new());
     for (term, t) in terms.iter().zip(operands) {
         let idx = expand(term, t.rank());
         if idx.len() != t.rank() {
             return Err(node_err(node, format!("term `{term}` for an operand of rank {}", t.rank())));
         }
-        if idx.iter().enumerate().any(|(i, c)| idx[..i].contains(c)) {
-            return Err(node_err(node, format!("term `{term}` repeats an index (diagonals are not supported)")));
-        }
-        list.push(Term { t, idx });
+        raw.extend(idx.iter().copied());
+        list.push(diagonal(node, Term { t, idx })?);
     }
     let out: Vec<char> = match out {
         Some(o) => expand(&o, widest + explicit(&o)),
         None => {
-            // Implicit: the ellipsis, then the indices that occur once, in order.
-            let all: Vec<char> = list.iter().flat_map(|t| t.idx.clone()).collect();
-            let mut once: Vec<char> = all
+            // Implicit: the ellipsis, then the indices that occur once in the terms, in
+            // order.
+            let mut once: Vec<char> = raw
                 .iter()
                 .copied()
-                .filter(|c| c.is_ascii_lowercase() && all.iter().filter(|d| *d == c).count() == 1)
+                .filter(|c| c.is_ascii_lowercase() && raw.iter().filter(|d| *d == c).count() == 1)
                 .collect();
             once.sort_unstable();
             ellipsis.iter().copied().chain(once).collect()
@@ -129,4 +127,60 @@ fn contract(node: &NodeProto, a: Term, b: Term, keep: &dyn Fn(char) -> bool) -> 
     let idx: Vec<char> = batch.iter().chain(&own_a).chain(&own_b).copied().collect();
     let dims: Vec<usize> = idx.iter().map(|&c| dim(c)).collect();
     Ok(Term { t: y.reshape(dims).map_err(ir)?, idx })
+}
+
+/// `term` with each index it repeats taken once: the diagonal of those axes (moved last,
+/// merged, every `n + 1`-th element), the index then last.
+fn diagonal(node: &NodeProto, mut term: Term) -> Result<Term> {
+    let ir = |e: IrError| node_err(node, e.to_string());
+    while let Some((i, j)) =
+        (0..term.idx.len()).find_map(|j| term.idx[..j].iter().position(|c| *c == term.idx[j]).map(|i| (i, j)))
+    {
+        let dims = term.t.dims().to_vec();
+        let n = dims[i];
+        if dims[j] != n {
+            return Err(node_err(node, format!("index `{}` of sizes {n} and {}", term.idx[i], dims[j])));
+        }
+        let rest: Vec<usize> = (0..dims.len()).filter(|&q| q != i && q != j).collect();
+        let perm: Vec<usize> = rest.iter().copied().chain([i, j]).collect();
+        let mut shape: Vec<usize> = rest.iter().map(|&q| dims[q]).collect();
+        let r = shape.len();
+        shape.push(n * n);
+        let merged = term.t.transpose(&perm).and_then(|t| t.reshape(shape.clone())).map_err(ir)?;
+        let (start, stride) = (vec![0; r + 1], [vec![1; r], vec![n + 1]].concat());
+        let t = merged.slice(&start, &shape, &stride).map_err(ir)?;
+        let c = term.idx[i];
+        term = Term { t, idx: rest.iter().map(|&q| term.idx[q]).chain([c]).collect() };
+    }
+    Ok(term)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fusegraph_ir::{DType, GraphBuilder, HostTensor};
+    use std::collections::BTreeMap;
+
+    /// `equation` on one operand of `dims` holding 0, 1, 2, …, by the CPU reference.
+    fn run(equation: &str, dims: &[usize]) -> Vec<f32> {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, dims.to_vec()).unwrap();
+        let y = einsum(&NodeProto::default(), equation, vec![x]).unwrap();
+        let values: Vec<f32> = (0..dims.iter().product::<usize>()).map(|v| v as f32).collect();
+        let feeds = BTreeMap::from([("x".to_string(), HostTensor::new(dims.to_vec(), values).unwrap())]);
+        let got = fusegraph_reference::evaluate(&b.graph(), &[y.id()], &feeds, &BTreeMap::new()).unwrap();
+        got[0].as_slice::<f32>().unwrap().to_vec()
+    }
+
+    #[test]
+    fn repeated_indices_take_diagonals() {
+        assert_eq!(run("ii->i", &[3, 3]), [0.0, 4.0, 8.0]);
+        assert_eq!(run("ii", &[3, 3]), [12.0], "implicit: the trace");
+        assert_eq!(run("iii->i", &[2, 2, 2]), [0.0, 7.0]);
+        assert_eq!(run("bii->bi", &[2, 2, 2]), [0.0, 3.0, 4.0, 7.0]);
+        assert_eq!(run("iji->j", &[2, 3, 2]), [7.0, 11.0, 15.0]);
+        let err =
+            einsum(&NodeProto::default(), "ii", vec![GraphBuilder::new().input("x", DType::F32, [2, 3]).unwrap()]);
+        assert!(err.unwrap_err().to_string().contains("index `i` of sizes 2 and 3"));
+    }
 }
