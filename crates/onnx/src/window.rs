@@ -95,20 +95,22 @@ fn symmetric(node: &NodeProto, x: Tensor, p: [usize; 4], value: f64) -> Result<(
 }
 
 /// `MaxPool` and `AveragePool` (`count_include_pad` 0 divides by the window's elements inside
-/// the input): 1-D and 2-D on the IR's window ops, dilated or 3-D and up as the maximum or
-/// sum of one strided slice per window tap ([`pool_taps`]).
+/// the input): 1-D and 2-D on the IR's window ops; dilated, 3-D and up, or with MaxPool's
+/// Indices output, as the maximum or sum of one strided slice per window tap
+/// ([`pool_taps`]).
 pub(crate) fn pool(b: &GraphBuilder, node: &NodeProto, x: Tensor) -> Result<Vec<Tensor>> {
     let ir = |e: IrError| node_err(node, e.to_string());
     let a = Attrs(node);
-    if node.op_type == "MaxPool" && node.output.len() > 1 {
-        return Err(node_err(node, "the Indices output is not supported"));
-    }
-    let taps = x.rank() > 4 || a.ints("dilations").is_some_and(|d| d.iter().any(|&v| v != 1));
+    let indices = node.op_type == "MaxPool" && node.output.len() > 1;
+    let taps = indices || x.rank() > 4 || a.ints("dilations").is_some_and(|d| d.iter().any(|&v| v != 1));
     // Integers through f32 (exact below 2^24).
     let dtype = x.dtype();
     let x = if dtype.is_int() { x.cast(DType::F32).map_err(ir)? } else { x };
+    let back = |y: Tensor| if dtype.is_int() { y.cast(dtype).map_err(ir) } else { Ok(y) };
     let y = if taps {
-        pool_taps(b, node, &a, x)?
+        let mut ys = pool_taps(b, node, &a, x)?;
+        ys[0] = back(ys[0].clone())?;
+        return Ok(ys);
     } else if x.rank() == 3 {
         // 1-D pooling as 2-D with a unit height.
         let d = x.dims().to_vec();
@@ -118,14 +120,14 @@ pub(crate) fn pool(b: &GraphBuilder, node: &NodeProto, x: Tensor) -> Result<Vec<
     } else {
         pool_2d(b, node, &a, x, false)?
     };
-    Ok(vec![if dtype.is_int() { y.cast(dtype).map_err(ir)? } else { y }])
+    Ok(vec![back(y)?])
 }
 
 /// [`pool`] of any number of spatial axes, dilations included: padded (with `ceil_mode`'s
 /// extra window where it starts inside the input or its leading padding), then the maximum
 /// or sum over the window's taps of the input sliced at each tap's offset with the pooling's
 /// strides; an average divides by the same sum over ones where elements count.
-fn pool_taps(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor) -> Result<Tensor> {
+fn pool_taps(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor) -> Result<Vec<Tensor>> {
     let ir = |e: IrError| node_err(node, e.to_string());
     let n = x.rank().checked_sub(2).filter(|&n| n >= 1).ok_or_else(|| node_err(node, format!("input {}", x.ty())))?;
     let list = |name: &str, default: usize| -> Result<Vec<usize>> {
@@ -176,33 +178,61 @@ fn pool_taps(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor) -> Re
     let max = node.op_type == "MaxPool";
     let edges = |v: &[usize]| [&[0, 0][..], v].concat();
     let after: Vec<usize> = (0..n).map(|i| end[i] + extra[i]).collect();
-    // The maximum or sum over the taps of `t` (padded already).
-    let over_taps = |t: &Tensor, max: bool| -> Result<Tensor> {
-        let mut acc: Option<Tensor> = None;
-        for tap in 0..kernel.iter().product::<usize>() {
-            let (mut start, mut limit, mut step) = (vec![0, 0], t.dims()[..2].to_vec(), vec![1, 1]);
-            let mut rest = tap;
-            for i in (0..n).rev() {
-                let at = (rest % kernel[i]) * dilation[i];
-                rest /= kernel[i];
-                start.insert(2, at);
-                limit.insert(2, at + (out[i] - 1) * stride[i] + 1);
-                step.insert(2, stride[i]);
-            }
-            let v = t.slice(&start, &limit, &step).map_err(ir)?;
-            acc = Some(match acc {
-                None => v,
-                Some(acc) if max => acc.maximum(&v).map_err(ir)?,
-                Some(acc) => acc.add(&v).map_err(ir)?,
-            });
-        }
-        Ok(acc.expect("a window of at least one tap"))
+    // The window's taps of `t` (padded already): `t` sliced at each tap's offset.
+    let taps = |t: &Tensor| -> Result<Vec<Tensor>> {
+        (0..kernel.iter().product::<usize>())
+            .map(|tap| {
+                let (mut start, mut limit, mut step) = (vec![0, 0], t.dims()[..2].to_vec(), vec![1, 1]);
+                let mut rest = tap;
+                for i in (0..n).rev() {
+                    let at = (rest % kernel[i]) * dilation[i];
+                    rest /= kernel[i];
+                    start.insert(2, at);
+                    limit.insert(2, at + (out[i] - 1) * stride[i] + 1);
+                    step.insert(2, stride[i]);
+                }
+                t.slice(&start, &limit, &step).map_err(ir)
+            })
+            .collect()
     };
+    let fold =
+        |ts: Vec<Tensor>, f: &dyn Fn(&Tensor, &Tensor) -> std::result::Result<Tensor, IrError>| -> Result<Tensor> {
+            let mut it = ts.into_iter();
+            let first = it.next().expect("a window of at least one tap");
+            it.try_fold(first, |acc, v| f(&acc, &v).map_err(ir))
+        };
     let fill = if max { f64::NEG_INFINITY } else { 0.0 };
-    let sum = over_taps(&x.pad(&edges(&begin), &edges(&after), fill).map_err(ir)?, max)?;
+    let values = taps(&x.pad(&edges(&begin), &edges(&after), fill).map_err(ir)?)?;
     if max {
-        return Ok(sum);
+        let y = fold(values.clone(), &|a, v| a.maximum(v))?;
+        if node.output.len() < 2 {
+            return Ok(vec![y]);
+        }
+        // Indices: each window's first maximum, as its place in the input flattened (the
+        // spatial axes column-major with storage_order 1); -1 in the padding.
+        let d = x.dims().to_vec();
+        let mut order: Vec<usize> = (0..2).chain((2..d.len()).rev()).collect();
+        if a.int("storage_order", 0) == 0 {
+            order = (0..d.len()).collect();
+        }
+        let laid: Vec<usize> = order.iter().map(|&q| d[q]).collect();
+        let inverse: Vec<usize> =
+            (0..d.len()).map(|q| order.iter().position(|&o| o == q).expect("a permutation")).collect();
+        let flat = b
+            .iota(DType::I32, [d.iter().product::<usize>()], 0)
+            .and_then(|f| f.reshape(laid))
+            .and_then(|f| f.transpose(&inverse))
+            .map_err(ir)?;
+        let places = taps(&flat.pad(&edges(&begin), &edges(&after), -1.0).map_err(ir)?)?;
+        let none = b.full(DType::I32, y.dims().to_vec(), -1.0).map_err(ir)?;
+        let mut found = none.clone();
+        for (v, place) in values.iter().zip(places) {
+            let first = found.eq(&none).and_then(|unset| v.eq(&y)?.and(&unset)).map_err(ir)?;
+            found = first.select(&place, &found).map_err(ir)?;
+        }
+        return Ok(vec![y, found]);
     }
+    let sum = fold(values, &|a, v| a.add(v))?;
     let include_pad = a.int("count_include_pad", 0) != 0;
     let mut ones = b.full(x.dtype(), x.dims().to_vec(), 1.0).map_err(ir)?;
     let mut rest = (begin.clone(), after);
@@ -210,8 +240,8 @@ fn pool_taps(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor) -> Re
         ones = ones.pad(&edges(&begin), &edges(&end), 1.0).map_err(ir)?;
         rest = (vec![0; n], extra);
     }
-    let count = over_taps(&ones.pad(&edges(&rest.0), &edges(&rest.1), 0.0).map_err(ir)?, false)?;
-    sum.div(&count).map_err(ir)
+    let count = fold(taps(&ones.pad(&edges(&rest.0), &edges(&rest.1), 0.0).map_err(ir)?)?, &|a, v| a.add(v))?;
+    Ok(vec![sum.div(&count).map_err(ir)?])
 }
 
 /// [`pool`] of a rank-4 input (`one_d`: a 1-D pooling's attributes, of one spatial axis).
