@@ -1,7 +1,11 @@
 //! ONNX models exported by `torch.onnx.export` (tests/data/onnx, written by
 //! scripts/fixtures/make_onnx.py) — a CNN, an MLP, torchvision's MobileNetV3-small (a
 //! quarter of its width), and a tiny BERT and GPT-2 as `transformers` builds them — run
-//! fused on the device and give ONNX Runtime's outputs, in fewer kernels than unfused.
+//! fused on the device and give ONNX Runtime's outputs, in fewer kernels than unfused; and
+//! ONNX's backend node cases of the ops whose import is most composite, on the device.
+
+#[path = "../../crates/onnx/tests/common/node_case.rs"]
+mod node_case;
 
 use fusegraph::crates::ir::safetensors;
 use fusegraph::onnx::OnnxModel;
@@ -43,4 +47,52 @@ fn exported_models_run_fused_and_give_onnx_runtimes_outputs() {
         eprintln!("{name}: {} kernels unfused, {} fused", kernels[0], kernels[1]);
         assert!(kernels[1] < kernels[0], "{name}: {kernels:?}");
     }
+}
+
+/// ONNX's backend node cases of the ops whose import is most composite — `Resize` in every
+/// mode (cubic, antialias, crops), pooling (ceil_mode, dilations, 3-D, MaxPool's Indices),
+/// `Einsum` (diagonals included) and `BatchNormalization` in training mode — compiled fused
+/// on the device, in this adapter's kernel forms and in a GPU's, give their expected outputs
+/// (the crate's node test checks every case through the CPU reference).
+#[test]
+fn composite_node_cases_run_fused_on_the_device() {
+    let dir = data().join("node");
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("index.json")).unwrap()).unwrap();
+    let failing =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/onnx/tests/expected-failures.txt"))
+            .unwrap();
+    let ops = ["Resize", "MaxPool", "AveragePool", "Einsum", "BatchNormalization"];
+    let names: Vec<&String> = index
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(n, e)| {
+            ops.contains(&e["op"].as_str().unwrap_or(""))
+                && e.get("left_out").is_none()
+                && !failing.contains(n.as_str())
+        })
+        .map(|(n, _)| n)
+        .collect();
+    assert!(names.len() >= 70, "{} cases", names.len());
+    let gpu_forms = std::sync::Arc::new(
+        Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap(),
+    );
+    let mut failures = Vec::new();
+    for device in [Device::shared().unwrap(), gpu_forms] {
+        for name in &names {
+            let outcome = node_case::load(&dir, name).and_then(|case| {
+                let store = ParamStore::new(&device);
+                store.insert_all(case.params.iter()).map_err(|e| e.to_string())?;
+                let exe =
+                    store.compile(&case.graph, &case.outputs, &CompileOptions::default()).map_err(|e| e.to_string())?;
+                let feeds: Vec<(&str, &HostTensor)> = case.feeds.iter().map(|(k, v)| (k.as_str(), v)).collect();
+                node_case::check(&case, &exe.run(&feeds).map_err(|e| e.to_string())?)
+            });
+            if let Err(e) = outcome {
+                failures.push(format!("{name} ({}): {e}", device.describe()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} failed:\n{}", failures.len(), 2 * names.len(), failures.join("\n"));
 }
