@@ -1,6 +1,7 @@
 //! ONNX models exported by `torch.onnx.export` (tests/data/onnx, written by
-//! scripts/fixtures/make_onnx.py) — a CNN, an MLP, torchvision's MobileNetV3-small (a
-//! quarter of its width), and a tiny BERT and GPT-2 as `transformers` builds them — run
+//! scripts/fixtures/make_onnx.py) — a CNN, an MLP, torchvision's MobileNetV3-small and
+//! ResNet-18 (a quarter of their widths), and a tiny BERT and GPT-2 as `transformers` builds
+//! them — run
 //! fused on the device and give ONNX Runtime's outputs, in fewer kernels than unfused; and
 //! ONNX's backend node cases of the ops whose import is most composite, on the device.
 
@@ -19,7 +20,7 @@ fn data() -> PathBuf {
 
 #[test]
 fn exported_models_run_fused_and_give_onnx_runtimes_outputs() {
-    for name in ["cnn", "mlp", "mobilenet_v3_small", "bert_tiny", "gpt2_tiny"] {
+    for name in ["cnn", "mlp", "mobilenet_v3_small", "resnet18", "bert_tiny", "gpt2_tiny"] {
         let model = OnnxModel::open(&data().join(format!("{name}.onnx"))).unwrap();
         let io = safetensors::read(&data().join(format!("{name}-io.safetensors"))).unwrap();
         let feeds: BTreeMap<String, HostTensor> =
@@ -46,6 +47,9 @@ fn exported_models_run_fused_and_give_onnx_runtimes_outputs() {
         }
         eprintln!("{name}: {} kernels unfused, {} fused", kernels[0], kernels[1]);
         assert!(kernels[1] < kernels[0], "{name}: {kernels:?}");
+        // ResNet-18's 20 convolutions, each with its batch norm and activation (and the
+        // residual add) fused in, its pooling and its head: at most 30 kernels.
+        assert!(name != "resnet18" || kernels[1] <= 30, "{name}: {kernels:?}");
     }
 }
 

@@ -484,8 +484,9 @@ fn generate_names_what_is_wrong() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `fusegraph run` on the CNN `torch.onnx.export` wrote (tests/data/onnx): the outputs it
-/// writes as `.npy` are ONNX Runtime's, and the summary names the fused kernels; `explain`
+/// `fusegraph run` on the CNN and the ResNet-18 `torch.onnx.export` wrote (tests/data/onnx):
+/// the outputs it writes as `.npy` are ONNX Runtime's, and the summary names the fused
+/// kernels; `explain`
 /// reads the `.onnx` file; a missing input and an unknown input name are errors naming them.
 #[test]
 fn run_executes_an_onnx_model_and_writes_npy_outputs() {
@@ -510,6 +511,19 @@ fn run_executes_an_onnx_model_and_writes_npy_outputs() {
         let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         assert!(worst < 1e-4, "{name}: {worst:.2e} from ONNX Runtime's");
     }
+    // torchvision's ResNet-18 (a quarter of its widths): its logits.
+    let resnet = data.join("resnet18.onnx");
+    let input = format!("image={}", data.join("resnet18-image.npy").display());
+    let out = fusegraph(&["run", resnet.to_str().unwrap(), "--input", &input, "--output", dir.to_str().unwrap()], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bytes = std::fs::read(dir.join("logits.npy")).unwrap();
+    let got: Vec<f32> = npyz::NpyFile::new(&bytes[..]).unwrap().into_vec().unwrap();
+    let want = fusegraph::crates::ir::safetensors::read(&data.join("resnet18-io.safetensors")).unwrap()
+        ["output:logits"]
+        .to_f64();
+    let scale = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+    let worst = got.iter().zip(&want).map(|(a, b)| (f64::from(*a) - b).abs()).fold(0.0, f64::max);
+    assert!(got.len() == want.len() && worst / scale < 1e-4, "resnet18 logits: {worst:.2e} from ONNX Runtime's");
     let out = fusegraph(&["explain", model.to_str().unwrap()], None);
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("kernels:"));
     let out = fusegraph(&["run", model.to_str().unwrap()], None);

@@ -75,6 +75,12 @@ fn mobilenet_v3_gives_onnx_runtimes_outputs() {
     check("mobilenet_v3_small");
 }
 
+/// torchvision's ResNet-18 classes at a quarter of the widths (scripts/fixtures/make_onnx.py).
+#[test]
+fn resnet18_gives_onnx_runtimes_outputs() {
+    check("resnet18");
+}
+
 /// A tiny BERT and a tiny GPT-2 as `transformers` builds them: embeddings, attention with
 /// masks built from the inputs (`Where`, `Expand`, `GatherElements`), GELU, layer norms.
 #[test]
