@@ -53,7 +53,9 @@ pub fn literal(dtype: DType, v: f64) -> String {
 pub fn unravel(out: &mut String, dims: &[usize], idx: &str, prefix: &str) -> Vec<String> {
     let mut coords = vec![String::from("0u"); dims.len()];
     let nontrivial: Vec<usize> = (0..dims.len()).filter(|&a| dims[a] != 1).collect();
-    if nontrivial.is_empty() {
+    // A value with no elements is never read at an index (a concat's empty part, an empty
+    // slice's consumers): no coordinates, and no division by its zero extent.
+    if nontrivial.is_empty() || dims.contains(&0) {
         return coords;
     }
     let _ = writeln!(out, "    var {prefix}r = {idx};");
