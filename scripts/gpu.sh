@@ -9,7 +9,7 @@
 #   ./scripts/gpu.sh run [PHASE ...]   # phases: info tests roofline bench examples peers (all when
 #                                      # none is named; also: llama (Llama-3.2-1B shapes in bf16:
 #                                      # prefill and decode), quant (the same with bf16, q8_0
-#                                      # and q4_0 matrices), cold (a model's first run with
+#                                      # and q4_0 matrices, and bf16 sampled), cold (a model's first run with
 #                                      # nothing measured, then warm), profile, coop (the matmul rows
 #                                      # only, every cooperative tiling),
 #                                      # chain (the elementwise chain's kernel beside edits
@@ -259,6 +259,12 @@ run() {
                         --json "$OUT/llama-$q-b$b.json" 2>&1 | tail -3 | tee -a "$OUT/quant.log"
                 done
             done
+            # Sampling on the device (temperature, top-k, top-p: the step's halvings) beside
+            # the greedy bf16 rows.
+            echo "== generate, Llama-3.2-1B shapes, bf16, batch 1, sampled" | tee -a "$OUT/quant.log"
+            timeout 90 $B/fusegraph generate --random-config tests/data/configs/llama-3.2-1b.json \
+                --dtype bf16 --prompt-ids "$ids" --tokens 64 --warmup 4 --temperature 0.8 --top-k 50 --top-p 0.9 --ignore-eos \
+                --json "$OUT/llama-sampled-b1.json" 2>&1 | tail -3 | tee -a "$OUT/quant.log"
             ;;
         skinny)
             # The copy and the products of 8 rows (the matrix–vector kernel's), f32 and f16.
