@@ -155,24 +155,16 @@ pub fn apply(b: &GraphBuilder, node: &NodeProto, ins: &[Option<Value>], opset: i
         "Identity" => Ok(vec![x(0)?]),
         "Dropout" => {
             // Inference, or training at ratio 0: the identity, and a mask of every element
-            // kept.
-            let ratio = match ins.get(1).and_then(Option::as_ref) {
-                Some(Value::Known(h)) => h.to_f64().first().copied().unwrap_or(0.5),
-                Some(Value::Node(_)) => f64::NAN,
-                None => 0.5,
-            };
-            if let Some(Value::Known(h)) = ins.get(2).and_then(Option::as_ref) {
-                if h.to_f64().first().is_some_and(|&v| v != 0.0) && ratio != 0.0 {
-                    return Err(node_err(
-                        node,
-                        match ratio.is_nan() {
-                            true => "ratio must be known at import in training_mode",
-                            false => "training_mode at a ratio other than 0 (random dropout) is not supported",
-                        },
-                    ));
+            // kept. (Inputs 1 and 2, the ratio and training_mode, must be known at import.)
+            let known = |i: usize, default: f64| -> Result<f64> {
+                match ins.get(i).and_then(Option::as_ref) {
+                    None => Ok(default),
+                    Some(Value::Known(h)) => Ok(h.to_f64().first().copied().unwrap_or(default)),
+                    Some(Value::Node(_)) => Err(node_err(node, format!("input {i} must be known at import"))),
                 }
-            } else if ins.get(2).and_then(Option::as_ref).is_some() {
-                return Err(node_err(node, "training_mode must be known at import"));
+            };
+            if known(2, 0.0)? != 0.0 && known(1, 0.5)? != 0.0 {
+                return Err(node_err(node, "training_mode at a ratio other than 0 (random dropout) is not supported"));
             }
             let t = x(0)?;
             let mask = b.full(DType::Bool, t.dims().to_vec(), 1.0).map_err(ir)?;

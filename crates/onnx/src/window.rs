@@ -47,99 +47,16 @@ pub(crate) fn conv(node: &NodeProto, x: Tensor, w: Tensor, bias: Option<Tensor>)
     Ok(vec![y])
 }
 
-/// The pads `[top, left, bottom, right]` of a window op: `pads`, or as `auto_pad` says.
-fn window_pads(
+/// The pads before and after each spatial axis (of extents `dims`) of a window of
+/// `span` (its dilated extent) moving by `stride`: `pads`, or as `auto_pad` says.
+fn spatial_pads(
     node: &NodeProto,
     a: &Attrs<'_>,
-    x: &Tensor,
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    dilation: [usize; 2],
-    one_d: bool,
-) -> Result<[usize; 4]> {
-    match a.string("auto_pad", "NOTSET").as_str() {
-        "NOTSET" => {
-            let p: Vec<usize> = a.ints("pads").unwrap_or_default().iter().map(|&v| v as usize).collect();
-            Ok(match (p.len(), one_d) {
-                (0, _) => [0; 4],
-                (2, true) => [0, p[0], 0, p[1]],
-                (4, false) => [p[0], p[1], p[2], p[3]],
-                (n, _) => return Err(node_err(node, format!("{n} pads"))),
-            })
-        }
-        "VALID" => Ok([0; 4]),
-        mode @ ("SAME_UPPER" | "SAME_LOWER") => {
-            let mut out = [0; 4];
-            for s in 0..2 {
-                let d = x.dims()[2 + s];
-                let want = d.div_ceil(stride[s]);
-                let span = (kernel[s] - 1) * dilation[s] + 1;
-                let total = ((want - 1) * stride[s] + span).saturating_sub(d);
-                let (small, big) = (total / 2, total - total / 2);
-                (out[s], out[s + 2]) = if mode == "SAME_UPPER" { (small, big) } else { (big, small) };
-            }
-            Ok(out)
-        }
-        other => Err(node_err(node, format!("auto_pad `{other}`"))),
-    }
-}
-
-/// Symmetric padding for the IR's window ops: `x` padded explicitly with `value` where the
-/// two sides differ (then no padding is left to the op).
-fn symmetric(node: &NodeProto, x: Tensor, p: [usize; 4], value: f64) -> Result<(Tensor, [usize; 2])> {
-    if p[0] == p[2] && p[1] == p[3] {
-        return Ok((x, [p[0], p[1]]));
-    }
-    let padded = x.pad(&[0, 0, p[0], p[1]], &[0, 0, p[2], p[3]], value).map_err(|e| node_err(node, e.to_string()))?;
-    Ok((padded, [0, 0]))
-}
-
-/// `MaxPool` and `AveragePool` (`count_include_pad` 0 divides by the window's elements inside
-/// the input): 1-D and 2-D on the IR's window ops; dilated, 3-D and up, or with MaxPool's
-/// Indices output, as the maximum or sum of one strided slice per window tap
-/// ([`pool_taps`]).
-pub(crate) fn pool(b: &GraphBuilder, node: &NodeProto, x: Tensor) -> Result<Vec<Tensor>> {
-    let ir = |e: IrError| node_err(node, e.to_string());
-    let a = Attrs(node);
-    let indices = node.op_type == "MaxPool" && node.output.len() > 1;
-    let taps = indices || x.rank() > 4 || a.ints("dilations").is_some_and(|d| d.iter().any(|&v| v != 1));
-    // Integers through f32 (exact below 2^24).
-    let dtype = x.dtype();
-    let x = if dtype.is_int() { x.cast(DType::F32).map_err(ir)? } else { x };
-    let back = |y: Tensor| if dtype.is_int() { y.cast(dtype).map_err(ir) } else { Ok(y) };
-    let y = if taps {
-        let mut ys = pool_taps(b, node, &a, x)?;
-        ys[0] = back(ys[0].clone())?;
-        return Ok(ys);
-    } else if x.rank() == 3 {
-        // 1-D pooling as 2-D with a unit height.
-        let d = x.dims().to_vec();
-        let y = pool_2d(b, node, &a, x.reshape([d[0], d[1], 1, d[2]]).map_err(ir)?, true)?;
-        let o = y.dims().to_vec();
-        y.reshape([o[0], o[1], o[3]]).map_err(ir)?
-    } else {
-        pool_2d(b, node, &a, x, false)?
-    };
-    Ok(vec![back(y)?])
-}
-
-/// [`pool`] of any number of spatial axes, dilations included: padded (with `ceil_mode`'s
-/// extra window where it starts inside the input or its leading padding), then the maximum
-/// or sum over the window's taps of the input sliced at each tap's offset with the pooling's
-/// strides; an average divides by the same sum over ones where elements count.
-fn pool_taps(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor) -> Result<Vec<Tensor>> {
-    let ir = |e: IrError| node_err(node, e.to_string());
-    let n = x.rank().checked_sub(2).filter(|&n| n >= 1).ok_or_else(|| node_err(node, format!("input {}", x.ty())))?;
-    let list = |name: &str, default: usize| -> Result<Vec<usize>> {
-        let v = a.ints(name).map_or(vec![default as i64; n], |v| v.to_vec());
-        match v.len() == n && v.iter().all(|&q| q >= 1) {
-            true => Ok(v.iter().map(|&q| q as usize).collect()),
-            false => Err(node_err(node, format!("{name} {v:?} for {n} spatial axes"))),
-        }
-    };
-    let (kernel, stride, dilation) = (list("kernel_shape", 0)?, list("strides", 1)?, list("dilations", 1)?);
-    let dims = x.dims()[2..].to_vec();
-    let span: Vec<usize> = (0..n).map(|i| (kernel[i] - 1) * dilation[i] + 1).collect();
+    dims: &[usize],
+    span: &[usize],
+    stride: &[usize],
+) -> Result<(Vec<usize>, Vec<usize>)> {
+    let n = dims.len();
     let (mut begin, mut end) = (vec![0; n], vec![0; n]);
     match a.string("auto_pad", "NOTSET").as_str() {
         "NOTSET" => match a.ints("pads") {
@@ -160,36 +77,182 @@ fn pool_taps(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor) -> Re
         }
         other => return Err(node_err(node, format!("auto_pad `{other}`"))),
     }
-    let mut extra = vec![0; n];
-    let mut out = vec![0; n];
-    for i in 0..n {
-        let padded = dims[i] + begin[i] + end[i];
-        if padded < span[i] {
-            return Err(node_err(node, format!("a window of {} past axis {} of {}", span[i], i + 2, x.ty())));
-        }
-        if a.int("ceil_mode", 0) != 0 {
-            let last_start = (padded - span[i]).div_ceil(stride[i]) * stride[i];
-            if last_start < dims[i] + begin[i] {
-                extra[i] = (last_start + span[i]).saturating_sub(padded);
-            }
-        }
-        out[i] = (padded + extra[i] - span[i]) / stride[i] + 1;
+    Ok((begin, end))
+}
+
+/// The pads `[top, left, bottom, right]` of a 2-D window op on `x` (rank 4; `one_d`: a 1-D
+/// op's attributes, of its last axis, under a unit height).
+fn window_pads(
+    node: &NodeProto,
+    a: &Attrs<'_>,
+    x: &Tensor,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    one_d: bool,
+) -> Result<[usize; 4]> {
+    let axes = if one_d { 1..2 } else { 0..2 };
+    let dims: Vec<usize> = axes.clone().map(|i| x.dims()[2 + i]).collect();
+    let span: Vec<usize> = axes.clone().map(|i| (kernel[i] - 1) * dilation[i] + 1).collect();
+    let step: Vec<usize> = axes.map(|i| stride[i]).collect();
+    let (begin, end) = spatial_pads(node, a, &dims, &span, &step)?;
+    Ok(if one_d { [0, begin[0], 0, end[0]] } else { [begin[0], begin[1], end[0], end[1]] })
+}
+
+/// Symmetric padding for the IR's window ops: `x` padded explicitly with `value` where the
+/// two sides differ (then no padding is left to the op).
+fn symmetric(node: &NodeProto, x: Tensor, p: [usize; 4], value: f64) -> Result<(Tensor, [usize; 2])> {
+    if p[0] == p[2] && p[1] == p[3] {
+        return Ok((x, [p[0], p[1]]));
     }
+    let padded = x.pad(&[0, 0, p[0], p[1]], &[0, 0, p[2], p[3]], value).map_err(|e| node_err(node, e.to_string()))?;
+    Ok((padded, [0, 0]))
+}
+
+/// A pooling's window along each spatial axis.
+struct Window {
+    kernel: Vec<usize>,
+    stride: Vec<usize>,
+    dilation: Vec<usize>,
+    /// Padding before and after (`pads` or `auto_pad`).
+    begin: Vec<usize>,
+    end: Vec<usize>,
+    /// `ceil_mode`'s padding after that: one more window where the last would start inside
+    /// the input or its leading padding (its elements count in no average).
+    extra: Vec<usize>,
+    /// The output's extent.
+    out: Vec<usize>,
+}
+
+impl Window {
+    /// The window of pooling `node` over `x` (rank ≥ 3).
+    fn of(node: &NodeProto, a: &Attrs<'_>, x: &Tensor) -> Result<Window> {
+        let n =
+            x.rank().checked_sub(2).filter(|&n| n >= 1).ok_or_else(|| node_err(node, format!("input {}", x.ty())))?;
+        let list = |name: &str, default: usize| -> Result<Vec<usize>> {
+            let v = a.ints(name).map_or(vec![default as i64; n], |v| v.to_vec());
+            match v.len() == n && v.iter().all(|&q| q >= 1) {
+                true => Ok(v.iter().map(|&q| q as usize).collect()),
+                false => Err(node_err(node, format!("{name} {v:?} for {n} spatial axes"))),
+            }
+        };
+        if a.ints("kernel_shape").is_none() {
+            return Err(node_err(node, "no kernel_shape"));
+        }
+        let (kernel, stride, dilation) = (list("kernel_shape", 0)?, list("strides", 1)?, list("dilations", 1)?);
+        let dims = &x.dims()[2..];
+        let span: Vec<usize> = (0..n).map(|i| (kernel[i] - 1) * dilation[i] + 1).collect();
+        let (begin, end) = spatial_pads(node, a, dims, &span, &stride)?;
+        let (mut extra, mut out) = (vec![0; n], vec![0; n]);
+        for i in 0..n {
+            let padded = dims[i] + begin[i] + end[i];
+            if padded < span[i] {
+                return Err(node_err(node, format!("a window of {} past axis {} of {}", span[i], i + 2, x.ty())));
+            }
+            if a.int("ceil_mode", 0) != 0 {
+                let last_start = (padded - span[i]).div_ceil(stride[i]) * stride[i];
+                if last_start < dims[i] + begin[i] {
+                    extra[i] = (last_start + span[i]).saturating_sub(padded);
+                }
+            }
+            out[i] = (padded + extra[i] - span[i]) / stride[i] + 1;
+        }
+        Ok(Window { kernel, stride, dilation, begin, end, extra, out })
+    }
+
+    /// Padding after each axis, `ceil_mode`'s included.
+    fn after(&self) -> Vec<usize> {
+        self.end.iter().zip(&self.extra).map(|(e, x)| e + x).collect()
+    }
+
+    /// Whether any padding is there, `ceil_mode`'s included.
+    fn padded(&self) -> bool {
+        self.begin.iter().chain(&self.after()).any(|&p| p > 0)
+    }
+
+    /// The same window with a unit axis first (1-D pooling as 2-D).
+    fn unit_first(&self) -> Window {
+        let one = |v: &[usize], first: usize| [&[first][..], v].concat();
+        Window {
+            kernel: one(&self.kernel, 1),
+            stride: one(&self.stride, 1),
+            dilation: one(&self.dilation, 1),
+            begin: one(&self.begin, 0),
+            end: one(&self.end, 0),
+            extra: one(&self.extra, 0),
+            out: one(&self.out, 1),
+        }
+    }
+
+    /// Ones where an average's elements count — inside `x` (and inside its padding with
+    /// `count_include_pad`) — zeros in the rest of the padding: `x`'s shape padded as the
+    /// window pads it.
+    fn counted(&self, b: &GraphBuilder, x: &Tensor, include_pad: bool) -> std::result::Result<Tensor, IrError> {
+        let ones = b.full(x.dtype(), x.dims().to_vec(), 1.0)?;
+        let zeros = vec![0; self.begin.len()];
+        match include_pad {
+            true => {
+                ones.pad(&edges(&self.begin), &edges(&self.end), 1.0)?.pad(&edges(&zeros), &edges(&self.extra), 0.0)
+            }
+            false => ones.pad(&edges(&self.begin), &edges(&self.after()), 0.0),
+        }
+    }
+}
+
+/// Per-axis pads of the spatial axes as pads of a whole tensor (none on batch and channels).
+fn edges(v: &[usize]) -> Vec<usize> {
+    [&[0, 0][..], v].concat()
+}
+
+/// `MaxPool` and `AveragePool` (`count_include_pad` 0 divides by the window's elements inside
+/// the input): 1-D and 2-D on the IR's window ops; dilated, 3-D and up, or with MaxPool's
+/// Indices output, as the maximum or sum of one strided slice per window tap
+/// ([`pool_taps`]).
+pub(crate) fn pool(b: &GraphBuilder, node: &NodeProto, x: Tensor) -> Result<Vec<Tensor>> {
+    let ir = |e: IrError| node_err(node, e.to_string());
+    let a = Attrs(node);
+    let window = Window::of(node, &a, &x)?;
+    let indices = node.op_type == "MaxPool" && node.output.len() > 1;
+    let taps = indices || x.rank() > 4 || window.dilation.iter().any(|&d| d != 1);
+    // Integers through f32 (exact below 2^24).
+    let dtype = x.dtype();
+    let x = if dtype.is_int() { x.cast(DType::F32).map_err(ir)? } else { x };
+    let back = |y: Tensor| if dtype.is_int() { y.cast(dtype).map_err(ir) } else { Ok(y) };
+    let y = if taps {
+        let mut ys = pool_taps(b, node, &a, x, &window)?;
+        ys[0] = back(ys[0].clone())?;
+        return Ok(ys);
+    } else if x.rank() == 3 {
+        // 1-D pooling as 2-D with a unit height.
+        let d = x.dims().to_vec();
+        let y = pool_2d(b, node, &a, x.reshape([d[0], d[1], 1, d[2]]).map_err(ir)?, &window.unit_first())?;
+        let o = y.dims().to_vec();
+        y.reshape([o[0], o[1], o[3]]).map_err(ir)?
+    } else {
+        pool_2d(b, node, &a, x, &window)?
+    };
+    Ok(vec![back(y)?])
+}
+
+/// [`pool`] of any number of spatial axes, dilations included: padded as `w` says, then the
+/// maximum or sum over the window's taps of the input sliced at each tap's offset with the
+/// pooling's strides; an average divides by the same sum over [`Window::counted`].
+fn pool_taps(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor, w: &Window) -> Result<Vec<Tensor>> {
+    let ir = |e: IrError| node_err(node, e.to_string());
+    let n = w.kernel.len();
     let max = node.op_type == "MaxPool";
-    let edges = |v: &[usize]| [&[0, 0][..], v].concat();
-    let after: Vec<usize> = (0..n).map(|i| end[i] + extra[i]).collect();
     // The window's taps of `t` (padded already): `t` sliced at each tap's offset.
     let taps = |t: &Tensor| -> Result<Vec<Tensor>> {
-        (0..kernel.iter().product::<usize>())
+        (0..w.kernel.iter().product::<usize>())
             .map(|tap| {
                 let (mut start, mut limit, mut step) = (vec![0, 0], t.dims()[..2].to_vec(), vec![1, 1]);
                 let mut rest = tap;
                 for i in (0..n).rev() {
-                    let at = (rest % kernel[i]) * dilation[i];
-                    rest /= kernel[i];
+                    let at = (rest % w.kernel[i]) * w.dilation[i];
+                    rest /= w.kernel[i];
                     start.insert(2, at);
-                    limit.insert(2, at + (out[i] - 1) * stride[i] + 1);
-                    step.insert(2, stride[i]);
+                    limit.insert(2, at + (w.out[i] - 1) * w.stride[i] + 1);
+                    step.insert(2, w.stride[i]);
                 }
                 t.slice(&start, &limit, &step).map_err(ir)
             })
@@ -202,7 +265,8 @@ fn pool_taps(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor) -> Re
             it.try_fold(first, |acc, v| f(&acc, &v).map_err(ir))
         };
     let fill = if max { f64::NEG_INFINITY } else { 0.0 };
-    let values = taps(&x.pad(&edges(&begin), &edges(&after), fill).map_err(ir)?)?;
+    let (before, after) = (edges(&w.begin), edges(&w.after()));
+    let values = taps(&x.pad(&before, &after, fill).map_err(ir)?)?;
     if max {
         let y = fold(values.clone(), &|a, v| a.maximum(v))?;
         if node.output.len() < 2 {
@@ -223,7 +287,7 @@ fn pool_taps(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor) -> Re
             .and_then(|f| f.reshape(laid))
             .and_then(|f| f.transpose(&inverse))
             .map_err(ir)?;
-        let places = taps(&flat.pad(&edges(&begin), &edges(&after), -1.0).map_err(ir)?)?;
+        let places = taps(&flat.pad(&before, &after, -1.0).map_err(ir)?)?;
         let none = b.full(DType::I32, y.dims().to_vec(), -1.0).map_err(ir)?;
         let mut found = none.clone();
         for (v, place) in values.iter().zip(places) {
@@ -233,66 +297,31 @@ fn pool_taps(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor) -> Re
         return Ok(vec![y, found]);
     }
     let sum = fold(values, &|a, v| a.add(v))?;
-    let include_pad = a.int("count_include_pad", 0) != 0;
-    let mut ones = b.full(x.dtype(), x.dims().to_vec(), 1.0).map_err(ir)?;
-    let mut rest = (begin.clone(), after);
-    if include_pad {
-        ones = ones.pad(&edges(&begin), &edges(&end), 1.0).map_err(ir)?;
-        rest = (vec![0; n], extra);
-    }
-    let count = fold(taps(&ones.pad(&edges(&rest.0), &edges(&rest.1), 0.0).map_err(ir)?)?, &|a, v| a.add(v))?;
+    let counted = w.counted(b, &x, a.int("count_include_pad", 0) != 0).map_err(ir)?;
+    let count = fold(taps(&counted)?, &|a, v| a.add(v))?;
     Ok(vec![sum.div(&count).map_err(ir)?])
 }
 
-/// [`pool`] of a rank-4 input (`one_d`: a 1-D pooling's attributes, of one spatial axis).
-fn pool_2d(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor, one_d: bool) -> Result<Tensor> {
+/// [`pool`] of a rank-4 input on the IR's 2-D window ops, `w` of its two spatial axes
+/// (undilated).
+fn pool_2d(b: &GraphBuilder, node: &NodeProto, a: &Attrs<'_>, x: Tensor, w: &Window) -> Result<Tensor> {
     let ir = |e: IrError| node_err(node, e.to_string());
-    if x.rank() != 4 {
-        return Err(node_err(node, format!("input {} (1-D and 2-D pooling are supported)", x.ty())));
-    }
-    let k = a.ints("kernel_shape").ok_or_else(|| node_err(node, "no kernel_shape"))?;
-    let s = a.ints("strides").unwrap_or_else(|| vec![1; k.len()]);
-    let (kernel, stride) = match (k.len(), s.len(), one_d) {
-        (1, 1, true) => ([1, k[0] as usize], [1, s[0] as usize]),
-        (2, 2, false) => ([k[0] as usize, k[1] as usize], [s[0] as usize, s[1] as usize]),
-        _ => return Err(node_err(node, format!("kernel_shape {k:?} and strides {s:?}"))),
-    };
-    let pads = window_pads(node, a, &x, kernel, stride, [1, 1], one_d)?;
-    // ceil_mode: one more window per axis where the last would start inside the input or
-    // its leading padding, over trailing padding of its own (no element of the average).
-    let mut extra = [0; 2];
-    for ax in 0..2 {
-        let padded = x.dims()[2 + ax] + pads[ax] + pads[ax + 2];
-        if a.int("ceil_mode", 0) != 0 && padded >= kernel[ax] {
-            let last_start = (padded - kernel[ax]).div_ceil(stride[ax]) * stride[ax];
-            if last_start < x.dims()[2 + ax] + pads[ax] {
-                extra[ax] = (last_start + kernel[ax]).saturating_sub(padded);
-            }
-        }
-    }
-    let all = [pads[0], pads[1], pads[2] + extra[0], pads[3] + extra[1]];
-    let max = node.op_type == "MaxPool";
-    if max {
+    let (kernel, stride) = ([w.kernel[0], w.kernel[1]], [w.stride[0], w.stride[1]]);
+    let after = w.after();
+    let all = [w.begin[0], w.begin[1], after[0], after[1]];
+    if node.op_type == "MaxPool" {
         let (x, padding) = symmetric(node, x, all, f64::NEG_INFINITY)?;
         return x.max_pool2d(kernel, stride, padding).map_err(ir);
     }
     let (xp, padding) = symmetric(node, x.clone(), all, 0.0)?;
     let avg = xp.avg_pool2d(kernel, stride, padding).map_err(ir)?;
     let include_pad = a.int("count_include_pad", 0) != 0;
-    if all == [0; 4] || include_pad && extra == [0; 2] {
+    if !w.padded() || include_pad && w.extra.iter().all(|&e| e == 0) {
         return Ok(avg);
     }
     // The average over the padding counted as zeros, divided by the share of the window
-    // that counts: the same pooling of ones inside the input (and its padding, where
-    // count_include_pad says so), zeros past them.
-    let mut ones = b.full(x.dtype(), x.dims().to_vec(), 1.0).map_err(ir)?;
-    let mut rest = all;
-    if include_pad {
-        ones = ones.pad(&[0, 0, pads[0], pads[1]], &[0, 0, pads[2], pads[3]], 1.0).map_err(ir)?;
-        rest = [0, 0, extra[0], extra[1]];
-    }
-    let (op, padding) = symmetric(node, ones, rest, 0.0)?;
-    let share = op.avg_pool2d(kernel, stride, padding).map_err(ir)?;
+    // that counts: the same pooling of ones where elements count.
+    let share = w.counted(b, &x, include_pad).and_then(|c| c.avg_pool2d(kernel, stride, [0, 0])).map_err(ir)?;
     avg.div(&share).map_err(ir)
 }
 
@@ -402,7 +431,7 @@ pub(crate) fn resize(b: &GraphBuilder, node: &NodeProto, x: Tensor, ins: &[Optio
                 }
             };
             gather((0..out).map(|o| pick(source(o)).clamp(0.0, last)).collect())?
-        } else if mode == "cubic" || antialias {
+        } else {
             let exclude = a.int("exclude_outside", 0) != 0;
             // Per tap, its source index and weight at each output position: the source
             // coordinate `c` is `base + ratio`, `ratio` in (0, 1] (ONNX's reference prefers the
@@ -436,16 +465,6 @@ pub(crate) fn resize(b: &GraphBuilder, node: &NodeProto, x: Tensor, ins: &[Optio
                 });
             }
             sum.expect("at least two taps")
-        } else {
-            let coords: Vec<f64> = (0..out).map(|o| source(o).clamp(0.0, last)).collect();
-            let lo: Vec<f64> = coords.iter().map(|c| c.floor()).collect();
-            let hi: Vec<f64> = lo.iter().map(|l| (l + 1.0).min(last)).collect();
-            let w: Vec<f64> = coords.iter().zip(&lo).map(|(c, l)| c - l).collect();
-            let mut shape = vec![1; r];
-            shape[ax] = out;
-            let w = b.constant(y.dtype(), shape, &w).map_err(ir)?;
-            let (l, h) = (gather(lo)?, gather(hi)?);
-            h.sub(&l).and_then(|d| d.mul(&w)).and_then(|d| l.add(&d)).map_err(ir)?
         };
         // A crop's positions outside the input take the extrapolation value.
         let outside: Vec<f64> =

@@ -28,16 +28,8 @@ fn run(name: &str) -> Result<(), String> {
 fn backend_node_tests_pass_but_for_the_listed_cases() {
     let index: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir().join("index.json")).unwrap()).unwrap();
-    let expected: BTreeMap<String, String> =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/expected-failures.txt"))
-            .unwrap()
-            .lines()
-            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-            .map(|l| {
-                let (name, why) = l.split_once(' ').unwrap_or((l, ""));
-                (name.to_string(), why.trim().to_string())
-            })
-            .collect();
+    let expected =
+        node_case::expected_failures(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/expected-failures.txt"));
     // Per op: (passed, failed, left out).
     let mut table: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
     let mut failed = BTreeMap::new();

@@ -114,3 +114,17 @@ pub fn check(case: &Case, got: &[HostTensor]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The list of cases expected to fail (`tests/expected-failures.txt`: a case's name and the
+/// reason on each line, `#` comments), by name.
+pub fn expected_failures(path: &Path) -> BTreeMap<String, String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (name, why) = l.split_once(' ').unwrap_or((l, ""));
+            (name.to_string(), why.trim().to_string())
+        })
+        .collect()
+}
