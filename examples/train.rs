@@ -6,6 +6,12 @@
 //!
 //! `cargo run --release --example train -- [--model mlp|lm] [--steps N] [--quick]
 //! [--accumulate N] [--mixed-precision] [--checkpoint] [--memory-limit BYTES] [--json PATH]`
+//!
+//! Data-parallel over MPI, one process per GPU (build with `--features mpi`):
+//! `mpirun -np 2 target/release/examples/train --distributed [--shard-optimizer]
+//! [--save PATH [--save-every N]] [--resume PATH --start-step K] …`; across hosts,
+//! `mpirun -H host1:4,host2:4 -np 8 …` (each host's ranks take its GPUs in turn). Each step's
+//! global batch is split by rows over the ranks; rank 0 prints and writes the report.
 
 use clap::{Parser, ValueEnum};
 use fusegraph::train::LossScaling;
@@ -40,6 +46,30 @@ struct Args {
     /// Write the report as JSON to PATH.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
+    /// Data-parallel over the processes `mpirun` started (needs the `mpi` feature).
+    #[arg(long)]
+    distributed: bool,
+    /// With --distributed: shard the optimizer state over the ranks (ZeRO stage 1).
+    #[arg(long)]
+    shard_optimizer: bool,
+    /// With --distributed: compare the ranks' parameters after every step.
+    #[arg(long)]
+    check_replicas: bool,
+    /// With --distributed: write a checkpoint to PATH at the end (rank 0).
+    #[arg(long, value_name = "PATH")]
+    save: Option<PathBuf>,
+    /// With --save: also every N steps.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    save_every: usize,
+    /// With --distributed: start from the checkpoint at PATH.
+    #[arg(long, value_name = "PATH")]
+    resume: Option<PathBuf>,
+    /// With --distributed: the first step's index (where a resumed run goes on in the data).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    start_step: usize,
+    /// Fault test: rank R aborts before step S ("R:S").
+    #[arg(long, value_name = "R:S", hide = true)]
+    crash: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -65,6 +95,9 @@ fn main() {
     cfg.options.mixed_precision = args.mixed_precision.then(LossScaling::default);
     cfg.options.checkpoint = args.checkpoint;
     cfg.options.memory_limit = args.memory_limit;
+    if args.distributed {
+        distributed(&cfg, &args);
+    }
     if let Err(e) = train(&cfg, args.json.as_deref()) {
         eprintln!("\nerror: {e}");
         std::process::exit(1);
@@ -113,4 +146,83 @@ fn train(cfg: &Config, json: Option<&Path>) -> Result<(), Box<dyn std::error::Er
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Trains data-parallel over MPI; on any error on a rank, ends every rank.
+#[cfg(feature = "mpi")]
+fn distributed(cfg: &fusegraph_workloads::demo::Config, args: &Args) -> ! {
+    use fusegraph::distributed::{Collective, DistributedOptions, Mpi};
+    use fusegraph_workloads::data_parallel::{run_parallel, Plan};
+    let comm = match Mpi::init() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    };
+    let run = || -> Result<(), Box<dyn std::error::Error>> {
+        let crash = match &args.crash {
+            Some(s) => {
+                let (r, s) = s.split_once(':').ok_or("--crash takes R:S")?;
+                Some((r.parse()?, s.parse()?))
+            }
+            None => None,
+        };
+        let plan = Plan {
+            dist: DistributedOptions {
+                shard_optimizer: args.shard_optimizer,
+                check_replicas: args.check_replicas,
+                ..Default::default()
+            },
+            save: args.save.clone(),
+            save_every: args.save_every,
+            resume: args.resume.clone(),
+            start_step: args.start_step,
+            crash,
+        };
+        let device_opts = fusegraph::DeviceOptions { adapter: Some(comm.local_rank()), ..Default::default() };
+        let device = std::sync::Arc::new(fusegraph::Device::new(&device_opts)?);
+        let lead = comm.rank() == 0;
+        if lead {
+            println!(
+                "train {} data-parallel: {} ranks, {} steps{} on {}",
+                cfg.task.name(),
+                comm.size(),
+                cfg.steps,
+                if args.shard_optimizer { ", optimizer state sharded" } else { "" },
+                device.describe()
+            );
+        }
+        let mut progress = |step: usize, loss: f32| {
+            if lead && (step % 10 == 0 || step == args.start_step + cfg.steps) {
+                println!("step {step:4}  loss {loss:.4}");
+            }
+        };
+        let report = run_parallel(cfg, &plan, &device, &comm, &mut progress)?;
+        if lead {
+            println!(
+                "median step   {:.2} ms ({} ranks, global batch {})",
+                report.median_step_ms, report.ranks, report.global_batch
+            );
+            println!("optimizer     {} B of state on each rank", report.optimizer_bytes);
+            if let Some(path) = &args.json {
+                std::fs::write(path, report.to_json() + "\n")?;
+                println!("wrote {}", path.display());
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        eprintln!("\nerror on rank {}: {e}", comm.rank());
+        comm.abort(1);
+    }
+    drop(comm);
+    std::process::exit(0)
+}
+
+/// Without MPI there is nothing to distribute over.
+#[cfg(not(feature = "mpi"))]
+fn distributed(_: &fusegraph_workloads::demo::Config, _: &Args) -> ! {
+    eprintln!("error: --distributed needs MPI: build with `cargo build --release --features mpi --example train`");
+    std::process::exit(2)
 }

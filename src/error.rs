@@ -20,6 +20,10 @@ pub enum Error {
     /// Compiling or running on the device failed.
     #[error("{0}")]
     Runtime(#[from] RuntimeError),
+    /// A collective operation between processes failed, or the processes disagree
+    /// (`fusegraph::distributed`).
+    #[error("distributed: {0}")]
+    Distributed(String),
     /// An inconsistent configuration (the message says what and where).
     #[error("{0}")]
     Config(String),

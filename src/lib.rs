@@ -19,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod distributed;
 mod error;
 pub mod generate;
 mod jit;

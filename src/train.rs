@@ -352,14 +352,29 @@ pub fn build_step(
     record_step(b, params, forward, optimizer, &TrainOptions { checkpoint: true, ..opts.clone() })
 }
 
-/// [`build_step`] without the automatic choice: records exactly what `opts` says.
-fn record_step(
+/// The backward half of a recorded step: the loss, the trained parameters and their
+/// gradients (of the scaled loss under mixed precision).
+pub(crate) struct Gradients {
+    /// The unscaled f32 loss.
+    pub loss: Tensor,
+    /// The loss-scale parameter (mixed precision).
+    pub scale: Option<Tensor>,
+    /// `(name, parameter node)` of every trained parameter, sorted by name.
+    pub named: Vec<(String, Tensor)>,
+    /// Their gradients, in the same order: of `loss · scale` under mixed precision.
+    pub grads: Vec<Tensor>,
+    /// Forward nodes cloned for recomputation by explicit checkpointing.
+    pub recomputed: usize,
+}
+
+/// Records the forward pass's gradients for `opts` (mixed precision, trainable set,
+/// checkpointing, loss scale) into `b`: everything of a step before the finite check.
+pub(crate) fn record_gradients(
     b: &GraphBuilder,
     params: &mut Params,
     forward: &Objective,
-    optimizer: &dyn Optimizer,
     opts: &TrainOptions,
-) -> Result<TrainStep> {
+) -> Result<Gradients> {
     if forward.loss.ty() != &TensorType::new(DType::F32, Vec::<usize>::new()) {
         return Err(config(format!("the loss is {}; it must be a rank-0 f32", forward.loss.ty())));
     }
@@ -461,14 +476,30 @@ fn record_step(
     }
     let named: Vec<(String, Tensor)> =
         nodes_of.iter().map(|(n, ids)| Ok((n.clone(), b.tensor(ids[0])?))).collect::<Result<_>>()?;
+    Ok(Gradients { loss, scale, named, grads, recomputed })
+}
 
+/// The optimizer half of a step, from gradients recorded in `b`: the finite check and
+/// unscaling (with a loss `scale`: the scale, and the values whose finiteness decides the
+/// step — the gradients, or more than a shard of them holds), accumulation over `opts.accumulate` micro-batches when
+/// `accumulate` is set, the masked optimizer update and the loss-scale update. Returns the
+/// updates and the rank-0 bool "applied" condition (with masking).
+pub(crate) fn record_update(
+    b: &GraphBuilder,
+    params: &mut Params,
+    named: &[(String, Tensor)],
+    mut grads: Vec<Tensor>,
+    scale: Option<(&Tensor, &[Tensor])>,
+    optimizer: &dyn Optimizer,
+    opts: &TrainOptions,
+) -> Result<(Vec<(String, Tensor)>, Option<Tensor>)> {
     let mut updates: Vec<(String, Tensor)> = Vec::new();
     // Loss scaling: finite check on the scaled gradients, then unscale in f32.
-    let finite = match &scale {
-        Some(s) => {
+    let finite = match scale {
+        Some((s, checked)) => {
             let max = b.scalar(DType::F32, f32::MAX as f64)?;
             let mut all: Option<Tensor> = None;
-            for g in &grads {
+            for g in checked {
                 let ok = g.abs()?.le(&max)?.cast(DType::F32)?;
                 let axes: Vec<usize> = (0..g.rank()).collect();
                 let ok = if axes.is_empty() { ok } else { ok.min(&axes, false)? };
@@ -521,9 +552,9 @@ fn record_step(
         (None, Some(ok)) => Some(ok.clone()),
         (None, None) => None,
     };
-    updates.extend(optimizer.step(b, params, &named, &grads, apply.as_ref())?);
+    updates.extend(optimizer.step(b, params, named, &grads, apply.as_ref())?);
     // Dynamic loss scale: on each window end, halve on overflow, double after K good steps.
-    if let (Some(s), Some(ok), Some(cfg)) = (&scale, &window_ok, &opts.mixed_precision) {
+    if let (Some((s, _)), Some(ok), Some(cfg)) = (scale, &window_ok, &opts.mixed_precision) {
         let good = state(b, params, GOOD_STEPS, 0.0)?;
         let zero = b.scalar(DType::F32, 0.0)?;
         let good_next = good.add_scalar(1.0)?;
@@ -544,29 +575,85 @@ fn record_step(
             return Err(config(format!("parameter `{name}` is updated twice (a name clash with training state)")));
         }
     }
+    Ok((updates, apply))
+}
+
+/// [`build_step`] without the automatic choice: records exactly what `opts` says.
+fn record_step(
+    b: &GraphBuilder,
+    params: &mut Params,
+    forward: &Objective,
+    optimizer: &dyn Optimizer,
+    opts: &TrainOptions,
+) -> Result<TrainStep> {
+    let g = record_gradients(b, params, forward, opts)?;
+    let checked = g.grads.clone();
+    let scale = g.scale.as_ref().map(|s| (s, checked.as_slice()));
+    let (updates, apply) = record_update(b, params, &g.named, g.grads, scale, optimizer, opts)?;
     let applied = match &apply {
         Some(a) => Some(a.cast(DType::F32)?.id()),
         None => None,
     };
     Ok(TrainStep {
         graph: b.graph(),
-        loss: loss.id(),
+        loss: g.loss.id(),
         applied,
         updates: updates.into_iter().map(|(n, t)| (n, t.id())).collect(),
-        trained: nodes_of.into_keys().collect(),
-        recomputed,
+        trained: g.named.into_iter().map(|(n, _)| n).collect(),
+        recomputed: g.recomputed,
         options: opts.clone(),
     })
 }
 
 /// A scalar f32 state parameter `name`, set to `init` if `params` has no value for it yet.
-fn state(b: &GraphBuilder, params: &mut Params, name: &str, init: f64) -> Result<Tensor> {
+pub(crate) fn state(b: &GraphBuilder, params: &mut Params, name: &str, init: f64) -> Result<Tensor> {
     let fresh = params.get(name).is_none();
     let t = params.parameter(b, name, DType::F32, &[], Init::Zeros)?;
     if fresh {
         params.insert(name, HostTensor::from_f64(DType::F32, Vec::<usize>::new(), &[init])?);
     }
     Ok(t)
+}
+
+/// Inserts into `store` every parameter the graphs read that it lacks, from `params`, all
+/// or nothing.
+pub(crate) fn insert_missing(store: &ParamStore, graphs: &[&Graph], params: &Params) -> Result<()> {
+    let mut missing: BTreeMap<String, &HostTensor> = BTreeMap::new();
+    for graph in graphs {
+        for id in graph.node_ids() {
+            if let Op::Parameter { name } = &graph.node(id).op {
+                if store.ty(name).is_none() {
+                    let value =
+                        params.get(name).ok_or_else(|| config(format!("parameter `{name}` has no value in Params")))?;
+                    missing.insert(name.clone(), value);
+                }
+            }
+        }
+    }
+    Ok(store.insert_all(missing.iter().map(|(n, v)| (n.as_str(), *v)))?)
+}
+
+/// Runs `exe` on `feeds` and, if given, a rank-0 f32 input `(name, value)`.
+pub(crate) fn run_with_flag<K: FeedName>(
+    exe: &Executable,
+    feeds: &[(K, &HostTensor)],
+    flag: Option<(&str, f32)>,
+) -> Result<crate::Outputs> {
+    let names = feeds.iter().map(|(k, _)| k.feed_name()).collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut all: Vec<(&str, &HostTensor)> = names.iter().map(|n| n.as_ref()).zip(feeds.iter().map(|f| f.1)).collect();
+    let value = match flag {
+        Some((_, v)) => Some(HostTensor::new(Vec::<usize>::new(), vec![v])?),
+        None => None,
+    };
+    if let (Some((name, _)), Some(v)) = (flag, &value) {
+        all.push((name, v));
+    }
+    Ok(exe.run(&all)?)
+}
+
+/// The first element of `t` as f64 (NaN if it has none).
+pub(crate) fn scalar(t: &HostTensor) -> f64 {
+    t.to_f64().first().copied().unwrap_or(f64::NAN)
 }
 
 /// What one [`Trainer::step`] did.
@@ -603,17 +690,7 @@ impl Trainer {
     /// store loaded from a checkpoint trains from it); those it lacks (a new model's weights,
     /// optimizer state) are inserted from `params` first, all or nothing.
     pub fn with_store(store: &ParamStore, step: TrainStep, params: &Params) -> Result<Trainer> {
-        let mut missing = Vec::new();
-        for id in step.graph.node_ids() {
-            if let Op::Parameter { name } = &step.graph.node(id).op {
-                if store.ty(name).is_none() && !missing.iter().any(|(n, _)| n == name) {
-                    let value =
-                        params.get(name).ok_or_else(|| config(format!("parameter `{name}` has no value in Params")))?;
-                    missing.push((name.clone(), value));
-                }
-            }
-        }
-        store.insert_all(missing.iter().map(|(n, v)| (n.as_str(), *v)))?;
+        insert_missing(store, &[&step.graph], params)?;
         let exe = store.compile(&step.graph, &step.outputs(), &step.compile_options())?;
         Ok(Trainer { exe, step, micro: 0, store: store.clone() })
     }
@@ -628,16 +705,9 @@ impl Trainer {
     pub fn step<K: FeedName>(&mut self, feeds: &[(K, &HostTensor)]) -> Result<StepResult> {
         let n = self.step.options.accumulate;
         let window_end = self.micro + 1 == n;
-        let apply = HostTensor::new(Vec::<usize>::new(), vec![if window_end { 1.0f32 } else { 0.0 }])?;
-        let names = feeds.iter().map(|(k, _)| k.feed_name()).collect::<std::result::Result<Vec<_>, _>>()?;
-        let mut all: Vec<(&str, &HostTensor)> =
-            names.iter().map(|n| n.as_ref()).zip(feeds.iter().map(|f| f.1)).collect();
-        if n > 1 {
-            all.push((APPLY, &apply));
-        }
-        let out = self.exe.run(&all)?;
+        let flag = (n > 1).then_some((APPLY, if window_end { 1.0 } else { 0.0 }));
+        let out = run_with_flag(&self.exe, feeds, flag)?;
         self.micro = if window_end { 0 } else { self.micro + 1 };
-        let scalar = |t: &HostTensor| t.to_f64().first().copied().unwrap_or(f64::NAN);
         let loss = scalar(&out[0]) as f32;
         let applied = match out.get(1) {
             Some(t) => scalar(t) > 0.5,

@@ -106,6 +106,10 @@ pub struct DeviceOptions {
     /// Where measurements of the adapter (tuned tilings, the cost model) are cached between
     /// runs; `None`: `$XDG_CACHE_HOME/fusegraph`, else `$HOME/.cache/fusegraph`.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Which of several adapters of the best kind found (discrete GPUs, say) to open, counted
+    /// in the driver's order and wrapping around: a process per GPU passes its rank on the
+    /// host (`fusegraph::distributed::Mpi::local_rank`). `None` opens the first.
+    pub adapter: Option<usize>,
 }
 
 /// Whether `adapter` runs the cooperative-matrix matmul (see `fusegraph_wgsl::CoopPlan`):
@@ -196,8 +200,10 @@ impl Device {
             let instance = wgpu::Instance::new(desc);
             let mut adapters = pollster::block_on(instance.enumerate_adapters(backends));
             adapters.sort_by_key(|a| rank(&a.get_info()));
-            if let Some(adapter) = adapters.into_iter().next() {
-                return Self::open(adapter, opts);
+            let best = adapters.iter().take_while(|a| rank(&a.get_info()) == rank(&adapters[0].get_info())).count();
+            if best > 0 {
+                let index = opts.adapter.unwrap_or(0) % best;
+                return Self::open(adapters.swap_remove(index), opts);
             }
         }
         Err(RuntimeError::NoAdapter { tried: tried.join(", then ") })

@@ -1,6 +1,7 @@
 //! The benchmark workloads, shared by `fusegraph bench`, the divan benches and tests:
 //! each builds a graph, its parameters and random feeds (seeded, never zeros).
 
+pub mod data_parallel;
 pub mod demo;
 pub mod plot;
 

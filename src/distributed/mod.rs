@@ -1,0 +1,402 @@
+//! Data-parallel training across processes, one per device: each rank runs forward and
+//! backward on its part of the global batch, the gradients are summed across ranks
+//! ([`Collective::all_reduce_sum`], in buckets), and every rank applies the same update — or,
+//! with [`DistributedOptions::shard_optimizer`] (ZeRO stage 1), each rank keeps the optimizer
+//! state of one `1/size` slice of the parameters, updates that slice and the new values are
+//! gathered ([`Collective::all_gather`]).
+//!
+//! A [`DataParallel`] compiles two executables against one [`ParamStore`]:
+//!
+//! - **gradients**: the model's forward and backward pass (mixed precision, checkpointing
+//!   as [`TrainOptions`] says); the gradients of every trained parameter, flattened in name
+//!   order into one vector, are added to the parameter `"ddp.grad_acc"` (so accumulation
+//!   over micro-batches stays on the device; input `"ddp.keep"` is 0 on a window's first
+//!   micro-batch, which starts it afresh); its output is the micro-batch's loss.
+//! - **update**: at the end of each accumulation window, the host reads the accumulated
+//!   vector, sums it across ranks with the window's loss appended, and feeds the mean as
+//!   input `"ddp.grad"`: the finite check over the whole vector (so every rank takes the same
+//!   decision on an overflow), unscaling, the optimizer and the loss-scale update, as a
+//!   single-process [`crate::train::Trainer`] records them. Sharded, the optimizer runs on the rank's slice of the flattened weights (its
+//!   state parameters are `"ddp.shard.{state}"`, `1/size` of the elements) and the new slice
+//!   is the executable's output.
+//!
+//! The processes come from MPI ([`Mpi`], cargo feature `mpi`: `mpirun -np N program`), or
+//! [`Single`] for one. A rank that fails must end the group ([`Collective::abort`]) instead
+//! of returning, since the others would wait for it in their next collective; the example
+//! `examples/train.rs --distributed` does so.
+//!
+//! Checkpoints ([`DataParallel::save`]) hold what a single-process trainer's store holds, by
+//! the same names: sharded state is gathered and split back per parameter
+//! (`"{param}.adam_m"`, …), so a checkpoint resumes with any number of ranks, sharded or not,
+//! or in a [`crate::train::Trainer`].
+
+mod collective;
+#[cfg(feature = "mpi")]
+mod mpi;
+
+pub use collective::{shard_batch, Collective, Single};
+#[cfg(feature = "mpi")]
+pub use mpi::Mpi;
+
+use crate::train::{self, scalar, Objective, Optimizer, TrainOptions, GOOD_STEPS, LOSS_SCALE, OVERFLOW_SEEN};
+use crate::{CompileOptions, DType, Error, Executable, FeedName, GraphBuilder, HostTensor};
+use crate::{ParamStore, Result, Tensor};
+use collective::shard_range;
+use fusegraph_nn::{Init, Params};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::Path;
+
+/// The parameter accumulating the flattened gradients of a window's micro-batches.
+pub const GRAD_ACC: &str = "ddp.grad_acc";
+/// The gradient executable's input: 1 to add to the accumulator, 0 to start it afresh (a
+/// window's first micro-batch).
+pub const KEEP: &str = "ddp.keep";
+/// The update executable's input: the gradient vector summed over the ranks.
+pub const GRAD_INPUT: &str = "ddp.grad";
+/// The name the optimizer sees for a rank's slice of the flattened weights; its state is
+/// `"ddp.shard.{state}"`.
+pub const SHARD: &str = "ddp.shard";
+
+/// How [`DataParallel`] distributes a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DistributedOptions {
+    /// Keep the optimizer state of one `1/size` slice of the parameters on each rank (ZeRO
+    /// stage 1); the new weights are gathered after each update.
+    pub shard_optimizer: bool,
+    /// Gradients are summed in all-reduces of at most this many bytes each (≥ 4).
+    pub bucket_bytes: usize,
+    /// After every update, compare a checksum of the trained parameters across ranks and
+    /// fail with [`Error::Distributed`] if they differ (a debug check: it reads the
+    /// weights back).
+    pub check_replicas: bool,
+}
+
+impl Default for DistributedOptions {
+    /// Unsharded, 25 MiB buckets (PyTorch DDP's default), no replica check.
+    fn default() -> Self {
+        DistributedOptions { shard_optimizer: false, bucket_bytes: 25 << 20, check_replicas: false }
+    }
+}
+
+/// What one [`DataParallel::step`] did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ParallelStep {
+    /// This rank's micro-batch loss.
+    pub loss: f32,
+    /// At a window's end, the mean loss over every rank and every micro-batch of the window:
+    /// the loss of the global batch.
+    pub global_loss: Option<f32>,
+    /// Whether this micro-batch ended an accumulation window.
+    pub window_end: bool,
+    /// Whether the update was applied (false inside a window and on an overflow).
+    pub applied: bool,
+}
+
+/// One trained parameter's place in the flattened gradient and weight vectors.
+#[derive(Clone, Debug)]
+struct Slot {
+    name: String,
+    dims: Vec<usize>,
+    offset: usize,
+    len: usize,
+}
+
+/// A training step run data-parallel over the ranks of a [`Collective`] (see the module
+/// docs).
+pub struct DataParallel<'c> {
+    comm: &'c dyn Collective,
+    grads: Executable,
+    update: Executable,
+    store: ParamStore,
+    slots: Vec<Slot>,
+    total: usize,
+    /// Sharded: this rank's element range and the common part length of the gathers.
+    shard: Option<(Range<usize>, usize)>,
+    /// The optimizer's state parameters in the store.
+    state: Vec<String>,
+    options: TrainOptions,
+    dist: DistributedOptions,
+    micro: usize,
+    window_loss: f64,
+}
+
+impl<'c> DataParallel<'c> {
+    /// Records the two executables for `forward` (recorded in `b` at this rank's part of
+    /// the batch) and compiles them against `store`, which gets every parameter it lacks
+    /// from `params` (optimizer state zero, or, sharded, this rank's slice of per-parameter
+    /// state that `params` holds from a checkpoint).
+    ///
+    /// Errors: those of [`train::build_step`], a `bucket_bytes` under 4, sharding with fewer
+    /// elements than ranks.
+    #[allow(clippy::too_many_arguments)] // The single-process step's inputs, and the group.
+    pub fn new(
+        store: &ParamStore,
+        b: &GraphBuilder,
+        params: &mut Params,
+        forward: &Objective,
+        optimizer: &dyn Optimizer,
+        options: &TrainOptions,
+        dist: &DistributedOptions,
+        comm: &'c dyn Collective,
+    ) -> Result<DataParallel<'c>> {
+        if dist.bucket_bytes < 4 {
+            return Err(config(format!("bucket_bytes {} holds no f32", dist.bucket_bytes)));
+        }
+        let (rank, size) = (comm.rank(), comm.size());
+        let g = train::record_gradients(b, params, forward, options)?;
+        let mut slots = Vec::new();
+        let mut total = 0;
+        for (name, w) in &g.named {
+            let len = w.ty().shape.numel();
+            slots.push(Slot { name: name.clone(), dims: w.dims().to_vec(), offset: total, len });
+            total += len;
+        }
+        if dist.shard_optimizer && total < size {
+            return Err(config(format!("{total} trained elements do not shard over {size} ranks")));
+        }
+        let shard = dist.shard_optimizer.then(|| shard_range(total, rank, size));
+
+        // Gradients: added, flattened, to the accumulator, which the first micro-batch of
+        // a window (input `ddp.keep` 0) starts afresh.
+        let flat = flatten(&g.grads)?;
+        let acc = params.parameter(b, GRAD_ACC, DType::F32, &[total], Init::Zeros)?;
+        let keep = b.input(KEEP, DType::F32, Vec::<usize>::new())?.gt(&b.scalar(DType::F32, 0.5)?)?;
+        let kept = keep.select(&acc, &b.scalar(DType::F32, 0.0)?.broadcast_to([total])?)?;
+        let grad_updates = vec![(GRAD_ACC.to_string(), kept.add(&flat)?.id())];
+        let grad_graph = b.graph();
+
+        // Update: the window's mean gradient over the ranks.
+        let ub = GraphBuilder::new();
+        let sum = ub.input(GRAD_INPUT, DType::F32, [total])?;
+        let mean = sum.mul_scalar(1.0 / (size * options.accumulate) as f64)?;
+        let weights = slots
+            .iter()
+            .map(|s| params.parameter(&ub, &s.name, DType::F32, &s.dims, Init::Zeros))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let scale = match &options.mixed_precision {
+            Some(s) => Some(train::state(&ub, params, LOSS_SCALE, s.init_scale)?),
+            None => None,
+        };
+        let (named, grads) = match &shard {
+            None => {
+                let named = slots.iter().zip(&weights).map(|(s, w)| (s.name.clone(), w.clone())).collect();
+                let grads = slots
+                    .iter()
+                    .map(|s| Ok(mean.narrow(0, s.offset, s.len)?.reshape(s.dims.clone())?))
+                    .collect::<Result<Vec<_>>>()?;
+                (named, grads)
+            }
+            Some((range, _)) => {
+                let w = flatten(&weights)?.narrow(0, range.start, range.len())?;
+                (vec![(SHARD.to_string(), w)], vec![mean.narrow(0, range.start, range.len())?])
+            }
+        };
+        let checked = [mean.clone()];
+        let once = TrainOptions { accumulate: 1, ..options.clone() };
+        let scale = scale.as_ref().map(|s| (s, &checked[..]));
+        let (mut updates, apply) = train::record_update(&ub, params, &named, grads, scale, optimizer, &once)?;
+        let mut outputs = Vec::new();
+        if shard.is_some() {
+            let i = updates.iter().position(|(n, _)| n == SHARD).expect("the optimizer updates every parameter");
+            outputs.push(updates.remove(i).1.id());
+        }
+        outputs.push(match apply {
+            Some(a) => a.cast(DType::F32)?.id(),
+            None => ub.scalar(DType::F32, 1.0)?.id(),
+        });
+        let fixed = [GRAD_ACC, LOSS_SCALE, GOOD_STEPS, OVERFLOW_SEEN];
+        let state: Vec<String> = updates
+            .iter()
+            .map(|(n, _)| n.clone())
+            .filter(|n| !fixed.contains(&n.as_str()) && !slots.iter().any(|s| &s.name == n))
+            .collect();
+        if let Some((range, _)) = &shard {
+            resume_shards(params, &slots, &state, range)?;
+        }
+        let update_updates = updates.into_iter().map(|(n, t)| (n, t.id())).collect();
+        let update_graph = ub.graph();
+
+        train::insert_missing(store, &[&grad_graph, &update_graph], params)?;
+        let compile = |name: &str, updates| CompileOptions {
+            fusion: options.fusion,
+            memory_limit: options.memory_limit,
+            name: Some(name.into()),
+            updates,
+            ..Default::default()
+        };
+        let grads = store.compile(&grad_graph, &[g.loss.id()], &compile("data-parallel gradients", grad_updates))?;
+        let update = store.compile(&update_graph, &outputs, &compile("data-parallel update", update_updates))?;
+        Ok(DataParallel {
+            comm,
+            grads,
+            update,
+            store: store.clone(),
+            slots,
+            total,
+            shard,
+            state,
+            options: options.clone(),
+            dist: dist.clone(),
+            micro: 0,
+            window_loss: 0.0,
+        })
+    }
+
+    /// Runs one micro-batch (this rank's part of it); at the end of an accumulation window
+    /// (every micro-batch without accumulation) sums the gradients across the ranks and
+    /// applies the update. Every rank must call it equally often.
+    pub fn step<K: FeedName>(&mut self, feeds: &[(K, &HostTensor)]) -> Result<ParallelStep> {
+        let keep = if self.micro == 0 { 0.0 } else { 1.0 };
+        let loss = scalar(&train::run_with_flag(&self.grads, feeds, Some((KEEP, keep)))?[0]) as f32;
+        self.window_loss += loss as f64;
+        self.micro += 1;
+        if self.micro < self.options.accumulate {
+            return Ok(ParallelStep { loss, global_loss: None, window_end: false, applied: false });
+        }
+        self.micro = 0;
+        let acc = self.store.get(GRAD_ACC)?;
+        let mut buf = acc.as_slice::<f32>().expect("the accumulator is f32").to_vec();
+        buf.push(std::mem::take(&mut self.window_loss) as f32);
+        let bucket = self.dist.bucket_bytes / 4;
+        for chunk in buf.chunks_mut(bucket) {
+            self.comm.all_reduce_sum(chunk)?;
+        }
+        let n = (self.comm.size() * self.options.accumulate) as f32;
+        let global_loss = buf.pop().map(|l| l / n);
+        let out = self.update.run(&[(GRAD_INPUT, &HostTensor::new([self.total], buf)?)])?;
+        let applied = scalar(out.last().expect("the update's applied flag")) > 0.5;
+        if let Some((range, part)) = &self.shard {
+            let mut mine = out[0].as_slice::<f32>().expect("the shard is f32").to_vec();
+            debug_assert_eq!(mine.len(), range.len());
+            mine.resize(*part, 0.0);
+            let full = self.gather(&mine, *part)?;
+            let values = self
+                .slots
+                .iter()
+                .map(|s| {
+                    Ok((s.name.as_str(), HostTensor::new(s.dims.clone(), full[s.offset..s.offset + s.len].to_vec())?))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            self.store.insert_all(values.iter().map(|(n, v)| (*n, v)))?;
+        }
+        if self.dist.check_replicas {
+            self.check_replicas()?;
+        }
+        Ok(ParallelStep { loss, global_loss, window_end: true, applied })
+    }
+
+    /// Fails with [`Error::Distributed`] unless every rank holds the same trained
+    /// parameters (a checksum of their bytes, compared across ranks).
+    pub fn check_replicas(&self) -> Result<()> {
+        let names: Vec<&str> = self.slots.iter().map(|s| s.name.as_str()).collect();
+        let mut hash = 0xcbf2_9ce4_8422_2325u64;
+        for value in self.store.read(&names)?.values() {
+            for byte in value.to_bytes() {
+                hash = (hash ^ byte as u64).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+        let all = self.comm.all_gather_u64(hash)?;
+        if all.iter().any(|&h| h != all[0]) {
+            let sums: Vec<String> = all.iter().map(|h| format!("{h:016x}")).collect();
+            return Err(Error::Distributed(format!(
+                "the ranks' parameters differ after an update (checksums by rank: {})",
+                sums.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes a checkpoint of the weights and the training state (the optimizer's gathered
+    /// per parameter when sharded) from rank 0, as a single-process trainer's store would
+    /// hold them; every rank must call it, between windows. The file appears whole or not
+    /// at all (written aside and renamed).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        if self.micro != 0 {
+            return Err(config("a checkpoint is saved between accumulation windows, not inside one"));
+        }
+        let shard_state: Vec<&String> =
+            self.state.iter().filter(|n| self.shard.is_some() && n.starts_with(SHARD)).collect();
+        let mut gathered = BTreeMap::new();
+        for name in &shard_state {
+            let (_, part) = self.shard.as_ref().expect("sharded");
+            let mut mine = self.store.get(name)?.as_slice::<f32>().expect("optimizer state is f32").to_vec();
+            mine.resize(*part, 0.0);
+            let full = self.gather(&mine, *part)?;
+            let suffix = &name[SHARD.len()..];
+            for s in &self.slots {
+                let value = HostTensor::new(s.dims.clone(), full[s.offset..s.offset + s.len].to_vec())?;
+                gathered.insert(format!("{}{suffix}", s.name), value);
+            }
+        }
+        if self.comm.rank() == 0 {
+            let mut all = self.store.read_all()?;
+            all.retain(|n, _| n != GRAD_ACC && !shard_state.contains(&n));
+            all.extend(gathered);
+            fusegraph_ir::safetensors::write(path, all.iter().map(|(n, t)| (n.as_str(), t)))
+                .map_err(|e| Error::Distributed(format!("writing checkpoint {}: {e}", path.display())))?;
+        }
+        self.comm.barrier()
+    }
+
+    /// Bytes of optimizer state this rank holds on the device (`1/size` of them sharded).
+    pub fn optimizer_bytes(&self) -> u64 {
+        self.state.iter().filter_map(|n| self.store.ty(n)).map(|t| t.buffer_bytes() as u64).sum()
+    }
+
+    /// The parameter store both executables bind.
+    pub fn store(&self) -> &ParamStore {
+        &self.store
+    }
+
+    /// The gradient executable (forward and backward) and the update executable.
+    pub fn executables(&self) -> (&Executable, &Executable) {
+        (&self.grads, &self.update)
+    }
+
+    /// The number of trained elements (the length of the summed gradient vector).
+    pub fn trained_elements(&self) -> usize {
+        self.total
+    }
+
+    /// `part` from every rank, concatenated and cut to the trained elements.
+    fn gather(&self, part: &[f32], len: usize) -> Result<Vec<f32>> {
+        let mut full = vec![0.0f32; len * self.comm.size()];
+        self.comm.all_gather(part, &mut full)?;
+        full.truncate(self.total);
+        Ok(full)
+    }
+}
+
+fn config(msg: impl std::fmt::Display) -> Error {
+    Error::Config(format!("data parallel: {msg}"))
+}
+
+/// The tensors flattened and concatenated in order.
+fn flatten(parts: &[Tensor]) -> Result<Tensor> {
+    let flat = parts.iter().map(|t| t.reshape([t.ty().shape.numel()])).collect::<std::result::Result<Vec<_>, _>>()?;
+    match flat.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => {
+            let refs: Vec<&Tensor> = flat.iter().collect();
+            Ok(flat[0].builder().concat(&refs, 0)?)
+        }
+    }
+}
+
+/// Sharded state from per-parameter values in `params` (a checkpoint's): for each
+/// `"ddp.shard.{state}"`, this rank's `range` of the flattened `"{param}.{state}"` values,
+/// where every parameter has one.
+fn resume_shards(params: &mut Params, slots: &[Slot], state: &[String], range: &Range<usize>) -> Result<()> {
+    for name in state.iter().filter(|n| n.starts_with(SHARD)) {
+        let suffix = &name[SHARD.len()..];
+        let per: Option<Vec<&HostTensor>> = slots.iter().map(|s| params.get(&format!("{}{suffix}", s.name))).collect();
+        let Some(per) = per else { continue };
+        let mut flat = Vec::with_capacity(range.end);
+        for t in per {
+            flat.extend(t.to_f64().into_iter().map(|v| v as f32));
+        }
+        params.insert(name, HostTensor::new([range.len()], flat[range.clone()].to_vec())?);
+    }
+    Ok(())
+}
