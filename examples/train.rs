@@ -52,6 +52,9 @@ struct Args {
     /// With --distributed: shard the optimizer state over the ranks (ZeRO stage 1).
     #[arg(long)]
     shard_optimizer: bool,
+    /// With --distributed: bytes per gradient all-reduce.
+    #[arg(long, value_name = "BYTES", default_value_t = 25 << 20)]
+    bucket_bytes: usize,
     /// With --distributed: compare the ranks' parameters after every step.
     #[arg(long)]
     check_replicas: bool,
@@ -172,7 +175,7 @@ fn distributed(cfg: &fusegraph_workloads::demo::Config, args: &Args) -> ! {
             dist: DistributedOptions {
                 shard_optimizer: args.shard_optimizer,
                 check_replicas: args.check_replicas,
-                ..Default::default()
+                bucket_bytes: args.bucket_bytes,
             },
             save: args.save.clone(),
             save_every: args.save_every,
@@ -194,7 +197,7 @@ fn distributed(cfg: &fusegraph_workloads::demo::Config, args: &Args) -> ! {
             );
         }
         let mut progress = |step: usize, loss: f32| {
-            if lead && (step % 10 == 0 || step == args.start_step + cfg.steps) {
+            if lead && (step.is_multiple_of(10) || step == args.start_step + cfg.steps) {
                 println!("step {step:4}  loss {loss:.4}");
             }
         };

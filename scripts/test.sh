@@ -7,3 +7,11 @@ cd "$(dirname "$0")/.."
 # invalid or not set" twice per process where there is none (a headless machine, CI).
 [ -n "${XDG_RUNTIME_DIR:-}" ] || export NODEVICE_SELECT=1
 cargo test --workspace "$@"
+# Data parallelism across processes (feature `mpi`): the example under `mpirun`, where Open MPI
+# is installed (Debian: libopenmpi-dev openmpi-bin libclang-dev; CI installs them).
+if command -v mpirun >/dev/null; then
+    cargo build --features mpi --example train
+    cargo test --features mpi --test mpi
+else
+    echo "MPI tests not run: no mpirun on this machine (apt-get install libopenmpi-dev openmpi-bin libclang-dev)"
+fi

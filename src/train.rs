@@ -352,6 +352,9 @@ pub fn build_step(
     record_step(b, params, forward, optimizer, &TrainOptions { checkpoint: true, ..opts.clone() })
 }
 
+/// `(parameter name, new value)` pairs.
+type Updates = Vec<(String, Tensor)>;
+
 /// The backward half of a recorded step: the loss, the trained parameters and their
 /// gradients (of the scaled loss under mixed precision).
 pub(crate) struct Gradients {
@@ -492,7 +495,7 @@ pub(crate) fn record_update(
     scale: Option<(&Tensor, &[Tensor])>,
     optimizer: &dyn Optimizer,
     opts: &TrainOptions,
-) -> Result<(Vec<(String, Tensor)>, Option<Tensor>)> {
+) -> Result<(Updates, Option<Tensor>)> {
     let mut updates: Vec<(String, Tensor)> = Vec::new();
     // Loss scaling: finite check on the scaled gradients, then unscale in f32.
     let finite = match scale {

@@ -28,6 +28,7 @@ mod combine;
 mod conv_implicit_gemm;
 mod cpu_loop_budget;
 mod device_ops;
+mod distributed;
 mod dynamic;
 mod errors;
 mod excess_precision;

@@ -107,7 +107,7 @@ pub fn run_parallel(
         times.push(t0.elapsed().as_secs_f64() * 1e3);
         let done = step + 1 - plan.start_step;
         if let Some(path) = &plan.save {
-            if plan.save_every > 0 && done % plan.save_every == 0 && done < cfg.steps {
+            if done.checked_rem(plan.save_every) == Some(0) && done < cfg.steps {
                 dp.save(path)?;
             }
         }
