@@ -44,7 +44,7 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
 
     let first = Arc::new(Device::new(&opts(true)).unwrap());
     let chosen = run(&first);
-    let tuned = first.tuned_tilings();
+    let tuned = first.tuned().tilings;
     assert_eq!(tuned.len(), 1, "{tuned:?}");
     assert_eq!(tuned[0].class, "f32 b1 m256 n256 k128");
     assert_eq!(tuned[0].tiling, chosen);
@@ -63,7 +63,7 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     // A second device on the same adapter reads the choice back: nothing is measured.
     let second = Arc::new(Device::new(&opts(true)).unwrap());
     assert_eq!(run(&second), chosen);
-    let tuned = second.tuned_tilings();
+    let tuned = second.tuned().tilings;
     assert_eq!(tuned.len(), 1);
     assert!(tuned[0].timings.is_empty(), "read from the cache, not measured: {tuned:?}");
 
@@ -71,13 +71,13 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     std::fs::write(cache, "f32 b1 m256 n256 k128 = 99x99/3x3/1\n").unwrap();
     let third = Arc::new(Device::new(&opts(true)).unwrap());
     run(&third);
-    assert_eq!(third.tuned_tilings()[0].timings.len(), TIMED_TILINGS);
+    assert_eq!(third.tuned().tilings[0].timings.len(), TIMED_TILINGS);
 
     // Off: the default tiling for the shape, nothing tuned.
     let off = Arc::new(Device::new(&opts(false)).unwrap());
     assert!(!off.autotune());
     assert_eq!(run(&off), MatmulTiling::default_for(256, 256));
-    assert!(off.tuned_tilings().is_empty());
+    assert!(off.tuned().tilings.is_empty());
 
     // Small products keep the default without measuring.
     let mut c = CaseBuilder::new(12);
@@ -86,7 +86,7 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     let small = c.finish("small", &[&a.matmul(&b).unwrap()]);
     let exe = second.compile(&small.graph, &small.outputs, &CompileOptions::default()).unwrap();
     assert_eq!(exe.stats().kernels[0].matmul_tiling, Some(MatmulTiling::default_for(33, 65)));
-    assert_eq!(second.tuned_tilings().len(), 1);
+    assert_eq!(second.tuned().tilings.len(), 1);
 
     // An f16 product: on an adapter's own cooperative matrices the cooperative tilings are
     // candidates too (class `… coop`), and the kernel runs on them exactly when one of them
@@ -101,7 +101,7 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     let refs: Vec<(&str, &HostTensor)> = half.feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
     assert_close(&exe.run(&refs).unwrap()[0], &want[0], 2e-2, 1e-2).unwrap();
     let native = second.cooperative_matrix() == Some(Cooperative::Native);
-    let tuned = second.tuned_tilings().into_iter().find(|t| t.class.starts_with("f16")).expect("the f16 class tuned");
+    let tuned = second.tuned().tilings.into_iter().find(|t| t.class.starts_with("f16")).expect("the f16 class tuned");
     assert_eq!(tuned.class, if native { "f16 b1 m256 n256 k128 coop" } else { "f16 b1 m256 n256 k128" });
     // At most a few candidates, the plain default among them and, on cooperative matrices,
     // the default cooperative tiling too.
@@ -131,7 +131,7 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
         exe.stats().kernels.len()
     };
     let kernels = run_split(&first);
-    let splits = first.tuned_splits();
+    let splits = first.tuned().splits;
     assert_eq!(splits.len(), 1, "{splits:?}");
     assert_eq!(splits[0].class, "f32 b1 m128 n128 k1024");
     assert_eq!(splits[0].timings.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 2, 4, 8]);
@@ -147,10 +147,10 @@ fn tuned_tilings_are_measured_once_cached_on_disk_and_reused() {
     std::fs::write(cache, "f32 b1 m128 n128 k1024 = 2\n").unwrap();
     let fourth = Arc::new(Device::new(&opts(true)).unwrap());
     assert_eq!(run_split(&fourth), 2);
-    assert!(fourth.tuned_splits()[0].timings.is_empty(), "{:?}", fourth.tuned_splits());
+    assert!(fourth.tuned().splits[0].timings.is_empty(), "{:?}", fourth.tuned().splits);
     // Autotuning off: no split, nothing measured.
     assert_eq!(run_split(&off), 1);
-    assert!(off.tuned_splits().is_empty());
+    assert!(off.tuned().splits.is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

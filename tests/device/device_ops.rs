@@ -692,3 +692,22 @@ fn cpu_forms(cpu: bool) -> fusegraph::crates::wgsl::Forms {
         fusegraph::crates::wgsl::Forms::PARALLEL
     }
 }
+
+/// A concat of more operands than a kernel may bind (the gradients of a whole model,
+/// flattened: data parallelism's vector) runs as a tree of concats, fused and unfused, in
+/// every form.
+#[test]
+fn a_concat_wider_than_the_adapters_bindings_runs() {
+    for (form, device) in devices() {
+        let parts = device.limits().max_storage_buffers_per_shader_stage as usize * 2 + 5;
+        let mut c = common::CaseBuilder::new(31);
+        let xs: Vec<_> =
+            (0..parts).map(|i| c.input(fusegraph::DType::F32, &[i % 4 + 1], common::Domain::Any)).collect();
+        let refs: Vec<_> = xs.iter().collect();
+        let cat = xs[0].builder().concat(&refs, 0).unwrap().mul_scalar(0.5).unwrap();
+        let case = c.finish("wide concat", &[&cat]);
+        for fusion in [FusionMode::On, FusionMode::Off] {
+            check(&device, &case, fusion).unwrap_or_else(|e| panic!("{parts} parts [{form}, {fusion:?}]: {e}"));
+        }
+    }
+}

@@ -143,7 +143,7 @@ fn a_parameter_past_the_binding_limit_is_named() {
     let b = GraphBuilder::new();
     let w = b.parameter("wte.weight", DType::F32, [n]).unwrap();
     let y = w.mul_scalar(2.0).unwrap();
-    let before = device.memory_allocated();
+    let before = device.memory().allocated;
     match device.compile(&b.graph(), &[y.id()], &CompileOptions::default()) {
         Err(RuntimeError::TooLarge { what, limit, .. }) => {
             assert!(what.contains("parameter `wte.weight`") && what.contains("storage binding"), "{what}");
@@ -151,5 +151,5 @@ fn a_parameter_past_the_binding_limit_is_named() {
         }
         other => panic!("expected TooLarge, got {:?}", other.map(|_| ())),
     }
-    assert_eq!(device.memory_allocated(), before);
+    assert_eq!(device.memory().allocated, before);
 }

@@ -88,12 +88,12 @@ fn the_device_measures_each_family_once_caches_it_and_lowers_it() {
     let (g, outs, feeds) = program(DType::F32);
     let forced = CompileOptions { kernel_forms: Some(KernelForms::GPU), ..CompileOptions::unfused() };
     first.compile(&g, &outs, &forced).unwrap();
-    assert!(first.tuned_forms().is_empty(), "{:?}", first.tuned_forms());
-    assert!(gpu.tuned_forms().is_empty());
+    assert!(first.tuned().forms.is_empty(), "{:?}", first.tuned().forms);
+    assert!(gpu.tuned().forms.is_empty());
 
     // Measured: every kind's two families timed, the faster (or the default) kept.
     let forms = first.kernel_forms();
-    let tuned = first.tuned_forms();
+    let tuned = first.tuned().forms;
     let kinds: Vec<&str> = tuned.iter().map(|t| t.kind.as_str()).collect();
     for kind in ["attention", "loops", "rows"] {
         assert!(kinds.contains(&kind), "{kind} not measured: {tuned:?}");
@@ -120,7 +120,7 @@ fn the_device_measures_each_family_once_caches_it_and_lowers_it() {
     assert!(text.contains(&format!("loops = {}\n", forms.loops)), "{text}");
     let second = Arc::new(Device::new(&opts(false)).unwrap());
     assert_eq!(second.kernel_forms(), forms);
-    assert!(second.tuned_forms().iter().all(|t| t.timings.is_empty()), "read, not measured");
+    assert!(second.tuned().forms.iter().all(|t| t.timings.is_empty()), "read, not measured");
 
     // A compile without forced forms lowers the measured ones.
     let exe = second.compile(&g, &outs, &CompileOptions::default()).unwrap();

@@ -165,7 +165,7 @@ fn parameters_keep_their_storage_dtype_on_the_device() {
         let store = ParamStore::new(&device);
         store.insert_all(loaded.params.iter()).unwrap();
         assert_eq!(store.bytes(), bytes_each * elements, "{dir} as {dtype:?}");
-        assert_eq!(device.memory_allocated(), bytes_each * elements, "{dir} as {dtype:?}");
+        assert_eq!(device.memory().allocated, bytes_each * elements, "{dir} as {dtype:?}");
         let err = relative_error(&prompt_logits(&loaded, &store, &prompt), &floats(&r[want]));
         assert!(err < tolerance, "{dir} as {dtype:?}: {err:.2e} from {want}");
     }
@@ -221,7 +221,7 @@ fn a_q4_0_model_takes_under_a_third_of_its_f16_bytes() {
     let device = Arc::new(Device::new(&DeviceOptions::default()).unwrap());
     let store = ParamStore::new(&device);
     store.insert_all(loaded.params.iter()).unwrap();
-    let allocated = device.memory_allocated();
+    let allocated = device.memory().allocated;
     eprintln!("q4_0: {allocated} bytes on the device, f16 {f16_bytes}");
     assert_eq!(allocated, store.bytes());
     assert!(allocated * 10 <= f16_bytes * 3, "{allocated} bytes of {f16_bytes} in f16");

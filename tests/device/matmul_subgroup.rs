@@ -611,7 +611,7 @@ fn the_workspace_is_counted_and_yields_to_the_memory_limit() {
     let device = Arc::new(Device::new(&DeviceOptions::default()).unwrap());
     let exe = device.compile(&c.graph, &c.outputs, &with_textures(&device)).unwrap();
     let s = exe.stats().clone();
-    assert_eq!(device.memory_allocated(), s.device_bytes);
+    assert_eq!(device.memory().allocated, s.device_bytes);
     // Every buffer is at least 4 bytes (the empty persistent region's too).
     let buffers: u64 = [s.arena_bytes, s.persistent_bytes, s.staging_bytes].iter().map(|&b| b.max(4)).sum();
     assert_eq!(s.device_bytes, buffers + s.workspace_bytes);
@@ -624,7 +624,7 @@ fn the_workspace_is_counted_and_yields_to_the_memory_limit() {
     assert_eq!(s.workspace_bytes, (17 + 19) * TEXTURE_ROW as u64 * 16);
     let got = exe.run(&refs).unwrap();
     drop(exe);
-    assert_eq!(device.memory_allocated(), 0);
+    assert_eq!(device.memory().allocated, 0);
     let (rtol, atol) = tolerance(DType::F32);
     assert_close(&got[0], &want[0], rtol, atol.max(c.atol)).unwrap();
     for (limit, workspace) in [(s.device_bytes, s.workspace_bytes), (s.device_bytes - 1, 0)] {
@@ -675,7 +675,7 @@ fn the_matmul_family_is_measured_per_class_and_can_be_forced() {
         exe.stats().kernels.iter().map(|k| k.form).find(|f| !matches!(f, KernelForm::Loop { .. })).unwrap()
     };
     let chosen = run(MatmulFamily::Measured);
-    let families = device.tuned_families();
+    let families = device.tuned().families;
     assert_eq!(families.len(), 1, "one class measured: {families:?}");
     assert_eq!(families[0].timings.len(), 2, "both families timed");
     assert_eq!(matches!(chosen, KernelForm::SubgroupMatmul { .. }), families[0].subgroup, "{chosen:?}");
@@ -685,7 +685,7 @@ fn the_matmul_family_is_measured_per_class_and_can_be_forced() {
     let again = Arc::new(Device::new(&opts).expect("a device"));
     let exe = again.compile(&g, &[y.id()], &CompileOptions::default()).unwrap();
     assert!(exe.stats().kernels.iter().any(|k| k.form == chosen));
-    assert!(again.tuned_families().iter().all(|f| f.timings.is_empty()), "read, not measured");
+    assert!(again.tuned().families.iter().all(|f| f.timings.is_empty()), "read, not measured");
     eprintln!("measured {:?} on {}", families[0].timings, device.describe());
     let _ = std::fs::remove_dir_all(&dir);
 }

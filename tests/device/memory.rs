@@ -28,7 +28,7 @@ fn remat_makes_a_plan_fit_and_gives_the_same_results() {
 
     // Without remat: the typed OOM error, before anything is allocated.
     let no_remat = CompileOptions { memory_limit: Some(limit), remat: false, ..unfused.clone() };
-    let before = device.memory_allocated();
+    let before = device.memory().allocated;
     match device.compile(&g, &outs, &no_remat) {
         Err(RuntimeError::ResourceExhausted { needed, limit: l, .. }) => {
             assert_eq!(l, limit);
@@ -36,7 +36,7 @@ fn remat_makes_a_plan_fit_and_gives_the_same_results() {
         }
         other => panic!("expected ResourceExhausted, got {:?}", other.map(|_| ())),
     }
-    assert_eq!(device.memory_allocated(), before);
+    assert_eq!(device.memory().allocated, before);
 
     // With remat (the default): it fits, and computes what the reference computes.
     let with_remat = CompileOptions { memory_limit: Some(limit), ..unfused };
@@ -65,8 +65,8 @@ fn a_limit_below_the_lower_bound_is_a_typed_error_naming_the_numbers() {
     for part in ["(parameters 262144, arena ", "limit 100000; lower bound ", "largest live tensors at the peak: %"] {
         assert!(msg.contains(part), "missing `{part}` in {msg}");
     }
-    assert_eq!(device.memory_allocated(), 0);
-    assert_eq!(device.memory_reserved(), 0);
+    assert_eq!(device.memory().allocated, 0);
+    assert_eq!(device.memory().reserved, 0);
 }
 
 #[test]
@@ -84,27 +84,27 @@ fn statistics_match_the_plan_and_the_cache_is_reused() {
     // Besides the planned buffers, the workspace textures of a CPU adapter's matmul (not
     // planned: they yield to a memory limit), counted like any allocation.
     let held = plan.total_bytes + s.workspace_bytes;
-    assert_eq!(device.memory_allocated(), held);
-    assert_eq!(device.memory_allocated(), s.device_bytes);
-    assert_eq!(device.memory_reserved(), held);
-    assert_eq!(device.max_memory_allocated(), held);
+    assert_eq!(device.memory().allocated, held);
+    assert_eq!(device.memory().allocated, s.device_bytes);
+    assert_eq!(device.memory().reserved, held);
+    assert_eq!(device.memory().peak, held);
     exe.set_parameter("w", &feed(&[128, 32], 1)).unwrap();
     exe.run(&[("x", &feed(&[64, 128], 2))]).unwrap();
-    assert_eq!(device.memory_allocated(), held, "running allocates nothing");
+    assert_eq!(device.memory().allocated, held, "running allocates nothing");
 
     drop(exe);
-    assert_eq!(device.memory_allocated(), 0);
-    assert_eq!(device.memory_reserved(), plan.total_bytes, "released buffers stay cached, textures do not");
-    assert_eq!(device.max_memory_allocated(), held);
+    assert_eq!(device.memory().allocated, 0);
+    assert_eq!(device.memory().reserved, plan.total_bytes, "released buffers stay cached, textures do not");
+    assert_eq!(device.memory().peak, held);
     device.reset_peak_memory_stats();
-    assert_eq!(device.max_memory_allocated(), 0);
+    assert_eq!(device.memory().peak, 0);
 
     // A second compile of the same graph reuses the cached buffers.
     let exe = device.compile(&g, &outs, &CompileOptions::default()).unwrap();
-    assert_eq!(device.memory_reserved(), held);
+    assert_eq!(device.memory().reserved, held);
     drop(exe);
     device.empty_cache();
-    assert_eq!(device.memory_reserved(), 0);
+    assert_eq!(device.memory().reserved, 0);
 }
 
 #[test]
@@ -118,21 +118,21 @@ fn reserved_memory_stays_under_the_limit_and_does_not_grow_over_a_thousand_runs(
     ];
     let exes: Vec<_> =
         works.iter().map(|w| device.compile(&w.graph, &w.outputs, &CompileOptions::default()).unwrap()).collect();
-    let reserved = device.memory_reserved();
+    let reserved = device.memory().reserved;
     assert!(reserved <= limit);
     for i in 0..1000 {
         let (w, e) = (&works[i % 3], &exes[i % 3]);
         e.run(&w.feed_refs()).unwrap();
-        assert!(device.memory_reserved() <= limit);
+        assert!(device.memory().reserved <= limit);
     }
-    assert_eq!(device.memory_reserved(), reserved, "runs do not allocate");
+    assert_eq!(device.memory().reserved, reserved, "runs do not allocate");
     // Compile-run-drop cycles reuse the cache instead of growing it.
     drop(exes);
     for _ in 0..20 {
         let e = device.compile(&works[0].graph, &works[0].outputs, &CompileOptions::default()).unwrap();
         e.run(&works[0].feed_refs()).unwrap();
     }
-    assert!(device.memory_reserved() <= reserved);
+    assert!(device.memory().reserved <= reserved);
     // The device limit applies to what is held at once: a graph bigger than it fails.
     let big = fusegraph_workloads::elementwise_chain(1 << 20);
     assert!(matches!(
@@ -152,7 +152,7 @@ fn largest_batch_that_fits_is_a_planner_query() {
     assert!(device.plan(&g, &outs, &opts).unwrap().total_bytes <= limit);
     let (g1, outs1) = testing::mlp(b + 1).unwrap();
     assert!(device.plan(&g1, &outs1, &opts).unwrap().total_bytes > limit);
-    assert_eq!(device.memory_allocated(), 0, "planning allocates nothing");
+    assert_eq!(device.memory().allocated, 0, "planning allocates nothing");
     // And the runtime agrees: b compiles under the limit, b + 1 does not.
     let limited = CompileOptions { memory_limit: Some(limit), ..opts };
     assert!(device.compile(&g, &outs, &limited).is_ok());
@@ -173,7 +173,7 @@ fn reused_buffers_stay_within_the_compile_limit() {
     // Buffers 10% larger than the next executable needs, released to the cache.
     let (big, big_out) = graph(1100);
     drop(device.compile(&big, &big_out, &CompileOptions::default()).unwrap());
-    let cached = device.memory_reserved();
+    let cached = device.memory().reserved;
     let (g, outs) = graph(1000);
     let plan = device.plan(&g, &outs, &CompileOptions::default()).unwrap();
     let limit = [plan.arena_bytes, plan.persistent_bytes, plan.staging_bytes].iter().map(|&b| b.max(4)).sum();
@@ -185,8 +185,8 @@ fn reused_buffers_stay_within_the_compile_limit() {
     assert_close(&got[0], &want[0], 1e-5, 1e-6).unwrap();
     drop(exe);
     // Without a limit the larger cached buffers are reused: nothing new is created.
-    let before = device.memory_reserved();
+    let before = device.memory().reserved;
     let exe = device.compile(&g, &outs, &CompileOptions::default()).unwrap();
-    assert!(device.memory_reserved() <= before.max(cached), "reserved grew: {}", device.memory_reserved());
+    assert!(device.memory().reserved <= before.max(cached), "reserved grew: {}", device.memory().reserved);
     drop(exe);
 }

@@ -33,11 +33,11 @@ fn a_trained_lm_is_evaluated_at_another_batch_from_the_same_store() {
     let Model::Lm(model) = &setup.model else { panic!("the LM task builds an LM") };
     let b = GraphBuilder::new();
     let objective = demo::lm(&b, model, 3, model.config.max_seq).unwrap();
-    let allocated = device.memory_allocated();
+    let allocated = device.memory().allocated;
     let eval = store.compile(&b.graph(), &[objective.loss.id()], &CompileOptions::default()).unwrap();
     // The evaluation holds no parameter: the device holds them once, in the store.
     let s = eval.stats();
-    assert_eq!(device.memory_allocated() - allocated, s.device_bytes);
+    assert_eq!(device.memory().allocated - allocated, s.device_bytes);
     let model_bytes: u64 = fusegraph::nn::Module::params(model).iter().map(|p| p.ty().buffer_bytes() as u64).sum();
     assert!(store.bytes() > model_bytes, "the store holds the optimizer state too");
     assert_eq!(s.store_bytes, model_bytes);

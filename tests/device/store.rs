@@ -56,7 +56,7 @@ fn executables_share_one_copy_and_see_each_others_updates() {
     store.insert_all(params.iter()).unwrap();
     let param_bytes = (16 * 32 + 32) * 4;
     assert_eq!(store.bytes(), param_bytes);
-    assert_eq!(device.memory_allocated(), param_bytes);
+    assert_eq!(device.memory().allocated, param_bytes);
 
     let opts = CompileOptions::default();
     let (g2, y2) = model(2);
@@ -72,7 +72,7 @@ fn executables_share_one_copy_and_see_each_others_updates() {
     }
     assert!(eval2.stats().prepared_kernels > 0, "w·2 is hoisted");
     let held: u64 = [&eval2, &eval5, &train].iter().map(|e| e.stats().device_bytes).sum();
-    assert_eq!(device.memory_allocated(), param_bytes + held);
+    assert_eq!(device.memory().allocated, param_bytes + held);
 
     let (x2, x5, xt) = (values(&[2, 16], 3), values(&[5, 16], 4), values(&[4, 16], 5));
     let first = eval2.run(&[("x", &x2)]).unwrap().remove(0);
@@ -100,7 +100,7 @@ fn executables_share_one_copy_and_see_each_others_updates() {
     assert_close(&again, &reference(2, &x2, &expect), 1e-4, 1e-4).unwrap();
 
     drop((eval2, eval5, train));
-    assert_eq!(device.memory_allocated(), param_bytes);
+    assert_eq!(device.memory().allocated, param_bytes);
 }
 
 #[test]
@@ -151,7 +151,7 @@ fn the_device_limit_covers_the_store() {
     let err = store.insert("b", &values(&[768], 2)).unwrap_err();
     assert!(matches!(err, RuntimeError::DeviceMemory { .. }), "{err}");
     assert_eq!(store.len(), 1);
-    assert_eq!(device.memory_allocated(), 2048);
+    assert_eq!(device.memory().allocated, 2048);
 }
 
 #[test]

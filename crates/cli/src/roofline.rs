@@ -389,7 +389,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     }
     print!("{table}");
     // What the autotuner measured in this run: every candidate tiling's median per class.
-    for t in device.tuned_tilings().iter().filter(|t| !t.timings.is_empty()) {
+    for t in device.tuned().tilings.iter().filter(|t| !t.timings.is_empty()) {
         let each: Vec<String> = t.timings.iter().map(|(c, ms)| format!("{c} {ms:.3}")).collect();
         println!("autotuned {}: {} (ms: {})", t.class, t.tiling, each.join(", "));
     }

@@ -34,6 +34,7 @@ pub mod split_k;
 pub mod split_reduce;
 #[doc(hidden)]
 pub mod testing;
+pub mod wide;
 
 pub use autodiff::{grad, GradError};
 pub use combine::{combine_products, Combined, Joined};

@@ -4,7 +4,8 @@
 //! 1. **verify** the graph and every output and update value;
 //! 2. **mixed precision** ([`crate::mixed_precision`]) where asked for;
 //! 3. **rewrites** ([`crate::rewrite`]): simplification, split-k and split reductions, each
-//!    split kept only where the split graph's plan fits the limit as it is;
+//!    split kept only where the split graph's plan fits the limit as it is; then concats
+//!    wider than a kernel's bindings split into trees ([`crate::wide`]);
 //! 4. **fit to the limit** ([`plan_combined_within`]): sibling products combined, then fused,
 //!    scheduled and planned; over the limit, hoisting dropped, attention fused and values
 //!    rematerialized, in that order.
@@ -131,7 +132,10 @@ fn rewrite_within(g: &mut Graph, outs: &mut Vec<NodeId>, stages: &Stages, popts:
         split_k: stages.split_k.as_deref(),
         split_reductions: stages.split_reductions.filter(|_| popts.fusion == FusionMode::On),
     };
-    rewrite(g, outs, &rewrites, &fits)
+    rewrite(g, outs, &rewrites, &fits)?;
+    // A kernel binds its operands and its result.
+    crate::wide::split_wide_concats(g, outs, popts.max_bindings.saturating_sub(1))?;
+    Ok(())
 }
 
 /// The largest batch in `1..=max_batch` whose plan through [`run`] with `stages` holds at

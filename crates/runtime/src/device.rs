@@ -338,7 +338,7 @@ impl Device {
     }
 
     /// Whether GPU timestamp queries are enabled (benchmarks then time the GPU work itself).
-    pub fn has_timestamps(&self) -> bool {
+    pub(crate) fn has_timestamps(&self) -> bool {
         self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
     }
 
@@ -356,7 +356,7 @@ impl Device {
     /// Whether a CPU adapter's defaults hold where nothing is measured or forced (its kernel
     /// forms, its matmul family): the adapter is a CPU and [`DeviceOptions::gpu_kernels`] did
     /// not ask for a GPU's.
-    pub fn cpu_kernels(&self) -> bool {
+    pub(crate) fn cpu_kernels(&self) -> bool {
         self.info.device_type == wgpu::DeviceType::Cpu && !self.gpu_kernels
     }
 
@@ -373,7 +373,7 @@ impl Device {
     /// ([`KernelForms`]; [`crate::CompileOptions::kernel_forms`] forces them per compile):
     /// a GPU's with [`DeviceOptions::gpu_kernels`]; else where autotuning is on, each kind's
     /// family as measured on this adapter once and cached on disk (`forms-v1-<adapter>.txt`,
-    /// [`Device::tuned_forms`]); else the adapter's defaults ([`KernelForms::CPU`] on a CPU
+    /// [`Device::tuned`]); else the adapter's defaults ([`KernelForms::CPU`] on a CPU
     /// adapter, [`KernelForms::GPU`] elsewhere). [`DeviceOptions::tiled_attention`] and
     /// [`DeviceOptions::texture_operands`] override theirs.
     pub fn kernel_forms(self: &Arc<Self>) -> KernelForms {
@@ -420,11 +420,6 @@ impl Device {
         let i = &self.info;
         let checks = if self.shader_checks { ", shader checks on" } else { "" };
         format!("{} ({:?}, {:?}, {} {}){checks}", i.name, i.backend, i.device_type, i.driver, i.driver_info)
-    }
-
-    /// Number of distinct pipelines compiled so far.
-    pub fn cached_pipelines(&self) -> usize {
-        self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// The pipeline for `wgsl` with `bindings` (read-write storage buffers, or unfilterable

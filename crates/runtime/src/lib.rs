@@ -30,10 +30,11 @@ pub use feeds::{FeedName, Outputs};
 pub use fusegraph_passes::FusionMode;
 pub use fusegraph_wgsl::{Cooperative, Forms, GemmShape, KernelForm, MatmulTiling, Spread};
 pub use measure::autotune::{MAX_TIMED_MACS, MAX_TIMED_MACS_GPU, MIN_TUNED_MACS, TIMED_TILINGS};
+pub use memory::MemoryStats;
 pub use options::{CompileOptions, FusedAttention, MatmulFamily, ReduceFill, SplitK, SplitReductions};
 pub use profile::{KernelTime, Profile};
 pub use store::ParamStore;
-pub use tuned::{KernelForms, TunedFamily, TunedForm, TunedSplit, TunedTiling};
+pub use tuned::{KernelForms, Tuned, TunedFamily, TunedForm, TunedSplit, TunedTiling};
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;
 /// wgpu's adapter type, as reported in [`Device::info`].

@@ -1,6 +1,6 @@
 //! Device memory accounting: every buffer an executable holds comes from the device's pool,
 //! which tracks allocated, reserved and peak bytes (the numbers users know from
-//! `torch.cuda.memory_allocated()` and friends), enforces the device's `memory_limit`, and
+//! `torch.cuda.memory().allocated` and friends), enforces the device's `memory_limit`, and
 //! caches released buffers for reuse until [`Device::empty_cache`].
 
 use crate::pool::{buffer_bytes, reserve, texel_bytes, Kind};
@@ -121,22 +121,15 @@ impl Device {
         Ok(TextureAllocation { texture, view, size, device: self.clone() })
     }
 
-    /// Bytes of device memory held by live executables (like `memory_allocated`).
-    pub fn memory_allocated(&self) -> u64 {
-        self.pool.state.lock().unwrap_or_else(|p| p.into_inner()).allocated
-    }
-
-    /// Bytes held by live executables plus released buffers kept for reuse (like
-    /// `memory_reserved`).
-    pub fn memory_reserved(&self) -> u64 {
+    /// The device memory statistics now: allocated, reserved, peak and limit.
+    pub fn memory(&self) -> MemoryStats {
         let st = self.pool.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.allocated + st.cached()
-    }
-
-    /// The highest [`Self::memory_allocated`] since the device opened or the last
-    /// [`Self::reset_peak_memory_stats`] (like `max_memory_allocated`).
-    pub fn max_memory_allocated(&self) -> u64 {
-        self.pool.state.lock().unwrap_or_else(|p| p.into_inner()).peak
+        MemoryStats {
+            allocated: st.allocated,
+            reserved: st.allocated + st.cached(),
+            peak: st.peak,
+            limit: self.pool.limit(),
+        }
     }
 
     /// Resets the peak to the current allocation.
@@ -149,11 +142,22 @@ impl Device {
     pub fn empty_cache(&self) {
         self.pool.state.lock().unwrap_or_else(|p| p.into_inner()).cache.clear();
     }
+}
 
-    /// The device's memory limit, if one was set.
-    pub fn memory_limit(&self) -> Option<u64> {
-        self.pool.limit()
-    }
+/// [`Device::memory`]: what PyTorch's `memory_allocated`, `memory_reserved` and
+/// `max_memory_allocated` report, and the limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes of device memory held by live executables and parameter stores.
+    pub allocated: u64,
+    /// `allocated` plus released buffers kept for reuse ([`Device::empty_cache`] frees
+    /// them).
+    pub reserved: u64,
+    /// The highest `allocated` since the device opened or the last
+    /// [`Device::reset_peak_memory_stats`].
+    pub peak: u64,
+    /// The device's memory limit (`DeviceOptions::memory_limit`), if one was set.
+    pub limit: Option<u64>,
 }
 
 /// A buffer outside the pool (readback and timestamp buffers, a run's own), at least 4 bytes.

@@ -110,7 +110,7 @@ pub struct CompileOptions {
 /// matmul and the workgroup-tiled kernel apply.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum MatmulFamily {
-    /// Measured per shape class where autotuning is on ([`crate::Device::tuned_families`]),
+    /// Measured per shape class where autotuning is on ([`crate::Device::tuned`]),
     /// else the subgroup kernel on a CPU adapter and the tiled one elsewhere (the default).
     #[default]
     Measured,
@@ -270,6 +270,6 @@ mod tests {
         // are not measured.
         assert_eq!(splits(SplitK::Tuned, 8, 8, 64), 1);
         assert_eq!(splits(SplitK::Tuned, 1024, 1024, 200), 1);
-        assert!(device.tuned_splits().is_empty());
+        assert!(device.tuned().splits.is_empty());
     }
 }

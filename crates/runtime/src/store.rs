@@ -19,7 +19,7 @@ use std::sync::{Arc, RwLock};
 /// values on its next run, with no copy. Values computed from parameters alone
 /// ([`crate::CompileOptions::hoist_parameters`]) run again after any write to the store.
 ///
-/// The buffers come from the device's pool: [`Device::memory_allocated`] counts each
+/// The buffers come from the device's pool: [`Device::memory`] counts each
 /// parameter once however many executables bind it, and the device's `memory_limit` covers
 /// the store and the executables together. A name's type is fixed when it is first inserted;
 /// a buffer is never moved or freed while the store lives, so executables' bindings stay

@@ -191,3 +191,17 @@ pub(crate) fn parse_line<T: std::str::FromStr>(line: &str) -> Option<(String, T)
     let (class, value) = line.rsplit_once(" = ")?;
     Some((class.trim().to_string(), value.trim().parse().ok()?))
 }
+
+/// What a device has measured so far, or read from the disk cache ([`crate::Device::tuned`]),
+/// each by class or kind.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tuned {
+    /// The tiled matmul's tilings.
+    pub tilings: Vec<TunedTiling>,
+    /// The matmul families (tiled or subgroup).
+    pub families: Vec<TunedFamily>,
+    /// Split-k slice counts.
+    pub splits: Vec<TunedSplit>,
+    /// Kernel forms.
+    pub forms: Vec<TunedForm>,
+}

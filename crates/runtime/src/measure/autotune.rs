@@ -292,12 +292,6 @@ impl Device {
         Ok(TunedSplit { class: class.to_string(), splits, timings })
     }
 
-    /// The split-k classes tuned so far on this device (measured or read from the disk
-    /// cache).
-    pub fn tuned_splits(&self) -> Vec<TunedSplit> {
-        self.tuner.lock().unwrap_or_else(|p| p.into_inner()).splits.by_class.values().cloned().collect()
-    }
-
     /// Times each candidate's executable on `feeds`: on a CPU adapter one after the other
     /// (one warm-up, three timed runs each; each holds its buffers only while it is timed,
     /// and compiling is what costs there, up to seconds per candidate); on a GPU all
@@ -524,18 +518,6 @@ impl Device {
             tuner.tilings.insert(&self.cache, TILINGS, key, tuned, tiling_line);
         }
         Some(best.is_none())
-    }
-
-    /// The matmul families measured so far on this device (or read from the disk cache), by
-    /// class.
-    pub fn tuned_families(&self) -> Vec<TunedFamily> {
-        self.tuner.lock().unwrap_or_else(|p| p.into_inner()).families.by_class.values().cloned().collect()
-    }
-
-    /// The tilings tuned so far on this device (measured or read from the disk cache), by
-    /// class.
-    pub fn tuned_tilings(&self) -> Vec<TunedTiling> {
-        self.tuner.lock().unwrap_or_else(|p| p.into_inner()).tilings.by_class.values().cloned().collect()
     }
 
     /// Whether matmul autotuning is on for this device.

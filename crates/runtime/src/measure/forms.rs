@@ -210,12 +210,6 @@ impl Device {
             timings: timings.into_iter().map(|(c, ms)| (c.to_string(), ms)).collect(),
         })
     }
-
-    /// The kernel forms measured so far on this device (or read from the disk cache), by
-    /// kind.
-    pub fn tuned_forms(&self) -> Vec<TunedForm> {
-        self.tuner.lock().unwrap_or_else(|p| p.into_inner()).forms.by_class.values().cloned().collect()
-    }
 }
 
 #[cfg(test)]

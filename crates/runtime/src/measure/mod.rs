@@ -39,3 +39,17 @@ pub(crate) fn during<T>(f: impl FnOnce() -> T) -> T {
     let _unset = Unset;
     f()
 }
+
+impl crate::Device {
+    /// The tilings, families, split counts and kernel forms measured on this device so far
+    /// (or read from the disk cache).
+    pub fn tuned(&self) -> crate::tuned::Tuned {
+        let t = self.tuner.lock().unwrap_or_else(|p| p.into_inner());
+        crate::tuned::Tuned {
+            tilings: t.tilings.by_class.values().cloned().collect(),
+            families: t.families.by_class.values().cloned().collect(),
+            splits: t.splits.by_class.values().cloned().collect(),
+            forms: t.forms.by_class.values().cloned().collect(),
+        }
+    }
+}
