@@ -70,9 +70,16 @@ struct Args {
     /// With --distributed: the first step's index (where a resumed run goes on in the data).
     #[arg(long, value_name = "K", default_value_t = 0)]
     start_step: usize,
+    /// With --distributed: the longest a collective waits for the other ranks, in seconds
+    /// (0: no bound).
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    collective_timeout: u64,
     /// Fault test: rank R aborts before step S ("R:S").
     #[arg(long, value_name = "R:S", hide = true)]
     crash: Option<String>,
+    /// Fault test: rank R stops answering before step S ("R:S").
+    #[arg(long, value_name = "R:S", hide = true)]
+    hang: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -155,7 +162,7 @@ fn train(cfg: &Config, json: Option<&Path>) -> Result<(), Box<dyn std::error::Er
 #[cfg(feature = "mpi")]
 fn distributed(cfg: &fusegraph_workloads::demo::Config, args: &Args) -> ! {
     use fusegraph::distributed::{Collective, DistributedOptions, Mpi};
-    use fusegraph_workloads::data_parallel::{run_parallel, Plan};
+    use fusegraph_workloads::data_parallel::{run_parallel, Fault, Plan};
     let comm = match Mpi::init() {
         Ok(c) => c,
         Err(e) => {
@@ -164,24 +171,26 @@ fn distributed(cfg: &fusegraph_workloads::demo::Config, args: &Args) -> ! {
         }
     };
     let run = || -> Result<(), Box<dyn std::error::Error>> {
-        let crash = match &args.crash {
-            Some(s) => {
-                let (r, s) = s.split_once(':').ok_or("--crash takes R:S")?;
-                Some((r.parse()?, s.parse()?))
+        let fault = match (&args.crash, &args.hang) {
+            (Some(at), _) | (None, Some(at)) => {
+                let (r, s) = at.split_once(':').ok_or("--crash and --hang take R:S")?;
+                Some(Fault { rank: r.parse()?, step: s.parse()?, crash: args.crash.is_some() })
             }
-            None => None,
+            (None, None) => None,
         };
         let plan = Plan {
             dist: DistributedOptions {
                 shard_optimizer: args.shard_optimizer,
                 check_replicas: args.check_replicas,
                 bucket_bytes: args.bucket_bytes,
+                collective_timeout: (args.collective_timeout > 0)
+                    .then(|| std::time::Duration::from_secs(args.collective_timeout)),
             },
             save: args.save.clone(),
             save_every: args.save_every,
             resume: args.resume.clone(),
             start_step: args.start_step,
-            crash,
+            fault,
         };
         let device_opts = fusegraph::DeviceOptions { adapter: Some(comm.local_rank()), ..Default::default() };
         let device = std::sync::Arc::new(fusegraph::Device::new(&device_opts)?);

@@ -155,3 +155,12 @@ fn a_crashed_rank_stops_the_others_and_leaves_the_last_checkpoint_whole() {
     assert_eq!(names, ["ckpt.st"]);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn a_rank_that_stops_answering_ends_the_job_at_the_collective_timeout() {
+    let args = ["--steps", "10", "--hang", "1:3", "--collective-timeout", "3"];
+    let (code, text, took) = mpirun(2, &args, Duration::from_secs(120));
+    assert_ne!(code, Some(0), "the job must fail:\n{text}");
+    assert!(text.contains("rank 0: the gradient all-reduce did not complete within 3s"), "{text}");
+    assert!(took < Duration::from_secs(120), "{took:?}");
+}

@@ -33,6 +33,7 @@
 mod collective;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod watchdog;
 
 pub use collective::{shard_batch, Collective, Single};
 #[cfg(feature = "mpi")]
@@ -46,6 +47,8 @@ use fusegraph_nn::{Init, Params};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::Path;
+use std::time::Duration;
+use watchdog::Watchdog;
 
 /// The parameter accumulating the flattened gradients of a window's micro-batches.
 pub const GRAD_ACC: &str = "ddp.grad_acc";
@@ -70,12 +73,23 @@ pub struct DistributedOptions {
     /// fail with [`Error::Distributed`] if they differ (a debug check: it reads the
     /// weights back).
     pub check_replicas: bool,
+    /// With more than one rank, the longest a collective may wait for the others: past it
+    /// the rank ends its process (and so, under `mpirun`, the job), naming the collective
+    /// (MPI's collectives cannot time out, and a rank that hangs would hold every other
+    /// rank forever). `None`: no bound.
+    pub collective_timeout: Option<Duration>,
 }
 
 impl Default for DistributedOptions {
-    /// Unsharded, 25 MiB buckets (PyTorch DDP's default), no replica check.
+    /// Unsharded, 25 MiB buckets (PyTorch DDP's default), no replica check, collectives
+    /// bounded at 10 minutes (as PyTorch's process groups).
     fn default() -> Self {
-        DistributedOptions { shard_optimizer: false, bucket_bytes: 25 << 20, check_replicas: false }
+        DistributedOptions {
+            shard_optimizer: false,
+            bucket_bytes: 25 << 20,
+            check_replicas: false,
+            collective_timeout: Some(Duration::from_secs(600)),
+        }
     }
 }
 
@@ -119,6 +133,7 @@ pub struct DataParallel<'c> {
     dist: DistributedOptions,
     micro: usize,
     window_loss: f64,
+    watchdog: Option<Watchdog>,
 }
 
 impl<'c> DataParallel<'c> {
@@ -240,6 +255,7 @@ impl<'c> DataParallel<'c> {
             dist: dist.clone(),
             micro: 0,
             window_loss: 0.0,
+            watchdog: dist.collective_timeout.filter(|_| size > 1).map(|t| Watchdog::new(t, rank)),
         })
     }
 
@@ -259,9 +275,9 @@ impl<'c> DataParallel<'c> {
         let mut buf = acc.as_slice::<f32>().expect("the accumulator is f32").to_vec();
         buf.push(std::mem::take(&mut self.window_loss) as f32);
         let bucket = self.dist.bucket_bytes / 4;
-        for chunk in buf.chunks_mut(bucket) {
-            self.comm.all_reduce_sum(chunk)?;
-        }
+        self.collective("the gradient all-reduce", || {
+            buf.chunks_mut(bucket).try_for_each(|chunk| self.comm.all_reduce_sum(chunk))
+        })?;
         let n = (self.comm.size() * self.options.accumulate) as f32;
         let global_loss = buf.pop().map(|l| l / n);
         let out = self.update.run(&[(GRAD_INPUT, &HostTensor::new([self.total], buf)?)])?;
@@ -296,7 +312,7 @@ impl<'c> DataParallel<'c> {
                 hash = (hash ^ byte as u64).wrapping_mul(0x100_0000_01b3);
             }
         }
-        let all = self.comm.all_gather_u64(hash)?;
+        let all = self.collective("the replica check", || self.comm.all_gather_u64(hash))?;
         if all.iter().any(|&h| h != all[0]) {
             let sums: Vec<String> = all.iter().map(|h| format!("{h:016x}")).collect();
             return Err(Error::Distributed(format!(
@@ -336,7 +352,7 @@ impl<'c> DataParallel<'c> {
             fusegraph_ir::safetensors::write(path, all.iter().map(|(n, t)| (n.as_str(), t)))
                 .map_err(|e| Error::Distributed(format!("writing checkpoint {}: {e}", path.display())))?;
         }
-        self.comm.barrier()
+        self.collective("the checkpoint's barrier", || self.comm.barrier())
     }
 
     /// Bytes of optimizer state this rank holds on the device (`1/size` of them sharded).
@@ -359,10 +375,19 @@ impl<'c> DataParallel<'c> {
         self.total
     }
 
+    /// Runs the collective `f` (named `what` for the watchdog's message) under the
+    /// watchdog's deadline, if any.
+    fn collective<R>(&self, what: &str, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        match &self.watchdog {
+            Some(w) => w.guard(what, f),
+            None => f(),
+        }
+    }
+
     /// `part` from every rank, concatenated and cut to the trained elements.
     fn gather(&self, part: &[f32], len: usize) -> Result<Vec<f32>> {
         let mut full = vec![0.0f32; len * self.comm.size()];
-        self.comm.all_gather(part, &mut full)?;
+        self.collective("an all-gather of the shards", || self.comm.all_gather(part, &mut full))?;
         full.truncate(self.total);
         Ok(full)
     }

@@ -53,7 +53,8 @@ fn matches_the_trainer(task: Task, options: TrainOptions, shard: bool, tol: f64)
     let mut trainer = Trainer::new(&Device::shared().unwrap(), setup.step.clone(), &setup.params).unwrap();
     let mut params = Params::of(setup.model.module(), cfg.seed).unwrap();
     // Small buckets: the gradient vector is summed in many pieces.
-    let dist = DistributedOptions { shard_optimizer: shard, bucket_bytes: 4096, check_replicas: true };
+    let dist =
+        DistributedOptions { shard_optimizer: shard, bucket_bytes: 4096, check_replicas: true, ..Default::default() };
     let mut dp = data_parallel(&setup, &cfg, &dist, &mut params);
     let n = cfg.options.accumulate;
     let (mut window, mut skipped) = (Vec::new(), 0);

@@ -24,9 +24,19 @@ pub struct Plan {
     pub resume: Option<PathBuf>,
     /// The index of the first step: where in the data a resumed run goes on.
     pub start_step: usize,
-    /// `(rank, step)`: that rank ends abnormally (`abort`, as a crash would) before that
-    /// step, to check that the others stop.
-    pub crash: Option<(usize, usize)>,
+    /// A fault to inject, to check that the other ranks stop.
+    pub fault: Option<Fault>,
+}
+
+/// A rank that fails before a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fault {
+    /// Which rank.
+    pub rank: usize,
+    /// Before which step.
+    pub step: usize,
+    /// Ends abnormally (`abort`, as a crash would) if true, else stops answering (sleeps).
+    pub crash: bool,
 }
 
 /// The figures of a data-parallel run.
@@ -88,8 +98,12 @@ pub fn run_parallel(
     let n = cfg.options.accumulate;
     let (mut losses, mut times, mut skipped) = (Vec::new(), Vec::new(), 0);
     for step in plan.start_step..plan.start_step + cfg.steps {
-        if plan.crash == Some((rank, step)) {
-            std::process::abort();
+        match plan.fault {
+            Some(f) if f.rank == rank && f.step == step && f.crash => std::process::abort(),
+            Some(f) if f.rank == rank && f.step == step => loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            },
+            _ => {}
         }
         let t0 = Instant::now();
         for m in 0..n {
