@@ -29,6 +29,38 @@
 //! the same names: sharded state is gathered and split back per parameter
 //! (`"{param}.adam_m"`, …), so a checkpoint resumes with any number of ranks, sharded or not,
 //! or in a [`crate::train::Trainer`].
+//!
+//! ```no_run
+//! use fusegraph::distributed::{shard_batch, Collective, DataParallel, DistributedOptions, Single};
+//! use fusegraph::nn::{cross_entropy, Adam, Forward, Linear, Params, Scope};
+//! use fusegraph::train::{Objective, TrainOptions};
+//! use fusegraph::{DType, Device, GraphBuilder, HostTensor, ParamStore};
+//!
+//! # fn main() -> fusegraph::Result<()> {
+//! // `Mpi::init()?` under `mpirun` (feature `mpi`); `Single` is one process.
+//! let comm = Single;
+//! let (rank, size) = (comm.rank(), comm.size());
+//! let fc = Linear::new(&Scope::root().at("fc"), 4, 3, true)?;
+//! let mut params = Params::of(&fc, 0)?; // the same seed on every rank: the same start
+//! let b = GraphBuilder::new();
+//! let x = b.input("x", DType::F32, [8 / size, 4])?; // this rank's rows of a batch of 8
+//! let y = b.input("y", DType::I32, [8 / size])?;
+//! let logits = fc.forward(&x)?;
+//! let loss = cross_entropy(&logits, &y)?;
+//! let objective = Objective { output: logits, loss, segments: vec![] };
+//! let store = ParamStore::new(&Device::shared()?);
+//! let sharded = DistributedOptions { shard_optimizer: true, ..Default::default() };
+//! let adam = Adam::new(1e-2);
+//! let mut dp =
+//!     DataParallel::new(&store, &b, &mut params, &objective, &adam, &TrainOptions::default(), &sharded, &comm)?;
+//! let xs = HostTensor::new([8, 4], vec![0.5f32; 32])?;
+//! let ys = HostTensor::new([8], vec![1i32; 8])?;
+//! let (x_mine, y_mine) = (shard_batch(&xs, rank, size)?, shard_batch(&ys, rank, size)?);
+//! let out = dp.step(&[("x", &x_mine), ("y", &y_mine)])?;
+//! println!("loss of the global batch {:?}", out.global_loss);
+//! dp.save(std::path::Path::new("step1.safetensors"))?; // rank 0 writes; every rank calls it
+//! # Ok(()) }
+//! ```
 
 mod collective;
 #[cfg(feature = "mpi")]
