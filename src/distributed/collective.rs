@@ -5,7 +5,7 @@ use crate::{Error, HostTensor, Result};
 
 /// A group of processes that train together, one per device: the collective operations
 /// [`super::DataParallel`] runs between steps. Implemented over MPI by
-/// [`super::Mpi`] (feature `mpi`) and, for one process, by [`Single`].
+/// `Mpi` (feature `mpi`) and, for one process, by [`Single`].
 ///
 /// Every rank must call the collectives in the same order with the same lengths (MPI's
 /// rule); a rank that fails must call [`Collective::abort`] rather than return, or the others

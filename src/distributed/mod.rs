@@ -20,7 +20,7 @@
 //!   state parameters are `"ddp.shard.{state}"`, `1/size` of the elements) and the new slice
 //!   is the executable's output.
 //!
-//! The processes come from MPI ([`Mpi`], cargo feature `mpi`: `mpirun -np N program`), or
+//! The processes come from MPI (`Mpi`, cargo feature `mpi`: `mpirun -np N program`), or
 //! [`Single`] for one. A rank that fails must end the group ([`Collective::abort`]) instead
 //! of returning, since the others would wait for it in their next collective; the example
 //! `examples/train.rs --distributed` does so.
