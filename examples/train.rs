@@ -80,6 +80,9 @@ struct Args {
     /// Fault test: rank R stops answering before step S ("R:S").
     #[arg(long, value_name = "R:S", hide = true)]
     hang: Option<String>,
+    /// Test: each rank draws its initial weights from another seed (all start from rank 0's).
+    #[arg(long, hide = true)]
+    rank_seeds: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -191,6 +194,7 @@ fn distributed(cfg: &fusegraph_workloads::demo::Config, args: &Args) -> ! {
             resume: args.resume.clone(),
             start_step: args.start_step,
             fault,
+            rank_seeds: args.rank_seeds,
         };
         let device_opts = fusegraph::DeviceOptions { adapter: Some(comm.local_rank()), ..Default::default() };
         let device = std::sync::Arc::new(fusegraph::Device::new(&device_opts)?);

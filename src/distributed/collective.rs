@@ -22,6 +22,8 @@ pub trait Collective {
     fn all_gather(&self, part: &[f32], out: &mut [f32]) -> Result<()>;
     /// Every rank's `value`, in rank order.
     fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>>;
+    /// Replaces `data` on every rank with rank `root`'s.
+    fn broadcast(&self, data: &mut [f32], root: usize) -> Result<()>;
     /// Waits until every rank has called it.
     fn barrier(&self) -> Result<()>;
     /// Ends every process of the group with exit status `code` (MPI_Abort): what a rank
@@ -50,6 +52,9 @@ impl Collective for Single {
     }
     fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>> {
         Ok(vec![value])
+    }
+    fn broadcast(&self, _data: &mut [f32], _root: usize) -> Result<()> {
+        Ok(())
     }
     fn barrier(&self) -> Result<()> {
         Ok(())

@@ -274,7 +274,7 @@ impl<'c> DataParallel<'c> {
         };
         let grads = store.compile(&grad_graph, &[g.loss.id()], &compile("data-parallel gradients", grad_updates))?;
         let update = store.compile(&update_graph, &outputs, &compile("data-parallel update", update_updates))?;
-        Ok(DataParallel {
+        let dp = DataParallel {
             comm,
             grads,
             update,
@@ -288,7 +288,53 @@ impl<'c> DataParallel<'c> {
             micro: 0,
             window_loss: 0.0,
             watchdog: dist.collective_timeout.filter(|_| size > 1).map(|t| Watchdog::new(t, rank)),
-        })
+        };
+        if size > 1 {
+            dp.start_together()?;
+        }
+        Ok(dp)
+    }
+
+    /// Checks that every rank recorded the same trained parameters (names and shapes) and
+    /// gives every rank rank 0's weights, as PyTorch's DDP does when it starts: ranks that
+    /// drew their initial weights from different seeds still train one model.
+    fn start_together(&self) -> Result<()> {
+        let mut layout = 0xcbf2_9ce4_8422_2325u64;
+        for s in &self.slots {
+            for byte in format!("{}{:?};", s.name, s.dims).bytes() {
+                layout = (layout ^ byte as u64).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+        let all = self.collective("the check of the ranks' models", || self.comm.all_gather_u64(layout))?;
+        if all.iter().any(|&h| h != all[0]) {
+            let differ: Vec<String> =
+                all.iter().enumerate().filter(|(_, &h)| h != all[0]).map(|(r, _)| r.to_string()).collect();
+            return Err(Error::Distributed(format!(
+                "ranks {} recorded other trained parameters (names or shapes) than rank 0 ({} parameters, {} \
+                 elements here)",
+                differ.join(", "),
+                self.slots.len(),
+                self.total
+            )));
+        }
+        let names: Vec<&str> = self.slots.iter().map(|s| s.name.as_str()).collect();
+        let values = self.store.read(&names)?;
+        let mut flat = Vec::with_capacity(self.total);
+        for s in &self.slots {
+            flat.extend(values[&s.name].as_slice::<f32>().expect("trained parameters are f32"));
+        }
+        self.collective("the broadcast of rank 0's weights", || self.comm.broadcast(&mut flat, 0))?;
+        self.set_weights(&flat)
+    }
+
+    /// Writes the flattened trained weights `flat` into the store.
+    fn set_weights(&self, flat: &[f32]) -> Result<()> {
+        let values = self
+            .slots
+            .iter()
+            .map(|s| Ok((s.name.as_str(), HostTensor::new(s.dims.clone(), flat[s.offset..s.offset + s.len].to_vec())?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.store.insert_all(values.iter().map(|(n, v)| (*n, v)))?)
     }
 
     /// Runs one micro-batch (this rank's part of it); at the end of an accumulation window
@@ -319,14 +365,7 @@ impl<'c> DataParallel<'c> {
             debug_assert_eq!(mine.len(), range.len());
             mine.resize(*part, 0.0);
             let full = self.gather(&mine, *part)?;
-            let values = self
-                .slots
-                .iter()
-                .map(|s| {
-                    Ok((s.name.as_str(), HostTensor::new(s.dims.clone(), full[s.offset..s.offset + s.len].to_vec())?))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            self.store.insert_all(values.iter().map(|(n, v)| (*n, v)))?;
+            self.set_weights(&full)?;
         }
         if self.dist.check_replicas {
             self.check_replicas()?;

@@ -5,7 +5,7 @@ use crate::{Error, Result};
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::{Communicator, CommunicatorCollectives};
+use mpi::traits::{Communicator, CommunicatorCollectives, Root};
 
 /// The processes `mpirun` started: MPI's world communicator. MPI is initialized once per
 /// process ([`Mpi::init`]) and finalized when this is dropped.
@@ -69,6 +69,11 @@ impl Collective for Mpi {
         let mut out = vec![0u64; self.size()];
         self.world.all_gather_into(&value, &mut out[..]);
         Ok(out)
+    }
+
+    fn broadcast(&self, data: &mut [f32], root: usize) -> Result<()> {
+        self.world.process_at_rank(root as i32).broadcast_into(data);
+        Ok(())
     }
 
     fn barrier(&self) -> Result<()> {

@@ -26,6 +26,9 @@ pub struct Plan {
     pub start_step: usize,
     /// A fault to inject, to check that the other ranks stop.
     pub fault: Option<Fault>,
+    /// Each rank draws its initial weights from the seed plus its rank (the run is the same:
+    /// every rank starts from rank 0's weights).
+    pub rank_seeds: bool,
 }
 
 /// A rank that fails before a step.
@@ -86,7 +89,8 @@ pub fn run_parallel(
     if global % size != 0 {
         return Err(TrainError::Config(format!("a global batch of {global} rows does not split over {size} ranks")));
     }
-    let mut params = Params::of(setup.model.module(), cfg.seed)?;
+    let seed = if plan.rank_seeds { cfg.seed + rank as u64 } else { cfg.seed };
+    let mut params = Params::of(setup.model.module(), seed)?;
     if let Some(path) = &plan.resume {
         params.load_safetensors(path)?;
     }
