@@ -37,6 +37,9 @@ struct Args {
     /// Mixed precision (f16 storage) with dynamic loss scaling.
     #[arg(long)]
     mixed_precision: bool,
+    /// With --mixed-precision: the initial loss scale.
+    #[arg(long, value_name = "S", default_value_t = LossScaling::default().init_scale)]
+    init_loss_scale: f64,
     /// Gradient checkpointing: recompute forward values in the backward pass.
     #[arg(long)]
     checkpoint: bool,
@@ -105,7 +108,8 @@ fn main() {
         cfg.steps = s;
     }
     cfg.options.accumulate = args.accumulate.get();
-    cfg.options.mixed_precision = args.mixed_precision.then(LossScaling::default);
+    cfg.options.mixed_precision =
+        args.mixed_precision.then(|| LossScaling { init_scale: args.init_loss_scale, ..LossScaling::default() });
     cfg.options.checkpoint = args.checkpoint;
     cfg.options.memory_limit = args.memory_limit;
     if args.distributed {

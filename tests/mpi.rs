@@ -140,6 +140,13 @@ fn accumulation_and_loss_scaling_work_across_ranks() {
     let two = train(2, &[&args[..], &["--shard-optimizer", "--check-replicas"]].concat(), &d.join("two.json"));
     // f16 forward and backward: the batch split changes roundings, not the curve.
     assert_close(&losses(&two), &losses(&one), 2e-3, "mixed-precision losses");
+    // A first scale that overflows f16: the first windows are skipped on every rank alike
+    // (the replica check fails the job otherwise) until the scale has halved enough. How
+    // many depends on the rows per rank (a rank's gradient is of its own rows' mean).
+    let high = [&args[..], &["--init-loss-scale", "4194304", "--shard-optimizer", "--check-replicas"]].concat();
+    let skipping = train(2, &high, &d.join("high.json"));
+    let skipped = skipping["skipped"].as_u64().unwrap();
+    assert!((1..6).contains(&skipped), "{skipping}");
     std::fs::remove_dir_all(&d).unwrap();
 }
 

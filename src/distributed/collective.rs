@@ -17,6 +17,9 @@ pub trait Collective {
     fn size(&self) -> usize;
     /// Replaces `data` with its elementwise sum over every rank.
     fn all_reduce_sum(&self, data: &mut [f32]) -> Result<()>;
+    /// Writes to `out` this rank's block of the elementwise sum over every rank of `data`
+    /// (`size` blocks of `out.len()`, in rank order).
+    fn reduce_scatter_sum(&self, data: &[f32], out: &mut [f32]) -> Result<()>;
     /// Concatenates every rank's `part` (the same length on every rank) in rank order
     /// into `out` (`size · part.len()` long).
     fn all_gather(&self, part: &[f32], out: &mut [f32]) -> Result<()>;
@@ -45,8 +48,13 @@ impl Collective for Single {
     fn all_reduce_sum(&self, _data: &mut [f32]) -> Result<()> {
         Ok(())
     }
+    fn reduce_scatter_sum(&self, data: &[f32], out: &mut [f32]) -> Result<()> {
+        check_parts("reduce-scatter", out.len(), data.len(), 1)?;
+        out.copy_from_slice(data);
+        Ok(())
+    }
     fn all_gather(&self, part: &[f32], out: &mut [f32]) -> Result<()> {
-        check_gather(part.len(), out.len(), 1)?;
+        check_parts("all-gather", part.len(), out.len(), 1)?;
         out.copy_from_slice(part);
         Ok(())
     }
@@ -64,12 +72,10 @@ impl Collective for Single {
     }
 }
 
-/// The error of a gather whose output is not `size` parts long.
-pub(crate) fn check_gather(part: usize, out: usize, size: usize) -> Result<()> {
-    if part * size != out {
-        return Err(Error::Distributed(format!(
-            "all-gather of {part} elements from each of {size} ranks into {out} elements"
-        )));
+/// The error of a gather or scatter whose whole is not `size` parts long.
+pub(crate) fn check_parts(op: &str, part: usize, whole: usize, size: usize) -> Result<()> {
+    if part * size != whole {
+        return Err(Error::Distributed(format!("{op}: {whole} elements are not {size} ranks' parts of {part}")));
     }
     Ok(())
 }

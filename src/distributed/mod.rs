@@ -13,12 +13,15 @@
 //!   over micro-batches stays on the device; input `"ddp.keep"` is 0 on a window's first
 //!   micro-batch, which starts it afresh); its output is the micro-batch's loss.
 //! - **update**: at the end of each accumulation window, the host reads the accumulated
-//!   vector, sums it across ranks with the window's loss appended, and feeds the mean as
-//!   input `"ddp.grad"`: the finite check over the whole vector (so every rank takes the same
+//!   vector, all-reduces it with the window's loss appended, and feeds the mean as input
+//!   `"ddp.grad"`: the finite check over the whole vector (so every rank takes the same
 //!   decision on an overflow), unscaling, the optimizer and the loss-scale update, as a
-//!   single-process [`crate::train::Trainer`] records them. Sharded, the optimizer runs on the rank's slice of the flattened weights (its
-//!   state parameters are `"ddp.shard.{state}"`, `1/size` of the elements) and the new slice
-//!   is the executable's output.
+//!   single-process [`crate::train::Trainer`] records them. Sharded, the vector is
+//!   reduce-scattered instead (each rank receives the sum of its slice: half an
+//!   all-reduce's traffic), the ranks agree on overflows by summing one flag
+//!   (`"ddp.overflow"`, 0 or +inf) beside the loss, the optimizer runs on the rank's slice of
+//!   the flattened weights (its state parameters are `"ddp.shard.{state}"`, `1/size` of the
+//!   elements) and the new slices are all-gathered.
 //!
 //! The processes come from MPI (`Mpi`, cargo feature `mpi`: `mpirun -np N program`), or
 //! [`Single`] for one. A rank that fails must end the group ([`Collective::abort`]) instead
@@ -87,6 +90,9 @@ pub const GRAD_ACC: &str = "ddp.grad_acc";
 /// The gradient executable's input: 1 to add to the accumulator, 0 to start it afresh (a
 /// window's first micro-batch).
 pub const KEEP: &str = "ddp.keep";
+/// The sharded update executable's input: 0, or +inf where some rank's summed shard held
+/// a value that is not finite (summed over the ranks, so every rank skips the step alike).
+pub const OVERFLOW: &str = "ddp.overflow";
 /// The update executable's input: the gradient vector summed over the ranks.
 pub const GRAD_INPUT: &str = "ddp.grad";
 /// The name the optimizer sees for a rank's slice of the flattened weights; its state is
@@ -199,8 +205,8 @@ impl<'c> DataParallel<'c> {
             slots.push(Slot { name: name.clone(), dims: w.dims().to_vec(), offset: total, len });
             total += len;
         }
-        if dist.shard_optimizer && total < size {
-            return Err(config(format!("{total} trained elements do not shard over {size} ranks")));
+        if dist.shard_optimizer && shard_range(total, size - 1, size).0.is_empty() {
+            return Err(config(format!("{total} trained elements leave some of {size} ranks no shard")));
         }
         let shard = dist.shard_optimizer.then(|| shard_range(total, rank, size));
 
@@ -213,56 +219,9 @@ impl<'c> DataParallel<'c> {
         let grad_updates = vec![(GRAD_ACC.to_string(), kept.add(&flat)?.id())];
         let grad_graph = b.graph();
 
-        // Update: the window's mean gradient over the ranks.
-        let ub = GraphBuilder::new();
-        let sum = ub.input(GRAD_INPUT, DType::F32, [total])?;
-        let mean = sum.mul_scalar(1.0 / (size * options.accumulate) as f64)?;
-        let weights = slots
-            .iter()
-            .map(|s| params.parameter(&ub, &s.name, DType::F32, &s.dims, Init::Zeros))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        let scale = match &options.mixed_precision {
-            Some(s) => Some(train::state(&ub, params, LOSS_SCALE, s.init_scale)?),
-            None => None,
-        };
-        let (named, grads) = match &shard {
-            None => {
-                let named = slots.iter().zip(&weights).map(|(s, w)| (s.name.clone(), w.clone())).collect();
-                let grads = slots
-                    .iter()
-                    .map(|s| Ok(mean.narrow(0, s.offset, s.len)?.reshape(s.dims.clone())?))
-                    .collect::<Result<Vec<_>>>()?;
-                (named, grads)
-            }
-            Some((range, _)) => {
-                let w = flatten(&weights)?.narrow(0, range.start, range.len())?;
-                (vec![(SHARD.to_string(), w)], vec![mean.narrow(0, range.start, range.len())?])
-            }
-        };
-        let checked = [mean.clone()];
-        let once = TrainOptions { accumulate: 1, ..options.clone() };
-        let scale = scale.as_ref().map(|s| (s, &checked[..]));
-        let (mut updates, apply) = train::record_update(&ub, params, &named, grads, scale, optimizer, &once)?;
-        let mut outputs = Vec::new();
-        if shard.is_some() {
-            let i = updates.iter().position(|(n, _)| n == SHARD).expect("the optimizer updates every parameter");
-            outputs.push(updates.remove(i).1.id());
-        }
-        outputs.push(match apply {
-            Some(a) => a.cast(DType::F32)?.id(),
-            None => ub.scalar(DType::F32, 1.0)?.id(),
-        });
-        let fixed = [GRAD_ACC, LOSS_SCALE, GOOD_STEPS, OVERFLOW_SEEN];
-        let state: Vec<String> = updates
-            .iter()
-            .map(|(n, _)| n.clone())
-            .filter(|n| !fixed.contains(&n.as_str()) && !slots.iter().any(|s| &s.name == n))
-            .collect();
-        if let Some((range, _)) = &shard {
-            resume_shards(params, &slots, &state, range)?;
-        }
-        let update_updates = updates.into_iter().map(|(n, t)| (n, t.id())).collect();
-        let update_graph = ub.graph();
+        let update =
+            record_update_graph(params, &slots, total, shard.as_ref().map(|(r, _)| r), size, options, optimizer)?;
+        let (crate::Recorded { graph: update_graph, outputs, updates: update_updates }, state) = update;
 
         train::insert_missing(store, &[&grad_graph, &update_graph], params)?;
         let compile = |name: &str, updates| CompileOptions {
@@ -350,23 +309,39 @@ impl<'c> DataParallel<'c> {
         }
         self.micro = 0;
         let acc = self.store.get(GRAD_ACC)?;
-        let mut buf = acc.as_slice::<f32>().expect("the accumulator is f32").to_vec();
-        buf.push(std::mem::take(&mut self.window_loss) as f32);
-        let bucket = self.dist.bucket_bytes / 4;
-        self.collective("the gradient all-reduce", || {
-            buf.chunks_mut(bucket).try_for_each(|chunk| self.comm.all_reduce_sum(chunk))
-        })?;
+        let acc = acc.as_slice::<f32>().expect("the accumulator is f32");
+        let loss_sum = std::mem::take(&mut self.window_loss) as f32;
         let n = (self.comm.size() * self.options.accumulate) as f32;
-        let global_loss = buf.pop().map(|l| l / n);
-        let out = self.update.run(&[(GRAD_INPUT, &HostTensor::new([self.total], buf)?)])?;
-        let applied = scalar(out.last().expect("the update's applied flag")) > 0.5;
-        if let Some((range, part)) = &self.shard {
-            let mut mine = out[0].as_slice::<f32>().expect("the shard is f32").to_vec();
-            debug_assert_eq!(mine.len(), range.len());
-            mine.resize(*part, 0.0);
-            let full = self.gather(&mine, *part)?;
-            self.set_weights(&full)?;
-        }
+        let (global_loss, applied) = match self.shard.clone() {
+            None => {
+                // The whole sum on every rank, the loss appended.
+                let mut buf = acc.to_vec();
+                buf.push(loss_sum);
+                let bucket = self.dist.bucket_bytes / 4;
+                self.collective("the gradient all-reduce", || {
+                    buf.chunks_mut(bucket).try_for_each(|chunk| self.comm.all_reduce_sum(chunk))
+                })?;
+                let global_loss = buf.pop().map(|l| l / n);
+                let out = self.update.run(&[(GRAD_INPUT, &HostTensor::new([self.total], buf)?)])?;
+                (global_loss, scalar(&out[0]) > 0.5)
+            }
+            Some((range, part)) => {
+                // Each rank receives the sum of its own shard; the loss and whether any
+                // shard overflowed are summed apart.
+                let mine = self.reduce_scatter(acc, part)?;
+                let overflow = if mine[..range.len()].iter().all(|v| v.is_finite()) { 0.0 } else { f32::INFINITY };
+                let mut small = [loss_sum, overflow];
+                self.collective("the loss all-reduce", || self.comm.all_reduce_sum(&mut small))?;
+                let sum = HostTensor::new([range.len()], mine[..range.len()].to_vec())?;
+                let flag = HostTensor::new(Vec::<usize>::new(), vec![small[1]])?;
+                let out = self.update.run(&[(GRAD_INPUT, &sum), (OVERFLOW, &flag)])?;
+                let mut new = out[0].as_slice::<f32>().expect("the shard is f32").to_vec();
+                new.resize(part, 0.0);
+                let full = self.gather(&new, part)?;
+                self.set_weights(&full)?;
+                (Some(small[0] / n), scalar(&out[1]) > 0.5)
+            }
+        };
         if self.dist.check_replicas {
             self.check_replicas()?;
         }
@@ -455,6 +430,28 @@ impl<'c> DataParallel<'c> {
         }
     }
 
+    /// This rank's `part` elements of the sum over the ranks of `data` (padded to
+    /// `size · part`), in buckets of at most `bucket_bytes` sent per round.
+    fn reduce_scatter(&self, data: &[f32], part: usize) -> Result<Vec<f32>> {
+        let size = self.comm.size();
+        let per_round = (self.dist.bucket_bytes / 4 / size).max(1);
+        let mut mine = vec![0.0f32; part];
+        self.collective("the gradient reduce-scatter", || {
+            for lo in (0..part).step_by(per_round) {
+                let hi = (lo + per_round).min(part);
+                let mut send = Vec::with_capacity(size * (hi - lo));
+                for r in 0..size {
+                    let (start, end) = ((r * part + lo).min(data.len()), (r * part + hi).min(data.len()));
+                    send.extend_from_slice(&data[start..end]);
+                    send.resize(send.len() + (hi - lo) - (end - start), 0.0);
+                }
+                self.comm.reduce_scatter_sum(&send, &mut mine[lo..hi])?;
+            }
+            Ok(())
+        })?;
+        Ok(mine)
+    }
+
     /// `part` from every rank, concatenated and cut to the trained elements.
     fn gather(&self, part: &[f32], len: usize) -> Result<Vec<f32>> {
         let mut full = vec![0.0f32; len * self.comm.size()];
@@ -466,6 +463,72 @@ impl<'c> DataParallel<'c> {
 
 fn config(msg: impl std::fmt::Display) -> Error {
     Error::Config(format!("data parallel: {msg}"))
+}
+
+/// Records the update executable — its graph, outputs (the new shard, if sharded, then the
+/// applied flag) and updates — and names the optimizer's state parameters. Its input is the window's
+/// gradient summed over the ranks — the whole vector, or this rank's `shard` of it with the
+/// input `ddp.overflow` (0, or +inf where some rank's shard was not finite) — scaled to the
+/// mean.
+fn record_update_graph(
+    params: &mut Params,
+    slots: &[Slot],
+    total: usize,
+    shard: Option<&Range<usize>>,
+    size: usize,
+    options: &TrainOptions,
+    optimizer: &dyn Optimizer,
+) -> Result<(crate::Recorded, Vec<String>)> {
+    let ub = GraphBuilder::new();
+    let len = shard.map_or(total, |r| r.len());
+    let mean = ub.input(GRAD_INPUT, DType::F32, [len])?.mul_scalar(1.0 / (size * options.accumulate) as f64)?;
+    let weights = slots
+        .iter()
+        .map(|s| params.parameter(&ub, &s.name, DType::F32, &s.dims, Init::Zeros))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let scale = match &options.mixed_precision {
+        Some(s) => Some(train::state(&ub, params, LOSS_SCALE, s.init_scale)?),
+        None => None,
+    };
+    let mut checked = vec![mean.clone()];
+    let (named, grads) = match shard {
+        None => {
+            let named = slots.iter().zip(&weights).map(|(s, w)| (s.name.clone(), w.clone())).collect();
+            let grads = slots
+                .iter()
+                .map(|s| Ok(mean.narrow(0, s.offset, s.len)?.reshape(s.dims.clone())?))
+                .collect::<Result<Vec<_>>>()?;
+            (named, grads)
+        }
+        Some(range) => {
+            checked.push(ub.input(OVERFLOW, DType::F32, Vec::<usize>::new())?);
+            let w = flatten(&weights)?.narrow(0, range.start, range.len())?;
+            (vec![(SHARD.to_string(), w)], vec![mean])
+        }
+    };
+    let once = TrainOptions { accumulate: 1, ..options.clone() };
+    let scale = scale.as_ref().map(|s| (s, &checked[..]));
+    let (mut updates, apply) = train::record_update(&ub, params, &named, grads, scale, optimizer, &once)?;
+    let mut outputs = Vec::new();
+    if shard.is_some() {
+        let i = updates.iter().position(|(n, _)| n == SHARD).expect("the optimizer updates every parameter");
+        outputs.push(updates.remove(i).1.id());
+    }
+    outputs.push(match apply {
+        Some(a) => a.cast(DType::F32)?.id(),
+        None => ub.scalar(DType::F32, 1.0)?.id(),
+    });
+    let fixed = [GRAD_ACC, LOSS_SCALE, GOOD_STEPS, OVERFLOW_SEEN];
+    let state: Vec<String> = updates
+        .iter()
+        .map(|(n, _)| n.clone())
+        .filter(|n| !fixed.contains(&n.as_str()) && !slots.iter().any(|s| &s.name == n))
+        .collect();
+    if let Some(range) = shard {
+        resume_shards(params, slots, &state, range)?;
+    }
+    let updates = updates.into_iter().map(|(n, t)| (n, t.id())).collect();
+    Ok((crate::Recorded { graph: ub.graph(), outputs, updates }, state))
 }
 
 /// The tensors flattened and concatenated in order.

@@ -1,6 +1,6 @@
 //! [`Collective`] over MPI (rsmpi on the system's Open MPI or MPICH).
 
-use super::collective::{check_gather, Collective};
+use super::collective::{check_parts, Collective};
 use crate::{Error, Result};
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
@@ -59,8 +59,14 @@ impl Collective for Mpi {
         Ok(())
     }
 
+    fn reduce_scatter_sum(&self, data: &[f32], out: &mut [f32]) -> Result<()> {
+        check_parts("reduce-scatter", out.len(), data.len(), self.size())?;
+        self.world.reduce_scatter_block_into(data, out, SystemOperation::sum());
+        Ok(())
+    }
+
     fn all_gather(&self, part: &[f32], out: &mut [f32]) -> Result<()> {
-        check_gather(part.len(), out.len(), self.size())?;
+        check_parts("all-gather", part.len(), out.len(), self.size())?;
         self.world.all_gather_into(part, out);
         Ok(())
     }
