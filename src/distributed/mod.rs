@@ -193,46 +193,12 @@ impl<'c> DataParallel<'c> {
         dist: &DistributedOptions,
         comm: &'c dyn Collective,
     ) -> Result<DataParallel<'c>> {
-        if dist.bucket_bytes < 4 {
-            return Err(config(format!("bucket_bytes {} holds no f32", dist.bucket_bytes)));
-        }
         let (rank, size) = (comm.rank(), comm.size());
-        let g = train::record_gradients(b, params, forward, options)?;
-        let mut slots = Vec::new();
-        let mut total = 0;
-        for (name, w) in &g.named {
-            let len = w.ty().shape.numel();
-            slots.push(Slot { name: name.clone(), dims: w.dims().to_vec(), offset: total, len });
-            total += len;
-        }
-        if dist.shard_optimizer && shard_range(total, size - 1, size).0.is_empty() {
-            return Err(config(format!("{total} trained elements leave some of {size} ranks no shard")));
-        }
-        let shard = dist.shard_optimizer.then(|| shard_range(total, rank, size));
-
-        // Gradients: added, flattened, to the accumulator, which the first micro-batch of
-        // a window (input `ddp.keep` 0) starts afresh.
-        let flat = flatten(&g.grads)?;
-        let acc = params.parameter(b, GRAD_ACC, DType::F32, &[total], Init::Zeros)?;
-        let keep = b.input(KEEP, DType::F32, Vec::<usize>::new())?.gt(&b.scalar(DType::F32, 0.5)?)?;
-        let kept = keep.select(&acc, &b.scalar(DType::F32, 0.0)?.broadcast_to([total])?)?;
-        let grad_updates = vec![(GRAD_ACC.to_string(), kept.add(&flat)?.id())];
-        let grad_graph = b.graph();
-
-        let update =
-            record_update_graph(params, &slots, total, shard.as_ref().map(|(r, _)| r), size, options, optimizer)?;
-        let (crate::Recorded { graph: update_graph, outputs, updates: update_updates }, state) = update;
-
-        train::insert_missing(store, &[&grad_graph, &update_graph], params)?;
-        let compile = |name: &str, updates| CompileOptions {
-            fusion: options.fusion,
-            memory_limit: options.memory_limit,
-            name: Some(name.into()),
-            updates,
-            ..Default::default()
-        };
-        let grads = store.compile(&grad_graph, &[g.loss.id()], &compile("data-parallel gradients", grad_updates))?;
-        let update = store.compile(&update_graph, &outputs, &compile("data-parallel update", update_updates))?;
+        let r = record(b, params, forward, optimizer, options, dist, (rank, size))?;
+        train::insert_missing(store, &[&r.grads.graph, &r.update.graph], params)?;
+        let grads = store.compile(&r.grads.graph, &r.grads.outputs, &r.compile_options(options, true))?;
+        let update = store.compile(&r.update.graph, &r.update.outputs, &r.compile_options(options, false))?;
+        let Recording { slots, total, shard, state, .. } = r;
         let dp = DataParallel {
             comm,
             grads,
@@ -463,6 +429,133 @@ impl<'c> DataParallel<'c> {
 
 fn config(msg: impl std::fmt::Display) -> Error {
     Error::Config(format!("data parallel: {msg}"))
+}
+
+/// The two executables of a rank's step, recorded, and the layout of its vectors.
+struct Recording {
+    grads: crate::Recorded,
+    update: crate::Recorded,
+    slots: Vec<Slot>,
+    total: usize,
+    shard: Option<(Range<usize>, usize)>,
+    state: Vec<String>,
+}
+
+impl Recording {
+    /// The compile options of the gradient executable (`grads`) or the update's.
+    fn compile_options(&self, options: &TrainOptions, grads: bool) -> CompileOptions {
+        let (name, recorded) =
+            if grads { ("data-parallel gradients", &self.grads) } else { ("data-parallel update", &self.update) };
+        CompileOptions {
+            fusion: options.fusion,
+            memory_limit: options.memory_limit,
+            name: Some(name.into()),
+            updates: recorded.updates.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Records rank `rank` of `size`'s two executables (no device): the gradients of `forward`,
+/// recorded in `b`, added flattened to the accumulator, and the update.
+fn record(
+    b: &GraphBuilder,
+    params: &mut Params,
+    forward: &Objective,
+    optimizer: &dyn Optimizer,
+    options: &TrainOptions,
+    dist: &DistributedOptions,
+    (rank, size): (usize, usize),
+) -> Result<Recording> {
+    if dist.bucket_bytes < 4 {
+        return Err(config(format!("bucket_bytes {} holds no f32", dist.bucket_bytes)));
+    }
+    if size == 0 || rank >= size {
+        return Err(config(format!("rank {rank} of {size}")));
+    }
+    let g = train::record_gradients(b, params, forward, options)?;
+    let mut slots = Vec::new();
+    let mut total = 0;
+    for (name, w) in &g.named {
+        let len = w.ty().shape.numel();
+        slots.push(Slot { name: name.clone(), dims: w.dims().to_vec(), offset: total, len });
+        total += len;
+    }
+    if dist.shard_optimizer && shard_range(total, size - 1, size).0.is_empty() {
+        return Err(config(format!("{total} trained elements leave some of {size} ranks no shard")));
+    }
+    let shard = dist.shard_optimizer.then(|| shard_range(total, rank, size));
+
+    // Gradients: added, flattened, to the accumulator, which the first micro-batch of a
+    // window (input `ddp.keep` 0) starts afresh.
+    let flat = flatten(&g.grads)?;
+    let acc = params.parameter(b, GRAD_ACC, DType::F32, &[total], Init::Zeros)?;
+    let keep = b.input(KEEP, DType::F32, Vec::<usize>::new())?.gt(&b.scalar(DType::F32, 0.5)?)?;
+    let kept = keep.select(&acc, &b.scalar(DType::F32, 0.0)?.broadcast_to([total])?)?;
+    let updates = vec![(GRAD_ACC.to_string(), kept.add(&flat)?.id())];
+    let grads = crate::Recorded { graph: b.graph(), outputs: vec![g.loss.id()], updates };
+    let (update, state) =
+        record_update_graph(params, &slots, total, shard.as_ref().map(|(r, _)| r), size, options, optimizer)?;
+    Ok(Recording { grads, update, slots, total, shard, state })
+}
+
+/// The device bytes rank `rank` of `size` would hold for a data-parallel step (the store's
+/// parameters — weights, the gradient accumulator, its optimizer state, `1/size` of it
+/// sharded — plus both executables' arenas, constants and staging), asking the planner only:
+/// nothing is allocated. `params` is not changed.
+#[allow(clippy::too_many_arguments)] // DataParallel::new's inputs, the rank for the group.
+pub fn planned_bytes(
+    device: &std::sync::Arc<crate::Device>,
+    b: &GraphBuilder,
+    params: &Params,
+    forward: &Objective,
+    optimizer: &dyn Optimizer,
+    options: &TrainOptions,
+    dist: &DistributedOptions,
+    rank_of: (usize, usize),
+) -> Result<u64> {
+    let mut params = params.clone();
+    let r = record(b, &mut params, forward, optimizer, options, dist, rank_of)?;
+    let grads = device.plan(&r.grads.graph, &r.grads.outputs, &r.compile_options(options, true))?;
+    let update = device.plan(&r.update.graph, &r.update.outputs, &r.compile_options(options, false))?;
+    // Parameters both executables bind are held once, in the store.
+    let read = |g: &crate::Graph| -> std::collections::BTreeSet<String> {
+        g.node_ids()
+            .into_iter()
+            .filter_map(|id| match &g.node(id).op {
+                crate::Op::Parameter { name } => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let shared: u64 = read(&r.grads.graph)
+        .intersection(&read(&r.update.graph))
+        .filter_map(|n| params.get(n))
+        .map(|t| t.ty().buffer_bytes() as u64)
+        .sum();
+    Ok(grads.total_bytes + update.total_bytes - shared)
+}
+
+/// The largest batch per rank in `1..=max_batch` whose data-parallel step on rank `rank` of
+/// `size` holds at most `limit` bytes ([`planned_bytes`]; with the optimizer state
+/// sharded, each rank's `1/size` of it); `None` if batch 1 does not fit. `build(batch)`
+/// records the model's objective at that batch in a new builder.
+#[allow(clippy::too_many_arguments)] // planned_bytes's inputs, the search's bounds.
+pub fn largest_batch(
+    device: &std::sync::Arc<crate::Device>,
+    build: impl Fn(usize) -> Result<(GraphBuilder, Objective)>,
+    params: &Params,
+    optimizer: &dyn Optimizer,
+    options: &TrainOptions,
+    dist: &DistributedOptions,
+    rank_of: (usize, usize),
+    limit: u64,
+    max_batch: usize,
+) -> Result<Option<usize>> {
+    fusegraph_passes::pipeline::largest_fitting(max_batch, |batch| {
+        let (b, objective) = build(batch)?;
+        Ok(planned_bytes(device, &b, params, &objective, optimizer, options, dist, rank_of)? <= limit)
+    })
 }
 
 /// Records the update executable — its graph, outputs (the new shard, if sharded, then the

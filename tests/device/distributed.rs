@@ -184,3 +184,56 @@ fn bad_distribution_options_are_typed_errors() {
     let err = dp.step(&refs(&bad)).unwrap_err().to_string();
     assert!(err.contains("`x`"), "{err}");
 }
+
+/// The planner's figure for a rank's data-parallel step is what it allocates: the largest
+/// batch under a device limit compiles there and one more fails with a typed out-of-memory
+/// error; sharding the optimizer state over 2 ranks lowers a rank's figure, so a larger batch
+/// fits.
+#[test]
+fn the_largest_data_parallel_batch_compiles_and_one_more_does_not() {
+    use fusegraph::distributed::{largest_batch, planned_bytes};
+    use fusegraph::{DeviceOptions, RuntimeError};
+    let cfg = config(TrainOptions::default());
+    let setup = demo::build(&cfg).unwrap();
+    let params = Params::of(setup.model.module(), cfg.seed).unwrap();
+    let adam = Adam::new(cfg.lr);
+    let build = |batch: usize| {
+        let b = GraphBuilder::new();
+        let objective = setup.model.objective(&b, batch)?;
+        Ok((b, objective))
+    };
+    let device = Device::shared().unwrap();
+    let plain = DistributedOptions::default();
+    let sharded = DistributedOptions { shard_optimizer: true, ..Default::default() };
+    let bytes = |batch: usize, dist: &DistributedOptions, of: (usize, usize)| {
+        let (b, objective) = build(batch).unwrap();
+        planned_bytes(&device, &b, &params, &objective, &adam, &cfg.options, dist, of).unwrap()
+    };
+    let limit = bytes(300, &plain, (0, 1));
+    let best = largest_batch(&device, build, &params, &adam, &cfg.options, &plain, (0, 1), limit, 4096).unwrap();
+    let best = best.expect("batch 300 fits its own figure");
+    assert!(best >= 300 && bytes(best, &plain, (0, 1)) <= limit && bytes(best + 1, &plain, (0, 1)) > limit);
+
+    let limited =
+        std::sync::Arc::new(Device::new(&DeviceOptions { memory_limit: Some(limit), ..Default::default() }).unwrap());
+    let compile = |batch: usize| {
+        let (b, objective) = build(batch).unwrap();
+        let mut p = params.clone();
+        DataParallel::new(&ParamStore::new(&limited), &b, &mut p, &objective, &adam, &cfg.options, &plain, &Single)
+            .map(|_| ())
+    };
+    compile(best).unwrap_or_else(|e| panic!("batch {best} under {limit} B: {e}"));
+    match compile(best + 1) {
+        Err(fusegraph::Error::Runtime(RuntimeError::ResourceExhausted { .. })) => {}
+        other => panic!("batch {} under {limit} B: {:?}", best + 1, other.err()),
+    }
+
+    // Two ranks: each holds half the Adam moments sharded (the update also stages its new
+    // slice for the gather, so the figure drops by less than the half).
+    let (whole, half) = (bytes(64, &plain, (1, 2)), bytes(64, &sharded, (1, 2)));
+    assert!(half < whole, "{half} sharded against {whole}");
+    let per_rank = |dist: &DistributedOptions| {
+        largest_batch(&device, build, &params, &adam, &cfg.options, dist, (1, 2), limit, 4096).unwrap().unwrap()
+    };
+    assert!(per_rank(&sharded) > per_rank(&plain));
+}

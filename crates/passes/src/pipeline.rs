@@ -149,10 +149,18 @@ pub fn largest_batch(
     max_batch: usize,
 ) -> Result<Option<usize>> {
     let Some(limit) = stages.limit else { return Ok((max_batch > 0).then_some(max_batch)) };
-    let fits = |batch: usize| -> Result<bool> {
+    largest_fitting(max_batch, |batch| {
         let (g, outputs, updates) = build(batch)?;
         Ok(held_bytes(run(&g, &outputs, &updates, stages)?.summary()) <= limit)
-    };
+    })
+}
+
+/// The largest batch in `1..=max_batch` that `fits`, found by doubling then bisection
+/// (assuming what fits grows no larger with the batch); `None` if batch 1 does not fit.
+pub fn largest_fitting<E>(
+    max_batch: usize,
+    mut fits: impl FnMut(usize) -> std::result::Result<bool, E>,
+) -> std::result::Result<Option<usize>, E> {
     if max_batch == 0 || !fits(1)? {
         return Ok(None);
     }
