@@ -178,10 +178,11 @@ impl<'c> DataParallel<'c> {
     /// Records the two executables for `forward` (recorded in `b` at this rank's part of
     /// the batch) and compiles them against `store`, which gets every parameter it lacks
     /// from `params` (optimizer state zero, or, sharded, this rank's slice of per-parameter
-    /// state that `params` holds from a checkpoint).
+    /// state that `params` holds from a checkpoint). With more than one rank, every rank then
+    /// takes rank 0's weights, so all start from one model.
     ///
-    /// Errors: those of [`train::build_step`], a `bucket_bytes` under 4, sharding with fewer
-    /// elements than ranks.
+    /// Errors: those of [`train::build_step`], a `bucket_bytes` under 4, sharding that
+    /// leaves a rank no elements, ranks that recorded different trained parameters.
     #[allow(clippy::too_many_arguments)] // The single-process step's inputs, and the group.
     pub fn new(
         store: &ParamStore,
