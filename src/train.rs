@@ -484,9 +484,10 @@ pub(crate) fn record_gradients(
 
 /// The optimizer half of a step, from gradients recorded in `b`: the finite check and
 /// unscaling (with a loss `scale`: the scale, and the values whose finiteness decides the
-/// step — the gradients, or more than a shard of them holds), accumulation over `opts.accumulate` micro-batches when
-/// `accumulate` is set, the masked optimizer update and the loss-scale update. Returns the
-/// updates and the rank-0 bool "applied" condition (with masking).
+/// step — the gradients, or more than a shard of them holds), accumulation over
+/// `opts.accumulate` micro-batches (an input `"apply"`) when that is over 1, the masked
+/// optimizer update and the loss-scale update. Returns the updates and the rank-0 bool
+/// "applied" condition (with masking).
 pub(crate) fn record_update(
     b: &GraphBuilder,
     params: &mut Params,
@@ -622,18 +623,26 @@ pub(crate) fn state(b: &GraphBuilder, params: &mut Params, name: &str, init: f64
 /// or nothing.
 pub(crate) fn insert_missing(store: &ParamStore, graphs: &[&Graph], params: &Params) -> Result<()> {
     let mut missing: BTreeMap<String, &HostTensor> = BTreeMap::new();
-    for graph in graphs {
-        for id in graph.node_ids() {
-            if let Op::Parameter { name } = &graph.node(id).op {
-                if store.ty(name).is_none() {
-                    let value =
-                        params.get(name).ok_or_else(|| config(format!("parameter `{name}` has no value in Params")))?;
-                    missing.insert(name.clone(), value);
-                }
-            }
+    for name in graphs.iter().flat_map(|g| parameter_names(g)) {
+        if store.ty(&name).is_none() {
+            let value =
+                params.get(&name).ok_or_else(|| config(format!("parameter `{name}` has no value in Params")))?;
+            missing.insert(name, value);
         }
     }
     Ok(store.insert_all(missing.iter().map(|(n, v)| (n.as_str(), *v)))?)
+}
+
+/// The names of the parameters `graph` reads.
+pub(crate) fn parameter_names(graph: &Graph) -> BTreeSet<String> {
+    graph
+        .node_ids()
+        .into_iter()
+        .filter_map(|id| match &graph.node(id).op {
+            Op::Parameter { name } => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Runs `exe` on `feeds` and, if given, a rank-0 f32 input `(name, value)`.

@@ -225,12 +225,7 @@ impl<'c> DataParallel<'c> {
     /// gives every rank rank 0's weights, as PyTorch's DDP does when it starts: ranks that
     /// drew their initial weights from different seeds still train one model.
     fn start_together(&self) -> Result<()> {
-        let mut layout = 0xcbf2_9ce4_8422_2325u64;
-        for s in &self.slots {
-            for byte in format!("{}{:?};", s.name, s.dims).bytes() {
-                layout = (layout ^ byte as u64).wrapping_mul(0x100_0000_01b3);
-            }
-        }
+        let layout = checksum(self.slots.iter().map(|s| format!("{}{:?};", s.name, s.dims).into_bytes()));
         let all = self.collective("the check of the ranks' models", || self.comm.all_gather_u64(layout))?;
         if all.iter().any(|&h| h != all[0]) {
             let differ: Vec<String> =
@@ -255,12 +250,20 @@ impl<'c> DataParallel<'c> {
 
     /// Writes the flattened trained weights `flat` into the store.
     fn set_weights(&self, flat: &[f32]) -> Result<()> {
-        let values = self
-            .slots
+        let values = self.split(flat, "")?;
+        Ok(self.store.insert_all(values.iter().map(|(n, v)| (n.as_str(), v)))?)
+    }
+
+    /// A flattened vector `flat` split into one tensor per trained parameter, named
+    /// `"{parameter}{suffix}"`.
+    fn split(&self, flat: &[f32], suffix: &str) -> Result<Vec<(String, HostTensor)>> {
+        self.slots
             .iter()
-            .map(|s| Ok((s.name.as_str(), HostTensor::new(s.dims.clone(), flat[s.offset..s.offset + s.len].to_vec())?)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(self.store.insert_all(values.iter().map(|(n, v)| (*n, v)))?)
+            .map(|s| {
+                let value = HostTensor::new(s.dims.clone(), flat[s.offset..s.offset + s.len].to_vec())?;
+                Ok((format!("{}{suffix}", s.name), value))
+            })
+            .collect()
     }
 
     /// Runs one micro-batch (this rank's part of it); at the end of an accumulation window
@@ -302,9 +305,7 @@ impl<'c> DataParallel<'c> {
                 let sum = HostTensor::new([range.len()], mine[..range.len()].to_vec())?;
                 let flag = HostTensor::new(Vec::<usize>::new(), vec![small[1]])?;
                 let out = self.update.run(&[(GRAD_INPUT, &sum), (OVERFLOW, &flag)])?;
-                let mut new = out[0].as_slice::<f32>().expect("the shard is f32").to_vec();
-                new.resize(part, 0.0);
-                let full = self.gather(&new, part)?;
+                let full = self.gather(out[0].as_slice::<f32>().expect("the shard is f32"))?;
                 self.set_weights(&full)?;
                 (Some(small[0] / n), scalar(&out[1]) > 0.5)
             }
@@ -319,12 +320,7 @@ impl<'c> DataParallel<'c> {
     /// parameters (a checksum of their bytes, compared across ranks).
     pub fn check_replicas(&self) -> Result<()> {
         let names: Vec<&str> = self.slots.iter().map(|s| s.name.as_str()).collect();
-        let mut hash = 0xcbf2_9ce4_8422_2325u64;
-        for value in self.store.read(&names)?.values() {
-            for byte in value.to_bytes() {
-                hash = (hash ^ byte as u64).wrapping_mul(0x100_0000_01b3);
-            }
-        }
+        let hash = checksum(self.store.read(&names)?.values().map(HostTensor::to_bytes));
         let all = self.collective("the replica check", || self.comm.all_gather_u64(hash))?;
         if all.iter().any(|&h| h != all[0]) {
             let sums: Vec<String> = all.iter().map(|h| format!("{h:016x}")).collect();
@@ -348,15 +344,9 @@ impl<'c> DataParallel<'c> {
             self.state.iter().filter(|n| self.shard.is_some() && n.starts_with(SHARD)).collect();
         let mut gathered = BTreeMap::new();
         for name in &shard_state {
-            let (_, part) = self.shard.as_ref().expect("sharded");
-            let mut mine = self.store.get(name)?.as_slice::<f32>().expect("optimizer state is f32").to_vec();
-            mine.resize(*part, 0.0);
-            let full = self.gather(&mine, *part)?;
-            let suffix = &name[SHARD.len()..];
-            for s in &self.slots {
-                let value = HostTensor::new(s.dims.clone(), full[s.offset..s.offset + s.len].to_vec())?;
-                gathered.insert(format!("{}{suffix}", s.name), value);
-            }
+            let mine = self.store.get(name)?;
+            let full = self.gather(mine.as_slice::<f32>().expect("optimizer state is f32"))?;
+            gathered.extend(self.split(&full, &name[SHARD.len()..])?);
         }
         if self.comm.rank() == 0 {
             let mut all = self.store.read_all()?;
@@ -419,13 +409,21 @@ impl<'c> DataParallel<'c> {
         Ok(mine)
     }
 
-    /// `part` from every rank, concatenated and cut to the trained elements.
-    fn gather(&self, part: &[f32], len: usize) -> Result<Vec<f32>> {
-        let mut full = vec![0.0f32; len * self.comm.size()];
-        self.collective("an all-gather of the shards", || self.comm.all_gather(part, &mut full))?;
+    /// Every rank's shard (`mine` here), concatenated: a vector of the trained elements.
+    fn gather(&self, mine: &[f32]) -> Result<Vec<f32>> {
+        let (_, part) = self.shard.as_ref().expect("gathers are of shards");
+        let mut padded = mine.to_vec();
+        padded.resize(*part, 0.0);
+        let mut full = vec![0.0f32; part * self.comm.size()];
+        self.collective("an all-gather of the shards", || self.comm.all_gather(&padded, &mut full))?;
         full.truncate(self.total);
         Ok(full)
     }
+}
+
+/// FNV-1a over `parts`' bytes: the same on every rank and platform for the same bytes.
+fn checksum(parts: impl IntoIterator<Item = Vec<u8>>) -> u64 {
+    parts.into_iter().flatten().fold(0xcbf2_9ce4_8422_2325, |h, byte| (h ^ byte as u64).wrapping_mul(0x100_0000_01b3))
 }
 
 fn config(msg: impl std::fmt::Display) -> Error {
@@ -520,17 +518,8 @@ pub fn planned_bytes(
     let grads = device.plan(&r.grads.graph, &r.grads.outputs, &r.compile_options(options, true))?;
     let update = device.plan(&r.update.graph, &r.update.outputs, &r.compile_options(options, false))?;
     // Parameters both executables bind are held once, in the store.
-    let read = |g: &crate::Graph| -> std::collections::BTreeSet<String> {
-        g.node_ids()
-            .into_iter()
-            .filter_map(|id| match &g.node(id).op {
-                crate::Op::Parameter { name } => Some(name.clone()),
-                _ => None,
-            })
-            .collect()
-    };
-    let shared: u64 = read(&r.grads.graph)
-        .intersection(&read(&r.update.graph))
+    let shared: u64 = train::parameter_names(&r.grads.graph)
+        .intersection(&train::parameter_names(&r.update.graph))
         .filter_map(|n| params.get(n))
         .map(|t| t.ty().buffer_bytes() as u64)
         .sum();
