@@ -16,6 +16,9 @@
 #                                      # that take its parts away: what bounds it),
 #                                      # splitk (the transformer block with split-k off, at
 #                                      # three occupancy targets and tuned, in turn),
+#                                      # stream (the copy's variants and the chain, back to
+#                                      # back and one dispatch a submission), gpt2 (GPT-2
+#                                      # 124M decode, f32 and f16),
 #                                      # checks (matmul rows, the chain's kernels and the
 #                                      # transformer block with wgpu's shader checks on and
 #                                      # off, in turn));
@@ -41,6 +44,8 @@ pack() {
     cargo build --release -p fusegraph-runtime --example time_wgsl
     cp target/release/examples/time_wgsl "$stage/"
     FG=target/release/fusegraph scripts/chain_variants.sh "$stage/chain" 67108864
+    # The copy's hand-written variants (phase stream).
+    mkdir -p "$stage/copy" && python3 benchmarks/h100/stream/gen_copy.py "$stage/copy"
     while read -r exe; do
         name=$(basename "$exe")
         # The device-free tests (golden WGSL files read by path from this checkout among them)
@@ -231,6 +236,26 @@ run() {
                 echo "== generate, GPT-2 124M shapes, batch $b" | tee -a "$OUT/generate.log"
                 timeout 150 $B/generate --random --prompt Hi --tokens 515 --max-seq 520 --batch $b \
                     --report-at 16,128,512 --json "$OUT/generate-b$b.json" 2>&1 | grep -v "^\[" | tee -a "$OUT/generate.log"
+            done
+            ;;
+        stream)
+            # The copy's variants and the chain's kernel as generated, dispatched 20 times
+            # back to back per timing, then once per submission (benchmarks/h100/notes.md).
+            for reps in 20 1; do
+                echo "== stream, $reps dispatches a pass" | tee -a "$OUT/stream.log"
+                timeout 120 $B/time_wgsl --checks off --reps $reps 67108864 15 auto $B/copy/*.wgsl \
+                    $B/chain/copy.wgsl $B/chain/chain.wgsl $B/chain/copy16.wgsl $B/chain/chain16.wgsl 2>&1 \
+                    | sed "s|$B/||" | tee -a "$OUT/stream.log"
+            done
+            ;;
+        gpt2)
+            # GPT-2 124M's shapes with random weights in f32 and f16: decode at batch 1, the
+            # step's kernels, bytes and host share.
+            for dt in f32 f16; do
+                echo "== generate, GPT-2 124M shapes, $dt, batch 1" | tee -a "$OUT/gpt2.log"
+                timeout 60 $B/fusegraph generate --random-config tests/data/configs/gpt2-124m.json --dtype $dt \
+                    --prompt-ids 1,2 --tokens 256 --warmup 8 --ignore-eos --json "$OUT/gpt2-$dt-b1.json" 2>&1 \
+                    | tail -1 | tee -a "$OUT/gpt2.log"
             done
             ;;
         llama)

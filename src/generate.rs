@@ -28,6 +28,10 @@ pub struct Generation {
     pub prefill_ms: f64,
     /// Wall time of each decode step, in ms: `step_ms[i]` wrote position `prompt + i`.
     pub step_ms: Vec<f64>,
+    /// The host's share of each decode step, in ms (encoding, submitting, reading back: the
+    /// step's wall time less its wait for the device; see
+    /// [`Executable::last_run_host_ms`](crate::Executable::last_run_host_ms)).
+    pub step_host_ms: Vec<f64>,
     /// New tokens over all sequences per second of decoding (prefill excluded).
     pub tokens_per_s: f64,
 }
@@ -266,6 +270,7 @@ impl Generator {
         let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
         let decode = &self.decode[&head];
         let mut step_ms = Vec::with_capacity(new_tokens);
+        let mut step_host_ms = Vec::with_capacity(new_tokens);
         let mut ended = vec![false; batch];
         for step in 0..new_tokens {
             let mut chosen = vec![None; batch];
@@ -285,9 +290,10 @@ impl Generator {
             let t0 = Instant::now();
             next = run(decode, &step_feeds)?;
             step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            step_host_ms.push(decode.last_run_host_ms());
         }
         let decode_s = step_ms.iter().sum::<f64>() / 1e3;
         let tokens_per_s = if decode_s > 0.0 { (batch * step_ms.len()) as f64 / decode_s } else { f64::NAN };
-        Ok(Generation { tokens, prefill_ms, step_ms, tokens_per_s })
+        Ok(Generation { tokens, prefill_ms, step_ms, step_host_ms, tokens_per_s })
     }
 }

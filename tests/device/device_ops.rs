@@ -711,3 +711,73 @@ fn a_concat_wider_than_the_adapters_bindings_runs() {
         }
     }
 }
+
+/// A GPU's loop kernel over at least `GPU_INTERLEAVE_MIN × GPU_QUADS` elements takes
+/// `GPU_QUADS` vec4s per invocation (quads `t + j·stride`, the last step ragged): forced on
+/// this adapter, two outputs of one fused kernel (one of them read through a row vector
+/// broadcast along the rows) match the reference, f32 and f16 in both storage forms, with
+/// the dispatch a quarter of the one-vec4 form's.
+#[test]
+fn large_loop_kernels_in_the_gpu_form_match_the_reference() {
+    use common::{CaseBuilder, Domain};
+    use fusegraph::crates::wgsl::{GPU_QUADS, WORKGROUP_SIZE};
+    use fusegraph::{DType, KernelForms, Spread};
+    // 65,537 rows of 64: past the threshold by a ragged 16 quads.
+    let (rows, width) = (65_537usize, 64usize);
+    let quads = (rows * width / 4) as u64;
+    let want_workgroups = quads.div_ceil(GPU_QUADS * WORKGROUP_SIZE as u64);
+    let mut failures = Vec::new();
+    for (form, device) in devices() {
+        for (i, dt) in [DType::F32, DType::F16].into_iter().enumerate() {
+            let mut c = CaseBuilder::new(70 + i as u64);
+            let x = c.input(dt, &[rows, width], Domain::Any);
+            let y = c.input(dt, &[rows, width], Domain::Any);
+            let bias = c.input(dt, &[width], Domain::Any);
+            let b = bias.broadcast_to(vec![rows, width]).unwrap();
+            let a = x.add(&b).unwrap().tanh().unwrap().mul_scalar(0.5).unwrap();
+            let m = x.mul(&y).unwrap().sub(&b).unwrap();
+            let case = c.finish(format!("gpu_quads_{dt}"), &[&a, &m]);
+            let forms = KernelForms { loops: Spread::Parallel, ..device.kernel_forms() };
+            let opts = CompileOptions { kernel_forms: Some(forms), ..Default::default() };
+            match run_case(&device, &case, &opts) {
+                Err(e) => failures.push(format!("{} [{form}]: {e}", case.name)),
+                Ok(stats) => {
+                    let loops: Vec<[u32; 3]> = stats
+                        .kernels
+                        .iter()
+                        .filter(|k| matches!(k.form, KernelForm::Loop { quads: true }))
+                        .map(|k| k.workgroups)
+                        .collect();
+                    let packed = dt == DType::F16 && !device.f16_native();
+                    let dispatched = loops.iter().map(|w| w.iter().map(|&d| d as u64).product::<u64>()).next();
+                    if !packed && dispatched != Some(want_workgroups) {
+                        failures.push(format!("{} [{form}]: loop kernels dispatched {loops:?}", case.name));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A run's host share ([`fusegraph::Executable::last_run_host_ms`]) is 0 before the first
+/// run, then positive and within the run's wall time.
+#[test]
+fn a_runs_host_share_is_within_its_wall_time() {
+    use fusegraph::{DType, GraphBuilder};
+    let device = Device::shared().expect("a device");
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, vec![1024, 256]).unwrap();
+    let y = x.tanh().unwrap().sum(&[1], false).unwrap();
+    let exe = device.compile(&b.graph(), &[y.id()], &CompileOptions::default()).unwrap();
+    assert_eq!(exe.last_run_host_ms(), 0.0);
+    let feed =
+        HostTensor::new([1024, 256], (0..1024 * 256).map(|i| (i % 7) as f32 * 0.1).collect::<Vec<f32>>()).unwrap();
+    for _ in 0..3 {
+        let start = std::time::Instant::now();
+        exe.run(&[("x", &feed)]).unwrap();
+        let wall = start.elapsed().as_secs_f64() * 1e3;
+        let host = exe.last_run_host_ms();
+        assert!(host > 0.0 && host <= wall, "host {host} ms of a {wall} ms run");
+    }
+}

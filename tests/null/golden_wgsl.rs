@@ -201,13 +201,15 @@ fn causal_attention_stops_at_the_band() {
 
 /// On a GPU a loop kernel of at least `GPU_INTERLEAVE_MIN` elements reads and writes vec4s,
 /// four elements per invocation (one 4-byte load in flight per invocation held an f32 copy
-/// to a fifth of an H100's bandwidth); a smaller one keeps one element per invocation, so
-/// that it still spreads over the GPU's lanes.
+/// to a fifth of an H100's bandwidth), and from `GPU_QUADS` times that many, `GPU_QUADS`
+/// vec4s per invocation, every load before the first store; a smaller one keeps one element
+/// per invocation, so that it still spreads over the GPU's lanes.
 #[test]
-fn gpu_loop_kernels_take_four_elements_per_invocation_only_when_large() {
-    use fusegraph::crates::wgsl::{GPU_INTERLEAVE_MIN, WORKGROUP_SIZE};
+fn gpu_loop_kernels_take_more_elements_per_invocation_only_when_large() {
+    use fusegraph::crates::wgsl::{GPU_INTERLEAVE_MIN, GPU_QUADS, WORKGROUP_SIZE};
     let opts = LowerOptions { subgroups: true, ..crate::common::lower_options(false, true) };
-    for (n, four) in [(GPU_INTERLEAVE_MIN as usize, true), (GPU_INTERLEAVE_MIN as usize / 2, false)] {
+    let (min, quads) = (GPU_INTERLEAVE_MIN as usize, GPU_QUADS as usize);
+    for (n, per_invocation) in [(min * quads + 8, 4 * quads), (min * quads - 4, 4), (min, 4), (min / 2, 1)] {
         let b = fusegraph::GraphBuilder::new();
         let x = b.input("x", DType::F32, vec![n]).unwrap();
         let y = b.input("y", DType::F32, vec![n]).unwrap();
@@ -217,10 +219,18 @@ fn gpu_loop_kernels_take_four_elements_per_invocation_only_when_large() {
         assert_eq!(f.kernels.len(), 1);
         let src = lower(&g, &f.kernels[0], &opts);
         validate(&src.wgsl).unwrap();
-        let per_invocation = if four { 4 } else { 1 };
-        assert_eq!(src.workgroups, (n / per_invocation).div_ceil(WORKGROUP_SIZE as usize) as u64, "{n} elements");
+        let four = per_invocation >= 4;
+        assert_eq!(src.workgroups, n.div_ceil(per_invocation * WORKGROUP_SIZE as usize) as u64, "{n} elements");
         assert_eq!(src.form, KernelForm::Loop { quads: four }, "{n} elements");
         assert_eq!(src.wgsl.contains("array<vec4<f32>>"), four, "{n} elements:\n{}", src.wgsl);
+        // The sub-steps' loads all precede the first store.
+        let last = format!("ts{}", quads - 1);
+        assert_eq!(src.wgsl.contains(&last), per_invocation > 4, "{n} elements");
+        if per_invocation > 4 {
+            let last_load = src.wgsl.rfind(&format!("b1[i_0s{} >> 2u]", quads - 1)).expect("the last sub-step's load");
+            let first_store = src.wgsl.find("b2[ts0] =").expect("the first store");
+            assert!(last_load < first_store, "{}", src.wgsl);
+        }
     }
 }
 

@@ -347,15 +347,22 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
         let gemv = s.kernels.iter().filter(|k| matches!(k.form, fusegraph::KernelForm::Gemv { .. })).count();
         (s.kernels.len(), gemv, s.bytes_moved)
     });
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
     eprintln!(
         "prefill {:.2} ms ({} tokens × {}), decode {:.1} tokens/s ({} steps); a step: {kernels} kernels \
-         ({gemv} matrix–vector), {:.1} MB moved",
+         ({gemv} matrix–vector), {:.1} MB moved, {:.3} ms median of which {:.3} ms on the host",
         gen.prefill_ms,
         prompt.len(),
         a.batch,
         gen.tokens_per_s,
         gen.step_ms.len(),
-        moved as f64 / 1e6
+        moved as f64 / 1e6,
+        median(&gen.step_ms),
+        median(&gen.step_host_ms)
     );
     if let Some(path) = &a.json {
         let text = match &text {
@@ -375,6 +382,7 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
             "prefill_ms": gen.prefill_ms,
             "decode_tokens_per_s": if gen.tokens_per_s.is_finite() { Some(gen.tokens_per_s) } else { None },
             "step_ms": gen.step_ms,
+            "step_host_ms": gen.step_host_ms,
             "step_kernels": kernels,
             "step_matrix_vector_kernels": gemv,
             "step_bytes_moved": moved,

@@ -6,7 +6,8 @@
 //! adapter with `SHADER_F16`); each kernel (entry point `main`) is dispatched as `WORKGROUPS`
 //! workgroups (`auto`: the count in the kernel's `// kernel … (W workgroups)` header, as
 //! `fusegraph wgsl` writes it), over two dimensions past 65535 as the runtime does, once
-//! untimed, then once per round for `RUNS` rounds, the kernels in turn within a round so they
+//! untimed, then once per round for `RUNS` rounds (`--reps R`: R dispatches back to back, the
+//! time per dispatch), the kernels in turn within a round so they
 //! see the same machine load. Printed per kernel: median and minimum of the compute pass's GPU
 //! timestamps where the adapter has them, else of the wall time of submit and wait.
 //! Kernels keep wgpu's runtime checks (index clamps, loop-bounding counters), since edited
@@ -15,7 +16,7 @@
 //! turn (the second as `FILE (unchecked)`).
 //!
 //! ```text
-//! cargo run --release -p fusegraph-runtime --example time_wgsl -- [--checks on|off|both] N RUNS WORKGROUPS|auto FILE.wgsl...
+//! cargo run --release -p fusegraph-runtime --example time_wgsl -- [--checks on|off|both] [--reps R] N RUNS WORKGROUPS|auto FILE.wgsl...
 //! ```
 
 use clap::Parser;
@@ -44,6 +45,10 @@ struct Args {
     /// wgpu's runtime checks in each kernel: on, off, or both in turn.
     #[arg(long, value_parser = ["on", "off", "both"], default_value = "on")]
     checks: String,
+    /// Dispatches per timed pass, back to back (each time is the pass's over this count):
+    /// more than one keeps a GPU's clocks up through the measurement.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    reps: u64,
 }
 
 fn run() -> Result<(), String> {
@@ -178,7 +183,9 @@ fn run() -> Result<(), String> {
                     encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
                 pass.set_pipeline(pipeline);
                 pass.set_bind_group(0, &*bind_group, &[]);
-                pass.dispatch_workgroups(*x as u32, *y as u32, 1);
+                for _ in 0..args.reps {
+                    pass.dispatch_workgroups(*x as u32, *y as u32, 1);
+                }
             }
             if let Some((set, resolve, read)) = &timestamps {
                 encoder.resolve_query_set(set, 0..2, resolve, 0);
@@ -199,7 +206,7 @@ fn run() -> Result<(), String> {
                 read.unmap();
             }
             if round > 0 {
-                ms.push(t);
+                ms.push(t / args.reps as f64);
             }
         }
     }

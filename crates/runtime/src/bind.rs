@@ -108,6 +108,7 @@ impl Device {
             plan: front.planned.plan,
             graph: front.graph,
             running: std::sync::Mutex::new(()),
+            host_ns: std::sync::atomic::AtomicU64::new(0),
             prepared,
             stale: std::sync::atomic::AtomicBool::new(true),
             seen: std::sync::atomic::AtomicU64::new(store.map_or(0, |s| s.generation())),

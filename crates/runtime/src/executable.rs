@@ -215,6 +215,8 @@ pub struct Executable {
     /// outputs: runs share the arena and the staging buffer, so runs of one executable from
     /// several threads take turns.
     pub(crate) running: std::sync::Mutex<()>,
+    /// The last run's host time in ns (see [`Executable::last_run_host_ms`]).
+    pub(crate) host_ns: std::sync::atomic::AtomicU64,
     /// The leading kernels that compute from parameters and constants alone
     /// ([`crate::CompileOptions::hoist_parameters`]).
     pub(crate) prepared: usize,
@@ -585,6 +587,7 @@ impl Executable {
 
     /// [`crate::Executable::run`], for a caller holding [`crate::Executable::take_turn`]'s guard.
     pub(crate) fn run_in_turn(&self, feeds: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        let start = std::time::Instant::now();
         // Any input the graph declares may be fed (checked against its declaration); feeds of
         // inputs the outputs do not need are ignored.
         let names = || self.declared_inputs.keys().cloned().collect::<Vec<_>>().join(", ");
@@ -632,6 +635,7 @@ impl Executable {
         self.encode_updates(&mut encoder);
         d.queue.submit([encoder.finish()]);
         self.prepared_done(before);
+        let submitted = start.elapsed();
         let (tx, rx) = std::sync::mpsc::channel();
         self.staging.buffer().map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
@@ -639,6 +643,7 @@ impl Executable {
         d.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| RuntimeError::Wgpu { during: "waiting for the run".into(), detail: e.to_string() })?;
+        let waited = std::time::Instant::now();
         let mapped = rx
             .recv()
             .map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })
@@ -664,6 +669,17 @@ impl Executable {
                 })
                 .collect::<std::result::Result<Vec<_>, _>>()
         };
+        let host = submitted + waited.elapsed();
+        self.host_ns.store(host.as_nanos().min(u64::MAX as u128) as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(result?)
+    }
+
+    /// The host's share of the last [`Executable::run`], in ms: checking and writing the
+    /// feeds, encoding every kernel's dispatch and submitting them, then reading the outputs
+    /// once the device is done — the run's wall time less its wait for the device. A decode
+    /// step of small kernels can be bound by this rather than by the device. 0 before the
+    /// first run.
+    pub fn last_run_host_ms(&self) -> f64 {
+        self.host_ns.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6
     }
 }

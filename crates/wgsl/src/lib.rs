@@ -30,7 +30,7 @@ mod validate;
 mod view;
 mod writer;
 
-pub use loops::{CPU_LOOP_BUDGET, GPU_INTERLEAVE_MIN};
+pub use loops::{CPU_LOOP_BUDGET, GPU_INTERLEAVE_MIN, GPU_QUADS};
 pub use lower::{localize, lower, lower_planned, lower_with};
 pub use matmul::{gemm_shape, GemmShape};
 pub use matmul_coop::{cooperative_matmul, CoopPlan};

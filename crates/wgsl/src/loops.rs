@@ -105,7 +105,7 @@ pub(crate) fn loop_main(
                 .collect();
             let _ = writeln!(body, "        if (t < {n}u) {{");
             let _ = writeln!(body, "            let i_0 = t;");
-            emit_elements(&mut body, g, &merged_stmts(stmts.iter().map(Vec::as_slice)), 1, None, "            ");
+            emit_elements(&mut body, g, &merged_stmts(stmts.iter().map(Vec::as_slice)), 1, None, "            ", "");
             for (k, b) in &class {
                 let _ = writeln!(body, "            r{k} = x{}_0;", b.node.index());
             }
@@ -195,6 +195,28 @@ pub const CPU_INTERLEAVE: usize = 4;
 /// invocation). 2^20 is four per lane of an H100 (132 multiprocessors × 2048).
 pub const GPU_INTERLEAVE_MIN: u64 = 1 << 20;
 
+/// `vec4` steps each invocation of a GPU's vec4 loop kernel takes per grid-stride step
+/// (quads `t`, `t + stride`, …, every load of them issued before the first store), where
+/// the invocations stay at least [`GPU_INTERLEAVE_MIN`]` / 4` (one per lane of an H100).
+///
+/// On an H100 (Vulkan, `time_wgsl --reps 20`, 64 Mi elements, dispatches back to back): an
+/// f32 copy took 0.218 ms with one `vec4` per invocation (2.46 TB/s counting reads and
+/// writes), 0.181 / 0.183 / 0.185 ms with 2 / 4 / 8 (2.97 / 2.93 / 2.90 TB/s); the f16 copy
+/// 0.134 against 0.092 / 0.093 ms; the 20-op chain 0.311 against 0.270 ms with 4 (f32,
+/// 2.98 TB/s) and 0.308 against 0.248 (f16). A read-only input binding changed nothing.
+pub const GPU_QUADS: u64 = 4;
+
+/// Quads per grid-stride step of a vec4 loop kernel of `quads` quads (see [`GPU_QUADS`]):
+/// one on a CPU adapter (whose serial form strides on its own) and for small kernels.
+fn gpu_quads(opts: &LowerOptions, quads: u64) -> u64 {
+    let lanes = GPU_INTERLEAVE_MIN / 4;
+    if opts.forms.loops == Spread::Serial || quads / GPU_QUADS < lanes {
+        1
+    } else {
+        GPU_QUADS
+    }
+}
+
 pub(crate) fn loop_parts(
     g: &Graph,
     bindings: &[Binding],
@@ -269,7 +291,9 @@ pub(crate) fn vec4_loop(
 /// ones `4t … 4t + 3`, and the bindings `vec4` names are read and written a `vec4` at a
 /// time: on lavapipe every load or store is a loop over the SIMD lanes, so one per four
 /// elements instead of four made a copy 3.2× and the 20-op chain 2.1× faster (hand-written
-/// kernels, 16 Mi elements). Otherwise the elements are `t, t + stride, …`; those past the
+/// kernels, 16 Mi elements). On a GPU a large kernel's invocation takes [`GPU_QUADS`] such
+/// quads a step, `t + j·stride` (names suffixed `s{j}`), all loaded before any is stored.
+/// Otherwise the elements are `t, t + stride, …`; those past the
 /// end are computed on the last element's index (every load in range) and not stored.
 pub(crate) fn interleaved_main(
     g: &Graph,
@@ -290,32 +314,65 @@ pub(crate) fn interleaved_main(
     // a value read or a member shared by several regions is loaded or computed once.
     let stmts = merged_stmts(parts.iter().map(|(.., stmts)| stmts.as_slice()));
     let steps = if vec4.is_some() { n / 4 } else { n };
-    let per_step = if vec4.is_some() { 1 } else { ilp as u64 };
+    let per_step = if vec4.is_some() { gpu_quads(opts, steps) } else { ilp as u64 };
     let workgroups = loop_workgroups(opts, steps.div_ceil(per_step), cpu_steps);
-    let step = if vec4.is_some() { "stride".to_string() } else { format!("{ilp}u * stride") };
+    let step = if per_step == 1 { "stride".to_string() } else { format!("{per_step}u * stride") };
     let mut main = grid_stride_main(steps, &step);
-    for u in 0..ilp {
-        let i = if vec4.is_some() { format!("4u * t + {u}u") } else { format!("min(t + {u}u * stride, {}u)", n - 1) };
-        let _ = writeln!(main, "        let i_{u} = {i};");
+    // Sub-step `j` of a vec4 step (of `per_step`) is quad `t + j·stride`, its names suffixed
+    // `s{j}`; past the end it is computed on the last quad and not stored.
+    let subs: Vec<(String, String)> = if vec4.is_some() && per_step > 1 {
+        (0..per_step).map(|j| (format!("s{j}"), format!("min(t + {j}u * stride, {}u)", steps - 1))).collect()
+    } else {
+        vec![(String::new(), "t".to_string())]
+    };
+    for (sub, at) in &subs {
+        if !sub.is_empty() {
+            let _ = writeln!(main, "        let t{sub} = {at};");
+        }
+        let t = if sub.is_empty() { "t".to_string() } else { format!("t{sub}") };
+        for u in 0..ilp {
+            let i =
+                if vec4.is_some() { format!("4u * {t} + {u}u") } else { format!("min(t + {u}u * stride, {}u)", n - 1) };
+            let _ = writeln!(main, "        let i_{u}{sub} = {i};");
+        }
     }
     let quad = |node: NodeId| vec4.is_some_and(|v| v.contains(&node));
     let quads = vec4.map(|vec4| Quads { kernel, bindings, vec4, opts });
-    emit_elements(&mut main, g, &stmts, ilp, quads, "        ");
+    // With several sub-steps, the loads of all of them (statements that read at the index
+    // alone) come first, then the arithmetic: as timed on the H100.
+    let phases: Vec<Vec<&RegionStmt>> = if subs.len() > 1 {
+        let (loads, rest) = stmts.iter().partition(|s| s.is_call());
+        vec![loads, rest]
+    } else {
+        vec![stmts]
+    };
+    for phase in &phases {
+        for (sub, _) in &subs {
+            emit_elements(&mut main, g, phase, ilp, quads, "        ", sub);
+        }
+    }
     // Every value is computed before any is stored, so an output written over an input it
     // shares the element with (a parameter updated in place) cannot change what another
-    // output reads.
+    // output reads; and every load of the sub-steps is issued before the first store.
     for (k, node, dtype, _) in &parts {
-        let raw: Vec<String> = (0..ilp).map(|u| format!("x{}_{u}", node.index())).collect();
-        if quad(*node) {
-            let _ = writeln!(main, "        b{k}[t] = {};", quad_value(*dtype, opts, &raw));
-            continue;
-        }
-        let values: Vec<String> = raw.iter().map(|v| store_value(*dtype, v)).collect();
-        for (u, v) in values.iter().enumerate() {
-            if vec4.is_some() {
-                let _ = writeln!(main, "        b{k}[i_{u}] = {v};");
-            } else {
-                let _ = writeln!(main, "        if (t + {u}u * stride < {n}u) {{ b{k}[i_{u}] = {v}; }}");
+        for (j, (sub, _)) in subs.iter().enumerate() {
+            let t = if sub.is_empty() { "t".to_string() } else { format!("t{sub}") };
+            let guard = |store: String| match j {
+                0 => format!("        {store}"),
+                _ => format!("        if (t + {j}u * stride < {steps}u) {{ {store} }}"),
+            };
+            let raw: Vec<String> = (0..ilp).map(|u| format!("x{}_{u}{sub}", node.index())).collect();
+            if quad(*node) {
+                let _ = writeln!(main, "{}", guard(format!("b{k}[{t}] = {};", quad_value(*dtype, opts, &raw))));
+                continue;
+            }
+            let values: Vec<String> = raw.iter().map(|v| store_value(*dtype, v)).collect();
+            for (u, v) in values.iter().enumerate() {
+                if vec4.is_some() {
+                    let _ = writeln!(main, "{}", guard(format!("b{k}[i_{u}{sub}] = {v};")));
+                } else {
+                    let _ = writeln!(main, "        if (t + {u}u * stride < {n}u) {{ b{k}[i_{u}] = {v}; }}");
+                }
             }
         }
     }

@@ -95,7 +95,7 @@ pub(crate) enum RegionStmt {
 impl RegionStmt {
     /// Whether the statement takes its value from an element function (`vN(i)`): a read
     /// from outside the region, or a member that is not elementwise (a broadcast, a view).
-    fn is_call(&self) -> bool {
+    pub(crate) fn is_call(&self) -> bool {
         match self {
             RegionStmt::Read(_) => true,
             RegionStmt::Def(n, expr) => *expr == format!("v{}(i)", n.index()),
@@ -302,8 +302,8 @@ pub(crate) struct Quads<'a> {
     pub(crate) opts: &'a LowerOptions,
 }
 
-/// Emits region statements for `ilp` elements side by side (named `_0`, `_1`, …; the
-/// caller defines `i_0`, `i_1`, …). With `quads` the elements are four adjacent ones from a
+/// Emits region statements for `ilp` elements side by side (named `_0`, `_1`, …, each
+/// followed by `sub`, the sub-step's suffix or empty; the caller defines `i_0{sub}`, …). With `quads` the elements are four adjacent ones from a
 /// multiple of 4, and a load whose view is a `vec4` of a binding in `quads.vec4` (a read at
 /// the element's own index, or a broadcast of a row vector along the rows) loads that `vec4`
 /// once (`vqN`) and takes its components.
@@ -314,28 +314,29 @@ pub(crate) fn emit_elements(
     ilp: usize,
     quads: Option<Quads>,
     indent: &str,
+    sub: &str,
 ) {
     for stmt in stmts {
         let node = stmt.node();
         let view = quads.and_then(|q| quad_view(g, q.kernel, q.opts, stmt).filter(|v| q.vec4.contains(&v.leaf)));
         if let (Some(q), Some(view)) = (quads, view) {
             let k = q.bindings.iter().position(|b| b.node == view.leaf).expect("a vec4 is read from a binding");
-            let at = view_index(&view, g.ty(node).shape.dims(), "i_0");
+            let at = view_index(&view, g.ty(node).shape.dims(), &format!("i_0{sub}"));
             let at = if at.contains(" + ") { format!("({at})") } else { at };
             let dtype = g.ty(view.leaf).dtype;
             let quad = format!("b{k}[{at} >> 2u]");
             let quad = if f16_words(dtype, q.opts) { format!("fg_f16x4_from_words({quad})") } else { quad };
-            let _ = writeln!(main, "{indent}let vq{} = {quad};", node.index());
+            let _ = writeln!(main, "{indent}let vq{}{sub} = {quad};", node.index());
             let name = if matches!(stmt, RegionStmt::Read(_)) { "y" } else { "x" };
             for u in 0..ilp {
-                let v = format!("vq{}[{u}u]", node.index());
+                let v = format!("vq{}{sub}[{u}u]", node.index());
                 let v = if f16_words(dtype, q.opts) { v } else { load_value(dtype, &v) };
-                let _ = writeln!(main, "{indent}let {name}{}_{u} = {v};", node.index());
+                let _ = writeln!(main, "{indent}let {name}{}_{u}{sub} = {v};", node.index());
             }
             continue;
         }
         for u in 0..ilp {
-            let _ = writeln!(main, "{indent}{}", stmt.text(&format!("_{u}")));
+            let _ = writeln!(main, "{indent}{}", stmt.text(&format!("_{u}{sub}")));
         }
     }
 }

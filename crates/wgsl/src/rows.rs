@@ -551,7 +551,7 @@ pub(crate) fn row_pass(
         quad_row_step(main, row_len, "        ");
         let (stmts, value) = stmts_at(g, q.quads.kernel, x);
         let refs: Vec<&RegionStmt> = stmts.iter().collect();
-        emit_elements(main, g, &refs, 4, Some(q.quads), "            ");
+        emit_elements(main, g, &refs, 4, Some(q.quads), "            ", "");
         for u in 0..4 {
             let _ = writeln!(main, "            let x{u} = {value}_{u};");
         }
@@ -623,7 +623,7 @@ pub(crate) fn write_row_outputs(
             .map(|(_, b)| region_stmts(g, &q.regions.iter().find(|(o, _)| *o == b.node).expect("a region").1, None))
             .collect();
         let stmts = merged_stmts(per_output.iter().map(Vec::as_slice));
-        emit_elements(main, g, &stmts, 4, Some(q.quads), "        ");
+        emit_elements(main, g, &stmts, 4, Some(q.quads), "        ", "");
         for (k, b) in &full_outs {
             let dtype = g.ty(b.node).dtype;
             let values: Vec<String> = (0..4).map(|u| format!("x{}_{u}", b.node.index())).collect();
