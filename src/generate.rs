@@ -36,6 +36,9 @@ pub struct Generation {
     pub tokens_per_s: f64,
 }
 
+/// The fewest cache positions a decode step attends over ([`Generator::live_for`]).
+pub const DECODE_MIN_LIVE: usize = 64;
+
 /// A model compiled for generation at one batch size and cache length, bound to a store.
 pub struct Generator {
     model: Arc<dyn CausalLm>,
@@ -45,9 +48,10 @@ pub struct Generator {
     batch: usize,
     max_seq: usize,
     caches: Vec<(String, String)>,
-    /// Decode-step executables by what they return (the logits: the one `new` compiles; the
-    /// others compiled on first use).
-    decode: BTreeMap<Head, Executable>,
+    /// Decode-step executables by what they return and the cache positions their attention
+    /// reads ([`Generator::live_for`]): the logits over the whole cache, the one `new`
+    /// compiles; the others compiled before the generation that first needs them.
+    decode: BTreeMap<(Head, usize), Executable>,
     /// Prefill executables by prompt length and what they return.
     prefill: BTreeMap<(usize, Head), Executable>,
 }
@@ -106,25 +110,39 @@ impl Generator {
             decode: BTreeMap::new(),
             prefill: BTreeMap::new(),
         };
-        g.decode(Head::Logits)?;
+        g.decode(Head::Logits, max_seq)?;
         Ok(g)
     }
 
-    /// The decode step's executable ending in `head` (compiled on first use).
-    fn decode(&mut self, head: Head) -> Result<&Executable> {
-        if !self.decode.contains_key(&head) {
+    /// The positions a decode step writing position `pos` attends over: the smallest of
+    /// [`DECODE_MIN_LIVE`] doubled (times a power of two), capped at `max_seq`, past `pos`. A
+    /// step is compiled per such length, so that its attention reads about the live part of
+    /// the cache — twice it at most — and not the whole: a step at position 16 of a
+    /// 2,048-position cache reads 64 positions.
+    pub fn live_for(&self, pos: usize) -> usize {
+        let mut live = DECODE_MIN_LIVE.min(self.max_seq);
+        while live <= pos && live < self.max_seq {
+            live = (live * 2).min(self.max_seq);
+        }
+        live
+    }
+
+    /// The decode step's executable ending in `head` attending over `live` positions
+    /// (compiled on first use).
+    fn decode(&mut self, head: Head, live: usize) -> Result<&Executable> {
+        if !self.decode.contains_key(&(head, live)) {
             let (batch, model) = (self.batch, &self.model);
             let shape = Self::cache_dims(&**model, batch, self.max_seq);
             let b = GraphBuilder::new();
             let ids = b.input("ids", DType::I32, [batch, 1])?;
             let pos = b.input("pos", DType::I32, Vec::<usize>::new())?;
             let cache = Self::cache_params(&b, &self.caches, shape)?;
-            let (logits, updated) = model.decode(&ids, &pos, &cache)?;
+            let (logits, updated) = model.decode(&ids, &pos, &cache, live)?;
             let last = head.build(&logits.reshape([batch, model.vocab_size()])?)?;
             let exe = Self::compile(&self.store, &b, &last, &self.caches, &updated, &self.opts, "decode step")?;
-            self.decode.insert(head, exe);
+            self.decode.insert((head, live), exe);
         }
-        Ok(&self.decode[&head])
+        Ok(&self.decode[&(head, live)])
     }
 
     /// A cache's dimensions: `[batch, kv heads, max_seq, head width]`.
@@ -190,15 +208,24 @@ impl Generator {
         Ok(&self.prefill[&(len, head)])
     }
 
-    /// The decode-step executable a generation with `sampling` runs (it returns ids:
-    /// compiled by the first such generation, `None` before it).
+    /// The decode-step executable a generation with `sampling` runs at its longest (the one
+    /// attending over the most positions of those compiled; it returns ids: compiled by the
+    /// first such generation, `None` before it).
     pub fn step_executable(&self, sampling: &Sampling) -> Option<&Executable> {
-        self.decode.get(&Head::of(sampling))
+        let head = Head::of(sampling);
+        self.decode.range((head, 0)..=(head, usize::MAX)).next_back().map(|(_, e)| e)
     }
 
-    /// The decode-step executable returning logits (its stats, its memory plan).
+    /// The decode-step executable a generation with `sampling` runs to write position `pos`
+    /// (see [`Generator::live_for`]), if compiled.
+    pub fn step_executable_at(&self, sampling: &Sampling, pos: usize) -> Option<&Executable> {
+        self.decode.get(&(Head::of(sampling), self.live_for(pos)))
+    }
+
+    /// The decode-step executable returning logits over the whole cache (its stats, its
+    /// memory plan).
     pub fn decode_executable(&self) -> &Executable {
-        &self.decode[&Head::Logits]
+        &self.decode[&(Head::Logits, self.max_seq)]
     }
 
     /// Generates `new_tokens` tokens after each of `prompts` (one per sequence of the batch,
@@ -251,7 +278,11 @@ impl Generator {
         // timing), fed a draw per sequence when they sample.
         let head = Head::of(sampling);
         self.prefill(len, head)?;
-        self.decode(head)?;
+        // A step per cache length the generation's positions need, compiled before it.
+        for pos in len..len + new_tokens {
+            let live = self.live_for(pos);
+            self.decode(head, live)?;
+        }
         let feeds = |ids: HostTensor, rng: &mut Rng| -> Result<Vec<(&'static str, HostTensor)>> {
             // A draw in [0, 1) as an f32 (an f64 just below 1 rounds to 1).
             let draws = (0..batch).map(|_| (rng.uniform() as f32).min(1.0 - f32::EPSILON / 2.0)).collect();
@@ -268,7 +299,6 @@ impl Generator {
         let start = Instant::now();
         let mut next = run(&self.prefill[&(len, head)], &first)?;
         let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
-        let decode = &self.decode[&head];
         let mut step_ms = Vec::with_capacity(new_tokens);
         let mut step_host_ms = Vec::with_capacity(new_tokens);
         let mut ended = vec![false; batch];
@@ -288,6 +318,7 @@ impl Generator {
             let mut step_feeds = feeds(HostTensor::new([batch, 1], next.clone())?, &mut rng)?;
             step_feeds.push(("pos", HostTensor::new(Vec::<usize>::new(), vec![(len + step) as i32])?));
             let t0 = Instant::now();
+            let decode = &self.decode[&(head, self.live_for(len + step))];
             next = run(decode, &step_feeds)?;
             step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
             step_host_ms.push(decode.last_run_host_ms());

@@ -361,6 +361,17 @@ fn layout_cases(dt: DType, next: &mut impl FnMut() -> CaseBuilder, cases: &mut V
             let y = table.gather(&idx, axis).unwrap();
             cases.push(c.finish(format!("gather_{dt}_{it}_axis{axis}"), &[&y]));
         }
+        // A window of 2 at a start from −1 to past the last fitting one (clamped).
+        for axis in [0, 1, 2] {
+            let mut c = next();
+            let x = c.input(dt, &[6, 5, 4], Domain::Any);
+            let mut dims = x.dims().to_vec();
+            dims[axis] = 2;
+            let u = c.input(dt, &dims, Domain::Any);
+            let start = c.input(it, &[], Domain::Index(x.dims()[axis] - 1));
+            let y = x.dynamic_update_slice(&u, &start, axis).unwrap();
+            cases.push(c.finish(format!("dynamic_update_slice_{dt}_{it}_axis{axis}"), &[&y]));
+        }
     }
 }
 

@@ -72,8 +72,12 @@ fn greedy_generation_matches_transformers_token_for_token() {
         let prompts: Vec<Vec<i32>> = flat.chunks(len).map(|c| c.to_vec()).collect();
         let mut g =
             Generator::new(&store, std::sync::Arc::new(m.clone()), batch, 64, CompileOptions::default()).unwrap();
-        // Every layer's key and value caches are written where they lie, not copied.
-        assert_eq!(g.decode_executable().memory_plan().updated_in_place.len(), 2 * m.config.n_layer);
+        // Every layer's key and value caches are written where they lie, not copied, and the
+        // step writes the new position's window alone.
+        let step = g.decode_executable();
+        assert_eq!(step.memory_plan().updated_in_place.len(), 2 * m.config.n_layer);
+        let windows = step.stats().kernels.iter().filter(|k| k.form == fusegraph::KernelForm::Window).count();
+        assert!((m.config.n_layer..=2 * m.config.n_layer).contains(&windows), "{windows} window kernels");
         let out = g.generate(&prompts, 32, &Sampling::greedy()).unwrap();
         let expect: Vec<Vec<i32>> = ints(&r[want]).chunks(len + 32).map(|c| c.to_vec()).collect();
         assert_eq!(out.tokens, expect, "{want}");
@@ -105,9 +109,10 @@ fn gpt2_with_its_bpe_tokenizer_writes_what_transformers_writes() {
     let store = ParamStore::new(&Device::shared().unwrap());
     store.insert_all(Checkpoint::open(&dir).unwrap().load(&m, &KeyMap::gpt2()).unwrap().iter()).unwrap();
     let want = ids(&r["generated_ids"]);
-    let mut g =
-        Generator::new(&store, std::sync::Arc::new(m.clone()), 1, prompt.len() + want.len(), CompileOptions::default())
-            .unwrap();
+    // The model's whole length: the steps attend over their live part of the cache (64
+    // positions, then all 96 where the generation passes 64).
+    let max_seq = m.config.n_positions;
+    let mut g = Generator::new(&store, std::sync::Arc::new(m.clone()), 1, max_seq, CompileOptions::default()).unwrap();
     let out = g.generate(std::slice::from_ref(&prompt), want.len(), &Sampling::greedy()).unwrap();
     assert_eq!(out.tokens[0][..prompt.len()], prompt[..]);
     assert_eq!(out.tokens[0][prompt.len()..], want[..]);

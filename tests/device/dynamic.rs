@@ -116,3 +116,43 @@ fn a_cache_parameter_is_written_at_a_fed_position_step_after_step() {
     let now = store.get("cache").unwrap().to_f64();
     assert!(now.iter().zip(&expect).all(|(a, b)| (a - b).abs() < 1e-6));
 }
+
+/// Written over its cache parameter, an update moves its window alone: at a 2,048-position
+/// cache the kernel reads the update's source and stores the update (a doubling fused into
+/// it), and reads the start — nothing of the rest of the cache — and the cache equals the
+/// hand-computed one after steps at the first, a middle and the last position and at
+/// starts past either end (clamped).
+#[test]
+fn a_cache_update_in_place_moves_only_its_window() {
+    use fusegraph::KernelForm;
+    let device = Device::shared().unwrap();
+    let store = ParamStore::new(&device);
+    let (rows, len, width) = (2, 2048, 16);
+    let initial = values(&[rows, len, width], 20);
+    store.insert("cache", &initial).unwrap();
+    let b = GraphBuilder::new();
+    let c = b.parameter("cache", DType::F32, [rows, len, width]).unwrap();
+    let row = b.input("row", DType::F32, [rows, 1, width]).unwrap();
+    let pos = b.input("pos", DType::I32, Vec::<usize>::new()).unwrap();
+    let new = c.dynamic_update_slice(&row.mul_scalar(2.0).unwrap(), &pos, 1).unwrap();
+    let total = new.dynamic_slice(&pos, 1, 1).unwrap().sum(&[0, 1, 2], false).unwrap();
+    let opts = CompileOptions { updates: vec![("cache".into(), new.id())], ..Default::default() };
+    let exe = store.compile(&b.graph(), &[total.id()], &opts).unwrap();
+    let windows: Vec<_> = exe.stats().kernels.iter().filter(|k| k.form == KernelForm::Window).collect();
+    assert_eq!(windows.len(), 1, "{:?}", exe.stats().kernels.iter().map(|k| (&k.label, k.form)).collect::<Vec<_>>());
+    let update_bytes = (rows * width * 4) as u64;
+    assert_eq!(windows[0].bytes_moved, 2 * update_bytes + 4, "the window kernel's bytes");
+    let mut expect = initial.to_f64();
+    for p in [0i32, 1000, 2047, 5000, -3] {
+        let rv = values(&[rows, 1, width], 30 + p.unsigned_abs() as u64);
+        exe.run(&[("row", &rv), ("pos", &scalar(p))]).unwrap();
+        let s = p.clamp(0, len as i32 - 1) as usize;
+        for r in 0..rows {
+            for k in 0..width {
+                expect[(r * len + s) * width + k] = 2.0 * rv.to_f64()[r * width + k];
+            }
+        }
+    }
+    let now = store.get("cache").unwrap().to_f64();
+    assert!(now.iter().zip(&expect).all(|(a, b)| (a - b).abs() < 1e-6), "the cache after five steps");
+}

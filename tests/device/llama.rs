@@ -75,8 +75,13 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         }
 
         let want = ids(&r[format!("greedy{}", if form.is_empty() { "" } else { "_bf16_weights" }).as_str()]);
-        let mut g =
-            Generator::new(&store, model.clone(), 1, prompt.len() + want.len(), CompileOptions::default()).unwrap();
+        // A cache of the model's whole length: the steps attend over their live part of it.
+        let max_seq = model.max_positions();
+        assert!(
+            prompt.len() + want.len() <= fusegraph::generate::DECODE_MIN_LIVE
+                && fusegraph::generate::DECODE_MIN_LIVE < max_seq
+        );
+        let mut g = Generator::new(&store, model.clone(), 1, max_seq, CompileOptions::default()).unwrap();
         g.stop_at(Vec::new());
         let out = g.generate(std::slice::from_ref(&prompt), want.len(), &Sampling::greedy()).unwrap();
         assert_eq!(out.tokens[0][prompt.len()..], want[..], "{dir}: greedy tokens");

@@ -27,6 +27,7 @@ mod checkpoints;
 mod combine;
 mod conv_implicit_gemm;
 mod cpu_loop_budget;
+mod decode;
 mod device_ops;
 mod distributed;
 mod dynamic;

@@ -76,6 +76,11 @@ pub struct GenerateArgs {
     /// Write prompt ids, generated ids, text, prefill ms and decode tokens/s as JSON.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
+    /// Positions at which to report the decode step: its kernels, the bytes they move (the
+    /// step compiled for that position's cache length) and its time (the median of the
+    /// steps within 8 positions).
+    #[arg(long, value_delimiter = ',', value_name = "POS,POS,…")]
+    report_at: Vec<usize>,
 }
 
 /// A model directory's tokenizer and chat template.
@@ -364,6 +369,34 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
         median(&gen.step_ms),
         median(&gen.step_host_ms)
     );
+    // Step i wrote position prompt + i.
+    let near = |v: &[f64], pos: usize| -> Option<f64> {
+        let lo = pos.saturating_sub(8).max(prompt.len()) - prompt.len();
+        let hi = (pos + 8).checked_sub(prompt.len())?.min(v.len().checked_sub(1)?);
+        (lo <= hi).then(|| median(&v[lo..=hi]))
+    };
+    let mut steps_at = Vec::new();
+    for &pos in &a.report_at {
+        let (Some(ms), Some(exe)) = (near(&gen.step_ms, pos), generator.step_executable_at(&sampling, pos)) else {
+            eprintln!(
+                "step at {pos}: not generated (positions {}..{})",
+                prompt.len(),
+                prompt.len() + gen.step_ms.len()
+            );
+            continue;
+        };
+        let (kernels, bytes) = (exe.stats().kernels.len(), exe.stats().bytes_moved);
+        let host = near(&gen.step_host_ms, pos).unwrap_or(f64::NAN);
+        eprintln!(
+            "step at {pos}: {kernels} kernels, {:.2} MB moved (attending over {} positions), {ms:.3} ms ({host:.3} on the host)",
+            bytes as f64 / 1e6,
+            generator.live_for(pos)
+        );
+        steps_at.push(serde_json::json!({
+            "position": pos, "live_positions": generator.live_for(pos), "kernels": kernels,
+            "bytes_moved": bytes, "ms": ms, "host_ms": host,
+        }));
+    }
     if let Some(path) = &a.json {
         let text = match &text {
             Some(t) => Some(t.decode(&generated)?),
@@ -386,6 +419,7 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
             "step_kernels": kernels,
             "step_matrix_vector_kernels": gemv,
             "step_bytes_moved": moved,
+            "steps_at": steps_at,
         });
         let body = serde_json::to_string_pretty(&json).map_err(|e| err(&e))?;
         std::fs::write(path, body + "\n").map_err(|e| format!("{}: {e}", path.display()))?;

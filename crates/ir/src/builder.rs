@@ -158,7 +158,7 @@ impl Tensor {
         self
     }
 
-    fn op(&self, op: Op, others: &[&Tensor]) -> Result<Tensor> {
+    pub(crate) fn op(&self, op: Op, others: &[&Tensor]) -> Result<Tensor> {
         if others.iter().any(|t| !Rc::ptr_eq(&t.builder.graph, &self.builder.graph)) {
             return Err(IrError::ForeignTensor { op: op.name().into() });
         }

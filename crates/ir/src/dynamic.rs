@@ -2,15 +2,15 @@
 //! [`Tensor::dynamic_update_slice`] (a decode step's position embedding and its KV-cache
 //! write).
 //!
-//! Both are composites of primitives — `iota`, integer arithmetic, `gather` and `select` —
-//! so the reference, lowering, fusion and autodiff of those primitives are theirs: a dynamic
-//! slice is a gather of `len` consecutive indices, and a dynamic update slice one loop kernel
-//! over the operand that takes `update` inside the window and the operand elsewhere. Its
-//! typing rule and XLA's semantics (the start clamped so the window fits) are checked here.
-//! The cost of the update form: it reads and writes the whole operand, not the window (an
-//! elementwise kernel that the memory plan can run in place on a parameter it updates).
+//! A dynamic slice is a composite — a gather of `len` consecutive indices from the clamped
+//! start — so the reference, lowering, fusion and autodiff of those primitives are its own. A
+//! dynamic update slice is a primitive, [`Op::DynamicUpdateSlice`]: out of place it is a loop
+//! kernel's element function (the update inside the window, the operand elsewhere); where
+//! the memory plan writes its result over its operand (a cache parameter updated in place)
+//! the kernel writes the window alone, which a composite of `select` over the whole operand
+//! could not.
 
-use crate::{DType, IrError, Result, Tensor};
+use crate::{DType, IrError, Op, Result, Tensor};
 
 fn err(op: &str, detail: String) -> IrError {
     IrError::Type { op: op.into(), detail }
@@ -47,33 +47,10 @@ impl Tensor {
 
     /// `self` with `update` written at `[s, s + len)` along `axis` (`len` = `update`'s size
     /// there), where `s` is `start` (a rank-0 i32 or u32 known at run time) clamped to
-    /// `[0, dim − len]`, as XLA's `DynamicUpdateSlice`. `update` has `self`'s dtype and shape
-    /// but along `axis`. Result: `self`'s type.
+    /// `[0, dim − len]`, as XLA's `DynamicUpdateSlice` ([`Op::DynamicUpdateSlice`]). `update`
+    /// has `self`'s dtype and shape but along `axis`. Result: `self`'s type.
     pub fn dynamic_update_slice(&self, update: &Tensor, start: &Tensor, axis: usize) -> Result<Tensor> {
-        const OP: &str = "dynamic_update_slice";
-        let Some(&dim) = self.dims().get(axis) else {
-            return Err(err(OP, format!("axis {axis} out of range for {}", self.ty())));
-        };
-        let fits = update.dtype() == self.dtype()
-            && update.rank() == self.rank()
-            && (0..self.rank()).all(|a| a == axis || update.dims()[a] == self.dims()[a])
-            && (1..=dim).contains(&update.dims()[axis]);
-        if !fits {
-            return Err(err(
-                OP,
-                format!("update {} must be {} but for 1..={dim} along axis {axis}", update.ty(), self.ty()),
-            ));
-        }
-        let len = update.dims()[axis];
-        let b = self.builder();
-        let s = self.clamped_start(OP, start, dim, len)?;
-        // Position j of the axis takes update[j − s] inside the window (the gather clamps the
-        // indices outside, where the select discards them).
-        let rel = b.iota(DType::I32, [dim], 0)?.sub(&s)?;
-        let inside = rel.ge(&b.scalar(DType::I32, 0.0)?)?.and(&rel.lt(&b.scalar(DType::I32, len as f64)?)?)?;
-        let moved = update.gather(&rel, axis)?;
-        let mask = inside.broadcast_in_dim(self.dims().to_vec(), vec![axis])?;
-        mask.select(&moved, self)
+        self.op(Op::DynamicUpdateSlice { axis }, &[update, start])
     }
 }
 
@@ -99,5 +76,20 @@ mod tests {
         assert!(msg(x.dynamic_slice(&fpos, 1, 2)).contains("rank-0 i32 or u32"));
         let wrong = b.input("w", DType::F32, [2, 1, 4]).unwrap();
         assert!(msg(x.dynamic_update_slice(&wrong, &pos, 1)).starts_with("dynamic_update_slice: update f32[2,1,4]"));
+        assert!(msg(x.dynamic_update_slice(&u, &fpos, 1)).contains("start f32[] must be a rank-0 i32 or u32"));
+    }
+
+    #[test]
+    fn the_update_is_one_op_that_prints_and_parses() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [2, 8, 3]).unwrap();
+        let u = b.input("u", DType::F32, [2, 2, 3]).unwrap();
+        let pos = b.input("pos", DType::U32, Vec::<usize>::new()).unwrap();
+        let y = x.dynamic_update_slice(&u, &pos, 1).unwrap();
+        let g = b.graph();
+        assert_eq!(g.node(y.id()).op, crate::Op::DynamicUpdateSlice { axis: 1 });
+        let text = crate::text::print(&g);
+        assert!(text.contains("dynamic_update_slice(%0, %1, %2) {axis=1} : f32[2,8,3]"), "{text}");
+        assert_eq!(crate::text::print(&crate::text::parse(&text).unwrap()), text);
     }
 }

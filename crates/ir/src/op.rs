@@ -347,6 +347,15 @@ pub enum Op {
         /// The axis of `table` that the indices select along.
         axis: usize,
     },
+    /// XLA's `DynamicUpdateSlice` along one axis: operands `(operand: T[d…], update: T[d…
+    /// but u along axis], start: i32|u32[])`; the result is `operand` with `update` written
+    /// at `[s, s + u)` along `axis`, `s` the start clamped to `[0, d_axis − u]` so the window
+    /// fits. Result: the operand's type. Where the result takes the operand's buffer (an
+    /// in-place update), the kernel writes the window alone.
+    DynamicUpdateSlice {
+        /// The axis the window lies along.
+        axis: usize,
+    },
     /// Reduces the numeric operand over `axes` (sorted, unique, `< rank`); the reduced axes are
     /// removed, or kept as size 1 with `keep_dims`. Result dtype = operand dtype.
     Reduce {
@@ -415,6 +424,7 @@ impl Op {
             Op::Concat { .. } => "concat",
             Op::Pad { .. } => "pad",
             Op::Gather { .. } => "gather",
+            Op::DynamicUpdateSlice { .. } => "dynamic_update_slice",
             Op::Reduce { .. } => "reduce",
             Op::ArgMax { .. } => "argmax",
             Op::MatMul => "matmul",
@@ -483,7 +493,7 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
         Op::Unary(_) | Op::Cast { .. } | Op::Broadcast { .. } | Op::Reshape { .. } | Op::Transpose { .. } => 1,
         Op::Slice { .. } | Op::Pad { .. } | Op::Reduce { .. } | Op::ArgMax { .. } | Op::Pool { .. } => 1,
         Op::Binary(_) | Op::Gather { .. } | Op::MatMul | Op::Conv2d { .. } => 2,
-        Op::Select => 3,
+        Op::Select | Op::DynamicUpdateSlice { .. } => 3,
         Op::Concat { .. } => usize::MAX,
         _ => unreachable!("all ops are listed above"),
     };
@@ -668,6 +678,23 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             dims.extend_from_slice(&i.shape.0);
             dims.extend_from_slice(&t.shape.0[axis + 1..]);
             Ok(TensorType::new(t.dtype, dims))
+        }
+        Op::DynamicUpdateSlice { axis } => {
+            let (x, u, s) = (operands[0], operands[1], operands[2]);
+            let Some(&dim) = x.shape.0.get(*axis) else {
+                return err(op, format!("axis {axis} out of range for {x}"));
+            };
+            let fits = u.dtype == x.dtype
+                && u.shape.rank() == x.shape.rank()
+                && (0..x.shape.rank()).all(|a| a == *axis || u.shape.0[a] == x.shape.0[a])
+                && (1..=dim).contains(&u.shape.0[*axis]);
+            if !fits {
+                return err(op, format!("update {u} must be {x} but for 1..={dim} along axis {axis}"));
+            }
+            if s.shape.rank() != 0 || !s.dtype.is_int() {
+                return err(op, format!("start {s} must be a rank-0 i32 or u32"));
+            }
+            Ok(x.clone())
         }
         Op::Reduce { axes, keep_dims, .. } => {
             let x = operands[0];

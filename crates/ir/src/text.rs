@@ -90,7 +90,9 @@ fn attributes(op: &Op) -> Vec<String> {
         Op::Input { name } | Op::Parameter { name } => vec![format!("name=\"{}\"", escape(name, true))],
         Op::Constant { values } => vec![format!("values={}", floats(values))],
         Op::Full { value } => vec![format!("value={value:?}")],
-        Op::Iota { axis } | Op::Concat { axis } | Op::Gather { axis } => vec![format!("axis={axis}")],
+        Op::Iota { axis } | Op::Concat { axis } | Op::Gather { axis } | Op::DynamicUpdateSlice { axis } => {
+            vec![format!("axis={axis}")]
+        }
         Op::Unary(_) | Op::Binary(_) | Op::Select | Op::MatMul => vec![],
         Op::Cast { to } => vec![format!("to={to}")],
         Op::Broadcast { shape, dims } => vec![format!("shape={}", ints(shape)), format!("dims={}", ints(dims))],
@@ -372,6 +374,7 @@ fn build_op(mnemonic: &str, a: &mut Attrs) -> Result<Op, String> {
         "concat" => Op::Concat { axis: a.int("axis")? },
         "pad" => Op::Pad { low: a.ints("low")?, high: a.ints("high")?, value: a.float("value")? },
         "gather" => Op::Gather { axis: a.int("axis")? },
+        "dynamic_update_slice" => Op::DynamicUpdateSlice { axis: a.int("axis")? },
         "reduce" => {
             let kind = a.word("kind")?;
             let kind = ReduceKind::ALL

@@ -30,8 +30,11 @@ pub trait CausalLm: Module + Send + Sync {
     /// One decode step: the logits `[batch, 1, vocab]` of `ids: [batch, 1]` at position `pos`
     /// (a rank-0 i32 known at run time), attending to positions `0..=pos` of `cache` (per
     /// layer, `[batch, kv heads, max, head width]`) after writing this token's keys and values
-    /// there; returns the logits and the updated caches.
-    fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv]) -> Result<(Tensor, Vec<Kv>)>;
+    /// there; returns the logits and the updated caches. The attention reads the cache's
+    /// first `live` positions alone (`1 ≤ live ≤ max`; the step is right for `pos < live`):
+    /// a generator compiles a step per bucket of `live`, so that a step at position 16 of a
+    /// long cache reads 16-odd positions of it, not all.
+    fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv], live: usize) -> Result<(Tensor, Vec<Kv>)>;
 }
 
 /// Checks `ids` (an integer `[batch, seq]` with `1 ≤ seq ≤` the model's longest) for
@@ -81,6 +84,23 @@ pub(crate) fn check_cache(model: &dyn CausalLm, batch: usize, seq: usize, cache:
         }
     }
     Ok(max)
+}
+
+/// Checks a decode step's `live` positions against the cache length `max`.
+pub(crate) fn check_live(model: &dyn CausalLm, live: usize, max: usize) -> Result<usize> {
+    match live {
+        1.. if live <= max => Ok(live),
+        _ => Err(config(format!("{} decode: live positions {live} must be in 1..={max} (the cache's)", model.name()))),
+    }
+}
+
+/// A layer's keys or values after the step's write, cut to the `live` positions the step
+/// attends to (a view: the attention's kernels read those alone).
+pub(crate) fn live_part(cache: &Tensor, live: usize) -> Result<Tensor> {
+    match cache.dims()[2] == live {
+        true => Ok(cache.clone()),
+        false => Ok(cache.narrow(2, 0, live)?),
+    }
 }
 
 /// `softmax(q·kᵀ/√dh, masked)·v` with heads merged: `q: [b, heads, sq, dh]`, `k, v: [b, kv

@@ -10,7 +10,7 @@
 //! into the cache) and [`CausalLm::decode`] (one token per sequence at a run-time position,
 //! attending to the cache it updates in place).
 
-use crate::causal::{attend, check_cache, check_ids, tied_head, CausalLm};
+use crate::causal::{attend, check_cache, check_ids, check_live, live_part, tied_head, CausalLm};
 use crate::error::{config, Result};
 use crate::init::Init;
 use crate::layers::{Embedding, LayerNorm, Linear};
@@ -235,18 +235,19 @@ impl CausalLm for Gpt2 {
         Ok((self.logits(&h)?, kvs))
     }
 
-    fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv]) -> Result<(Tensor, Vec<Kv>)> {
+    fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv], live: usize) -> Result<(Tensor, Vec<Kv>)> {
         let (batch, seq) = check_ids(self, ids, "decode")?;
-        let max = check_cache(self, batch, seq, cache)?;
+        let live = check_live(self, live, check_cache(self, batch, seq, cache)?)?;
         let b = ids.builder();
         let table = self.wpe.table.read(b, DType::F32)?;
         let mut h = self.wte.lookup(ids, DType::F32)?.add(&table.dynamic_slice(pos, 0, 1)?)?;
-        let keep = b.iota(DType::I32, [1, max], 1)?.le(&pos.cast(DType::I32)?)?;
+        let keep = b.iota(DType::I32, [1, live], 1)?.le(&pos.cast(DType::I32)?)?;
         let mut updated = Vec::new();
         for (block, (kc, vc)) in self.h.iter().zip(cache) {
             let [q, k, v] = self.qkv(&block.attn, &block.ln_1.forward(&h)?)?;
             let (kc, vc) = (kc.dynamic_update_slice(&k, pos, 2)?, vc.dynamic_update_slice(&v, pos, 2)?);
-            let a = block.attn.c_proj.forward(&attend(&q, &kc, &vc, &keep)?)?;
+            let a = attend(&q, &live_part(&kc, live)?, &live_part(&vc, live)?, &keep)?;
+            let a = block.attn.c_proj.forward(&a)?;
             h = self.finish_block(block, &h, &a)?;
             updated.push((kc, vc));
         }

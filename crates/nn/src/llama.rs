@@ -16,7 +16,7 @@
 //! and value head once: the query heads sharing a key head are stacked as rows of one
 //! product, so nothing repeats the cache.
 
-use crate::causal::{attend, check_cache, check_ids, tied_head, CausalLm, Kv};
+use crate::causal::{attend, check_cache, check_ids, check_live, live_part, tied_head, CausalLm, Kv};
 use crate::error::{config, NnError, Result};
 use crate::init::Init;
 use crate::layers::{Embedding, Linear, RmsNorm};
@@ -580,19 +580,20 @@ impl CausalLm for Llama {
         Ok((self.logits(&h)?, kvs))
     }
 
-    fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv]) -> Result<(Tensor, Vec<Kv>)> {
+    fn decode(&self, ids: &Tensor, pos: &Tensor, cache: &[Kv], live: usize) -> Result<(Tensor, Vec<Kv>)> {
         let (batch, seq) = check_ids(self, ids, "decode")?;
-        let max = check_cache(self, batch, seq, cache)?;
+        let live = check_live(self, live, check_cache(self, batch, seq, cache)?)?;
         let b = ids.builder();
         let p = pos.cast(DType::I32)?.reshape([1])?;
-        let (q_pos, k_pos) = (p.reshape([1, 1])?, b.iota(DType::I32, [1, max], 1)?);
+        let (q_pos, k_pos) = (p.reshape([1, 1])?, b.iota(DType::I32, [1, live], 1)?);
         let angles = rotary_angles(&p, &self.config.inv_freq())?;
         let mut h = self.embed_tokens.lookup(ids, DType::F32)?;
         let mut updated = Vec::new();
         for ((layer, window), (kc, vc)) in self.layers.iter().zip(&self.config.sliding_windows).zip(cache) {
             let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, &angles)?;
             let (kc, vc) = (kc.dynamic_update_slice(&k, pos, 2)?, vc.dynamic_update_slice(&v, pos, 2)?);
-            let a = attend(&q, &kc, &vc, &Self::keep(&q_pos, &k_pos, *window)?)?;
+            let keep = Self::keep(&q_pos, &k_pos, *window)?;
+            let a = attend(&q, &live_part(&kc, live)?, &live_part(&vc, live)?, &keep)?;
             h = self.finish_layer(layer, &h, &a)?;
             updated.push((kc, vc));
         }

@@ -77,7 +77,8 @@ pub fn reads_per_operand_element(g: &Graph, id: NodeId, pos: usize) -> f64 {
             out * (w[1] * w[2] * w[3]) as f64 / inp
         }
         Op::Pool { window, .. } => out * (window[0] * window[1]) as f64 / inp,
-        Op::Reduce { .. } | Op::ArgMax { .. } => 1.0,
+        // Each element of the operand and of the update once; the start once per element.
+        Op::Reduce { .. } | Op::ArgMax { .. } | Op::DynamicUpdateSlice { .. } => 1.0,
         _ => out / inp,
     }
 }
@@ -99,6 +100,7 @@ pub fn is_data_movement(op: &Op) -> bool {
             | Op::Concat { .. }
             | Op::Pad { .. }
             | Op::Gather { .. }
+            | Op::DynamicUpdateSlice { .. }
             | Op::Cast { .. }
             | Op::Full { .. }
             | Op::Iota { .. }

@@ -564,7 +564,12 @@ fn reads_only_same_index(g: &Graph, members: &MemberOrder, output: NodeId, input
     let (mut reachable, mut stack, mut crossed) = (BTreeSet::from([output]), vec![output], Vec::new());
     let mut same_path = false;
     while let Some(n) = stack.pop() {
-        let same = same_index_operands(g, n);
+        let mut same = same_index_operands(g, n);
+        // A dynamic update slice reads its operand at the element's own index (outside the
+        // window; inside, not at all).
+        if matches!(g.node(n).op, fusegraph_ir::Op::DynamicUpdateSlice { .. }) {
+            same.push(g.operands(n)[0]);
+        }
         for p in g.operands(n) {
             if !same.contains(&p) {
                 crossed.push(p);

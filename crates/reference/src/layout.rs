@@ -121,6 +121,21 @@ pub(crate) fn gather(table: &Value, indices: &Value, axis: usize) -> Vec<f64> {
     out
 }
 
+/// `operand` with `update` written at `[s, s + u)` along `axis`, `s` the start clamped to
+/// `[0, d − u]` (XLA's `DynamicUpdateSlice`).
+pub(crate) fn dynamic_update_slice(operand: &Value, update: &Value, start: &Value, axis: usize) -> Vec<f64> {
+    let dims = &operand.ty.shape.0;
+    let (outer, d, inner) = (numel(&dims[..axis]), dims[axis], numel(&dims[axis + 1..]));
+    let u = update.ty.shape.0[axis];
+    let s = start.data[0].clamp(0.0, (d - u) as f64) as usize;
+    let mut out = operand.data.clone();
+    for o in 0..outer {
+        let (to, from) = ((o * d + s) * inner, o * u * inner);
+        out[to..to + u * inner].copy_from_slice(&update.data[from..from + u * inner]);
+    }
+    out
+}
+
 /// Element = its index along `axis` (before rounding to the dtype).
 pub(crate) fn iota(shape: &Shape, axis: usize) -> Vec<f64> {
     let dims = &shape.0;

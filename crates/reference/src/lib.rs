@@ -182,6 +182,7 @@ fn eval_node(
         Op::Concat { axis } => layout::concat(args, ty, *axis),
         Op::Pad { low, value, .. } => layout::pad(args[0], ty, low, numeric::literal(dtype, *value)),
         Op::Gather { axis } => layout::gather(args[0], args[1], *axis),
+        Op::DynamicUpdateSlice { axis } => layout::dynamic_update_slice(args[0], args[1], args[2], *axis),
         Op::Reduce { kind, axes, .. } => reduce::reduce(args[0], ty, *kind, axes),
         Op::ArgMax { axis, .. } => reduce::argmax(args[0], *axis),
         Op::MatMul => reduce::matmul(args[0], args[1]),

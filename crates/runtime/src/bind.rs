@@ -234,8 +234,12 @@ impl Device {
                 entries: &entries,
             });
             let workgroups = self.grid(&src.label, src.workgroups)?;
-            let bytes_moved =
-                src.bindings.iter().map(|b| binding_bytes(graph, k, b.node, plan.locations[&b.node].size)).sum();
+            let window = src.form == fusegraph_wgsl::KernelForm::Window;
+            let bytes_moved = src
+                .bindings
+                .iter()
+                .map(|b| binding_bytes(graph, k, b.node, plan.locations[&b.node].size, window))
+                .sum();
             kstats.push(KernelStats {
                 label: src.label.clone(),
                 members: k.members.clone(),

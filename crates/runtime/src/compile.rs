@@ -22,14 +22,28 @@ use crate::options::*;
 use crate::Executable;
 
 /// The bytes kernel `k` moves through its binding of `node` (`size` bytes): all of them,
-/// except for an input whose every use in the kernel is a slice, which reads the slices'
-/// elements only (at most the whole binding).
-pub(crate) fn binding_bytes(g: &Graph, k: &fusegraph_passes::Kernel, node: NodeId, size: u64) -> u64 {
+/// except for an input whose every use in the kernel is a slice of it or a gather of its
+/// rows, which reads those elements only (at most the whole binding), and, in a `window`
+/// kernel ([`fusegraph_wgsl::KernelForm::Window`]), an output, of which the update is stored, and the
+/// operand whose buffer it is, of which nothing is read.
+pub(crate) fn binding_bytes(g: &Graph, k: &fusegraph_passes::Kernel, node: NodeId, size: u64, window: bool) -> u64 {
+    if window && k.outputs.contains(&node) {
+        return g.ty(g.operands(node)[1]).buffer_bytes() as u64;
+    }
+    if window && k.outputs.iter().any(|&o| g.operands(o)[0] == node) {
+        return 0;
+    }
     let users: Vec<NodeId> = g.users(node).into_iter().filter(|u| k.members.contains(u)).collect();
+    // Read only through slices of it, or as the table rows are gathered from: those elements.
+    let partial = |u: NodeId| match g.node(u).op {
+        Op::Slice { .. } => true,
+        Op::Gather { .. } => g.operands(u)[0] == node,
+        _ => false,
+    };
     let sliced = k.inputs.contains(&node)
         && !k.outputs.contains(&node)
         && !users.is_empty()
-        && users.iter().all(|&u| matches!(g.node(u).op, Op::Slice { .. }));
+        && users.iter().all(|&u| partial(u));
     match sliced {
         true => users.iter().map(|&u| g.ty(u).buffer_bytes() as u64).sum::<u64>().min(size),
         false => size,
@@ -481,7 +495,9 @@ fn lower_kernels(
             .zip(&unshared)
             .zip(tilings.iter().zip(coop).zip(subgroup))
             .map(|((k, unshared), ((&matmul_tiling, &cooperative_matmul), &subgroup_matmul))| {
-                let strategy = Strategy { matmul_tiling, cooperative_matmul, subgroup_matmul, ..strategy };
+                let window_writes = writes_over_operands(graph, k, plan);
+                let strategy =
+                    Strategy { matmul_tiling, cooperative_matmul, subgroup_matmul, window_writes, ..strategy };
                 lower_planned(graph, k, unshared, lower_opts, &strategy)
             })
             .collect()
@@ -498,6 +514,19 @@ fn lower_kernels(
         workspace_plan = WorkspacePlan::of(graph, &sources);
     }
     (sources, workspace_plan)
+}
+
+/// Whether every output of `k` is a dynamic update slice that `plan` writes over its operand
+/// (a parameter updated in place, or an arena value whose bytes it takes over): the kernel
+/// may then write the windows alone ([`Strategy::window_writes`]).
+fn writes_over_operands(graph: &Graph, k: &fusegraph_passes::Kernel, plan: &MemoryPlan) -> bool {
+    !k.outputs.is_empty()
+        && k.outputs.iter().all(|o| {
+            matches!(graph.node(*o).op, Op::DynamicUpdateSlice { .. }) && {
+                let operand = graph.operands(*o)[0];
+                plan.updated_in_place.get(o) == Some(&operand) || plan.in_place.get(o) == Some(&operand)
+            }
+        })
 }
 
 /// Fails with [`RuntimeError::ResourceExhausted`], naming the largest live values, where the

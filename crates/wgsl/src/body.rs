@@ -9,6 +9,15 @@ fn v(id: NodeId) -> String {
     format!("v{}", id.index())
 }
 
+/// The start of a dynamic window (a rank-0 i32 or u32 value `start`) clamped to
+/// `[0, last]`, as a u32 expression.
+pub(crate) fn clamped_start(g: &Graph, start: NodeId, last: usize) -> String {
+    match g.ty(start).dtype {
+        DType::I32 => format!("u32(clamp({}(0u), 0i, {last}i))", v(start)),
+        _ => format!("min({}(0u), {last}u)", v(start)),
+    }
+}
+
 /// Writes the statements of node `id`'s element function; the element index is `i`.
 pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
     let node = g.node(id);
@@ -107,6 +116,19 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
             tc.push("j".into());
             tc.extend_from_slice(&c[*axis + idims.len()..]);
             w(out, format!("return {a}({});", ravel(&tc, table)));
+        }
+        Op::DynamicUpdateSlice { axis } => {
+            // The update inside the window `[s, s + u)` along the axis, the operand elsewhere.
+            let c = unravel(out, dims, "i", "c");
+            let udims = g.ty(ops[1]).shape.dims();
+            w(out, format!("let s = {};", clamped_start(g, ops[2], dims[*axis] - udims[*axis])));
+            let at = &c[*axis];
+            w(out, format!("if ({at} >= s && {at} < s + {}u) {{", udims[*axis]));
+            let mut uc = c.clone();
+            uc[*axis] = format!("({at} - s)");
+            w(out, format!("    return {}({});", v(ops[1]), ravel(&uc, udims)));
+            w(out, "}".into());
+            w(out, format!("return {a}(i);"));
         }
         Op::Reduce { kind, axes, keep_dims } => {
             let od = g.ty(ops[0]).shape.dims();

@@ -28,6 +28,7 @@ mod storage;
 mod tiling;
 mod validate;
 mod view;
+mod window;
 mod writer;
 
 pub use loops::{CPU_LOOP_BUDGET, GPU_INTERLEAVE_MIN, GPU_QUADS};
@@ -42,3 +43,4 @@ pub use options::{
 pub use tiling::MatmulTiling;
 pub use validate::{validate, ValidateError};
 pub use view::{reshape_strides, split_last_axis_view, strided_view, StridedView};
+pub use window::{window_outputs, Window};

@@ -277,8 +277,13 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     }
     // A loop kernel walks four adjacent elements per step where it can, reading and writing
     // whole vec4s of the bindings `loop_vec4` names.
+    // Dynamic update slices written over their operands write their windows alone.
+    let window = match kernel.kind {
+        KernelKind::Loop if tiled.is_none() && strategy.window_writes => crate::window::window_outputs(g, kernel, opts),
+        _ => None,
+    };
     let loop_vec4 = match kernel.kind {
-        KernelKind::Loop if tiled.is_none() => vec4_loop(g, kernel, &bindings, &regs, opts),
+        KernelKind::Loop if tiled.is_none() && window.is_none() => vec4_loop(g, kernel, &bindings, &regs, opts),
         _ => None,
     };
     // So does a row kernel with one invocation per row in the serial family, where it can.
@@ -415,7 +420,10 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
                 crate::matmul_tiled::tiled_main(g, kernel, &bindings, t, &regs, opts, strategy, coop, &inv, &mut body)
             }
-            (None, ..) => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
+            (None, ..) => match &window {
+                Some(w) => crate::window::window_main(g, kernel, &bindings, w, opts),
+                None => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
+            },
         },
         KernelKind::Row { shape, axes } => {
             let quads = row_vec4
@@ -461,6 +469,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
                 vec4_lhs: t.vec4_lhs.is_some(),
                 vec4_rhs: t.vec4_rhs.is_some(),
             },
+            (None, ..) if window.is_some() => KernelForm::Window,
             (None, ..) => KernelForm::Loop { quads: loop_vec4.is_some() },
         },
         KernelKind::Row { shape, axes } => {

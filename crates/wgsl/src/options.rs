@@ -201,6 +201,9 @@ pub enum KernelForm {
         /// Keys and values staged in workgroup memory.
         tiled: bool,
     },
+    /// Dynamic update slices written over their operands' buffers: an invocation per
+    /// element of the update, the window stored alone (`crate::window`).
+    Window,
 }
 
 impl KernelSource {
@@ -245,6 +248,11 @@ pub struct Strategy {
     /// matrix–vector kernel (`crate::matmul_gemv::gemv_main`); otherwise as any other
     /// product.
     pub gemv: bool,
+    /// The kernel's outputs, each a dynamic update slice, are written over their operands'
+    /// buffers (the memory plan says so): lower it by `crate::window::window_main`, which
+    /// writes the windows alone, where [`crate::window_outputs`] finds one window. Wrong
+    /// for a kernel whose outputs have buffers of their own, so off by default.
+    pub window_writes: bool,
 }
 
 impl Default for Strategy {
@@ -257,6 +265,7 @@ impl Default for Strategy {
             vec4_operands: true,
             blocked_columns: false,
             gemv: true,
+            window_writes: false,
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use super::Emit;
 use fusegraph_ir::op::reduced_dims;
-use fusegraph_ir::{BinaryOp, DType, IrError, NodeId, ReduceKind};
+use fusegraph_ir::{BinaryOp, DType, IrError, NodeId, Op, ReduceKind};
 
 type R = Result<NodeId, IrError>;
 
@@ -141,6 +141,42 @@ pub(super) fn gather(e: &mut Emit<'_>, table: NodeId, indices: NodeId, axis: usi
     let g3 = e.reshape(gy, vec![p, n, q])?;
     let dt = e.matmul(onehot, g3)?; // [P, D, Q]
     e.reshape(dt, td)
+}
+
+/// `dynamic_update_slice(x, u, start)` along `axis`: the operand's cotangent is `gy` with
+/// the window zeroed (the same op writing zeros), the update's is the window of `gy` (a
+/// gather of the `u` positions from the start clamped as the forward op clamps it).
+pub(super) fn dynamic_update_slice(
+    e: &mut Emit<'_>,
+    xs: &[NodeId],
+    axis: usize,
+    gy: NodeId,
+    want: &[bool],
+) -> Result<Vec<Option<NodeId>>, IrError> {
+    let (update, start) = (xs[1], xs[2]);
+    let (d, u) = (e.dims(xs[0])[axis], e.dims(update)[axis]);
+    let operand = match want[0] {
+        true => {
+            let zeros = e.full_like(update, 0.0)?;
+            Some(e.op(Op::DynamicUpdateSlice { axis }, &[gy, zeros, start])?)
+        }
+        false => None,
+    };
+    let update = match want[1] {
+        true => {
+            let s = e.cast(start, DType::I32)?;
+            let zero = e.full(DType::I32, vec![], 0.0)?;
+            let top = e.full(DType::I32, vec![], (d - u) as f64)?;
+            let s = e.bin(BinaryOp::Max, s, zero)?;
+            let s = e.bin(BinaryOp::Min, s, top)?;
+            let s = e.broadcast_in_dim(s, vec![u], vec![])?;
+            let positions = e.iota(DType::I32, vec![u], 0)?;
+            let rows = e.add(positions, s)?;
+            Some(e.op(Op::Gather { axis }, &[gy, rows])?)
+        }
+        false => None,
+    };
+    Ok(vec![operand, update, None])
 }
 
 /// `reduce(x, kind, axes)`; `y` is the reduced value, `gy` its cotangent (with or without

@@ -169,6 +169,7 @@ fn vjp(
         Op::Concat { axis } => Ok(layout::concat(e, xs, *axis, gy, want)?),
         Op::Pad { low, .. } => one(layout::pad(e, xs[0], low, gy)),
         Op::Gather { axis } => Ok(vec![Some(layout::gather(e, xs[0], xs[1], *axis, gy)?), None]),
+        Op::DynamicUpdateSlice { axis } => Ok(layout::dynamic_update_slice(e, xs, *axis, gy, want)?),
         Op::Reduce { kind, axes, .. } => one(layout::reduce(e, *kind, axes, xs[0], y, gy)),
         Op::MatMul => Ok(contraction::matmul(e, xs, gy, want)?),
         Op::Conv2d { stride, padding, dilation, groups } => {
