@@ -249,13 +249,14 @@ run() {
             done
             ;;
         gpt2)
-            # GPT-2 124M's shapes with random weights in f32 and f16: decode at batch 1, the
-            # step's kernels, bytes and host share.
+            # GPT-2 124M's shapes with random weights in f32 and f16: decode at batch 1 over
+            # the whole 1,024-position cache, the step's kernels, bytes, time and host share
+            # at positions 16 and 1,000 (a step per cache length: 64 … 1,024 positions).
             for dt in f32 f16; do
                 echo "== generate, GPT-2 124M shapes, $dt, batch 1" | tee -a "$OUT/gpt2.log"
-                timeout 60 $B/fusegraph generate --random-config tests/data/configs/gpt2-124m.json --dtype $dt \
-                    --prompt-ids 1,2 --tokens 256 --warmup 8 --ignore-eos --json "$OUT/gpt2-$dt-b1.json" 2>&1 \
-                    | tail -1 | tee -a "$OUT/gpt2.log"
+                timeout 100 $B/fusegraph generate --random-config tests/data/configs/gpt2-124m.json --dtype $dt \
+                    --prompt-ids 1,2 --tokens 1010 --max-seq 1024 --warmup 8 --ignore-eos --report-at 16,128,512,1000 \
+                    --json "$OUT/gpt2-$dt-b1.json" 2>&1 | grep -E "^(prefill|step at|compiled)" | tee -a "$OUT/gpt2.log"
             done
             ;;
         llama)
