@@ -93,3 +93,26 @@ fn repeated_layers_share_their_pipelines() {
     assert!(k3 > k2 && p2 < k2 && p3 >= p2);
     assert!(2 * (p3 - p2) < k3 - k2, "the third layer's {} kernels need {} new pipelines", k3 - k2, p3 - p2);
 }
+
+/// Timing runs back to back: each sample is one submission of `per_sample` runs, every run
+/// executes (a counter parameter updated by each run counts them: the first run with the
+/// feeds, then warm-up and timed samples), and a time per run comes back per sample.
+#[test]
+fn back_to_back_timing_runs_every_execution_and_times_each_sample() {
+    use fusegraph::{HostTensor, ParamStore};
+    let device = Device::shared().unwrap();
+    let store = ParamStore::new(&device);
+    store.insert("count", &HostTensor::new([4], vec![0.0f32; 4]).unwrap()).unwrap();
+    let b = GraphBuilder::new();
+    let count = b.parameter("count", DType::F32, [4]).unwrap();
+    let x = b.input("x", DType::F32, [4]).unwrap();
+    let next = count.add_scalar(1.0).unwrap();
+    let y = x.mul(&next).unwrap();
+    let opts = CompileOptions { updates: vec![("count".into(), next.id())], ..Default::default() };
+    let exe = store.compile(&b.graph(), &[y.id()], &opts).unwrap();
+    let xv = HostTensor::new([4], vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let t = exe.time_back_to_back(&[("x", &xv)], 1, 3, 5).unwrap();
+    assert_eq!(t.ms.len(), 3);
+    assert!(t.ms.iter().all(|&ms| ms > 0.0 && ms.is_finite()), "{:?}", t.ms);
+    assert_eq!(store.get("count").unwrap().to_f64(), vec![21.0; 4], "1 run, then 4 samples of 5");
+}

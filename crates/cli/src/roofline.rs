@@ -124,6 +124,8 @@ struct Ceiling {
     feeds: Vec<(String, HostTensor)>,
     /// Its run times, one per round of every kernel's timing.
     ms: Vec<f64>,
+    /// A run's time alone, as first measured (see [`runs_per_sample`]).
+    per_run: f64,
 }
 
 fn refs(feeds: &[(String, HostTensor)]) -> Vec<(&str, &HostTensor)> {
@@ -139,11 +141,13 @@ fn median(v: &[f64]) -> f64 {
 /// Compiles a graph and times it. On a CPU adapter in `runs` rounds of one run each, every
 /// round followed by one run of the ceiling's copy, so that a kernel and the ceiling it is
 /// compared with see the same machine (on a shared CPU box the load drifts by ±20% within a
-/// minute); on a GPU (`interleave` false) `runs` runs in one call and then as many of the
+/// minute); on a GPU (`interleave` false) `runs` samples in one call and then as many of the
 /// copy: each call uploads the inputs and reads the outputs back, which over PCIe costs far
-/// more than the kernels at these sizes (an H100's speed drifts too, so its rows are samples;
-/// BENCHMARKS.md). Returns (median ms, the executable, the
-/// copy's GB/s over these rounds).
+/// more than the kernels at these sizes. A GPU sample is a submission of runs back to back,
+/// about [`GPU_SAMPLE_MS`] of them ([`Executable::time_back_to_back`]): a short kernel
+/// submitted alone after a wait runs at a fraction of its speed in a stream of work (an H100's
+/// copy 0.514 ms alone, 0.218 ms among 20). Returns (median ms, the executable, the copy's
+/// GB/s over these rounds).
 #[allow(clippy::too_many_arguments)]
 fn time(
     device: &Arc<Device>,
@@ -158,12 +162,17 @@ fn time(
     let exe = device.compile(&b.graph(), outs, opts).map_err(|e| e.to_string())?;
     let refs = refs(feeds);
     let (per_round, rounds) = if interleave { (1, runs) } else { (runs, 1) };
-    warm_up(&exe, &refs, interleave)?;
+    let per_run = warm_up(&exe, &refs, interleave)?;
+    let copy_refs = self::refs(&ceiling.feeds);
+    let back_to_back = |exe: &Executable, refs: &[(&str, &HostTensor)], per_run: f64| match interleave {
+        true => exe.time(refs, 0, per_round),
+        false => exe.time_back_to_back(refs, 0, per_round, runs_per_sample(per_run)),
+    };
     let mut ms = Vec::with_capacity(runs);
     let mut copy_ms = Vec::with_capacity(runs);
     for _ in 0..rounds {
-        ms.extend(exe.time(&refs, 0, per_round).map_err(|e| e.to_string())?.ms);
-        let t = ceiling.exe.time(&self::refs(&ceiling.feeds), 0, per_round).map_err(|e| e.to_string())?;
+        ms.extend(back_to_back(&exe, &refs, per_run).map_err(|e| e.to_string())?.ms);
+        let t = back_to_back(&ceiling.exe, &copy_refs, ceiling.per_run).map_err(|e| e.to_string())?;
         copy_ms.extend(&t.ms);
         ceiling.ms.extend(&t.ms);
     }
@@ -177,18 +186,27 @@ fn time(
 /// card that has been busy for a while. With two runs, an H100's 4096³ product took 15 ms
 /// compiled right after the same tiling had run at 5.7 ms, in every run: the card's clocks
 /// after a pause for compiling are the suspect.
-fn warm_up(exe: &Executable, feeds: &[(&str, &HostTensor)], cpu: bool) -> Result<(), String> {
+/// Returns the ms of the last warm-up run.
+fn warm_up(exe: &Executable, feeds: &[(&str, &HostTensor)], cpu: bool) -> Result<f64, String> {
     let first = exe.time(feeds, 2, 1).map_err(|e| e.to_string())?;
+    let per_run = first.median().max(1e-3);
     if !cpu {
-        let per_run = first.median().max(1e-3);
         let more = ((GPU_WARM_UP_MS / per_run).ceil() as usize).clamp(1, 198);
         exe.time(feeds, more, 0).map_err(|e| e.to_string())?;
     }
-    Ok(())
+    Ok(per_run)
 }
 
 /// The kernel time a GPU row's warm-up runs fill (see [`warm_up`]).
 const GPU_WARM_UP_MS: f64 = 250.0;
+
+/// The kernel time of one GPU sample: runs back to back in one submission, as many as fill
+/// it (1 to 64), each a run's time lone after a wait being `per_run`.
+const GPU_SAMPLE_MS: f64 = 4.0;
+
+fn runs_per_sample(per_run: f64) -> usize {
+    ((GPU_SAMPLE_MS / per_run.max(1e-3)).ceil() as usize).clamp(1, 64)
+}
 
 fn inputs(b: &GraphBuilder, dtype: DType, shapes: &[&[usize]]) -> (Vec<Tensor>, Vec<(String, HostTensor)>) {
     let mut ts = Vec::new();
@@ -223,8 +241,8 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         let (x, feeds) = inputs(&b, DType::F32, &[&[n]]);
         let y = x[0].neg().expect("neg");
         let exe = device.compile(&b.graph(), &[y.id()], &CompileOptions::default()).map_err(|e| e.to_string())?;
-        exe.time(&refs(&feeds), 2, 1).map_err(|e| e.to_string())?;
-        Ceiling { exe, feeds, ms: Vec::new() }
+        let per_run = exe.time(&refs(&feeds), 2, 1).map_err(|e| e.to_string())?.median();
+        Ceiling { exe, feeds, ms: Vec::new(), per_run }
     };
     let mut measure_with = |kernel: &str,
                             dtype: DType,

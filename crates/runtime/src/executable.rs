@@ -501,21 +501,53 @@ impl Executable {
     /// untimed ones), each submitted and waited for on its own. With GPU timestamps the time
     /// is the compute pass on the GPU; otherwise wall time from submit to completion.
     pub fn time(&self, feeds: &[(&str, &HostTensor)], warmup: usize, runs: usize) -> Result<Timing> {
+        self.time_with(feeds, warmup, runs, 1)
+    }
+
+    /// [`Executable::time`] with `per_sample` executions back to back in each submission (at
+    /// least one): each of the `samples` times is the submission's (the first kernel's start
+    /// to the last's end with GPU timestamps) over `per_sample`. A kernel's speed in a
+    /// stream of work, as a model's step runs it: on an H100 a copy timed alone after a wait
+    /// took 0.514 ms and 0.218 ms among 20 back to back (`benchmarks/h100/notes.md`).
+    pub fn time_back_to_back(
+        &self,
+        feeds: &[(&str, &HostTensor)],
+        warmup: usize,
+        samples: usize,
+        per_sample: usize,
+    ) -> Result<Timing> {
+        self.time_with(feeds, warmup, samples, per_sample.max(1))
+    }
+
+    fn time_with(
+        &self,
+        feeds: &[(&str, &HostTensor)],
+        warmup: usize,
+        runs: usize,
+        per_sample: usize,
+    ) -> Result<Timing> {
         let _running = self.take_turn();
         self.run_in_turn(feeds)?;
         let d = &self.device;
+        // Execution `j` of a submission writes timestamps `2j` (start) and `2j + 1` (end).
+        let count = 2 * per_sample as u32;
+        let bytes = 8 * count as u64;
         let ts = d.has_timestamps().then(|| {
             let set = d.device.create_query_set(&wgpu::QuerySetDescriptor {
                 label: Some("fusegraph timing"),
                 ty: wgpu::QueryType::Timestamp,
-                count: 2,
+                count,
             });
-            let resolve =
-                buffer(d, "fusegraph timestamps", 16, wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC);
+            let resolve = buffer(
+                d,
+                "fusegraph timestamps",
+                bytes,
+                wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            );
             let read = buffer(
                 d,
                 "fusegraph timestamps readback",
-                16,
+                bytes,
                 wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             );
             (set, resolve, read)
@@ -530,11 +562,14 @@ impl Executable {
             let mut encoder =
                 d.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph timed run") });
             let before = self.generation();
-            self.encode(&mut encoder, ts.as_ref().map(|t| &t.0));
-            self.encode_updates(&mut encoder);
+            for j in 0..per_sample as u32 {
+                let range = self.first_kernel()..self.kernels.len();
+                self.encode_kernels(&mut encoder, range, ts.as_ref().map(|t| (&t.0, 2 * j)));
+                self.encode_updates(&mut encoder);
+            }
             if let Some((set, resolve, read)) = &ts {
-                encoder.resolve_query_set(set, 0..2, resolve, 0);
-                encoder.copy_buffer_to_buffer(resolve, 0, read, 0, 16);
+                encoder.resolve_query_set(set, 0..count, resolve, 0);
+                encoder.copy_buffer_to_buffer(resolve, 0, read, 0, bytes);
             }
             let start = std::time::Instant::now();
             d.queue.submit([encoder.finish()]);
@@ -550,9 +585,11 @@ impl Executable {
                             during: "reading timestamps".into(),
                             detail: e.to_string(),
                         })?;
-                        let a = u64::from_le_bytes(view[0..8].try_into().expect("8 bytes"));
-                        let b = u64::from_le_bytes(view[8..16].try_into().expect("8 bytes"));
-                        b.saturating_sub(a) as f64 * d.queue.get_timestamp_period() as f64 / 1e6
+                        let tick = |k: u32| {
+                            let at = 8 * k as usize;
+                            u64::from_le_bytes(view[at..at + 8].try_into().expect("8 bytes"))
+                        };
+                        tick(count - 1).saturating_sub(tick(0)) as f64 * d.queue.get_timestamp_period() as f64 / 1e6
                     };
                     read.unmap();
                     t
@@ -560,7 +597,7 @@ impl Executable {
                 None => wall,
             };
             if i >= warmup {
-                ms.push(value);
+                ms.push(value / per_sample as f64);
             }
         }
         Ok(Timing { ms, gpu_timestamps: ts.is_some() })
