@@ -86,6 +86,10 @@ struct Args {
     /// Test: each rank draws its initial weights from another seed (all start from rank 0's).
     #[arg(long, hide = true)]
     rank_seeds: bool,
+    /// Test: rank R records the other size of the model (`--quick` flipped), which the ranks'
+    /// start-up check must refuse.
+    #[arg(long, value_name = "R", hide = true)]
+    mismatch: Option<usize>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -218,7 +222,11 @@ fn distributed(cfg: &fusegraph_workloads::demo::Config, args: &Args) -> ! {
                 println!("step {step:4}  loss {loss:.4}");
             }
         };
-        let report = run_parallel(cfg, &plan, &device, &comm, &mut progress)?;
+        let mut cfg = cfg.clone();
+        if args.mismatch == Some(comm.rank()) {
+            cfg.quick = !cfg.quick;
+        }
+        let report = run_parallel(&cfg, &plan, &device, &comm, &mut progress)?;
         if lead {
             println!(
                 "median step   {:.2} ms ({} ranks, global batch {})",

@@ -176,3 +176,12 @@ fn a_rank_that_stops_answering_ends_the_job_at_the_collective_timeout() {
     assert!(text.contains("rank 0: the gradient all-reduce did not complete within 3s"), "{text}");
     assert!(took < Duration::from_secs(120), "{took:?}");
 }
+
+#[test]
+fn ranks_that_recorded_different_models_stop_before_training_naming_them() {
+    let (code, text, took) = mpirun(2, &["--steps", "5", "--mismatch", "1"], Duration::from_secs(120));
+    assert_ne!(code, Some(0), "the job must fail:\n{text}");
+    assert!(text.contains("ranks 1 recorded other trained parameters (names or shapes) than rank 0"), "{text}");
+    assert!(!text.contains("step "), "no step ran:\n{text}");
+    assert!(took < Duration::from_secs(120), "{took:?}");
+}
