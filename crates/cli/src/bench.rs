@@ -111,15 +111,32 @@ fn compile(device: &Arc<Device>, w: &Workload, opts: &CompileOptions) -> Result<
     Ok(exe)
 }
 
-/// Times `fused` and `unfused` in turn, one run of each per round after two warm-up runs of
-/// each, so that both see the same minutes of a machine whose speed drifts (a shared VM here
-/// swung 2× within minutes; timed one after the other, a ratio caught the drift instead).
-fn time_in_turn(w: &Workload, fused: &Executable, unfused: &Executable, runs: usize) -> Result<[Timing; 2], String> {
+/// Times `fused` and `unfused` in turn, one sample of each per round after two warm-up runs
+/// of each, so that both see the same minutes of a machine whose speed drifts (a shared VM
+/// here swung 2× within minutes; timed one after the other, a ratio caught the drift
+/// instead). A sample is one run on a CPU adapter; on a GPU (`gpu`), runs back to back in one
+/// submission, as many as fill about 4 ms ([`crate::roofline::runs_per_sample`]): a short
+/// step submitted alone after a wait runs far below its speed in a stream of steps.
+fn time_in_turn(
+    w: &Workload,
+    fused: &Executable,
+    unfused: &Executable,
+    runs: usize,
+    gpu: bool,
+) -> Result<[Timing; 2], String> {
     let feeds = w.feed_refs();
     let mut out = [Timing { ms: Vec::new(), gpu_timestamps: false }, Timing { ms: Vec::new(), gpu_timestamps: false }];
+    let mut per_sample = [1usize; 2];
     for round in 0..=runs {
-        for (exe, t) in [fused, unfused].into_iter().zip(out.iter_mut()) {
-            let one = exe.time(&feeds, if round == 0 { 2 } else { 0 }, 1).map_err(|e| e.to_string())?;
+        for ((exe, t), n) in [fused, unfused].into_iter().zip(out.iter_mut()).zip(per_sample.iter_mut()) {
+            let one = match round {
+                0 => exe.time(&feeds, 2, 1),
+                _ => exe.time_back_to_back(&feeds, 0, 1, *n),
+            }
+            .map_err(|e| e.to_string())?;
+            if round == 0 && gpu {
+                *n = crate::roofline::runs_per_sample(one.median());
+            }
             if round > 0 {
                 t.ms.extend(one.ms);
             }
@@ -241,7 +258,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         if let Some(dir) = &args.plot {
             plot(dir, w, &fused, &unfused)?;
         }
-        let [tf, tu] = time_in_turn(w, &fused, &unfused, args.runs())?;
+        let gpu = info.device_type != fusegraph::crates::runtime::WgpuDeviceType::Cpu;
+        let [tf, tu] = time_in_turn(w, &fused, &unfused, args.runs(), gpu)?;
         let speedup = Speedup::paired(&tu.ms, &tf.ms).map_err(|e| format!("{}: {e}", w.name))?;
         let rf = measure(w, "fused", &fused, tf)?;
         let ru = measure(w, "unfused", &unfused, tu)?;

@@ -204,7 +204,7 @@ const GPU_WARM_UP_MS: f64 = 250.0;
 /// it (1 to 64), each a run's time lone after a wait being `per_run`.
 const GPU_SAMPLE_MS: f64 = 4.0;
 
-fn runs_per_sample(per_run: f64) -> usize {
+pub(crate) fn runs_per_sample(per_run: f64) -> usize {
     ((GPU_SAMPLE_MS / per_run.max(1e-3)).ceil() as usize).clamp(1, 64)
 }
 
