@@ -372,6 +372,17 @@ fn layout_cases(dt: DType, next: &mut impl FnMut() -> CaseBuilder, cases: &mut V
             let y = x.dynamic_update_slice(&u, &start, axis).unwrap();
             cases.push(c.finish(format!("dynamic_update_slice_{dt}_{it}_axis{axis}"), &[&y]));
         }
+        // A start per index of axis 0.
+        for axis in [1, 2] {
+            let mut c = next();
+            let x = c.input(dt, &[3, 5, 4], Domain::Any);
+            let mut dims = x.dims().to_vec();
+            dims[axis] = 2;
+            let u = c.input(dt, &dims, Domain::Any);
+            let start = c.input(it, &[3], Domain::Index(x.dims()[axis] - 1));
+            let y = x.dynamic_update_slice(&u, &start, axis).unwrap();
+            cases.push(c.finish(format!("dynamic_update_slice_rows_{dt}_{it}_axis{axis}"), &[&y]));
+        }
     }
 }
 

@@ -156,3 +156,40 @@ fn a_cache_update_in_place_moves_only_its_window() {
     let now = store.get("cache").unwrap().to_f64();
     assert!(now.iter().zip(&expect).all(|(a, b)| (a - b).abs() < 1e-6), "the cache after five steps");
 }
+
+/// A start per sequence: each row of a batch of caches is written at its own position, by
+/// the window kernel, and a start of the wrong shape is a typed error.
+#[test]
+fn each_row_of_a_cache_is_written_at_its_own_position() {
+    use fusegraph::KernelForm;
+    let device = Device::shared().unwrap();
+    let store = ParamStore::new(&device);
+    let (rows, len, width) = (3, 64, 4);
+    let initial = values(&[rows, len, width], 40);
+    store.insert("cache", &initial).unwrap();
+    let b = GraphBuilder::new();
+    let c = b.parameter("cache", DType::F32, [rows, len, width]).unwrap();
+    let row = b.input("row", DType::F32, [rows, 1, width]).unwrap();
+    let pos = b.input("pos", DType::I32, [rows]).unwrap();
+    let new = c.dynamic_update_slice(&row, &pos, 1).unwrap();
+    let total = new.sum(&[0, 1, 2], false).unwrap();
+    let opts = CompileOptions { updates: vec![("cache".into(), new.id())], ..Default::default() };
+    let exe = store.compile(&b.graph(), &[total.id()], &opts).unwrap();
+    assert!(exe.stats().kernels.iter().any(|k| k.form == KernelForm::Window));
+    let mut expect = initial.to_f64();
+    for (step, p) in [[0, 5, 63], [1, 70, -2], [2, 6, 0]].into_iter().enumerate() {
+        let rv = values(&[rows, 1, width], 50 + step as u64);
+        exe.run(&[("row", &rv), ("pos", &HostTensor::new([rows], p.to_vec()).unwrap())]).unwrap();
+        for (r, &at) in p.iter().enumerate() {
+            let s = at.clamp(0, len as i32 - 1) as usize;
+            for k in 0..width {
+                expect[(r * len + s) * width + k] = rv.to_f64()[r * width + k];
+            }
+        }
+    }
+    let now = store.get("cache").unwrap().to_f64();
+    assert!(now.iter().zip(&expect).all(|(a, b)| (a - b).abs() < 1e-6), "the cache after three steps");
+    let two = b.input("two", DType::I32, [2]).unwrap();
+    let e = c.dynamic_update_slice(&row, &two, 1).unwrap_err().to_string();
+    assert!(e.contains("one per index of axis 0"), "{e}");
+}

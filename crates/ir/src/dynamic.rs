@@ -48,7 +48,8 @@ impl Tensor {
     /// `self` with `update` written at `[s, s + len)` along `axis` (`len` = `update`'s size
     /// there), where `s` is `start` (a rank-0 i32 or u32 known at run time) clamped to
     /// `[0, dim − len]`, as XLA's `DynamicUpdateSlice` ([`Op::DynamicUpdateSlice`]). `update`
-    /// has `self`'s dtype and shape but along `axis`. Result: `self`'s type.
+    /// has `self`'s dtype and shape but along `axis`. A `start` of shape `[dims[0]]` (for an
+    /// `axis` past 0) starts each index of axis 0 at its own position. Result: `self`'s type.
     pub fn dynamic_update_slice(&self, update: &Tensor, start: &Tensor, axis: usize) -> Result<Tensor> {
         self.op(Op::DynamicUpdateSlice { axis }, &[update, start])
     }

@@ -350,8 +350,10 @@ pub enum Op {
     /// XLA's `DynamicUpdateSlice` along one axis: operands `(operand: T[d…], update: T[d…
     /// but u along axis], start: i32|u32[])`; the result is `operand` with `update` written
     /// at `[s, s + u)` along `axis`, `s` the start clamped to `[0, d_axis − u]` so the window
-    /// fits. Result: the operand's type. Where the result takes the operand's buffer (an
-    /// in-place update), the kernel writes the window alone.
+    /// fits. A start of shape `[d0]` (`axis` > 0) gives each index `b` of the leading axis its
+    /// own window start `start[b]` (a batch of caches, each sequence at its own position).
+    /// Result: the operand's type. Where the result takes the operand's buffer (an in-place
+    /// update), the kernel writes the windows alone.
     DynamicUpdateSlice {
         /// The axis the window lies along.
         axis: usize,
@@ -691,8 +693,12 @@ pub fn infer_type(op: &Op, operands: &[&TensorType]) -> Result<TensorType> {
             if !fits {
                 return err(op, format!("update {u} must be {x} but for 1..={dim} along axis {axis}"));
             }
-            if s.shape.rank() != 0 || !s.dtype.is_int() {
-                return err(op, format!("start {s} must be a rank-0 i32 or u32"));
+            let per_row = s.shape.rank() == 1 && *axis > 0 && s.shape.0[0] == x.shape.0[0];
+            if !(s.shape.rank() == 0 || per_row) || !s.dtype.is_int() {
+                return err(
+                    op,
+                    format!("start {s} must be a rank-0 i32 or u32, or one per index of axis 0 (of {x}) past axis 0"),
+                );
             }
             Ok(x.clone())
         }

@@ -28,9 +28,10 @@ pub trait CausalLm: Module + Send + Sync {
     /// `0..seq`) and every layer's keys and values `[batch, kv heads, seq, head width]`.
     fn prefill(&self, ids: &Tensor) -> Result<(Tensor, Vec<Kv>)>;
     /// One decode step: the logits `[batch, 1, vocab]` of `ids: [batch, 1]` at position `pos`
-    /// (a rank-0 i32 known at run time), attending to positions `0..=pos` of `cache` (per
-    /// layer, `[batch, kv heads, max, head width]`) after writing this token's keys and values
-    /// there; returns the logits and the updated caches. The attention reads the cache's
+    /// (an i32 known at run time: rank 0 for every sequence, or `[batch]`, each sequence at
+    /// its own), attending to positions `0..=pos` of `cache` (per layer, `[batch, kv heads,
+    /// max, head width]`) after writing this token's keys and values there; returns the
+    /// logits and the updated caches. The attention reads the cache's
     /// first `live` positions alone (`1 ≤ live ≤ max`; the step is right for `pos < live`):
     /// a generator compiles a step per bucket of `live`, so that a step at position 16 of a
     /// long cache reads 16-odd positions of it, not all.
@@ -86,6 +87,18 @@ pub(crate) fn check_cache(model: &dyn CausalLm, batch: usize, seq: usize, cache:
     Ok(max)
 }
 
+/// A decode step's positions as one i32 per sequence `[batch]` (a rank-0 `pos` broadcast),
+/// or a typed error naming `pos`.
+pub(crate) fn row_positions(model: &dyn CausalLm, pos: &Tensor, batch: usize) -> Result<Tensor> {
+    match pos.dims() {
+        _ if !pos.dtype().is_int() => {}
+        [] => return Ok(pos.cast(DType::I32)?.broadcast_to([batch])?),
+        [b] if *b == batch => return Ok(pos.cast(DType::I32)?),
+        _ => {}
+    }
+    Err(config(format!("{} decode: pos {} must be an i32 of shape [] or [{batch}]", model.name(), pos.ty())))
+}
+
 /// Checks a decode step's `live` positions against the cache length `max`.
 pub(crate) fn check_live(model: &dyn CausalLm, live: usize, max: usize) -> Result<usize> {
     match live {
@@ -105,14 +118,15 @@ pub(crate) fn live_part(cache: &Tensor, live: usize) -> Result<Tensor> {
 
 /// `softmax(q·kᵀ/√dh, masked)·v` with heads merged: `q: [b, heads, sq, dh]`, `k, v: [b, kv
 /// heads, sk, dh]` (kv heads dividing heads; query head `h` reads key head `h / group`), `keep:
-/// bool [sq, sk]` (false: masked out) → `[b, sq, heads · dh]`.
+/// bool [sq, sk]`, or `[b, sq, sk]` per sequence (false: masked out) → `[b, sq, heads · dh]`.
 ///
 /// The query heads of a group are stacked as rows of one product with their key head, so
 /// grouped-query attention reads each key and value once, as multi-head attention does.
 pub(crate) fn attend(q: &Tensor, k: &Tensor, v: &Tensor, keep: &Tensor) -> Result<Tensor> {
     let &[b, heads, sq, dh] = q.dims() else { return Err(config(format!("attention: q {} must be rank 4", q.ty()))) };
     let (kv_heads, sk) = (k.dims()[1], k.dims()[2]);
-    if kv_heads == 0 || heads % kv_heads != 0 || keep.dims() != [sq, sk] {
+    let per_row = keep.rank() == 3;
+    if kv_heads == 0 || heads % kv_heads != 0 || (keep.dims() != [sq, sk] && keep.dims() != [b, sq, sk]) {
         return Err(config(format!(
             "attention: q {}, k {} and mask {} do not fit (kv heads must divide heads)",
             q.ty(),
@@ -121,18 +135,21 @@ pub(crate) fn attend(q: &Tensor, k: &Tensor, v: &Tensor, keep: &Tensor) -> Resul
         )));
     }
     let group = heads / kv_heads;
-    let (q, keep) = if group == 1 {
-        (q.clone(), keep.clone())
-    } else {
-        let rows = group * sq;
-        (
-            q.reshape([b, kv_heads, rows, dh])?,
-            keep.broadcast_in_dim(vec![group, sq, sk], vec![1, 2])?.reshape([rows, sk])?,
-        )
+    let (q, keep) = match (group, per_row) {
+        (1, _) => (q.clone(), keep.clone()),
+        (_, false) => (
+            q.reshape([b, kv_heads, group * sq, dh])?,
+            keep.broadcast_in_dim(vec![group, sq, sk], vec![1, 2])?.reshape([group * sq, sk])?,
+        ),
+        (_, true) => (
+            q.reshape([b, kv_heads, group * sq, dh])?,
+            keep.broadcast_in_dim(vec![b, group, sq, sk], vec![0, 2, 3])?.reshape([b, group * sq, sk])?,
+        ),
     };
     let scores = q.matmul(&k.transpose(&[0, 1, 3, 2])?)?.mul_scalar(1.0 / (dh as f64).sqrt())?;
+    let mask_dims = if per_row { vec![0, 2, 3] } else { vec![2, 3] };
     let masked = keep
-        .broadcast_in_dim(scores.dims().to_vec(), vec![2, 3])?
+        .broadcast_in_dim(scores.dims().to_vec(), mask_dims)?
         .select(&scores, &q.builder().scalar(DType::F32, -1e9)?)?;
     let ctx = masked.softmax(3)?.matmul(v)?;
     let ctx = if group == 1 { ctx } else { ctx.reshape([b, heads, sq, dh])? };

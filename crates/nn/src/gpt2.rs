@@ -10,7 +10,7 @@
 //! into the cache) and [`CausalLm::decode`] (one token per sequence at a run-time position,
 //! attending to the cache it updates in place).
 
-use crate::causal::{attend, check_cache, check_ids, check_live, live_part, tied_head, CausalLm};
+use crate::causal::{attend, check_cache, check_ids, check_live, live_part, row_positions, tied_head, CausalLm};
 use crate::error::{config, Result};
 use crate::init::Init;
 use crate::layers::{Embedding, LayerNorm, Linear};
@@ -239,13 +239,16 @@ impl CausalLm for Gpt2 {
         let (batch, seq) = check_ids(self, ids, "decode")?;
         let live = check_live(self, live, check_cache(self, batch, seq, cache)?)?;
         let b = ids.builder();
+        let pos = row_positions(self, pos, batch)?;
         let table = self.wpe.table.read(b, DType::F32)?;
-        let mut h = self.wte.lookup(ids, DType::F32)?.add(&table.dynamic_slice(pos, 0, 1)?)?;
-        let keep = b.iota(DType::I32, [1, live], 1)?.le(&pos.cast(DType::I32)?)?;
+        let d = table.dims()[1];
+        // Each sequence's position row (a gather clamps as the dynamic slice did).
+        let mut h = self.wte.lookup(ids, DType::F32)?.add(&table.gather(&pos, 0)?.reshape([batch, 1, d])?)?;
+        let keep = b.iota(DType::I32, [batch, 1, live], 2)?.le(&pos.broadcast_in_dim(vec![batch, 1, live], vec![0])?)?;
         let mut updated = Vec::new();
         for (block, (kc, vc)) in self.h.iter().zip(cache) {
             let [q, k, v] = self.qkv(&block.attn, &block.ln_1.forward(&h)?)?;
-            let (kc, vc) = (kc.dynamic_update_slice(&k, pos, 2)?, vc.dynamic_update_slice(&v, pos, 2)?);
+            let (kc, vc) = (kc.dynamic_update_slice(&k, &pos, 2)?, vc.dynamic_update_slice(&v, &pos, 2)?);
             let a = attend(&q, &live_part(&kc, live)?, &live_part(&vc, live)?, &keep)?;
             let a = block.attn.c_proj.forward(&a)?;
             h = self.finish_block(block, &h, &a)?;

@@ -16,7 +16,7 @@
 //! and value head once: the query heads sharing a key head are stacked as rows of one
 //! product, so nothing repeats the cache.
 
-use crate::causal::{attend, check_cache, check_ids, check_live, live_part, tied_head, CausalLm, Kv};
+use crate::causal::{attend, check_cache, check_ids, check_live, live_part, row_positions, tied_head, CausalLm, Kv};
 use crate::error::{config, NnError, Result};
 use crate::init::Init;
 use crate::layers::{Embedding, Linear, RmsNorm};
@@ -501,8 +501,13 @@ impl Llama {
     /// keys at `k_pos: i32 [1, sk]`, causal and within the layer's window.
     fn keep(q_pos: &Tensor, k_pos: &Tensor, window: Option<usize>) -> Result<Tensor> {
         let (sq, sk) = (q_pos.dims()[0], k_pos.dims()[1]);
-        let (q, k) = (q_pos.broadcast_to([sq, sk])?, k_pos.broadcast_to([sq, sk])?);
-        let causal = k.le(&q)?;
+        Self::keep_at(&q_pos.broadcast_to([sq, sk])?, &k_pos.broadcast_to([sq, sk])?, window)
+    }
+
+    /// [`Llama::keep`] of query and key positions of one shape (`[sq, sk]`, or
+    /// `[batch, sq, sk]` per sequence).
+    fn keep_at(q: &Tensor, k: &Tensor, window: Option<usize>) -> Result<Tensor> {
+        let causal = k.le(q)?;
         Ok(match window {
             Some(w) => causal.and(&k.gt(&q.add_scalar(-(w as f64))?)?)?,
             None => causal,
@@ -521,13 +526,15 @@ pub fn rotary_angles(positions: &Tensor, inv_freq: &[f64]) -> Result<(Tensor, Te
     Ok((angles.cos()?, angles.sin()?))
 }
 
-/// Rotates `x: [b, h, s, dh]` by per-position angles (`cos`, `sin`: `[s, dh/2]`), pairing
-/// element `i` with `i + dh/2` (`transformers`' `rotate_half`).
+/// Rotates `x: [b, h, s, dh]` by per-position angles (`cos`, `sin`: `[s, dh/2]`, or
+/// `[b, s, dh/2]` per sequence), pairing element `i` with `i + dh/2` (`transformers`'
+/// `rotate_half`).
 pub fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let half = x.dims()[3] / 2;
     let (x1, x2) = (x.narrow(3, 0, half)?, x.narrow(3, half, half)?);
     let dims = x1.dims().to_vec();
-    let (c, s) = (cos.broadcast_in_dim(dims.clone(), vec![2, 3])?, sin.broadcast_in_dim(dims, vec![2, 3])?);
+    let map = if cos.rank() == 3 { vec![0, 2, 3] } else { vec![2, 3] };
+    let (c, s) = (cos.broadcast_in_dim(dims.clone(), map.clone())?, sin.broadcast_in_dim(dims, map)?);
     let first = x1.mul(&c)?.sub(&x2.mul(&s)?)?;
     let second = x2.mul(&c)?.add(&x1.mul(&s)?)?;
     Ok(x.builder().concat(&[&first, &second], 3)?)
@@ -584,15 +591,19 @@ impl CausalLm for Llama {
         let (batch, seq) = check_ids(self, ids, "decode")?;
         let live = check_live(self, live, check_cache(self, batch, seq, cache)?)?;
         let b = ids.builder();
-        let p = pos.cast(DType::I32)?.reshape([1])?;
-        let (q_pos, k_pos) = (p.reshape([1, 1])?, b.iota(DType::I32, [1, live], 1)?);
-        let angles = rotary_angles(&p, &self.config.inv_freq())?;
+        // Each sequence at its own position: angles `[batch, 1, dh/2]`, masks `[batch, 1, live]`.
+        let p = row_positions(self, pos, batch)?;
+        let (cos, sin) = rotary_angles(&p, &self.config.inv_freq())?;
+        let half = cos.dims()[1];
+        let angles = (cos.reshape([batch, 1, half])?, sin.reshape([batch, 1, half])?);
+        let q_pos = p.broadcast_in_dim(vec![batch, 1, live], vec![0])?;
+        let k_pos = b.iota(DType::I32, [batch, 1, live], 2)?;
         let mut h = self.embed_tokens.lookup(ids, DType::F32)?;
         let mut updated = Vec::new();
         for ((layer, window), (kc, vc)) in self.layers.iter().zip(&self.config.sliding_windows).zip(cache) {
             let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, &angles)?;
-            let (kc, vc) = (kc.dynamic_update_slice(&k, pos, 2)?, vc.dynamic_update_slice(&v, pos, 2)?);
-            let keep = Self::keep(&q_pos, &k_pos, *window)?;
+            let (kc, vc) = (kc.dynamic_update_slice(&k, &p, 2)?, vc.dynamic_update_slice(&v, &p, 2)?);
+            let keep = Self::keep_at(&q_pos, &k_pos, *window)?;
             let a = attend(&q, &live_part(&kc, live)?, &live_part(&vc, live)?, &keep)?;
             h = self.finish_layer(layer, &h, &a)?;
             updated.push((kc, vc));

@@ -121,15 +121,18 @@ pub(crate) fn gather(table: &Value, indices: &Value, axis: usize) -> Vec<f64> {
     out
 }
 
-/// `operand` with `update` written at `[s, s + u)` along `axis`, `s` the start clamped to
-/// `[0, d − u]` (XLA's `DynamicUpdateSlice`).
+/// `operand` with `update` written at `[s, s + u)` along `axis`, `s` the start (one, or one
+/// per index of axis 0) clamped to `[0, d − u]` (XLA's `DynamicUpdateSlice`).
 pub(crate) fn dynamic_update_slice(operand: &Value, update: &Value, start: &Value, axis: usize) -> Vec<f64> {
     let dims = &operand.ty.shape.0;
     let (outer, d, inner) = (numel(&dims[..axis]), dims[axis], numel(&dims[axis + 1..]));
     let u = update.ty.shape.0[axis];
-    let s = start.data[0].clamp(0.0, (d - u) as f64) as usize;
+    // A start per index of axis 0, or one for all.
+    let per_lead = outer / dims[0].max(1);
     let mut out = operand.data.clone();
     for o in 0..outer {
+        let at = if start.data.len() == 1 { 0 } else { o / per_lead };
+        let s = start.data[at].clamp(0.0, (d - u) as f64) as usize;
         let (to, from) = ((o * d + s) * inner, o * u * inner);
         out[to..to + u * inner].copy_from_slice(&update.data[from..from + u * inner]);
     }

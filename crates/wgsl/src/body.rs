@@ -9,12 +9,14 @@ fn v(id: NodeId) -> String {
     format!("v{}", id.index())
 }
 
-/// The start of a dynamic window (a rank-0 i32 or u32 value `start`) clamped to
-/// `[0, last]`, as a u32 expression.
-pub(crate) fn clamped_start(g: &Graph, start: NodeId, last: usize) -> String {
+/// The start of a dynamic window clamped to `[0, last]`, as a u32 expression: `start` is a
+/// rank-0 i32 or u32, or one per index of the leading axis, read at `lead` (that index's
+/// coordinate expression).
+pub(crate) fn clamped_start(g: &Graph, start: NodeId, last: usize, lead: &str) -> String {
+    let at = if g.ty(start).shape.rank() == 0 { "0u" } else { lead };
     match g.ty(start).dtype {
-        DType::I32 => format!("u32(clamp({}(0u), 0i, {last}i))", v(start)),
-        _ => format!("min({}(0u), {last}u)", v(start)),
+        DType::I32 => format!("u32(clamp({}({at}), 0i, {last}i))", v(start)),
+        _ => format!("min({}({at}), {last}u)", v(start)),
     }
 }
 
@@ -121,7 +123,7 @@ pub fn write_body(g: &Graph, id: NodeId, out: &mut String) {
             // The update inside the window `[s, s + u)` along the axis, the operand elsewhere.
             let c = unravel(out, dims, "i", "c");
             let udims = g.ty(ops[1]).shape.dims();
-            w(out, format!("let s = {};", clamped_start(g, ops[2], dims[*axis] - udims[*axis])));
+            w(out, format!("let s = {};", clamped_start(g, ops[2], dims[*axis] - udims[*axis], &c[0])));
             let at = &c[*axis];
             w(out, format!("if ({at} >= s && {at} < s + {}u) {{", udims[*axis]));
             let mut uc = c.clone();

@@ -66,7 +66,7 @@ pub(crate) fn window_main(
     for line in coords.lines() {
         let _ = writeln!(main, "    {line}");
     }
-    let _ = writeln!(main, "        let s = {};", clamped_start(g, w.start, dims[w.axis] - w.update[w.axis]));
+    let _ = writeln!(main, "        let s = {};", clamped_start(g, w.start, dims[w.axis] - w.update[w.axis], &c[0]));
     c[w.axis] = format!("({} + s)", c[w.axis]);
     let _ = writeln!(main, "        let dest = {};", ravel(&c, &dims));
     for (k, b) in bindings.iter().enumerate().filter(|(_, b)| b.output) {

@@ -163,6 +163,12 @@ pub(super) fn dynamic_update_slice(
         false => None,
     };
     let update = match want[1] {
+        true if !e.dims(start).is_empty() => {
+            return Err(IrError::ty(
+                "dynamic_update_slice",
+                "the update's gradient with a start per index of axis 0 is not supported (one start is)",
+            ));
+        }
         true => {
             let s = e.cast(start, DType::I32)?;
             let zero = e.full(DType::I32, vec![], 0.0)?;
