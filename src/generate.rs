@@ -36,6 +36,9 @@ pub struct Generation {
     pub tokens_per_s: f64,
 }
 
+mod batcher;
+pub use batcher::Batcher;
+
 /// The fewest cache positions a decode step attends over ([`Generator::live_for`]).
 pub const DECODE_MIN_LIVE: usize = 64;
 
@@ -135,7 +138,9 @@ impl Generator {
             let shape = Self::cache_dims(&**model, batch, self.max_seq);
             let b = GraphBuilder::new();
             let ids = b.input("ids", DType::I32, [batch, 1])?;
-            let pos = b.input("pos", DType::I32, Vec::<usize>::new())?;
+            // Each sequence at its own position (one for all in `generate`; its own in a
+            // `Batcher`).
+            let pos = b.input("pos", DType::I32, [batch])?;
             let cache = Self::cache_params(&b, &self.caches, shape)?;
             let (logits, updated) = model.decode(&ids, &pos, &cache, live)?;
             let last = head.build(&logits.reshape([batch, model.vocab_size()])?)?;
@@ -316,7 +321,7 @@ impl Generator {
                 break;
             }
             let mut step_feeds = feeds(HostTensor::new([batch, 1], next.clone())?, &mut rng)?;
-            step_feeds.push(("pos", HostTensor::new(Vec::<usize>::new(), vec![(len + step) as i32])?));
+            step_feeds.push(("pos", HostTensor::new([batch], vec![(len + step) as i32; batch])?));
             let t0 = Instant::now();
             let decode = &self.decode[&(head, self.live_for(len + step))];
             next = run(decode, &step_feeds)?;

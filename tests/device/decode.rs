@@ -4,16 +4,24 @@
 
 use fusegraph::generate::{Generator, Sampling, DECODE_MIN_LIVE};
 use fusegraph::nn::{Pretrained, Quantize};
-use fusegraph::{CompileOptions, Device, KernelForm, ParamStore};
+use fusegraph::{CompileOptions, Device, HostTensor, KernelForm, ParamStore};
 
 /// A random GPT-2 of width 16 (4 heads), 2 blocks and 64 tokens: its cache, not its
-/// weights, is what a step over a long cache moves.
+/// weights, is what a step over a long cache moves. Its weights are `transformers`' initial
+/// ones times 10 but for the layer norms', so that its tokens depend on what it attends to
+/// (at the initial scale, the last token alone nearly decides the next).
 fn tiny_gpt2(positions: usize, seed: u64) -> (Pretrained, ParamStore) {
     let config = format!(
         r#"{{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 16, "n_head": 4,
             "n_layer": 2, "n_positions": {positions}, "vocab_size": 64}}"#
     );
-    let loaded = Pretrained::random(&config, None, Quantize::None, seed).unwrap();
+    let mut loaded = Pretrained::random(&config, None, Quantize::None, seed).unwrap();
+    for (name, t) in loaded.params.iter_mut() {
+        if !name.contains("ln") {
+            let scaled: Vec<f32> = t.as_slice::<f32>().unwrap().iter().map(|v| v * 10.0).collect();
+            *t = HostTensor::new(t.shape().dims().to_vec(), scaled).unwrap();
+        }
+    }
     let store = ParamStore::new(&Device::shared().unwrap());
     store.insert_all(loaded.params.iter()).unwrap();
     (loaded, store)
@@ -59,4 +67,55 @@ fn crossing_cache_lengths_keeps_the_tokens() {
         tokens.push(out.tokens);
     }
     assert_eq!(tokens[0], tokens[1]);
+}
+
+/// Continuous batching: sequences join a batch of 3 rows between steps (a fourth waits for a
+/// row), one leaves early and its row serves the next, and each that ends has the greedy
+/// tokens it gets alone (`Generator::generate` at batch 1: a prefill, then steps).
+#[test]
+fn sequences_joining_and_leaving_a_batch_get_the_tokens_they_get_alone() {
+    let (loaded, store) = tiny_gpt2(128, 3);
+    let greedy = Sampling::greedy();
+    let prompts: Vec<(Vec<i32>, usize)> =
+        vec![(vec![1, 2, 3], 12), (vec![5; 7], 20), (vec![9, 8], 6), ((1..13).collect(), 15), (vec![30, 31], 9)];
+    let alone: Vec<Vec<i32>> = prompts
+        .iter()
+        .map(|(p, n)| {
+            let mut g = Generator::new(&store, loaded.model.clone(), 1, 128, CompileOptions::default()).unwrap();
+            g.stop_at(Vec::new());
+            g.generate(std::slice::from_ref(p), *n, &greedy).unwrap().tokens.remove(0)
+        })
+        .collect();
+    let mut g = Generator::new(&store, loaded.model.clone(), 3, 128, CompileOptions::default()).unwrap();
+    g.stop_at(Vec::new());
+    let mut batch = g.batcher(&greedy).unwrap();
+    let mut ids = vec![batch.join(prompts[0].0.clone(), prompts[0].1).unwrap()];
+    ids.push(batch.join(prompts[1].0.clone(), prompts[1].1).unwrap());
+    // A sequence that leaves after a few steps, its row then taken by another.
+    let cancelled = batch.join(vec![7, 7, 7], 50).unwrap();
+    let mut done = std::collections::BTreeMap::new();
+    let mut waiting: Vec<usize> = vec![2, 3, 4];
+    for step in 0..200 {
+        if step == 4 {
+            assert_eq!(
+                batch.leave(cancelled).map(|t| t.len()),
+                Some(5),
+                "its 3 prompt tokens and 2 generated in 4 steps"
+            );
+        }
+        while batch.free_rows() > 0 && !waiting.is_empty() && step >= 2 {
+            let i = waiting.remove(0);
+            ids.push(batch.join(prompts[i].0.clone(), prompts[i].1).unwrap());
+        }
+        batch.step().unwrap();
+        done.extend(batch.take_finished());
+        if batch.active() == 0 && waiting.is_empty() {
+            break;
+        }
+    }
+    assert!(batch.join(vec![], 1).is_err() && batch.join(vec![1000], 1).is_err());
+    assert_eq!(done.len(), prompts.len());
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(done[id], alone[i], "sequence {i}");
+    }
 }
