@@ -81,6 +81,11 @@ pub struct GenerateArgs {
     /// steps within 8 positions).
     #[arg(long, value_delimiter = ',', value_name = "POS,POS,…")]
     report_at: Vec<usize>,
+    /// Continuous batching: generate `--tokens` after every prompt of FILE (a line each: text
+    /// for the model's tokenizer, or comma-separated ids) through `--batch` rows, each
+    /// sequence joining as a row frees and leaving at its end (`--prompt` not needed).
+    #[arg(long, value_name = "FILE")]
+    queue: Option<PathBuf>,
 }
 
 /// A model directory's tokenizer and chat template.
@@ -280,6 +285,9 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
         (None, None) => return Err("give --model DIR or --random-config FILE.json".into()),
     };
     let model = loaded.model;
+    if let Some(file) = &a.queue {
+        return serve_queue(a, file, model, text.as_ref(), &loaded.params);
+    }
     // The prompt's text as encoded (the chat rendered), and its ids.
     let (prompt_text, prompt): (Option<String>, Vec<i32>) = match (&a.prompt_ids, &a.prompt, &text) {
         (Some(ids), _, _) => (None, ids.clone()),
@@ -420,6 +428,89 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
             "step_matrix_vector_kernels": gemv,
             "step_bytes_moved": moved,
             "steps_at": steps_at,
+        });
+        let body = serde_json::to_string_pretty(&json).map_err(|e| err(&e))?;
+        std::fs::write(path, body + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `--queue FILE`: every prompt of the file through `--batch` rows of a [`Batcher`], in file
+/// order as rows free; each sequence printed as it ends (decoded where the model has a
+/// tokenizer), then the totals; `--json` writes every sequence and the figures.
+fn serve_queue(
+    a: &GenerateArgs,
+    file: &std::path::Path,
+    model: std::sync::Arc<dyn fusegraph::nn::CausalLm>,
+    text: Option<&Text>,
+    params: &std::collections::BTreeMap<String, fusegraph::HostTensor>,
+) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let body = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut prompts: Vec<Vec<i32>> = Vec::new();
+    for (n, line) in body.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let ids: Option<Vec<i32>> = line.split(',').map(|t| t.trim().parse().ok()).collect();
+        prompts.push(match (ids, text) {
+            (Some(ids), _) => ids,
+            (None, Some(t)) => t.encode(line, true)?,
+            (None, None) => {
+                return Err(format!("{}:{}: not ids, and the model has no tokenizer", file.display(), n + 1))
+            }
+        });
+    }
+    let longest = prompts.iter().map(Vec::len).max().ok_or(format!("{}: no prompts", file.display()))?;
+    let device = Device::shared().map_err(|e| err(&e))?;
+    let store = ParamStore::new(&device);
+    store.insert_all(params.iter()).map_err(|e| err(&e))?;
+    let max_seq = a.max_seq.unwrap_or(longest + a.tokens).min(model.max_positions());
+    let mut generator =
+        Generator::new(&store, model.clone(), a.batch, max_seq, CompileOptions::default()).map_err(|e| err(&e))?;
+    if a.ignore_eos {
+        generator.stop_at(Vec::new());
+    }
+    let sampling = Sampling { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
+    let mut batch = generator.batcher(&sampling).map_err(|e| err(&e))?;
+    let (mut waiting, mut ids) = (prompts.iter().enumerate(), std::collections::BTreeMap::new());
+    let mut done: Vec<(usize, Vec<i32>)> = Vec::new();
+    let (start, mut steps, mut new_tokens) = (Instant::now(), 0usize, 0usize);
+    loop {
+        while batch.free_rows() > 0 {
+            let Some((i, p)) = waiting.next() else { break };
+            ids.insert(batch.join(p.clone(), a.tokens).map_err(|e| err(&e))?, i);
+        }
+        if batch.active() == 0 {
+            break;
+        }
+        new_tokens += batch.step().map_err(|e| err(&e))?.len();
+        steps += 1;
+        for (id, tokens) in batch.take_finished() {
+            let i = ids[&id];
+            let shown = match text {
+                Some(t) => format!("{:?}", t.decode(&tokens[prompts[i].len()..])?),
+                None => format!("{:?}", &tokens[prompts[i].len()..]),
+            };
+            println!("[{i}] {shown}");
+            done.push((i, tokens));
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "{} sequences through {} rows: {new_tokens} new tokens in {steps} steps, {:.2} s ({:.1} tokens/s)",
+        prompts.len(),
+        a.batch,
+        secs,
+        new_tokens as f64 / secs
+    );
+    if let Some(path) = &a.json {
+        done.sort();
+        let sequences: Vec<_> = done
+            .iter()
+            .map(|(i, t)| serde_json::json!({"prompt_ids": prompts[*i], "generated_ids": t[prompts[*i].len()..]}))
+            .collect();
+        let json = serde_json::json!({
+            "model": model.name(), "device": device.describe(), "rows": a.batch, "steps": steps,
+            "new_tokens": new_tokens, "seconds": secs, "tokens_per_s": new_tokens as f64 / secs,
+            "sequences": sequences,
         });
         let body = serde_json::to_string_pretty(&json).map_err(|e| err(&e))?;
         std::fs::write(path, body + "\n").map_err(|e| format!("{}: {e}", path.display()))?;

@@ -534,3 +534,49 @@ fn run_executes_an_onnx_model_and_writes_npy_outputs() {
     assert!(!out.status.success() && err.contains("`pixels`") && err.contains("image"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `generate --queue FILE --batch 2`: three prompts through two rows (the third joins when
+/// one ends); the prompt given as ids and as text each get `transformers`' 32 greedy tokens,
+/// the third its own 32.
+#[test]
+fn generate_serves_a_queue_of_prompts_through_fewer_rows() {
+    let dir = std::env::temp_dir().join(format!("fusegraph-queue-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(checkpoint("llama-tiny-reference.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ids =
+        |v: &serde_json::Value| -> Vec<i64> { v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect() };
+    let prompt_ids = ids(&r["prompt_ids"]).iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    let queue = dir.join("queue.txt");
+    std::fs::write(&queue, format!("{prompt_ids}\n{}\n5, 6, 7\n", r["prompt"].as_str().unwrap())).unwrap();
+    let json = dir.join("queue.json");
+    let model = checkpoint("llama-tiny");
+    let out = fusegraph(
+        &[
+            "generate",
+            "--model",
+            model.to_str().unwrap(),
+            "--queue",
+            queue.to_str().unwrap(),
+            "--batch",
+            "2",
+            "--tokens",
+            "32",
+            "--ignore-eos",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let seqs = got["sequences"].as_array().unwrap();
+    assert_eq!(seqs.len(), 3);
+    for s in &seqs[..2] {
+        assert_eq!(ids(&s["prompt_ids"]), ids(&r["prompt_ids"]));
+        assert_eq!(ids(&s["generated_ids"]), ids(&r["greedy"]));
+    }
+    assert_eq!((ids(&seqs[2]["prompt_ids"]), ids(&seqs[2]["generated_ids"]).len()), (vec![5, 6, 7], 32));
+    assert_eq!((got["rows"].as_u64(), got["new_tokens"].as_u64()), (Some(2), Some(96)));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
