@@ -77,8 +77,11 @@ pub fn reads_per_operand_element(g: &Graph, id: NodeId, pos: usize) -> f64 {
             out * (w[1] * w[2] * w[3]) as f64 / inp
         }
         Op::Pool { window, .. } => out * (window[0] * window[1]) as f64 / inp,
-        // Each element of the operand and of the update once; the start once per element.
-        Op::Reduce { .. } | Op::ArgMax { .. } | Op::DynamicUpdateSlice { .. } => 1.0,
+        Op::Reduce { .. } | Op::ArgMax { .. } => 1.0,
+        // The operand once per element. The update counts as read `out / update` times, as
+        // a gather of it would be: fusion then keeps a product that computes the update out
+        // of the kernel (a loop kernel would compute it as a naive element function).
+        Op::DynamicUpdateSlice { .. } if pos == 0 => 1.0,
         _ => out / inp,
     }
 }
