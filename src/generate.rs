@@ -39,6 +39,29 @@ pub struct Generation {
 mod batcher;
 pub use batcher::Batcher;
 
+/// The feeds of a step choosing a token for each of `ids`' rows with `head`: the ids, and
+/// for a sampling head its settings and a draw per row from `rng`.
+fn step_feeds(
+    head: Head,
+    sampling: &Sampling,
+    rng: &mut Rng,
+    ids: HostTensor,
+) -> Result<Vec<(&'static str, HostTensor)>> {
+    // A draw in [0, 1) as an f32 (an f64 just below 1 rounds to 1).
+    let draws = (0..ids.shape().dims()[0]).map(|_| (rng.uniform() as f32).min(1.0 - f32::EPSILON / 2.0)).collect();
+    let mut feeds = head.feeds(sampling, draws)?;
+    feeds.push(("ids", ids));
+    Ok(feeds)
+}
+
+/// Runs a step executable (prefill or decode, ending in a choosing head) on `feeds`: the id
+/// chosen for each row.
+fn chosen_ids(exe: &Executable, feeds: &[(&'static str, HostTensor)]) -> Result<Vec<i32>> {
+    let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (*n, t)).collect();
+    let out = exe.run(&refs)?.remove(0);
+    Ok(out.as_slice::<i32>().expect("the chosen i32 ids").to_vec())
+}
+
 /// The fewest cache positions a decode step attends over ([`Generator::live_for`]).
 pub const DECODE_MIN_LIVE: usize = 64;
 
@@ -288,21 +311,10 @@ impl Generator {
             let live = self.live_for(pos);
             self.decode(head, live)?;
         }
-        let feeds = |ids: HostTensor, rng: &mut Rng| -> Result<Vec<(&'static str, HostTensor)>> {
-            // A draw in [0, 1) as an f32 (an f64 just below 1 rounds to 1).
-            let draws = (0..batch).map(|_| (rng.uniform() as f32).min(1.0 - f32::EPSILON / 2.0)).collect();
-            let mut feeds = head.feeds(sampling, draws)?;
-            feeds.push(("ids", ids));
-            Ok(feeds)
-        };
-        let run = |exe: &Executable, feeds: &[(&'static str, HostTensor)]| -> Result<Vec<i32>> {
-            let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (*n, t)).collect();
-            let out = exe.run(&refs)?.remove(0);
-            Ok(out.as_slice::<i32>().expect("the chosen i32 ids").to_vec())
-        };
+        let feeds = |ids: HostTensor, rng: &mut Rng| step_feeds(head, sampling, rng, ids);
         let first = feeds(ids, &mut rng)?;
         let start = Instant::now();
-        let mut next = run(&self.prefill[&(len, head)], &first)?;
+        let mut next = chosen_ids(&self.prefill[&(len, head)], &first)?;
         let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
         let mut step_ms = Vec::with_capacity(new_tokens);
         let mut step_host_ms = Vec::with_capacity(new_tokens);
@@ -324,7 +336,7 @@ impl Generator {
             step_feeds.push(("pos", HostTensor::new([batch], vec![(len + step) as i32; batch])?));
             let t0 = Instant::now();
             let decode = &self.decode[&(head, self.live_for(len + step))];
-            next = run(decode, &step_feeds)?;
+            next = chosen_ids(decode, &step_feeds)?;
             step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
             step_host_ms.push(decode.last_run_host_ms());
         }

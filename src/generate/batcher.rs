@@ -1,7 +1,7 @@
 //! Continuous batching: one decode step serves the generator's `batch` rows, each a sequence
 //! at its own position; a sequence joins a free row between steps and leaves when it ends.
 
-use super::{Generator, Rng};
+use super::{chosen_ids, step_feeds, Generator, Rng};
 use crate::sampling::{Head, Sampling};
 use crate::{Error, HostTensor, Result};
 
@@ -117,16 +117,11 @@ impl Batcher<'_> {
         // next sequence there overwrites from position 0 before it reads it.
         let ids: Vec<i32> = self.rows.iter().map(|r| r.as_ref().map_or(0, |r| r.tokens[r.fed])).collect();
         let pos: Vec<i32> = self.rows.iter().map(|r| r.as_ref().map_or(0, |r| r.fed as i32)).collect();
-        let draws = (0..batch).map(|_| (self.rng.uniform() as f32).min(1.0 - f32::EPSILON / 2.0)).collect();
-        let mut feeds = self.head.feeds(&self.sampling, draws)?;
-        feeds.push(("ids", HostTensor::new([batch, 1], ids)?));
+        let mut feeds = step_feeds(self.head, &self.sampling, &mut self.rng, HostTensor::new([batch, 1], ids)?)?;
         feeds.push(("pos", HostTensor::new([batch], pos)?));
-        let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (*n, t)).collect();
-        let exe = &self.gen.decode[&(self.head, self.gen.live_for(top))];
-        let chosen = exe.run(&refs)?.remove(0);
-        let chosen = chosen.as_slice::<i32>().expect("the chosen i32 ids");
+        let chosen = chosen_ids(&self.gen.decode[&(self.head, self.gen.live_for(top))], &feeds)?;
         let mut out = Vec::new();
-        for (slot, &t) in self.rows.iter_mut().zip(chosen) {
+        for (slot, t) in self.rows.iter_mut().zip(chosen) {
             let Some(row) = slot else { continue };
             row.fed += 1;
             if row.fed < row.prompt {

@@ -303,27 +303,9 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
     if prompt.is_empty() {
         return Err("the prompt has no tokens".into());
     }
-    let device = Device::shared().map_err(|e| err(&e))?;
-    let store = ParamStore::new(&device);
-    store.insert_all(loaded.params.iter()).map_err(|e| err(&e))?;
-    let dtypes: std::collections::BTreeSet<String> = loaded.params.values().map(|t| t.dtype().to_string()).collect();
+    let (device, store, mut generator, max_seq) = generator_for(a, &model, &loaded.params, prompt.len())?;
     drop(loaded.params);
     let weight_bytes = store.bytes();
-    let max_seq = a.max_seq.unwrap_or(prompt.len() + a.tokens).min(model.max_positions());
-    eprintln!(
-        "{}, {:.1} MB of {} parameters, on {}",
-        model.name(),
-        weight_bytes as f64 / 1e6,
-        dtypes.into_iter().collect::<Vec<_>>().join("/"),
-        device.describe()
-    );
-    let start = Instant::now();
-    let mut generator =
-        Generator::new(&store, model.clone(), a.batch, max_seq, CompileOptions::default()).map_err(|e| err(&e))?;
-    if a.ignore_eos {
-        generator.stop_at(Vec::new());
-    }
-    eprintln!("compiled in {:.2} s", start.elapsed().as_secs_f64());
     let sampling = Sampling { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
     let prompts = vec![prompt.clone(); a.batch];
     if a.warmup > 0 {
@@ -360,11 +342,7 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
         let gemv = s.kernels.iter().filter(|k| matches!(k.form, fusegraph::KernelForm::Gemv { .. })).count();
         (s.kernels.len(), gemv, s.bytes_moved)
     });
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
+    use crate::roofline::median;
     eprintln!(
         "prefill {:.2} ms ({} tokens × {}), decode {:.1} tokens/s ({} steps); a step: {kernels} kernels \
          ({gemv} matrix–vector), {:.1} MB moved, {:.3} ms median of which {:.3} ms on the host",
@@ -435,6 +413,40 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The store holding `params` on the shared device and a generator over it for `--batch`
+/// sequences of up to `--max-seq` positions (default: `longest` prompt tokens plus
+/// `--tokens`, at most the model's), stopping at the model's end-of-sequence tokens unless
+/// `--ignore-eos`; prints the model, its parameters and the compile time. Returns the device,
+/// the store, the generator and its cache length.
+fn generator_for(
+    a: &GenerateArgs,
+    model: &std::sync::Arc<dyn fusegraph::nn::CausalLm>,
+    params: &std::collections::BTreeMap<String, fusegraph::HostTensor>,
+    longest: usize,
+) -> Result<(std::sync::Arc<Device>, ParamStore, Generator, usize), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let device = Device::shared().map_err(|e| err(&e))?;
+    let store = ParamStore::new(&device);
+    store.insert_all(params.iter()).map_err(|e| err(&e))?;
+    let dtypes: std::collections::BTreeSet<String> = params.values().map(|t| t.dtype().to_string()).collect();
+    let max_seq = a.max_seq.unwrap_or(longest + a.tokens).min(model.max_positions());
+    eprintln!(
+        "{}, {:.1} MB of {} parameters, on {}",
+        model.name(),
+        store.bytes() as f64 / 1e6,
+        dtypes.into_iter().collect::<Vec<_>>().join("/"),
+        device.describe()
+    );
+    let start = Instant::now();
+    let mut generator =
+        Generator::new(&store, model.clone(), a.batch, max_seq, CompileOptions::default()).map_err(|e| err(&e))?;
+    if a.ignore_eos {
+        generator.stop_at(Vec::new());
+    }
+    eprintln!("compiled in {:.2} s", start.elapsed().as_secs_f64());
+    Ok((device, store, generator, max_seq))
+}
+
 /// `--queue FILE`: every prompt of the file through `--batch` rows of a [`Batcher`], in file
 /// order as rows free; each sequence printed as it ends (decoded where the model has a
 /// tokenizer), then the totals; `--json` writes every sequence and the figures.
@@ -459,15 +471,7 @@ fn serve_queue(
         });
     }
     let longest = prompts.iter().map(Vec::len).max().ok_or(format!("{}: no prompts", file.display()))?;
-    let device = Device::shared().map_err(|e| err(&e))?;
-    let store = ParamStore::new(&device);
-    store.insert_all(params.iter()).map_err(|e| err(&e))?;
-    let max_seq = a.max_seq.unwrap_or(longest + a.tokens).min(model.max_positions());
-    let mut generator =
-        Generator::new(&store, model.clone(), a.batch, max_seq, CompileOptions::default()).map_err(|e| err(&e))?;
-    if a.ignore_eos {
-        generator.stop_at(Vec::new());
-    }
+    let (device, _store, mut generator, _) = generator_for(a, &model, params, longest)?;
     let sampling = Sampling { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
     let mut batch = generator.batcher(&sampling).map_err(|e| err(&e))?;
     let (mut waiting, mut ids) = (prompts.iter().enumerate(), std::collections::BTreeMap::new());

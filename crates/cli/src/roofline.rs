@@ -132,10 +132,11 @@ fn refs(feeds: &[(String, HostTensor)]) -> Vec<(&str, &HostTensor)> {
     feeds.iter().map(|(n, t)| (n.as_str(), t)).collect()
 }
 
-fn median(v: &[f64]) -> f64 {
+/// The median of `v` (the upper one of an even count), NaN for none.
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Compiles a graph and times it. On a CPU adapter in `runs` rounds of one run each, every
@@ -186,7 +187,7 @@ fn time(
 /// card that has been busy for a while. With two runs, an H100's 4096³ product took 15 ms
 /// compiled right after the same tiling had run at 5.7 ms, in every run: the card's clocks
 /// after a pause for compiling are the suspect.
-/// Returns the ms of the last warm-up run.
+/// Returns the ms of a run timed alone after the first two (for [`runs_per_sample`]).
 fn warm_up(exe: &Executable, feeds: &[(&str, &HostTensor)], cpu: bool) -> Result<f64, String> {
     let first = exe.time(feeds, 2, 1).map_err(|e| e.to_string())?;
     let per_run = first.median().max(1e-3);
