@@ -251,12 +251,14 @@ run() {
         gpt2)
             # GPT-2 124M's shapes with random weights in f32 and f16: decode at batch 1 over
             # the whole 1,024-position cache, the step's kernels, bytes, time and host share
-            # at positions 16 and 1,000 (a step per cache length: 64 … 1,024 positions).
+            # at positions 16 and 1,000 (a step per cache length: 64 … 1,024 positions), and
+            # each kernel's time there (--profile: GPU timestamps, grouped).
             for dt in f32 f16; do
                 echo "== generate, GPT-2 124M shapes, $dt, batch 1" | tee -a "$OUT/gpt2.log"
                 timeout 100 $B/fusegraph generate --random-config tests/data/configs/gpt2-124m.json --dtype $dt \
-                    --prompt-ids 1,2 --tokens 1010 --max-seq 1024 --warmup 8 --ignore-eos --report-at 16,128,512,1000 \
-                    --json "$OUT/gpt2-$dt-b1.json" 2>&1 | grep -E "^(prefill|step at|compiled)" | tee -a "$OUT/gpt2.log"
+                    --prompt-ids 1,2 --tokens 1010 --max-seq 1024 --warmup 8 --ignore-eos --report-at 16,1000 \
+                    --profile 5 --json "$OUT/gpt2-$dt-b1.json" 2>&1 | grep -E "^(prefill|step at|compiled|profile| )" \
+                    | tee -a "$OUT/gpt2.log"
             done
             ;;
         llama)
@@ -274,7 +276,7 @@ run() {
         quant)
             # Llama-3.2-1B's shapes with random weights, the matrices bf16, q8_0 and q4_0
             # (quantized on load), the rest bf16: a 512-token prefill and decode tokens/s at
-            # batch 1 and 8, the three in turn.
+            # batch 1 and 8, the three in turn, and the last step's slowest kernel groups.
             local ids
             ids=$(seq -s, 1000 1511)
             for b in 1 8; do
@@ -282,7 +284,8 @@ run() {
                     echo "== generate, Llama-3.2-1B shapes, matrices $q (bf16 otherwise), batch $b" | tee -a "$OUT/quant.log"
                     timeout 90 $B/fusegraph generate --random-config tests/data/configs/llama-3.2-1b.json \
                         --dtype bf16 --quantize $q --prompt-ids "$ids" --tokens 64 --warmup 4 --batch $b \
-                        --json "$OUT/llama-$q-b$b.json" 2>&1 | tail -3 | tee -a "$OUT/quant.log"
+                        --profile 5 --json "$OUT/llama-$q-b$b.json" 2>&1 | grep -E "^(prefill|profile|  )" \
+                        | tee -a "$OUT/quant.log"
                 done
             done
             # Sampling on the device (temperature, top-k, top-p: the step's halvings) beside

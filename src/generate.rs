@@ -250,6 +250,29 @@ impl Generator {
         self.decode.get(&(Head::of(sampling), self.live_for(pos)))
     }
 
+    /// Per-kernel times of the decode step that writes position `pos` with `sampling`'s head
+    /// (compiled by a generation that reached `pos`, else an error): `runs` timed runs after
+    /// one untimed, every row fed token 0 at `pos` ([`Executable::profile`]). The step
+    /// writes that position of the caches, as a generation's step would.
+    pub fn profile_step(&self, sampling: &Sampling, pos: usize, runs: usize) -> Result<crate::Profile> {
+        let exe = self.step_executable_at(sampling, pos).ok_or_else(|| {
+            Error::Config(format!(
+                "profile_step: no decode step compiled for position {pos} (attending over {} positions); \
+                 generate past it first",
+                self.live_for(pos)
+            ))
+        })?;
+        if pos >= self.max_seq {
+            return Err(Error::Config(format!("profile_step: position {pos} is past the cache's {}", self.max_seq)));
+        }
+        let mut feeds = step_feeds(Head::of(sampling), sampling, &mut Rng::new(sampling.seed), {
+            HostTensor::new([self.batch, 1], vec![0i32; self.batch])?
+        })?;
+        feeds.push(("pos", HostTensor::new([self.batch], vec![pos as i32; self.batch])?));
+        let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (*n, t)).collect();
+        Ok(exe.profile(&refs, 1, runs.max(1))?)
+    }
+
     /// The decode-step executable returning logits over the whole cache (its stats, its
     /// memory plan).
     pub fn decode_executable(&self) -> &Executable {

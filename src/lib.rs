@@ -33,8 +33,9 @@ pub use fusegraph_ir::{
 };
 pub use fusegraph_runtime::{
     Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FeedName, FusedAttention, FusionMode,
-    GemmShape, KernelForm, KernelForms, KernelStats, MatmulFamily, MatmulTiling, Outputs, ParamStore, Recorded,
-    ReduceFill, RuntimeError, SplitK, SplitReductions, Spread, TunedFamily, TunedForm, TunedSplit, TunedTiling,
+    GemmShape, KernelForm, KernelForms, KernelStats, KernelTime, MatmulFamily, MatmulTiling, Outputs, ParamStore,
+    Profile, Recorded, ReduceFill, RuntimeError, SplitK, SplitReductions, Spread, TunedFamily, TunedForm, TunedSplit,
+    TunedTiling,
 };
 
 pub use error::{Error, Result};

@@ -72,8 +72,9 @@ fn every_op_matches_the_reference_fused_in_gpu_forms() {
 
 /// Products of at most `GEMV_MAX_ROWS` rows in a GPU's forms take the matrix–vector kernel
 /// (an f16 result stored as packed halves excepted), which splits `k` over a workgroup:
-/// ragged `k` and `n`, a batch, a transposed lhs, f16, an epilogue, and weights read through
-/// a fused cast — bf16 ones row-major (`k` strided) and stored `[out, in]` and read
+/// ragged `k` and `n`, a batch, a transposed lhs, f16, an epilogue, one to four columns per
+/// invocation, unrolled steps and their remainder, f32 weights read transposed by workgroups
+/// of 8, 2 and 1 columns, and weights read through a fused cast — bf16 ones row-major (`k` strided) and stored `[out, in]` and read
 /// transposed (`k` contiguous: by whole words where `k` is a multiple of 8, else through the
 /// element function), and q4_0 and q8_0 ones stored `[out, in]` and read transposed, a block
 /// at a time (blocks at both word alignments; more blocks than a column's 32 invocations; a
@@ -91,6 +92,22 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
         [(DType::F32, 1, 1, 200, 37, false), (DType::F32, 2, 3, 64, 20, true), (DType::F16, 1, 8, 72, 100, false)]
     {
         cases.push((crate::shader_checks::matmul(dt, b, (m, k, n), transposed), gemv(false, false)));
+    }
+    // Row-major weights long enough for the unrolled steps and their remainder: `v` = 4, 2
+    // and 1 columns per invocation, ragged `n`.
+    for (m, k, n) in [(2, 1100, 1001), (4, 700, 70), (6, 520, 18)] {
+        cases.push((crate::shader_checks::matmul(DType::F32, 1, (m, k, n), false), gemv(false, false)));
+    }
+    // f32 weights stored `[out, in]` and read transposed, four `k` a step: few columns spread
+    // over narrower workgroups (8, 2 and 1 columns), `k` not a multiple of 4.
+    for (m, k, n) in [(1, 1030, 400), (3, 520, 3), (1, 2054, 5)] {
+        let mut c = CaseBuilder::new(10 + k as u64);
+        let x = c.input(DType::F32, &[m, k], Domain::Any);
+        let w = c.input(DType::F32, &[n, k], Domain::Any);
+        let y = x.matmul(&w.t().unwrap()).unwrap();
+        let mut case = c.finish(format!("gemv_f32_weight_rows_{m}x{k}x{n}"), &[&y]);
+        case.atol = 1e-3 * k as f64 / 1000.0;
+        cases.push((case, gemv(true, false)));
     }
     let mut c = CaseBuilder::new(5);
     let x = c.input(DType::F32, &[4, 40], Domain::Any);
@@ -119,6 +136,12 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
         let w = c.input(q, &[9, 1184], Domain::Any);
         let y = x.matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap();
         cases.push((c.finish(format!("gemv_{q}_weight_long_k"), &[&y]), gemv(true, true)));
+        // Few columns, 128 blocks each: narrower workgroups.
+        let mut c = CaseBuilder::new(11);
+        let x = c.input(DType::F32, &[1, 4096], Domain::Any);
+        let w = c.input(q, &[3, 4096], Domain::Any);
+        let y = x.matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap();
+        cases.push((c.finish(format!("gemv_{q}_weight_few_columns"), &[&y]), gemv(true, true)));
         // Dequantized on to f16, 8 rows.
         let mut c = CaseBuilder::new(8);
         let x = c.input(DType::F16, &[8, 64], Domain::Any);

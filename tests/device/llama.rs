@@ -6,7 +6,7 @@
 
 use fusegraph::generate::{Generator, Sampling};
 use fusegraph::nn::{NnError, Pretrained, Quantize};
-use fusegraph::{CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor, ParamStore};
+use fusegraph::{CompileOptions, DType, Device, DeviceOptions, GraphBuilder, HostTensor, KernelForm, ParamStore};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -181,11 +181,13 @@ fn parameters_keep_their_storage_dtype_on_the_device() {
 /// safetensors checkpoint's logits (q and k rows unpermuted, llama3 scaling from
 /// `rope_freqs`), the Q8_0 and Q4_0 files the logits and greedy tokens `transformers` computes
 /// from their dequantized weights — their matrices on the device as the file's blocks, each
-/// dequantized inside the product that reads it.
+/// dequantized inside the product that reads it. So do they in a GPU's kernel forms, whose
+/// decode step reads the weights through the matrix–vector kernel (the blocks by whole words).
 #[test]
 fn gguf_files_give_transformers_logits_and_tokens() {
     let f32_ref = reference("llama-tiny");
     let (q8_ref, q4_ref) = (gguf_reference("q8_0"), gguf_reference("q4_0"));
+    let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
     for (file, r, block) in [
         ("llama-tiny-f32.gguf", &f32_ref, None),
         ("llama-tiny-q8_0.gguf", &q8_ref, Some(DType::Q8_0)),
@@ -194,7 +196,11 @@ fn gguf_files_give_transformers_logits_and_tokens() {
         let loaded = Pretrained::load(&gguf_dir().join(file), None, Quantize::AsStored).unwrap();
         let matrices = loaded.params.values().filter(|t| t.shape().rank() == 2).map(|t| t.dtype());
         assert!(matrices.clone().all(|d| Some(d) == block || (block.is_none() && d == DType::F32)), "{file}");
-        check_logits_and_tokens(&loaded, r, file);
+        check_logits_and_tokens(&loaded, r, file, &Device::shared().unwrap());
+        let forms = check_logits_and_tokens(&loaded, r, &format!("{file} in GPU forms"), &gpu_forms);
+        let packed = forms.iter().filter(|f| matches!(f, KernelForm::Gemv { packed: true, .. })).count();
+        assert!(packed >= 7 * usize::from(block.is_some()), "{file}: {packed} packed products of {forms:?}");
+        assert!(forms.iter().any(|f| matches!(f, KernelForm::Gemv { .. })), "{file}: {forms:?}");
     }
 }
 
@@ -214,7 +220,7 @@ fn quantizing_on_load_gives_the_gguf_files_blocks() {
                 assert!(differ == 0 && mine.len() == theirs.len(), "{path}: {differ} bytes differ");
             }
         }
-        check_logits_and_tokens(&loaded, &r, &format!("llama-tiny quantized to {q}"));
+        check_logits_and_tokens(&loaded, &r, &format!("llama-tiny quantized to {q}"), &Device::shared().unwrap());
     }
 }
 
@@ -241,9 +247,10 @@ fn gguf_reference(kind: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// `loaded`'s prompt logits within 1e-4 of `r`'s and its greedy tokens `r`'s.
-fn check_logits_and_tokens(loaded: &Pretrained, r: &Value, what: &str) {
-    let store = ParamStore::new(&Device::shared().unwrap());
+/// `loaded`'s prompt logits on `device` within 1e-4 of `r`'s and its greedy tokens `r`'s;
+/// returns the forms of the decode step's kernels.
+fn check_logits_and_tokens(loaded: &Pretrained, r: &Value, what: &str, device: &Arc<Device>) -> Vec<KernelForm> {
+    let store = ParamStore::new(device);
     store.insert_all(loaded.params.iter()).unwrap();
     let prompt = ids(&r["prompt_ids"]);
     let err = relative_error(&prompt_logits(loaded, &store, &prompt), &floats(&r["logits"]));
@@ -254,6 +261,8 @@ fn check_logits_and_tokens(loaded: &Pretrained, r: &Value, what: &str) {
     g.stop_at(Vec::new());
     let out = g.generate(std::slice::from_ref(&prompt), want.len(), &Sampling::greedy()).unwrap();
     assert_eq!(out.tokens[0][prompt.len()..], want[..], "{what}: greedy tokens");
+    let step = g.step_executable(&Sampling::greedy()).expect("compiled by the generation");
+    step.stats().kernels.iter().map(|k| k.form).collect()
 }
 
 /// The step chooses the next tokens on the device and reads back one id per sequence:

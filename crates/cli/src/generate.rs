@@ -81,6 +81,11 @@ pub struct GenerateArgs {
     /// steps within 8 positions).
     #[arg(long, value_delimiter = ',', value_name = "POS,POS,…")]
     report_at: Vec<usize>,
+    /// Time each kernel of the decode step at every `--report-at` position (else at the last
+    /// position generated) over RUNS runs: the kernels grouped by label, form and workgroups,
+    /// slowest first, with their bytes and rates (and every kernel in `--json`).
+    #[arg(long, value_name = "RUNS")]
+    profile: Option<usize>,
     /// Continuous batching: generate `--tokens` after every prompt of FILE (a line each: text
     /// for the model's tokenizer, or comma-separated ids) through `--batch` rows, each
     /// sequence joining as a row frees and leaving at its end (`--prompt` not needed).
@@ -378,11 +383,20 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
             bytes as f64 / 1e6,
             generator.live_for(pos)
         );
+        let profile = match a.profile {
+            Some(runs) => Some(profile_step(&generator, &sampling, pos, runs)?),
+            None => None,
+        };
         steps_at.push(serde_json::json!({
             "position": pos, "live_positions": generator.live_for(pos), "kernels": kernels,
-            "bytes_moved": bytes, "ms": ms, "host_ms": host,
+            "bytes_moved": bytes, "ms": ms, "host_ms": host, "profile": profile,
         }));
     }
+    // The last step wrote position prompt + steps − 1.
+    let profiled = match a.profile.filter(|_| a.report_at.is_empty() && !gen.step_ms.is_empty()) {
+        Some(runs) => Some(profile_step(&generator, &sampling, prompt.len() + gen.step_ms.len() - 1, runs)?),
+        None => None,
+    };
     if let Some(path) = &a.json {
         let text = match &text {
             Some(t) => Some(t.decode(&generated)?),
@@ -406,11 +420,61 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
             "step_matrix_vector_kernels": gemv,
             "step_bytes_moved": moved,
             "steps_at": steps_at,
+            "profile": profiled,
         });
         let body = serde_json::to_string_pretty(&json).map_err(|e| err(&e))?;
         std::fs::write(path, body + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// `--profile RUNS` at `pos`: prints the step's kernels grouped by label, form and workgroups
+/// (count, summed ms, share, bytes, GB/s), slowest group first, and returns every kernel as
+/// JSON.
+fn profile_step(
+    generator: &Generator,
+    sampling: &Sampling,
+    pos: usize,
+    runs: usize,
+) -> Result<serde_json::Value, String> {
+    let p = generator.profile_step(sampling, pos, runs).map_err(|e| e.to_string())?;
+    let exe = generator.step_executable_at(sampling, pos).expect("profiled, so compiled");
+    let stats = exe.stats();
+    let total = p.total_ms();
+    let mut groups: std::collections::BTreeMap<(String, String, [u32; 3]), (usize, f64, u64)> = Default::default();
+    let mut kernels = Vec::new();
+    for k in &p.kernels {
+        let s = &stats.kernels[k.index];
+        let form = format!("{:?}", s.form);
+        let g = groups.entry((s.label.clone(), form.clone(), s.workgroups)).or_default();
+        *g = (g.0 + 1, g.1 + k.median_ms, g.2 + s.bytes_moved);
+        kernels.push(serde_json::json!({
+            "index": k.index, "label": s.label, "form": form, "workgroups": s.workgroups,
+            "bytes_moved": s.bytes_moved, "ms": k.median_ms,
+        }));
+    }
+    let mut rows: Vec<_> = groups.into_iter().collect();
+    rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+    let timer =
+        if p.gpu_timestamps { "GPU timestamps, a pass per kernel" } else { "wall time, a submission per kernel" };
+    eprintln!("profile of the step at {pos}: {} kernels, {total:.3} ms in all ({timer}), by group:", p.kernels.len());
+    for ((label, form, wg), (count, ms, bytes)) in rows {
+        let mut label = label;
+        if label.len() > 70 {
+            label.truncate(67);
+            label.push_str("...");
+        }
+        eprintln!(
+            "  {count:>3} × {:>8.4} ms = {ms:>7.3} ms {:>5.1}%  {:>8.2} MB {:>7.1} GB/s  {wg:?} {form}  {label}",
+            ms / count as f64,
+            100.0 * ms / total,
+            bytes as f64 / 1e6,
+            bytes as f64 / ms / 1e6,
+        );
+    }
+    Ok(serde_json::json!({
+        "position": pos, "runs": runs, "gpu_timestamps": p.gpu_timestamps, "total_ms": total, "kernels": kernels,
+    }))
 }
 
 /// The store holding `params` on the shared device and a generator over it for `--batch`

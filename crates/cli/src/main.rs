@@ -25,7 +25,8 @@ const ENVIRONMENT: &str = "environment (fusegraph_runtime::env):
   FUSEGRAPH_AUTOTUNE=off|on                off: measure nothing on the adapter (default
                                            tilings, device-free cost model: reproducible)
   FUSEGRAPH_SHADER_CHECKS=on|off           wgpu's runtime checks in every kernel (default off)
-  FUSEGRAPH_DUMP_WGSL=DIR                  write every compiled kernel's WGSL to DIR";
+  FUSEGRAPH_DUMP_WGSL=DIR                  write every compiled kernel's WGSL to DIR
+  FUSEGRAPH_GPU_KERNELS=on                 lower a GPU's kernel forms on any adapter (lavapipe)";
 
 #[derive(Subcommand)]
 enum Command {

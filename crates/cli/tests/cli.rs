@@ -580,3 +580,52 @@ fn generate_serves_a_queue_of_prompts_through_fewer_rows() {
     assert_eq!((got["rows"].as_u64(), got["new_tokens"].as_u64()), (Some(2), Some(96)));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `generate --report-at P --profile RUNS`: the step at `P` reported with a time for each
+/// of its kernels (as many as the step has, their bytes summing to the step's), and without
+/// `--report-at` the last step profiled.
+#[test]
+fn generate_profiles_the_decode_step() {
+    let dir = std::env::temp_dir().join(format!("fusegraph-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/configs/gpt2-w256-l4-v1k.json");
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let json = dir.join("profile.json");
+        let mut args = vec![
+            "generate",
+            "--random-config",
+            config.to_str().unwrap(),
+            "--prompt-ids",
+            "1,2",
+            "--tokens",
+            "6",
+            "--max-seq",
+            "16",
+            "--ignore-eos",
+            "--profile",
+            "2",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = fusegraph(&args, None);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("profile of the step at"));
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+    };
+    let check = |profile: &serde_json::Value, kernels: u64, bytes: u64, pos: u64| {
+        let ks = profile["kernels"].as_array().unwrap();
+        assert_eq!((ks.len() as u64, profile["position"].as_u64()), (kernels, Some(pos)));
+        assert_eq!(ks.iter().map(|k| k["bytes_moved"].as_u64().unwrap()).sum::<u64>(), bytes);
+        assert!(ks.iter().all(|k| k["ms"].as_f64().is_some_and(|ms| ms > 0.0)), "{profile}");
+    };
+    let got = run(&["--report-at", "4"]);
+    let at = &got["steps_at"][0];
+    check(&at["profile"], at["kernels"].as_u64().unwrap(), at["bytes_moved"].as_u64().unwrap(), 4);
+    assert!(got["profile"].is_null());
+    // Six new tokens after two: the last step wrote position 6.
+    let got = run(&[]);
+    check(&got["profile"], got["step_kernels"].as_u64().unwrap(), got["step_bytes_moved"].as_u64().unwrap(), 6);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

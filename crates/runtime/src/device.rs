@@ -101,7 +101,8 @@ pub struct DeviceOptions {
     /// steps, tiled attention), the workgroup-tiled matmul, the split-reduction rule of a GPU
     /// ([`crate::ReduceFill::GPU`]). For tests on a CPU adapter (lavapipe), which otherwise
     /// may never run these forms. The loop budget of Mesa's CPU adapters
-    /// (`fusegraph_wgsl::CPU_LOOP_BUDGET`) holds in these forms too.
+    /// (`fusegraph_wgsl::CPU_LOOP_BUDGET`) holds in these forms too. `FUSEGRAPH_GPU_KERNELS=on`
+    /// sets it for every device of the process ([`crate::env`]).
     pub gpu_kernels: bool,
     /// Where measurements of the adapter (tuned tilings, the cost model) are cached between
     /// runs; `None`: `$XDG_CACHE_HOME/fusegraph`, else `$HOME/.cache/fusegraph`.
@@ -289,7 +290,7 @@ impl Device {
             tiled_attention,
             shader_checks,
             texture_operands,
-            gpu_kernels: opts.gpu_kernels,
+            gpu_kernels: opts.gpu_kernels || crate::env::env().gpu_kernels == Some(true),
             measure_cost,
             cache,
             tuner: Mutex::new(Default::default()),

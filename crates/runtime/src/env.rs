@@ -8,6 +8,7 @@
 //! | `FUSEGRAPH_AUTOTUNE` | `off` / `on` | `off` measures nothing on the adapter: default matmul tilings, no tuned split-k, fusion's device-free cost model (reproducible runs); `on` tunes where it is off by default (llvmpipe through GL) |
 //! | `FUSEGRAPH_SHADER_CHECKS` | `on` / `off` | wgpu's runtime checks in every kernel (off by default) |
 //! | `FUSEGRAPH_DUMP_WGSL` | a folder | each compile writes its kernels' WGSL there (`k000.wgsl`, …) |
+//! | `FUSEGRAPH_GPU_KERNELS` | `on` / `off` | `on`: every device lowers the forms a GPU gets ([`crate::DeviceOptions::gpu_kernels`]), to run them on a CPU adapter |
 //!
 //! Measurements are cached under `$XDG_CACHE_HOME/fusegraph`, else `$HOME/.cache/fusegraph`
 //! ([`crate::DeviceOptions::cache_dir`] overrides both). `FUSEGRAPH_LOG`, a `tracing` filter,
@@ -27,6 +28,8 @@ pub(crate) struct Env {
     pub shader_checks: Option<bool>,
     /// `FUSEGRAPH_DUMP_WGSL`.
     pub dump_wgsl: Option<PathBuf>,
+    /// `FUSEGRAPH_GPU_KERNELS` as a switch.
+    pub gpu_kernels: Option<bool>,
     /// `$XDG_CACHE_HOME`, else `$HOME/.cache`.
     pub cache_home: Option<PathBuf>,
 }
@@ -39,6 +42,7 @@ pub(crate) fn env() -> &'static Env {
         autotune: switch("FUSEGRAPH_AUTOTUNE"),
         shader_checks: switch("FUSEGRAPH_SHADER_CHECKS"),
         dump_wgsl: std::env::var_os("FUSEGRAPH_DUMP_WGSL").map(Into::into),
+        gpu_kernels: switch("FUSEGRAPH_GPU_KERNELS"),
         cache_home: std::env::var_os("XDG_CACHE_HOME")
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache"))),

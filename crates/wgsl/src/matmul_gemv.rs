@@ -2,17 +2,23 @@
 //! batch through a weight), where a tiled kernel's tiles would be mostly padding and its
 //! few workgroups would each walk all of `k` alone.
 //!
+//! Such a product is bound by how many of the weight's bytes are in flight at once: a step's
+//! weights are read once, a few megabytes each, and each load waits the memory's whole
+//! latency. So the kernel spreads a product over as many workgroups as keep its loads
+//! coalesced ([`Split`]: [`TARGET_WORKGROUPS`] where the product has the columns), and each
+//! invocation issues [`UNROLL`] steps' loads before the first multiply-add that needs them.
+//!
 //! A workgroup of [`WORKGROUP`] invocations computes `C` adjacent columns of every row, its
-//! invocations split `k` `S` ways (`C · S` = [`WORKGROUP`]); each keeps one accumulator per
-//! row, and the workgroup sums the `S` partials of each output in a tree in workgroup
-//! memory. The weight is read once, by invocations that touch adjacent elements in each
-//! step: where its elements are adjacent along `k` (a weight stored `[out, in]`, as PyTorch
-//! and GGUF store it, read transposed: [`KAlong`]) `S` = 32 adjacent invocations read 32
-//! adjacent elements of one column, `C` = 8; otherwise `C` = 16 adjacent invocations read
-//! 16 adjacent columns at one `k`, `S` = 16. Operands are read through their element
-//! functions, so a fused prologue — a cast from bf16 or a block type, dequantizing as it
-//! loads — works unchanged; the fused epilogue runs per output as `eO_acc`, as in the tiled
-//! kernel.
+//! invocations split `k` `S` ways; each keeps an accumulator per row and column it owns, and
+//! the workgroup sums the `S` partials of each output in a tree in workgroup memory. Where
+//! the weight's elements are adjacent along `k` (stored `[out, in]`, as PyTorch and GGUF
+//! store it, read transposed: [`KAlong`]) an invocation owns one column and reads four
+//! adjacent `k` a step, the `S` invocations of a column adjacent; otherwise it owns `V`
+//! adjacent columns (four for one or two rows) at one `k` a step, adjacent invocations
+//! holding adjacent columns. Operands are read through their element functions, so a fused
+//! prologue — a cast from bf16 or a block type, dequantizing as it loads — works unchanged;
+//! a packed weight ([`PackedRhs`]) is read by whole words instead. The fused epilogue runs
+//! per output as `eO_acc`, as in the tiled kernel.
 
 use crate::matmul::*;
 use crate::options::{Binding, LowerOptions, Spread};
@@ -29,6 +35,65 @@ pub(crate) const WORKGROUP: usize = 256;
 /// accumulator per row.
 pub const GEMV_MAX_ROWS: usize = 8;
 
+/// The workgroups a product is spread over where it has the columns for them (with its
+/// loads still coalesced): a few per multiprocessor of a large GPU, so that its memory
+/// system has enough of the weight in flight.
+pub const TARGET_WORKGROUPS: usize = 256;
+
+/// Steps along `k` whose loads an invocation issues together (two chunks of a packed
+/// weight).
+pub const UNROLL: usize = 4;
+
+/// Workgroup memory the kernel may use: WebGPU's default `max_compute_workgroup_storage_size`,
+/// which every adapter has.
+const STAGE_BYTES: usize = 16384;
+
+/// The fewest invocations along `k` of any split: an invocation's loop runs at most
+/// `k / MIN_LANES` steps, which the loop budget of a CPU adapter bounds.
+const MIN_LANES: usize = 32;
+
+/// How a product's kernel splits its work: `c` adjacent columns per workgroup, `k` split
+/// `s` ways among its invocations (`c / v · s` = [`WORKGROUP`]), `v` adjacent columns per
+/// invocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Split {
+    pub c: usize,
+    pub s: usize,
+    pub v: usize,
+}
+
+impl Split {
+    /// The split of a product of `batch` entries of `m` rows, `n` columns, `k` deep, whose rhs
+    /// lies `along` and is read `per_step` values of `k` at a time where contiguous (four, or a
+    /// packed chunk). Strided: `v` = 4 columns for one or two rows, 2 for up to four, else 1
+    /// (at most eight accumulators), and `c` the most of 32, 16 and 8 columns that still makes
+    /// [`TARGET_WORKGROUPS`] (8: 32 bytes of f32 a row, a memory sector). Contiguous: `v` = 1,
+    /// `c` from 8 halved toward [`TARGET_WORKGROUPS`] while every invocation of a column keeps
+    /// a step along `k`.
+    pub fn of(along: KAlong, per_step: usize, batch: usize, m: usize, n: usize, k: usize) -> Split {
+        let enough = |c: usize| batch * n.div_ceil(c) >= TARGET_WORKGROUPS;
+        match along {
+            KAlong::Strided => {
+                let v = match m {
+                    1 | 2 => 4,
+                    3 | 4 => 2,
+                    _ => 1,
+                };
+                // At most eight invocations across, so `s` ≥ 32.
+                let c = [32, 16, 8].into_iter().find(|&c| c <= 8 * v && enough(c)).unwrap_or(8);
+                Split { c, s: WORKGROUP * v / c, v }
+            }
+            KAlong::Contiguous => {
+                let mut c = 8;
+                while c > 1 && !enough(c) && WORKGROUP / (c / 2) * per_step <= k {
+                    c /= 2;
+                }
+                Split { c, s: WORKGROUP / c, v: 1 }
+            }
+        }
+    }
+}
+
 /// How the rhs's elements lie along `k`, which decides how `k` is split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum KAlong {
@@ -36,16 +101,6 @@ pub(crate) enum KAlong {
     Contiguous,
     /// Adjacent along `n` (a row-major rhs), or unknown.
     Strided,
-}
-
-impl KAlong {
-    /// (`C` columns, `S` ways along `k`) per workgroup.
-    fn split(self) -> (usize, usize) {
-        match self {
-            KAlong::Contiguous => (8, 32),
-            KAlong::Strided => (16, 16),
-        }
-    }
 }
 
 /// Whether `kernel` takes the matrix–vector kernel under `opts` (and the default strategy):
@@ -68,7 +123,7 @@ pub(crate) fn gemv_applies(g: &Graph, plan: &TiledPlan, opts: &LowerOptions) -> 
         && m <= GEMV_MAX_ROWS
         && opts.forms.loops == Spread::Parallel
         && !packed_halves(g.ty(plan.output).dtype, opts)
-        && opts.loop_budget.is_none_or(|b| k.div_ceil(KAlong::Strided.split().1) as u64 <= b)
+        && opts.loop_budget.is_none_or(|b| k.div_ceil(MIN_LANES) as u64 <= b)
 }
 
 /// How the kernel reads its rhs.
@@ -139,8 +194,8 @@ pub(crate) fn gemv_rhs(g: &Graph, kernel: &Kernel, mm: NodeId) -> GemvRhs {
 }
 
 /// Writes `eO_acc` and the partials' workgroup array into `body` and returns `main` and the
-/// number of workgroups (one per `C` columns per batch entry); `rhs_read` is how the rhs is
-/// read ([`gemv_rhs`]).
+/// number of workgroups (one per `C` columns per batch entry, [`Split`]); `rhs_read` is how
+/// the rhs is read ([`gemv_rhs`]).
 pub(crate) fn gemv_main(
     g: &Graph,
     bindings: &[Binding],
@@ -158,14 +213,27 @@ pub(crate) fn gemv_main(
     let dims = g.ty(mm).shape.dims();
     let rank = dims.len();
     let along = rhs_read.along;
-    let (c_n, s_n) = along.split();
-    let tiles_n = n.div_ceil(c_n);
+    let per_step = rhs_read.packed.as_ref().map_or(4, PackedRhs::chunk);
+    let Split { c, s: lanes, v } = Split::of(along, per_step, batch, m, n, k);
+    let across = c / v;
+    let tiles_n = n.div_ceil(c);
     let workgroups = (batch * tiles_n) as u64;
     let t = vty(g.ty(mm).dtype);
     let (k_out, out_b) = bindings.iter().enumerate().find(|(_, b)| b.output).expect("one output");
     let out_dt = g.ty(out_b.node).dtype;
-    let _ =
-        std::fmt::Write::write_fmt(body, format_args!("var<workgroup> fg_part: array<{t}, {}>;\n\n", WORKGROUP * m));
+    let parts = m * v;
+    let _ = std::fmt::Write::write_fmt(
+        body,
+        format_args!("var<workgroup> fg_part: array<{t}, {}>;\n\n", WORKGROUP * parts),
+    );
+    // Four `k` a step against the lhs rows: staged once per workgroup as f32 vec4s where
+    // they fit beside the partials.
+    let quads = rhs_read.packed.is_some() || along == KAlong::Contiguous && t == "f32";
+    let staged = quads && k % 4 == 0 && (m * k + WORKGROUP * parts) * 4 <= STAGE_BYTES;
+    if staged {
+        let _ =
+            std::fmt::Write::write_fmt(body, format_args!("var<workgroup> fg_x: array<vec4<f32>, {}>;\n\n", m * k / 4));
+    }
 
     let mut s = tile_head(WORKGROUP, "", workgroups, 1, tiles_n);
     let w = line;
@@ -174,47 +242,107 @@ pub(crate) fn gemv_main(
     w(&mut s, 1, format!("let a_base = {};", operand_base(&bc, ld, m * k)));
     w(&mut s, 1, format!("let b_base = {};", operand_base(&bc, rd, k * n)));
     w(&mut s, 1, format!("let o_base = bt * {}u;", m * n));
-    // Lane `s` of `k` and column `c` of the workgroup's: adjacent invocations adjacent along
-    // the rhs's contiguous axis; `sstep` apart along `k` in the workgroup's partials.
+    // Lane `s` along `k` and the invocation's first column: adjacent invocations adjacent
+    // along the rhs's contiguous axis; lanes `sstep` apart in the workgroup's partials.
     let (lane_s, lane_c, sstep) = match along {
-        KAlong::Contiguous => (format!("lid % {s_n}u"), format!("lid / {s_n}u"), 1),
-        KAlong::Strided => (format!("lid / {c_n}u"), format!("lid % {c_n}u"), c_n),
+        KAlong::Contiguous => (format!("lid % {lanes}u"), format!("lid / {lanes}u"), 1),
+        KAlong::Strided => (format!("lid / {across}u"), format!("lid % {across}u * {v}u"), across),
     };
     w(&mut s, 1, format!("let s = {lane_s};"));
-    w(&mut s, 1, format!("let col = tile_col * {c_n}u + {lane_c};"));
-    w(&mut s, 1, format!("let cl = min(col, {}u);", n - 1));
+    w(&mut s, 1, format!("let col = tile_col * {c}u + {lane_c};"));
+    for j in 0..v {
+        let at = if j == 0 { "col".to_string() } else { format!("col + {j}u") };
+        w(&mut s, 1, format!("let cl{j} = min({at}, {}u);", n - 1));
+    }
     for r in 0..m {
-        w(&mut s, 1, format!("var acc{r} = {t}();"));
+        for j in 0..v {
+            w(&mut s, 1, format!("var acc{r}_{j} = {t}();"));
+        }
     }
     let (lv, rv) = (format!("v{}", lhs.index()), format!("v{}", rhs.index()));
-    match &rhs_read.packed {
-        Some(packed) => {
-            let slot = bindings.iter().position(|b| !b.output && b.node == packed.leaf).expect("the rhs's binding");
-            packed_loop(&mut s, packed, slot, &lv, m, k, s_n);
+    let a_at = |r: usize, kk: &str| match r {
+        0 => format!("{lv}(a_base + {kk})"),
+        _ => format!("{lv}(a_base + {}u + {kk})", r * k),
+    };
+    if staged {
+        w(&mut s, 1, format!("for (var e = lid; e < {}u; e = e + {WORKGROUP}u) {{", m * k / 4));
+        let a: Vec<String> = (0..4).map(|j| format!("{lv}(a_base + e * 4u + {j}u)")).collect();
+        w(&mut s, 2, format!("fg_x[e] = vec4<f32>({});", a.join(", ")));
+        w(&mut s, 1, "}".into());
+        w(&mut s, 1, "workgroupBarrier();".into());
+    }
+    // The lhs values of row `r` at `kk`, `kk` + 1, `kk` + 2 and `kk` + 3 (`kk` a multiple of 4).
+    let a4 = |r: usize, kk: &str| match staged {
+        true => format!("fg_x[{}u + ({kk}) / 4u]", r * k / 4),
+        false => {
+            format!("vec4<{t}>({})", (0..4).map(|e| a_at(r, &format!("{kk} + {e}u"))).collect::<Vec<_>>().join(", "))
         }
-        None => {
-            w(&mut s, 1, format!("for (var kk = s; kk < {k}u; kk = kk + {s_n}u) {{"));
-            w(&mut s, 2, format!("let b = {rv}(b_base + kk * {n}u + cl);"));
-            for r in 0..m {
-                let row = if r == 0 { String::new() } else { format!("{}u + ", r * k) };
-                w(&mut s, 2, format!("acc{r} = acc{r} + {lv}(a_base + {row}kk) * b;"));
+    };
+    match (&rhs_read.packed, along) {
+        (Some(packed), _) => {
+            let slot = bindings.iter().position(|b| !b.output && b.node == packed.leaf).expect("the rhs's binding");
+            packed_loop(&mut s, packed, slot, &a4, m, k, lanes);
+        }
+        // Four adjacent `k` of the invocation's column a step, as a vec4 against the rows'.
+        (None, KAlong::Contiguous) => {
+            let quads = k / 4;
+            let step = |s: &mut String, ind: usize, u: usize, q: &str| {
+                let kb = format!("kq{u}");
+                w(s, ind, format!("let {kb} = ({q}) * 4u;"));
+                let b: Vec<String> = (0..4).map(|e| format!("{rv}(b_base + ({kb} + {e}u) * {n}u + cl0)")).collect();
+                w(s, ind, format!("let b{u} = vec4<{t}>({});", b.join(", ")));
+            };
+            let fma = |s: &mut String, ind: usize, u: usize| {
+                for r in 0..m {
+                    w(s, ind, format!("acc{r}_0 = acc{r}_0 + dot({}, b{u});", a4(r, &format!("kq{u}"))));
+                }
+            };
+            unrolled(&mut s, "q", quads, lanes, UNROLL, &step, &fma);
+            if k % 4 != 0 {
+                w(&mut s, 1, format!("for (var kk = {}u + s; kk < {k}u; kk = kk + {lanes}u) {{", quads * 4));
+                w(&mut s, 2, format!("let b = {rv}(b_base + kk * {n}u + cl0);"));
+                for r in 0..m {
+                    w(&mut s, 2, format!("acc{r}_0 = acc{r}_0 + {} * b;", a_at(r, "kk")));
+                }
+                w(&mut s, 1, "}".into());
             }
-            w(&mut s, 1, "}".into());
+        }
+        // One `k` of the invocation's `v` columns a step.
+        (None, KAlong::Strided) => {
+            let step = |s: &mut String, ind: usize, u: usize, kk: &str| {
+                w(s, ind, format!("let kk{u} = {kk};"));
+                for j in 0..v {
+                    w(s, ind, format!("let b{u}_{j} = {rv}(b_base + kk{u} * {n}u + cl{j});"));
+                }
+                for r in 0..m {
+                    w(s, ind, format!("let a{u}_{r} = {};", a_at(r, &format!("kk{u}"))));
+                }
+            };
+            let fma = |s: &mut String, ind: usize, u: usize| {
+                for r in 0..m {
+                    for j in 0..v {
+                        w(s, ind, format!("acc{r}_{j} = acc{r}_{j} + a{u}_{r} * b{u}_{j};"));
+                    }
+                }
+            };
+            unrolled(&mut s, "kk", k, lanes, UNROLL, &step, &fma);
         }
     }
     for r in 0..m {
-        w(
-            &mut s,
-            1,
-            format!("fg_part[{}lid] = acc{r};", if r == 0 { String::new() } else { format!("{}u + ", r * WORKGROUP) }),
-        );
+        for j in 0..v {
+            let at = match r * v + j {
+                0 => "lid".to_string(),
+                p => format!("{}u + lid", p * WORKGROUP),
+            };
+            w(&mut s, 1, format!("fg_part[{at}] = acc{r}_{j};"));
+        }
     }
     w(&mut s, 1, "workgroupBarrier();".into());
-    let mut stride = s_n / 2;
+    let mut stride = lanes / 2;
     while stride >= 1 {
         w(&mut s, 1, format!("if (s < {stride}u) {{"));
-        for r in 0..m {
-            let at = format!("{}u + lid", r * WORKGROUP);
+        for p in 0..parts {
+            let at = format!("{}u + lid", p * WORKGROUP);
             w(&mut s, 2, format!("fg_part[{at}] = fg_part[{at}] + fg_part[{at} + {}u];", stride * sstep));
         }
         w(&mut s, 1, "}".into());
@@ -222,79 +350,143 @@ pub(crate) fn gemv_main(
         stride /= 2;
     }
     let e = format!("e{}_acc", output.index());
-    w(&mut s, 1, format!("if (s == 0u && col < {n}u) {{"));
-    for r in 0..m {
-        w(
-            &mut s,
-            2,
-            format!("let i{r} = o_base + {}col;", if r == 0 { String::new() } else { format!("{}u + ", r * n) }),
-        );
-        let value = store_value(out_dt, &format!("{e}(i{r}, fg_part[{}u + lid])", r * WORKGROUP));
-        w(&mut s, 2, format!("b{k_out}[i{r}] = {value};"));
+    w(&mut s, 1, "if (s == 0u) {".into());
+    for j in 0..v {
+        let at = if j == 0 { "col".to_string() } else { format!("col + {j}u") };
+        w(&mut s, 2, format!("if ({at} < {n}u) {{"));
+        for r in 0..m {
+            w(
+                &mut s,
+                3,
+                format!(
+                    "let i{r}_{j} = o_base + {}{at};",
+                    if r == 0 { String::new() } else { format!("{}u + ", r * n) }
+                ),
+            );
+            let value = store_value(out_dt, &format!("{e}(i{r}_{j}, fg_part[{}u + lid])", (r * v + j) * WORKGROUP));
+            w(&mut s, 3, format!("b{k_out}[i{r}_{j}] = {value};"));
+        }
+        w(&mut s, 2, "}".into());
     }
     w(&mut s, 1, "}".into());
     w(&mut s, 0, "}".into());
     (s, workgroups)
 }
 
-/// The loop over `k` of a packed rhs ([`PackedRhs`]): invocation `s` of a column takes its
-/// chunks `s`, `s + S`, …, reads each chunk's words whole and converts its values four at a
-/// time into `vec4`s that meet four of each row's lhs values in a `dot`. A block's bytes
-/// start at an even offset: its values' words are the block's words shifted by half a word,
-/// or not.
-fn packed_loop(s: &mut String, packed: &PackedRhs, slot: usize, lv: &str, m: usize, k: usize, s_n: usize) {
+/// A lane's loop over steps `s`, `s + lanes`, … below `count` of the variable `var`: `unroll`
+/// steps at a time — every step's loads (`load(s, indent, u, step)`, naming its values with
+/// `u`) before any of their multiply-adds (`fma(s, indent, u)`) — then one at a time.
+fn unrolled(
+    s: &mut String,
+    var: &str,
+    count: usize,
+    lanes: usize,
+    unroll: usize,
+    load: &dyn Fn(&mut String, usize, usize, &str),
+    fma: &dyn Fn(&mut String, usize, usize),
+) {
     let w = line;
+    w(s, 1, format!("var {var} = s;"));
+    if count >= unroll * lanes {
+        w(
+            s,
+            1,
+            format!("for (; {var} + {}u < {count}u; {var} = {var} + {}u) {{", (unroll - 1) * lanes, unroll * lanes),
+        );
+        for u in 0..unroll {
+            let at = if u == 0 { var.to_string() } else { format!("{var} + {}u", u * lanes) };
+            load(s, 2, u, &at);
+        }
+        for u in 0..unroll {
+            fma(s, 2, u);
+        }
+        w(s, 1, "}".into());
+    }
+    w(s, 1, format!("for (; {var} < {count}u; {var} = {var} + {lanes}u) {{"));
+    load(s, 2, 0, var);
+    fma(s, 2, 0);
+    w(s, 1, "}".into());
+}
+
+/// The loop over `k` of a packed rhs ([`PackedRhs`]): invocation `s` of a column takes its
+/// chunks `s`, `s + S`, …, two at a time ([`unrolled`]), reads each chunk's words whole and
+/// converts its values four at a time into `vec4`s that meet four of each row's lhs values in
+/// a `dot`. A block's bytes start at an even offset: its values' words are the block's words
+/// shifted by half a word, or not.
+fn packed_loop(
+    s: &mut String,
+    packed: &PackedRhs,
+    slot: usize,
+    a4: &dyn Fn(usize, &str) -> String,
+    m: usize,
+    k: usize,
+    s_n: usize,
+) {
     let chunk = packed.chunk();
-    w(s, 1, format!("for (var blk = s; blk < {}u; blk = blk + {s_n}u) {{", k / chunk));
-    w(s, 2, format!("let kb = blk * {chunk}u;"));
-    // (the first of four values' place in the chunk, their f32 values)
-    let mut quads: Vec<(usize, String)> = Vec::new();
-    match packed.dtype.block() {
-        Some((_, bytes)) => {
-            let value_words = (bytes - 2) / 4;
-            w(s, 2, format!("let base = (cl * {}u + blk) * {bytes}u;", k / chunk));
-            w(s, 2, "let wb = base >> 2u;".into());
-            w(s, 2, "let aligned = (base & 3u) == 0u;".into());
-            for j in 0..=value_words {
-                w(s, 2, format!("let x{j} = b{slot}[wb + {j}u];"));
+    let load = |s: &mut String, ind: usize, u: usize, blk: &str| {
+        let w = line;
+        w(s, ind, format!("let kb{u} = ({blk}) * {chunk}u;"));
+        match packed.dtype.block() {
+            Some((_, bytes)) => {
+                let value_words = (bytes - 2) / 4;
+                w(s, ind, format!("let base{u} = (cl0 * {}u + {blk}) * {bytes}u;", k / chunk));
+                w(s, ind, format!("let wb{u} = base{u} >> 2u;"));
+                for j in 0..=value_words {
+                    w(s, ind, format!("let x{u}_{j} = b{slot}[wb{u} + {j}u];"));
+                }
             }
-            w(s, 2, "let d = unpack2x16float(x0)[(base >> 1u) & 1u];".into());
-            for t in 0..value_words {
-                w(s, 2, format!("let q{t} = select(x{0}, (x{t} >> 16u) | (x{0} << 16u), aligned);", t + 1));
-                if packed.dtype == DType::Q8_0 {
-                    let bytes =
-                        format!("(vec4<i32>(bitcast<i32>(q{t})) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u)");
-                    quads.push((4 * t, format!("vec4<f32>({bytes}) * d")));
-                } else {
-                    for (half, shifts) in [(0, "0u, 8u, 16u, 24u"), (16, "4u, 12u, 20u, 28u")] {
-                        let nibbles = format!("(vec4<u32>(q{t}) >> vec4<u32>({shifts})) & vec4<u32>(15u)");
-                        quads.push((half + 4 * t, format!("(vec4<f32>({nibbles}) - 8.0) * d")));
-                    }
+            None => {
+                w(s, ind, format!("let wb{u} = (cl0 * {k}u + kb{u}) >> 1u;"));
+                for j in 0..chunk / 2 {
+                    w(s, ind, format!("let x{u}_{j} = b{slot}[wb{u} + {j}u];"));
                 }
             }
         }
-        // bf16: two to a word, each the top half of its f32.
-        None => {
-            w(s, 2, format!("let wb = (cl * {k}u + kb) >> 1u;"));
-            for j in 0..chunk / 2 {
-                w(s, 2, format!("let x{j} = b{slot}[wb + {j}u];"));
+    };
+    let fma = |s: &mut String, ind: usize, u: usize| {
+        let w = line;
+        // (the first of four values' place in the chunk, their f32 values)
+        let mut quads: Vec<(usize, String)> = Vec::new();
+        match packed.dtype.block() {
+            Some((_, bytes)) => {
+                let value_words = (bytes - 2) / 4;
+                w(s, ind, format!("let aligned{u} = (base{u} & 3u) == 0u;"));
+                w(s, ind, format!("let d{u} = unpack2x16float(x{u}_0)[(base{u} >> 1u) & 1u];"));
+                for t in 0..value_words {
+                    let (a, b) = (format!("x{u}_{t}"), format!("x{u}_{}", t + 1));
+                    w(s, ind, format!("let q{u}_{t} = select({b}, ({a} >> 16u) | ({b} << 16u), aligned{u});"));
+                    if packed.dtype == DType::Q8_0 {
+                        let bytes = format!(
+                            "(vec4<i32>(bitcast<i32>(q{u}_{t})) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u)"
+                        );
+                        quads.push((4 * t, format!("vec4<f32>({bytes}) * d{u}")));
+                    } else {
+                        for (half, shifts) in [(0, "0u, 8u, 16u, 24u"), (16, "4u, 12u, 20u, 28u")] {
+                            let nibbles = format!("(vec4<u32>(q{u}_{t}) >> vec4<u32>({shifts})) & vec4<u32>(15u)");
+                            quads.push((half + 4 * t, format!("(vec4<f32>({nibbles}) - 8.0) * d{u}")));
+                        }
+                    }
+                }
             }
-            for e in (0..chunk).step_by(4) {
-                let (a, b) = (e / 2, e / 2 + 1);
-                let halves = format!("x{a} << 16u, x{a} & 0xffff0000u, x{b} << 16u, x{b} & 0xffff0000u");
-                quads.push((e, format!("bitcast<vec4<f32>>(vec4<u32>({halves}))")));
+            // bf16: two to a word, each the top half of its f32.
+            None => {
+                for e in (0..chunk).step_by(4) {
+                    let (a, b) = (format!("x{u}_{}", e / 2), format!("x{u}_{}", e / 2 + 1));
+                    let halves = format!("{a} << 16u, {a} & 0xffff0000u, {b} << 16u, {b} & 0xffff0000u");
+                    quads.push((e, format!("bitcast<vec4<f32>>(vec4<u32>({halves}))")));
+                }
             }
         }
-    }
-    for (e, value) in quads {
-        w(s, 2, format!("let u{e} = {value};"));
-        w(s, 2, format!("let w{e} = {};", cast_quad(&packed.casts, &format!("u{e}"))));
-        for r in 0..m {
-            let a: Vec<String> = (0..4).map(|i| format!("{lv}(a_base + {}u + kb + {}u)", r * k, e + i)).collect();
-            w(s, 2, format!("acc{r} = acc{r} + dot(vec4<f32>({}), w{e});", a.join(", ")));
+        for (e, value) in quads {
+            w(s, ind, format!("let u{u}_{e} = {value};"));
+            w(s, ind, format!("let w{u}_{e} = {};", cast_quad(&packed.casts, &format!("u{u}_{e}"))));
+            for r in 0..m {
+                let a = a4(r, &format!("kb{u} + {e}u"));
+                w(s, ind, format!("acc{r}_0 = acc{r}_0 + dot(vec4<f32>({a}), w{u}_{e});"));
+            }
         }
-    }
-    w(s, 1, "}".into());
+    };
+    unrolled(s, "blk", k / chunk, s_n, UNROLL / 2, &load, &fma);
 }
 
 /// The `vec4<f32>` named `v` through `casts`, each component as the cast's element function
