@@ -193,3 +193,50 @@ fn each_row_of_a_cache_is_written_at_its_own_position() {
     let e = c.dynamic_update_slice(&row, &two, 1).unwrap_err().to_string();
     assert!(e.contains("one per index of axis 0"), "{e}");
 }
+
+/// A kernel that writes a cache window and stores another value — a decode step's rotated key
+/// written into its cache beside the rotated query, both computed from one source — keeps
+/// the window form: the update moves its window, the other output (longer than the update:
+/// its elements past the update's guarded) is stored whole, and both equal the reference
+/// over steps at clamped and unclamped positions.
+#[test]
+fn a_window_kernel_also_stores_its_other_outputs_whole() {
+    use fusegraph::KernelForm;
+    let device = Device::shared().unwrap();
+    let store = ParamStore::new(&device);
+    let (rows, len, width) = (2, 512, 8);
+    let initial = values(&[rows, len, width], 60);
+    store.insert("cache", &initial).unwrap();
+    let b = GraphBuilder::new();
+    let c = b.parameter("cache", DType::F32, [rows, len, width]).unwrap();
+    let x = b.input("x", DType::F32, [rows, 1, width]).unwrap();
+    let y = b.input("y", DType::F32, [rows, 3, width]).unwrap();
+    let pos = b.input("pos", DType::I32, Vec::<usize>::new()).unwrap();
+    let new = c.dynamic_update_slice(&x.mul_scalar(2.0).unwrap(), &pos, 1).unwrap();
+    let q = y.add(&x.exp().unwrap().broadcast_to([rows, 3, width]).unwrap()).unwrap();
+    let opts = CompileOptions { updates: vec![("cache".into(), new.id())], ..Default::default() };
+    let exe = store.compile(&b.graph(), &[q.id()], &opts).unwrap();
+    let kernels = || exe.stats().kernels.iter().map(|k| (k.label.clone(), k.form)).collect::<Vec<_>>();
+    let windows: Vec<_> = exe.stats().kernels.iter().filter(|k| k.form == KernelForm::Window).cloned().collect();
+    assert_eq!((windows.len(), exe.stats().kernels.len()), (1, 1), "{:?}", kernels());
+    let (update, other) = ((rows * width * 4) as u64, (rows * 3 * width * 4) as u64);
+    // x and the update, the start, y and q.
+    assert_eq!(windows[0].bytes_moved, 2 * update + 4 + 2 * other, "{:?}", kernels());
+    let mut expect = initial.to_f64();
+    for (step, p) in [0i32, 300, 511, 900, -1].into_iter().enumerate() {
+        let (xv, yv) = (values(&[rows, 1, width], 70 + step as u64), values(&[rows, 3, width], 80 + step as u64));
+        let got = exe.run(&[("x", &xv), ("y", &yv), ("pos", &scalar(p))]).unwrap()[0].to_f64();
+        let (xs, ys) = (xv.to_f64(), yv.to_f64());
+        let want: Vec<f64> =
+            (0..rows * 3 * width).map(|i| ys[i] + xs[i / (3 * width) * width + i % width].exp()).collect();
+        assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-4 * b.abs().max(1.0)), "step {step}: q");
+        let s = p.clamp(0, len as i32 - 1) as usize;
+        for r in 0..rows {
+            for k in 0..width {
+                expect[(r * len + s) * width + k] = 2.0 * xs[r * width + k];
+            }
+        }
+    }
+    let now = store.get("cache").unwrap().to_f64();
+    assert!(now.iter().zip(&expect).all(|(a, b)| (a - b).abs() < 1e-6), "the cache after five steps");
+}

@@ -24,13 +24,14 @@ use crate::Executable;
 /// The bytes kernel `k` moves through its binding of `node` (`size` bytes): all of them,
 /// except for an input whose every use in the kernel is a slice of it or a gather of its
 /// rows, which reads those elements only (at most the whole binding), and, in a `window`
-/// kernel ([`fusegraph_wgsl::KernelForm::Window`]), an output, of which the update is stored, and the
-/// operand whose buffer it is, of which nothing is read.
+/// kernel ([`fusegraph_wgsl::KernelForm::Window`]), a dynamic update slice's output, of which
+/// the update is stored, and the operand whose buffer it is, of which nothing is read.
 pub(crate) fn binding_bytes(g: &Graph, k: &fusegraph_passes::Kernel, node: NodeId, size: u64, window: bool) -> u64 {
-    if window && k.outputs.contains(&node) {
+    let update = |o: NodeId| matches!(g.node(o).op, Op::DynamicUpdateSlice { .. }) && k.outputs.contains(&o);
+    if window && update(node) {
         return g.ty(g.operands(node)[1]).buffer_bytes() as u64;
     }
-    if window && k.outputs.iter().any(|&o| g.operands(o)[0] == node) {
+    if window && k.outputs.iter().any(|&o| update(o) && g.operands(o)[0] == node) {
         return 0;
     }
     let users: Vec<NodeId> = g.users(node).into_iter().filter(|u| k.members.contains(u)).collect();
@@ -516,16 +517,15 @@ fn lower_kernels(
     (sources, workspace_plan)
 }
 
-/// Whether every output of `k` is a dynamic update slice that `plan` writes over its operand
-/// (a parameter updated in place, or an arena value whose bytes it takes over): the kernel
-/// may then write the windows alone ([`Strategy::window_writes`]).
+/// Whether `k` has a dynamic update slice among its outputs and `plan` writes each over its
+/// operand (a parameter updated in place, or an arena value whose bytes it takes over): the
+/// kernel may then write their windows alone ([`Strategy::window_writes`]).
 fn writes_over_operands(graph: &Graph, k: &fusegraph_passes::Kernel, plan: &MemoryPlan) -> bool {
-    !k.outputs.is_empty()
-        && k.outputs.iter().all(|o| {
-            matches!(graph.node(*o).op, Op::DynamicUpdateSlice { .. }) && {
-                let operand = graph.operands(*o)[0];
-                plan.updated_in_place.get(o) == Some(&operand) || plan.in_place.get(o) == Some(&operand)
-            }
+    let mut updates = k.outputs.iter().filter(|o| matches!(graph.node(**o).op, Op::DynamicUpdateSlice { .. }));
+    updates.clone().next().is_some()
+        && updates.all(|o| {
+            let operand = graph.operands(*o)[0];
+            plan.updated_in_place.get(o) == Some(&operand) || plan.in_place.get(o) == Some(&operand)
         })
 }
 

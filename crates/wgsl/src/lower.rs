@@ -421,7 +421,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
                 crate::matmul_tiled::tiled_main(g, kernel, &bindings, t, &regs, opts, strategy, coop, &inv, &mut body)
             }
             (None, ..) => match &window {
-                Some(w) => crate::window::window_main(g, kernel, &bindings, w, opts),
+                Some(w) => crate::window::window_main(g, &bindings, w, opts),
                 None => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
             },
         },

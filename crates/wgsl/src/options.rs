@@ -248,10 +248,10 @@ pub struct Strategy {
     /// matrix–vector kernel (`crate::matmul_gemv::gemv_main`); otherwise as any other
     /// product.
     pub gemv: bool,
-    /// The kernel's outputs, each a dynamic update slice, are written over their operands'
-    /// buffers (the memory plan says so): lower it by `crate::window::window_main`, which
-    /// writes the windows alone, where [`crate::window_outputs`] finds one window. Wrong
-    /// for a kernel whose outputs have buffers of their own, so off by default.
+    /// The kernel's dynamic update slices are written over their operands' buffers (the
+    /// memory plan says so): lower it by `crate::window::window_main`, which writes their
+    /// windows alone (and its other outputs whole), where [`crate::window_outputs`] finds
+    /// one window. Wrong for updates that have buffers of their own, so off by default.
     pub window_writes: bool,
 }
 

@@ -1,8 +1,10 @@
-//! Window writes: a loop kernel whose every output is a dynamic update slice written over
-//! its operand's buffer (the memory plan's in-place update of a cache parameter, say) runs
-//! one invocation per element of the update and stores it at its place in the window. The
-//! rest of the operand is already in the buffer: nothing outside the window is read or
-//! written, so a decode step's cache write moves the new position's bytes, not the cache's.
+//! Window writes: a loop kernel whose dynamic update slices are written over their operands'
+//! buffers (the memory plan's in-place update of a cache parameter, say) runs one invocation
+//! per element of the update and stores it at its place in the window. The rest of the
+//! operand is already in the buffer: nothing outside the window is read or written, so a
+//! decode step's cache write moves the new position's bytes, not the cache's. The kernel's
+//! other outputs (a rotated query beside the rotated key it writes) are stored whole, an
+//! element per invocation, over a grid as long as the longest of them.
 
 use crate::body::clamped_start;
 use crate::loops::{grid_stride_main, loop_workgroups, CPU_PLAIN_STEPS};
@@ -13,28 +15,34 @@ use fusegraph_ir::{Graph, NodeId, Op};
 use fusegraph_passes::{Kernel, KernelKind};
 use std::fmt::Write;
 
-/// The window every output of `kernel` writes: each output a `dynamic_update_slice` member
-/// along one axis, of one update shape and one start. `None` where any output is something
-/// else or differs, or is stored as packed halves (a half-word store would race with its
-/// neighbour's invocation).
+/// The window the `dynamic_update_slice` outputs of `kernel` write: each along one axis, of
+/// one update shape and one start. `None` where there is none, or they differ, or an output
+/// is stored as packed halves (a half-word store would race with its neighbour's
+/// invocation), or a member reads an update's result or operand other than the update
+/// itself (it would read elements another invocation writes).
 pub fn window_outputs(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Option<Window> {
     if kernel.kind != KernelKind::Loop {
         return None;
     }
     let mut window: Option<Window> = None;
+    let mut touched: Vec<NodeId> = Vec::new();
     for &o in &kernel.outputs {
-        let Op::DynamicUpdateSlice { axis } = g.node(o).op else { return None };
-        let ops = g.operands(o);
         if packed_halves(g.ty(o).dtype, opts) {
             return None;
         }
+        let Op::DynamicUpdateSlice { axis } = g.node(o).op else { continue };
+        let ops = g.operands(o);
+        touched.extend([o, ops[0]]);
         let this = Window { axis, update: g.ty(ops[1]).shape.dims().to_vec(), start: ops[2] };
         match &window {
             Some(w) if *w != this => return None,
             _ => window = Some(this),
         }
     }
-    window
+    let updates = |m: NodeId| matches!(g.node(m).op, Op::DynamicUpdateSlice { .. }) && kernel.outputs.contains(&m);
+    let reads_touched =
+        kernel.members.iter().filter(|&&m| !updates(m)).any(|&m| g.operands(m).iter().any(|x| touched.contains(x)));
+    window.filter(|_| !reads_touched)
 }
 
 /// What the outputs of a window kernel share (see [`window_outputs`]).
@@ -48,32 +56,50 @@ pub struct Window {
     pub start: NodeId,
 }
 
-/// The window kernel's `main`: invocation `t` takes element `t` of each output's update
-/// (its element function, with whatever the kernel fuses into it) and stores it at the
-/// window's element of the output. Returns `main` and its workgroups.
-pub(crate) fn window_main(
-    g: &Graph,
-    kernel: &Kernel,
-    bindings: &[Binding],
-    w: &Window,
-    opts: &LowerOptions,
-) -> (String, u64) {
+/// The window kernel's `main`: invocation `t` takes element `t` of each update (its element
+/// function, with whatever the kernel fuses into it) and stores it at the window's element of
+/// its output, and element `t` of each other output. Returns `main` and its workgroups.
+pub(crate) fn window_main(g: &Graph, bindings: &[Binding], w: &Window, opts: &LowerOptions) -> (String, u64) {
     let n: usize = w.update.iter().product();
-    let dims = g.ty(kernel.outputs[0]).shape.dims().to_vec();
-    let mut main = grid_stride_main(n as u64, "stride");
+    let outputs: Vec<(usize, NodeId)> =
+        bindings.iter().enumerate().filter(|(_, b)| b.output).map(|(k, b)| (k, b.node)).collect();
+    let is_update = |o: NodeId| matches!(g.node(o).op, Op::DynamicUpdateSlice { .. });
+    let grid = outputs.iter().filter(|(_, o)| !is_update(*o)).map(|(_, o)| g.ty(*o).shape.numel()).fold(n, usize::max);
+    let first = outputs.iter().find(|(_, o)| is_update(*o)).expect("a window has an update").1;
+    let dims = g.ty(first).shape.dims().to_vec();
+    let mut main = grid_stride_main(grid as u64, "stride");
+    let guard = grid > n;
+    let ind = if guard { "            " } else { "        " };
+    if guard {
+        let _ = writeln!(main, "        if (t < {n}u) {{");
+    }
     let mut coords = String::new();
     let mut c = unravel(&mut coords, &w.update, "t", "w");
     for line in coords.lines() {
-        let _ = writeln!(main, "    {line}");
+        let _ = writeln!(main, "    {}{line}", &ind[8..]);
     }
-    let _ = writeln!(main, "        let s = {};", clamped_start(g, w.start, dims[w.axis] - w.update[w.axis], &c[0]));
+    let _ = writeln!(main, "{ind}let s = {};", clamped_start(g, w.start, dims[w.axis] - w.update[w.axis], &c[0]));
     c[w.axis] = format!("({} + s)", c[w.axis]);
-    let _ = writeln!(main, "        let dest = {};", ravel(&c, &dims));
-    for (k, b) in bindings.iter().enumerate().filter(|(_, b)| b.output) {
-        let update: NodeId = g.operands(b.node)[1];
+    let _ = writeln!(main, "{ind}let dest = {};", ravel(&c, &dims));
+    for &(k, o) in outputs.iter().filter(|(_, o)| is_update(*o)) {
+        let update: NodeId = g.operands(o)[1];
         let value = format!("v{}(t)", update.index());
-        let _ = writeln!(main, "        b{k}[dest] = {};", store_value(g.ty(b.node).dtype, &value));
+        let _ = writeln!(main, "{ind}b{k}[dest] = {};", store_value(g.ty(o).dtype, &value));
+    }
+    if guard {
+        let _ = writeln!(main, "        }}");
+    }
+    for &(k, o) in outputs.iter().filter(|(_, o)| !is_update(*o)) {
+        let value = store_value(g.ty(o).dtype, &format!("v{}(t)", o.index()));
+        match g.ty(o).shape.numel() {
+            e if e == grid => {
+                let _ = writeln!(main, "        b{k}[t] = {value};");
+            }
+            e => {
+                let _ = writeln!(main, "        if (t < {e}u) {{ b{k}[t] = {value}; }}");
+            }
+        }
     }
     main.push_str("    }\n}\n");
-    (main, loop_workgroups(opts, n as u64, CPU_PLAIN_STEPS))
+    (main, loop_workgroups(opts, grid as u64, CPU_PLAIN_STEPS))
 }
