@@ -343,3 +343,30 @@ fn sampled_ids_on_the_device_match_the_reference() {
         }
     }
 }
+
+/// A Llama-family decode step writes each layer's new key and value into the caches by a
+/// window kernel — which also stores the rotated query — that moves less than the layer's
+/// caches hold (a full pass would read and write them all), and keeps `transformers`'
+/// greedy tokens.
+#[test]
+fn a_llama_step_writes_only_the_new_positions_of_its_caches() {
+    let loaded = Pretrained::load(&data().join("llama-tiny"), None, Quantize::AsStored).unwrap();
+    let r = reference("llama-tiny");
+    let store = ParamStore::new(&Device::shared().unwrap());
+    store.insert_all(loaded.params.iter()).unwrap();
+    let (layers, heads, dim) = loaded.model.cache_shape();
+    let len = loaded.model.max_positions();
+    let mut g = Generator::new(&store, loaded.model.clone(), 1, len, CompileOptions::default()).unwrap();
+    g.stop_at(Vec::new());
+    let prompt = ids(&r["prompt_ids"]);
+    let want = ids(&r["greedy"]);
+    let out = g.generate(std::slice::from_ref(&prompt), want.len(), &Sampling::greedy()).unwrap();
+    assert_eq!(out.tokens[0][prompt.len()..], want[..], "greedy tokens");
+    let step = g.step_executable_at(&Sampling::greedy(), 16).expect("compiled");
+    let layer_caches = (2 * heads * len * dim * 4) as u64;
+    let kernels = &step.stats().kernels;
+    let windows: Vec<u64> = kernels.iter().filter(|k| k.form == KernelForm::Window).map(|k| k.bytes_moved).collect();
+    assert_eq!(windows.len(), layers, "{:?}", kernels.iter().map(|k| (&k.label, k.form)).collect::<Vec<_>>());
+    eprintln!("window kernels move {windows:?} B; a layer's caches hold {layer_caches} B");
+    assert!(windows.iter().all(|&b| b < layer_caches), "{windows:?} B against {layer_caches} B");
+}
