@@ -86,6 +86,10 @@ pub struct GenerateArgs {
     /// slowest first, with their bytes and rates (and every kernel in `--json`).
     #[arg(long, value_name = "RUNS")]
     profile: Option<usize>,
+    /// Compile the prefill and decode steps with `CompileOptions::fused_attention` always on:
+    /// scores, softmax and the weighted sum in one kernel per layer.
+    #[arg(long)]
+    fused_attention: bool,
     /// Continuous batching: generate `--tokens` after every prompt of FILE (a line each: text
     /// for the model's tokenizer, or comma-separated ids) through `--batch` rows, each
     /// sequence joining as a row frees and leaving at its end (`--prompt` not needed).
@@ -502,8 +506,11 @@ fn generator_for(
         device.describe()
     );
     let start = Instant::now();
-    let mut generator =
-        Generator::new(&store, model.clone(), a.batch, max_seq, CompileOptions::default()).map_err(|e| err(&e))?;
+    let opts = CompileOptions {
+        fused_attention: if a.fused_attention { fusegraph::FusedAttention::Always } else { Default::default() },
+        ..Default::default()
+    };
+    let mut generator = Generator::new(&store, model.clone(), a.batch, max_seq, opts).map_err(|e| err(&e))?;
     if a.ignore_eos {
         generator.stop_at(Vec::new());
     }
