@@ -167,6 +167,41 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
     assert!(failures.is_empty(), "{} of {} failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
+/// Sibling products of one input — a decode step's q, k and v projections — share one
+/// matrix–vector kernel in a GPU's forms (one dispatch, a range of workgroups each): a
+/// row-major f32 weight with a bias, a bf16 weight and a q8_0 one read transposed by words
+/// with a relu after it, at one and three rows, match the reference; in a CPU adapter's forms
+/// they stay three kernels.
+#[test]
+fn sibling_products_of_one_input_share_a_matrix_vector_kernel_in_gpu_forms() {
+    use crate::common::{CaseBuilder, Domain};
+    use fusegraph::DType;
+    let gpu = Arc::new(Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
+    for rows in [1, 3] {
+        let mut c = CaseBuilder::new(30 + rows as u64);
+        let x = c.input(DType::F32, &[rows, 1, 96], Domain::Any);
+        let h = x.reshape([rows, 96]).unwrap();
+        let (wq, bq) = (c.input(DType::F32, &[96, 70], Domain::Any), c.input(DType::F32, &[70], Domain::Any));
+        let wk = c.input(DType::BF16, &[40, 96], Domain::Any);
+        let wv = c.input(DType::Q8_0, &[24, 96], Domain::Any);
+        let q = h.matmul(&wq).unwrap().add(&bq).unwrap();
+        let k = h.matmul(&wk.cast(DType::F32).unwrap().t().unwrap()).unwrap();
+        let v = h.matmul(&wv.cast(DType::F32).unwrap().t().unwrap()).unwrap().relu().unwrap();
+        let mut case = c.finish(format!("sibling_products_{rows}_rows"), &[&q, &k, &v]);
+        case.atol = 1e-4;
+        let stats = run_case(&gpu, &case, &CompileOptions::default()).unwrap();
+        let products = |k: &fusegraph::KernelStats| k.label.matches("matmul").count();
+        let kernels: Vec<_> = stats.kernels.iter().map(|k| (k.label.clone(), k.form)).collect();
+        assert_eq!(stats.kernels.len(), 1, "{kernels:?}");
+        assert_eq!(products(&stats.kernels[0]), 3, "{kernels:?}");
+        assert!(matches!(stats.kernels[0].form, KernelForm::Gemv { packed: true, .. }), "{kernels:?}");
+        let cpu = run_case(&Device::shared().unwrap(), &case, &CompileOptions::default()).unwrap();
+        if Device::shared().unwrap().kernel_forms().loops == fusegraph::Spread::Serial {
+            assert!(cpu.kernels.iter().all(|k| products(k) <= 1), "{:?}", cpu.kernels);
+        }
+    }
+}
+
 /// The op catalog fused with the loop and row families mixed as a device's measurement may
 /// mix them ([`fusegraph::KernelForms`]): serial loops with workgroup-per-row reductions,
 /// and parallel loops with invocation-per-row ones, a case each in turn (f32 and f16 native

@@ -507,3 +507,40 @@ fn assert_inputs_stored_first(g: &Graph, kernels: &[Kernel], what: &str) {
         stored.extend(k.outputs.iter().copied());
     }
 }
+
+/// With `gemv_siblings` (a GPU's matrix–vector kernel), products of one input of at most
+/// `GEMV_MAX_ROWS` rows merge into one kernel storing each, their epilogues with them; a
+/// product of more rows, one of another input, and a product reading another's result do
+/// not; without it every product keeps a kernel of its own.
+#[test]
+fn sibling_products_of_few_rows_merge_for_the_matrix_vector_kernel() {
+    use fusegraph::crates::passes::GEMV_MAX_ROWS;
+    let build = |rows: usize| {
+        let mut c = CaseBuilder::new(3);
+        let x = c.input(DType::F32, &[rows, 64], Domain::Any);
+        let other = c.input(DType::F32, &[rows, 64], Domain::Any);
+        let w = |c: &mut CaseBuilder, n: usize| c.input(DType::F32, &[64, n], Domain::Any);
+        let (wq, wk, wv, wo, wz) = (w(&mut c, 64), w(&mut c, 32), w(&mut c, 32), w(&mut c, 16), w(&mut c, 8));
+        let bias = c.input(DType::F32, &[64], Domain::Any);
+        let q = x.matmul(&wq).unwrap().add(&bias).unwrap();
+        let k = x.matmul(&wk).unwrap();
+        let v = x.matmul(&wv).unwrap().relu().unwrap();
+        let o = other.matmul(&wo).unwrap();
+        // Reads q's product: after it, never beside it.
+        let z = q.matmul(&wz.reshape([64, 8]).unwrap()).unwrap();
+        let case = c.finish("siblings", &[&q, &k, &v, &o, &z]);
+        (case.graph, case.outputs)
+    };
+    let count = |k: &Kernel, g: &Graph| k.members.iter().filter(|&&m| g.node(m).op.name() == "matmul").count();
+    let gemv = FusionOptions { gemv_siblings: true, ..options() };
+    let (g, outs) = build(2);
+    let merged = fuse(&g, &outs, &gemv).unwrap().kernels;
+    let products: Vec<usize> = merged.iter().map(|k| count(k, &g)).filter(|&c| c > 0).collect();
+    assert_eq!(merged.len(), 3, "{merged:?}");
+    assert!(products.contains(&3) && products.iter().filter(|&&c| c == 1).count() == 2, "{products:?}");
+    let three = merged.iter().find(|k| count(k, &g) == 3).unwrap();
+    assert_eq!(three.outputs.len(), 3);
+    assert_eq!(fuse(&g, &outs, &options()).unwrap().kernels.len(), 5);
+    let (g, outs) = build(GEMV_MAX_ROWS + 1);
+    assert_eq!(fuse(&g, &outs, &gemv).unwrap().kernels.len(), 5);
+}

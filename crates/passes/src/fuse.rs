@@ -38,11 +38,25 @@ pub struct FusionOptions {
     pub cost: CostModel,
     /// Refuse fusions that raise the plan's peak of live bytes.
     pub memory_aware: bool,
+    /// Products of at most [`GEMV_MAX_ROWS`] rows lower to the matrix–vector kernel (a GPU's
+    /// loop forms), which takes several products of one left operand in one dispatch: such
+    /// sibling products (a decode step's q, k and v projections) merge.
+    pub gemv_siblings: bool,
 }
+
+/// The most rows a product may have to take the matrix–vector kernel (each of its
+/// invocations holds an accumulator per row).
+pub const GEMV_MAX_ROWS: usize = 8;
 
 impl Default for FusionOptions {
     fn default() -> Self {
-        FusionOptions { max_bindings: 8, min_row_len: 64, cost: CostModel::default(), memory_aware: true }
+        FusionOptions {
+            max_bindings: 8,
+            min_row_len: 64,
+            cost: CostModel::default(),
+            memory_aware: true,
+            gemv_siblings: false,
+        }
     }
 }
 

@@ -40,7 +40,7 @@ pub use autodiff::{grad, GradError};
 pub use combine::{combine_products, Combined, Joined};
 pub use fuse::{
     compared_with_themselves, fuse, fuse_updating, self_comparisons, Decision, Fusion, FusionOptions, SiblingDecision,
-    Veto,
+    Veto, GEMV_MAX_ROWS,
 };
 pub use hoist::{hoist, Hoisted};
 pub use kernel::{FusionMode, Kernel, KernelKind};

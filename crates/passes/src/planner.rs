@@ -64,6 +64,9 @@ pub struct PlanOptions {
     /// ([`MemoryOptions::external_parameters`]); products then do not combine (their weights
     /// would have to be stacked into one buffer).
     pub external_parameters: bool,
+    /// [`FusionOptions::gemv_siblings`]: the device lowers products of a few rows by the
+    /// matrix–vector kernel, so sibling products of one left operand merge.
+    pub gemv_siblings: bool,
 }
 
 impl Default for PlanOptions {
@@ -83,6 +86,7 @@ impl Default for PlanOptions {
             hoist: false,
             combine_products: false,
             external_parameters: false,
+            gemv_siblings: false,
         }
     }
 }
@@ -167,7 +171,12 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
     let mut kernels = match opts.fusion {
         FusionMode::Off => partition(g, outputs, FusionMode::Off)?,
         FusionMode::On => {
-            let fopts = FusionOptions { max_bindings: opts.max_bindings, cost: opts.cost, ..Default::default() };
+            let fopts = FusionOptions {
+                max_bindings: opts.max_bindings,
+                cost: opts.cost,
+                gemv_siblings: opts.gemv_siblings,
+                ..Default::default()
+            };
             let values: Vec<NodeId> = updates.iter().map(|&(_, v)| v).collect();
             let kernels = fuse_updating(g, outputs, &values, &fopts)?.kernels;
             if opts.fused_attention == FusedAttention::Always {

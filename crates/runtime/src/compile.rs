@@ -83,6 +83,9 @@ impl Device {
             hoist: opts.hoist_parameters,
             combine_products: opts.combine_products,
             external_parameters,
+            // Products of a few rows take the matrix–vector kernel in a GPU's loop forms
+            // unless a tiling is forced (`Device::matmul_forms`), which takes siblings too.
+            gemv_siblings: self.forms_for(opts).loops == crate::Spread::Parallel && opts.matmul_tiling.is_none(),
             ..Default::default()
         }
     }

@@ -264,6 +264,14 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         Some(_) => crate::matmul::TiledPlan { vec4_lhs: None, vec4_rhs: None, ..t },
         None => t,
     });
+    // Sibling products of one lhs (fusion's `gemv_siblings`) take the matrix–vector kernel
+    // together, a range of its workgroups each.
+    let siblings = match kernel.kind {
+        KernelKind::Loop if tiled.is_none() && strategy.gemv && strategy.matmul_tiling.is_none() => {
+            crate::matmul_gemv::sibling_plans(g, kernel, &regs, opts)
+        }
+        _ => None,
+    };
     let coop = tiled
         .filter(|_| strategy.cooperative_matmul && gemv.is_none())
         .and_then(|t| crate::matmul_coop::coop_plan(g, &t, opts, strategy.matmul_tiling));
@@ -279,11 +287,15 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     // whole vec4s of the bindings `loop_vec4` names.
     // Dynamic update slices written over their operands write their windows alone.
     let window = match kernel.kind {
-        KernelKind::Loop if tiled.is_none() && strategy.window_writes => crate::window::window_outputs(g, kernel, opts),
+        KernelKind::Loop if tiled.is_none() && siblings.is_none() && strategy.window_writes => {
+            crate::window::window_outputs(g, kernel, opts)
+        }
         _ => None,
     };
     let loop_vec4 = match kernel.kind {
-        KernelKind::Loop if tiled.is_none() && window.is_none() => vec4_loop(g, kernel, &bindings, &regs, opts),
+        KernelKind::Loop if tiled.is_none() && siblings.is_none() && window.is_none() => {
+            vec4_loop(g, kernel, &bindings, &regs, opts)
+        }
         _ => None,
     };
     // So does a row kernel with one invocation per row in the serial family, where it can.
@@ -406,7 +418,9 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     // registers, by `eN`; values reached through index changes are function calls.
     // A tiled matmul kernel computes its output's region as `eO_acc` instead (matmul.rs).
     let attention = matches!(kernel.kind, KernelKind::Attention { .. });
-    for (o, region) in regs.iter().filter(|(o, _)| !attention && tiled.is_none_or(|t| t.output != *o)) {
+    for (o, region) in
+        regs.iter().filter(|(o, _)| !attention && tiled.is_none_or(|t| t.output != *o) && siblings.is_none())
+    {
         write_region(g, *o, region, None, &[], &mut body);
     }
     let (main, workgroups) = match &kernel.kind {
@@ -420,9 +434,10 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
                 crate::matmul_tiled::tiled_main(g, kernel, &bindings, t, &regs, opts, strategy, coop, &inv, &mut body)
             }
-            (None, ..) => match &window {
-                Some(w) => crate::window::window_main(g, &bindings, w, opts),
-                None => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
+            (None, ..) => match (&window, &siblings) {
+                (Some(w), _) => crate::window::window_main(g, &bindings, w, opts),
+                (None, Some(p)) => crate::matmul_gemv::gemv_siblings_main(g, &bindings, p, &regs, &mut body),
+                (None, None) => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
             },
         },
         KernelKind::Row { shape, axes } => {
@@ -470,6 +485,13 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
                 vec4_rhs: t.vec4_rhs.is_some(),
             },
             (None, ..) if window.is_some() => KernelForm::Window,
+            (None, ..) if siblings.is_some() => {
+                let products = siblings.as_deref().unwrap_or_default();
+                KernelForm::Gemv {
+                    k_contiguous: products.iter().all(|(_, r)| r.along == crate::matmul_gemv::KAlong::Contiguous),
+                    packed: products.iter().any(|(_, r)| r.packed.is_some()),
+                }
+            }
             (None, ..) => KernelForm::Loop { quads: loop_vec4.is_some() },
         },
         KernelKind::Row { shape, axes } => {

@@ -21,7 +21,7 @@
 //! per output as `eO_acc`, as in the tiled kernel.
 
 use crate::matmul::*;
-use crate::options::{Binding, LowerOptions, Spread};
+use crate::options::{Binding, LowerOptions, Spread, MAIN_ARGS};
 use crate::region::write_region;
 use crate::storage::{packed_halves, store_value};
 use crate::writer::{unravel, vty};
@@ -31,9 +31,7 @@ use fusegraph_passes::Kernel;
 /// Invocations per workgroup.
 pub(crate) const WORKGROUP: usize = 256;
 
-/// The most rows a product may have to take this kernel: each invocation holds an
-/// accumulator per row.
-pub const GEMV_MAX_ROWS: usize = 8;
+pub use fusegraph_passes::GEMV_MAX_ROWS;
 
 /// The workgroups a product is spread over where it has the columns for them (with its
 /// loads still coalesced): a few per multiprocessor of a large GPU, so that its memory
@@ -193,15 +191,119 @@ pub(crate) fn gemv_rhs(g: &Graph, kernel: &Kernel, mm: NodeId) -> GemvRhs {
     GemvRhs { along: KAlong::Contiguous, packed }
 }
 
-/// Writes `eO_acc` and the partials' workgroup array into `body` and returns `main` and the
-/// number of workgroups (one per `C` columns per batch entry, [`Split`]); `rhs_read` is how
-/// the rhs is read ([`gemv_rhs`]).
+/// Writes `eO_acc` and the workgroup arrays into `body` and returns `main` and the number of
+/// workgroups (one per `C` columns per batch entry, [`Split`]); `rhs_read` is how the rhs is
+/// read ([`gemv_rhs`]).
 pub(crate) fn gemv_main(
     g: &Graph,
     bindings: &[Binding],
     plan: &TiledPlan,
     rhs_read: &GemvRhs,
     regions: &[(NodeId, Vec<NodeId>)],
+    body: &mut String,
+) -> (String, u64) {
+    let (part, stage) = shared_lengths(g, plan, rhs_read);
+    let staged = stage > 0 && stage * 16 + part * 4 <= STAGE_BYTES;
+    declare_shared(body, &vty(g.ty(plan.matmul).dtype), part, if staged { stage } else { 0 });
+    let (code, workgroups) = gemv_code(g, bindings, plan, rhs_read, regions, staged, body);
+    let main = format!(
+        "@compute @workgroup_size({WORKGROUP})\nfn main({MAIN_ARGS}) {{\n    let wg = wid.y * nwg.x + wid.x;\n    \
+         if (wg >= {workgroups}u) {{ return; }}\n{code}}}\n"
+    );
+    (main, workgroups)
+}
+
+/// Sibling products of one kernel ([`fusegraph_passes::FusionOptions::gemv_siblings`]: a
+/// step's q, k and v projections of one input), each its output's region's one matmul and
+/// each taking this kernel ([`gemv_applies`]) with partials of one type: their plans and how
+/// each reads its rhs. `None` for any other kernel.
+pub(crate) fn sibling_plans(
+    g: &Graph,
+    kernel: &Kernel,
+    regions: &[(NodeId, Vec<NodeId>)],
+    opts: &LowerOptions,
+) -> Option<Vec<(TiledPlan, GemvRhs)>> {
+    if kernel.kind != fusegraph_passes::KernelKind::Loop || regions.len() < 2 || regions.len() != kernel.outputs.len() {
+        return None;
+    }
+    let plans: Vec<(TiledPlan, GemvRhs)> = regions
+        .iter()
+        .map(|(o, region)| {
+            let mut products = region.iter().copied().filter(|&m| matches!(g.node(m).op, Op::MatMul));
+            let (Some(matmul), None) = (products.next(), products.next()) else { return None };
+            let plan = TiledPlan { matmul, output: *o, vec4_lhs: None, vec4_rhs: None };
+            (g.ty(matmul).shape.numel() == g.ty(*o).shape.numel() && gemv_applies(g, &plan, opts))
+                .then(|| (plan, gemv_rhs(g, kernel, matmul)))
+        })
+        .collect::<Option<_>>()?;
+    let t = vty(g.ty(plans[0].0.matmul).dtype);
+    plans.iter().all(|(p, _)| vty(g.ty(p.matmul).dtype) == t).then_some(plans)
+}
+
+/// The kernel of sibling products ([`sibling_plans`]): workgroups `0..W₀` compute the first
+/// product as [`gemv_main`] would (`fg_gemv0`), the next `W₁` the second, and so on, sharing
+/// the workgroup arrays. Returns `main` and the total workgroups.
+pub(crate) fn gemv_siblings_main(
+    g: &Graph,
+    bindings: &[Binding],
+    products: &[(TiledPlan, GemvRhs)],
+    regions: &[(NodeId, Vec<NodeId>)],
+    body: &mut String,
+) -> (String, u64) {
+    let lengths: Vec<(usize, usize)> = products.iter().map(|(p, r)| shared_lengths(g, p, r)).collect();
+    let part = lengths.iter().map(|l| l.0).max().unwrap_or(0);
+    let stage = lengths.iter().map(|l| l.1).max().unwrap_or(0);
+    let staged = stage * 16 + part * 4 <= STAGE_BYTES;
+    declare_shared(body, &vty(g.ty(products[0].0.matmul).dtype), part, if staged { stage } else { 0 });
+    let mut main = format!(
+        "@compute @workgroup_size({WORKGROUP})\nfn main({MAIN_ARGS}) {{\n    let wg = wid.y * nwg.x + wid.x;\n"
+    );
+    let mut first = 0u64;
+    for (j, ((plan, rhs), &(_, own_stage))) in products.iter().zip(&lengths).enumerate() {
+        let (code, workgroups) = gemv_code(g, bindings, plan, rhs, regions, staged && own_stage > 0, body);
+        let _ = std::fmt::Write::write_fmt(body, format_args!("fn fg_gemv{j}(wg: u32, lid: u32) {{\n{code}}}\n\n"));
+        let branch = if j == 0 { "if" } else { "} else if" };
+        let end = first + workgroups;
+        let _ = std::fmt::Write::write_fmt(
+            &mut main,
+            format_args!("    {branch} (wg < {end}u) {{\n        fg_gemv{j}(wg - {first}u, lid);\n"),
+        );
+        first = end;
+    }
+    main.push_str("    }\n}\n");
+    (main, first)
+}
+
+/// The partials' length (elements) of `plan`'s product and its lhs rows' length as staged
+/// vec4s (0 where its loop does not read four `k` a step).
+fn shared_lengths(g: &Graph, plan: &TiledPlan, rhs_read: &GemvRhs) -> (usize, usize) {
+    let (batch, m, n, k) = gemm_dims(g, plan.matmul);
+    let per_step = rhs_read.packed.as_ref().map_or(4, PackedRhs::chunk);
+    let split = Split::of(rhs_read.along, per_step, batch, m, n, k);
+    let quads =
+        rhs_read.packed.is_some() || rhs_read.along == KAlong::Contiguous && vty(g.ty(plan.matmul).dtype) == "f32";
+    (WORKGROUP * m * split.v, if quads && k % 4 == 0 { m * k / 4 } else { 0 })
+}
+
+/// Declares the partials (`part` elements of `t`) and, where `stage` > 0, the staged lhs rows
+/// (`stage` f32 vec4s).
+fn declare_shared(body: &mut String, t: &str, part: usize, stage: usize) {
+    let _ = std::fmt::Write::write_fmt(body, format_args!("var<workgroup> fg_part: array<{t}, {part}>;\n\n"));
+    if stage > 0 {
+        let _ = std::fmt::Write::write_fmt(body, format_args!("var<workgroup> fg_x: array<vec4<f32>, {stage}>;\n\n"));
+    }
+}
+
+/// One product's statements, for a function of the workgroup's index `wg` (among the
+/// product's) and `lid`, with the lhs staged in `fg_x` where `staged`; writes its `eO_acc`
+/// into `body`. Returns them and the product's workgroups.
+fn gemv_code(
+    g: &Graph,
+    bindings: &[Binding],
+    plan: &TiledPlan,
+    rhs_read: &GemvRhs,
+    regions: &[(NodeId, Vec<NodeId>)],
+    staged: bool,
     body: &mut String,
 ) -> (String, u64) {
     let TiledPlan { matmul: mm, output, .. } = *plan;
@@ -219,23 +321,11 @@ pub(crate) fn gemv_main(
     let tiles_n = n.div_ceil(c);
     let workgroups = (batch * tiles_n) as u64;
     let t = vty(g.ty(mm).dtype);
-    let (k_out, out_b) = bindings.iter().enumerate().find(|(_, b)| b.output).expect("one output");
-    let out_dt = g.ty(out_b.node).dtype;
+    let k_out = bindings.iter().position(|b| b.output && b.node == output).expect("the output's binding");
+    let out_dt = g.ty(output).dtype;
     let parts = m * v;
-    let _ = std::fmt::Write::write_fmt(
-        body,
-        format_args!("var<workgroup> fg_part: array<{t}, {}>;\n\n", WORKGROUP * parts),
-    );
-    // Four `k` a step against the lhs rows: staged once per workgroup as f32 vec4s where
-    // they fit beside the partials.
-    let quads = rhs_read.packed.is_some() || along == KAlong::Contiguous && t == "f32";
-    let staged = quads && k % 4 == 0 && (m * k + WORKGROUP * parts) * 4 <= STAGE_BYTES;
-    if staged {
-        let _ =
-            std::fmt::Write::write_fmt(body, format_args!("var<workgroup> fg_x: array<vec4<f32>, {}>;\n\n", m * k / 4));
-    }
 
-    let mut s = tile_head(WORKGROUP, "", workgroups, 1, tiles_n);
+    let mut s = format!("    let tile_col = wg % {tiles_n}u;\n    let bt = wg / {tiles_n}u;\n");
     let w = line;
     let bc = unravel(&mut s, &dims[..rank - 2], "bt", "bc");
     let (ld, rd) = (g.ty(lhs).shape.dims(), g.ty(rhs).shape.dims());
@@ -369,7 +459,6 @@ pub(crate) fn gemv_main(
         w(&mut s, 2, "}".into());
     }
     w(&mut s, 1, "}".into());
-    w(&mut s, 0, "}".into());
     (s, workgroups)
 }
 

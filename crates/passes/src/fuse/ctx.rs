@@ -294,6 +294,49 @@ impl Ctx<'_> {
         dep
     }
 
+    /// Whether `members`, storing `outs`, are sibling products for the matrix–vector kernel
+    /// ([`FusionOptions::gemv_siblings`]): every contraction a matmul of at most
+    /// [`GEMV_MAX_ROWS`] rows whose left operand is, below reshapes and casts, one node; no
+    /// reduction; one output per product, each depending on exactly one of them.
+    pub(super) fn sibling_products(&self, members: &BTreeSet<NodeId>, outs: &[NodeId]) -> bool {
+        let g = self.g;
+        let mut products = Vec::new();
+        for &m in members {
+            match g.node(m).op {
+                Op::MatMul => products.push(m),
+                Op::Conv2d { .. } | Op::Reduce { .. } => return false,
+                _ => {}
+            }
+        }
+        if products.len() < 2 || products.len() != outs.len() {
+            return false;
+        }
+        let source = |mut n: NodeId| {
+            while matches!(g.node(n).op, Op::Reshape { .. } | Op::Cast { .. }) {
+                n = g.operands(n)[0];
+            }
+            n
+        };
+        let lhs = source(g.operands(products[0])[0]);
+        let few_rows = |p: NodeId| {
+            let d = g.ty(p).shape.dims();
+            d.len() >= 2 && d[d.len() - 2] <= GEMV_MAX_ROWS
+        };
+        if !products.iter().all(|&p| few_rows(p) && source(g.operands(p)[0]) == lhs) {
+            return false;
+        }
+        let mut taken = BTreeSet::new();
+        let after: Vec<BTreeSet<NodeId>> =
+            products.iter().map(|&p| self.dependents(members, &BTreeSet::from([p]))).collect();
+        outs.iter().all(|&o| {
+            let mut of = products.iter().zip(&after).filter(|(&p, deps)| p == o || deps.contains(&o)).map(|(&p, _)| p);
+            match (of.next(), of.next()) {
+                (Some(p), None) => taken.insert(p),
+                _ => false,
+            }
+        })
+    }
+
     /// Decides the kernel kind of a candidate group, or why it cannot be one kernel.
     pub(super) fn analyze(&self, members: &BTreeSet<NodeId>, outs: &[NodeId]) -> Result<KernelKind, Veto> {
         let g = self.g;
@@ -313,7 +356,7 @@ impl Ctx<'_> {
         let contractions = members.iter().filter(|&&n| matches!(g.node(n).op, Op::MatMul | Op::Conv2d { .. })).count();
         let loop_kind = if self.arithmetic_prologue(members) {
             Err(Veto::Prologue)
-        } else if contractions > 1 {
+        } else if contractions > 1 && !(self.opts.gemv_siblings && self.sibling_products(members, outs)) {
             Err(Veto::SecondContraction)
         } else if contractions == 1 && outs.len() > 1 {
             Err(Veto::SecondOutput)

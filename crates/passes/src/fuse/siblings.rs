@@ -40,9 +40,16 @@ pub(super) fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> 
             || ctx.inputs(set).all(|x| !ctx.info[x.index()].arena)
     };
     // Contraction kernels lower to a tiled kernel with one output; merging two (q, k, v
-    // projections of one input) would lose that.
+    // projections of one input) would lose that — except products of a few rows of one
+    // left operand, which the matrix–vector kernel takes together (`gemv_siblings`).
     let contraction =
         |gr: &BTreeSet<NodeId>| gr.iter().any(|&m| matches!(g.node(m).op, Op::MatMul | Op::Conv2d { .. }));
+    let sibling_products = |groups: &Groups, a: usize, b: usize| {
+        ctx.opts.gemv_siblings && {
+            let union: BTreeSet<NodeId> = groups.sets[a].union(&groups.sets[b]).copied().collect();
+            ctx.sibling_products(&union, &ctx.group_outputs(&union, groups))
+        }
+    };
     // Pairs found dependent stay so: within this phase a group only grows, or empties when
     // merged into another (a later pass skips them; the decision is logged again).
     let mut dependent: BTreeSet<(usize, usize)> = BTreeSet::new();
@@ -64,7 +71,7 @@ pub(super) fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> 
             // matched).
             let mut feeding_i: Option<Vec<bool>> = None;
             loop {
-                if groups.sets[i].is_empty() || contraction(&groups.sets[i]) {
+                if groups.sets[i].is_empty() || contraction(&groups.sets[i]) && !ctx.opts.gemv_siblings {
                     break;
                 }
                 let (ii, cands) = near.get_or_insert_with(|| {
@@ -82,7 +89,9 @@ pub(super) fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> 
                 let after = cands.partition_point(|&k| k <= j);
                 let Some(&next) = cands[after..].iter().find(|&&k| {
                     let gk = &groups.sets[k];
-                    if gk.is_empty() || contraction(gk) {
+                    if gk.is_empty()
+                        || (contraction(&groups.sets[i]) || contraction(gk)) && !sibling_products(groups, i, k)
+                    {
                         return false;
                     }
                     let mut shared = groups.sets[i].iter().filter(|m| gk.contains(m));
