@@ -445,7 +445,9 @@ fn profile_step(
     let exe = generator.step_executable_at(sampling, pos).expect("profiled, so compiled");
     let stats = exe.stats();
     let total = p.total_ms();
-    let mut groups: std::collections::BTreeMap<(String, String, [u32; 3]), (usize, f64, u64)> = Default::default();
+    // (label, form, workgroups) → (kernels, ms, bytes)
+    type Group = (String, String, [u32; 3]);
+    let mut groups: std::collections::BTreeMap<Group, (usize, f64, u64)> = Default::default();
     let mut kernels = Vec::new();
     for k in &p.kernels {
         let s = &stats.kernels[k.index];

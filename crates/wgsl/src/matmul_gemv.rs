@@ -204,7 +204,7 @@ pub(crate) fn gemv_main(
 ) -> (String, u64) {
     let (part, stage) = shared_lengths(g, plan, rhs_read);
     let staged = stage > 0 && stage * 16 + part * 4 <= STAGE_BYTES;
-    declare_shared(body, &vty(g.ty(plan.matmul).dtype), part, if staged { stage } else { 0 });
+    declare_shared(body, vty(g.ty(plan.matmul).dtype), part, if staged { stage } else { 0 });
     let (code, workgroups) = gemv_code(g, bindings, plan, rhs_read, regions, staged, body);
     let main = format!(
         "@compute @workgroup_size({WORKGROUP})\nfn main({MAIN_ARGS}) {{\n    let wg = wid.y * nwg.x + wid.x;\n    \
@@ -254,7 +254,7 @@ pub(crate) fn gemv_siblings_main(
     let part = lengths.iter().map(|l| l.0).max().unwrap_or(0);
     let stage = lengths.iter().map(|l| l.1).max().unwrap_or(0);
     let staged = stage * 16 + part * 4 <= STAGE_BYTES;
-    declare_shared(body, &vty(g.ty(products[0].0.matmul).dtype), part, if staged { stage } else { 0 });
+    declare_shared(body, vty(g.ty(products[0].0.matmul).dtype), part, if staged { stage } else { 0 });
     let mut main = format!(
         "@compute @workgroup_size({WORKGROUP})\nfn main({MAIN_ARGS}) {{\n    let wg = wid.y * nwg.x + wid.x;\n"
     );
