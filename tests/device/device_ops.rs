@@ -171,7 +171,7 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
 /// matrix–vector kernel in a GPU's forms (one dispatch, a range of workgroups each): a
 /// row-major f32 weight with a bias, a bf16 weight and a q8_0 one read transposed by words
 /// with a relu after it, at one and three rows, match the reference; in a CPU adapter's forms
-/// they stay three kernels.
+/// (and without native f16) they stay three kernels.
 #[test]
 fn sibling_products_of_one_input_share_a_matrix_vector_kernel_in_gpu_forms() {
     use crate::common::{CaseBuilder, Domain};
@@ -192,6 +192,11 @@ fn sibling_products_of_one_input_share_a_matrix_vector_kernel_in_gpu_forms() {
         let stats = run_case(&gpu, &case, &CompileOptions::default()).unwrap();
         let products = |k: &fusegraph::KernelStats| k.label.matches("matmul").count();
         let kernels: Vec<_> = stats.kernels.iter().map(|k| (k.label.clone(), k.form)).collect();
+        if !gpu.f16_native() {
+            // f16 results would be packed halves, which the kernel does not store: no merge.
+            assert!(stats.kernels.iter().all(|k| products(k) <= 1), "{kernels:?}");
+            continue;
+        }
         assert_eq!(stats.kernels.len(), 1, "{kernels:?}");
         assert_eq!(products(&stats.kernels[0]), 3, "{kernels:?}");
         assert!(matches!(stats.kernels[0].form, KernelForm::Gemv { packed: true, .. }), "{kernels:?}");
