@@ -80,6 +80,8 @@ pub struct Generator {
     decode: BTreeMap<(Head, usize), Executable>,
     /// Prefill executables by prompt length and what they return.
     prefill: BTreeMap<(usize, Head), Executable>,
+    /// A [`Batcher`]'s prefills of one row, by prompt-length bucket and what they return.
+    row_prefill: BTreeMap<(usize, Head), Executable>,
 }
 
 /// The sampling generator: the workspace's seeded PCG.
@@ -135,6 +137,7 @@ impl Generator {
             caches,
             decode: BTreeMap::new(),
             prefill: BTreeMap::new(),
+            row_prefill: BTreeMap::new(),
         };
         g.decode(Head::Logits, max_seq)?;
         Ok(g)

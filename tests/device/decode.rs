@@ -70,8 +70,10 @@ fn crossing_cache_lengths_keeps_the_tokens() {
 }
 
 /// Continuous batching: sequences join a batch of 3 rows between steps (a fourth waits for a
-/// row), one leaves early and its row serves the next, and each that ends has the greedy
-/// tokens it gets alone (`Generator::generate` at batch 1: a prefill, then steps).
+/// row), each through a prefill of its row that chooses its first token, one leaves early and
+/// its row serves the next, the steps report every token once, and each sequence that ends
+/// has the greedy tokens it gets alone (`Generator::generate` at batch 1: a prefill, then
+/// steps).
 #[test]
 fn sequences_joining_and_leaving_a_batch_get_the_tokens_they_get_alone() {
     let (loaded, store) = tiny_gpt2(128, 3);
@@ -95,19 +97,20 @@ fn sequences_joining_and_leaving_a_batch_get_the_tokens_they_get_alone() {
     let cancelled = batch.join(vec![7, 7, 7], 50).unwrap();
     let mut done = std::collections::BTreeMap::new();
     let mut waiting: Vec<usize> = vec![2, 3, 4];
+    let mut reported = 0;
     for step in 0..200 {
         if step == 4 {
             assert_eq!(
                 batch.leave(cancelled).map(|t| t.len()),
-                Some(5),
-                "its 3 prompt tokens and 2 generated in 4 steps"
+                Some(8),
+                "its 3 prompt tokens, the prefill's token and one a step for 4 steps"
             );
         }
         while batch.free_rows() > 0 && !waiting.is_empty() && step >= 2 {
             let i = waiting.remove(0);
             ids.push(batch.join(prompts[i].0.clone(), prompts[i].1).unwrap());
         }
-        batch.step().unwrap();
+        reported += batch.step().unwrap().len();
         done.extend(batch.take_finished());
         if batch.active() == 0 && waiting.is_empty() {
             break;
@@ -115,6 +118,7 @@ fn sequences_joining_and_leaving_a_batch_get_the_tokens_they_get_alone() {
     }
     assert!(batch.join(vec![], 1).is_err() && batch.join(vec![1000], 1).is_err());
     assert_eq!(done.len(), prompts.len());
+    assert_eq!(reported, prompts.iter().map(|p| p.1).sum::<usize>() + 5, "the cancelled one's 5 included");
     for (i, id) in ids.iter().enumerate() {
         assert_eq!(done[id], alone[i], "sequence {i}");
     }
