@@ -2,7 +2,7 @@
 //! gradients, and a cache parameter in a store written at a fed position, step after step.
 
 use fusegraph::crates::reference::evaluate;
-use fusegraph::{grad, CompileOptions, DType, Device, GraphBuilder, HostTensor, ParamStore};
+use fusegraph::{grad, CompileOptions, DType, Device, GraphBuilder, HostTensor, ParamStore, Tensor};
 use std::collections::BTreeMap;
 
 fn values(dims: &[usize], seed: u64) -> HostTensor {
@@ -117,6 +117,28 @@ fn a_cache_parameter_is_written_at_a_fed_position_step_after_step() {
     assert!(now.iter().zip(&expect).all(|(a, b)| (a - b).abs() < 1e-6));
 }
 
+/// A store holding a random `[rows, len, width]` f32 cache parameter (`seed`), a builder
+/// declaring it, and its initial values.
+fn cache_store(rows: usize, len: usize, width: usize, seed: u64) -> (ParamStore, GraphBuilder, Tensor, HostTensor) {
+    let store = ParamStore::new(&Device::shared().unwrap());
+    let initial = values(&[rows, len, width], seed);
+    store.insert("cache", &initial).unwrap();
+    let b = GraphBuilder::new();
+    let c = b.parameter("cache", DType::F32, [rows, len, width]).unwrap();
+    (store, b, c, initial)
+}
+
+/// `expect` (a `[rows, len, width]` cache) with position `p`, clamped, of each row set to
+/// twice `x`'s `[rows, 1, width]` values.
+fn write_doubled(expect: &mut [f64], (rows, len, width): (usize, usize, usize), p: i32, x: &[f64]) {
+    let s = p.clamp(0, len as i32 - 1) as usize;
+    for r in 0..rows {
+        for k in 0..width {
+            expect[(r * len + s) * width + k] = 2.0 * x[r * width + k];
+        }
+    }
+}
+
 /// Written over its cache parameter, an update moves its window alone: at a 2,048-position
 /// cache the kernel reads the update's source and stores the update (a doubling fused into
 /// it), and reads the start — nothing of the rest of the cache — and the cache equals the
@@ -125,13 +147,8 @@ fn a_cache_parameter_is_written_at_a_fed_position_step_after_step() {
 #[test]
 fn a_cache_update_in_place_moves_only_its_window() {
     use fusegraph::KernelForm;
-    let device = Device::shared().unwrap();
-    let store = ParamStore::new(&device);
     let (rows, len, width) = (2, 2048, 16);
-    let initial = values(&[rows, len, width], 20);
-    store.insert("cache", &initial).unwrap();
-    let b = GraphBuilder::new();
-    let c = b.parameter("cache", DType::F32, [rows, len, width]).unwrap();
+    let (store, b, c, initial) = cache_store(rows, len, width, 20);
     let row = b.input("row", DType::F32, [rows, 1, width]).unwrap();
     let pos = b.input("pos", DType::I32, Vec::<usize>::new()).unwrap();
     let new = c.dynamic_update_slice(&row.mul_scalar(2.0).unwrap(), &pos, 1).unwrap();
@@ -146,12 +163,7 @@ fn a_cache_update_in_place_moves_only_its_window() {
     for p in [0i32, 1000, 2047, 5000, -3] {
         let rv = values(&[rows, 1, width], 30 + p.unsigned_abs() as u64);
         exe.run(&[("row", &rv), ("pos", &scalar(p))]).unwrap();
-        let s = p.clamp(0, len as i32 - 1) as usize;
-        for r in 0..rows {
-            for k in 0..width {
-                expect[(r * len + s) * width + k] = 2.0 * rv.to_f64()[r * width + k];
-            }
-        }
+        write_doubled(&mut expect, (rows, len, width), p, &rv.to_f64());
     }
     let now = store.get("cache").unwrap().to_f64();
     assert!(now.iter().zip(&expect).all(|(a, b)| (a - b).abs() < 1e-6), "the cache after five steps");
@@ -162,13 +174,8 @@ fn a_cache_update_in_place_moves_only_its_window() {
 #[test]
 fn each_row_of_a_cache_is_written_at_its_own_position() {
     use fusegraph::KernelForm;
-    let device = Device::shared().unwrap();
-    let store = ParamStore::new(&device);
     let (rows, len, width) = (3, 64, 4);
-    let initial = values(&[rows, len, width], 40);
-    store.insert("cache", &initial).unwrap();
-    let b = GraphBuilder::new();
-    let c = b.parameter("cache", DType::F32, [rows, len, width]).unwrap();
+    let (store, b, c, initial) = cache_store(rows, len, width, 40);
     let row = b.input("row", DType::F32, [rows, 1, width]).unwrap();
     let pos = b.input("pos", DType::I32, [rows]).unwrap();
     let new = c.dynamic_update_slice(&row, &pos, 1).unwrap();
@@ -202,13 +209,8 @@ fn each_row_of_a_cache_is_written_at_its_own_position() {
 #[test]
 fn a_window_kernel_also_stores_its_other_outputs_whole() {
     use fusegraph::KernelForm;
-    let device = Device::shared().unwrap();
-    let store = ParamStore::new(&device);
     let (rows, len, width) = (2, 512, 8);
-    let initial = values(&[rows, len, width], 60);
-    store.insert("cache", &initial).unwrap();
-    let b = GraphBuilder::new();
-    let c = b.parameter("cache", DType::F32, [rows, len, width]).unwrap();
+    let (store, b, c, initial) = cache_store(rows, len, width, 60);
     let x = b.input("x", DType::F32, [rows, 1, width]).unwrap();
     let y = b.input("y", DType::F32, [rows, 3, width]).unwrap();
     let pos = b.input("pos", DType::I32, Vec::<usize>::new()).unwrap();
@@ -230,12 +232,7 @@ fn a_window_kernel_also_stores_its_other_outputs_whole() {
         let want: Vec<f64> =
             (0..rows * 3 * width).map(|i| ys[i] + xs[i / (3 * width) * width + i % width].exp()).collect();
         assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-4 * b.abs().max(1.0)), "step {step}: q");
-        let s = p.clamp(0, len as i32 - 1) as usize;
-        for r in 0..rows {
-            for k in 0..width {
-                expect[(r * len + s) * width + k] = 2.0 * xs[r * width + k];
-            }
-        }
+        write_doubled(&mut expect, (rows, len, width), p, &xs);
     }
     let now = store.get("cache").unwrap().to_f64();
     assert!(now.iter().zip(&expect).all(|(a, b)| (a - b).abs() < 1e-6), "the cache after five steps");
