@@ -37,7 +37,7 @@ pub struct Generation {
 }
 
 mod batcher;
-pub use batcher::Batcher;
+pub use batcher::{Batcher, PREFILL_BUCKET};
 
 /// The feeds of a step choosing a token for each of `ids`' rows with `head`: the ids, and
 /// for a sampling head its settings and a draw per row from `rng`.
