@@ -195,6 +195,19 @@ impl Generator {
             .collect()
     }
 
+    /// The caches declared in `b`, each layer's key and value cache updated by `write(cache,
+    /// new)` with the layer's `kvs` (a prefill's keys and values).
+    fn write_caches(
+        &self,
+        b: &GraphBuilder,
+        kvs: &[Kv],
+        write: &dyn Fn(&Tensor, &Tensor) -> Result<Tensor>,
+    ) -> Result<Vec<Kv>> {
+        let shape = Self::cache_dims(&*self.model, self.batch, self.max_seq);
+        let cache = Self::cache_params(b, &self.caches, shape)?;
+        cache.iter().zip(kvs).map(|((kc, vc), (k, v))| Ok((write(kc, k)?, write(vc, v)?))).collect()
+    }
+
     fn compile(
         store: &ParamStore,
         b: &GraphBuilder,
@@ -223,16 +236,8 @@ impl Generator {
             let (logits, kvs) = self.model.prefill(&ids)?;
             let last = logits.slice(&[0, len - 1, 0], &[batch, len, vocab], &[1, 1, 1])?.reshape([batch, vocab])?;
             let last = head.build(&last)?;
-            let shape = Self::cache_dims(&*self.model, batch, self.max_seq);
-            let cache = Self::cache_params(&b, &self.caches, shape)?;
             let zero = b.scalar(DType::I32, 0.0)?;
-            let written = cache
-                .iter()
-                .zip(&kvs)
-                .map(|((kc, vc), (k, v))| {
-                    Ok((kc.dynamic_update_slice(k, &zero, 2)?, vc.dynamic_update_slice(v, &zero, 2)?))
-                })
-                .collect::<Result<Vec<Kv>>>()?;
+            let written = self.write_caches(&b, &kvs, &|cache, new| Ok(cache.dynamic_update_slice(new, &zero, 2)?))?;
             let exe = Self::compile(&self.store, &b, &last, &self.caches, &written, &self.opts, "prefill")?;
             self.prefill.insert((len, head), exe);
         }

@@ -59,19 +59,11 @@ impl Generator {
             let last = b.input("last", crate::DType::I32, Vec::<usize>::new())?;
             let (logits, kvs) = self.model.prefill(&ids)?;
             let chosen = head.build(&logits.dynamic_slice(&last, 1, 1)?.reshape([1, vocab])?)?;
-            let shape = Self::cache_dims(&*self.model, self.batch, self.max_seq);
-            let cache = Self::cache_params(&b, &self.caches, shape)?;
-            let whole = |t: &crate::Tensor| match self.max_seq - bucket {
-                0 => Ok(t.clone()),
-                rest => t.pad(&[0; 4], &[0, 0, rest, 0], 0.0),
-            };
-            let written = cache
-                .iter()
-                .zip(&kvs)
-                .map(|((kc, vc), (k, v))| {
-                    Ok((kc.dynamic_update_slice(&whole(k)?, &row, 0)?, vc.dynamic_update_slice(&whole(v)?, &row, 0)?))
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let rest = self.max_seq - bucket;
+            let written = self.write_caches(&b, &kvs, &|cache, new| {
+                let whole = if rest == 0 { new.clone() } else { new.pad(&[0; 4], &[0, 0, rest, 0], 0.0)? };
+                Ok(cache.dynamic_update_slice(&whole, &row, 0)?)
+            })?;
             let exe = Self::compile(&self.store, &b, &chosen, &self.caches, &written, &self.opts, "row prefill")?;
             self.row_prefill.insert((bucket, head), exe);
         }

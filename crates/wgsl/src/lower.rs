@@ -484,15 +484,14 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
                 vec4_lhs: t.vec4_lhs.is_some(),
                 vec4_rhs: t.vec4_rhs.is_some(),
             },
-            (None, ..) if window.is_some() => KernelForm::Window,
-            (None, ..) if siblings.is_some() => {
-                let products = siblings.as_deref().unwrap_or_default();
-                KernelForm::Gemv {
+            (None, ..) => match (&window, &siblings) {
+                (Some(_), _) => KernelForm::Window,
+                (None, Some(products)) => KernelForm::Gemv {
                     k_contiguous: products.iter().all(|(_, r)| r.along == crate::matmul_gemv::KAlong::Contiguous),
                     packed: products.iter().any(|(_, r)| r.packed.is_some()),
-                }
-            }
-            (None, ..) => KernelForm::Loop { quads: loop_vec4.is_some() },
+                },
+                (None, None) => KernelForm::Loop { quads: loop_vec4.is_some() },
+            },
         },
         KernelKind::Row { shape, axes } => {
             let (per_thread, subgroups) = row_layout(g, &row_reduces, shape, axes, opts);

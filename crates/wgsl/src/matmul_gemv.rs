@@ -133,6 +133,14 @@ pub(crate) struct GemvRhs {
     pub packed: Option<PackedRhs>,
 }
 
+impl GemvRhs {
+    /// The split of product `mm` read so: `k` four values a step, or a packed chunk.
+    fn split(&self, g: &Graph, mm: NodeId) -> Split {
+        let (batch, m, n, k) = gemm_dims(g, mm);
+        Split::of(self.along, self.packed.as_ref().map_or(4, PackedRhs::chunk), batch, m, n, k)
+    }
+}
+
 /// A rhs that is a binding of packed values — a block type, or bf16 (two to a word) with `k`
 /// a multiple of 8 — stored `[n, k]` and read transposed, below casts only: each invocation
 /// reads a chunk of a column (a block's scale and 32 values; 8 bf16 values) as whole words
@@ -277,9 +285,8 @@ pub(crate) fn gemv_siblings_main(
 /// The partials' length (elements) of `plan`'s product and its lhs rows' length as staged
 /// vec4s (0 where its loop does not read four `k` a step).
 fn shared_lengths(g: &Graph, plan: &TiledPlan, rhs_read: &GemvRhs) -> (usize, usize) {
-    let (batch, m, n, k) = gemm_dims(g, plan.matmul);
-    let per_step = rhs_read.packed.as_ref().map_or(4, PackedRhs::chunk);
-    let split = Split::of(rhs_read.along, per_step, batch, m, n, k);
+    let (_, m, _, k) = gemm_dims(g, plan.matmul);
+    let split = rhs_read.split(g, plan.matmul);
     let quads =
         rhs_read.packed.is_some() || rhs_read.along == KAlong::Contiguous && vty(g.ty(plan.matmul).dtype) == "f32";
     (WORKGROUP * m * split.v, if quads && k % 4 == 0 { m * k / 4 } else { 0 })
@@ -315,8 +322,7 @@ fn gemv_code(
     let dims = g.ty(mm).shape.dims();
     let rank = dims.len();
     let along = rhs_read.along;
-    let per_step = rhs_read.packed.as_ref().map_or(4, PackedRhs::chunk);
-    let Split { c, s: lanes, v } = Split::of(along, per_step, batch, m, n, k);
+    let Split { c, s: lanes, v } = rhs_read.split(g, mm);
     let across = c / v;
     let tiles_n = n.div_ceil(c);
     let workgroups = (batch * tiles_n) as u64;
