@@ -85,7 +85,7 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
     use fusegraph::DType;
     let device =
         Arc::new(Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).expect("a device"));
-    let gemv = |k_contiguous, packed| KernelForm::Gemv { k_contiguous, packed };
+    let gemv = |k_contiguous, packed| KernelForm::Gemv { k_contiguous, packed, row_prologue: false };
     // (case, the product's kernel form)
     let mut cases = Vec::new();
     for (dt, b, m, k, n, transposed) in
@@ -203,6 +203,79 @@ fn sibling_products_of_one_input_share_a_matrix_vector_kernel_in_gpu_forms() {
         let cpu = run_case(&Device::shared().unwrap(), &case, &CompileOptions::default()).unwrap();
         if Device::shared().unwrap().kernel_forms().loops == fusegraph::Spread::Serial {
             assert!(cpu.kernels.iter().all(|k| products(k) <= 1), "{:?}", cpu.kernels);
+        }
+    }
+}
+
+/// A layer norm (two reductions) or an RMS norm (one) whose rows only feed products of a few
+/// rows joins their matrix–vector kernel in a GPU's forms, which reduces and stages the rows
+/// itself: row-major f32 weights (strided columns) with a bias, `[out, in]` f32, bf16 and q4_0
+/// weights read along `k`, sibling products, one and two rows, f16 activations — each one
+/// kernel with a row prologue, matching the reference. In a CPU adapter's forms the norm
+/// keeps its row kernel.
+#[test]
+fn norms_feeding_few_row_products_join_their_matrix_vector_kernel_in_gpu_forms() {
+    use crate::common::{CaseBuilder, Domain};
+    use fusegraph::DType;
+    let gpu = Arc::new(Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
+    let rms = |x: &fusegraph::Tensor| -> fusegraph::Tensor {
+        let scale = x.mul(x).unwrap().mean(&[1], true).unwrap().add_scalar(1e-6).unwrap().rsqrt().unwrap();
+        x.mul(&scale).unwrap()
+    };
+    let mut cases = Vec::new();
+    for (rows, k) in [(1, 256), (2, 200)] {
+        let mut c = CaseBuilder::new(50 + rows as u64);
+        let x = c.input(DType::F32, &[rows, k], Domain::Any);
+        let (gamma, beta) = (c.input(DType::F32, &[k], Domain::Any), c.input(DType::F32, &[k], Domain::Any));
+        let h = x.layer_norm(&[1], 1e-5).unwrap().mul(&gamma).unwrap().add(&beta).unwrap();
+        let (w, b) = (c.input(DType::F32, &[k, 70], Domain::Any), c.input(DType::F32, &[70], Domain::Any));
+        let y = h.matmul(&w).unwrap().add(&b).unwrap();
+        cases.push((c.finish(format!("layer_norm_product_{rows}_rows"), &[&y]), 1));
+        let mut c = CaseBuilder::new(60 + rows as u64);
+        let x = c.input(DType::F32, &[rows, k], Domain::Any);
+        let h = x.layer_norm(&[1], 1e-5).unwrap();
+        let wt = c.input(DType::F32, &[40, k], Domain::Any);
+        let z = h.matmul(&wt.t().unwrap()).unwrap().relu().unwrap();
+        cases.push((c.finish(format!("layer_norm_transposed_{rows}_rows"), &[&z]), 1));
+    }
+    for rows in [1, 2] {
+        let mut c = CaseBuilder::new(70 + rows as u64);
+        let x = c.input(DType::F32, &[rows, 1, 512], Domain::Any);
+        let gamma = c.input(DType::F32, &[512], Domain::Any);
+        let h = rms(&x.reshape([rows, 512]).unwrap()).mul(&gamma).unwrap();
+        let wq = c.input(DType::BF16, &[48, 512], Domain::Any);
+        let wk = c.input(DType::Q4_0, &[32, 512], Domain::Any);
+        let wv = c.input(DType::F32, &[512, 24], Domain::Any);
+        let q = h.matmul(&wq.cast(DType::F32).unwrap().t().unwrap()).unwrap();
+        let k = h.matmul(&wk.cast(DType::F32).unwrap().t().unwrap()).unwrap();
+        let v = h.matmul(&wv).unwrap();
+        cases.push((c.finish(format!("rms_norm_siblings_{rows}_rows"), &[&q, &k, &v]), 3));
+    }
+    let mut c = CaseBuilder::new(80);
+    let x = c.input(DType::F16, &[1, 128], Domain::Any);
+    let w = c.input(DType::F16, &[128, 64], Domain::Any);
+    let y = x.layer_norm(&[1], 1e-5).unwrap().matmul(&w).unwrap();
+    let mut half = c.finish("layer_norm_product_f16", &[&y]);
+    half.atol = 5e-2;
+    cases.push((half, 1));
+    for (mut case, products) in cases {
+        case.atol = case.atol.max(2e-4);
+        let stats = run_case(&gpu, &case, &CompileOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let kernels: Vec<_> = stats.kernels.iter().map(|k| (k.label.clone(), k.form)).collect();
+        if !gpu.f16_native() {
+            assert!(stats.kernels.iter().all(|k| !k.label.contains("reduce") || !k.label.contains("matmul")));
+            continue;
+        }
+        assert_eq!(stats.kernels.len(), 1, "{}: {kernels:?}", case.name);
+        assert_eq!(stats.kernels[0].label.matches("matmul").count(), products, "{}: {kernels:?}", case.name);
+        assert!(
+            matches!(stats.kernels[0].form, KernelForm::Gemv { row_prologue: true, .. }),
+            "{}: {kernels:?}",
+            case.name
+        );
+        if Device::shared().unwrap().kernel_forms().loops == fusegraph::Spread::Serial {
+            let cpu = run_case(&Device::shared().unwrap(), &case, &CompileOptions::default()).unwrap();
+            assert!(cpu.kernels.len() > 1, "{}: {:?}", case.name, cpu.kernels);
         }
     }
 }

@@ -508,7 +508,7 @@ fn assert_inputs_stored_first(g: &Graph, kernels: &[Kernel], what: &str) {
     }
 }
 
-/// With `gemv_siblings` (a GPU's matrix–vector kernel), products of one input of at most
+/// With `gemv` (a GPU's matrix–vector kernel), products of one input of at most
 /// `GEMV_MAX_ROWS` rows merge into one kernel storing each, their epilogues with them; a
 /// product of more rows, one of another input, and a product reading another's result do
 /// not; without it every product keeps a kernel of its own.
@@ -532,7 +532,7 @@ fn sibling_products_of_few_rows_merge_for_the_matrix_vector_kernel() {
         (case.graph, case.outputs)
     };
     let count = |k: &Kernel, g: &Graph| k.members.iter().filter(|&&m| g.node(m).op.name() == "matmul").count();
-    let gemv = FusionOptions { gemv_siblings: true, ..options() };
+    let gemv = FusionOptions { gemv: true, ..options() };
     let (g, outs) = build(2);
     let merged = fuse(&g, &outs, &gemv).unwrap().kernels;
     let products: Vec<usize> = merged.iter().map(|k| count(k, &g)).filter(|&c| c > 0).collect();
@@ -543,4 +543,49 @@ fn sibling_products_of_few_rows_merge_for_the_matrix_vector_kernel() {
     assert_eq!(fuse(&g, &outs, &options()).unwrap().kernels.len(), 5);
     let (g, outs) = build(GEMV_MAX_ROWS + 1);
     assert_eq!(fuse(&g, &outs, &gemv).unwrap().kernels.len(), 5);
+}
+
+/// With `gemv`, a layer norm whose output only feeds products of a few rows (q, k and v of
+/// one input, merged as siblings) joins their kernel as its prologue: one kernel, storing
+/// the three products and not the normalized rows. Not where the rows would not fit the
+/// kernel's stage, not where another kernel reads the norm's output, not without `gemv`.
+#[test]
+fn a_layer_norm_feeding_products_of_few_rows_joins_their_matrix_vector_kernel() {
+    use fusegraph::crates::passes::{gemv_prologue_bytes, GEMV_STAGE_BYTES};
+    let build = |rows: usize, k: usize, read_elsewhere: bool| {
+        let mut c = CaseBuilder::new(5);
+        let x = c.input(DType::F32, &[rows, k], Domain::Any);
+        let gamma = c.input(DType::F32, &[k], Domain::Any);
+        let beta = c.input(DType::F32, &[k], Domain::Any);
+        let w = |c: &mut CaseBuilder, n: usize| c.input(DType::F32, &[k, n], Domain::Any);
+        let (wq, wk, wv) = (w(&mut c, 64), w(&mut c, 32), w(&mut c, 32));
+        let h = x.layer_norm(&[1], 1e-5).unwrap().mul(&gamma).unwrap().add(&beta).unwrap();
+        let q = h.matmul(&wq).unwrap().add(&c.input(DType::F32, &[64], Domain::Any)).unwrap();
+        let kk = h.matmul(&wk).unwrap();
+        let v = h.matmul(&wv).unwrap();
+        let other = h.exp().unwrap().sum(&[1], false).unwrap();
+        let outs: Vec<&fusegraph::Tensor> = if read_elsewhere { vec![&q, &kk, &v, &other] } else { vec![&q, &kk, &v] };
+        let case = c.finish("prologue", &outs);
+        (case.graph, case.outputs)
+    };
+    let has = |g: &Graph, k: &Kernel, name: &str| k.members.iter().any(|&m| g.node(m).op.name() == name);
+    let prologue_kernels =
+        |g: &Graph, ks: &[Kernel]| ks.iter().filter(|k| has(g, k, "reduce") && has(g, k, "matmul")).count();
+    let gemv = FusionOptions { gemv: true, ..options() };
+    for (rows, k) in [(1, 64), (2, 768)] {
+        let (g, outs) = build(rows, k, false);
+        let f = fuse(&g, &outs, &gemv).unwrap();
+        assert_eq!(f.kernels.len(), 1, "{rows}×{k}: {:?}", f.kernels);
+        assert_eq!(f.kernels[0].outputs, outs, "{rows}×{k}: only the products are stored");
+        assert!(f.log.iter().any(|d| d.veto.is_none() && g.node(d.producer).op.name() == "add"), "{:?}", f.log);
+        let unfused = fuse(&g, &outs, &options()).unwrap().kernels;
+        assert_eq!(prologue_kernels(&g, &unfused), 0, "{unfused:?}");
+        assert_eq!(unfused.len(), 4, "a row kernel and a kernel per product: {unfused:?}");
+    }
+    // Three rows of 768 with a layer norm's two reductions pass the stage.
+    assert!(gemv_prologue_bytes(3, 768, 2).unwrap() > GEMV_STAGE_BYTES);
+    let (g, outs) = build(3, 768, false);
+    assert_eq!(prologue_kernels(&g, &fuse(&g, &outs, &gemv).unwrap().kernels), 0);
+    let (g, outs) = build(1, 64, true);
+    assert_eq!(prologue_kernels(&g, &fuse(&g, &outs, &gemv).unwrap().kernels), 0);
 }

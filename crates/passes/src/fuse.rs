@@ -14,7 +14,7 @@
 //! softmax and layer norm, and large plain reductions).
 
 use crate::cost::{flops_per_element, is_data_movement, is_expensive, reads_per_operand_element, CostModel};
-use crate::kernel::{is_memory_leaf, same_index_operands, Kernel, KernelKind};
+use crate::kernel::{is_memory_leaf, row_prologue, same_index_operands, Kernel, KernelKind, GEMV_MAX_ROWS};
 use crate::liveness;
 use fusegraph_ir::{Graph, IrError, NodeId, Op, Result};
 use std::cell::RefCell;
@@ -23,8 +23,10 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 mod ctx;
 mod peak;
+mod prologue;
 mod siblings;
 use peak::{LivePeak, ValueInfo};
+use prologue::merge_row_prologues;
 use siblings::merge_siblings;
 
 /// Knobs of the fusion pass.
@@ -39,24 +41,16 @@ pub struct FusionOptions {
     /// Refuse fusions that raise the plan's peak of live bytes.
     pub memory_aware: bool,
     /// Products of at most [`GEMV_MAX_ROWS`] rows lower to the matrix–vector kernel (a GPU's
-    /// loop forms), which takes several products of one left operand in one dispatch: such
-    /// sibling products (a decode step's q, k and v projections) merge.
-    pub gemv_siblings: bool,
+    /// loop forms), which takes several products of one left operand in one dispatch and
+    /// reduces its left operand's rows itself: such sibling products (a decode step's q, k
+    /// and v projections) merge, and a row kernel that only feeds their left operand (the
+    /// layer norm before them) joins them as their prologue ([`row_prologue`]).
+    pub gemv: bool,
 }
-
-/// The most rows a product may have to take the matrix–vector kernel (each of its
-/// invocations holds an accumulator per row).
-pub const GEMV_MAX_ROWS: usize = 8;
 
 impl Default for FusionOptions {
     fn default() -> Self {
-        FusionOptions {
-            max_bindings: 8,
-            min_row_len: 64,
-            cost: CostModel::default(),
-            memory_aware: true,
-            gemv_siblings: false,
-        }
+        FusionOptions { max_bindings: 8, min_row_len: 64, cost: CostModel::default(), memory_aware: true, gemv: false }
     }
 }
 
@@ -628,6 +622,9 @@ pub fn fuse_updating(g: &Graph, outputs: &[NodeId], updates: &[NodeId], opts: &F
         }
     }
     let siblings = merge_siblings(&ctx, &mut groups, &mut peak);
+    if opts.gemv {
+        log.extend(merge_row_prologues(&ctx, &mut groups, &mut peak));
+    }
     Ok(Fusion { kernels: ctx.kernels(&groups)?, log, siblings })
 }
 

@@ -189,3 +189,111 @@ mod tests {
         let _ = g;
     }
 }
+
+/// The most rows a product may have to take the matrix–vector kernel (each of its
+/// invocations holds an accumulator per row).
+pub const GEMV_MAX_ROWS: usize = 8;
+
+/// Workgroup memory the matrix–vector kernel uses at most: WebGPU's default
+/// `max_compute_workgroup_storage_size`, which every adapter has.
+pub const GEMV_STAGE_BYTES: usize = 16384;
+
+/// The workgroup memory, at most, of a matrix–vector kernel whose left operand of `rows` rows
+/// of `k` is computed in its prologue with `reductions` row reductions (a layer norm's two):
+/// the operand staged as f32 (`rows · k`), a partial sum per invocation, row and column (at
+/// most four columns for two rows, two for four, one beyond), and a tree of 256 values per
+/// reduction. `None` where `k` is not a multiple of 4 (the operand is staged as `vec4`s).
+/// Fusion merges such a prologue only within [`GEMV_STAGE_BYTES`], so the kernel can always
+/// stage it.
+pub fn gemv_prologue_bytes(rows: usize, k: usize, reductions: usize) -> Option<usize> {
+    const INVOCATIONS: usize = 256;
+    let columns = match rows {
+        0..=2 => 4,
+        3 | 4 => 2,
+        _ => 1,
+    };
+    k.is_multiple_of(4).then(|| 4 * (rows * k + INVOCATIONS * rows * columns + INVOCATIONS * reductions))
+}
+
+/// The row prologue of a kernel of products of at most [`GEMV_MAX_ROWS`] rows (fusion's
+/// `FusionOptions::gemv`): the members their left operand is computed from, reductions over
+/// the last axis of one `[.., k]` value among them (a layer norm). The matrix–vector kernel
+/// reduces and stages the operand one row at a time, so nothing else reads the prologue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowPrologue {
+    /// The members the products' left operand is computed from, reductions included.
+    pub members: BTreeSet<NodeId>,
+    /// The value (below reshapes and casts) whose rows every product reads as its left
+    /// operand.
+    pub rows_of: NodeId,
+    /// The reductions, in member order.
+    pub reduces: Vec<NodeId>,
+    /// The shape each reduction reduces, over its last axis.
+    pub shape: Vec<usize>,
+}
+
+impl RowPrologue {
+    /// The reduced axes (the last).
+    pub fn axes(&self) -> Vec<usize> {
+        vec![self.shape.len() - 1]
+    }
+}
+
+/// The row prologue of a kernel of `members` (in topological order) storing `outputs`:
+/// `Some` where its matrix products' left operands come from one value `rows_of` computed
+/// from the kernel's reductions, all over the last axis of one shape of at most
+/// [`GEMV_MAX_ROWS`] rows of each product's `k`, with room in [`GEMV_STAGE_BYTES`]
+/// ([`gemv_prologue_bytes`]); no output, and nothing but those products' left operands,
+/// reads the prologue. The rest of the kernel is not checked.
+pub fn row_prologue(g: &Graph, members: &[NodeId], outputs: &[NodeId]) -> Option<RowPrologue> {
+    let is = |n: NodeId, f: fn(&Op) -> bool| f(&g.node(n).op);
+    let reduces: Vec<NodeId> =
+        members.iter().copied().filter(|&n| is(n, |op| matches!(op, Op::Reduce { .. }))).collect();
+    let products: Vec<NodeId> = members.iter().copied().filter(|&n| is(n, |op| matches!(op, Op::MatMul))).collect();
+    let (&first, &reduce) = (products.first()?, reduces.first()?);
+    let set: BTreeSet<NodeId> = members.iter().copied().collect();
+    let mut prologue = BTreeSet::new();
+    let mut stack: Vec<NodeId> = products.iter().map(|&p| g.operands(p)[0]).collect();
+    while let Some(n) = stack.pop() {
+        if set.contains(&n) && prologue.insert(n) {
+            stack.extend(g.operands(n));
+        }
+    }
+    let read_outside = members.iter().filter(|m| !prologue.contains(m)).any(|&m| {
+        let lhs_of_product = |i: usize| i == 0 && products.contains(&m);
+        g.operands(m).iter().enumerate().any(|(i, o)| prologue.contains(o) && !lhs_of_product(i))
+    });
+    if read_outside || outputs.iter().any(|o| prologue.contains(o)) || reduces.iter().any(|r| !prologue.contains(r)) {
+        return None;
+    }
+    let source = |mut n: NodeId| {
+        while prologue.contains(&n) && matches!(g.node(n).op, Op::Reshape { .. } | Op::Cast { .. }) {
+            n = g.operands(n)[0];
+        }
+        n
+    };
+    let rows_of = source(g.operands(first)[0]);
+    if !prologue.contains(&rows_of) || products.iter().any(|&p| source(g.operands(p)[0]) != rows_of) {
+        return None;
+    }
+    let shape = g.ty(g.operands(reduce)[0]).shape.dims().to_vec();
+    let last = vec![shape.len().checked_sub(1)?];
+    let same = |r: &NodeId| {
+        matches!(&g.node(*r).op, Op::Reduce { axes, .. } if *axes == last)
+            && g.ty(g.operands(*r)[0]).shape.dims() == shape.as_slice()
+    };
+    let (full, k) = (shape.iter().product::<usize>(), shape[shape.len() - 1]);
+    let rows = full.checked_div(k)?;
+    let each = products.iter().all(|&p| {
+        let lhs = g.ty(g.operands(p)[0]);
+        lhs.shape.numel() == full && lhs.shape.dims().last() == Some(&k)
+    });
+    let fits =
+        rows <= GEMV_MAX_ROWS && gemv_prologue_bytes(rows, k, reduces.len()).is_some_and(|b| b <= GEMV_STAGE_BYTES);
+    (reduces.iter().all(same) && each && fits && g.ty(rows_of).shape.numel() == full).then_some(RowPrologue {
+        members: prologue,
+        rows_of,
+        reduces,
+        shape,
+    })
+}

@@ -40,10 +40,12 @@ pub use autodiff::{grad, GradError};
 pub use combine::{combine_products, Combined, Joined};
 pub use fuse::{
     compared_with_themselves, fuse, fuse_updating, self_comparisons, Decision, Fusion, FusionOptions, SiblingDecision,
-    Veto, GEMV_MAX_ROWS,
+    Veto,
 };
 pub use hoist::{hoist, Hoisted};
-pub use kernel::{FusionMode, Kernel, KernelKind};
+pub use kernel::{
+    gemv_prologue_bytes, row_prologue, FusionMode, Kernel, KernelKind, RowPrologue, GEMV_MAX_ROWS, GEMV_STAGE_BYTES,
+};
 pub use memory_plan::{check_plan, plan_memory_updating, plan_memory_with, MemoryOptions, PlanError};
 pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};
 pub use partition::partition;

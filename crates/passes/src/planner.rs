@@ -64,9 +64,9 @@ pub struct PlanOptions {
     /// ([`MemoryOptions::external_parameters`]); products then do not combine (their weights
     /// would have to be stacked into one buffer).
     pub external_parameters: bool,
-    /// [`FusionOptions::gemv_siblings`]: the device lowers products of a few rows by the
+    /// [`FusionOptions::gemv`]: the device lowers products of a few rows by the
     /// matrix–vector kernel, so sibling products of one left operand merge.
-    pub gemv_siblings: bool,
+    pub gemv: bool,
 }
 
 impl Default for PlanOptions {
@@ -86,7 +86,7 @@ impl Default for PlanOptions {
             hoist: false,
             combine_products: false,
             external_parameters: false,
-            gemv_siblings: false,
+            gemv: false,
         }
     }
 }
@@ -174,7 +174,7 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
             let fopts = FusionOptions {
                 max_bindings: opts.max_bindings,
                 cost: opts.cost,
-                gemv_siblings: opts.gemv_siblings,
+                gemv: opts.gemv,
                 ..Default::default()
             };
             let values: Vec<NodeId> = updates.iter().map(|&(_, v)| v).collect();

@@ -86,7 +86,7 @@ impl Device {
             // Products of a few rows take the matrix–vector kernel in a GPU's loop forms
             // unless a tiling is forced (`Device::matmul_forms`), which takes siblings too —
             // where f16 results are not packed halves, which it does not store.
-            gemv_siblings: self.forms_for(opts).loops == crate::Spread::Parallel
+            gemv: self.forms_for(opts).loops == crate::Spread::Parallel
                 && opts.matmul_tiling.is_none()
                 && self.f16_native(),
             ..Default::default()

@@ -258,18 +258,27 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     // A product of a few rows takes the matrix–vector kernel (a tiling given asks for the
     // tiled kernel), which reads its operands through their element functions.
     let gemv = tiled
-        .filter(|t| strategy.gemv && strategy.matmul_tiling.is_none() && crate::matmul_gemv::gemv_applies(g, t, opts))
+        .filter(|t| {
+            strategy.gemv && strategy.matmul_tiling.is_none() && crate::matmul_gemv::gemv_applies(g, kernel, t, opts)
+        })
         .map(|t| crate::matmul_gemv::gemv_rhs(g, kernel, t.matmul));
     let tiled = tiled.map(|t| match &gemv {
         Some(_) => crate::matmul::TiledPlan { vec4_lhs: None, vec4_rhs: None, ..t },
         None => t,
     });
-    // Sibling products of one lhs (fusion's `gemv_siblings`) take the matrix–vector kernel
+    // Sibling products of one lhs (fusion's `gemv`) take the matrix–vector kernel
     // together, a range of its workgroups each.
     let siblings = match kernel.kind {
         KernelKind::Loop if tiled.is_none() && strategy.gemv && strategy.matmul_tiling.is_none() => {
             crate::matmul_gemv::sibling_plans(g, kernel, &regs, opts)
         }
+        _ => None,
+    };
+    // A row prologue (a layer norm computing the products' lhs) is reduced a row at a time
+    // by the matrix–vector kernel.
+    let prologue = match (&tiled, &gemv, &siblings) {
+        (Some(t), Some(_), _) => crate::matmul_gemv::gemv_prologue(g, kernel, t),
+        (None, _, Some(products)) => crate::matmul_gemv::gemv_prologue(g, kernel, &products[0].0),
         _ => None,
     };
     let coop = tiled
@@ -369,14 +378,26 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         };
         let _ = writeln!(body, "fn v{}(i: u32) -> {} {{\n    {load}\n}}\n", b.node.index(), crate::writer::vty(dt));
     }
-    let row_reduces: Vec<NodeId> = match kernel.kind {
-        KernelKind::Row { .. } => {
-            kernel.members.iter().copied().filter(|&m| matches!(g.node(m).op, Op::Reduce { .. })).collect()
-        }
-        KernelKind::Loop | KernelKind::Attention { .. } => Vec::new(),
+    // The shape whose rows the kernel's reductions reduce, a row at a time.
+    let prologue_axes = prologue.as_ref().map(|p| p.axes());
+    let row_space: Option<(&[usize], &[usize])> = match (&kernel.kind, &prologue, &prologue_axes) {
+        (KernelKind::Row { shape, axes }, ..) => Some((shape, axes)),
+        (KernelKind::Loop, Some(p), Some(axes)) => Some((&p.shape, axes)),
+        _ => None,
+    };
+    let row_reduces: Vec<NodeId> = match row_space {
+        Some(_) => kernel.members.iter().copied().filter(|&m| matches!(g.node(m).op, Op::Reduce { .. })).collect(),
+        None => Vec::new(),
     };
     let row_deps = reduction_deps(g, kernel, &row_reduces);
-    let row_scalars = row_scalars(g, kernel, &row_reduces, &row_deps);
+    let row_scalars = match row_space {
+        Some(space) => row_scalars(g, kernel, space, &row_reduces, &row_deps),
+        None => Vec::new(),
+    };
+    let gemv_prologue = prologue.as_ref().map(|p| crate::matmul_gemv::Prologue {
+        red: RowReduces { reduces: &row_reduces, scalars: &row_scalars, deps: &row_deps },
+        shape: &p.shape,
+    });
     let uniform = uniform_scalars(g, kernel);
     // An attention kernel calls the element functions of its logits and `v` only.
     let (needed, row_scores) = match kernel.kind {
@@ -425,7 +446,9 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     }
     let (main, workgroups) = match &kernel.kind {
         KernelKind::Loop => match (&tiled, &subgroup, &gemv) {
-            (Some(t), _, Some(rhs)) => crate::matmul_gemv::gemv_main(g, &bindings, t, rhs, &regs, &mut body),
+            (Some(t), _, Some(rhs)) => {
+                crate::matmul_gemv::gemv_main(g, &bindings, (t, rhs), &regs, gemv_prologue, &mut body)
+            }
             (Some(t), Some(p), None) => {
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
                 crate::matmul_subgroup::subgroup_main(g, &bindings, t, p, &regs, &inv, &mut body)
@@ -436,7 +459,9 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
             }
             (None, ..) => match (&window, &siblings) {
                 (Some(w), _) => crate::window::window_main(g, &bindings, w, opts),
-                (None, Some(p)) => crate::matmul_gemv::gemv_siblings_main(g, &bindings, p, &regs, &mut body),
+                (None, Some(p)) => {
+                    crate::matmul_gemv::gemv_siblings_main(g, &bindings, p, &regs, gemv_prologue, &mut body)
+                }
                 (None, None) => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
             },
         },
@@ -472,6 +497,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
             (Some(_), _, Some(rhs)) => KernelForm::Gemv {
                 k_contiguous: rhs.along == crate::matmul_gemv::KAlong::Contiguous,
                 packed: rhs.packed.is_some(),
+                row_prologue: prologue.is_some(),
             },
             (Some(t), Some(p), None) => KernelForm::SubgroupMatmul {
                 conv: conv(t),
@@ -489,6 +515,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
                 (None, Some(products)) => KernelForm::Gemv {
                     k_contiguous: products.iter().all(|(_, r)| r.along == crate::matmul_gemv::KAlong::Contiguous),
                     packed: products.iter().any(|(_, r)| r.packed.is_some()),
+                    row_prologue: prologue.is_some(),
                 },
                 (None, None) => KernelForm::Loop { quads: loop_vec4.is_some() },
             },

@@ -23,10 +23,11 @@
 use crate::matmul::*;
 use crate::options::{Binding, LowerOptions, Spread, MAIN_ARGS};
 use crate::region::write_region;
+use crate::rows::{row_reductions, write_elem_fn, RowReduces, RowWalk};
 use crate::storage::{packed_halves, store_value};
 use crate::writer::{unravel, vty};
 use fusegraph_ir::{DType, Graph, NodeId, Op};
-use fusegraph_passes::Kernel;
+use fusegraph_passes::{Kernel, RowPrologue};
 
 /// Invocations per workgroup.
 pub(crate) const WORKGROUP: usize = 256;
@@ -44,7 +45,7 @@ pub const UNROLL: usize = 4;
 
 /// Workgroup memory the kernel may use: WebGPU's default `max_compute_workgroup_storage_size`,
 /// which every adapter has.
-const STAGE_BYTES: usize = 16384;
+const STAGE_BYTES: usize = fusegraph_passes::GEMV_STAGE_BYTES;
 
 /// The fewest invocations along `k` of any split: an invocation's loop runs at most
 /// `k / MIN_LANES` steps, which the loop budget of a CPU adapter bounds.
@@ -108,20 +109,44 @@ pub fn gemv_kernel(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> bool {
         return false;
     }
     let regs = fusegraph_passes::kernel::regions(g, kernel);
-    plan(g, kernel, &regs, opts).is_some_and(|p| gemv_applies(g, &p, opts))
+    plan(g, kernel, &regs, opts).is_some_and(|p| gemv_applies(g, kernel, &p, opts))
 }
 
-/// Whether the tiled plan `plan` takes the matrix–vector kernel instead: a matmul (not a
-/// convolution) of at most [`GEMV_MAX_ROWS`] rows, on an adapter that spreads loops over
-/// many invocations (a GPU's forms), with an output stored one element per word or native
-/// f16, and lane loops within the adapter's loop budget.
-pub(crate) fn gemv_applies(g: &Graph, plan: &TiledPlan, opts: &LowerOptions) -> bool {
+/// Whether the tiled plan `plan` of `kernel` takes the matrix–vector kernel instead: a
+/// matmul (not a convolution) of at most [`GEMV_MAX_ROWS`] rows, on an adapter that spreads
+/// loops over many invocations (a GPU's forms), with an output stored one element per word
+/// or native f16, and lane loops within the adapter's loop budget; where the kernel reduces,
+/// the reductions are a row prologue the kernel can stage ([`gemv_prologue`]).
+pub(crate) fn gemv_applies(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerOptions) -> bool {
     let (_, m, _, k) = gemm_dims(g, plan.matmul);
+    let reduces = kernel.members.iter().any(|&n| matches!(g.node(n).op, Op::Reduce { .. }));
     matches!(g.node(plan.matmul).op, Op::MatMul)
         && m <= GEMV_MAX_ROWS
         && opts.forms.loops == Spread::Parallel
         && !packed_halves(g.ty(plan.output).dtype, opts)
         && opts.loop_budget.is_none_or(|b| k.div_ceil(MIN_LANES) as u64 <= b)
+        && (!reduces || gemv_prologue(g, kernel, plan).is_some())
+}
+
+/// The row prologue of `kernel` ([`fusegraph_passes::row_prologue`]: a layer norm computing
+/// the lhs of `plan`'s product) where the kernel can reduce and stage its rows: `k` the rows'
+/// length, and the staged rows, the partials and a tree per reduction within its workgroup
+/// memory.
+pub(crate) fn gemv_prologue(g: &Graph, kernel: &Kernel, plan: &TiledPlan) -> Option<RowPrologue> {
+    let p = fusegraph_passes::row_prologue(g, &kernel.members, &kernel.outputs)?;
+    let (_, m, _, k) = gemm_dims(g, plan.matmul);
+    let (part, stage) = shared_lengths(g, plan, &gemv_rhs(g, kernel, plan.matmul), true);
+    let trees = p.reduces.len() * WORKGROUP * 4;
+    let fits = stage > 0 && stage * 16 + part * 4 + trees <= STAGE_BYTES;
+    (fits && p.shape.last() == Some(&k) && p.shape.iter().product::<usize>() == m * k).then_some(p)
+}
+
+/// A row prologue as the kernel computes it: its reductions, in the order a row kernel
+/// computes them, and the shape they reduce the last axis of.
+#[derive(Clone, Copy)]
+pub(crate) struct Prologue<'a> {
+    pub red: RowReduces<'a>,
+    pub shape: &'a [usize],
 }
 
 /// How the kernel reads its rhs.
@@ -205,15 +230,16 @@ pub(crate) fn gemv_rhs(g: &Graph, kernel: &Kernel, mm: NodeId) -> GemvRhs {
 pub(crate) fn gemv_main(
     g: &Graph,
     bindings: &[Binding],
-    plan: &TiledPlan,
-    rhs_read: &GemvRhs,
+    (plan, rhs_read): (&TiledPlan, &GemvRhs),
     regions: &[(NodeId, Vec<NodeId>)],
+    prologue: Option<Prologue>,
     body: &mut String,
 ) -> (String, u64) {
-    let (part, stage) = shared_lengths(g, plan, rhs_read);
+    let (part, stage) = shared_lengths(g, plan, rhs_read, prologue.is_some());
     let staged = stage > 0 && stage * 16 + part * 4 <= STAGE_BYTES;
-    declare_shared(body, vty(g.ty(plan.matmul).dtype), part, if staged { stage } else { 0 });
-    let (code, workgroups) = gemv_code(g, bindings, plan, rhs_read, regions, staged, body);
+    debug_assert!(staged || prologue.is_none(), "a row prologue is always staged (`gemv_prologue`)");
+    declare_shared(g, body, vty(g.ty(plan.matmul).dtype), part, if staged { stage } else { 0 }, prologue);
+    let (code, workgroups) = gemv_code(g, bindings, (plan, rhs_read), regions, (staged, prologue), body);
     let main = format!(
         "@compute @workgroup_size({WORKGROUP})\nfn main({MAIN_ARGS}) {{\n    let wg = wid.y * nwg.x + wid.x;\n    \
          if (wg >= {workgroups}u) {{ return; }}\n{code}}}\n"
@@ -221,7 +247,7 @@ pub(crate) fn gemv_main(
     (main, workgroups)
 }
 
-/// Sibling products of one kernel ([`fusegraph_passes::FusionOptions::gemv_siblings`]: a
+/// Sibling products of one kernel ([`fusegraph_passes::FusionOptions::gemv`]: a
 /// step's q, k and v projections of one input), each its output's region's one matmul and
 /// each taking this kernel ([`gemv_applies`]) with partials of one type: their plans and how
 /// each reads its rhs. `None` for any other kernel.
@@ -240,7 +266,7 @@ pub(crate) fn sibling_plans(
             let mut products = region.iter().copied().filter(|&m| matches!(g.node(m).op, Op::MatMul));
             let (Some(matmul), None) = (products.next(), products.next()) else { return None };
             let plan = TiledPlan { matmul, output: *o, vec4_lhs: None, vec4_rhs: None };
-            (g.ty(matmul).shape.numel() == g.ty(*o).shape.numel() && gemv_applies(g, &plan, opts))
+            (g.ty(matmul).shape.numel() == g.ty(*o).shape.numel() && gemv_applies(g, kernel, &plan, opts))
                 .then(|| (plan, gemv_rhs(g, kernel, matmul)))
         })
         .collect::<Option<_>>()?;
@@ -256,19 +282,24 @@ pub(crate) fn gemv_siblings_main(
     bindings: &[Binding],
     products: &[(TiledPlan, GemvRhs)],
     regions: &[(NodeId, Vec<NodeId>)],
+    prologue: Option<Prologue>,
     body: &mut String,
 ) -> (String, u64) {
-    let lengths: Vec<(usize, usize)> = products.iter().map(|(p, r)| shared_lengths(g, p, r)).collect();
+    let lengths: Vec<(usize, usize)> =
+        products.iter().map(|(p, r)| shared_lengths(g, p, r, prologue.is_some())).collect();
     let part = lengths.iter().map(|l| l.0).max().unwrap_or(0);
     let stage = lengths.iter().map(|l| l.1).max().unwrap_or(0);
     let staged = stage * 16 + part * 4 <= STAGE_BYTES;
-    declare_shared(body, vty(g.ty(products[0].0.matmul).dtype), part, if staged { stage } else { 0 });
+    debug_assert!(staged || prologue.is_none(), "a row prologue is always staged (`gemv_prologue`)");
+    let t = vty(g.ty(products[0].0.matmul).dtype);
+    declare_shared(g, body, t, part, if staged { stage } else { 0 }, prologue);
     let mut main = format!(
         "@compute @workgroup_size({WORKGROUP})\nfn main({MAIN_ARGS}) {{\n    let wg = wid.y * nwg.x + wid.x;\n"
     );
     let mut first = 0u64;
     for (j, ((plan, rhs), &(_, own_stage))) in products.iter().zip(&lengths).enumerate() {
-        let (code, workgroups) = gemv_code(g, bindings, plan, rhs, regions, staged && own_stage > 0, body);
+        let (code, workgroups) =
+            gemv_code(g, bindings, (plan, rhs), regions, (staged && own_stage > 0, prologue), body);
         let _ = std::fmt::Write::write_fmt(body, format_args!("fn fg_gemv{j}(wg: u32, lid: u32) {{\n{code}}}\n\n"));
         let branch = if j == 0 { "if" } else { "} else if" };
         let end = first + workgroups;
@@ -283,34 +314,43 @@ pub(crate) fn gemv_siblings_main(
 }
 
 /// The partials' length (elements) of `plan`'s product and its lhs rows' length as staged
-/// vec4s (0 where its loop does not read four `k` a step).
-fn shared_lengths(g: &Graph, plan: &TiledPlan, rhs_read: &GemvRhs) -> (usize, usize) {
+/// vec4s: 0 where `k` is not a multiple of 4, or where its loop does not read four `k` a step
+/// and no row prologue (`prologue`) must be staged.
+fn shared_lengths(g: &Graph, plan: &TiledPlan, rhs_read: &GemvRhs, prologue: bool) -> (usize, usize) {
     let (_, m, _, k) = gemm_dims(g, plan.matmul);
     let split = rhs_read.split(g, plan.matmul);
     let quads =
         rhs_read.packed.is_some() || rhs_read.along == KAlong::Contiguous && vty(g.ty(plan.matmul).dtype) == "f32";
-    (WORKGROUP * m * split.v, if quads && k % 4 == 0 { m * k / 4 } else { 0 })
+    (WORKGROUP * m * split.v, if (quads || prologue) && k % 4 == 0 { m * k / 4 } else { 0 })
 }
 
-/// Declares the partials (`part` elements of `t`) and, where `stage` > 0, the staged lhs rows
-/// (`stage` f32 vec4s).
-fn declare_shared(body: &mut String, t: &str, part: usize, stage: usize) {
+/// Declares the partials (`part` elements of `t`), where `stage` > 0 the staged lhs rows
+/// (`stage` f32 vec4s), and a row prologue's trees and `fg_elem`.
+fn declare_shared(g: &Graph, body: &mut String, t: &str, part: usize, stage: usize, prologue: Option<Prologue>) {
     let _ = std::fmt::Write::write_fmt(body, format_args!("var<workgroup> fg_part: array<{t}, {part}>;\n\n"));
     if stage > 0 {
         let _ = std::fmt::Write::write_fmt(body, format_args!("var<workgroup> fg_x: array<vec4<f32>, {stage}>;\n\n"));
     }
+    if let Some(p) = prologue {
+        for (k, &r) in p.red.reduces.iter().enumerate() {
+            let t = vty(g.ty(r).dtype);
+            let _ =
+                std::fmt::Write::write_fmt(body, format_args!("var<workgroup> fg_red{k}: array<{t}, {WORKGROUP}>;\n"));
+        }
+        write_elem_fn(body, p.shape, &[p.shape.len() - 1]);
+    }
 }
 
 /// One product's statements, for a function of the workgroup's index `wg` (among the
-/// product's) and `lid`, with the lhs staged in `fg_x` where `staged`; writes its `eO_acc`
-/// into `body`. Returns them and the product's workgroups.
+/// product's) and `lid`, with the lhs staged in `fg_x` where `staged` — a row at a time
+/// after its reductions where a row `prologue` computes it; writes its `eO_acc` into `body`.
+/// Returns them and the product's workgroups.
 fn gemv_code(
     g: &Graph,
     bindings: &[Binding],
-    plan: &TiledPlan,
-    rhs_read: &GemvRhs,
+    (plan, rhs_read): (&TiledPlan, &GemvRhs),
     regions: &[(NodeId, Vec<NodeId>)],
-    staged: bool,
+    (staged, prologue): (bool, Option<Prologue>),
     body: &mut String,
 ) -> (String, u64) {
     let TiledPlan { matmul: mm, output, .. } = *plan;
@@ -356,21 +396,50 @@ fn gemv_code(
         }
     }
     let (lv, rv) = (format!("v{}", lhs.index()), format!("v{}", rhs.index()));
-    let a_at = |r: usize, kk: &str| match r {
-        0 => format!("{lv}(a_base + {kk})"),
-        _ => format!("{lv}(a_base + {}u + {kk})", r * k),
+    // The lhs value of row `r` at `kk`.
+    let a_at = |r: usize, kk: &str| match (staged, r) {
+        (true, _) => format!("{t}(fg_x[{}u + ({kk}) / 4u][({kk}) % 4u])", r * k / 4),
+        (false, 0) => format!("{lv}(a_base + {kk})"),
+        (false, _) => format!("{lv}(a_base + {}u + {kk})", r * k),
     };
     if staged {
-        w(&mut s, 1, format!("for (var e = lid; e < {}u; e = e + {WORKGROUP}u) {{", m * k / 4));
-        let a: Vec<String> = (0..4).map(|j| format!("{lv}(a_base + e * 4u + {j}u)")).collect();
-        w(&mut s, 2, format!("fg_x[e] = vec4<f32>({});", a.join(", ")));
-        w(&mut s, 1, "}".into());
-        w(&mut s, 1, "workgroupBarrier();".into());
+        // Staged as f32 (the lhs's own values: exact).
+        let quad = |first: &str| {
+            let a: Vec<String> = (0..4).map(|j| format!("{lv}(a_base + {first} + {j}u)")).collect();
+            match t {
+                "f32" => format!("vec4<f32>({})", a.join(", ")),
+                _ => format!("vec4<f32>(vec4<{t}>({}))", a.join(", ")),
+            }
+        };
+        match prologue {
+            None => {
+                w(&mut s, 1, format!("for (var e = lid; e < {}u; e = e + {WORKGROUP}u) {{", m * k / 4));
+                w(&mut s, 2, format!("fg_x[e] = {};", quad("e * 4u")));
+                w(&mut s, 1, "}".into());
+                w(&mut s, 1, "workgroupBarrier();".into());
+            }
+            // Each row's reductions by the whole workgroup (a tree), then the row staged from
+            // them; the trees are reused by the next row only after a barrier.
+            Some(p) => {
+                for r in 0..m {
+                    w(&mut s, 1, "{".into());
+                    w(&mut s, 1, format!("let row = {r}u;"));
+                    let walk = RowWalk { len: k, start: "lid", step: WORKGROUP, ilp: 1, quads: None };
+                    row_reductions(&mut s, g, p.red, walk, Some(false));
+                    w(&mut s, 1, format!("for (var e = lid; e < {}u; e = e + {WORKGROUP}u) {{", k / 4));
+                    w(&mut s, 2, format!("fg_x[{}u + e] = {};", r * k / 4, quad(&format!("{}u + e * 4u", r * k))));
+                    w(&mut s, 1, "}".into());
+                    w(&mut s, 1, "workgroupBarrier();".into());
+                    w(&mut s, 1, "}".into());
+                }
+            }
+        }
     }
     // The lhs values of row `r` at `kk`, `kk` + 1, `kk` + 2 and `kk` + 3 (`kk` a multiple of 4).
-    let a4 = |r: usize, kk: &str| match staged {
-        true => format!("fg_x[{}u + ({kk}) / 4u]", r * k / 4),
-        false => {
+    let a4 = |r: usize, kk: &str| match (staged, t) {
+        (true, "f32") => format!("fg_x[{}u + ({kk}) / 4u]", r * k / 4),
+        (true, _) => format!("vec4<{t}>(fg_x[{}u + ({kk}) / 4u])", r * k / 4),
+        (false, _) => {
             format!("vec4<{t}>({})", (0..4).map(|e| a_at(r, &format!("{kk} + {e}u"))).collect::<Vec<_>>().join(", "))
         }
     };

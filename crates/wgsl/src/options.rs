@@ -185,6 +185,8 @@ pub enum KernelForm {
         k_contiguous: bool,
         /// The rhs read by whole words from a packed binding (a quantized or bf16 weight).
         packed: bool,
+        /// The lhs computed by a row prologue (a layer norm), reduced a row at a time.
+        row_prologue: bool,
     },
     /// The subgroup matrix product (no barriers; adapters with a fixed subgroup size).
     SubgroupMatmul {

@@ -56,21 +56,7 @@ pub(crate) fn row_main(
     let rows = full.checked_div(row_len).unwrap_or(0);
     let (per_thread, subgroups) = row_layout(g, red.reduces, shape, axes, opts);
     let wg = row_len.next_power_of_two().clamp(32, WORKGROUP_SIZE as usize);
-    let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
-    // fg_elem(row, e): the linear index in `shape` of element `e` of row `row`.
-    let _ = writeln!(body, "fn fg_elem(row: u32, e: u32) -> u32 {{");
-    let kept_dims: Vec<usize> = kept.iter().map(|&a| shape[a]).collect();
-    let red_dims: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
-    let rc = unravel(body, &kept_dims, "row", "r");
-    let ec = unravel(body, &red_dims, "e", "q");
-    let mut coords = vec![String::from("0u"); shape.len()];
-    for (n, &a) in kept.iter().enumerate() {
-        coords[a] = rc[n].clone();
-    }
-    for (n, &a) in axes.iter().enumerate() {
-        coords[a] = ec[n].clone();
-    }
-    let _ = writeln!(body, "    return {};\n}}\n", ravel(&coords, shape));
+    write_elem_fn(body, shape, axes);
     if per_thread {
         let shape = (rows, row_len, full);
         return row_main_per_thread(g, bindings, red, shape, opts, quads, body);
@@ -97,6 +83,25 @@ pub(crate) fn row_main(
     write_row_outputs(&mut main, g, bindings, (rows, row_len, full), ("lid", &wg.to_string(), true), opts, None);
     main.push_str("}\n");
     (main, rows as u64)
+}
+
+/// Writes `fg_elem(row, e)`: the linear index in `shape` of element `e` of row `row`, the
+/// rows those of `shape` reduced over `axes`.
+pub(crate) fn write_elem_fn(body: &mut String, shape: &[usize], axes: &[usize]) {
+    let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
+    let _ = writeln!(body, "fn fg_elem(row: u32, e: u32) -> u32 {{");
+    let kept_dims: Vec<usize> = kept.iter().map(|&a| shape[a]).collect();
+    let red_dims: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
+    let rc = unravel(body, &kept_dims, "row", "r");
+    let ec = unravel(body, &red_dims, "e", "q");
+    let mut coords = vec![String::from("0u"); shape.len()];
+    for (n, &a) in kept.iter().enumerate() {
+        coords[a] = rc[n].clone();
+    }
+    for (n, &a) in axes.iter().enumerate() {
+        coords[a] = ec[n].clone();
+    }
+    let _ = writeln!(body, "    return {};\n}}\n", ravel(&coords, shape));
 }
 
 /// The row kernel with one invocation per row: each reduction is a serial loop whose result
@@ -364,16 +369,17 @@ pub(crate) fn workgroup_combine(
     }
 }
 
-/// Members of a row kernel that hold one value per row and depend on the kernel's
+/// Members of a kernel whose reductions all reduce `axes` of `shape` (a row kernel, or a
+/// matrix–vector kernel's row prologue) that hold one value per row and depend on the
 /// reductions (mean, `rsqrt(var + eps)`, …), each with the index of the last reduction it
 /// needs, in member (topological) order.
 pub(crate) fn row_scalars(
     g: &Graph,
     kernel: &Kernel,
+    (shape, axes): (&[usize], &[usize]),
     reduces: &[NodeId],
     deps: &BTreeMap<NodeId, usize>,
 ) -> Vec<(NodeId, usize)> {
-    let KernelKind::Row { shape, axes } = &kernel.kind else { return Vec::new() };
     let row_len: usize = axes.iter().map(|&a| shape[a]).product();
     let rows = shape.iter().product::<usize>().checked_div(row_len).unwrap_or(0);
     if row_len <= 1 {

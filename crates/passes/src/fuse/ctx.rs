@@ -295,7 +295,7 @@ impl Ctx<'_> {
     }
 
     /// Whether `members`, storing `outs`, are sibling products for the matrix–vector kernel
-    /// ([`FusionOptions::gemv_siblings`]): every contraction a matmul of at most
+    /// ([`FusionOptions::gemv`]): every contraction a matmul of at most
     /// [`GEMV_MAX_ROWS`] rows whose left operand is, below reshapes and casts, one node; no
     /// reduction; one output per product, each depending on exactly one of them.
     pub(super) fn sibling_products(&self, members: &BTreeSet<NodeId>, outs: &[NodeId]) -> bool {
@@ -337,9 +337,30 @@ impl Ctx<'_> {
         })
     }
 
+    /// Whether `members`, storing `outs`, are products for the matrix–vector kernel
+    /// ([`FusionOptions::gemv`]) with a row prologue ([`row_prologue`]): a layer norm's
+    /// rows computed in the kernel, one row kernel's worth ([`Ctx::row_kind`]); the rest one
+    /// product, or sibling products, as a loop kernel.
+    pub(super) fn gemv_row_prologue(&self, members: &BTreeSet<NodeId>, outs: &[NodeId]) -> bool {
+        if !members.iter().any(|&n| matches!(self.g.node(n).op, Op::Reduce { .. })) {
+            return false;
+        }
+        let mut list: Vec<NodeId> = members.iter().copied().collect();
+        list.sort_by_key(|&n| self.pos(n));
+        let Some(p) = row_prologue(self.g, &list, outs) else { return false };
+        let reduces: BTreeSet<NodeId> = p.reduces.iter().copied().collect();
+        let row = self.row_kind(&p.members, &[p.rows_of], &reduces);
+        let rest: BTreeSet<NodeId> = members.difference(&p.members).copied().collect();
+        row == Ok(KernelKind::Row { axes: p.axes(), shape: p.shape })
+            && self.analyze(&rest, outs) == Ok(KernelKind::Loop)
+    }
+
     /// Decides the kernel kind of a candidate group, or why it cannot be one kernel.
     pub(super) fn analyze(&self, members: &BTreeSet<NodeId>, outs: &[NodeId]) -> Result<KernelKind, Veto> {
         let g = self.g;
+        if self.opts.gemv && self.gemv_row_prologue(members, outs) {
+            return Ok(KernelKind::Loop);
+        }
         let reduces: BTreeSet<NodeId> =
             members.iter().copied().filter(|&n| matches!(g.node(n).op, Op::Reduce { .. })).collect();
         let expensive: BTreeSet<NodeId> = members.iter().copied().filter(|&n| is_expensive(&g.node(n).op)).collect();
@@ -356,7 +377,7 @@ impl Ctx<'_> {
         let contractions = members.iter().filter(|&&n| matches!(g.node(n).op, Op::MatMul | Op::Conv2d { .. })).count();
         let loop_kind = if self.arithmetic_prologue(members) {
             Err(Veto::Prologue)
-        } else if contractions > 1 && !(self.opts.gemv_siblings && self.sibling_products(members, outs)) {
+        } else if contractions > 1 && !(self.opts.gemv && self.sibling_products(members, outs)) {
             Err(Veto::SecondContraction)
         } else if contractions == 1 && outs.len() > 1 {
             Err(Veto::SecondOutput)

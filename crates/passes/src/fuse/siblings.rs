@@ -41,11 +41,11 @@ pub(super) fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> 
     };
     // Contraction kernels lower to a tiled kernel with one output; merging two (q, k, v
     // projections of one input) would lose that — except products of a few rows of one
-    // left operand, which the matrix–vector kernel takes together (`gemv_siblings`).
+    // left operand, which the matrix–vector kernel takes together (`gemv`).
     let contraction =
         |gr: &BTreeSet<NodeId>| gr.iter().any(|&m| matches!(g.node(m).op, Op::MatMul | Op::Conv2d { .. }));
     let sibling_products = |groups: &Groups, a: usize, b: usize| {
-        ctx.opts.gemv_siblings && {
+        ctx.opts.gemv && {
             let union: BTreeSet<NodeId> = groups.sets[a].union(&groups.sets[b]).copied().collect();
             ctx.sibling_products(&union, &ctx.group_outputs(&union, groups))
         }
@@ -71,7 +71,7 @@ pub(super) fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> 
             // matched).
             let mut feeding_i: Option<Vec<bool>> = None;
             loop {
-                if groups.sets[i].is_empty() || contraction(&groups.sets[i]) && !ctx.opts.gemv_siblings {
+                if groups.sets[i].is_empty() || contraction(&groups.sets[i]) && !ctx.opts.gemv {
                     break;
                 }
                 let (ii, cands) = near.get_or_insert_with(|| {
@@ -237,10 +237,10 @@ fn walk_feeding(ctx: &Ctx, groups: &Groups, to: usize, stop: Option<usize>) -> (
     (seen, false)
 }
 
-/// The verdict on group `i` just grown by a sibling (the caller has checked the binding
-/// limit on the union): one valid kernel, and no rise of the plan's peak. Updates `peak` on
-/// acceptance.
-fn judge_merge(ctx: &Ctx, groups: &Groups, i: usize, peak: &mut u64) -> Option<Veto> {
+/// The verdict on group `i` just grown by a sibling or a row prologue (the caller has
+/// checked the binding limit on the union): one valid kernel, and no rise of the plan's
+/// peak. Updates `peak` on acceptance.
+pub(super) fn judge_merge(ctx: &Ctx, groups: &Groups, i: usize, peak: &mut u64) -> Option<Veto> {
     let members = &groups.sets[i];
     let outs = ctx.group_outputs(members, groups);
     if let Err(v) = ctx.analyze(members, &outs) {

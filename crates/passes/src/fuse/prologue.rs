@@ -1,0 +1,85 @@
+//! Row prologues of matrix–vector products: a row kernel whose one stored value only feeds
+//! products of a few rows as their left operand (a decode step's layer norm before its q, k
+//! and v projections) joins their kernel, which reduces the rows itself
+//! ([`Ctx::gemv_row_prologue`]): one dispatch fewer, and the normalized rows never stored.
+
+use super::*;
+
+/// Merges each row kernel into the product kernel it alone feeds where the result is a
+/// matrix–vector kernel with a row prologue, within the binding limit and without raising
+/// the plan's peak. Returns a decision per row kernel so fed (its producer: the value it
+/// stored).
+pub(super) fn merge_row_prologues(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> Vec<Decision> {
+    let g = ctx.g;
+    let mut decisions = Vec::new();
+    for mi in 0..groups.sets.len() {
+        let Some((ri, x)) = row_feeding(ctx, groups, mi) else { continue };
+        let union: BTreeSet<NodeId> = groups.sets[mi].union(&groups.sets[ri]).copied().collect();
+        let outs: Vec<NodeId> = ctx.group_outputs(&groups.sets[mi], groups);
+        if !ctx.gemv_row_prologue(&union, &outs) {
+            continue;
+        }
+        let needed = ctx.bindings(&union, &outs);
+        if needed > ctx.opts.max_bindings {
+            decisions.push(Decision {
+                producer: x,
+                veto: Some(Veto::TooManyBindings { needed, limit: ctx.opts.max_bindings }),
+            });
+            continue;
+        }
+        if ctx.opts.memory_aware && *peak == u64::MAX {
+            *peak = ctx.peak(groups);
+        }
+        let moved: Vec<NodeId> = groups.sets[ri].iter().copied().collect();
+        let added: Vec<NodeId> = moved.iter().copied().filter(|m| !groups.sets[mi].contains(m)).collect();
+        for &m in &moved {
+            groups.remove(ri, m, ctx.operands(m));
+        }
+        for &m in &added {
+            groups.insert(mi, m, ctx.operands(m));
+        }
+        let veto = super::siblings::judge_merge(ctx, groups, mi, peak);
+        if veto.is_some() {
+            for &m in &added {
+                groups.remove(mi, m, ctx.operands(m));
+            }
+            for &m in &moved {
+                groups.insert(ri, m, ctx.operands(m));
+            }
+        }
+        debug_assert!(veto.is_some() || !ctx.stored(x, groups), "{:?} is still stored", g.node(x).op);
+        decisions.push(Decision { producer: x, veto });
+    }
+    decisions
+}
+
+/// The row kernel feeding product kernel `mi` and the value it stores: `mi` holds products
+/// and no reduction; their left operands come (below reshapes and casts in `mi`) from one
+/// value `x`, not a graph output, that one other group alone computes — a group with a
+/// reduction that stores `x` and nothing else, every user of `x` computed in `mi` alone.
+fn row_feeding(ctx: &Ctx, groups: &Groups, mi: usize) -> Option<(usize, NodeId)> {
+    let g = ctx.g;
+    let set = &groups.sets[mi];
+    let is = |n: &NodeId, f: &dyn Fn(&Op) -> bool| f(&g.node(*n).op);
+    if !set.iter().any(|n| is(n, &|op| matches!(op, Op::MatMul)))
+        || set.iter().any(|n| is(n, &|op| matches!(op, Op::Reduce { .. })))
+    {
+        return None;
+    }
+    let mut sources = set.iter().filter(|n| is(n, &|op| matches!(op, Op::MatMul))).map(|&p| {
+        let mut n = ctx.operands(p)[0];
+        while set.contains(&n) && matches!(g.node(n).op, Op::Reshape { .. } | Op::Cast { .. }) {
+            n = ctx.operands(n)[0];
+        }
+        n
+    });
+    let x = sources.next()?;
+    if sources.any(|s| s != x) || set.contains(&x) || ctx.output_set.contains(&x) {
+        return None;
+    }
+    let [ri] = groups.of(x).collect::<Vec<_>>()[..] else { return None };
+    let row = &groups.sets[ri];
+    let only_here = ctx.users(x).iter().all(|&u| groups.of(u).all(|k| k == mi));
+    let reduces = row.iter().any(|n| is(n, &|op| matches!(op, Op::Reduce { .. })));
+    (reduces && only_here && ctx.group_outputs(row, groups) == [x]).then_some((ri, x))
+}
