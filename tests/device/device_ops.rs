@@ -223,7 +223,7 @@ fn norms_feeding_few_row_products_join_their_matrix_vector_kernel_in_gpu_forms()
         x.mul(&scale).unwrap()
     };
     let mut cases = Vec::new();
-    for (rows, k) in [(1, 256), (2, 200)] {
+    for (rows, k) in [(1, 256), (2, 200), (8, 64), (5, 96)] {
         let mut c = CaseBuilder::new(50 + rows as u64);
         let x = c.input(DType::F32, &[rows, k], Domain::Any);
         let (gamma, beta) = (c.input(DType::F32, &[k], Domain::Any), c.input(DType::F32, &[k], Domain::Any));
@@ -238,7 +238,7 @@ fn norms_feeding_few_row_products_join_their_matrix_vector_kernel_in_gpu_forms()
         let z = h.matmul(&wt.t().unwrap()).unwrap().relu().unwrap();
         cases.push((c.finish(format!("layer_norm_transposed_{rows}_rows"), &[&z]), 1));
     }
-    for rows in [1, 2] {
+    for rows in [1, 2, 3] {
         let mut c = CaseBuilder::new(70 + rows as u64);
         let x = c.input(DType::F32, &[rows, 1, 512], Domain::Any);
         let gamma = c.input(DType::F32, &[512], Domain::Any);

@@ -559,7 +559,10 @@ fn a_layer_norm_feeding_products_of_few_rows_joins_their_matrix_vector_kernel() 
         let beta = c.input(DType::F32, &[k], Domain::Any);
         let w = |c: &mut CaseBuilder, n: usize| c.input(DType::F32, &[k, n], Domain::Any);
         let (wq, wk, wv) = (w(&mut c, 64), w(&mut c, 32), w(&mut c, 32));
-        let h = x.layer_norm(&[1], 1e-5).unwrap().mul(&gamma).unwrap().add(&beta).unwrap();
+        // Normalized as `[rows, 1, k]` and read as `[rows, k]`, as GPT-2's blocks do.
+        let x = x.reshape([rows, 1, k]).unwrap();
+        let h = x.layer_norm(&[2], 1e-5).unwrap().mul(&gamma).unwrap().add(&beta).unwrap();
+        let h = h.reshape([rows, k]).unwrap();
         let q = h.matmul(&wq).unwrap().add(&c.input(DType::F32, &[64], Domain::Any)).unwrap();
         let kk = h.matmul(&wk).unwrap();
         let v = h.matmul(&wv).unwrap();
@@ -588,4 +591,22 @@ fn a_layer_norm_feeding_products_of_few_rows_joins_their_matrix_vector_kernel() 
     assert_eq!(prologue_kernels(&g, &fuse(&g, &outs, &gemv).unwrap().kernels), 0);
     let (g, outs) = build(1, 64, true);
     assert_eq!(prologue_kernels(&g, &fuse(&g, &outs, &gemv).unwrap().kernels), 0);
+    // A head whose argmax joins its kernel: a loop kernel, which would recompute the norm
+    // per element, so the norm keeps its row kernel.
+    let mut c = CaseBuilder::new(7);
+    let x = c.input(DType::F32, &[1, 64], Domain::Any);
+    let w = c.input(DType::F32, &[64, 300], Domain::Any);
+    let ids = x.layer_norm(&[1], 1e-5).unwrap().matmul(&w).unwrap().argmax(1, false).unwrap();
+    let case = c.finish("head", &[&ids]);
+    let kernels = fuse(&case.graph, &case.outputs, &gemv).unwrap().kernels;
+    assert_eq!(prologue_kernels(&case.graph, &kernels), 0, "{kernels:?}");
+    // Four heads' softmax feeding their weighted sums, a batched product of one row per head:
+    // the kernel stages one unbatched operand, so the softmax keeps its row kernel.
+    let mut c = CaseBuilder::new(6);
+    let scores = c.input(DType::F32, &[4, 1, 64], Domain::Any);
+    let v = c.input(DType::F32, &[4, 64, 16], Domain::Any);
+    let out = scores.softmax(2).unwrap().matmul(&v).unwrap();
+    let case = c.finish("heads", &[&out]);
+    let kernels = fuse(&case.graph, &case.outputs, &gemv).unwrap().kernels;
+    assert_eq!(prologue_kernels(&case.graph, &kernels), 0, "{kernels:?}");
 }

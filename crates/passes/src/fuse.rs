@@ -379,6 +379,10 @@ struct Ctx<'a> {
     opts: &'a FusionOptions,
     /// Scratch by node index, `u32::MAX` between uses ([`Ctx::multiplicity`]).
     scratch: RefCell<Vec<u32>>,
+    /// Row prologues are being merged ([`merge_row_prologues`]): only then is a kernel of
+    /// products with a row prologue valid ([`Ctx::gemv_row_prologue`]), so producer fusion
+    /// never builds one a piece at a time.
+    prologues: std::cell::Cell<bool>,
 }
 
 impl<'a> Ctx<'a> {
@@ -448,6 +452,7 @@ impl<'a> Ctx<'a> {
             users,
             opts,
             scratch: RefCell::new(vec![u32::MAX; index_bound]),
+            prologues: std::cell::Cell::new(false),
         };
         ctx.compared = compared_with_themselves(g, &order);
         ctx.compared.retain(|n| !ctx.const_like.contains(n));
@@ -623,6 +628,7 @@ pub fn fuse_updating(g: &Graph, outputs: &[NodeId], updates: &[NodeId], opts: &F
     }
     let siblings = merge_siblings(&ctx, &mut groups, &mut peak);
     if opts.gemv {
+        ctx.prologues.set(true);
         log.extend(merge_row_prologues(&ctx, &mut groups, &mut peak));
     }
     Ok(Fusion { kernels: ctx.kernels(&groups)?, log, siblings })

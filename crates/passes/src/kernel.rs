@@ -242,7 +242,7 @@ impl RowPrologue {
 /// The row prologue of a kernel of `members` (in topological order) storing `outputs`:
 /// `Some` where its matrix products' left operands come from one value `rows_of` computed
 /// from the kernel's reductions, all over the last axis of one shape of at most
-/// [`GEMV_MAX_ROWS`] rows of each product's `k`, with room in [`GEMV_STAGE_BYTES`]
+/// [`GEMV_MAX_ROWS`] rows of each product's `k` (its unbatched `[rows, k]` left operand), with room in [`GEMV_STAGE_BYTES`]
 /// ([`gemv_prologue_bytes`]); no output, and nothing but those products' left operands,
 /// reads the prologue. The rest of the kernel is not checked.
 pub fn row_prologue(g: &Graph, members: &[NodeId], outputs: &[NodeId]) -> Option<RowPrologue> {
@@ -284,9 +284,11 @@ pub fn row_prologue(g: &Graph, members: &[NodeId], outputs: &[NodeId]) -> Option
     };
     let (full, k) = (shape.iter().product::<usize>(), shape[shape.len() - 1]);
     let rows = full.checked_div(k)?;
+    // Each product reads the rows as one unbatched `[rows, k]` operand (a batched one, as a
+    // softmax's probabilities are per head, would need a row per batch entry).
     let each = products.iter().all(|&p| {
-        let lhs = g.ty(g.operands(p)[0]);
-        lhs.shape.numel() == full && lhs.shape.dims().last() == Some(&k)
+        let d = g.ty(g.operands(p)[0]).shape.dims();
+        d.len() >= 2 && d[d.len() - 2] == rows && d[d.len() - 1] == k && d[..d.len() - 2].iter().all(|&b| b == 1)
     });
     let fits =
         rows <= GEMV_MAX_ROWS && gemv_prologue_bytes(rows, k, reduces.len()).is_some_and(|b| b <= GEMV_STAGE_BYTES);

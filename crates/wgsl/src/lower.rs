@@ -397,6 +397,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     let gemv_prologue = prologue.as_ref().map(|p| crate::matmul_gemv::Prologue {
         red: RowReduces { reduces: &row_reduces, scalars: &row_scalars, deps: &row_deps },
         shape: &p.shape,
+        subgroups: opts.subgroups && row_reduces.iter().all(|&r| g.ty(r).dtype != DType::Bool),
     });
     let uniform = uniform_scalars(g, kernel);
     // An attention kernel calls the element functions of its logits and `v` only.

@@ -21,7 +21,7 @@
 //! per output as `eO_acc`, as in the tiled kernel.
 
 use crate::matmul::*;
-use crate::options::{Binding, LowerOptions, Spread, MAIN_ARGS};
+use crate::options::{Binding, LowerOptions, Spread, MAIN_ARGS, SUBGROUP_ARGS};
 use crate::region::write_region;
 use crate::rows::{row_reductions, write_elem_fn, RowReduces, RowWalk};
 use crate::storage::{packed_halves, store_value};
@@ -142,11 +142,23 @@ pub(crate) fn gemv_prologue(g: &Graph, kernel: &Kernel, plan: &TiledPlan) -> Opt
 }
 
 /// A row prologue as the kernel computes it: its reductions, in the order a row kernel
-/// computes them, and the shape they reduce the last axis of.
+/// computes them, the shape they reduce the last axis of, and whether the workgroup combines
+/// them by subgroup operations (as a row kernel does where the adapter has them).
 #[derive(Clone, Copy)]
 pub(crate) struct Prologue<'a> {
     pub red: RowReduces<'a>,
     pub shape: &'a [usize],
+    pub subgroups: bool,
+}
+
+impl Prologue<'_> {
+    /// `main`'s arguments for a kernel with `prologue`.
+    fn main_args(prologue: Option<Prologue>) -> String {
+        match prologue {
+            Some(p) if p.subgroups => format!("{MAIN_ARGS}, {SUBGROUP_ARGS}"),
+            _ => MAIN_ARGS.to_string(),
+        }
+    }
 }
 
 /// How the kernel reads its rhs.
@@ -240,8 +252,9 @@ pub(crate) fn gemv_main(
     debug_assert!(staged || prologue.is_none(), "a row prologue is always staged (`gemv_prologue`)");
     declare_shared(g, body, vty(g.ty(plan.matmul).dtype), part, if staged { stage } else { 0 }, prologue);
     let (code, workgroups) = gemv_code(g, bindings, (plan, rhs_read), regions, (staged, prologue), body);
+    let args = Prologue::main_args(prologue);
     let main = format!(
-        "@compute @workgroup_size({WORKGROUP})\nfn main({MAIN_ARGS}) {{\n    let wg = wid.y * nwg.x + wid.x;\n    \
+        "@compute @workgroup_size({WORKGROUP})\nfn main({args}) {{\n    let wg = wid.y * nwg.x + wid.x;\n    \
          if (wg >= {workgroups}u) {{ return; }}\n{code}}}\n"
     );
     (main, workgroups)
@@ -293,19 +306,24 @@ pub(crate) fn gemv_siblings_main(
     debug_assert!(staged || prologue.is_none(), "a row prologue is always staged (`gemv_prologue`)");
     let t = vty(g.ty(products[0].0.matmul).dtype);
     declare_shared(g, body, t, part, if staged { stage } else { 0 }, prologue);
-    let mut main = format!(
-        "@compute @workgroup_size({WORKGROUP})\nfn main({MAIN_ARGS}) {{\n    let wg = wid.y * nwg.x + wid.x;\n"
-    );
+    let args = Prologue::main_args(prologue);
+    let mut main =
+        format!("@compute @workgroup_size({WORKGROUP})\nfn main({args}) {{\n    let wg = wid.y * nwg.x + wid.x;\n");
+    let (params, passed) = match prologue {
+        Some(p) if p.subgroups => (", sg_id: u32, sg_count: u32, sg_lane: u32", ", sg_id, sg_count, sg_lane"),
+        _ => ("", ""),
+    };
     let mut first = 0u64;
     for (j, ((plan, rhs), &(_, own_stage))) in products.iter().zip(&lengths).enumerate() {
         let (code, workgroups) =
             gemv_code(g, bindings, (plan, rhs), regions, (staged && own_stage > 0, prologue), body);
-        let _ = std::fmt::Write::write_fmt(body, format_args!("fn fg_gemv{j}(wg: u32, lid: u32) {{\n{code}}}\n\n"));
+        let _ =
+            std::fmt::Write::write_fmt(body, format_args!("fn fg_gemv{j}(wg: u32, lid: u32{params}) {{\n{code}}}\n\n"));
         let branch = if j == 0 { "if" } else { "} else if" };
         let end = first + workgroups;
         let _ = std::fmt::Write::write_fmt(
             &mut main,
-            format_args!("    {branch} (wg < {end}u) {{\n        fg_gemv{j}(wg - {first}u, lid);\n"),
+            format_args!("    {branch} (wg < {end}u) {{\n        fg_gemv{j}(wg - {first}u, lid{passed});\n"),
         );
         first = end;
     }
@@ -425,7 +443,7 @@ fn gemv_code(
                     w(&mut s, 1, "{".into());
                     w(&mut s, 1, format!("let row = {r}u;"));
                     let walk = RowWalk { len: k, start: "lid", step: WORKGROUP, ilp: 1, quads: None };
-                    row_reductions(&mut s, g, p.red, walk, Some(false));
+                    row_reductions(&mut s, g, p.red, walk, Some(p.subgroups));
                     w(&mut s, 1, format!("for (var e = lid; e < {}u; e = e + {WORKGROUP}u) {{", k / 4));
                     w(&mut s, 2, format!("fg_x[{}u + e] = {};", r * k / 4, quad(&format!("{}u + e * 4u", r * k))));
                     w(&mut s, 1, "}".into());
@@ -664,5 +682,81 @@ fn cast_quad(casts: &[(DType, DType)], v: &str) -> String {
         v.to_string()
     } else {
         format!("vec4<f32>({})", parts.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::KernelForm;
+    use fusegraph_ir::{GraphBuilder, Tensor};
+    use fusegraph_passes::{fuse, gemv_prologue_bytes, FusionOptions, GEMV_STAGE_BYTES};
+
+    /// A norm of `rows` rows of `k` (a layer norm's two reductions, or an RMS norm's one)
+    /// feeding a product with `n` columns (a row-major weight, or `[n, k]` read transposed),
+    /// fused as a GPU's compile fuses it: the graph and its kernels.
+    fn norm_product(rows: usize, k: usize, layer: bool, transposed: bool) -> (fusegraph_ir::Graph, Vec<Kernel>) {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [rows, k]).unwrap();
+        let h: Tensor = if layer {
+            x.layer_norm(&[1], 1e-5).unwrap()
+        } else {
+            x.mul(&x.mul(&x).unwrap().mean(&[1], true).unwrap().add_scalar(1e-6).unwrap().rsqrt().unwrap()).unwrap()
+        };
+        let y = if transposed {
+            h.matmul(&b.input("w", DType::F32, [48, k]).unwrap().t().unwrap()).unwrap()
+        } else {
+            h.matmul(&b.input("w", DType::F32, [k, 48]).unwrap()).unwrap()
+        };
+        let g = b.graph();
+        let kernels = fuse(&g, &[y.id()], &FusionOptions { gemv: true, ..Default::default() }).unwrap().kernels;
+        (g, kernels)
+    }
+
+    /// Every norm fusion merges into a product's kernel (within `gemv_prologue_bytes`'s
+    /// bound) the kernel can stage: the bound covers the staged rows, the partials of either
+    /// weight layout and the trees. At the bound's edge and past it.
+    #[test]
+    fn every_prologue_fusion_merges_fits_the_kernel() {
+        let mut merged = 0;
+        for rows in 1..=GEMV_MAX_ROWS {
+            for k in [64, 256, 768, 1024, 2048, 3072] {
+                for (layer, transposed) in [(true, false), (true, true), (false, false), (false, true)] {
+                    let (g, kernels) = norm_product(rows, k, layer, transposed);
+                    let within = gemv_prologue_bytes(rows, k, if layer { 2 } else { 1 }).unwrap() <= GEMV_STAGE_BYTES;
+                    assert_eq!(kernels.len() == 1, within, "{rows}×{k}, layer {layer}: {kernels:?}");
+                    if within {
+                        let regs = fusegraph_passes::kernel::regions(&g, &kernels[0]);
+                        let plan = plan(&g, &kernels[0], &regs, &LowerOptions::default()).expect("a product");
+                        assert!(gemv_prologue(&g, &kernels[0], &plan).is_some(), "{rows}×{k}, layer {layer}");
+                        merged += 1;
+                    }
+                }
+            }
+        }
+        assert!(merged >= 20, "{merged} merged");
+    }
+
+    /// The kernel with a row prologue is valid WGSL with the reductions combined by a tree in
+    /// workgroup memory and by subgroup operations, in its form for one product and for
+    /// sibling products.
+    #[test]
+    fn row_prologue_kernels_validate_with_trees_and_subgroups() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [2, 256]).unwrap();
+        let h = x.layer_norm(&[1], 1e-5).unwrap();
+        let q = h.matmul(&b.input("wq", DType::F32, [256, 40]).unwrap()).unwrap();
+        let k = h.matmul(&b.input("wk", DType::F32, [24, 256]).unwrap().t().unwrap()).unwrap();
+        let g = b.graph();
+        for outs in [vec![q.id()], vec![q.id(), k.id()]] {
+            let kernels = fuse(&g, &outs, &FusionOptions { gemv: true, ..Default::default() }).unwrap().kernels;
+            assert_eq!(kernels.len(), 1, "{kernels:?}");
+            for subgroups in [false, true] {
+                let src = crate::lower(&g, &kernels[0], &LowerOptions { subgroups, ..Default::default() });
+                crate::validate(&src.wgsl).unwrap_or_else(|e| panic!("{e}\n{}", src.wgsl));
+                assert!(matches!(src.form, KernelForm::Gemv { row_prologue: true, .. }), "{:?}", src.form);
+                assert_eq!(src.wgsl.contains("subgroupAdd"), subgroups, "{}", src.wgsl);
+            }
+        }
     }
 }

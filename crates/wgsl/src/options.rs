@@ -272,5 +272,9 @@ impl Default for Strategy {
     }
 }
 
+/// The subgroup builtins of a `main` whose reductions combine by subgroups.
+pub(crate) const SUBGROUP_ARGS: &str = "@builtin(subgroup_id) sg_id: u32, @builtin(num_subgroups) sg_count: u32, \
+     @builtin(subgroup_invocation_id) sg_lane: u32";
+
 pub(crate) const MAIN_ARGS: &str =
     "@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32";

@@ -68,11 +68,7 @@ pub(crate) fn row_main(
     let mut main = String::new();
     let _ = writeln!(main, "@compute @workgroup_size({wg})");
     if subgroups {
-        let _ = writeln!(
-            main,
-            "fn main({MAIN_ARGS}, @builtin(subgroup_id) sg_id: u32, @builtin(num_subgroups) sg_count: u32, \
-             @builtin(subgroup_invocation_id) sg_lane: u32) {{"
-        );
+        let _ = writeln!(main, "fn main({MAIN_ARGS}, {SUBGROUP_ARGS}) {{");
     } else {
         let _ = writeln!(main, "fn main({MAIN_ARGS}) {{");
     }

@@ -349,16 +349,30 @@ impl Ctx<'_> {
         list.sort_by_key(|&n| self.pos(n));
         let Some(p) = row_prologue(self.g, &list, outs) else { return false };
         let reduces: BTreeSet<NodeId> = p.reduces.iter().copied().collect();
-        let row = self.row_kind(&p.members, &[p.rows_of], &reduces);
+        // What a row kernel would compute: the rows' value and what it is computed from, not
+        // the reshapes and casts from it to the products' left operands.
+        let mut rows = BTreeSet::new();
+        let mut stack = vec![p.rows_of];
+        while let Some(n) = stack.pop() {
+            if p.members.contains(&n) && rows.insert(n) {
+                stack.extend_from_slice(self.operands(n));
+            }
+        }
+        let row = self.row_kind(&rows, &[p.rows_of], &reduces);
         let rest: BTreeSet<NodeId> = members.difference(&p.members).copied().collect();
-        row == Ok(KernelKind::Row { axes: p.axes(), shape: p.shape })
+        // Nothing expensive but the products (an argmax of their result would make a loop
+        // kernel, which recomputes the prologue per element).
+        let only_products =
+            rest.iter().all(|&n| !is_expensive(&self.g.node(n).op) || matches!(self.g.node(n).op, Op::MatMul));
+        only_products
+            && row == Ok(KernelKind::Row { axes: p.axes(), shape: p.shape })
             && self.analyze(&rest, outs) == Ok(KernelKind::Loop)
     }
 
     /// Decides the kernel kind of a candidate group, or why it cannot be one kernel.
     pub(super) fn analyze(&self, members: &BTreeSet<NodeId>, outs: &[NodeId]) -> Result<KernelKind, Veto> {
         let g = self.g;
-        if self.opts.gemv && self.gemv_row_prologue(members, outs) {
+        if self.prologues.get() && self.gemv_row_prologue(members, outs) {
             return Ok(KernelKind::Loop);
         }
         let reduces: BTreeSet<NodeId> =
