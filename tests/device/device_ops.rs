@@ -280,6 +280,62 @@ fn norms_feeding_few_row_products_join_their_matrix_vector_kernel_in_gpu_forms()
     }
 }
 
+/// A gate and an up projection under one epilogue (`silu(x·Wg) · (x·Wu)`) take one
+/// matrix–vector kernel in a GPU's forms, accumulating both products side by side: row-major
+/// f32 weights, `[out, in]` f32, bf16, q8_0 and q4_0 weights read along `k`, one to three
+/// rows, with and without an RMS norm before them as the kernel's prologue — each one kernel
+/// of two products, matching the reference.
+#[test]
+fn paired_products_share_a_matrix_vector_kernel_in_gpu_forms() {
+    use crate::common::{CaseBuilder, Domain};
+    use fusegraph::DType;
+    let gpu = Arc::new(Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
+    // (rows, k, n, weight dtype, [out, in] weights, an RMS norm first)
+    let shapes = [
+        (1, 64, 96, DType::F32, false, false),
+        (3, 64, 70, DType::F32, true, true),
+        (1, 128, 96, DType::BF16, true, true),
+        (2, 256, 64, DType::Q8_0, true, false),
+        (1, 256, 64, DType::Q4_0, true, true),
+    ];
+    for (i, (rows, k, n, dt, transposed, norm)) in shapes.into_iter().enumerate() {
+        let mut c = CaseBuilder::new(90 + i as u64);
+        let x = c.input(DType::F32, &[rows, k], Domain::Any);
+        let h = if norm {
+            let scale = x.mul(&x).unwrap().mean(&[1], true).unwrap().add_scalar(1e-6).unwrap().rsqrt().unwrap();
+            x.mul(&scale).unwrap()
+        } else {
+            x
+        };
+        let weight = |c: &mut CaseBuilder| {
+            let w = c.input(dt, &if transposed { [n, k] } else { [k, n] }, Domain::Any).cast(DType::F32).unwrap();
+            if transposed {
+                w.t().unwrap()
+            } else {
+                w
+            }
+        };
+        let (wg, wu) = (weight(&mut c), weight(&mut c));
+        let gate = h.matmul(&wg).unwrap();
+        let y = gate.mul(&gate.sigmoid().unwrap()).unwrap().mul(&h.matmul(&wu).unwrap()).unwrap();
+        let mut case = c.finish(format!("paired_{rows}x{k}x{n}_{dt:?}_{norm}"), &[&y]);
+        case.atol = case.atol.max(2e-4);
+        let stats = run_case(&gpu, &case, &CompileOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let kernels: Vec<_> = stats.kernels.iter().map(|k| (k.label.clone(), k.form)).collect();
+        if !gpu.f16_native() {
+            continue;
+        }
+        assert_eq!(stats.kernels.len(), 1, "{}: {kernels:?}", case.name);
+        assert_eq!(stats.kernels[0].label.matches("matmul").count(), 2, "{}: {kernels:?}", case.name);
+        let packed = dt != DType::F32;
+        assert!(
+            matches!(stats.kernels[0].form, KernelForm::Gemv { packed: p, row_prologue: r, .. } if p == packed && r == norm),
+            "{}: {kernels:?}",
+            case.name
+        );
+    }
+}
+
 /// The op catalog fused with the loop and row families mixed as a device's measurement may
 /// mix them ([`fusegraph::KernelForms`]): serial loops with workgroup-per-row reductions,
 /// and parallel loops with invocation-per-row ones, a case each in turn (f32 and f16 native

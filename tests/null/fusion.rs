@@ -586,7 +586,7 @@ fn a_layer_norm_feeding_products_of_few_rows_joins_their_matrix_vector_kernel() 
         assert_eq!(unfused.len(), 4, "a row kernel and a kernel per product: {unfused:?}");
     }
     // Three rows of 768 with a layer norm's two reductions pass the stage.
-    assert!(gemv_prologue_bytes(3, 768, 2).unwrap() > GEMV_STAGE_BYTES);
+    assert!(gemv_prologue_bytes(3, 768, 2, 1, false).unwrap() > GEMV_STAGE_BYTES);
     let (g, outs) = build(3, 768, false);
     assert_eq!(prologue_kernels(&g, &fuse(&g, &outs, &gemv).unwrap().kernels), 0);
     let (g, outs) = build(1, 64, true);
@@ -609,4 +609,39 @@ fn a_layer_norm_feeding_products_of_few_rows_joins_their_matrix_vector_kernel() 
     let case = c.finish("heads", &[&out]);
     let kernels = fuse(&case.graph, &case.outputs, &gemv).unwrap().kernels;
     assert_eq!(prologue_kernels(&case.graph, &kernels), 0, "{kernels:?}");
+}
+
+/// With `gemv`, a gate and an up projection of one input under one epilogue
+/// (`silu(x·Wg) · (x·Wu)`, a Llama MLP's) join one kernel storing only the product of the two,
+/// and the RMS norm before them joins it as its prologue: one kernel for the norm and both
+/// projections. Without `gemv`, or at more rows than the kernel takes, the gate keeps a kernel
+/// of its own.
+#[test]
+fn a_gate_and_up_projection_pair_in_one_matrix_vector_kernel() {
+    use fusegraph::crates::passes::GEMV_MAX_ROWS;
+    let build = |rows: usize| {
+        let mut c = CaseBuilder::new(8);
+        let x = c.input(DType::F32, &[rows, 64], Domain::Any);
+        let scale = x.mul(&x).unwrap().mean(&[1], true).unwrap().add_scalar(1e-6).unwrap().rsqrt().unwrap();
+        let h = x.mul(&scale).unwrap();
+        let wg = c.input(DType::F32, &[96, 64], Domain::Any);
+        let wu = c.input(DType::F32, &[96, 64], Domain::Any);
+        let gate = h.matmul(&wg.t().unwrap()).unwrap();
+        let up = h.matmul(&wu.t().unwrap()).unwrap();
+        let y = gate.mul(&gate.sigmoid().unwrap()).unwrap().mul(&up).unwrap();
+        let case = c.finish("mlp", &[&y]);
+        (case.graph, case.outputs)
+    };
+    let products = |g: &Graph, k: &Kernel| k.members.iter().filter(|&&m| g.node(m).op.name() == "matmul").count();
+    let gemv = FusionOptions { gemv: true, ..options() };
+    let (g, outs) = build(1);
+    let kernels = fuse(&g, &outs, &gemv).unwrap().kernels;
+    assert_eq!(kernels.len(), 1, "{kernels:?}");
+    assert_eq!(products(&g, &kernels[0]), 2);
+    assert_eq!(kernels[0].outputs, outs);
+    let apart = fuse(&g, &outs, &options()).unwrap().kernels;
+    assert!(apart.iter().all(|k| products(&g, k) <= 1), "{apart:?}");
+    let (g, outs) = build(GEMV_MAX_ROWS + 1);
+    let kernels = fuse(&g, &outs, &gemv).unwrap().kernels;
+    assert!(kernels.iter().all(|k| products(&g, k) <= 1), "{kernels:?}");
 }

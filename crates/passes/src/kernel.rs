@@ -199,20 +199,54 @@ pub const GEMV_MAX_ROWS: usize = 8;
 pub const GEMV_STAGE_BYTES: usize = 16384;
 
 /// The workgroup memory, at most, of a matrix–vector kernel whose left operand of `rows` rows
-/// of `k` is computed in its prologue with `reductions` row reductions (a layer norm's two):
-/// the operand staged as f32 (`rows · k`), a partial sum per invocation, row and column (at
-/// most four columns for two rows, two for four, one beyond), and a tree of 256 values per
-/// reduction. `None` where `k` is not a multiple of 4 (the operand is staged as `vec4`s).
-/// Fusion merges such a prologue only within [`GEMV_STAGE_BYTES`], so the kernel can always
-/// stage it.
-pub fn gemv_prologue_bytes(rows: usize, k: usize, reductions: usize) -> Option<usize> {
+/// of `k` is computed in its prologue with `reductions` row reductions (a layer norm's two),
+/// for `products` products of that operand per output (two for a gate and an up projection
+/// under one epilogue) whose weights are read along `k` or not (`k_contiguous`): the operand staged
+/// as f32 (`rows · k`), a partial sum per invocation, product, row and column (one column
+/// along `k`; else at most four for two rows, two for four, one beyond), and a tree of 256
+/// values per reduction. `None` where `k` is not a multiple of 4 (the operand is staged as
+/// `vec4`s). Fusion merges such a prologue only within [`GEMV_STAGE_BYTES`], so the kernel
+/// can always stage it.
+pub fn gemv_prologue_bytes(
+    rows: usize,
+    k: usize,
+    reductions: usize,
+    products: usize,
+    k_contiguous: bool,
+) -> Option<usize> {
     const INVOCATIONS: usize = 256;
-    let columns = match rows {
-        0..=2 => 4,
-        3 | 4 => 2,
-        _ => 1,
+    let columns = match (k_contiguous, rows) {
+        (true, _) => 1,
+        (false, 0..=2) => 4,
+        (false, 3 | 4) => 2,
+        (false, _) => 1,
     };
-    k.is_multiple_of(4).then(|| 4 * (rows * k + INVOCATIONS * rows * columns + INVOCATIONS * reductions))
+    let partials = INVOCATIONS * products * rows * columns;
+    k.is_multiple_of(4).then(|| 4 * (rows * k + partials + INVOCATIONS * reductions))
+}
+
+/// The binding a matmul's right operand reads along `k`: below casts, an odd number of swaps
+/// of the last two axes of a value the kernel reads (`members` does not hold it) — a weight
+/// stored `[out, in]` and read transposed, as PyTorch and GGUF store them. `None` for any
+/// other right operand.
+pub fn rhs_along_k(g: &Graph, members: &[NodeId], mm: NodeId) -> Option<NodeId> {
+    let (mut n, mut swapped) = (g.operands(mm)[1], false);
+    while members.contains(&n) {
+        match &g.node(n).op {
+            Op::Cast { .. } => {}
+            Op::Transpose { perm } => {
+                let r = perm.len();
+                let last_two = r >= 2 && perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
+                if !last_two || perm[..r - 2].iter().enumerate().any(|(a, &p)| a != p) {
+                    return None;
+                }
+                swapped = !swapped;
+            }
+            _ => return None,
+        }
+        n = g.operands(n)[0];
+    }
+    swapped.then_some(n)
 }
 
 /// The row prologue of a kernel of products of at most [`GEMV_MAX_ROWS`] rows (fusion's
@@ -290,8 +324,12 @@ pub fn row_prologue(g: &Graph, members: &[NodeId], outputs: &[NodeId]) -> Option
         let d = g.ty(g.operands(p)[0]).shape.dims();
         d.len() >= 2 && d[d.len() - 2] == rows && d[d.len() - 1] == k && d[..d.len() - 2].iter().all(|&b| b == 1)
     });
-    let fits =
-        rows <= GEMV_MAX_ROWS && gemv_prologue_bytes(rows, k, reduces.len()).is_some_and(|b| b <= GEMV_STAGE_BYTES);
+    let contiguous = products.iter().all(|&p| rhs_along_k(g, members, p).is_some());
+    // Sibling products (one an output) take one product's partials at a time; paired ones
+    // (one output) all of theirs.
+    let per_output = products.len().div_ceil(outputs.len().max(1));
+    let bytes = gemv_prologue_bytes(rows, k, reduces.len(), per_output, contiguous);
+    let fits = rows <= GEMV_MAX_ROWS && bytes.is_some_and(|b| b <= GEMV_STAGE_BYTES);
     (reduces.iter().all(same) && each && fits && g.ty(rows_of).shape.numel() == full).then_some(RowPrologue {
         members: prologue,
         rows_of,

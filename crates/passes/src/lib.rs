@@ -44,7 +44,8 @@ pub use fuse::{
 };
 pub use hoist::{hoist, Hoisted};
 pub use kernel::{
-    gemv_prologue_bytes, row_prologue, FusionMode, Kernel, KernelKind, RowPrologue, GEMV_MAX_ROWS, GEMV_STAGE_BYTES,
+    gemv_prologue_bytes, rhs_along_k, row_prologue, FusionMode, Kernel, KernelKind, RowPrologue, GEMV_MAX_ROWS,
+    GEMV_STAGE_BYTES,
 };
 pub use memory_plan::{check_plan, plan_memory_updating, plan_memory_with, MemoryOptions, PlanError};
 pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};

@@ -261,7 +261,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         .filter(|t| {
             strategy.gemv && strategy.matmul_tiling.is_none() && crate::matmul_gemv::gemv_applies(g, kernel, t, opts)
         })
-        .map(|t| crate::matmul_gemv::gemv_rhs(g, kernel, t.matmul));
+        .map(|t| crate::matmul_gemv::output_products(g, kernel, &t));
     let tiled = tiled.map(|t| match &gemv {
         Some(_) => crate::matmul::TiledPlan { vec4_lhs: None, vec4_rhs: None, ..t },
         None => t,
@@ -447,8 +447,8 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     }
     let (main, workgroups) = match &kernel.kind {
         KernelKind::Loop => match (&tiled, &subgroup, &gemv) {
-            (Some(t), _, Some(rhs)) => {
-                crate::matmul_gemv::gemv_main(g, &bindings, (t, rhs), &regs, gemv_prologue, &mut body)
+            (Some(t), _, Some(products)) => {
+                crate::matmul_gemv::gemv_main(g, &bindings, (t, products), &regs, gemv_prologue, &mut body)
             }
             (Some(t), Some(p), None) => {
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
@@ -495,9 +495,9 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     let conv = |t: &crate::matmul::TiledPlan| matches!(g.node(t.matmul).op, Op::Conv2d { .. });
     let form = match &kernel.kind {
         KernelKind::Loop => match (&tiled, &subgroup, &gemv) {
-            (Some(_), _, Some(rhs)) => KernelForm::Gemv {
-                k_contiguous: rhs.along == crate::matmul_gemv::KAlong::Contiguous,
-                packed: rhs.packed.is_some(),
+            (Some(_), _, Some(products)) => KernelForm::Gemv {
+                k_contiguous: products[0].1.along == crate::matmul_gemv::KAlong::Contiguous,
+                packed: products[0].1.packed.is_some(),
                 row_prologue: prologue.is_some(),
             },
             (Some(t), Some(p), None) => KernelForm::SubgroupMatmul {

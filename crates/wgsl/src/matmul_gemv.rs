@@ -125,6 +125,7 @@ pub(crate) fn gemv_applies(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &
         && opts.forms.loops == Spread::Parallel
         && !packed_halves(g.ty(plan.output).dtype, opts)
         && opts.loop_budget.is_none_or(|b| k.div_ceil(MIN_LANES) as u64 <= b)
+        && pairs_alike(g, &output_products(g, kernel, plan))
         && (!reduces || gemv_prologue(g, kernel, plan).is_some())
 }
 
@@ -135,7 +136,7 @@ pub(crate) fn gemv_applies(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &
 pub(crate) fn gemv_prologue(g: &Graph, kernel: &Kernel, plan: &TiledPlan) -> Option<RowPrologue> {
     let p = fusegraph_passes::row_prologue(g, &kernel.members, &kernel.outputs)?;
     let (_, m, _, k) = gemm_dims(g, plan.matmul);
-    let (part, stage) = shared_lengths(g, plan, &gemv_rhs(g, kernel, plan.matmul), true);
+    let (part, stage) = shared_lengths(g, plan, &output_products(g, kernel, plan), true);
     let trees = p.reduces.len() * WORKGROUP * 4;
     let fits = stage > 0 && stage * 16 + part * 4 + trees <= STAGE_BYTES;
     (fits && p.shape.last() == Some(&k) && p.shape.iter().product::<usize>() == m * k).then_some(p)
@@ -201,57 +202,71 @@ impl PackedRhs {
 }
 
 /// How the rhs of `mm` reads its binding: along `k` where, below its casts, it is an odd
-/// number of swaps of its binding's last two axes; by words where that binding is packed
-/// ([`PackedRhs`]) and the product has no batch on that side.
+/// number of swaps of its binding's last two axes ([`fusegraph_passes::rhs_along_k`]); by
+/// words where that binding is packed ([`PackedRhs`]) and the product has no batch on that
+/// side.
 pub(crate) fn gemv_rhs(g: &Graph, kernel: &Kernel, mm: NodeId) -> GemvRhs {
-    let strided = GemvRhs { along: KAlong::Strided, packed: None };
     let rhs = g.operands(mm)[1];
-    let (mut n, mut swapped, mut casts) = (rhs, false, Vec::new());
-    while kernel.members.contains(&n) {
-        match &g.node(n).op {
-            Op::Cast { to } => casts.push((g.ty(g.operands(n)[0]).dtype, *to)),
-            Op::Transpose { perm } => {
-                let r = perm.len();
-                let last_two = r >= 2 && perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
-                if !last_two || perm[..r - 2].iter().enumerate().any(|(a, &p)| a != p) {
-                    return strided;
-                }
-                swapped = !swapped;
-            }
-            _ => return strided,
+    let Some(leaf) = fusegraph_passes::rhs_along_k(g, &kernel.members, mm) else {
+        return GemvRhs { along: KAlong::Strided, packed: None };
+    };
+    let mut casts = Vec::new();
+    let mut n = rhs;
+    while n != leaf {
+        if let Op::Cast { to } = g.node(n).op {
+            casts.push((g.ty(g.operands(n)[0]).dtype, to));
         }
         n = g.operands(n)[0];
     }
-    if !swapped {
-        return strided;
-    }
+    casts.reverse();
     let rd = g.ty(rhs).shape.dims();
     let unbatched = rd[..rd.len() - 2].iter().all(|&d| d == 1);
-    let dtype = g.ty(n).dtype;
+    let dtype = g.ty(leaf).dtype;
     let words = dtype.block().is_some() || dtype == DType::BF16 && rd[rd.len() - 2] & 7 == 0;
-    let packed = (words && unbatched && kernel.inputs.contains(&n)).then(|| {
-        casts.reverse();
-        PackedRhs { leaf: n, dtype, casts }
-    });
+    let packed = (words && unbatched && kernel.inputs.contains(&leaf)).then_some(PackedRhs { leaf, dtype, casts });
     GemvRhs { along: KAlong::Contiguous, packed }
 }
 
+/// The products output `plan.output` accumulates, each with how it reads its rhs: `plan`'s
+/// matmul first, then the other matmuls of the output's region (paired products, fusion's
+/// `paired_products`: a gate and an up projection under one epilogue).
+pub(crate) fn output_products(g: &Graph, kernel: &Kernel, plan: &TiledPlan) -> Vec<(NodeId, GemvRhs)> {
+    let region = fusegraph_passes::kernel::region_of(g, kernel, plan.output);
+    let others = region.into_iter().filter(|&n| n != plan.matmul && matches!(g.node(n).op, Op::MatMul));
+    std::iter::once(plan.matmul).chain(others).map(|p| (p, gemv_rhs(g, kernel, p))).collect()
+}
+
+/// Whether paired products can share one kernel's loop: one lhs and one shape, rhs of one
+/// shape read alike (one split; packed ones of one type).
+fn pairs_alike(g: &Graph, products: &[(NodeId, GemvRhs)]) -> bool {
+    let (first, read) = &products[0];
+    let operand = |p: NodeId, i: usize| g.operands(p)[i];
+    let dtype = |r: &GemvRhs| r.packed.as_ref().map(|x| x.dtype);
+    products.iter().all(|(p, r)| {
+        operand(*p, 0) == operand(*first, 0)
+            && g.ty(*p) == g.ty(*first)
+            && g.ty(operand(*p, 1)).shape == g.ty(operand(*first, 1)).shape
+            && r.along == read.along
+            && dtype(r) == dtype(read)
+    })
+}
+
 /// Writes `eO_acc` and the workgroup arrays into `body` and returns `main` and the number of
-/// workgroups (one per `C` columns per batch entry, [`Split`]); `rhs_read` is how the rhs is
-/// read ([`gemv_rhs`]).
+/// workgroups (one per `C` columns per batch entry, [`Split`]); `products` are the output's
+/// products and how each reads its rhs ([`output_products`]).
 pub(crate) fn gemv_main(
     g: &Graph,
     bindings: &[Binding],
-    (plan, rhs_read): (&TiledPlan, &GemvRhs),
+    (plan, products): (&TiledPlan, &[(NodeId, GemvRhs)]),
     regions: &[(NodeId, Vec<NodeId>)],
     prologue: Option<Prologue>,
     body: &mut String,
 ) -> (String, u64) {
-    let (part, stage) = shared_lengths(g, plan, rhs_read, prologue.is_some());
+    let (part, stage) = shared_lengths(g, plan, products, prologue.is_some());
     let staged = stage > 0 && stage * 16 + part * 4 <= STAGE_BYTES;
     debug_assert!(staged || prologue.is_none(), "a row prologue is always staged (`gemv_prologue`)");
     declare_shared(g, body, vty(g.ty(plan.matmul).dtype), part, if staged { stage } else { 0 }, prologue);
-    let (code, workgroups) = gemv_code(g, bindings, (plan, rhs_read), regions, (staged, prologue), body);
+    let (code, workgroups) = gemv_code(g, bindings, (plan, products), regions, (staged, prologue), body);
     let args = Prologue::main_args(prologue);
     let main = format!(
         "@compute @workgroup_size({WORKGROUP})\nfn main({args}) {{\n    let wg = wid.y * nwg.x + wid.x;\n    \
@@ -299,7 +314,7 @@ pub(crate) fn gemv_siblings_main(
     body: &mut String,
 ) -> (String, u64) {
     let lengths: Vec<(usize, usize)> =
-        products.iter().map(|(p, r)| shared_lengths(g, p, r, prologue.is_some())).collect();
+        products.iter().map(|(p, r)| shared_lengths(g, p, &[(p.matmul, r.clone())], prologue.is_some())).collect();
     let part = lengths.iter().map(|l| l.0).max().unwrap_or(0);
     let stage = lengths.iter().map(|l| l.1).max().unwrap_or(0);
     let staged = stage * 16 + part * 4 <= STAGE_BYTES;
@@ -315,8 +330,14 @@ pub(crate) fn gemv_siblings_main(
     };
     let mut first = 0u64;
     for (j, ((plan, rhs), &(_, own_stage))) in products.iter().zip(&lengths).enumerate() {
-        let (code, workgroups) =
-            gemv_code(g, bindings, (plan, rhs), regions, (staged && own_stage > 0, prologue), body);
+        let (code, workgroups) = gemv_code(
+            g,
+            bindings,
+            (plan, &[(plan.matmul, rhs.clone())]),
+            regions,
+            (staged && own_stage > 0, prologue),
+            body,
+        );
         let _ =
             std::fmt::Write::write_fmt(body, format_args!("fn fg_gemv{j}(wg: u32, lid: u32{params}) {{\n{code}}}\n\n"));
         let branch = if j == 0 { "if" } else { "} else if" };
@@ -331,15 +352,16 @@ pub(crate) fn gemv_siblings_main(
     (main, first)
 }
 
-/// The partials' length (elements) of `plan`'s product and its lhs rows' length as staged
-/// vec4s: 0 where `k` is not a multiple of 4, or where its loop does not read four `k` a step
-/// and no row prologue (`prologue`) must be staged.
-fn shared_lengths(g: &Graph, plan: &TiledPlan, rhs_read: &GemvRhs, prologue: bool) -> (usize, usize) {
+/// The partials' length (elements) of `plan`'s `products` ([`output_products`]) and their
+/// lhs rows' length as staged vec4s: 0 where `k` is not a multiple of 4, or where the loop
+/// does not read four `k` a step and no row prologue (`prologue`) must be staged.
+fn shared_lengths(g: &Graph, plan: &TiledPlan, products: &[(NodeId, GemvRhs)], prologue: bool) -> (usize, usize) {
     let (_, m, _, k) = gemm_dims(g, plan.matmul);
+    let rhs_read = &products[0].1;
     let split = rhs_read.split(g, plan.matmul);
     let quads =
         rhs_read.packed.is_some() || rhs_read.along == KAlong::Contiguous && vty(g.ty(plan.matmul).dtype) == "f32";
-    (WORKGROUP * m * split.v, if (quads || prologue) && k % 4 == 0 { m * k / 4 } else { 0 })
+    (WORKGROUP * products.len() * m * split.v, if (quads || prologue) && k % 4 == 0 { m * k / 4 } else { 0 })
 }
 
 /// Declares the partials (`part` elements of `t`), where `stage` > 0 the staged lhs rows
@@ -359,21 +381,25 @@ fn declare_shared(g: &Graph, body: &mut String, t: &str, part: usize, stage: usi
     }
 }
 
-/// One product's statements, for a function of the workgroup's index `wg` (among the
-/// product's) and `lid`, with the lhs staged in `fg_x` where `staged` — a row at a time
+/// One output's statements, for a function of the workgroup's index `wg` (among the
+/// output's) and `lid`, with the lhs staged in `fg_x` where `staged` — a row at a time
 /// after its reductions where a row `prologue` computes it; writes its `eO_acc` into `body`.
-/// Returns them and the product's workgroups.
+/// `products` are the output's products ([`output_products`]: `plan`'s first), accumulated
+/// side by side. Returns them and the output's workgroups.
 fn gemv_code(
     g: &Graph,
     bindings: &[Binding],
-    (plan, rhs_read): (&TiledPlan, &GemvRhs),
+    (plan, products): (&TiledPlan, &[(NodeId, GemvRhs)]),
     regions: &[(NodeId, Vec<NodeId>)],
     (staged, prologue): (bool, Option<Prologue>),
     body: &mut String,
 ) -> (String, u64) {
     let TiledPlan { matmul: mm, output, .. } = *plan;
+    let rhs_read = &products[0].1;
+    let others: Vec<NodeId> = products[1..].iter().map(|(p, _)| *p).collect();
     let region = &regions.iter().find(|(o, _)| *o == output).expect("the output has a region").1;
-    write_region(g, output, region, Some(mm), &[], body);
+    write_region(g, output, region, Some(mm), &others, body);
+    let pn = products.len();
     let ops = g.operands(mm);
     let (lhs, rhs) = (ops[0], ops[1]);
     let (batch, m, n, k) = gemm_dims(g, mm);
@@ -387,7 +413,7 @@ fn gemv_code(
     let t = vty(g.ty(mm).dtype);
     let k_out = bindings.iter().position(|b| b.output && b.node == output).expect("the output's binding");
     let out_dt = g.ty(output).dtype;
-    let parts = m * v;
+    let parts = pn * m * v;
 
     let mut s = format!("    let tile_col = wg % {tiles_n}u;\n    let bt = wg / {tiles_n}u;\n");
     let w = line;
@@ -408,12 +434,15 @@ fn gemv_code(
         let at = if j == 0 { "col".to_string() } else { format!("col + {j}u") };
         w(&mut s, 1, format!("let cl{j} = min({at}, {}u);", n - 1));
     }
-    for r in 0..m {
-        for j in 0..v {
-            w(&mut s, 1, format!("var acc{r}_{j} = {t}();"));
+    for p in 0..pn {
+        for r in 0..m {
+            for j in 0..v {
+                w(&mut s, 1, format!("var acc{p}_{r}_{j} = {t}();"));
+            }
         }
     }
-    let (lv, rv) = (format!("v{}", lhs.index()), format!("v{}", rhs.index()));
+    let lv = format!("v{}", lhs.index());
+    let rvs: Vec<String> = products.iter().map(|(p, _)| format!("v{}", g.operands(*p)[1].index())).collect();
     // The lhs value of row `r` at `kk`.
     let a_at = |r: usize, kk: &str| match (staged, r) {
         (true, _) => format!("{t}(fg_x[{}u + ({kk}) / 4u][({kk}) % 4u])", r * k / 4),
@@ -462,9 +491,18 @@ fn gemv_code(
         }
     };
     match (&rhs_read.packed, along) {
-        (Some(packed), _) => {
-            let slot = bindings.iter().position(|b| !b.output && b.node == packed.leaf).expect("the rhs's binding");
-            packed_loop(&mut s, packed, slot, &a4, m, k, lanes);
+        (Some(_), _) => {
+            let packed: Vec<(&PackedRhs, usize)> = products
+                .iter()
+                .map(|(_, read)| {
+                    let packed = read.packed.as_ref().expect("paired products are read alike");
+                    (
+                        packed,
+                        bindings.iter().position(|b| !b.output && b.node == packed.leaf).expect("the rhs's binding"),
+                    )
+                })
+                .collect();
+            packed_loop(&mut s, &packed, &a4, m, k, lanes);
         }
         // Four adjacent `k` of the invocation's column a step, as a vec4 against the rows'.
         (None, KAlong::Contiguous) => {
@@ -472,20 +510,27 @@ fn gemv_code(
             let step = |s: &mut String, ind: usize, u: usize, q: &str| {
                 let kb = format!("kq{u}");
                 w(s, ind, format!("let {kb} = ({q}) * 4u;"));
-                let b: Vec<String> = (0..4).map(|e| format!("{rv}(b_base + ({kb} + {e}u) * {n}u + cl0)")).collect();
-                w(s, ind, format!("let b{u} = vec4<{t}>({});", b.join(", ")));
+                for (p, rv) in rvs.iter().enumerate() {
+                    let b: Vec<String> = (0..4).map(|e| format!("{rv}(b_base + ({kb} + {e}u) * {n}u + cl0)")).collect();
+                    w(s, ind, format!("let b{p}_{u} = vec4<{t}>({});", b.join(", ")));
+                }
             };
             let fma = |s: &mut String, ind: usize, u: usize| {
-                for r in 0..m {
-                    w(s, ind, format!("acc{r}_0 = acc{r}_0 + dot({}, b{u});", a4(r, &format!("kq{u}"))));
+                for p in 0..pn {
+                    for r in 0..m {
+                        let a = a4(r, &format!("kq{u}"));
+                        w(s, ind, format!("acc{p}_{r}_0 = acc{p}_{r}_0 + dot({a}, b{p}_{u});"));
+                    }
                 }
             };
             unrolled(&mut s, "q", quads, lanes, UNROLL, &step, &fma);
             if k % 4 != 0 {
                 w(&mut s, 1, format!("for (var kk = {}u + s; kk < {k}u; kk = kk + {lanes}u) {{", quads * 4));
-                w(&mut s, 2, format!("let b = {rv}(b_base + kk * {n}u + cl0);"));
-                for r in 0..m {
-                    w(&mut s, 2, format!("acc{r}_0 = acc{r}_0 + {} * b;", a_at(r, "kk")));
+                for (p, rv) in rvs.iter().enumerate() {
+                    w(&mut s, 2, format!("let b{p} = {rv}(b_base + kk * {n}u + cl0);"));
+                    for r in 0..m {
+                        w(&mut s, 2, format!("acc{p}_{r}_0 = acc{p}_{r}_0 + {} * b{p};", a_at(r, "kk")));
+                    }
                 }
                 w(&mut s, 1, "}".into());
             }
@@ -494,30 +539,38 @@ fn gemv_code(
         (None, KAlong::Strided) => {
             let step = |s: &mut String, ind: usize, u: usize, kk: &str| {
                 w(s, ind, format!("let kk{u} = {kk};"));
-                for j in 0..v {
-                    w(s, ind, format!("let b{u}_{j} = {rv}(b_base + kk{u} * {n}u + cl{j});"));
+                for (p, rv) in rvs.iter().enumerate() {
+                    for j in 0..v {
+                        w(s, ind, format!("let b{p}_{u}_{j} = {rv}(b_base + kk{u} * {n}u + cl{j});"));
+                    }
                 }
                 for r in 0..m {
                     w(s, ind, format!("let a{u}_{r} = {};", a_at(r, &format!("kk{u}"))));
                 }
             };
             let fma = |s: &mut String, ind: usize, u: usize| {
-                for r in 0..m {
-                    for j in 0..v {
-                        w(s, ind, format!("acc{r}_{j} = acc{r}_{j} + a{u}_{r} * b{u}_{j};"));
+                for p in 0..pn {
+                    for r in 0..m {
+                        for j in 0..v {
+                            w(s, ind, format!("acc{p}_{r}_{j} = acc{p}_{r}_{j} + a{u}_{r} * b{p}_{u}_{j};"));
+                        }
                     }
                 }
             };
             unrolled(&mut s, "kk", k, lanes, UNROLL, &step, &fma);
         }
     }
-    for r in 0..m {
-        for j in 0..v {
-            let at = match r * v + j {
-                0 => "lid".to_string(),
-                p => format!("{}u + lid", p * WORKGROUP),
-            };
-            w(&mut s, 1, format!("fg_part[{at}] = acc{r}_{j};"));
+    // Partial `(p, r, j)` (product, row, column) at `((p · m + r) · v + j) · WORKGROUP`.
+    let part = |p: usize, r: usize, j: usize| ((p * m + r) * v + j) * WORKGROUP;
+    for p in 0..pn {
+        for r in 0..m {
+            for j in 0..v {
+                let at = match part(p, r, j) {
+                    0 => "lid".to_string(),
+                    at => format!("{at}u + lid"),
+                };
+                w(&mut s, 1, format!("fg_part[{at}] = acc{p}_{r}_{j};"));
+            }
         }
     }
     w(&mut s, 1, "workgroupBarrier();".into());
@@ -546,7 +599,8 @@ fn gemv_code(
                     if r == 0 { String::new() } else { format!("{}u + ", r * n) }
                 ),
             );
-            let value = store_value(out_dt, &format!("{e}(i{r}_{j}, fg_part[{}u + lid])", (r * v + j) * WORKGROUP));
+            let accs: Vec<String> = (0..pn).map(|p| format!("fg_part[{}u + lid]", part(p, r, j))).collect();
+            let value = store_value(out_dt, &format!("{e}(i{r}_{j}, {})", accs.join(", ")));
             w(&mut s, 3, format!("b{k_out}[i{r}_{j}] = {value};"));
         }
         w(&mut s, 2, "}".into());
@@ -597,74 +651,84 @@ fn unrolled(
 /// shifted by half a word, or not.
 fn packed_loop(
     s: &mut String,
-    packed: &PackedRhs,
-    slot: usize,
+    packed: &[(&PackedRhs, usize)],
     a4: &dyn Fn(usize, &str) -> String,
     m: usize,
     k: usize,
     s_n: usize,
 ) {
-    let chunk = packed.chunk();
+    // Paired products' weights are of one type (`pairs_alike`): one chunk, one block layout.
+    let (dtype, chunk) = (packed[0].0.dtype, packed[0].0.chunk());
     let load = |s: &mut String, ind: usize, u: usize, blk: &str| {
         let w = line;
         w(s, ind, format!("let kb{u} = ({blk}) * {chunk}u;"));
-        match packed.dtype.block() {
+        match dtype.block() {
             Some((_, bytes)) => {
                 let value_words = (bytes - 2) / 4;
                 w(s, ind, format!("let base{u} = (cl0 * {}u + {blk}) * {bytes}u;", k / chunk));
                 w(s, ind, format!("let wb{u} = base{u} >> 2u;"));
-                for j in 0..=value_words {
-                    w(s, ind, format!("let x{u}_{j} = b{slot}[wb{u} + {j}u];"));
+                for (p, (_, slot)) in packed.iter().enumerate() {
+                    for j in 0..=value_words {
+                        w(s, ind, format!("let x{p}_{u}_{j} = b{slot}[wb{u} + {j}u];"));
+                    }
                 }
             }
             None => {
                 w(s, ind, format!("let wb{u} = (cl0 * {k}u + kb{u}) >> 1u;"));
-                for j in 0..chunk / 2 {
-                    w(s, ind, format!("let x{u}_{j} = b{slot}[wb{u} + {j}u];"));
+                for (p, (_, slot)) in packed.iter().enumerate() {
+                    for j in 0..chunk / 2 {
+                        w(s, ind, format!("let x{p}_{u}_{j} = b{slot}[wb{u} + {j}u];"));
+                    }
                 }
             }
         }
     };
     let fma = |s: &mut String, ind: usize, u: usize| {
         let w = line;
-        // (the first of four values' place in the chunk, their f32 values)
-        let mut quads: Vec<(usize, String)> = Vec::new();
-        match packed.dtype.block() {
-            Some((_, bytes)) => {
-                let value_words = (bytes - 2) / 4;
-                w(s, ind, format!("let aligned{u} = (base{u} & 3u) == 0u;"));
-                w(s, ind, format!("let d{u} = unpack2x16float(x{u}_0)[(base{u} >> 1u) & 1u];"));
-                for t in 0..value_words {
-                    let (a, b) = (format!("x{u}_{t}"), format!("x{u}_{}", t + 1));
-                    w(s, ind, format!("let q{u}_{t} = select({b}, ({a} >> 16u) | ({b} << 16u), aligned{u});"));
-                    if packed.dtype == DType::Q8_0 {
-                        let bytes = format!(
-                            "(vec4<i32>(bitcast<i32>(q{u}_{t})) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u)"
-                        );
-                        quads.push((4 * t, format!("vec4<f32>({bytes}) * d{u}")));
-                    } else {
-                        for (half, shifts) in [(0, "0u, 8u, 16u, 24u"), (16, "4u, 12u, 20u, 28u")] {
-                            let nibbles = format!("(vec4<u32>(q{u}_{t}) >> vec4<u32>({shifts})) & vec4<u32>(15u)");
-                            quads.push((half + 4 * t, format!("(vec4<f32>({nibbles}) - 8.0) * d{u}")));
+        if dtype.block().is_some() {
+            w(s, ind, format!("let aligned{u} = (base{u} & 3u) == 0u;"));
+        }
+        for (p, (rhs, _)) in packed.iter().enumerate() {
+            // (the first of four values' place in the chunk, their f32 values)
+            let mut quads: Vec<(usize, String)> = Vec::new();
+            let x = |j: usize| format!("x{p}_{u}_{j}");
+            match dtype.block() {
+                Some((_, bytes)) => {
+                    let value_words = (bytes - 2) / 4;
+                    w(s, ind, format!("let d{p}_{u} = unpack2x16float({})[(base{u} >> 1u) & 1u];", x(0)));
+                    for t in 0..value_words {
+                        let (a, b) = (x(t), x(t + 1));
+                        let q = format!("q{p}_{u}_{t}");
+                        w(s, ind, format!("let {q} = select({b}, ({a} >> 16u) | ({b} << 16u), aligned{u});"));
+                        if dtype == DType::Q8_0 {
+                            let bytes = format!(
+                                "(vec4<i32>(bitcast<i32>({q})) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u)"
+                            );
+                            quads.push((4 * t, format!("vec4<f32>({bytes}) * d{p}_{u}")));
+                        } else {
+                            for (half, shifts) in [(0, "0u, 8u, 16u, 24u"), (16, "4u, 12u, 20u, 28u")] {
+                                let nibbles = format!("(vec4<u32>({q}) >> vec4<u32>({shifts})) & vec4<u32>(15u)");
+                                quads.push((half + 4 * t, format!("(vec4<f32>({nibbles}) - 8.0) * d{p}_{u}")));
+                            }
                         }
                     }
                 }
-            }
-            // bf16: two to a word, each the top half of its f32.
-            None => {
-                for e in (0..chunk).step_by(4) {
-                    let (a, b) = (format!("x{u}_{}", e / 2), format!("x{u}_{}", e / 2 + 1));
-                    let halves = format!("{a} << 16u, {a} & 0xffff0000u, {b} << 16u, {b} & 0xffff0000u");
-                    quads.push((e, format!("bitcast<vec4<f32>>(vec4<u32>({halves}))")));
+                // bf16: two to a word, each the top half of its f32.
+                None => {
+                    for e in (0..chunk).step_by(4) {
+                        let (a, b) = (x(e / 2), x(e / 2 + 1));
+                        let halves = format!("{a} << 16u, {a} & 0xffff0000u, {b} << 16u, {b} & 0xffff0000u");
+                        quads.push((e, format!("bitcast<vec4<f32>>(vec4<u32>({halves}))")));
+                    }
                 }
             }
-        }
-        for (e, value) in quads {
-            w(s, ind, format!("let u{u}_{e} = {value};"));
-            w(s, ind, format!("let w{u}_{e} = {};", cast_quad(&packed.casts, &format!("u{u}_{e}"))));
-            for r in 0..m {
-                let a = a4(r, &format!("kb{u} + {e}u"));
-                w(s, ind, format!("acc{r}_0 = acc{r}_0 + dot(vec4<f32>({a}), w{u}_{e});"));
+            for (e, value) in quads {
+                w(s, ind, format!("let u{p}_{u}_{e} = {value};"));
+                w(s, ind, format!("let w{p}_{u}_{e} = {};", cast_quad(&rhs.casts, &format!("u{p}_{u}_{e}"))));
+                for r in 0..m {
+                    let a = a4(r, &format!("kb{u} + {e}u"));
+                    w(s, ind, format!("acc{p}_{r}_0 = acc{p}_{r}_0 + dot(vec4<f32>({a}), w{p}_{u}_{e});"));
+                }
             }
         }
     };
@@ -723,7 +787,8 @@ mod tests {
             for k in [64, 256, 768, 1024, 2048, 3072] {
                 for (layer, transposed) in [(true, false), (true, true), (false, false), (false, true)] {
                     let (g, kernels) = norm_product(rows, k, layer, transposed);
-                    let within = gemv_prologue_bytes(rows, k, if layer { 2 } else { 1 }).unwrap() <= GEMV_STAGE_BYTES;
+                    let bytes = gemv_prologue_bytes(rows, k, if layer { 2 } else { 1 }, 1, transposed);
+                    let within = bytes.unwrap() <= GEMV_STAGE_BYTES;
                     assert_eq!(kernels.len() == 1, within, "{rows}×{k}, layer {layer}: {kernels:?}");
                     if within {
                         let regs = fusegraph_passes::kernel::regions(&g, &kernels[0]);

@@ -337,6 +337,40 @@ impl Ctx<'_> {
         })
     }
 
+    /// Whether `members`, storing `outs`, are paired products for the matrix–vector kernel
+    /// ([`FusionOptions::gemv`]): one output whose same-index region holds two or more
+    /// matmuls of one left operand and one shape, of at most [`GEMV_MAX_ROWS`] rows (a gate
+    /// and an up projection, `silu(x·Wg) · (x·Wu)`), which the kernel accumulates side by
+    /// side and combines in its epilogue.
+    pub(super) fn paired_products(&self, members: &BTreeSet<NodeId>, outs: &[NodeId]) -> bool {
+        let g = self.g;
+        let [o] = outs else { return false };
+        let products: Vec<NodeId> = members.iter().copied().filter(|&n| matches!(g.node(n).op, Op::MatMul)).collect();
+        if products.len() < 2 || members.iter().any(|&n| matches!(g.node(n).op, Op::Conv2d { .. } | Op::Reduce { .. }))
+        {
+            return false;
+        }
+        let (lhs, dims) = (self.operands(products[0])[0], g.ty(products[0]).shape.dims());
+        let same = products.iter().all(|&p| self.operands(p)[0] == lhs && g.ty(p).shape.dims() == dims);
+        if !same
+            || dims.len() < 2
+            || dims[dims.len() - 2] > GEMV_MAX_ROWS
+            || g.ty(*o).shape.numel() != g.ty(products[0]).shape.numel()
+        {
+            return false;
+        }
+        let mut region = BTreeSet::from([*o]);
+        let mut stack = vec![*o];
+        while let Some(n) = stack.pop() {
+            for q in same_index_operands(g, n) {
+                if members.contains(&q) && region.insert(q) {
+                    stack.push(q);
+                }
+            }
+        }
+        products.iter().all(|p| region.contains(p))
+    }
+
     /// Whether `members`, storing `outs`, are products for the matrix–vector kernel
     /// ([`FusionOptions::gemv`]) with a row prologue ([`row_prologue`]): a layer norm's
     /// rows computed in the kernel, one row kernel's worth ([`Ctx::row_kind`]); the rest one
@@ -391,7 +425,9 @@ impl Ctx<'_> {
         let contractions = members.iter().filter(|&&n| matches!(g.node(n).op, Op::MatMul | Op::Conv2d { .. })).count();
         let loop_kind = if self.arithmetic_prologue(members) {
             Err(Veto::Prologue)
-        } else if contractions > 1 && !(self.opts.gemv && self.sibling_products(members, outs)) {
+        } else if contractions > 1
+            && !(self.opts.gemv && (self.sibling_products(members, outs) || self.paired_products(members, outs)))
+        {
             Err(Veto::SecondContraction)
         } else if contractions == 1 && outs.len() > 1 {
             Err(Veto::SecondOutput)
