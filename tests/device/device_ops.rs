@@ -210,8 +210,9 @@ fn sibling_products_of_one_input_share_a_matrix_vector_kernel_in_gpu_forms() {
 /// A layer norm (two reductions) or an RMS norm (one) whose rows only feed products of a few
 /// rows joins their matrix–vector kernel in a GPU's forms, which reduces and stages the rows
 /// itself: row-major f32 weights (strided columns) with a bias, `[out, in]` f32, bf16 and q4_0
-/// weights read along `k`, sibling products, one and two rows, f16 activations — each one
-/// kernel with a row prologue, matching the reference. In a CPU adapter's forms the norm
+/// weights read along `k`, sibling products, one to eight rows, f16 activations, and a
+/// softmax per head before the heads' weighted sums — each one kernel with a row prologue,
+/// matching the reference. In a CPU adapter's forms the norm
 /// keeps its row kernel.
 #[test]
 fn norms_feeding_few_row_products_join_their_matrix_vector_kernel_in_gpu_forms() {
@@ -250,6 +251,15 @@ fn norms_feeding_few_row_products_join_their_matrix_vector_kernel_in_gpu_forms()
         let k = h.matmul(&wk.cast(DType::F32).unwrap().t().unwrap()).unwrap();
         let v = h.matmul(&wv).unwrap();
         cases.push((c.finish(format!("rms_norm_siblings_{rows}_rows"), &[&q, &k, &v]), 3));
+    }
+    // A softmax per head feeding the head's weighted sum of values: each workgroup reduces
+    // and stages its own head's rows (one a head; three a key/value head, as grouped heads).
+    for (i, (heads, rows, keys, dim)) in [(4, 1, 64, 16), (2, 3, 100, 24)].into_iter().enumerate() {
+        let mut c = CaseBuilder::new(85 + i as u64);
+        let scores = c.input(DType::F32, &[1, heads, rows, keys], Domain::Any);
+        let v = c.input(DType::F32, &[1, heads, keys, dim], Domain::Any);
+        let out = scores.mul_scalar(0.5).unwrap().softmax(3).unwrap().matmul(&v).unwrap();
+        cases.push((c.finish(format!("softmax_values_{heads}x{rows}"), &[&out]), 1));
     }
     let mut c = CaseBuilder::new(80);
     let x = c.input(DType::F16, &[1, 128], Domain::Any);

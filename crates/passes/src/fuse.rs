@@ -46,11 +46,21 @@ pub struct FusionOptions {
     /// and v projections) merge, and a row kernel that only feeds their left operand (the
     /// layer norm before them) joins them as their prologue ([`row_prologue`]).
     pub gemv: bool,
+    /// Fused attention (`fuse_attention`) follows fusion: a softmax feeding its weighted sum
+    /// stays a row kernel for it rather than become a row prologue ([`FusionOptions::gemv`]).
+    pub fused_attention: bool,
 }
 
 impl Default for FusionOptions {
     fn default() -> Self {
-        FusionOptions { max_bindings: 8, min_row_len: 64, cost: CostModel::default(), memory_aware: true, gemv: false }
+        FusionOptions {
+            max_bindings: 8,
+            min_row_len: 64,
+            cost: CostModel::default(),
+            memory_aware: true,
+            gemv: false,
+            fused_attention: false,
+        }
     }
 }
 

@@ -275,8 +275,8 @@ impl RowPrologue {
 
 /// The row prologue of a kernel of `members` (in topological order) storing `outputs`:
 /// `Some` where its matrix products' left operands come from one value `rows_of` computed
-/// from the kernel's reductions, all over the last axis of one shape of at most
-/// [`GEMV_MAX_ROWS`] rows of each product's `k` (its unbatched `[rows, k]` left operand), with room in [`GEMV_STAGE_BYTES`]
+/// from the kernel's reductions, all over the last axis of one shape whose rows of `k` each
+/// product reads as its `[.., m, k]` left operand, `m` at most [`GEMV_MAX_ROWS`], with room in [`GEMV_STAGE_BYTES`]
 /// ([`gemv_prologue_bytes`]); no output, and nothing but those products' left operands,
 /// reads the prologue. The rest of the kernel is not checked.
 pub fn row_prologue(g: &Graph, members: &[NodeId], outputs: &[NodeId]) -> Option<RowPrologue> {
@@ -317,20 +317,21 @@ pub fn row_prologue(g: &Graph, members: &[NodeId], outputs: &[NodeId]) -> Option
             && g.ty(g.operands(*r)[0]).shape.dims() == shape.as_slice()
     };
     let (full, k) = (shape.iter().product::<usize>(), shape[shape.len() - 1]);
-    let rows = full.checked_div(k)?;
-    // Each product reads the rows as one unbatched `[rows, k]` operand (a batched one, as a
-    // softmax's probabilities are per head, would need a row per batch entry).
-    let each = products.iter().all(|&p| {
+    // Each product reads all the rows as its `[.., m, k]` left operand, `m` rows a batch entry
+    // (a softmax's probabilities, a row per head): a workgroup stages the `m` rows of its
+    // entry.
+    let lhs_rows = |p: NodeId| {
         let d = g.ty(g.operands(p)[0]).shape.dims();
-        d.len() >= 2 && d[d.len() - 2] == rows && d[d.len() - 1] == k && d[..d.len() - 2].iter().all(|&b| b == 1)
-    });
+        (d.len() >= 2 && d[d.len() - 1] == k && g.ty(g.operands(p)[0]).shape.numel() == full).then(|| d[d.len() - 2])
+    };
+    let rows = products.iter().map(|&p| lhs_rows(p)).collect::<Option<Vec<usize>>>()?.into_iter().max()?;
     let contiguous = products.iter().all(|&p| rhs_along_k(g, members, p).is_some());
     // Sibling products (one an output) take one product's partials at a time; paired ones
     // (one output) all of theirs.
     let per_output = products.len().div_ceil(outputs.len().max(1));
     let bytes = gemv_prologue_bytes(rows, k, reduces.len(), per_output, contiguous);
     let fits = rows <= GEMV_MAX_ROWS && bytes.is_some_and(|b| b <= GEMV_STAGE_BYTES);
-    (reduces.iter().all(same) && each && fits && g.ty(rows_of).shape.numel() == full).then_some(RowPrologue {
+    (reduces.iter().all(same) && fits && g.ty(rows_of).shape.numel() == full).then_some(RowPrologue {
         members: prologue,
         rows_of,
         reduces,

@@ -175,6 +175,7 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
                 max_bindings: opts.max_bindings,
                 cost: opts.cost,
                 gemv: opts.gemv,
+                fused_attention: opts.fused_attention == FusedAttention::Always,
                 ..Default::default()
             };
             let values: Vec<NodeId> = updates.iter().map(|&(_, v)| v).collect();

@@ -130,16 +130,20 @@ pub(crate) fn gemv_applies(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &
 }
 
 /// The row prologue of `kernel` ([`fusegraph_passes::row_prologue`]: a layer norm computing
-/// the lhs of `plan`'s product) where the kernel can reduce and stage its rows: `k` the rows'
-/// length, and the staged rows, the partials and a tree per reduction within its workgroup
-/// memory.
+/// the lhs of `plan`'s product, or a softmax the probabilities of each head) where the kernel
+/// can reduce and stage its rows: `k` the rows' length, each workgroup the `m` rows of its
+/// batch entry, and the staged rows, the partials and a tree per reduction within its
+/// workgroup memory.
 pub(crate) fn gemv_prologue(g: &Graph, kernel: &Kernel, plan: &TiledPlan) -> Option<RowPrologue> {
     let p = fusegraph_passes::row_prologue(g, &kernel.members, &kernel.outputs)?;
     let (_, m, _, k) = gemm_dims(g, plan.matmul);
     let (part, stage) = shared_lengths(g, plan, &output_products(g, kernel, plan), true);
     let trees = p.reduces.len() * WORKGROUP * 4;
     let fits = stage > 0 && stage * 16 + part * 4 + trees <= STAGE_BYTES;
-    (fits && p.shape.last() == Some(&k) && p.shape.iter().product::<usize>() == m * k).then_some(p)
+    let lhs = g.ty(g.operands(plan.matmul)[0]);
+    let rows_read = lhs.shape.dims().len() >= 2 && lhs.shape.dims()[lhs.shape.rank() - 2] == m;
+    (fits && rows_read && p.shape.last() == Some(&k) && p.shape.iter().product::<usize>() == lhs.shape.numel())
+        .then_some(p)
 }
 
 /// A row prologue as the kernel computes it: its reductions, in the order a row kernel
@@ -470,7 +474,8 @@ fn gemv_code(
             Some(p) => {
                 for r in 0..m {
                     w(&mut s, 1, "{".into());
-                    w(&mut s, 1, format!("let row = {r}u;"));
+                    // The batch entry's row `r` (its lhs rows start at `a_base`).
+                    w(&mut s, 1, format!("let row = a_base / {k}u + {r}u;"));
                     let walk = RowWalk { len: k, start: "lid", step: WORKGROUP, ilp: 1, quads: None };
                     row_reductions(&mut s, g, p.red, walk, Some(p.subgroups));
                     w(&mut s, 1, format!("for (var e = lid; e < {}u; e = e + {WORKGROUP}u) {{", k / 4));

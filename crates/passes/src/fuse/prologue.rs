@@ -14,6 +14,9 @@ pub(super) fn merge_row_prologues(ctx: &Ctx, groups: &mut Groups, peak: &mut u64
     let mut decisions = Vec::new();
     for mi in 0..groups.sets.len() {
         let Some((ri, x)) = row_feeding(ctx, groups, mi) else { continue };
+        if ctx.opts.fused_attention && softmax_for_attention(ctx, &groups.sets[ri], x) {
+            continue;
+        }
         let union: BTreeSet<NodeId> = groups.sets[mi].union(&groups.sets[ri]).copied().collect();
         let outs: Vec<NodeId> = ctx.group_outputs(&groups.sets[mi], groups);
         if !ctx.gemv_row_prologue(&union, &outs) {
@@ -82,4 +85,14 @@ fn row_feeding(ctx: &Ctx, groups: &Groups, mi: usize) -> Option<(usize, NodeId)>
     let only_here = ctx.users(x).iter().all(|&u| groups.of(u).all(|k| k == mi));
     let reduces = row.iter().any(|n| is(n, &|op| matches!(op, Op::Reduce { .. })));
     (reduces && only_here && ctx.group_outputs(row, groups) == [x]).then_some((ri, x))
+}
+
+/// Whether the row kernel of `members` storing `x` is a softmax whose probabilities feed their
+/// weighted sum ([`crate::attention::softmax_rows`]): fused attention takes it.
+fn softmax_for_attention(ctx: &Ctx, members: &BTreeSet<NodeId>, x: NodeId) -> bool {
+    let Ok(kind @ KernelKind::Row { .. }) = ctx.analyze(members, &[x]) else { return false };
+    let mut list: Vec<NodeId> = members.iter().copied().collect();
+    list.sort_by_key(|&n| ctx.pos(n));
+    let kernel = Kernel { kind, members: list, outputs: vec![x], inputs: Vec::new() };
+    crate::attention::softmax_rows(ctx.g, &kernel).is_some()
 }
