@@ -12,15 +12,16 @@ use fusegraph::{CompileOptions, DType, Graph, GraphBuilder, HostTensor, NodeId};
 use std::collections::BTreeMap;
 
 /// One attention head's projections of a layer-normed input, with biases, and the
-/// attention over them; `x: [2, 6, 16]`, projections `[16, 16]`.
+/// attention over them; `x: [2, 12, 16]` (more rows than the matrix–vector kernel takes, so
+/// the products combine in every form), projections `[16, 16]`.
 fn attention() -> (Graph, NodeId) {
     let b = GraphBuilder::new();
-    let x = b.input("x", DType::F32, [2, 6, 16]).unwrap();
-    let h = x.sub(&x.mean(&[2], true).unwrap().broadcast_to([2, 6, 16]).unwrap()).unwrap();
+    let x = b.input("x", DType::F32, [2, 12, 16]).unwrap();
+    let h = x.sub(&x.mean(&[2], true).unwrap().broadcast_to([2, 12, 16]).unwrap()).unwrap();
     let linear = |name: &str| {
         let w = b.parameter(&format!("{name}.w"), DType::F32, [16, 16]).unwrap();
         let bias = b.parameter(&format!("{name}.b"), DType::F32, [16]).unwrap();
-        h.matmul(&w).unwrap().add(&bias.broadcast_to([2, 6, 16]).unwrap()).unwrap()
+        h.matmul(&w).unwrap().add(&bias.broadcast_to([2, 12, 16]).unwrap()).unwrap()
     };
     let (q, k, v) = (linear("q"), linear("k"), linear("v"));
     let scores = q.matmul(&k.transpose(&[0, 2, 1]).unwrap()).unwrap().mul_scalar(0.25).unwrap().softmax(2).unwrap();
@@ -30,7 +31,7 @@ fn attention() -> (Graph, NodeId) {
 
 fn values(g: &Graph, seed: u64) -> (BTreeMap<String, HostTensor>, BTreeMap<String, HostTensor>) {
     let mut rng = Rng::new(seed);
-    let feeds = BTreeMap::from([("x".to_string(), random(&mut rng, DType::F32, &[2, 6, 16], Domain::Any))]);
+    let feeds = BTreeMap::from([("x".to_string(), random(&mut rng, DType::F32, &[2, 12, 16], Domain::Any))]);
     let mut params = BTreeMap::new();
     for id in g.node_ids() {
         let fusegraph::Op::Parameter { name } = &g.node(id).op else { continue };
@@ -92,7 +93,10 @@ fn stacked_parameters_under_mixed_precision() {
     let (feeds, params) = values(&g, 13);
     let feed: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let want = evaluate(&g, &[y], &feeds, &params).unwrap();
+    // f16 values through two products and a softmax over 12 keys: a few of 384 elements
+    // land 3e-3 from the f64 reference.
     let (rtol, atol) = tolerance(DType::F16);
+    let atol = atol.max(4e-3);
     for (name, device) in common::devices() {
         let mixed = CompileOptions { mixed_precision: true, ..Default::default() };
         let mut on = device.compile(&g, &[y], &mixed).unwrap();

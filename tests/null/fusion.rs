@@ -591,6 +591,9 @@ fn a_layer_norm_feeding_products_of_few_rows_joins_their_matrix_vector_kernel() 
     assert!(gemv_prologue_bytes(3, 768, 2, 1, false).unwrap() > GEMV_STAGE_BYTES);
     let (g, outs) = build(3, 768, false);
     assert_eq!(prologue_kernels(&g, &fuse(&g, &outs, &gemv).unwrap().kernels), 0);
+    // An adapter with more workgroup memory (lavapipe's 32 KiB, an NVIDIA GPU's 48 KiB) holds them.
+    let roomy = FusionOptions { gemv_stage_bytes: 32768, ..gemv };
+    assert_eq!(prologue_kernels(&g, &fuse(&g, &outs, &roomy).unwrap().kernels), 1);
     let (g, outs) = build(1, 64, true);
     assert_eq!(prologue_kernels(&g, &fuse(&g, &outs, &gemv).unwrap().kernels), 0);
     // A head whose argmax joins its kernel: a loop kernel, which would recompute the norm
@@ -646,4 +649,29 @@ fn a_gate_and_up_projection_pair_in_one_matrix_vector_kernel() {
     let (g, outs) = build(GEMV_MAX_ROWS + 1);
     let kernels = fuse(&g, &outs, &gemv).unwrap().kernels;
     assert!(kernels.iter().all(|k| products(&g, k) <= 1), "{kernels:?}");
+}
+
+/// Products of a few rows are not stacked into one product where the matrix–vector kernel
+/// takes them (`PlanOptions::gemv`): it runs them in one dispatch as siblings, with the norm
+/// before them as its prologue. Products of more rows still combine.
+#[test]
+fn few_row_products_stay_apart_for_the_matrix_vector_kernel() {
+    use fusegraph::crates::passes::{plan_combined_within, PlanOptions};
+    use fusegraph::GraphBuilder;
+    for (rows, gemv, combined) in [(1, true, 0), (1, false, 1), (16, true, 1)] {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [rows, 32]).unwrap();
+        let h = x.layer_norm(&[1], 1e-5).unwrap();
+        let proj = |name: &str| h.matmul(&b.parameter(name, DType::F32, [32, 32]).unwrap()).unwrap();
+        let (q, k, v) = (proj("q"), proj("k"), proj("v"));
+        let y = q.add(&k).unwrap().mul(&v).unwrap();
+        let mut g = b.graph();
+        let opts = PlanOptions { combine_products: true, gemv, ..Default::default() };
+        let (planned, groups) = plan_combined_within(&mut g, &[y.id()], &opts, None).unwrap();
+        assert_eq!(groups.len(), combined, "{rows} rows, gemv {gemv}");
+        if gemv && rows == 1 {
+            // The norm and the three products: one kernel; the sum and product after them another.
+            assert!(planned.kernels.len() <= 2, "{:?}", planned.kernels);
+        }
+    }
 }

@@ -112,10 +112,20 @@ type GroupKey = (NodeId, Vec<usize>, DType, Option<(&'static str, bool)>);
 /// view would be copied out by a kernel of its own. Other uses of a stacked parameter read
 /// its part of the stack. Returns the groups combined, in order of their first product.
 pub fn combine_products(g: &mut Graph, outputs: &[NodeId], updated: &BTreeSet<String>) -> Result<Vec<Combined>> {
+    combine_products_where(g, outputs, updated, &|_, _| true)
+}
+
+/// [`combine_products`] for the products `take` accepts only.
+pub fn combine_products_where(
+    g: &mut Graph,
+    outputs: &[NodeId],
+    updated: &BTreeSet<String>,
+    take: &dyn Fn(&Graph, NodeId) -> bool,
+) -> Result<Vec<Combined>> {
     let mut groups: BTreeMap<GroupKey, Vec<(NodeId, Option<Epilogue>)>> = BTreeMap::new();
     let mut taken: BTreeSet<NodeId> = BTreeSet::new();
     for id in g.node_ids() {
-        if !matches!(g.node(id).op, Op::MatMul) {
+        if !matches!(g.node(id).op, Op::MatMul) || !take(g, id) {
             continue;
         }
         let [lhs, rhs] = g.operands(id)[..] else { continue };

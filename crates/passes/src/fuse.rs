@@ -14,7 +14,9 @@
 //! softmax and layer norm, and large plain reductions).
 
 use crate::cost::{flops_per_element, is_data_movement, is_expensive, reads_per_operand_element, CostModel};
-use crate::kernel::{is_memory_leaf, row_prologue, same_index_operands, Kernel, KernelKind, GEMV_MAX_ROWS};
+use crate::kernel::{
+    is_memory_leaf, row_prologue, same_index_operands, Kernel, KernelKind, GEMV_MAX_ROWS, GEMV_STAGE_BYTES,
+};
 use crate::liveness;
 use fusegraph_ir::{Graph, IrError, NodeId, Op, Result};
 use std::cell::RefCell;
@@ -49,6 +51,10 @@ pub struct FusionOptions {
     /// Fused attention (`fuse_attention`) follows fusion: a softmax feeding its weighted sum
     /// stays a row kernel for it rather than become a row prologue ([`FusionOptions::gemv`]).
     pub fused_attention: bool,
+    /// The workgroup memory the matrix–vector kernel may use (the adapter's
+    /// `max_compute_workgroup_storage_size`; [`GEMV_STAGE_BYTES`] by default), which bounds
+    /// the rows a row prologue stages ([`row_prologue`]).
+    pub gemv_stage_bytes: usize,
 }
 
 impl Default for FusionOptions {
@@ -60,6 +66,7 @@ impl Default for FusionOptions {
             memory_aware: true,
             gemv: false,
             fused_attention: false,
+            gemv_stage_bytes: GEMV_STAGE_BYTES,
         }
     }
 }

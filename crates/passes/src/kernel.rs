@@ -194,8 +194,8 @@ mod tests {
 /// invocations holds an accumulator per row).
 pub const GEMV_MAX_ROWS: usize = 8;
 
-/// Workgroup memory the matrix–vector kernel uses at most: WebGPU's default
-/// `max_compute_workgroup_storage_size`, which every adapter has.
+/// Workgroup memory the matrix–vector kernel uses at most where the adapter's limit is not
+/// known: WebGPU's default `max_compute_workgroup_storage_size`, which every adapter has.
 pub const GEMV_STAGE_BYTES: usize = 16384;
 
 /// The workgroup memory, at most, of a matrix–vector kernel whose left operand of `rows` rows
@@ -205,8 +205,8 @@ pub const GEMV_STAGE_BYTES: usize = 16384;
 /// as f32 (`rows · k`), a partial sum per invocation, product, row and column (one column
 /// along `k`; else at most four for two rows, two for four, one beyond), and a tree of 256
 /// values per reduction. `None` where `k` is not a multiple of 4 (the operand is staged as
-/// `vec4`s). Fusion merges such a prologue only within [`GEMV_STAGE_BYTES`], so the kernel
-/// can always stage it.
+/// `vec4`s). Fusion merges such a prologue only within the adapter's limit
+/// (`FusionOptions::gemv_stage_bytes`), so the kernel can always stage it.
 pub fn gemv_prologue_bytes(
     rows: usize,
     k: usize,
@@ -276,10 +276,10 @@ impl RowPrologue {
 /// The row prologue of a kernel of `members` (in topological order) storing `outputs`:
 /// `Some` where its matrix products' left operands come from one value `rows_of` computed
 /// from the kernel's reductions, all over the last axis of one shape whose rows of `k` each
-/// product reads as its `[.., m, k]` left operand, `m` at most [`GEMV_MAX_ROWS`], with room in [`GEMV_STAGE_BYTES`]
-/// ([`gemv_prologue_bytes`]); no output, and nothing but those products' left operands,
-/// reads the prologue. The rest of the kernel is not checked.
-pub fn row_prologue(g: &Graph, members: &[NodeId], outputs: &[NodeId]) -> Option<RowPrologue> {
+/// product reads as its `[.., m, k]` left operand, `m` at most [`GEMV_MAX_ROWS`], with room in
+/// `stage_bytes` of workgroup memory ([`gemv_prologue_bytes`]); no output, and nothing but
+/// those products' left operands, reads the prologue. The rest of the kernel is not checked.
+pub fn row_prologue(g: &Graph, members: &[NodeId], outputs: &[NodeId], stage_bytes: usize) -> Option<RowPrologue> {
     let is = |n: NodeId, f: fn(&Op) -> bool| f(&g.node(n).op);
     let reduces: Vec<NodeId> =
         members.iter().copied().filter(|&n| is(n, |op| matches!(op, Op::Reduce { .. }))).collect();
@@ -330,7 +330,7 @@ pub fn row_prologue(g: &Graph, members: &[NodeId], outputs: &[NodeId]) -> Option
     // (one output) all of theirs.
     let per_output = products.len().div_ceil(outputs.len().max(1));
     let bytes = gemv_prologue_bytes(rows, k, reduces.len(), per_output, contiguous);
-    let fits = rows <= GEMV_MAX_ROWS && bytes.is_some_and(|b| b <= GEMV_STAGE_BYTES);
+    let fits = rows <= GEMV_MAX_ROWS && bytes.is_some_and(|b| b <= stage_bytes);
     (reduces.iter().all(same) && fits && g.ty(rows_of).shape.numel() == full).then_some(RowPrologue {
         members: prologue,
         rows_of,

@@ -37,7 +37,7 @@ pub mod testing;
 pub mod wide;
 
 pub use autodiff::{grad, GradError};
-pub use combine::{combine_products, Combined, Joined};
+pub use combine::{combine_products, combine_products_where, Combined, Joined};
 pub use fuse::{
     compared_with_themselves, fuse, fuse_updating, self_comparisons, Decision, Fusion, FusionOptions, SiblingDecision,
     Veto,

@@ -7,7 +7,7 @@
 //! rewrites before it, as a compile does, and searches the largest batch that fits.
 
 use crate::attention::fuse_attention;
-use crate::combine::{combine_products, Combined};
+use crate::combine::{combine_products_where, Combined};
 use crate::fuse::{fuse_updating, FusionOptions};
 use crate::hoist::hoist;
 use crate::kernel::{FusionMode, Kernel};
@@ -67,6 +67,8 @@ pub struct PlanOptions {
     /// [`FusionOptions::gemv`]: the device lowers products of a few rows by the
     /// matrix–vector kernel, so sibling products of one left operand merge.
     pub gemv: bool,
+    /// [`FusionOptions::gemv_stage_bytes`]: the adapter's workgroup memory.
+    pub gemv_stage_bytes: usize,
 }
 
 impl Default for PlanOptions {
@@ -87,6 +89,7 @@ impl Default for PlanOptions {
             combine_products: false,
             external_parameters: false,
             gemv: false,
+            gemv_stage_bytes: crate::GEMV_STAGE_BYTES,
         }
     }
 }
@@ -176,6 +179,7 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
                 cost: opts.cost,
                 gemv: opts.gemv,
                 fused_attention: opts.fused_attention == FusedAttention::Always,
+                gemv_stage_bytes: opts.gemv_stage_bytes,
                 ..Default::default()
             };
             let values: Vec<NodeId> = updates.iter().map(|&(_, v)| v).collect();
@@ -276,8 +280,9 @@ pub fn plan_within(g: &Graph, outputs: &[NodeId], opts: &PlanOptions, limit: Opt
 }
 
 /// [`plan_within`] after combining the sibling products of `g` in place where
-/// `opts.combine_products` is set and fusion is on ([`combine_products`]; the parameters
-/// named in `opts.updates` are not stacked). A combined product's value lives until its
+/// `opts.combine_products` is set and fusion is on ([`crate::combine::combine_products`]; the
+/// parameters named in `opts.updates` are not stacked; with `opts.gemv`, products of at most
+/// [`crate::GEMV_MAX_ROWS`] rows are not combined). A combined product's value lives until its
 /// last view is read, which can raise the peak; where the combined plan exceeds `limit` and
 /// the plan of `g` as it was is smaller, `g` is restored and that plan returned with no
 /// groups.
@@ -292,7 +297,14 @@ pub fn plan_combined_within(
     }
     let original = g.clone();
     let updated: BTreeSet<String> = opts.updates.iter().map(|(name, _)| name.clone()).collect();
-    let groups = combine_products(g, outputs, &updated)?;
+    // Products of a few rows take the matrix–vector kernel, which runs those of one left
+    // operand in one dispatch as they are, and computes their operand's norm in its
+    // prologue, which a stacked product's broadcast operand would not allow.
+    let few_rows = |g: &Graph, p: NodeId| {
+        let d = g.ty(p).shape.dims();
+        d.len() >= 2 && d[d.len() - 2] <= crate::GEMV_MAX_ROWS
+    };
+    let groups = combine_products_where(g, outputs, &updated, &|g, p| !(opts.gemv && few_rows(g, p)))?;
     let planned = plan_within(g, outputs, opts, limit)?;
     if groups.is_empty() || limit.is_none_or(|l| planned.summary.total_bytes <= l) {
         return Ok((planned, groups));

@@ -89,6 +89,7 @@ impl Device {
             gemv: self.forms_for(opts).loops == crate::Spread::Parallel
                 && opts.matmul_tiling.is_none()
                 && self.f16_native(),
+            gemv_stage_bytes: limits.max_compute_workgroup_storage_size as usize,
             ..Default::default()
         }
     }
@@ -188,6 +189,7 @@ impl Device {
             cooperative_matrix: self.cooperative_matrix(),
             tiled_attention: forms.tiled_attention,
             texture_operands: self.texture_operand_rows().filter(|_| forms.texture_operands),
+            workgroup_storage: Some(self.limits().max_compute_workgroup_storage_size as usize),
         }
     }
 

@@ -277,8 +277,8 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     // A row prologue (a layer norm computing the products' lhs) is reduced a row at a time
     // by the matrix–vector kernel.
     let prologue = match (&tiled, &gemv, &siblings) {
-        (Some(t), Some(_), _) => crate::matmul_gemv::gemv_prologue(g, kernel, t),
-        (None, _, Some(products)) => crate::matmul_gemv::gemv_prologue(g, kernel, &products[0].0),
+        (Some(t), Some(_), _) => crate::matmul_gemv::gemv_prologue(g, kernel, t, opts),
+        (None, _, Some(products)) => crate::matmul_gemv::gemv_prologue(g, kernel, &products[0].0, opts),
         _ => None,
     };
     let coop = tiled

@@ -126,20 +126,21 @@ pub(crate) fn gemv_applies(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &
         && !packed_halves(g.ty(plan.output).dtype, opts)
         && opts.loop_budget.is_none_or(|b| k.div_ceil(MIN_LANES) as u64 <= b)
         && pairs_alike(g, &output_products(g, kernel, plan))
-        && (!reduces || gemv_prologue(g, kernel, plan).is_some())
+        && (!reduces || gemv_prologue(g, kernel, plan, opts).is_some())
 }
 
 /// The row prologue of `kernel` ([`fusegraph_passes::row_prologue`]: a layer norm computing
 /// the lhs of `plan`'s product, or a softmax the probabilities of each head) where the kernel
 /// can reduce and stage its rows: `k` the rows' length, each workgroup the `m` rows of its
 /// batch entry, and the staged rows, the partials and a tree per reduction within its
-/// workgroup memory.
-pub(crate) fn gemv_prologue(g: &Graph, kernel: &Kernel, plan: &TiledPlan) -> Option<RowPrologue> {
-    let p = fusegraph_passes::row_prologue(g, &kernel.members, &kernel.outputs)?;
+/// workgroup memory (`opts.workgroup_storage`).
+pub(crate) fn gemv_prologue(g: &Graph, kernel: &Kernel, plan: &TiledPlan, opts: &LowerOptions) -> Option<RowPrologue> {
+    let budget = opts.workgroup_storage.unwrap_or(STAGE_BYTES);
+    let p = fusegraph_passes::row_prologue(g, &kernel.members, &kernel.outputs, budget)?;
     let (_, m, _, k) = gemm_dims(g, plan.matmul);
     let (part, stage) = shared_lengths(g, plan, &output_products(g, kernel, plan), true);
     let trees = p.reduces.len() * WORKGROUP * 4;
-    let fits = stage > 0 && stage * 16 + part * 4 + trees <= STAGE_BYTES;
+    let fits = stage > 0 && stage * 16 + part * 4 + trees <= budget;
     let lhs = g.ty(g.operands(plan.matmul)[0]);
     let rows_read = lhs.shape.dims().len() >= 2 && lhs.shape.dims()[lhs.shape.rank() - 2] == m;
     (fits && rows_read && p.shape.last() == Some(&k) && p.shape.iter().product::<usize>() == lhs.shape.numel())
@@ -267,8 +268,8 @@ pub(crate) fn gemv_main(
     body: &mut String,
 ) -> (String, u64) {
     let (part, stage) = shared_lengths(g, plan, products, prologue.is_some());
-    let staged = stage > 0 && stage * 16 + part * 4 <= STAGE_BYTES;
-    debug_assert!(staged || prologue.is_none(), "a row prologue is always staged (`gemv_prologue`)");
+    // A row prologue fits the adapter's workgroup memory (`gemv_prologue`).
+    let staged = stage > 0 && (prologue.is_some() || stage * 16 + part * 4 <= STAGE_BYTES);
     declare_shared(g, body, vty(g.ty(plan.matmul).dtype), part, if staged { stage } else { 0 }, prologue);
     let (code, workgroups) = gemv_code(g, bindings, (plan, products), regions, (staged, prologue), body);
     let args = Prologue::main_args(prologue);
@@ -321,8 +322,7 @@ pub(crate) fn gemv_siblings_main(
         products.iter().map(|(p, r)| shared_lengths(g, p, &[(p.matmul, r.clone())], prologue.is_some())).collect();
     let part = lengths.iter().map(|l| l.0).max().unwrap_or(0);
     let stage = lengths.iter().map(|l| l.1).max().unwrap_or(0);
-    let staged = stage * 16 + part * 4 <= STAGE_BYTES;
-    debug_assert!(staged || prologue.is_none(), "a row prologue is always staged (`gemv_prologue`)");
+    let staged = prologue.is_some() || stage * 16 + part * 4 <= STAGE_BYTES;
     let t = vty(g.ty(products[0].0.matmul).dtype);
     declare_shared(g, body, t, part, if staged { stage } else { 0 }, prologue);
     let args = Prologue::main_args(prologue);
@@ -798,7 +798,8 @@ mod tests {
                     if within {
                         let regs = fusegraph_passes::kernel::regions(&g, &kernels[0]);
                         let plan = plan(&g, &kernels[0], &regs, &LowerOptions::default()).expect("a product");
-                        assert!(gemv_prologue(&g, &kernels[0], &plan).is_some(), "{rows}×{k}, layer {layer}");
+                        let opts = LowerOptions::default();
+                        assert!(gemv_prologue(&g, &kernels[0], &plan, &opts).is_some(), "{rows}×{k}, layer {layer}");
                         merged += 1;
                     }
                 }

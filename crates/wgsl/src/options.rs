@@ -51,6 +51,10 @@ pub struct LowerOptions {
     /// 3× faster (BENCHMARKS.md). Operands of more than `rows · TEXTURE_ROW` vec4s stay in
     /// their buffers.
     pub texture_operands: Option<u32>,
+    /// The workgroup memory a kernel may use (`max_compute_workgroup_storage_size`; `None`:
+    /// WebGPU's default, `fusegraph_passes::GEMV_STAGE_BYTES`), which bounds the rows a
+    /// matrix–vector kernel's row prologue stages.
+    pub workgroup_storage: Option<usize>,
 }
 
 /// How a kind of kernel spreads its work over invocations: one of two families.

@@ -381,7 +381,7 @@ impl Ctx<'_> {
         }
         let mut list: Vec<NodeId> = members.iter().copied().collect();
         list.sort_by_key(|&n| self.pos(n));
-        let Some(p) = row_prologue(self.g, &list, outs) else { return false };
+        let Some(p) = row_prologue(self.g, &list, outs, self.opts.gemv_stage_bytes) else { return false };
         let reduces: BTreeSet<NodeId> = p.reduces.iter().copied().collect();
         // What a row kernel would compute: the rows' value and what it is computed from, not
         // the reshapes and casts from it to the products' left operands.
