@@ -30,26 +30,7 @@ pub(super) fn merge_row_prologues(ctx: &Ctx, groups: &mut Groups, peak: &mut u64
             });
             continue;
         }
-        if ctx.opts.memory_aware && *peak == u64::MAX {
-            *peak = ctx.peak(groups);
-        }
-        let moved: Vec<NodeId> = groups.sets[ri].iter().copied().collect();
-        let added: Vec<NodeId> = moved.iter().copied().filter(|m| !groups.sets[mi].contains(m)).collect();
-        for &m in &moved {
-            groups.remove(ri, m, ctx.operands(m));
-        }
-        for &m in &added {
-            groups.insert(mi, m, ctx.operands(m));
-        }
-        let veto = super::siblings::judge_merge(ctx, groups, mi, peak);
-        if veto.is_some() {
-            for &m in &added {
-                groups.remove(mi, m, ctx.operands(m));
-            }
-            for &m in &moved {
-                groups.insert(ri, m, ctx.operands(m));
-            }
-        }
+        let veto = super::siblings::merge_into(ctx, groups, (ri, mi), peak);
         debug_assert!(veto.is_some() || !ctx.stored(x, groups), "{:?} is still stored", g.node(x).op);
         decisions.push(Decision { producer: x, veto });
     }

@@ -147,26 +147,8 @@ pub(super) fn merge_siblings(ctx: &Ctx, groups: &mut Groups, peak: &mut u64) -> 
                     decide(Some(Veto::Cycle));
                     continue;
                 }
-                if ctx.opts.memory_aware && *peak == u64::MAX {
-                    *peak = ctx.peak(groups);
-                }
-                let moved: Vec<NodeId> = groups.sets[j].iter().copied().collect();
-                let added: Vec<NodeId> = moved.iter().copied().filter(|m| !groups.sets[i].contains(m)).collect();
-                for &m in &moved {
-                    groups.remove(j, m, ctx.operands(m));
-                }
-                for &m in &added {
-                    groups.insert(i, m, ctx.operands(m));
-                }
-                let veto = judge_merge(ctx, groups, i, peak);
-                if veto.is_some() {
-                    for &m in &added {
-                        groups.remove(i, m, ctx.operands(m));
-                    }
-                    for &m in &moved {
-                        groups.insert(j, m, ctx.operands(m));
-                    }
-                } else {
+                let veto = merge_into(ctx, groups, (j, i), peak);
+                if veto.is_none() {
                     changed = true;
                     near = None;
                     feeding_i = None;
@@ -237,10 +219,36 @@ fn walk_feeding(ctx: &Ctx, groups: &Groups, to: usize, stop: Option<usize>) -> (
     (seen, false)
 }
 
+/// Moves group `from`'s members into group `into` (the caller has checked the binding limit
+/// on the union) and judges the result ([`judge_merge`]); on a veto puts them back.
+pub(super) fn merge_into(ctx: &Ctx, groups: &mut Groups, (from, into): (usize, usize), peak: &mut u64) -> Option<Veto> {
+    if ctx.opts.memory_aware && *peak == u64::MAX {
+        *peak = ctx.peak(groups);
+    }
+    let moved: Vec<NodeId> = groups.sets[from].iter().copied().collect();
+    let added: Vec<NodeId> = moved.iter().copied().filter(|m| !groups.sets[into].contains(m)).collect();
+    for &m in &moved {
+        groups.remove(from, m, ctx.operands(m));
+    }
+    for &m in &added {
+        groups.insert(into, m, ctx.operands(m));
+    }
+    let veto = judge_merge(ctx, groups, into, peak);
+    if veto.is_some() {
+        for &m in &added {
+            groups.remove(into, m, ctx.operands(m));
+        }
+        for &m in &moved {
+            groups.insert(from, m, ctx.operands(m));
+        }
+    }
+    veto
+}
+
 /// The verdict on group `i` just grown by a sibling or a row prologue (the caller has
 /// checked the binding limit on the union): one valid kernel, and no rise of the plan's
 /// peak. Updates `peak` on acceptance.
-pub(super) fn judge_merge(ctx: &Ctx, groups: &Groups, i: usize, peak: &mut u64) -> Option<Veto> {
+fn judge_merge(ctx: &Ctx, groups: &Groups, i: usize, peak: &mut u64) -> Option<Veto> {
     let members = &groups.sets[i];
     let outs = ctx.group_outputs(members, groups);
     if let Err(v) = ctx.analyze(members, &outs) {
