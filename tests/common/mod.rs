@@ -406,6 +406,12 @@ fn numeric_cases(next: &mut impl FnMut() -> CaseBuilder, cases: &mut Vec<Case>) 
         let y = x.argmax(1, false).unwrap();
         let z = x.argmax(2, true).unwrap();
         cases.push(c.finish(format!("argmax_{dt}"), &[&y, &z]));
+        // Rows long enough for row kernels, along the last axis and along the first.
+        let mut c = next();
+        let x = c.input(dt, &[70, 100], Domain::Any);
+        let y = x.argmax(1, false).unwrap();
+        let z = x.argmax(0, true).unwrap();
+        cases.push(c.finish(format!("argmax_rows_{dt}"), &[&y, &z]));
 
         let mut c = next();
         let a = c.input(dt, &[2, 1, 7, 33], Domain::Any);

@@ -5,8 +5,8 @@
 
 use fusegraph::crates::reference::evaluate;
 use fusegraph::{
-    CompileOptions, DType, Device, DeviceOptions, Executable, GraphBuilder, HostTensor, ReduceFill, SplitReductions,
-    Tensor,
+    CompileOptions, DType, Device, DeviceOptions, Executable, GraphBuilder, HostTensor, KernelForm, ReduceFill,
+    SplitReductions, Tensor,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -229,5 +229,69 @@ fn split_argmax_matches_the_reference() {
             }
         }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// An argmax over rows of at least 64 is a row reduction: a workgroup shares each of a few
+/// long rows (an invocation takes each of many short ones), never a loop kernel whose one
+/// invocation scans a row alone — a GPU's one thread for a whole head in a decode step. It
+/// gives the reference's index: the first maximum, with ties (values on a coarse grid), rows
+/// of −∞ alone (element 0), NaN at element 0 (0, where the reference's scan starts and nothing
+/// replaces it) and NaNs elsewhere (never a maximum), along the last axis and along others,
+/// in f32, f16 and i32, in the adapter's forms and a GPU's.
+#[test]
+fn argmax_rows_are_row_kernels_matching_the_reference() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (forms, device) in [("adapter", device()), ("gpu", gpu_forms())] {
+        for (dims, axis) in
+            [(vec![4usize, 1000], 1usize), (vec![1000, 3], 0), (vec![2, 3, 700], 2), (vec![9000, 70], 1)]
+        {
+            for dtype in [DType::F32, DType::F16, DType::I32] {
+                let n: usize = dims.iter().product();
+                let len = dims[axis];
+                let inner: usize = dims[axis + 1..].iter().product();
+                // Element `e` of row `r` (rows in the order of the kept axes).
+                let at = |r: usize, e: usize| (r / inner * len + e) * inner + r % inner;
+                let mut values: Vec<f64> = match dtype {
+                    DType::I32 => uniform(n as u64, n, -50.0, 50.0).iter().map(|v| v.floor()).collect(),
+                    _ => uniform(n as u64, n, -4.0, 4.0).iter().map(|v| (v * 2.0).round() / 2.0).collect(),
+                };
+                if dtype != DType::I32 {
+                    for e in 0..len {
+                        values[at(0, e)] = f64::NEG_INFINITY;
+                        values[at(2, e)] = if e % 7 == 3 { f64::NAN } else { values[at(2, e)] };
+                    }
+                    values[at(1, 0)] = f64::NAN;
+                    values[at(2, len - 1)] = 9.0;
+                }
+                let b = GraphBuilder::new();
+                let x = b.input("x", dtype, dims.clone()).unwrap();
+                let y = x.argmax(axis, false).unwrap();
+                let g = b.graph();
+                let xv = HostTensor::from_f64(dtype, dims.clone(), &values).unwrap();
+                let feeds = BTreeMap::from([("x".to_string(), xv.clone())]);
+                let want = evaluate(&g, &[y.id()], &feeds, &BTreeMap::new()).unwrap()[0].to_f64();
+                // Unsplit: a split's chunk maxima are a max reduction's, whose NaN handling is the
+                // adapter's (`split_argmax_matches_the_reference` has no NaN).
+                let opts = CompileOptions { split_reductions: SplitReductions::Off, ..Default::default() };
+                let exe = device.compile(&g, &[y.id()], &opts).unwrap();
+                let case = format!("{dims:?} along {axis}, {dtype}, {forms} forms");
+                let stats = exe.stats();
+                let forms_of: Vec<_> =
+                    stats.kernels.iter().filter(|k| k.label.contains("argmax")).map(|k| k.form).collect();
+                if forms_of.is_empty() || !forms_of.iter().all(|f| matches!(f, KernelForm::Row { .. })) {
+                    failures.push(format!("{case}: argmax kernels {forms_of:?}"));
+                }
+                let got = exe.run(&[("x", &xv)]).unwrap()[0].to_f64();
+                if got != want {
+                    let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+                    failures.push(format!("{case}: row {first}: {} against {}", got[first], want[first]));
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 24);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

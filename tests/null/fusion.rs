@@ -549,8 +549,7 @@ fn sibling_products_of_few_rows_merge_for_the_matrix_vector_kernel() {
 /// one input, merged as siblings) joins their kernel as its prologue: one kernel, storing
 /// the three products and not the normalized rows; so does a softmax feeding each head's
 /// weighted sum. Not where the rows would not fit the kernel's stage, not where another
-/// kernel reads the norm's output, not into a head whose argmax joined it, not without
-/// `gemv`.
+/// kernel reads the norm's output, not without `gemv`; into a head whose argmax follows.
 #[test]
 fn a_layer_norm_feeding_products_of_few_rows_joins_their_matrix_vector_kernel() {
     use fusegraph::crates::passes::{gemv_prologue_bytes, GEMV_STAGE_BYTES};
@@ -596,15 +595,15 @@ fn a_layer_norm_feeding_products_of_few_rows_joins_their_matrix_vector_kernel() 
     assert_eq!(prologue_kernels(&g, &fuse(&g, &outs, &roomy).unwrap().kernels), 1);
     let (g, outs) = build(1, 64, true);
     assert_eq!(prologue_kernels(&g, &fuse(&g, &outs, &gemv).unwrap().kernels), 0);
-    // A head whose argmax joins its kernel: a loop kernel, which would recompute the norm
-    // per element, so the norm keeps its row kernel.
+    // A head and its argmax: the argmax is a row kernel of its own (it never joins the
+    // product's kernel), so the norm joins the head's.
     let mut c = CaseBuilder::new(7);
     let x = c.input(DType::F32, &[1, 64], Domain::Any);
     let w = c.input(DType::F32, &[64, 300], Domain::Any);
     let ids = x.layer_norm(&[1], 1e-5).unwrap().matmul(&w).unwrap().argmax(1, false).unwrap();
     let case = c.finish("head", &[&ids]);
     let kernels = fuse(&case.graph, &case.outputs, &gemv).unwrap().kernels;
-    assert_eq!(prologue_kernels(&case.graph, &kernels), 0, "{kernels:?}");
+    assert_eq!((kernels.len(), prologue_kernels(&case.graph, &kernels)), (2, 1), "{kernels:?}");
     // Four heads' softmax feeding their weighted sums, a batched product of one row per head:
     // each workgroup stages its head's row, so the softmax joins too.
     let mut c = CaseBuilder::new(6);
@@ -672,6 +671,32 @@ fn few_row_products_stay_apart_for_the_matrix_vector_kernel() {
         if gemv && rows == 1 {
             // The norm and the three products: one kernel; the sum and product after them another.
             assert!(planned.kernels.len() <= 2, "{:?}", planned.kernels);
+        }
+    }
+}
+
+/// An argmax is a reduction: over a product's rows (a model's head over a small vocabulary)
+/// it never joins the product's loop kernel, where one invocation would compute every
+/// product of the row in turn (the whole head in one thread); it takes a row kernel of its
+/// own, with or without the matrix–vector kernel's fusions. Short rows (below
+/// `min_row_len`) reduce in a loop kernel, also apart from the product.
+#[test]
+fn an_argmax_never_joins_the_loop_kernel_of_the_product_it_reads() {
+    for (n, row_kernel) in [(300, true), (40, false)] {
+        let mut c = CaseBuilder::new(9);
+        let x = c.input(DType::F32, &[2, 64], Domain::Any);
+        let w = c.input(DType::F32, &[64, n], Domain::Any);
+        let ids = x.matmul(&w).unwrap().argmax(1, false).unwrap();
+        let case = c.finish("head", &[&ids]);
+        for opts in [options(), FusionOptions { gemv: true, ..options() }] {
+            let f = fuse(&case.graph, &case.outputs, &opts).unwrap();
+            assert_eq!(f.kernels.len(), 2, "n = {n}, gemv {}: {:?}", opts.gemv, f.kernels);
+            let argmax = f.kernels.iter().find(|k| k.outputs == case.outputs).expect("the argmax's kernel");
+            assert!(argmax.members.iter().all(|&m| case.graph.node(m).op.name() != "matmul"), "{argmax:?}");
+            assert_eq!(matches!(argmax.kind, KernelKind::Row { .. }), row_kernel, "n = {n}: {:?}", argmax.kind);
+            let veto =
+                f.log.iter().find(|d| case.graph.node(d.producer).op.name() == "matmul").and_then(|d| d.veto.clone());
+            assert!(veto.is_some(), "n = {n}: the product was fused: {:?}", f.log);
         }
     }
 }

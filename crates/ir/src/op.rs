@@ -447,6 +447,16 @@ impl Op {
     pub fn is_elementwise(&self) -> bool {
         matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast { .. })
     }
+
+    /// The operand axes a reduction ([`Op::Reduce`], or [`Op::ArgMax`] along its axis)
+    /// combines into each output element; `None` for every other op.
+    pub fn reduced_axes(&self) -> Option<Vec<usize>> {
+        match self {
+            Op::Reduce { axes, .. } => Some(axes.clone()),
+            Op::ArgMax { axis, .. } => Some(vec![*axis]),
+            _ => None,
+        }
+    }
 }
 
 fn err<T>(op: &Op, detail: impl Into<String>) -> Result<T> {

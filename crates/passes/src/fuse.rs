@@ -863,11 +863,11 @@ fn judge_fusion(
             KernelKind::Loop => ctx.multiplicity(members, &outs).get(&p).copied().unwrap_or(1.0),
             // A row kernel computes each reduction once per row and evaluates everything else
             // once per pass over the row: one pass per reduction plus the output pass.
-            KernelKind::Row { .. } if matches!(g.node(p).op, Op::Reduce { .. }) => 1.0,
+            KernelKind::Row { .. } if g.node(p).op.reduced_axes().is_some() => 1.0,
             // Per-row values (mean, rsqrt(var + eps)) are computed once per row.
             KernelKind::Row { ref shape, .. } if g.ty(p).shape.numel() < shape.iter().product::<usize>() => 1.0,
             KernelKind::Row { .. } => {
-                1.0 + members.iter().filter(|&&n| matches!(g.node(n).op, Op::Reduce { .. })).count() as f64
+                1.0 + members.iter().filter(|&&n| g.node(n).op.reduced_axes().is_some()).count() as f64
             }
             // Fusion forms loop and row kernels only (attention kernels come after it).
             KernelKind::Attention { .. } => 1.0,
@@ -913,7 +913,7 @@ fn per_row_of_reduction(g: &Graph, p: NodeId) -> bool {
             continue;
         }
         let op = &g.node(n).op;
-        if matches!(op, Op::Reduce { .. }) {
+        if op.reduced_axes().is_some() {
             return n != p && g.ty(p).shape.numel() <= g.ty(n).shape.numel();
         }
         if op.is_elementwise() || matches!(op, Op::Reshape { .. } | Op::Broadcast { .. }) {

@@ -5,7 +5,7 @@ use crate::options::*;
 use crate::region::*;
 use crate::storage::*;
 use crate::writer::vty;
-use fusegraph_ir::{DType, Graph, NodeId, Op};
+use fusegraph_ir::{DType, Graph, NodeId};
 use fusegraph_passes::Kernel;
 use std::fmt::Write;
 
@@ -166,12 +166,10 @@ pub(crate) fn serial_steps(g: &Graph, kernel: &Kernel) -> u64 {
     kernel
         .members
         .iter()
-        .filter_map(|&m| match &g.node(m).op {
-            Op::Reduce { axes, .. } => {
-                let dims = g.ty(g.operands(m)[0]).shape.dims().to_vec();
-                Some(axes.iter().map(|&a| dims[a] as u64).product::<u64>())
-            }
-            _ => None,
+        .filter_map(|&m| {
+            let axes = g.node(m).op.reduced_axes()?;
+            let dims = g.ty(g.operands(m)[0]).shape.dims().to_vec();
+            Some(axes.iter().map(|&a| dims[a] as u64).product::<u64>())
         })
         .sum()
 }

@@ -73,12 +73,12 @@ pub fn lower_planned(
 /// first 65 535 elements of each row of 100 000 and stopped there.
 fn row_instead(g: &Graph, kernel: &Kernel, opts: &LowerOptions) -> Option<Kernel> {
     let [m] = kernel.members.as_slice() else { return None };
-    let Op::Reduce { axes, .. } = &g.node(*m).op else { return None };
+    let axes = g.node(*m).op.reduced_axes()?;
     if kernel.kind != KernelKind::Loop || within_budget(opts, serial_steps(g, kernel), 1) {
         return None;
     }
     let shape = g.ty(g.operands(*m)[0]).shape.dims().to_vec();
-    Some(Kernel { kind: KernelKind::Row { shape, axes: axes.clone() }, ..kernel.clone() })
+    Some(Kernel { kind: KernelKind::Row { shape, axes }, ..kernel.clone() })
 }
 
 /// `kernel` copied into a graph of its own, in an order that depends on what it computes
@@ -386,7 +386,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         _ => None,
     };
     let row_reduces: Vec<NodeId> = match row_space {
-        Some(_) => kernel.members.iter().copied().filter(|&m| matches!(g.node(m).op, Op::Reduce { .. })).collect(),
+        Some(_) => kernel.members.iter().copied().filter(|&m| g.node(m).op.reduced_axes().is_some()).collect(),
         None => Vec::new(),
     };
     let row_deps = reduction_deps(g, kernel, &row_reduces);

@@ -63,6 +63,11 @@ pub(crate) fn row_main(
     }
     for (k, &r) in red.reduces.iter().enumerate() {
         let _ = writeln!(body, "var<workgroup> fg_red{k}: array<{}, {wg}>;", vty(g.ty(r).dtype));
+        if matches!(g.node(r).op, Op::ArgMax { .. }) {
+            // An argmax's partial maxima and their indices (see [`workgroup_argmax`]).
+            let _ = writeln!(body, "var<workgroup> fg_arg{k}: array<{}, {wg}>;", vty(g.ty(g.operands(r)[0]).dtype));
+            let _ = writeln!(body, "var<workgroup> fg_argi{k}: array<u32, {wg}>;");
+        }
     }
 
     let mut main = String::new();
@@ -222,8 +227,11 @@ pub(crate) fn row_quads(
     let full: usize = shape.iter().product();
     let rows = full.checked_div(row_len)?;
     let trailing = axes.iter().enumerate().all(|(j, &a)| a + axes.len() == shape.len() + j);
-    let passes = kernel.members.iter().filter(|&&m| matches!(g.node(m).op, Op::Reduce { .. })).count() + 1;
+    let passes = kernel.members.iter().filter(|&&m| g.node(m).op.reduced_axes().is_some()).count() + 1;
+    // An argmax keeps each element's index with its value: its walk is one element a step.
+    let argmax = kernel.members.iter().any(|&m| matches!(g.node(m).op, Op::ArgMax { .. }));
     if opts.forms.rows != Spread::Serial
+        || argmax
         || !rows_per_thread(opts, rows, row_len, passes)
         || !trailing
         || !row_len.is_multiple_of(4)
@@ -304,12 +312,107 @@ pub(crate) fn row_reductions(main: &mut String, g: &Graph, red: RowReduces, walk
             finish(main, ReduceKind::Sum, j, "ssd + n * (mean - t) * (mean - t)");
             let _ = writeln!(main, "    }}");
             done[j] = true;
+        } else if matches!(g.node(reduces[k]).op, Op::ArgMax { .. }) {
+            let x = g.operands(reduces[k])[0];
+            argmax_partials(main, g, x, walk);
+            match workgroup {
+                None => {
+                    let _ = writeln!(main, "        fg_red{k}[0] = {};", argmax_result(g, x, "bi"));
+                }
+                Some(subgroups) => workgroup_argmax(main, g, (x, k), walk.step, subgroups),
+            }
+            let _ = writeln!(main, "    }}");
+            write_row_scalars(main, scalars, k);
         } else {
             let kind = reduce_partials(main, g, reduces[k], walk);
             finish(main, kind, k, "acc");
             let _ = writeln!(main, "    }}");
             write_row_scalars(main, scalars, k);
         }
+    }
+}
+
+/// Whether the candidate `(v, i)` replaces the best `(bv, bi)` so far in an argmax: a
+/// greater value, or an equal one earlier in the row. A NaN never replaces anything (the
+/// reference's scan compares with `>`); the one NaN that wins, at element 0, is
+/// [`argmax_result`]'s.
+fn argmax_better(v: &str, i: &str, bv: &str, bi: &str) -> String {
+    format!("{v} > {bv} || ({v} == {bv} && {i} < {bi})")
+}
+
+/// The i32 an argmax of `x` over the row gives with `best` the index of its first maximum
+/// among the non-NaN elements: 0 where element 0 is NaN, as the reference's scan (which
+/// starts there, and which nothing then replaces) gives.
+/// (NaN is found by its bits: compilers may fold `x != x` to false.)
+fn argmax_result(g: &Graph, x: NodeId, best: &str) -> String {
+    if !g.ty(x).dtype.is_float() {
+        return format!("i32({best})");
+    }
+    let first = format!("bitcast<u32>(f32(v{}(fg_elem(row, 0u))))", x.index());
+    format!("i32(select({best}, 0u, ({first} & 0x7fffffffu) > 0x7f800000u))")
+}
+
+/// Opens a block that finds this invocation's first maximum of `x` among its elements of
+/// the row (the walk's), as the value `bv` and the element's index in the row `bi`
+/// (`0xffffffff` where it has no element that is not NaN).
+fn argmax_partials(main: &mut String, g: &Graph, x: NodeId, walk: RowWalk) {
+    let dt = g.ty(x).dtype;
+    let init = |u: usize| {
+        let identity = reduce_identity(ReduceKind::Max, dt);
+        format!("var bv{u}: {} = {identity};\n        var bi{u}: u32 = 0xffffffffu;", vty(dt))
+    };
+    // Element `e + u · step` of the row (the remainder's elements are `x0` at `e`).
+    let index = |u: usize| if u == 0 { "e".to_string() } else { format!("(e + {}u)", u * walk.step) };
+    let update = |u: usize| {
+        let better = argmax_better(&format!("x{u}"), &index(u), &format!("bv{u}"), &format!("bi{u}"));
+        format!("if ({better}) {{ bv{u} = x{u}; bi{u} = {}; }}", index(u))
+    };
+    row_pass(main, g, x, walk, &init, &update);
+    let _ = writeln!(main, "        var bv = bv0;\n        var bi = bi0;");
+    for u in 1..walk.ilp {
+        let better = argmax_better(&format!("bv{u}"), &format!("bi{u}"), "bv", "bi");
+        let _ = writeln!(main, "        if ({better}) {{ bv = bv{u}; bi = bi{u}; }}");
+    }
+}
+
+/// Combines each invocation's argmax partial (`bv`, `bi`: [`argmax_partials`]) of `x` over
+/// the `wg` invocations sharing a row into `fg_red{k}[0]` (the i32 result), visible to all
+/// of them afterwards: the subgroup's maximum and the least index holding it, then one
+/// partial per subgroup; or a tree of pairs in workgroup memory.
+fn workgroup_argmax(main: &mut String, g: &Graph, (x, k): (NodeId, usize), wg: usize, subgroups: bool) {
+    let mut lines = Vec::new();
+    let better = |v: &str, i: &str| argmax_better(v, i, &format!("fg_arg{k}[lid]"), &format!("fg_argi{k}[lid]"));
+    if subgroups {
+        lines.push("let top = subgroupMax(bv);".to_string());
+        lines.push("let at = subgroupMin(select(0xffffffffu, bi, bv == top));".into());
+        lines.push(format!("if (sg_lane == 0u) {{ fg_arg{k}[sg_id] = top; fg_argi{k}[sg_id] = at; }}"));
+        lines.push("workgroupBarrier();".into());
+        lines.push("if (lid == 0u) {".into());
+        lines.push("    for (var j = 1u; j < sg_count; j = j + 1u) {".into());
+        lines.push(format!("        if ({}) {{", better(&format!("fg_arg{k}[j]"), &format!("fg_argi{k}[j]"))));
+        lines.push(format!("            fg_arg{k}[0] = fg_arg{k}[j];"));
+        lines.push(format!("            fg_argi{k}[0] = fg_argi{k}[j];"));
+        lines.push("        }".into());
+        lines.push("    }".into());
+    } else {
+        lines.push(format!("fg_arg{k}[lid] = bv;"));
+        lines.push(format!("fg_argi{k}[lid] = bi;"));
+        lines.push("workgroupBarrier();".into());
+        lines.push(format!("for (var w = {}u; w > 0u; w = w >> 1u) {{", wg / 2));
+        let (v, i) = (format!("fg_arg{k}[lid + w]"), format!("fg_argi{k}[lid + w]"));
+        lines.push(format!(
+            "    if (lid < w && ({})) {{ fg_arg{k}[lid] = {v}; fg_argi{k}[lid] = {i}; }}",
+            better(&v, &i)
+        ));
+        lines.push("    workgroupBarrier();".into());
+        lines.push("}".into());
+        lines.push("if (lid == 0u) {".into());
+    }
+    lines.push(format!("    fg_red{k}[0] = {};", argmax_result(g, x, &format!("fg_argi{k}[0]"))));
+    lines.push("}".into());
+    lines.push("workgroupBarrier();".into());
+    for line in lines {
+        let _ = writeln!(main, "        {line}");
     }
 }
 

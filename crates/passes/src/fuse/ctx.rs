@@ -117,7 +117,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        let reduces = members.iter().any(|&m| matches!(self.g.node(m).op, Op::Reduce { .. }));
+        let reduces = members.iter().any(|&m| self.g.node(m).op.reduced_axes().is_some());
         Summary { root, outputs: self.group_outputs(gr, groups), inputs, reduces }
     }
 
@@ -409,8 +409,9 @@ impl Ctx<'_> {
         if self.prologues.get() && self.gemv_row_prologue(members, outs) {
             return Ok(KernelKind::Loop);
         }
+        // Reductions, argmax among them: a row kernel's, or each output's serial loop.
         let reduces: BTreeSet<NodeId> =
-            members.iter().copied().filter(|&n| matches!(g.node(n).op, Op::Reduce { .. })).collect();
+            members.iter().copied().filter(|&n| g.node(n).op.reduced_axes().is_some()).collect();
         let expensive: BTreeSet<NodeId> = members.iter().copied().filter(|&n| is_expensive(&g.node(n).op)).collect();
         // (Only expensive members' multiplicities matter: none, nothing to count.)
         let loop_ok = expensive.is_empty() || {
@@ -443,7 +444,7 @@ impl Ctx<'_> {
         }
         let row = self.row_kind(members, outs, &reduces);
         let long = reduces.iter().any(|&r| {
-            let Op::Reduce { axes, .. } = &g.node(r).op else { return false };
+            let Some(axes) = g.node(r).op.reduced_axes() else { return false };
             let d = g.ty(g.operands(r)[0]).shape.dims().to_vec();
             axes.iter().map(|&a| d[a]).product::<usize>() >= self.opts.min_row_len
         });
@@ -486,8 +487,8 @@ impl Ctx<'_> {
         let g = self.g;
         let mut space: Option<(Vec<usize>, Vec<usize>)> = None;
         for &r in reduces {
-            let Op::Reduce { axes, .. } = &g.node(r).op else { unreachable!("filtered to reduces") };
-            let s = (g.ty(g.operands(r)[0]).shape.dims().to_vec(), axes.clone());
+            let axes = g.node(r).op.reduced_axes().expect("filtered to reductions");
+            let s = (g.ty(g.operands(r)[0]).shape.dims().to_vec(), axes);
             match &space {
                 None => space = Some(s),
                 Some(prev) if *prev == s => {}
@@ -508,7 +509,7 @@ impl Ctx<'_> {
             let node = g.node(n);
             let dims = node.ty.shape.dims();
             let ok = match &node.op {
-                Op::Reduce { .. } => true,
+                Op::Reduce { .. } | Op::ArgMax { .. } => true,
                 op if op.is_elementwise() => dims == shape.as_slice() || reduced_like(dims),
                 Op::Reshape { .. } => reduced_like(dims) && reduced_like(g.ty(g.operands(n)[0]).shape.dims()),
                 Op::Broadcast { dims: map, .. } => {
