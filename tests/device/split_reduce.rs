@@ -295,3 +295,33 @@ fn argmax_rows_are_row_kernels_matching_the_reference() {
     assert_eq!(checked, 24);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A head's argmax over the products of a long row (2,048 logits, each a 2,048-long product
+/// with a bf16 weight read transposed, as a Llama head's): the reference's index in the
+/// adapter's forms and a GPU's. Fused into the argmax's loop kernel, every logit was computed
+/// inside one invocation's scan, which on lavapipe gave another index (a random
+/// Llama-3.2-1B-shaped model's greedy token was not the reference's).
+#[test]
+fn a_heads_argmax_over_long_products_matches_the_reference() {
+    let (n, k) = (2048usize, 2048usize);
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [1, k]).unwrap();
+    let w = b.input("w", DType::BF16, [n, k]).unwrap();
+    let logits = x.matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap();
+    let y = logits.argmax(1, false).unwrap();
+    let g = b.graph();
+    let xv = HostTensor::from_f64(DType::F32, [1, k], &uniform(5, k, -1.0, 1.0)).unwrap();
+    let wv = HostTensor::from_f64(DType::BF16, [n, k], &uniform(6, n * k, -0.05, 0.05)).unwrap();
+    let feeds = BTreeMap::from([("x".to_string(), xv.clone()), ("w".to_string(), wv.clone())]);
+    let out = evaluate(&g, &[y.id(), logits.id()], &feeds, &BTreeMap::new()).unwrap();
+    let (want, l) = (out[0].to_f64()[0], out[1].to_f64());
+    // The reference's maximum stands clear of the runner-up by more than rounding.
+    let mut sorted = l.clone();
+    sorted.sort_by(|a, b| b.partial_cmp(a).unwrap());
+    assert!(sorted[0] - sorted[1] > 1e-4, "{:?}", &sorted[..2]);
+    for (forms, device) in [("adapter", device()), ("gpu", gpu_forms())] {
+        let exe = device.compile(&g, &[y.id()], &CompileOptions::default()).unwrap();
+        let got = exe.run(&[("x", &xv), ("w", &wv)]).unwrap()[0].to_f64()[0];
+        assert_eq!(got, want, "{forms} forms");
+    }
+}
