@@ -41,8 +41,10 @@ enum Command {
     Generate(generate::GenerateArgs),
     Run(run::RunArgs),
     /// A program in fusegraph's text form (a graph, its outputs and its parameter updates),
-    /// or an ONNX model (`.onnx`, named dimensions of size 1), simplified, its products of one operand combined and fused as the runtime compiles it
-    /// (no device needed), as Graphviz DOT with one cluster per kernel.
+    /// or an ONNX model (`.onnx`, named dimensions of size 1), simplified, its products of one
+    /// operand combined and fused as the runtime compiles it for a GPU with native f16 (or,
+    /// with `--cpu`, a CPU adapter; no device needed), as Graphviz DOT with one cluster per
+    /// kernel.
     Dot {
         /// The program.
         file: String,
@@ -61,6 +63,9 @@ enum Command {
         /// Rewrite it to store f16 first, as the compile option does.
         #[arg(long)]
         mixed_precision: bool,
+        /// Fuse as for a CPU adapter (the serial forms: no matrix–vector kernel).
+        #[arg(long)]
+        cpu: bool,
     },
     /// The same program's kernels lowered to WGSL (no device needed) for a GPU without
     /// subgroups, or a CPU adapter; printed, or written to DIR/k000.wgsl, ...
@@ -69,10 +74,8 @@ enum Command {
         file: String,
         #[command(flatten)]
         form: Form,
-        /// Lower for a CPU adapter: the serial forms, within Mesa's loop budget.
-        #[arg(long)]
-        cpu: bool,
-        /// Native f16 storage (else two f16 packed in a u32).
+        /// Native f16 storage (else two f16 packed in a u32, where products of a few rows
+        /// take the tiled kernel, as the runtime's).
         #[arg(long)]
         f16_native: bool,
         /// Round every f16 op (the runtime's default compile keeps f16 values no other
@@ -105,6 +108,26 @@ struct Form {
     /// Rewrite it to store f16 first, as the compile option does.
     #[arg(long)]
     mixed_precision: bool,
+    /// For a CPU adapter: the serial forms (within Mesa's loop budget for `wgsl`), its split
+    /// rule, no matrix–vector kernel.
+    #[arg(long)]
+    cpu: bool,
+}
+
+/// What the device-free commands fuse for, as a compile on such an adapter does: a CPU
+/// adapter's serial forms and split rule, or a GPU's parallel ones, where products of a few
+/// rows take the matrix–vector kernel (with native f16, as the runtime's rule has it),
+/// within WebGPU's default workgroup memory.
+#[derive(Clone, Copy)]
+struct Target {
+    cpu: bool,
+    gemv: bool,
+}
+
+impl Target {
+    fn new(cpu: bool, f16_native: bool) -> Target {
+        Target { cpu, gemv: !cpu && f16_native }
+    }
 }
 
 fn info(json: bool) -> Result<(), fusegraph::RuntimeError> {
@@ -249,61 +272,62 @@ fn emit(text: &str) -> Result<(), String> {
     }
 }
 
-/// Fusion as `dot`, `wgsl` and `explain` run it: no device, so a binding limit of 32.
-fn fusion_options() -> fusegraph::crates::passes::FusionOptions {
-    fusegraph::crates::passes::FusionOptions { max_bindings: 32, ..Default::default() }
+/// Fusion as `dot`, `wgsl` and `explain` run it for `target`: no device, so a binding limit
+/// of 32.
+fn fusion_options(target: Target) -> fusegraph::crates::passes::FusionOptions {
+    fusegraph::crates::passes::FusionOptions { max_bindings: 32, gemv: target.gemv, ..Default::default() }
 }
 
 /// The graph in fusegraph's text form at `path`, rewritten and fused as the runtime compiles
-/// it with the parallel row family, or the serial one with `serial_rows` (partitioned one op
-/// per kernel with `--unfused`), and its kernels; `cmd` names the command in errors.
+/// it for `target` (partitioned one op per kernel with `--unfused`), and its kernels; `cmd`
+/// names the command in errors.
 fn read_kernels(
     cmd: &str,
     path: &str,
     form: &Form,
-    serial_rows: bool,
+    target: Target,
 ) -> Result<(fusegraph::Graph, Vec<fusegraph::crates::passes::Kernel>), String> {
     use fusegraph::crates::passes::{partition, FusionMode};
     let mut read = read_graph(cmd, path, form.mixed_precision)?;
     let kernels = if form.unfused {
         partition(&read.graph, &read.kept, FusionMode::Off).map_err(|e| e.to_string())?
     } else {
-        prepare(&mut read, serial_rows)?;
-        fused(&read)?.kernels
+        prepare(&mut read, target)?;
+        fused(&read, target)?.kernels
     };
     Ok((read.graph, kernels))
 }
 
-/// Rewrites the program (simplification, split reductions by the parallel row family's or,
-/// with `serial_rows`, the serial one's rule) and combines its sibling products as the
-/// runtime's default compile does (the products of updated parameters are not combined);
+/// Rewrites the program (simplification, split reductions by `target`'s rule) and combines
+/// its sibling products as the runtime's default compile does (the products of updated
+/// parameters are not combined, nor, with the matrix–vector kernel, those of a few rows);
 /// returns the groups combined.
-fn prepare(read: &mut Read, serial_rows: bool) -> Result<Vec<fusegraph::crates::passes::Combined>, String> {
-    use fusegraph::crates::passes::combine_products;
+fn prepare(read: &mut Read, target: Target) -> Result<Vec<fusegraph::crates::passes::Combined>, String> {
+    use fusegraph::crates::passes::combine_sibling_products;
     use fusegraph::crates::passes::rewrite::{rewrite, Rewrites};
     use fusegraph::ReduceFill;
-    let fill = if serial_rows { ReduceFill::CPU } else { ReduceFill::GPU };
+    let fill = if target.cpu { ReduceFill::CPU } else { ReduceFill::GPU };
     let rewrites = Rewrites { simplify: true, split_k: None, split_reductions: Some(fill) };
     rewrite(&mut read.graph, &mut read.kept, &rewrites, &|_, _| true).map_err(|e| e.to_string())?;
-    combine_products(&mut read.graph, &read.kept, &read.updated).map_err(|e| e.to_string())
+    combine_sibling_products(&mut read.graph, &read.kept, &read.updated, target.gemv).map_err(|e| e.to_string())
 }
 
-/// The program fused as the runtime fuses it (updates written in place).
-fn fused(read: &Read) -> Result<fusegraph::crates::passes::Fusion, String> {
-    fusegraph::crates::passes::fuse_updating(&read.graph, &read.kept, read.update_values(), &fusion_options())
+/// The program fused as the runtime fuses it for `target` (updates written in place).
+fn fused(read: &Read, target: Target) -> Result<fusegraph::crates::passes::Fusion, String> {
+    fusegraph::crates::passes::fuse_updating(&read.graph, &read.kept, read.update_values(), &fusion_options(target))
         .map_err(|e| e.to_string())
 }
 
-/// `fusegraph explain FILE [--graph]`: the fused kernels and every decision of the fusion
-/// pass behind them (why each producer did or did not join its consumers' kernels, and each
-/// pair of sibling kernels considered once, with its verdict), by node number in the
-/// simplified graph (`--graph` prints it first).
-fn explain(path: &str, graph: bool, mixed_precision: bool) -> Result<(), String> {
+/// `fusegraph explain FILE [--graph] [--cpu]`: the fused kernels (for a GPU with native f16,
+/// or a CPU adapter) and every decision of the fusion pass behind them (why each producer did
+/// or did not join its consumers' kernels, and each pair of sibling kernels considered once,
+/// with its verdict), by node number in the simplified graph (`--graph` prints it first).
+fn explain(path: &str, graph: bool, mixed_precision: bool, target: Target) -> Result<(), String> {
     use fusegraph::crates::passes::KernelKind;
     use std::fmt::Write as _;
     let mut read = read_graph("explain", path, mixed_precision)?;
-    let combined = prepare(&mut read, false)?;
-    let f = fused(&read)?;
+    let combined = prepare(&mut read, target)?;
+    let f = fused(&read, target)?;
     let g = &read.graph;
     let mut o = String::new();
     if graph {
@@ -353,7 +377,7 @@ fn explain(path: &str, graph: bool, mixed_precision: bool) -> Result<(), String>
 }
 
 fn dot(path: &str, form: &Form) -> Result<(), String> {
-    let (g, kernels) = read_kernels("dot", path, form, false)?;
+    let (g, kernels) = read_kernels("dot", path, form, Target::new(form.cpu, true))?;
     let clusters: Vec<Vec<fusegraph::NodeId>> = kernels.iter().map(|k| k.members.clone()).collect();
     emit(&fusegraph::dot::to_dot(&g, &clusters))?;
     eprintln!("{} kernels", kernels.len());
@@ -368,9 +392,7 @@ fn dot(path: &str, form: &Form) -> Result<(), String> {
 fn wgsl(path: &str, form: &Form, opts: LowerOptions, excess_precision: bool, out: Option<&str>) -> Result<(), String> {
     use fusegraph::crates::passes::kernel::unshared_members;
     use fusegraph::crates::wgsl::{lower_planned, Strategy};
-    // The split rule of the row family lowered, as the runtime's.
-    let serial_rows = opts.forms.rows == fusegraph::Spread::Serial;
-    let (g, kernels) = read_kernels("wgsl", path, form, serial_rows)?;
+    let (g, kernels) = read_kernels("wgsl", path, form, Target::new(form.cpu, opts.f16_native))?;
     if let Some(dir) = out {
         std::fs::create_dir_all(dir).map_err(|e| format!("wgsl: cannot create {dir}: {e}"))?;
     }
@@ -413,9 +435,11 @@ fn main() -> ExitCode {
         Command::Generate(a) => generate::run(&a),
         Command::Run(a) => run::run(&a),
         Command::Dot { file, form } => dot(&file, &form),
-        Command::Explain { file, graph, mixed_precision } => explain(&file, graph, mixed_precision),
-        Command::Wgsl { file, form, cpu, f16_native, no_excess_precision, out } => {
-            let opts = match cpu {
+        Command::Explain { file, graph, mixed_precision, cpu } => {
+            explain(&file, graph, mixed_precision, Target::new(cpu, true))
+        }
+        Command::Wgsl { file, form, f16_native, no_excess_precision, out } => {
+            let opts = match form.cpu {
                 true => LowerOptions {
                     forms: Forms::SERIAL,
                     loop_budget: Some(CPU_LOOP_BUDGET),

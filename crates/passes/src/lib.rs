@@ -52,8 +52,8 @@ pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};
 pub use partition::partition;
 pub use pipeline::{held_bytes, largest_batch, Front, Stages};
 pub use planner::{
-    plan_combined_within, plan_graph, plan_summary, plan_summary_within, plan_within, FusedAttention, LiveValue,
-    PlanOptions, PlanSummary, Planned,
+    combine_sibling_products, plan_combined_within, plan_graph, plan_summary, plan_summary_within, plan_within,
+    FusedAttention, LiveValue, PlanOptions, PlanSummary, Planned,
 };
 pub use remat::{rematerialize, rematerialize_with};
 pub use schedule::{schedule, schedule_updating};

@@ -297,14 +297,7 @@ pub fn plan_combined_within(
     }
     let original = g.clone();
     let updated: BTreeSet<String> = opts.updates.iter().map(|(name, _)| name.clone()).collect();
-    // Products of a few rows take the matrix–vector kernel, which runs those of one left
-    // operand in one dispatch as they are, and computes their operand's norm in its
-    // prologue, which a stacked product's broadcast operand would not allow.
-    let few_rows = |g: &Graph, p: NodeId| {
-        let d = g.ty(p).shape.dims();
-        d.len() >= 2 && d[d.len() - 2] <= crate::GEMV_MAX_ROWS
-    };
-    let groups = combine_products_where(g, outputs, &updated, &|g, p| !(opts.gemv && few_rows(g, p)))?;
+    let groups = combine_sibling_products(g, outputs, &updated, opts.gemv)?;
     let planned = plan_within(g, outputs, opts, limit)?;
     if groups.is_empty() || limit.is_none_or(|l| planned.summary.total_bytes <= l) {
         return Ok((planned, groups));
@@ -315,6 +308,25 @@ pub fn plan_combined_within(
         return Ok((apart, Vec::new()));
     }
     Ok((planned, groups))
+}
+
+/// Combines the sibling products of `g` in place as a compile does
+/// ([`crate::combine::combine_products`]; the parameters named in `updated` are not
+/// stacked): with `gemv` ([`PlanOptions::gemv`]), products of at most
+/// [`crate::GEMV_MAX_ROWS`] rows stay apart, since the matrix–vector kernel runs those of one
+/// left operand in one dispatch as they are and computes their operand's norm in its
+/// prologue, which a stacked product's broadcast operand would not allow.
+pub fn combine_sibling_products(
+    g: &mut Graph,
+    outputs: &[NodeId],
+    updated: &BTreeSet<String>,
+    gemv: bool,
+) -> Result<Vec<Combined>> {
+    let few_rows = |g: &Graph, p: NodeId| {
+        let d = g.ty(p).shape.dims();
+        d.len() >= 2 && d[d.len() - 2] <= crate::GEMV_MAX_ROWS
+    };
+    combine_products_where(g, outputs, updated, &|g, p| !(gemv && few_rows(g, p)))
 }
 
 /// The bytes of the plan of `outputs` as the graph stands (sibling products combined if
