@@ -141,7 +141,8 @@ fn write_doubled(expect: &mut [f64], (rows, len, width): (usize, usize, usize), 
 
 /// Written over its cache parameter, an update moves its window alone: at a 2,048-position
 /// cache the kernel reads the update's source and stores the update (a doubling fused into
-/// it), and reads the start — nothing of the rest of the cache — and the cache equals the
+/// it) as a side window of the kernel reading the cache back, which reads the start and the
+/// window's rows — nothing of the rest of the cache — and the cache equals the
 /// hand-computed one after steps at the first, a middle and the last position and at
 /// starts past either end (clamped).
 #[test]
@@ -155,10 +156,14 @@ fn a_cache_update_in_place_moves_only_its_window() {
     let total = new.dynamic_slice(&pos, 1, 1).unwrap().sum(&[0, 1, 2], false).unwrap();
     let opts = CompileOptions { updates: vec![("cache".into(), new.id())], ..Default::default() };
     let exe = store.compile(&b.graph(), &[total.id()], &opts).unwrap();
-    let windows: Vec<_> = exe.stats().kernels.iter().filter(|k| k.form == KernelForm::Window).collect();
-    assert_eq!(windows.len(), 1, "{:?}", exe.stats().kernels.iter().map(|k| (&k.label, k.form)).collect::<Vec<_>>());
+    let kernels = || exe.stats().kernels.iter().map(|k| (k.label.clone(), k.form, k.bytes_moved)).collect::<Vec<_>>();
+    // The write joins the kernel reading the cache back: a side window of its row kernel.
+    let windows: Vec<_> = exe.stats().kernels.iter().filter(|k| k.windows).collect();
+    assert_eq!((windows.len(), exe.stats().kernels.len()), (1, 1), "{:?}", kernels());
+    assert!(matches!(windows[0].form, KernelForm::Row { .. }), "{:?}", kernels());
     let update_bytes = (rows * width * 4) as u64;
-    assert_eq!(windows[0].bytes_moved, 2 * update_bytes + 4, "the window kernel's bytes");
+    // The doubled row read, its window written and read back, the start and the sum.
+    assert_eq!(windows[0].bytes_moved, 3 * update_bytes + 8, "{:?}", kernels());
     let mut expect = initial.to_f64();
     for p in [0i32, 1000, 2047, 5000, -3] {
         let rv = values(&[rows, 1, width], 30 + p.unsigned_abs() as u64);
@@ -182,7 +187,7 @@ fn each_row_of_a_cache_is_written_at_its_own_position() {
     let total = new.sum(&[0, 1, 2], false).unwrap();
     let opts = CompileOptions { updates: vec![("cache".into(), new.id())], ..Default::default() };
     let exe = store.compile(&b.graph(), &[total.id()], &opts).unwrap();
-    assert!(exe.stats().kernels.iter().any(|k| k.form == KernelForm::Window));
+    assert!(exe.stats().kernels.iter().any(|k| k.windows));
     let mut expect = initial.to_f64();
     for (step, p) in [[0, 5, 63], [1, 70, -2], [2, 6, 0]].into_iter().enumerate() {
         let rv = values(&[rows, 1, width], 50 + step as u64);
@@ -236,4 +241,69 @@ fn a_window_kernel_also_stores_its_other_outputs_whole() {
     }
     let now = store.get("cache").unwrap().to_f64();
     assert!(now.iter().zip(&expect).all(|(a, b)| (a - b).abs() < 1e-6), "the cache after five steps");
+}
+
+/// A decode step's attention in the matrix–vector kernel's forms (a GPU's): the new key and
+/// value, views of one product, are written into their caches by the products that read the
+/// caches' live positions — side windows of those kernels, no window kernel — and the
+/// outputs and both caches equal the reference's step after step, at positions inside the
+/// live slice, past it (written, not read) and clamped past the cache.
+#[test]
+fn cache_writes_join_the_attention_products_in_gpu_forms() {
+    use fusegraph::{DeviceOptions, KernelForm};
+    let device = std::sync::Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
+    let (heads, len, live, dim, width) = (2, 128, 64, 16, 32);
+    let store = ParamStore::new(&device);
+    let mut params = BTreeMap::from([
+        ("k_cache".to_string(), values(&[heads, len, dim], 90)),
+        ("v_cache".to_string(), values(&[heads, len, dim], 91)),
+        ("w".to_string(), values(&[width, 2 * heads * dim], 92)),
+    ]);
+    for (name, t) in &params {
+        store.insert(name, t).unwrap();
+    }
+    let b = GraphBuilder::new();
+    let param = |name: &str, dims: &[usize]| b.parameter(name, DType::F32, dims.to_vec()).unwrap();
+    let (kc, vc, w) = (
+        param("k_cache", &[heads, len, dim]),
+        param("v_cache", &[heads, len, dim]),
+        param("w", &[width, 2 * heads * dim]),
+    );
+    let x = b.input("x", DType::F32, [1, width]).unwrap();
+    let q = b.input("q", DType::F32, [heads, 1, dim]).unwrap();
+    let pos = b.input("pos", DType::I32, Vec::<usize>::new()).unwrap();
+    let kv = x.matmul(&w).unwrap().reshape([2, heads, 1, dim]).unwrap();
+    let half =
+        |i: usize| kv.slice(&[i, 0, 0, 0], &[i + 1, heads, 1, dim], &[1; 4]).unwrap().reshape([heads, 1, dim]).unwrap();
+    let (new_k, new_v) =
+        (kc.dynamic_update_slice(&half(0), &pos, 1).unwrap(), vc.dynamic_update_slice(&half(1), &pos, 1).unwrap());
+    let live_of = |c: &Tensor| c.slice(&[0, 0, 0], &[heads, live, dim], &[1; 3]).unwrap();
+    let scores = q.matmul(&live_of(&new_k).transpose(&[0, 2, 1]).unwrap()).unwrap().mul_scalar(0.25).unwrap();
+    let out = scores.softmax(2).unwrap().matmul(&live_of(&new_v)).unwrap();
+    let g = b.graph();
+    let updates = vec![("k_cache".into(), new_k.id()), ("v_cache".into(), new_v.id())];
+    let exe = store.compile(&g, &[out.id()], &CompileOptions { updates, ..Default::default() }).unwrap();
+    let kernels = || exe.stats().kernels.iter().map(|k| (k.label.clone(), k.form, k.windows)).collect::<Vec<_>>();
+    let stats = exe.stats();
+    assert!(stats.kernels.iter().all(|k| k.form != KernelForm::Window), "{:?}", kernels());
+    let sides: Vec<_> = stats.kernels.iter().filter(|k| k.windows).collect();
+    assert_eq!(sides.len(), 2, "{:?}", kernels());
+    assert!(sides.iter().all(|k| matches!(k.form, KernelForm::Gemv { .. })), "{:?}", kernels());
+    // Each reads a cache's live positions and writes one position of it, no more.
+    let cache = (heads * len * dim * 4) as u64;
+    assert!(sides.iter().all(|k| k.bytes_moved < cache / 2 + 4096), "{:?}", kernels());
+    let close = |a: &[f64], b: &[f64]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-4 * y.abs().max(1.0))
+    };
+    for (step, p) in [0i32, 5, 63, 100, 500].into_iter().enumerate() {
+        let (xv, qv) = (values(&[1, width], 100 + step as u64), values(&[heads, 1, dim], 110 + step as u64));
+        let feeds = BTreeMap::from([("x".into(), xv.clone()), ("q".into(), qv.clone()), ("pos".into(), scalar(p))]);
+        let want = evaluate(&g, &[out.id(), new_k.id(), new_v.id()], &feeds, &params).unwrap();
+        let got = exe.run(&[("x", &xv), ("q", &qv), ("pos", &scalar(p))]).unwrap();
+        assert!(close(&got[0].to_f64(), &want[0].to_f64()), "step {step} (position {p}): attention");
+        for (name, new) in [("k_cache", &want[1]), ("v_cache", &want[2])] {
+            assert!(close(&store.get(name).unwrap().to_f64(), &new.to_f64()), "step {step}: {name}");
+            params.insert(name.into(), new.clone());
+        }
+    }
 }

@@ -234,19 +234,39 @@ pub fn rhs_along_k(g: &Graph, members: &[NodeId], mm: NodeId) -> Option<NodeId> 
     while members.contains(&n) {
         match &g.node(n).op {
             Op::Cast { .. } => {}
-            Op::Transpose { perm } => {
-                let r = perm.len();
-                let last_two = r >= 2 && perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
-                if !last_two || perm[..r - 2].iter().enumerate().any(|(a, &p)| a != p) {
-                    return None;
-                }
-                swapped = !swapped;
-            }
+            Op::Transpose { perm } if swaps_last_two(perm) => swapped = !swapped,
             _ => return None,
         }
         n = g.operands(n)[0];
     }
     swapped.then_some(n)
+}
+
+/// Whether `perm` swaps the last two axes and keeps the others.
+fn swaps_last_two(perm: &[usize]) -> bool {
+    let r = perm.len();
+    r >= 2 && perm[r - 2] == r - 1 && perm[r - 1] == r - 2 && perm[..r - 2].iter().enumerate().all(|(a, &p)| a == p)
+}
+
+/// Whether a matmul's right operand lies along `k` in memory: below casts, an odd number of
+/// swaps of the last two axes of a value the kernel reads, through slices that step by one
+/// along that axis (a cache's live positions) and dynamic update slices' operands (a
+/// cache written in the kernel: outside the window, its elements where they lie). The
+/// matrix–vector kernel then reads four adjacent `k` a step; [`rhs_along_k`] names the
+/// binding where nothing lies between.
+pub fn rhs_contiguous_k(g: &Graph, members: &[NodeId], mm: NodeId) -> bool {
+    let (mut n, mut swapped) = (g.operands(mm)[1], false);
+    while members.contains(&n) {
+        match &g.node(n).op {
+            Op::Cast { .. } | Op::DynamicUpdateSlice { .. } => {}
+            // Adjacent along the axis that becomes `k` (the last below an odd number of swaps).
+            Op::Slice { stride, .. } if stride.len() >= 2 && stride[stride.len() - 2 + usize::from(swapped)] == 1 => {}
+            Op::Transpose { perm } if swaps_last_two(perm) => swapped = !swapped,
+            _ => return false,
+        }
+        n = g.operands(n)[0];
+    }
+    swapped
 }
 
 /// The row prologue of a kernel of products of at most [`GEMV_MAX_ROWS`] rows (fusion's
@@ -325,7 +345,7 @@ pub fn row_prologue(g: &Graph, members: &[NodeId], outputs: &[NodeId], stage_byt
         (d.len() >= 2 && d[d.len() - 1] == k && g.ty(g.operands(p)[0]).shape.numel() == full).then(|| d[d.len() - 2])
     };
     let rows = products.iter().map(|&p| lhs_rows(p)).collect::<Option<Vec<usize>>>()?.into_iter().max()?;
-    let contiguous = products.iter().all(|&p| rhs_along_k(g, members, p).is_some());
+    let contiguous = products.iter().all(|&p| rhs_contiguous_k(g, members, p));
     // Sibling products (one an output) take one product's partials at a time; paired ones
     // (one output) all of theirs.
     let per_output = products.len().div_ceil(outputs.len().max(1));

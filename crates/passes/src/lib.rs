@@ -35,6 +35,7 @@ pub mod split_reduce;
 #[doc(hidden)]
 pub mod testing;
 pub mod wide;
+pub mod windows;
 
 pub use autodiff::{grad, GradError};
 pub use combine::{combine_products, combine_products_where, Combined, Joined};
@@ -44,8 +45,8 @@ pub use fuse::{
 };
 pub use hoist::{hoist, Hoisted};
 pub use kernel::{
-    gemv_prologue_bytes, rhs_along_k, row_prologue, FusionMode, Kernel, KernelKind, RowPrologue, GEMV_MAX_ROWS,
-    GEMV_STAGE_BYTES,
+    gemv_prologue_bytes, rhs_along_k, rhs_contiguous_k, row_prologue, FusionMode, Kernel, KernelKind, RowPrologue,
+    GEMV_MAX_ROWS, GEMV_STAGE_BYTES,
 };
 pub use memory_plan::{check_plan, plan_memory_updating, plan_memory_with, MemoryOptions, PlanError};
 pub use memory_plan::{plan_memory, Location, MemoryPlan, Region};
@@ -58,3 +59,4 @@ pub use planner::{
 pub use remat::{rematerialize, rematerialize_with};
 pub use schedule::{schedule, schedule_updating};
 pub use simplify::{simplify, SimplifyStats};
+pub use windows::{fold_windows, side_windows};

@@ -484,7 +484,8 @@ pub(crate) fn in_place_candidates(
         let producers: Vec<usize> = (0..kernels.len()).filter(|&s| kernels[s].outputs.contains(&u)).collect();
         let [step] = producers[..] else { continue };
         let k = &kernels[step];
-        if k.kind != KernelKind::Loop {
+        let sides = crate::windows::side_windows(g, k);
+        if k.kind != KernelKind::Loop && !sides.contains(&u) {
             continue;
         }
         let (members, params_read) = per_kernel.entry(step).or_insert_with(|| {
@@ -498,6 +499,7 @@ pub(crate) fn in_place_candidates(
             o == u
                 || !params_read[&o].contains(&p)
                 || (g.ty(o).dtype != DType::F16 && reads_only_same_index(g, members, o, p))
+                || reads_only_outside_windows(g, members, o, p, &sides)
         });
         let safe_inside = !k.inputs.contains(&p) || (reads_only_same_index(g, members, u, p) && others_ok);
         if safe_inside {
@@ -505,6 +507,28 @@ pub(crate) fn in_place_candidates(
         }
     }
     out
+}
+
+/// Whether member `o` of a kernel reads `p` only as the operand of one of the kernel's side
+/// windows (`sides`, [`crate::windows::side_windows`]): outside the window, which the kernel
+/// writes alone, so never an element it writes.
+fn reads_only_outside_windows(g: &Graph, members: &MemberOrder, o: NodeId, p: NodeId, sides: &[NodeId]) -> bool {
+    let mut stack = vec![o];
+    let mut seen = BTreeSet::new();
+    while let Some(n) = stack.pop() {
+        for (i, q) in g.operands(n).into_iter().enumerate() {
+            if i == 0 && sides.contains(&n) {
+                continue;
+            }
+            if q == p {
+                return false;
+            }
+            if members.contains(&q) && seen.insert(q) {
+                stack.push(q);
+            }
+        }
+    }
+    true
 }
 
 /// The parameters member `o` of a kernel reads, directly or through other members.

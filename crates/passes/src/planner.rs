@@ -16,6 +16,7 @@ use crate::memory_plan::{plan_memory_updating, MemoryOptions, MemoryPlan};
 use crate::partition::partition;
 use crate::remat::rematerialize_with;
 use crate::schedule::schedule_updating;
+use crate::windows::fold_windows;
 use fusegraph_ir::{verify, Graph, NodeId, Result};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -183,12 +184,11 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
                 ..Default::default()
             };
             let values: Vec<NodeId> = updates.iter().map(|&(_, v)| v).collect();
-            let kernels = fuse_updating(g, outputs, &values, &fopts)?.kernels;
+            let mut kernels = fuse_updating(g, outputs, &values, &fopts)?.kernels;
             if opts.fused_attention == FusedAttention::Always {
-                fuse_attention(g, kernels, outputs, opts.max_bindings)
-            } else {
-                kernels
+                kernels = fuse_attention(g, kernels, outputs, opts.max_bindings);
             }
+            fold_windows(g, kernels, outputs, &updates, (opts.max_bindings, opts.gemv))
         }
     };
     if opts.schedule {

@@ -234,11 +234,10 @@ impl Device {
                 entries: &entries,
             });
             let workgroups = self.grid(&src.label, src.workgroups)?;
-            let window = src.form == fusegraph_wgsl::KernelForm::Window;
             let bytes_moved = src
                 .bindings
                 .iter()
-                .map(|b| binding_bytes(graph, k, b.node, plan.locations[&b.node].size, window))
+                .map(|b| binding_bytes(graph, k, b.node, plan.locations[&b.node].size, src.windows))
                 .sum();
             kstats.push(KernelStats {
                 label: src.label.clone(),
@@ -247,6 +246,7 @@ impl Device {
                 workgroups,
                 form: src.form,
                 matmul_tiling,
+                windows: src.windows,
             });
             compiled.push(CompiledKernel { pipeline, bind_group, workgroups, copies });
         }

@@ -22,33 +22,47 @@ use crate::options::*;
 use crate::Executable;
 
 /// The bytes kernel `k` moves through its binding of `node` (`size` bytes): all of them,
-/// except for an input whose every use in the kernel is a slice of it or a gather of its
-/// rows, which reads those elements only (at most the whole binding), and, in a `window`
-/// kernel ([`fusegraph_wgsl::KernelForm::Window`]), a dynamic update slice's output, of which
-/// the update is stored, and the operand whose buffer it is, of which nothing is read.
+/// except for an input the kernel reads only in part ([`elements_read`]: slices of it,
+/// gathered rows, through casts), which counts the elements read (at most the whole
+/// binding), and, where the kernel writes windows alone (`window`: a
+/// [`fusegraph_wgsl::KernelForm::Window`] kernel, or side windows), a dynamic update slice's
+/// output, of which the update is stored, and the operand whose buffer it is, read only where
+/// the kernel's other members read the result outside the window.
 pub(crate) fn binding_bytes(g: &Graph, k: &fusegraph_passes::Kernel, node: NodeId, size: u64, window: bool) -> u64 {
     let update = |o: NodeId| matches!(g.node(o).op, Op::DynamicUpdateSlice { .. }) && k.outputs.contains(&o);
     if window && update(node) {
         return g.ty(g.operands(node)[1]).buffer_bytes() as u64;
     }
-    if window && k.outputs.iter().any(|&o| update(o) && g.operands(o)[0] == node) {
-        return 0;
-    }
-    let users: Vec<NodeId> = g.users(node).into_iter().filter(|u| k.members.contains(u)).collect();
-    // Read only through slices of it, or as the table rows are gathered from: those elements.
-    let partial = |u: NodeId| match g.node(u).op {
-        Op::Slice { .. } => true,
-        Op::Gather { .. } => g.operands(u)[0] == node,
-        _ => false,
+    let written_over = k.outputs.iter().copied().find(|&o| update(o) && g.operands(o)[0] == node);
+    let read = match written_over {
+        Some(o) if window => match g.users(o).iter().any(|u| k.members.contains(u)) {
+            true => elements_read(g, k, o),
+            false => Some(0),
+        },
+        _ if !k.inputs.contains(&node) || k.outputs.contains(&node) => None,
+        _ => elements_read(g, k, node),
     };
-    let sliced = k.inputs.contains(&node)
-        && !k.outputs.contains(&node)
-        && !users.is_empty()
-        && users.iter().all(|&u| partial(u));
-    match sliced {
-        true => users.iter().map(|&u| g.ty(u).buffer_bytes() as u64).sum::<u64>().min(size),
-        false => size,
+    let numel = g.ty(node).shape.numel().max(1) as u128;
+    read.map_or(size, |e| ((size as u128 * e as u128 / numel) as u64).min(size))
+}
+
+/// The elements of `node` that kernel `k` reads where its members read it only in part:
+/// slices of it, rows gathered from it, either through casts. `None` where some member reads
+/// it whole (or none reads it).
+fn elements_read(g: &Graph, k: &fusegraph_passes::Kernel, node: NodeId) -> Option<usize> {
+    let users: Vec<NodeId> = g.users(node).into_iter().filter(|u| k.members.contains(u)).collect();
+    if users.is_empty() {
+        return None;
     }
+    users.iter().try_fold(0usize, |sum, &u| {
+        let e = match g.node(u).op {
+            Op::Slice { .. } => g.ty(u).shape.numel(),
+            Op::Gather { .. } if g.operands(u)[0] == node => g.ty(u).shape.numel(),
+            Op::Cast { .. } => elements_read(g, k, u)?,
+            _ => return None,
+        };
+        Some(sum + e)
+    })
 }
 
 /// A recorded graph for [`Device::largest_batch`]: the graph, the outputs read back, and

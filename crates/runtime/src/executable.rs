@@ -53,6 +53,9 @@ pub struct KernelStats {
     /// The tiling of a tiled matmul kernel, plain or on cooperative matrices (forced,
     /// autotuned or the default for its shape); `None` for every other kernel.
     pub matmul_tiling: Option<MatmulTiling>,
+    /// Its dynamic update slices write their windows alone: a window kernel's, or the side
+    /// windows of another form (a decode step's cache writes in the kernel reading the cache).
+    pub windows: bool,
 }
 
 impl KernelStats {

@@ -238,9 +238,25 @@ fn canonical_order(g: &Graph, kernel: &Kernel) -> Vec<NodeId> {
 }
 
 fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strategy) -> KernelSource {
+    // Side windows are stored before the kernel's form runs, which sees the other outputs
+    // only; their bindings come last.
+    let sides = fusegraph_passes::side_windows(g, kernel);
+    let own;
+    let kernel = match sides.is_empty() {
+        true => kernel,
+        false => {
+            own = Kernel {
+                outputs: kernel.outputs.iter().copied().filter(|o| !sides.contains(o)).collect(),
+                ..kernel.clone()
+            };
+            &own
+        }
+    };
     let mut bindings: Vec<Binding> =
         kernel.inputs.iter().map(|&node| Binding { node, output: false, texture: false }).collect();
     bindings.extend(kernel.outputs.iter().map(|&node| Binding { node, output: true, texture: false }));
+    let form_bindings = bindings.len();
+    bindings.extend(sides.iter().map(|&node| Binding { node, output: true, texture: false }));
 
     let regs = regions(g, kernel);
     let tiled =
@@ -292,6 +308,8 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
             b.texture = true;
         }
     }
+    let all_bindings = bindings;
+    let bindings = &all_bindings[..form_bindings];
     // A loop kernel walks four adjacent elements per step where it can, reading and writing
     // whole vec4s of the bindings `loop_vec4` names.
     // Dynamic update slices written over their operands write their windows alone.
@@ -303,12 +321,12 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     };
     let loop_vec4 = match kernel.kind {
         KernelKind::Loop if tiled.is_none() && siblings.is_none() && window.is_none() => {
-            vec4_loop(g, kernel, &bindings, &regs, opts)
+            vec4_loop(g, kernel, bindings, &regs, opts)
         }
         _ => None,
     };
     // So does a row kernel with one invocation per row in the serial family, where it can.
-    let row_vec4 = row_quads(g, kernel, &bindings, &regs, opts);
+    let row_vec4 = row_quads(g, kernel, bindings, &regs, opts);
     // The subgroup matmul reads its operands' bindings as vec4s, and may write its output so.
     let quads = |node: NodeId| [&loop_vec4, &row_vec4].iter().any(|v| v.as_ref().is_some_and(|v| v.contains(&node)));
     let vec4 = |node: NodeId| {
@@ -329,7 +347,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     let mut body = String::new();
     // `fg_tK(q)`: vec4 `q` of texture binding K, after the declarations.
     let mut texture_loads = String::new();
-    for (k, b) in bindings.iter().enumerate() {
+    for (k, b) in all_bindings.iter().enumerate() {
         let dt = g.ty(b.node).dtype;
         if b.texture {
             // Read as vec4s of its storage type by `fg_tK`, whatever the texture's format.
@@ -448,35 +466,37 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     let (main, workgroups) = match &kernel.kind {
         KernelKind::Loop => match (&tiled, &subgroup, &gemv) {
             (Some(t), _, Some(products)) => {
-                crate::matmul_gemv::gemv_main(g, &bindings, (t, products), &regs, gemv_prologue, &mut body)
+                crate::matmul_gemv::gemv_main(g, bindings, (t, products), &regs, gemv_prologue, &mut body)
             }
             (Some(t), Some(p), None) => {
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
-                crate::matmul_subgroup::subgroup_main(g, &bindings, t, p, &regs, &inv, &mut body)
+                crate::matmul_subgroup::subgroup_main(g, bindings, t, p, &regs, &inv, &mut body)
             }
             (Some(t), None, None) => {
                 let inv = crate::matmul::Invariants::of(g, kernel, t, &regs);
-                crate::matmul_tiled::tiled_main(g, kernel, &bindings, t, &regs, opts, strategy, coop, &inv, &mut body)
+                crate::matmul_tiled::tiled_main(g, kernel, bindings, t, &regs, opts, strategy, coop, &inv, &mut body)
             }
             (None, ..) => match (&window, &siblings) {
-                (Some(w), _) => crate::window::window_main(g, &bindings, w, opts),
+                (Some(w), _) => crate::window::window_main(g, bindings, w, opts),
                 (None, Some(p)) => {
-                    crate::matmul_gemv::gemv_siblings_main(g, &bindings, p, &regs, gemv_prologue, &mut body)
+                    crate::matmul_gemv::gemv_siblings_main(g, bindings, p, &regs, gemv_prologue, &mut body)
                 }
-                (None, None) => loop_main(g, kernel, &bindings, &regs, opts, loop_vec4.as_deref()),
+                (None, None) => loop_main(g, kernel, bindings, &regs, opts, loop_vec4.as_deref()),
             },
         },
         KernelKind::Row { shape, axes } => {
             let quads = row_vec4
                 .as_deref()
-                .map(|vec4| RowQuads { quads: Quads { kernel, bindings: &bindings, vec4, opts }, regions: &regs });
+                .map(|vec4| RowQuads { quads: Quads { kernel, bindings, vec4, opts }, regions: &regs });
             let reduces = RowReduces { reduces: &row_reduces, scalars: &row_scalars, deps: &row_deps };
-            row_main(g, &bindings, reduces, shape, axes, opts, quads, &mut body)
+            row_main(g, bindings, reduces, shape, axes, opts, quads, &mut body)
         }
         KernelKind::Attention { logits } => {
-            crate::attention::attention_main(g, kernel, &bindings, *logits, row_scores, opts)
+            crate::attention::attention_main(g, kernel, bindings, *logits, row_scores, opts)
         }
     };
+    let side: Vec<(usize, NodeId)> = sides.iter().enumerate().map(|(j, &o)| (form_bindings + j, o)).collect();
+    let main = crate::window::with_side_windows(g, main, &side, strategy.window_writes);
     let main = with_uniform_scalars(main, &uniform);
     let mut wgsl = String::new();
     let uses_f16 = opts.f16_native && bindings.iter().any(|b| g.ty(b.node).dtype == DType::F16);
@@ -527,7 +547,8 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         }
         KernelKind::Attention { .. } => KernelForm::Attention { tiled: opts.tiled_attention },
     };
-    KernelSource { wgsl, bindings, workgroups, label, form }
+    let windows = window.is_some() || (!sides.is_empty() && strategy.window_writes);
+    KernelSource { wgsl, bindings: all_bindings, workgroups, label, form, windows }
 }
 
 #[cfg(test)]

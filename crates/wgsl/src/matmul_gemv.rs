@@ -212,8 +212,11 @@ impl PackedRhs {
 /// side.
 pub(crate) fn gemv_rhs(g: &Graph, kernel: &Kernel, mm: NodeId) -> GemvRhs {
     let rhs = g.operands(mm)[1];
-    let Some(leaf) = fusegraph_passes::rhs_along_k(g, &kernel.members, mm) else {
+    if !fusegraph_passes::rhs_contiguous_k(g, &kernel.members, mm) {
         return GemvRhs { along: KAlong::Strided, packed: None };
+    }
+    let Some(leaf) = fusegraph_passes::rhs_along_k(g, &kernel.members, mm) else {
+        return GemvRhs { along: KAlong::Contiguous, packed: None };
     };
     let mut casts = Vec::new();
     let mut n = rhs;

@@ -149,6 +149,9 @@ pub struct KernelSource {
     pub label: String,
     /// How it was lowered: the kernel family and the choices within it.
     pub form: KernelForm,
+    /// Its dynamic update slices write their windows alone (a window kernel's, or side
+    /// windows written over their operands: [`fusegraph_passes::side_windows`]).
+    pub windows: bool,
 }
 
 /// How a kernel was lowered (what tests and statistics ask of a kernel, rather than reading

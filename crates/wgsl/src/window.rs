@@ -73,14 +73,9 @@ pub(crate) fn window_main(g: &Graph, bindings: &[Binding], w: &Window, opts: &Lo
     if guard {
         let _ = writeln!(main, "        if (t < {n}u) {{");
     }
-    let mut coords = String::new();
-    let mut c = unravel(&mut coords, &w.update, "t", "w");
-    for line in coords.lines() {
-        let _ = writeln!(main, "    {}{line}", &ind[8..]);
+    for line in window_dest(g, w, &dims, "t").lines() {
+        let _ = writeln!(main, "{}{line}", &ind[4..]);
     }
-    let _ = writeln!(main, "{ind}let s = {};", clamped_start(g, w.start, dims[w.axis] - w.update[w.axis], &c[0]));
-    c[w.axis] = format!("({} + s)", c[w.axis]);
-    let _ = writeln!(main, "{ind}let dest = {};", ravel(&c, &dims));
     for &(k, o) in outputs.iter().filter(|(_, o)| is_update(*o)) {
         let update: NodeId = g.operands(o)[1];
         let value = format!("v{}(t)", update.index());
@@ -102,4 +97,62 @@ pub(crate) fn window_main(g: &Graph, bindings: &[Binding], w: &Window, opts: &Lo
     }
     main.push_str("    }\n}\n");
     (main, loop_workgroups(opts, grid as u64, CPU_PLAIN_STEPS))
+}
+
+/// Statements computing `dest`, the index in an update's result (of `dims`) where element
+/// `t` of the update lies in window `w`; indented one level.
+fn window_dest(g: &Graph, w: &Window, dims: &[usize], t: &str) -> String {
+    let mut out = String::new();
+    let mut c = unravel(&mut out, &w.update, t, "w");
+    let _ = writeln!(out, "    let s = {};", clamped_start(g, w.start, dims[w.axis] - w.update[w.axis], &c[0]));
+    c[w.axis] = format!("({} + s)", c[w.axis]);
+    let _ = writeln!(out, "    let dest = {};", ravel(&c, dims));
+    out
+}
+
+/// `main` storing the side windows `sides` (`(binding, update's result)`,
+/// [`fusegraph_passes::side_windows`]) first thing, each in a grid-stride loop over every
+/// invocation the dispatch has: the update's elements at their places where `windows` (the
+/// results are written over their operands), else every element of the result. The kernel's
+/// own form computes its outputs after; its members read the results through their element
+/// functions, never through the bindings.
+pub(crate) fn with_side_windows(g: &Graph, main: String, sides: &[(usize, NodeId)], windows: bool) -> String {
+    let size = |m: &str| -> Option<u64> {
+        let at = m.find("@workgroup_size(")? + "@workgroup_size(".len();
+        let dims = &m[at..at + m[at..].find(')')?];
+        dims.split(',').map(|d| d.trim().parse::<u64>().ok()).product()
+    };
+    let (Some(start), Some(wg)) =
+        (main.find("fn main(").and_then(|at| main[at..].find('\n').map(|nl| at + nl + 1)), size(&main))
+    else {
+        return main;
+    };
+    let mut out = main[..start].to_string();
+    let _ = writeln!(out, "    let fg_stride = nwg.x * nwg.y * {wg}u;");
+    let _ = writeln!(out, "    let fg_first = (wid.y * nwg.x + wid.x) * {wg}u + lid;");
+    for &(k, o) in sides {
+        let ops = g.operands(o);
+        let Op::DynamicUpdateSlice { axis } = g.node(o).op else { continue };
+        let dims = g.ty(o).shape.dims();
+        let w = Window { axis, update: g.ty(ops[1]).shape.dims().to_vec(), start: ops[2] };
+        let (n, value) = match windows {
+            true => (w.update.iter().product::<usize>(), format!("v{}(t)", ops[1].index())),
+            false => (dims.iter().product(), format!("v{}(t)", o.index())),
+        };
+        let _ = writeln!(out, "    for (var t = fg_first; t < {n}u; t = t + fg_stride) {{");
+        match windows {
+            true => {
+                for line in window_dest(g, &w, dims, "t").lines() {
+                    let _ = writeln!(out, "    {line}");
+                }
+                let _ = writeln!(out, "        b{k}[dest] = {};", store_value(g.ty(o).dtype, &value));
+            }
+            false => {
+                let _ = writeln!(out, "        b{k}[t] = {};", store_value(g.ty(o).dtype, &value));
+            }
+        }
+        let _ = writeln!(out, "    }}");
+    }
+    out.push_str(&main[start..]);
+    out
 }
