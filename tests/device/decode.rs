@@ -4,7 +4,7 @@
 
 use fusegraph::generate::{Generator, Sampling, DECODE_MIN_LIVE};
 use fusegraph::nn::{Pretrained, Quantize};
-use fusegraph::{CompileOptions, Device, HostTensor, KernelForm, ParamStore};
+use fusegraph::{CompileOptions, Device, HostTensor, ParamStore};
 
 /// A random GPT-2 of width 16 (4 heads), 2 blocks and 64 tokens: its cache, not its
 /// weights, is what a step over a long cache moves. Its weights are `transformers`' initial

@@ -207,6 +207,8 @@ struct Read {
     outputs: usize,
     /// The names of the parameters the program updates.
     updated: std::collections::BTreeSet<String>,
+    /// The parameter each update value (`kept` after the outputs) is written to, in order.
+    update_names: Vec<String>,
 }
 
 impl Read {
@@ -230,7 +232,8 @@ fn read_graph(cmd: &str, path: &str, mixed_precision: bool) -> Result<Read, Stri
         Read {
             kept: p.kept(),
             outputs: p.outputs.len(),
-            updated: p.updates.into_iter().map(|(n, _)| n).collect(),
+            updated: p.updates.iter().map(|(n, _)| n.clone()).collect(),
+            update_names: p.updates.into_iter().map(|(n, _)| n).collect(),
             graph: p.graph,
         }
     };
@@ -260,7 +263,7 @@ fn read_onnx(path: &str) -> Result<Read, String> {
     let b = fusegraph::GraphBuilder::new();
     let imported = model.import(&b, &shapes).map_err(|e| e.to_string())?;
     let kept: Vec<fusegraph::NodeId> = imported.outputs.iter().map(|(_, t)| t.id()).collect();
-    Ok(Read { outputs: kept.len(), kept, updated: Default::default(), graph: b.graph() })
+    Ok(Read { outputs: kept.len(), kept, updated: Default::default(), update_names: Vec::new(), graph: b.graph() })
 }
 
 /// Writes `text` to stdout; a reader that stopped early (`| head`) is not an error.
@@ -312,10 +315,16 @@ fn prepare(read: &mut Read, target: Target) -> Result<Vec<fusegraph::crates::pas
     combine_sibling_products(&mut read.graph, &read.kept, &read.updated, target.gemv).map_err(|e| e.to_string())
 }
 
-/// The program fused as the runtime fuses it for `target` (updates written in place).
+/// The program fused as the runtime fuses it for `target` (updates written in place, window
+/// kernels folded into the kernels reading them).
 fn fused(read: &Read, target: Target) -> Result<fusegraph::crates::passes::Fusion, String> {
-    fusegraph::crates::passes::fuse_updating(&read.graph, &read.kept, read.update_values(), &fusion_options(target))
-        .map_err(|e| e.to_string())
+    use fusegraph::crates::passes::{fold_windows, fuse_updating, planner::update_pairs};
+    let opts = fusion_options(target);
+    let mut f = fuse_updating(&read.graph, &read.kept, read.update_values(), &opts).map_err(|e| e.to_string())?;
+    let named: Vec<(String, usize)> = read.update_names.iter().cloned().zip(read.outputs..).collect();
+    let updates = update_pairs(&read.graph, &read.kept, &named).map_err(|e| e.to_string())?;
+    f.kernels = fold_windows(&read.graph, f.kernels, &read.kept, &updates, (opts.max_bindings, opts.gemv));
+    Ok(f)
 }
 
 /// `fusegraph explain FILE [--graph] [--cpu]`: the fused kernels (for a GPU with native f16,
@@ -355,7 +364,9 @@ fn explain(path: &str, graph: bool, mixed_precision: bool, target: Target) -> Re
             KernelKind::Row { shape, axes } => format!("rows of {shape:?} over axes {axes:?}"),
             KernelKind::Attention { .. } => "attention".to_string(),
         };
-        _ = writeln!(o, "  kernel {i} ({kind}): {}; stores {}", list(&k.members), list(&k.outputs));
+        let sides = fusegraph::crates::passes::side_windows(g, k);
+        let sides = if sides.is_empty() { String::new() } else { format!(" (side windows: {})", list(&sides)) };
+        _ = writeln!(o, "  kernel {i} ({kind}): {}; stores {}{sides}", list(&k.members), list(&k.outputs));
     }
     _ = writeln!(o, "producers, from the outputs back:");
     for d in &f.log {

@@ -640,3 +640,37 @@ fn generate_profiles_the_decode_step() {
     check(&got["profile"], got["step_kernels"].as_u64().unwrap(), got["step_bytes_moved"].as_u64().unwrap(), 6);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `explain` shows a decode step's cache write as the runtime compiles it: for a GPU the
+/// write's kernel dissolves into the matrix–vector product reading the cache, a side window
+/// of that kernel; for a CPU adapter (a tiled product) it stays a kernel of its own, as it does
+/// where the new cache is an output rather than the parameter's update.
+#[test]
+fn explain_shows_cache_writes_as_side_windows_of_the_products_reading_them() {
+    use fusegraph::{text, DType, GraphBuilder};
+    let b = GraphBuilder::new();
+    let cache = b.parameter("cache", DType::F32, [4, 64, 16]).unwrap();
+    let x = b.input("x", DType::F32, [1, 64]).unwrap();
+    let q = b.input("q", DType::F32, [4, 1, 16]).unwrap();
+    let pos = b.input("pos", DType::I32, Vec::<usize>::new()).unwrap();
+    let new = cache.dynamic_update_slice(&x.reshape([4, 1, 16]).unwrap(), &pos, 1).unwrap();
+    let scores = q.matmul(&new.transpose(&[0, 2, 1]).unwrap()).unwrap();
+    let path = std::env::temp_dir().join(format!("fusegraph_windows_{}.ir", std::process::id()));
+    let file = path.to_str().unwrap();
+    let mut counts = Vec::new();
+    let update = vec![("cache".to_string(), new.id())];
+    for (outputs, updates) in [(vec![scores.id()], update), (vec![scores.id(), new.id()], Vec::new())] {
+        let program = text::Program { graph: b.graph(), outputs, updates };
+        std::fs::write(&path, text::print_program(&program)).unwrap();
+        for args in [vec!["explain", file], vec!["explain", file, "--cpu"]] {
+            let out = fusegraph(&args, None);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let text = String::from_utf8(out.stdout).unwrap();
+            let kernels: usize = text.lines().find_map(|l| l.strip_suffix(" kernels:")).unwrap().parse().unwrap();
+            counts.push((kernels, text.lines().filter(|l| l.contains("(side windows: ")).count()));
+        }
+    }
+    std::fs::remove_file(&path).unwrap();
+    // (GPU, CPU) with the update, then with the new cache an output instead.
+    assert_eq!(counts, [(1, 1), (2, 0), (2, 0), (2, 0)]);
+}

@@ -224,9 +224,10 @@ pub fn plan_graph(g: &Graph, outputs: &[NodeId], opts: &PlanOptions) -> Result<P
     Ok(Planned { kernels, plan, summary, prepared })
 }
 
-/// `(parameter node, value node)` of each update whose parameter name is one reachable
-/// parameter node and whose index names an output.
-fn update_pairs(g: &Graph, outputs: &[NodeId], updates: &[(String, usize)]) -> Result<Vec<(NodeId, NodeId)>> {
+/// `(parameter node, value node)` of each update (a parameter's name and an index into
+/// `outputs`) whose parameter name is one reachable parameter node and whose index names an
+/// output.
+pub fn update_pairs(g: &Graph, outputs: &[NodeId], updates: &[(String, usize)]) -> Result<Vec<(NodeId, NodeId)>> {
     if updates.is_empty() {
         return Ok(Vec::new());
     }

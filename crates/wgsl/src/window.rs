@@ -122,6 +122,9 @@ pub(crate) fn with_side_windows(g: &Graph, main: String, sides: &[(usize, NodeId
         let dims = &m[at..at + m[at..].find(')')?];
         dims.split(',').map(|d| d.trim().parse::<u64>().ok()).product()
     };
+    if sides.is_empty() {
+        return main;
+    }
     let (Some(start), Some(wg)) =
         (main.find("fn main(").and_then(|at| main[at..].find('\n').map(|nl| at + nl + 1)), size(&main))
     else {
