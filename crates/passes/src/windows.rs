@@ -22,7 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 /// outputs, where every output is either an update of `updates` (`(parameter, value)`)
 /// written over a parameter only it reads, in a 32-bit type, or a value no graph output
 /// names; each read by exactly one other kernel, which reads its operands through element
-/// functions ([`reads_by_elements`]: with `gemv`, products of a few rows too); and the
+/// functions (no contraction, an attention kernel, or with `gemv` products of at most
+/// [`GEMV_MAX_ROWS`] rows); and the
 /// kernels it joins stay within `max_bindings`. Other kernels are returned as they are, in
 /// order.
 pub fn fold_windows(
