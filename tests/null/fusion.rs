@@ -679,8 +679,8 @@ fn few_row_products_stay_apart_for_the_matrix_vector_kernel() {
 /// it never joins the product's loop kernel, where one invocation would compute every
 /// product of the row in turn (the whole head in one thread); it takes a row kernel of its
 /// own, with or without the matrix–vector kernel's fusions. Short rows (below
-/// `min_row_len`) reduce in a loop kernel, also apart from the product. Its indices are
-/// stored: it never joins its consumers' kernel either.
+/// `min_row_len`) reduce in a loop kernel, also apart from the product. A long one's indices
+/// are stored: it never joins its consumers' kernel either.
 #[test]
 fn an_argmax_never_joins_the_loop_kernel_of_the_product_it_reads() {
     for (n, row_kernel) in [(300, true), (40, false)] {
@@ -700,14 +700,17 @@ fn an_argmax_never_joins_the_loop_kernel_of_the_product_it_reads() {
             assert!(veto.is_some(), "n = {n}: the product was fused: {:?}", f.log);
         }
     }
-    // Nor does it join its consumers' kernel: its indices are stored (`Veto::IndicesApart`).
-    let mut c = CaseBuilder::new(10);
-    let x = c.input(DType::F32, &[2, 300], Domain::Any);
-    let scores = x.exp().unwrap().mul(&x).unwrap();
-    let total = scores.sum(&[1], true).unwrap();
-    let picked = scores.argmax(1, true).unwrap().cast(DType::F32).unwrap().mul(&total).unwrap();
-    let case = c.finish("picked", &[&picked]);
-    let f = fuse(&case.graph, &case.outputs, &options()).unwrap();
-    let argmax = f.log.iter().find(|d| case.graph.node(d.producer).op.name() == "argmax").expect("the argmax judged");
-    assert_eq!(argmax.veto, Some(Veto::IndicesApart), "{:?}", f.log);
+    // Nor does a long one join its consumers' kernel: its indices are stored
+    // (`Veto::IndicesApart`); a short one (a split argmax's pick among 16 chunks) does.
+    for (len, veto) in [(300, Some(Veto::IndicesApart)), (16, None)] {
+        let mut c = CaseBuilder::new(10);
+        let x = c.input(DType::F32, &[2, len], Domain::Any);
+        let scores = x.exp().unwrap().mul(&x).unwrap();
+        let total = scores.sum(&[1], true).unwrap();
+        let picked = scores.argmax(1, true).unwrap().cast(DType::F32).unwrap().mul(&total).unwrap();
+        let case = c.finish("picked", &[&picked]);
+        let f = fuse(&case.graph, &case.outputs, &options()).unwrap();
+        let argmax = f.log.iter().find(|d| case.graph.node(d.producer).op.name() == "argmax").expect("judged");
+        assert_eq!(argmax.veto, veto, "{len}: {:?}", f.log);
+    }
 }

@@ -126,11 +126,13 @@ pub enum Veto {
     /// its own context; lavapipe lost 20 of 256 column maxima so), so it is computed once
     /// and stored.
     ComparedWithItself,
-    /// An argmax's indices are stored by its own kernel, never computed inside a consumer's:
-    /// there its operand's whole row, and what produces it (a sampling head's masked
-    /// weights, chains of per-row thresholds), would join a kernel that also needs those
-    /// values elsewhere, which keeps the reductions behind them apart (a sampling head's
-    /// halvings each a kernel), for the dispatch of a few indices.
+    /// An argmax over long rows (`FusionOptions::min_row_len`) stores its indices from its
+    /// own kernel, never computed inside a consumer's: there its operand's whole row, and
+    /// what produces it (a sampling head's masked weights, chains of per-row thresholds),
+    /// would join a kernel that also needs those values elsewhere, which keeps the
+    /// reductions behind them apart (a sampling head's halvings each a kernel), for the
+    /// dispatch of a few indices. (A short one — a split argmax's pick among its chunks'
+    /// maxima — joins its consumer.)
     IndicesApart,
     /// The cost model estimates no gain.
     NoBenefit,
@@ -167,7 +169,7 @@ impl std::fmt::Display for Veto {
                 f,
                 "compared with a value computed from it: stored once, as a recomputed copy may round differently"
             ),
-            Veto::IndicesApart => write!(f, "an argmax's indices are stored by a kernel of its own"),
+            Veto::IndicesApart => write!(f, "an argmax over long rows stores its indices from a kernel of its own"),
             Veto::NoBenefit => write!(f, "the cost model estimates no gain"),
         }
     }
@@ -673,7 +675,7 @@ fn try_fuse(ctx: &Ctx, groups: &mut Groups, home: usize, p: NodeId, peak: &mut u
     if ctx.compared.contains(&p) {
         return Some(Veto::ComparedWithItself);
     }
-    if matches!(g.node(p).op, Op::ArgMax { .. }) {
+    if matches!(g.node(p).op, Op::ArgMax { .. }) && ctx.long_rows(p) {
         return Some(Veto::IndicesApart);
     }
     if targets.is_empty() {

@@ -443,11 +443,7 @@ impl Ctx<'_> {
             return loop_kind;
         }
         let row = self.row_kind(members, outs, &reduces);
-        let long = reduces.iter().any(|&r| {
-            let Some(axes) = g.node(r).op.reduced_axes() else { return false };
-            let d = g.ty(g.operands(r)[0]).shape.dims().to_vec();
-            axes.iter().map(|&a| d[a]).product::<usize>() >= self.opts.min_row_len
-        });
+        let long = reduces.iter().any(|&r| self.long_rows(r));
         match (loop_kind, row) {
             (Ok(l), Ok(r)) => Ok(if long { r } else { l }),
             // A loop kernel reduces each output's row serially in one invocation: fine for
@@ -458,6 +454,14 @@ impl Ctx<'_> {
             (Err(_), Ok(r)) => Ok(r),
             (Err(e), Err(re)) => Err(if e == Veto::DuplicatesExpensive && reduces.len() > 1 { re } else { e }),
         }
+    }
+
+    /// Whether reduction `r` (a reduce or an argmax) reduces rows of at least
+    /// `FusionOptions::min_row_len` elements: a row kernel's, not one invocation's.
+    pub(super) fn long_rows(&self, r: NodeId) -> bool {
+        let Some(axes) = self.g.node(r).op.reduced_axes() else { return false };
+        let d = self.g.ty(self.g.operands(r)[0]).shape.dims();
+        axes.iter().map(|&a| d[a]).product::<usize>() >= self.opts.min_row_len
     }
 
     pub(super) fn upstream(&self, members: &BTreeSet<NodeId>, from: NodeId, targets: &BTreeSet<NodeId>) -> bool {
