@@ -13,6 +13,12 @@
 //! - **top-p** keeps the most likely tokens whose probabilities reach `p` (the smallest such
 //!   set; ties with its least likely token kept): the largest threshold `t` with
 //!   `sum(e ≥ t) ≥ p · sum(e)` over `e = exp(z − max)` of the kept tokens, by halving too.
+//! - Either threshold converges onto a token's own value, so keeping `z ≥ lo` would be an
+//!   exact tie, and kernels that recompute `lo` (fusion recomputes cheap values where they
+//!   are read) may round it an ulp apart: one kernel's sums then held a token another
+//!   dropped, and a draw landed 17 tokens off the reference's. Each filter keeps the values
+//!   ≥ `lo` less [`MARGIN`] of its search's width instead: the token on the threshold
+//!   always, and a value within that margin below it too (a near-tie, kept as a tie is).
 //! - **the draw** is the token `i` where the running sum of the kept `e`, in vocabulary
 //!   order, first passes `uniform · sum(e)`: a halving of the index range (⌈log₂ vocab⌉
 //!   sums of prefixes). The distribution is the renormalized softmax of the kept tokens.
@@ -21,6 +27,11 @@ use crate::{DType, HostTensor, Result, Tensor};
 
 /// Halvings of the value ranges that find the top-k and top-p thresholds.
 pub const HALVINGS: usize = 32;
+
+/// What each filter keeps below its threshold, as a fraction of its search's width
+/// (2⁻²⁰: a few ulps of a threshold near the width, far below the gaps between 3,000
+/// logits).
+pub const MARGIN: f64 = 1.0 / (1u64 << 20) as f64;
 
 /// How the next token is chosen from the logits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -115,8 +126,9 @@ fn sampled(logits: &Tensor, top_k: bool, top_p: bool) -> Result<Tensor> {
             Ok(count.ge(&k)?)
         };
         let min = z.min(&[1], true)?;
-        let lo = halve(min.clone(), &max.add_scalar(1.0)?.sub(&min)?, HALVINGS, &at_least)?;
-        keep = z.ge(&wide(&lo)?)?;
+        let width = max.add_scalar(1.0)?.sub(&min)?;
+        let lo = halve(min.clone(), &width, HALVINGS, &at_least)?;
+        keep = z.ge(&wide(&lo.sub(&width.mul_scalar(MARGIN)?)?)?)?;
     }
     let mut e = keep.select(&z.sub(&wide(&max)?)?.exp()?, &zero)?;
     if top_p {
@@ -128,7 +140,7 @@ fn sampled(logits: &Tensor, top_k: bool, top_p: bool) -> Result<Tensor> {
         // Up to the most likely token's `e` (1): it is always kept.
         let one = b.full(DType::F32, [batch, 1], 1.0)?;
         let lo = halve(b.full(DType::F32, [batch, 1], 0.0)?, &one, HALVINGS, &mass)?;
-        e = e.ge(&wide(&lo)?)?.select(&e, &zero)?;
+        e = e.ge(&wide(&lo.add_scalar(-MARGIN)?)?)?.select(&e, &zero)?;
     }
     // The draw: the first index whose running sum passes `uniform · sum(e)`, keeping
     // `prefix(lo) ≤ target < prefix(hi)`.

@@ -298,9 +298,12 @@ fn tokens_chosen_on_the_device() {
     assert!(err.contains("top_p must be in (0, 1]"), "{err}");
 }
 
-/// The sampling head on the device, fused as a step compiles it (in this adapter's kernel
-/// forms and in a GPU's), against the CPU reference of the same graph: random logits of a
-/// 3,000-token vocabulary, every filter mix, random draws.
+/// The sampling head on the device, fused as a step compiles it (with this adapter's
+/// measured cost model and forms, with none measured — where the top-p threshold recomputed
+/// in two kernels once dropped the token on it from one kernel's sums — and in a GPU's
+/// forms), against
+/// the CPU reference of the same graph: random logits of a 3,000-token vocabulary, every
+/// filter mix, random draws.
 #[test]
 fn sampled_ids_on_the_device_match_the_reference() {
     use fusegraph::crates::reference::evaluate;
@@ -320,7 +323,11 @@ fn sampled_ids_on_the_device_match_the_reference() {
         Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap(),
     );
     let settings = [(1.0, None, None), (0.7, Some(40), None), (1.2, None, Some(0.8)), (1.0, Some(200), Some(0.6))];
-    for (device, (t, k, p)) in [Device::shared().unwrap(), gpu_forms].iter().flat_map(|d| settings.map(|s| (d, s))) {
+    let unmeasured = std::sync::Arc::new(
+        Device::new(&fusegraph::DeviceOptions { autotune: Some(false), ..Default::default() }).unwrap(),
+    );
+    let devices = [(Device::shared().unwrap(), "measured"), (unmeasured, "unmeasured"), (gpu_forms, "GPU forms")];
+    for ((device, which), (t, k, p)) in devices.iter().flat_map(|d| settings.map(|s| (d, s))) {
         let s = Sampling { temperature: t, top_k: k, top_p: p, seed: 0 };
         let b = GraphBuilder::new();
         let x = b.input("logits", DType::F32, [batch, vocab]).unwrap();
@@ -337,7 +344,7 @@ fn sampled_ids_on_the_device_match_the_reference() {
             assert_eq!(
                 got[0].as_slice::<i32>(),
                 want[0].as_slice::<i32>(),
-                "{s:?}, round {round}, {}",
+                "{s:?}, round {round}, {} ({which})",
                 device.describe()
             );
         }
