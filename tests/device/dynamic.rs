@@ -244,23 +244,20 @@ fn a_window_kernel_also_stores_its_other_outputs_whole() {
 
 /// A decode step's attention in the matrix–vector kernel's forms (a GPU's): the new key and
 /// value, views of one product, are written into their caches by the products that read the
-/// caches' live positions — side windows of those kernels, no window kernel — and the
+/// caches' live positions, or by the fused attention kernel — side windows of those
+/// kernels, no window kernel — and the
 /// outputs and both caches equal the reference's step after step, at positions inside the
 /// live slice, past it (written, not read) and clamped past the cache.
 #[test]
 fn cache_writes_join_the_attention_products_in_gpu_forms() {
-    use fusegraph::{DeviceOptions, KernelForm};
+    use fusegraph::{DeviceOptions, FusedAttention, KernelForm};
     let device = std::sync::Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
     let (heads, len, live, dim, width) = (2, 128, 64, 16, 32);
-    let store = ParamStore::new(&device);
-    let mut params = BTreeMap::from([
+    let initial = BTreeMap::from([
         ("k_cache".to_string(), values(&[heads, len, dim], 90)),
         ("v_cache".to_string(), values(&[heads, len, dim], 91)),
         ("w".to_string(), values(&[width, 2 * heads * dim], 92)),
     ]);
-    for (name, t) in &params {
-        store.insert(name, t).unwrap();
-    }
     let b = GraphBuilder::new();
     let param = |name: &str, dims: &[usize]| b.parameter(name, DType::F32, dims.to_vec()).unwrap();
     let (kc, vc, w) = (
@@ -280,29 +277,49 @@ fn cache_writes_join_the_attention_products_in_gpu_forms() {
     let scores = q.matmul(&live_of(&new_k).transpose(&[0, 2, 1]).unwrap()).unwrap().mul_scalar(0.25).unwrap();
     let out = scores.softmax(2).unwrap().matmul(&live_of(&new_v)).unwrap();
     let g = b.graph();
-    let updates = vec![("k_cache".into(), new_k.id()), ("v_cache".into(), new_v.id())];
-    let exe = store.compile(&g, &[out.id()], &CompileOptions { updates, ..Default::default() }).unwrap();
-    let kernels = || exe.stats().kernels.iter().map(|k| (k.label.clone(), k.form, k.windows)).collect::<Vec<_>>();
-    let stats = exe.stats();
-    assert!(stats.kernels.iter().all(|k| k.form != KernelForm::Window), "{:?}", kernels());
-    let sides: Vec<_> = stats.kernels.iter().filter(|k| k.windows).collect();
-    assert_eq!(sides.len(), 2, "{:?}", kernels());
-    assert!(sides.iter().all(|k| matches!(k.form, KernelForm::Gemv { .. })), "{:?}", kernels());
-    // Each reads a cache's live positions and writes one position of it, no more.
-    let cache = (heads * len * dim * 4) as u64;
-    assert!(sides.iter().all(|k| k.bytes_moved < cache / 2 + 4096), "{:?}", kernels());
     let close = |a: &[f64], b: &[f64]| {
         a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-4 * y.abs().max(1.0))
     };
-    for (step, p) in [0i32, 5, 63, 100, 500].into_iter().enumerate() {
-        let (xv, qv) = (values(&[1, width], 100 + step as u64), values(&[heads, 1, dim], 110 + step as u64));
-        let feeds = BTreeMap::from([("x".into(), xv.clone()), ("q".into(), qv.clone()), ("pos".into(), scalar(p))]);
-        let want = evaluate(&g, &[out.id(), new_k.id(), new_v.id()], &feeds, &params).unwrap();
-        let got = exe.run(&[("x", &xv), ("q", &qv), ("pos", &scalar(p))]).unwrap();
-        assert!(close(&got[0].to_f64(), &want[0].to_f64()), "step {step} (position {p}): attention");
-        for (name, new) in [("k_cache", &want[1]), ("v_cache", &want[2])] {
-            assert!(close(&store.get(name).unwrap().to_f64(), &new.to_f64()), "step {step}: {name}");
-            params.insert(name.into(), new.clone());
+    // The two products, then one fused attention kernel, writing both windows.
+    for fused in [false, true] {
+        let store = ParamStore::new(&device);
+        let mut params = initial.clone();
+        for (name, t) in &params {
+            store.insert(name, t).unwrap();
+        }
+        let opts = CompileOptions {
+            updates: vec![("k_cache".into(), new_k.id()), ("v_cache".into(), new_v.id())],
+            fused_attention: if fused { FusedAttention::Always } else { FusedAttention::default() },
+            ..Default::default()
+        };
+        let exe = store.compile(&g, &[out.id()], &opts).unwrap();
+        let kernels = || exe.stats().kernels.iter().map(|k| (k.label.clone(), k.form, k.windows)).collect::<Vec<_>>();
+        let stats = exe.stats();
+        assert!(stats.kernels.iter().all(|k| k.form != KernelForm::Window), "{:?}", kernels());
+        let sides: Vec<_> = stats.kernels.iter().filter(|k| k.windows).collect();
+        match fused {
+            false => assert!(
+                sides.len() == 2 && sides.iter().all(|k| matches!(k.form, KernelForm::Gemv { .. })),
+                "{:?}",
+                kernels()
+            ),
+            true => {
+                assert!(sides.len() == 1 && matches!(sides[0].form, KernelForm::Attention { .. }), "{:?}", kernels())
+            }
+        }
+        // They read the caches' live positions and write one position of each, no more.
+        let cache = (heads * len * dim * 4) as u64;
+        assert!(sides.iter().all(|k| k.bytes_moved < cache + 4096), "{:?}", kernels());
+        for (step, p) in [0i32, 5, 63, 100, 500].into_iter().enumerate() {
+            let (xv, qv) = (values(&[1, width], 100 + step as u64), values(&[heads, 1, dim], 110 + step as u64));
+            let feeds = BTreeMap::from([("x".into(), xv.clone()), ("q".into(), qv.clone()), ("pos".into(), scalar(p))]);
+            let want = evaluate(&g, &[out.id(), new_k.id(), new_v.id()], &feeds, &params).unwrap();
+            let got = exe.run(&[("x", &xv), ("q", &qv), ("pos", &scalar(p))]).unwrap();
+            assert!(close(&got[0].to_f64(), &want[0].to_f64()), "fused {fused}, step {step} (position {p}): attention");
+            for (name, new) in [("k_cache", &want[1]), ("v_cache", &want[2])] {
+                assert!(close(&store.get(name).unwrap().to_f64(), &new.to_f64()), "fused {fused}, step {step}: {name}");
+                params.insert(name.into(), new.clone());
+            }
         }
     }
 }

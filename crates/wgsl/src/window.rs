@@ -125,11 +125,9 @@ pub(crate) fn with_side_windows(g: &Graph, main: String, sides: &[(usize, NodeId
     if sides.is_empty() {
         return main;
     }
-    let (Some(start), Some(wg)) =
-        (main.find("fn main(").and_then(|at| main[at..].find('\n').map(|nl| at + nl + 1)), size(&main))
-    else {
-        return main;
-    };
+    // Every form's `main` declares its workgroup size and takes `MAIN_ARGS`.
+    let start = main.find("fn main(").and_then(|at| main[at..].find('\n').map(|nl| at + nl + 1));
+    let (start, wg) = start.zip(size(&main)).expect("a kernel form's main with its workgroup size");
     let mut out = main[..start].to_string();
     let _ = writeln!(out, "    let fg_stride = nwg.x * nwg.y * {wg}u;");
     let _ = writeln!(out, "    let fg_first = (wid.y * nwg.x + wid.x) * {wg}u + lid;");
