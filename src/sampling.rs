@@ -15,8 +15,8 @@
 //!   `sum(e ≥ t) ≥ p · sum(e)` over `e = exp(z − max)` of the kept tokens, by halving too.
 //! - Either threshold converges onto a token's own value, so keeping `z ≥ lo` would be an
 //!   exact tie, and kernels that recompute `lo` (fusion recomputes cheap values where they
-//!   are read) may round it an ulp apart: one kernel's sums then held a token another
-//!   dropped, and a draw landed 17 tokens off the reference's. Each filter keeps the values
+//!   are read) may round it an ulp apart: one kernel's sums would hold a token another
+//!   drops, and a draw would land on another token. Each filter keeps the values
 //!   ≥ `lo` less [`MARGIN`] of its search's width instead: the token on the threshold
 //!   always, and a value within that margin below it too (a near-tie, kept as a tie is).
 //! - **the draw** is the token `i` where the running sum of the kept `e`, in vocabulary

@@ -230,10 +230,30 @@ pub fn gemv_prologue_bytes(
 /// stored `[out, in]` and read transposed, as PyTorch and GGUF store them. `None` for any
 /// other right operand.
 pub fn rhs_along_k(g: &Graph, members: &[NodeId], mm: NodeId) -> Option<NodeId> {
+    rhs_below_swaps(g, members, mm, false)
+}
+
+/// Whether a matmul's right operand lies along `k` in memory: as [`rhs_along_k`], also
+/// through slices that step by one along that axis (a cache's live positions) and dynamic
+/// update slices' operands (a cache written in the kernel: outside the window, its elements
+/// where they lie). The matrix–vector kernel then reads four adjacent `k` a step;
+/// [`rhs_along_k`] names the binding where nothing lies between.
+pub fn rhs_contiguous_k(g: &Graph, members: &[NodeId], mm: NodeId) -> bool {
+    rhs_below_swaps(g, members, mm, true).is_some()
+}
+
+/// The value below `mm`'s right operand, an odd number of swaps of its last two axes away
+/// through casts (and, where `views`, unit-step slices along the axis that becomes `k` and
+/// dynamic update slices' operands); `None` past anything else.
+fn rhs_below_swaps(g: &Graph, members: &[NodeId], mm: NodeId, views: bool) -> Option<NodeId> {
     let (mut n, mut swapped) = (g.operands(mm)[1], false);
     while members.contains(&n) {
         match &g.node(n).op {
             Op::Cast { .. } => {}
+            Op::DynamicUpdateSlice { .. } if views => {}
+            // Adjacent along the axis that becomes `k` (the last below an odd number of swaps).
+            Op::Slice { stride, .. }
+                if views && stride.len() >= 2 && stride[stride.len() - 2 + usize::from(swapped)] == 1 => {}
             Op::Transpose { perm } if swaps_last_two(perm) => swapped = !swapped,
             _ => return None,
         }
@@ -246,27 +266,6 @@ pub fn rhs_along_k(g: &Graph, members: &[NodeId], mm: NodeId) -> Option<NodeId> 
 fn swaps_last_two(perm: &[usize]) -> bool {
     let r = perm.len();
     r >= 2 && perm[r - 2] == r - 1 && perm[r - 1] == r - 2 && perm[..r - 2].iter().enumerate().all(|(a, &p)| a == p)
-}
-
-/// Whether a matmul's right operand lies along `k` in memory: below casts, an odd number of
-/// swaps of the last two axes of a value the kernel reads, through slices that step by one
-/// along that axis (a cache's live positions) and dynamic update slices' operands (a
-/// cache written in the kernel: outside the window, its elements where they lie). The
-/// matrix–vector kernel then reads four adjacent `k` a step; [`rhs_along_k`] names the
-/// binding where nothing lies between.
-pub fn rhs_contiguous_k(g: &Graph, members: &[NodeId], mm: NodeId) -> bool {
-    let (mut n, mut swapped) = (g.operands(mm)[1], false);
-    while members.contains(&n) {
-        match &g.node(n).op {
-            Op::Cast { .. } | Op::DynamicUpdateSlice { .. } => {}
-            // Adjacent along the axis that becomes `k` (the last below an odd number of swaps).
-            Op::Slice { stride, .. } if stride.len() >= 2 && stride[stride.len() - 2 + usize::from(swapped)] == 1 => {}
-            Op::Transpose { perm } if swaps_last_two(perm) => swapped = !swapped,
-            _ => return false,
-        }
-        n = g.operands(n)[0];
-    }
-    swapped
 }
 
 /// The row prologue of a kernel of products of at most [`GEMV_MAX_ROWS`] rows (fusion's

@@ -98,9 +98,8 @@ fn fold(
         .into_iter()
         .map(|(c, (moved, stored))| {
             let into = &kernels[c];
-            let mut members: Vec<NodeId> = into.members.iter().copied().chain(moved).collect();
+            let mut members: Vec<NodeId> = moved.union(&into.members.iter().copied().collect()).copied().collect();
             members.sort_by_key(|m| position.get(m).copied().unwrap_or(usize::MAX));
-            members.dedup();
             let mut outs = into.outputs.clone();
             outs.extend(stored);
             let inputs = kernel_inputs(g, &members);
@@ -112,8 +111,8 @@ fn fold(
 
 /// Whether kernel `k` reads its operands through their element functions in every form, so
 /// that a side window's element function costs it a comparison per element: an attention
-/// kernel, one with no contraction, or (with `gemv`, the matrix–vector kernel's forms) products of at most
-/// [`GEMV_MAX_ROWS`] rows. A tiled or subgroup product reads its operands' bindings as
+/// kernel, one with no contraction, or (with `gemv`, the matrix–vector kernel's forms)
+/// products of at most [`GEMV_MAX_ROWS`] rows. A tiled or subgroup product reads its operands' bindings as
 /// vectors or textures where it can, which a window's operand would prevent.
 fn reads_by_elements(g: &Graph, k: &Kernel, gemv: bool) -> bool {
     matches!(k.kind, KernelKind::Attention { .. })
