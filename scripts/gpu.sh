@@ -253,12 +253,15 @@ run() {
             # the whole 1,024-position cache, the step's kernels, bytes, time and host share
             # at positions 16 and 1,000 (a step per cache length: 64 … 1,024 positions), and
             # each kernel's time there (--profile: GPU timestamps, grouped).
-            # Then f32 with fused attention (a kernel per layer for scores, softmax and sum).
-            for run in f32 f16 f32-fa; do
-                local dt=${run%-fa} fa=""
-                [ "$run" = f32-fa ] && fa=--fused-attention
+            # Then f16 with fused attention (a kernel per layer for scores, softmax and sum),
+            # with each step fed its ids on the device while the last is read (the default)
+            # and with each step's ids read back before the next is submitted (sync).
+            for run in f32 f16 f16-fa f16-fa-sync; do
+                local dt=${run%%-*} fa="" sync=""
+                case "$run" in *-fa*) fa=--fused-attention ;; esac
+                case "$run" in *-sync) sync=--no-overlap ;; esac
                 echo "== generate, GPT-2 124M shapes, $run, batch 1" | tee -a "$OUT/gpt2.log"
-                timeout 100 $B/fusegraph generate --random-config tests/data/configs/gpt2-124m.json --dtype $dt $fa \
+                timeout 100 $B/fusegraph generate --random-config tests/data/configs/gpt2-124m.json --dtype $dt $fa $sync \
                     --prompt-ids 1,2 --tokens 1010 --max-seq 1024 --warmup 8 --ignore-eos --report-at 16,1000 \
                     --profile 5 --json "$OUT/gpt2-$run-b1.json" 2>&1 | grep -E "^(prefill|step at|compiled|profile| )" \
                     | tee -a "$OUT/gpt2.log"

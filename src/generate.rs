@@ -4,16 +4,21 @@
 //! keys and values written into the caches in place), both bound to the model's
 //! [`ParamStore`], where the caches live as parameters.
 //!
-//! A decode step attends to the whole cache under a mask of the positions written so far, so
-//! its work does not grow with the position: its time stays flat as the sequence grows.
-//! The step's executable also chooses the next tokens ([`crate::sampling`]: greedy, or
-//! temperature, top-k and top-p sampling from a seeded draw per sequence fed each step), so
-//! one id per sequence is read back, never the logits.
+//! A decode step attends over the live part of the cache ([`Generator::live_for`]), so its
+//! work grows with the position, not with the cache's length. The step's executable also
+//! chooses the next tokens ([`crate::sampling`]: greedy, or temperature, top-k and top-p
+//! sampling from a seeded draw per sequence fed each step), so one id per sequence is read
+//! back, never the logits. The chosen ids also feed the next step on the device
+//! ([`crate::Feed::Output`]): step `t + 1` is submitted before step `t`'s ids are read, so the
+//! device runs the steps back to back while the host encodes the next and reads the last
+//! ([`Generator::overlap_steps`]).
 
 use crate::nn::causal::{CausalLm, Kv};
 use crate::sampling::Head;
 pub use crate::sampling::Sampling;
-use crate::{CompileOptions, DType, Error, Executable, GraphBuilder, HostTensor, ParamStore, Result, Tensor};
+use crate::{
+    CompileOptions, DType, Error, Executable, Feed, GraphBuilder, HostTensor, ParamStore, Result, Submitted, Tensor,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,11 +31,14 @@ pub struct Generation {
     pub tokens: Vec<Vec<i32>>,
     /// Wall time of the prefill run (upload, run, readback of the last logits), in ms.
     pub prefill_ms: f64,
-    /// Wall time of each decode step, in ms: `step_ms[i]` wrote position `prompt + i`.
+    /// Wall time of each decode step, in ms: from the previous token (the prefill's for the
+    /// first) to this step's, read back on the host; `step_ms[i]` wrote position
+    /// `prompt + i`. With overlapped steps the device has started on it before.
     pub step_ms: Vec<f64>,
     /// The host's share of each decode step, in ms (encoding, submitting, reading back: the
     /// step's wall time less its wait for the device; see
-    /// [`Executable::last_run_host_ms`](crate::Executable::last_run_host_ms)).
+    /// [`Executable::last_run_host_ms`](crate::Executable::last_run_host_ms)), which
+    /// overlapped steps hide behind the device's work on the step before.
     pub step_host_ms: Vec<f64>,
     /// New tokens over all sequences per second of decoding (prefill excluded).
     pub tokens_per_s: f64,
@@ -45,21 +53,39 @@ fn step_feeds(
     head: Head,
     sampling: &Sampling,
     rng: &mut Rng,
-    ids: HostTensor,
+    rows: usize,
+    ids: Option<HostTensor>,
 ) -> Result<Vec<(&'static str, HostTensor)>> {
     // A draw in [0, 1) as an f32 (an f64 just below 1 rounds to 1).
-    let draws = (0..ids.shape().dims()[0]).map(|_| (rng.uniform() as f32).min(1.0 - f32::EPSILON / 2.0)).collect();
+    let draws = (0..rows).map(|_| (rng.uniform() as f32).min(1.0 - f32::EPSILON / 2.0)).collect();
     let mut feeds = head.feeds(sampling, draws)?;
-    feeds.push(("ids", ids));
+    feeds.extend(ids.map(|ids| ("ids", ids)));
     Ok(feeds)
 }
 
-/// Runs a step executable (prefill or decode, ending in a choosing head) on `feeds`: the id
-/// chosen for each row.
-fn chosen_ids(exe: &Executable, feeds: &[(&'static str, HostTensor)]) -> Result<Vec<i32>> {
-    let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (*n, t)).collect();
-    let out = exe.run(&refs)?.remove(0);
+/// Submits a step executable (prefill or decode, ending in a choosing head) with the host's
+/// `feeds` and, where given, its ids from a run in flight.
+fn submit_step<'e>(
+    exe: &'e Executable,
+    feeds: &[(&'static str, HostTensor)],
+    ids: Option<&Submitted<'_>>,
+) -> Result<Submitted<'e>> {
+    let mut refs: Vec<(&str, Feed)> = feeds.iter().map(|(n, t)| (*n, Feed::Host(t))).collect();
+    if let Some(run) = ids {
+        refs.push(("ids", Feed::Output(run, 0)));
+    }
+    Ok(exe.submit(&refs)?)
+}
+
+/// The id a step's run chose for each row.
+fn chosen_ids(run: Submitted<'_>) -> Result<Vec<i32>> {
+    let out = run.wait()?.remove(0);
     Ok(out.as_slice::<i32>().expect("the chosen i32 ids").to_vec())
+}
+
+/// Runs a step executable on the host's `feeds`: the id chosen for each row.
+fn run_step(exe: &Executable, feeds: &[(&'static str, HostTensor)]) -> Result<Vec<i32>> {
+    chosen_ids(submit_step(exe, feeds, None)?)
 }
 
 /// The fewest cache positions a decode step attends over ([`Generator::live_for`]).
@@ -82,6 +108,8 @@ pub struct Generator {
     prefill: BTreeMap<(usize, Head), Executable>,
     /// A [`Batcher`]'s prefills of one row, by prompt-length bucket and what they return.
     row_prefill: BTreeMap<(usize, Head), Executable>,
+    /// Whether each step is submitted before the last one's ids are read.
+    overlap: bool,
 }
 
 /// The sampling generator: the workspace's seeded PCG.
@@ -138,6 +166,7 @@ impl Generator {
             decode: BTreeMap::new(),
             prefill: BTreeMap::new(),
             row_prefill: BTreeMap::new(),
+            overlap: true,
         };
         g.decode(Head::Logits, max_seq)?;
         Ok(g)
@@ -186,6 +215,14 @@ impl Generator {
     /// sequence runs to its length.
     pub fn stop_at(&mut self, tokens: Vec<i32>) {
         self.stop = tokens;
+    }
+
+    /// Whether [`Generator::generate`] submits each decode step before it reads the last
+    /// step's ids, feeding them on the device (on, the default), or reads each step's ids
+    /// and feeds them to the next from the host (off: the device waits for the host between
+    /// steps). The tokens are the same either way.
+    pub fn overlap_steps(&mut self, on: bool) {
+        self.overlap = on;
     }
 
     fn cache_params(b: &GraphBuilder, caches: &[(String, String)], shape: [usize; 4]) -> Result<Vec<Kv>> {
@@ -273,9 +310,8 @@ impl Generator {
         if pos >= self.max_seq {
             return Err(Error::Config(format!("profile_step: position {pos} is past the cache's {}", self.max_seq)));
         }
-        let mut feeds = step_feeds(Head::of(sampling), sampling, &mut Rng::new(sampling.seed), {
-            HostTensor::new([self.batch, 1], vec![0i32; self.batch])?
-        })?;
+        let ids = HostTensor::new([self.batch, 1], vec![0i32; self.batch])?;
+        let mut feeds = step_feeds(Head::of(sampling), sampling, &mut Rng::new(sampling.seed), self.batch, Some(ids))?;
         feeds.push(("pos", HostTensor::new([self.batch], vec![pos as i32; self.batch])?));
         let refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (*n, t)).collect();
         Ok(exe.profile(&refs, 1, runs.max(1))?)
@@ -342,15 +378,41 @@ impl Generator {
             let live = self.live_for(pos);
             self.decode(head, live)?;
         }
-        let feeds = |ids: HostTensor, rng: &mut Rng| step_feeds(head, sampling, rng, ids);
-        let first = feeds(ids, &mut rng)?;
+        // A decode step's host feeds: its draws, its position, and its ids where they come
+        // from the host.
+        let decode_feeds = |rng: &mut Rng, ids: Option<&[i32]>, pos: usize| -> Result<Vec<(&str, HostTensor)>> {
+            let ids = ids.map(|ids| HostTensor::new([batch, 1], ids.to_vec())).transpose()?;
+            let mut f = step_feeds(head, sampling, rng, batch, ids)?;
+            f.push(("pos", HostTensor::new([batch], vec![pos as i32; batch])?));
+            Ok(f)
+        };
+        let first = step_feeds(head, sampling, &mut rng, batch, Some(ids))?;
         let start = Instant::now();
-        let mut next = chosen_ids(&self.prefill[&(len, head)], &first)?;
-        let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
+        let mut run = submit_step(&self.prefill[&(len, head)], &first, None)?;
+        let mut prefill_ms = 0.0;
+        let mut last = start;
         let mut step_ms = Vec::with_capacity(new_tokens);
         let mut step_host_ms = Vec::with_capacity(new_tokens);
         let mut ended = vec![false; batch];
         for step in 0..new_tokens {
+            // Step `step + 1` writes position `len + step` and needs this run's ids.
+            let decode = &self.decode[&(head, self.live_for(len + step))];
+            let ahead = match self.overlap && step + 1 < new_tokens {
+                true => Some(submit_step(decode, &decode_feeds(&mut rng, None, len + step)?, Some(&run))?),
+                false => None,
+            };
+            let exe = run.executable();
+            let next = chosen_ids(run)?;
+            let host_ms = exe.last_run_host_ms();
+            let now = Instant::now();
+            match step {
+                0 => prefill_ms = (now - start).as_secs_f64() * 1e3,
+                _ => {
+                    step_ms.push((now - last).as_secs_f64() * 1e3);
+                    step_host_ms.push(host_ms);
+                }
+            }
+            last = now;
             let mut chosen = vec![None; batch];
             for (((seq, &t), ended), chosen) in tokens.iter_mut().zip(&next).zip(&mut ended).zip(&mut chosen) {
                 if !*ended {
@@ -363,13 +425,10 @@ impl Generator {
             if step + 1 == new_tokens || ended.iter().all(|&e| e) {
                 break;
             }
-            let mut step_feeds = feeds(HostTensor::new([batch, 1], next.clone())?, &mut rng)?;
-            step_feeds.push(("pos", HostTensor::new([batch], vec![(len + step) as i32; batch])?));
-            let t0 = Instant::now();
-            let decode = &self.decode[&(head, self.live_for(len + step))];
-            next = chosen_ids(decode, &step_feeds)?;
-            step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
-            step_host_ms.push(decode.last_run_host_ms());
+            run = match ahead {
+                Some(a) => a,
+                None => submit_step(decode, &decode_feeds(&mut rng, Some(&next), len + step)?, None)?,
+            };
         }
         let decode_s = step_ms.iter().sum::<f64>() / 1e3;
         let tokens_per_s = if decode_s > 0.0 { (batch * step_ms.len()) as f64 / decode_s } else { f64::NAN };

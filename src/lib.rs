@@ -32,10 +32,10 @@ pub use fusegraph_ir::{
     NodeId, Op, PoolKind, ReduceKind, Shape, Tensor, TensorType, UnaryOp,
 };
 pub use fusegraph_runtime::{
-    Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, FeedName, FusedAttention, FusionMode,
-    GemmShape, KernelForm, KernelForms, KernelStats, KernelTime, MatmulFamily, MatmulTiling, Outputs, ParamStore,
-    Profile, Recorded, ReduceFill, RuntimeError, SplitK, SplitReductions, Spread, TunedFamily, TunedForm, TunedSplit,
-    TunedTiling,
+    Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, Feed, FeedName, FusedAttention,
+    FusionMode, GemmShape, KernelForm, KernelForms, KernelStats, KernelTime, MatmulFamily, MatmulTiling, Outputs,
+    ParamStore, Profile, Recorded, ReduceFill, RuntimeError, SplitK, SplitReductions, Spread, Submitted, TunedFamily,
+    TunedForm, TunedSplit, TunedTiling,
 };
 
 pub use error::{Error, Result};

@@ -1,7 +1,7 @@
 //! Continuous batching: one decode step serves the generator's `batch` rows, each a sequence
 //! at its own position; a sequence joins a free row between steps and leaves when it ends.
 
-use super::{chosen_ids, step_feeds, Generator, Rng};
+use super::{run_step, step_feeds, Generator, Rng};
 use crate::sampling::{Head, Sampling};
 use crate::{Error, HostTensor, Result};
 
@@ -128,10 +128,11 @@ impl Batcher<'_> {
         let bucket = len.max(PREFILL_BUCKET).next_power_of_two().min(max_seq);
         let mut ids = prompt.clone();
         ids.resize(bucket, 0);
-        let mut feeds = step_feeds(self.head, &self.sampling, &mut self.rng, HostTensor::new([1, bucket], ids)?)?;
+        let mut feeds =
+            step_feeds(self.head, &self.sampling, &mut self.rng, 1, Some(HostTensor::new([1, bucket], ids)?))?;
         feeds.push(("row", HostTensor::new(Vec::<usize>::new(), vec![free as i32])?));
         feeds.push(("last", HostTensor::new(Vec::<usize>::new(), vec![len as i32 - 1])?));
-        let first = chosen_ids(self.gen.row_prefill(bucket, self.head)?, &feeds)?[0];
+        let first = run_step(self.gen.row_prefill(bucket, self.head)?, &feeds)?[0];
         let mut row = Row { id, prompt: len, tokens: prompt, fed: len, max_new };
         self.pending.push((id, first));
         match self.add(&mut row, first) {
@@ -175,9 +176,10 @@ impl Batcher<'_> {
         // next sequence there overwrites from position 0 before it reads it.
         let ids: Vec<i32> = self.rows.iter().map(|r| r.as_ref().map_or(0, |r| r.tokens[r.fed])).collect();
         let pos: Vec<i32> = self.rows.iter().map(|r| r.as_ref().map_or(0, |r| r.fed as i32)).collect();
-        let mut feeds = step_feeds(self.head, &self.sampling, &mut self.rng, HostTensor::new([batch, 1], ids)?)?;
+        let ids = HostTensor::new([batch, 1], ids)?;
+        let mut feeds = step_feeds(self.head, &self.sampling, &mut self.rng, batch, Some(ids))?;
         feeds.push(("pos", HostTensor::new([batch], pos)?));
-        let chosen = chosen_ids(&self.gen.decode[&(self.head, self.gen.live_for(top))], &feeds)?;
+        let chosen = run_step(&self.gen.decode[&(self.head, self.gen.live_for(top))], &feeds)?;
         for (r, t) in chosen.into_iter().enumerate() {
             let Some(mut row) = self.rows[r].take() else { continue };
             row.fed += 1;

@@ -123,3 +123,31 @@ fn sequences_joining_and_leaving_a_batch_get_the_tokens_they_get_alone() {
         assert_eq!(done[id], alone[i], "sequence {i}");
     }
 }
+
+/// Steps submitted before the last one's ids are read (each fed its ids on the device) give
+/// the tokens of steps fed from the host, greedy and sampled, at batch 2, with an
+/// end-of-sequence token ending the generation early (a step already submitted then runs
+/// unread).
+#[test]
+fn overlapped_steps_give_the_tokens_of_steps_fed_from_the_host() {
+    let (loaded, store) = tiny_gpt2(128, 4);
+    let prompts = vec![vec![3, 1, 4, 1, 5], vec![9, 2, 6, 5, 3]];
+    let sampled = Sampling { temperature: 0.9, top_k: Some(20), top_p: Some(0.95), seed: 7 };
+    for sampling in [Sampling::greedy(), sampled] {
+        let run = |overlap: bool, stop: Vec<i32>| {
+            let mut g = Generator::new(&store, loaded.model.clone(), 2, 128, CompileOptions::default()).unwrap();
+            g.stop_at(stop);
+            g.overlap_steps(overlap);
+            let out = g.generate(&prompts, 30, &sampling).unwrap();
+            assert_eq!(out.step_ms.len() + 1, out.tokens.iter().map(|t| t.len() - 5).max().unwrap());
+            out.tokens
+        };
+        let free = run(false, Vec::new());
+        assert_eq!(free, run(true, Vec::new()), "{sampling:?}");
+        // Each sequence's eighth new token as an end: both end by it, the generation early.
+        let stop = vec![free[0][12], free[1][12]];
+        let ended = run(false, stop.clone());
+        assert!(ended.iter().all(|t| t.len() <= 13), "{ended:?}");
+        assert_eq!(ended, run(true, stop), "{sampling:?}");
+    }
+}

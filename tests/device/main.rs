@@ -51,6 +51,7 @@ mod shader_checks;
 mod split_k;
 mod split_reduce;
 mod store;
+mod submit;
 mod threads;
 mod train_accumulate;
 mod train_checkpoint;

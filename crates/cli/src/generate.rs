@@ -86,6 +86,11 @@ pub struct GenerateArgs {
     /// slowest first, with their bytes and rates (and every kernel in `--json`).
     #[arg(long, value_name = "RUNS")]
     profile: Option<usize>,
+    /// Read each decode step's ids back before submitting the next (the device waits for the
+    /// host between steps) instead of feeding them on the device to a step already
+    /// submitted: for comparison; the tokens are the same.
+    #[arg(long)]
+    no_overlap: bool,
     /// Compile the prefill and decode steps with `CompileOptions::fused_attention` always on:
     /// scores, softmax and the weighted sum in one kernel per layer.
     #[arg(long)]
@@ -410,6 +415,7 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
             "model": model.name(),
             "device": device.describe(),
             "batch": a.batch,
+            "overlapped_steps": !a.no_overlap,
             "parameter_bytes": weight_bytes,
             "prompt_text": prompt_text,
             "prompt_ids": prompt,
@@ -516,6 +522,7 @@ fn generator_for(
     if a.ignore_eos {
         generator.stop_at(Vec::new());
     }
+    generator.overlap_steps(!a.no_overlap);
     eprintln!("compiled in {:.2} s", start.elapsed().as_secs_f64());
     Ok((device, store, generator, max_seq))
 }

@@ -46,7 +46,7 @@ impl RooflineArgs {
 
 /// The kernel families the roofline measures, in order. The square `matmul` rows set the
 /// arithmetic ceiling; the other contractions are measured against it.
-const FAMILIES: [&str; 13] = [
+const FAMILIES: [&str; 14] = [
     "copy",
     "elementwise_chain20",
     "reduce_sum_rows",
@@ -58,6 +58,7 @@ const FAMILIES: [&str; 13] = [
     "matmul",
     "batched_matmul",
     "skinny_matmul",
+    "decode_gemv",
     "conv2d",
     "max_pool2d",
 ];
@@ -376,6 +377,19 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
         measure_with("max_pool2d", dtype, format!("[{},64,64,64]/2x2", pool[0]), n as f64, &plain, &|b| {
             let (x, f) = inputs(b, dtype, &[&pool]);
             (vec![x[0].max_pool2d([2, 2], [2, 2], [0, 0]).expect("max_pool2d").id()], f)
+        })?;
+    }
+    // A decoder step's product at batch 1 over a weight stored `[n, k]` (PyTorch's and GGUF's
+    // layout, read transposed) in each weight format, dequantized as the product loads it:
+    // what a step's bytes per weight cost in each format.
+    let (_, side) = sizes.skinny;
+    for w in [DType::F32, DType::BF16, DType::Q8_0, DType::Q4_0] {
+        let flops = 2.0 * (side * side) as f64;
+        measure_with("decode_gemv", w, format!("1x{side}x{side}"), flops, &plain, &|b| {
+            let x = b.input("x1", DType::F32, [1, side]).expect("valid input");
+            let wt = b.input("x2", w, [side, side]).expect("valid input");
+            let y = x.matmul(&wt.cast(DType::F32).and_then(|t| t.t()).expect("cast")).expect("matmul");
+            (vec![y.id()], vec![feed(&x, 1), feed(&wt, 2)])
         })?;
     }
     // Ceilings from this run: a row's "% of copy" is against the copy runs of its own rounds

@@ -194,7 +194,7 @@ fn roofline_measures_only_the_families_and_dtype_asked_for() {
     assert!(text.contains("ceilings (measured in this run): copy"), "{text}");
     // The contraction and window families beside the square products, each with its shape.
     let out = fusegraph(
-        &["roofline", "--quick", "--kernels", "batched,skinny,conv,max_pool", "--dtype", "f32", "--runs", "1"],
+        &["roofline", "--quick", "--kernels", "batched,skinny,decode,conv,max_pool", "--dtype", "f32", "--runs", "1"],
         None,
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -204,6 +204,7 @@ fn roofline_measures_only_the_families_and_dtype_asked_for() {
     let want = [
         ("batched_matmul", "8x64x64x64"),
         ("skinny_matmul", "8x512x512"),
+        ("decode_gemv", "1x512x512"),
         ("conv2d", "[2,32,28,28]*3x3"),
         ("max_pool2d", "[4,64,64,64]/2x2"),
     ];

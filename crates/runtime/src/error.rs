@@ -73,6 +73,16 @@ pub enum RuntimeError {
         /// The type given.
         got: TensorType,
     },
+    /// A feed from another run's output ([`crate::Feed::Output`]) that cannot be taken: no
+    /// such output, another element type or count than the input's, another device, or a
+    /// value overwritten since.
+    #[error("feed `{name}` from a submitted run's output: {reason}")]
+    ChainedFeed {
+        /// The input fed.
+        name: String,
+        /// What was wrong.
+        reason: String,
+    },
     /// A parameter was never given a value.
     #[error("run: parameter `{name}` ({ty}) has no value; call set_parameter first")]
     MissingParameter {

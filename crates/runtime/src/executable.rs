@@ -208,15 +208,21 @@ pub struct Executable {
     pub(crate) updates: Vec<(Location, Location)>,
     pub(crate) arena: Allocation,
     pub(crate) persistent: Allocation,
-    pub(crate) staging: Allocation,
+    /// Free staging buffers: one per run in flight ([`crate::Submitted`]), the first
+    /// allocated with the executable.
+    pub(crate) staging: std::sync::Mutex<Vec<Allocation>>,
+    /// The buffer chained feeds from this executable's own arena pass through, once needed.
+    pub(crate) chain_scratch: std::sync::Mutex<Option<Allocation>>,
+    /// Runs submitted so far.
+    pub(crate) runs: std::sync::atomic::AtomicU64,
     /// Textures the subgroup matmul reads its operands from (see [`WorkspacePlan`]).
     pub(crate) workspace: Vec<TextureAllocation>,
     pub(crate) stats: ExecutableStats,
     pub(crate) plan: MemoryPlan,
     pub(crate) graph: Graph,
     /// Held by each run (and timing, profiling) from writing the feeds to reading the
-    /// outputs: runs share the arena and the staging buffer, so runs of one executable from
-    /// several threads take turns.
+    /// outputs, and by each submit from writing the feeds to submitting: runs share the
+    /// arena, so runs of one executable from several threads take turns.
     pub(crate) running: std::sync::Mutex<()>,
     /// The last run's host time in ns (see [`Executable::last_run_host_ms`]).
     pub(crate) host_ns: std::sync::atomic::AtomicU64,
@@ -234,7 +240,7 @@ pub struct Executable {
 }
 
 /// Unmaps a buffer when dropped.
-pub(crate) struct Unmap<'a>(&'a wgpu::Buffer);
+pub(crate) struct Unmap<'a>(pub(crate) &'a wgpu::Buffer);
 
 impl Drop for Unmap<'_> {
     fn drop(&mut self) {
@@ -313,7 +319,7 @@ impl Executable {
         Ok(())
     }
 
-    fn region(&self, r: Region) -> &wgpu::Buffer {
+    pub(crate) fn region(&self, r: Region) -> &wgpu::Buffer {
         match r {
             Region::Persistent => self.persistent.buffer(),
             Region::Arena => self.arena.buffer(),
@@ -327,7 +333,7 @@ impl Executable {
     }
 
     /// Records the parameter updates: copies after every kernel has run.
-    fn encode_updates(&self, encoder: &mut wgpu::CommandEncoder) {
+    pub(crate) fn encode_updates(&self, encoder: &mut wgpu::CommandEncoder) {
         for (from, to) in &self.updates {
             encoder.copy_buffer_to_buffer(
                 self.region(from.region),
@@ -627,91 +633,8 @@ impl Executable {
 
     /// [`crate::Executable::run`], for a caller holding [`crate::Executable::take_turn`]'s guard.
     pub(crate) fn run_in_turn(&self, feeds: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
-        let start = std::time::Instant::now();
-        // Any input the graph declares may be fed (checked against its declaration); feeds of
-        // inputs the outputs do not need are ignored.
-        let names = || self.declared_inputs.keys().cloned().collect::<Vec<_>>().join(", ");
-        for (name, value) in feeds {
-            let declared = self
-                .declared_inputs
-                .get(*name)
-                .ok_or_else(|| RuntimeError::UnknownFeed { name: name.to_string(), inputs: names() })?;
-            if value.ty() != *declared {
-                return Err(RuntimeError::WrongType {
-                    what: "feed",
-                    name: name.to_string(),
-                    expected: declared.clone(),
-                    got: value.ty(),
-                });
-            }
-        }
-        for (name, slot) in &self.inputs {
-            if !feeds.iter().any(|(n, _)| n == name) {
-                return Err(RuntimeError::MissingFeed { name: name.clone(), expected: slot.ty.clone() });
-            }
-        }
-        for (name, (_, loaded)) in &self.params {
-            if !loaded {
-                let ty = self.declared_params[name].clone();
-                return Err(RuntimeError::MissingParameter { name: name.clone(), ty });
-            }
-        }
-        let d = &self.device;
-        for (name, value) in feeds {
-            if let Some(slot) = self.inputs.get(*name) {
-                d.queue.write_buffer(self.arena.buffer(), slot.loc.offset, &value.to_bytes());
-            }
-        }
-        let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let mut encoder =
-            d.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph run") });
-        let before = self.generation();
-        self.encode(&mut encoder, None);
-        for (slot, staging_offset) in &self.outputs {
-            let src = self.region(slot.loc.region);
-            encoder.copy_buffer_to_buffer(src, slot.loc.offset, self.staging.buffer(), *staging_offset, slot.loc.size);
-        }
-        // Parameters change last, so outputs hold this run's values whatever they alias.
-        self.encode_updates(&mut encoder);
-        d.queue.submit([encoder.finish()]);
-        self.prepared_done(before);
-        let submitted = start.elapsed();
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.staging.buffer().map_async(wgpu::MapMode::Read, .., move |r| {
-            let _ = tx.send(r);
-        });
-        d.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| RuntimeError::Wgpu { during: "waiting for the run".into(), detail: e.to_string() })?;
-        let waited = std::time::Instant::now();
-        let mapped = rx
-            .recv()
-            .map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })
-            .and_then(|r| {
-                r.map_err(|e| RuntimeError::Wgpu { during: "mapping the staging buffer".into(), detail: e.to_string() })
-            });
-        // Once mapped, the staging buffer is unmapped on every way out, errors included: a
-        // buffer left mapped would fail every later run of this executable.
-        let _unmap = mapped.is_ok().then(|| Unmap(self.staging.buffer()));
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(RuntimeError::Wgpu { during: "encoding the run".into(), detail: e.to_string() });
-        }
-        mapped?;
-        let result = {
-            let view = self.staging.buffer().get_mapped_range(..).map_err(|e| RuntimeError::Wgpu {
-                during: "reading the staging buffer".into(),
-                detail: e.to_string(),
-            })?;
-            self.outputs
-                .iter()
-                .map(|(slot, off)| {
-                    HostTensor::from_bytes(&slot.ty, &view[*off as usize..(*off + slot.loc.size) as usize])
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()
-        };
-        let host = submitted + waited.elapsed();
-        self.host_ns.store(host.as_nanos().min(u64::MAX as u128) as u64, std::sync::atomic::Ordering::Relaxed);
-        Ok(result?)
+        let feeds: Vec<(&str, crate::Feed)> = feeds.iter().map(|&(n, t)| (n, crate::Feed::Host(t))).collect();
+        self.submit_in_turn(&feeds)?.wait()
     }
 
     /// The host's share of the last [`Executable::run`], in ms: checking and writing the

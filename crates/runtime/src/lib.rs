@@ -20,6 +20,7 @@ mod options;
 mod pool;
 mod profile;
 mod store;
+mod submit;
 mod tuned;
 
 pub use compile::Recorded;
@@ -34,6 +35,7 @@ pub use memory::MemoryStats;
 pub use options::{CompileOptions, FusedAttention, MatmulFamily, ReduceFill, SplitK, SplitReductions};
 pub use profile::{KernelTime, Profile};
 pub use store::ParamStore;
+pub use submit::{Feed, Submitted};
 pub use tuned::{KernelForms, Tuned, TunedFamily, TunedForm, TunedSplit, TunedTiling};
 /// wgpu's backend enum, as reported in [`Device::info`].
 pub use wgpu::Backend as WgpuBackend;
