@@ -89,3 +89,61 @@ fn chained_feeds_that_cannot_be_taken_are_typed_errors() {
     assert_eq!(run_s.wait().unwrap()[1].as_slice::<f32>().unwrap(), &[4.0, 6.0, 8.0, 10.0]);
     assert_eq!(chained.wait().unwrap()[0].as_slice::<f32>().unwrap(), &[9.0, 13.0, 17.0, 21.0]);
 }
+
+/// A sampler's chain — each run gathers its rows of a transition table by the ids the last
+/// run sampled and samples the next (a decode loop without the model, its head
+/// `sampling::Head` as a step compiles it) — run with each run fed the last one's ids on the
+/// device, all in flight, and run from the host one at a time: the same ids. The head's
+/// output shares bytes with a host-fed input's slot (the plan reuses the draws' slot once
+/// they are read), so a chained feed read after the next run's host writes would read draws.
+#[test]
+fn a_run_fed_its_own_output_keeps_it_from_its_host_feeds() {
+    use fusegraph::sampling::{Head, Sampling};
+    let (batch, vocab) = (2, 300);
+    let b = GraphBuilder::new();
+    let ids = b.input("ids", DType::I32, [batch, 1]).unwrap();
+    let table = b.input("table", DType::F32, [vocab, vocab]).unwrap();
+    let logits = table.gather(&ids.reshape([batch]).unwrap(), 0).unwrap();
+    let head = Head::Sampled { top_k: true, top_p: true };
+    let next = head.build(&logits).unwrap();
+    let exe = Device::shared().unwrap().compile(&b.graph(), &[next.id()], &CompileOptions::default()).unwrap();
+    let plan = exe.memory_plan();
+    let out = plan.locations[&next.id()];
+    let overlaps = |n: fusegraph::NodeId| {
+        let l = plan.locations[&n];
+        l.region == out.region && l.offset < out.offset + out.size && out.offset < l.offset + l.size
+    };
+    let g = b.graph();
+    let inputs: Vec<fusegraph::NodeId> =
+        g.node_ids().into_iter().filter(|&n| matches!(g.node(n).op, fusegraph::Op::Input { .. })).collect();
+    eprintln!("output at {out:?}; inputs {:?}", inputs.iter().map(|n| plan.locations[n]).collect::<Vec<_>>());
+    assert!(inputs.iter().any(|&n| overlaps(n)), "the case this test is for: the output in a host-fed input's bytes");
+    let values: Vec<f32> = (0..vocab * vocab).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect();
+    let table = HostTensor::new([vocab, vocab], values).unwrap();
+    let sampling = Sampling { temperature: 0.7, top_k: Some(40), top_p: Some(0.9), seed: 0 };
+    let draws: Vec<Vec<f32>> = (0..12).map(|i| vec![(i as f32 * 0.37) % 1.0, (i as f32 * 0.61 + 0.2) % 1.0]).collect();
+    let start = HostTensor::new([batch, 1], vec![3i32, 250]).unwrap();
+    // From the host, one run at a time.
+    let mut want = Vec::new();
+    let mut fed = start.clone();
+    for d in &draws {
+        let feeds = head.feeds(&sampling, d.clone()).unwrap();
+        let mut refs: Vec<(&str, &HostTensor)> = feeds.iter().map(|(n, t)| (*n, t)).collect();
+        refs.extend([("ids", &fed), ("table", &table)]);
+        let got = exe.run(&refs).unwrap().remove(0);
+        fed = HostTensor::new([batch, 1], got.as_slice::<i32>().unwrap().to_vec()).unwrap();
+        want.push(got);
+    }
+    // On the device, every run in flight before the first is read.
+    let mut runs: Vec<fusegraph::Submitted> = Vec::new();
+    let all_feeds: Vec<_> = draws.iter().map(|d| head.feeds(&sampling, d.clone()).unwrap()).collect();
+    for feeds in &all_feeds {
+        let mut refs: Vec<(&str, Feed)> = feeds.iter().map(|(n, t)| (*n, Feed::Host(t))).collect();
+        refs.push(("table", Feed::Host(&table)));
+        refs.push(("ids", runs.last().map_or(Feed::Host(&start), |r| Feed::Output(r, 0))));
+        let run = exe.submit(&refs).unwrap();
+        runs.push(run);
+    }
+    let got: Vec<HostTensor> = runs.into_iter().map(|r| r.wait().unwrap().remove(0)).collect();
+    assert_eq!(got, want);
+}

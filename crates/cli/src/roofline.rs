@@ -382,15 +382,22 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     // A decoder step's product at batch 1 over a weight stored `[n, k]` (PyTorch's and GGUF's
     // layout, read transposed) in each weight format, dequantized as the product loads it:
     // what a step's bytes per weight cost in each format.
+    // Beside the kernel's own split, each workgroup given 8, 16 and 32 columns
+    // (`CompileOptions::gemv_columns`; not with `--quick`).
     let (_, side) = sizes.skinny;
+    let columns: &[Option<usize>] = if args.quick { &[None] } else { &[None, Some(8), Some(16), Some(32)] };
     for w in [DType::F32, DType::BF16, DType::Q8_0, DType::Q4_0] {
-        let flops = 2.0 * (side * side) as f64;
-        measure_with("decode_gemv", w, format!("1x{side}x{side}"), flops, &plain, &|b| {
-            let x = b.input("x1", DType::F32, [1, side]).expect("valid input");
-            let wt = b.input("x2", w, [side, side]).expect("valid input");
-            let y = x.matmul(&wt.cast(DType::F32).and_then(|t| t.t()).expect("cast")).expect("matmul");
-            (vec![y.id()], vec![feed(&x, 1), feed(&wt, 2)])
-        })?;
+        for &gemv_columns in columns {
+            let flops = 2.0 * (side * side) as f64;
+            let name = gemv_columns.map_or("decode_gemv".to_string(), |c| format!("decode_gemv c{c}"));
+            let opts = CompileOptions { gemv_columns, ..plain.clone() };
+            measure_with(&name, w, format!("1x{side}x{side}"), flops, &opts, &|b| {
+                let x = b.input("x1", DType::F32, [1, side]).expect("valid input");
+                let wt = b.input("x2", w, [side, side]).expect("valid input");
+                let y = x.matmul(&wt.cast(DType::F32).and_then(|t| t.t()).expect("cast")).expect("matmul");
+                (vec![y.id()], vec![feed(&x, 1), feed(&wt, 2)])
+            })?;
+        }
     }
     // Ceilings from this run: a row's "% of copy" is against the copy runs of its own rounds
     // (the same minute of machine load); the summary gives the copy's median over all

@@ -103,7 +103,7 @@ impl Device {
             arena,
             persistent,
             staging: std::sync::Mutex::new(vec![staging]),
-            chain_scratch: std::sync::Mutex::new(None),
+            feed_buffer: std::sync::Mutex::new(None),
             runs: std::sync::atomic::AtomicU64::new(0),
             workspace,
             stats,

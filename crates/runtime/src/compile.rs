@@ -328,6 +328,10 @@ impl Device {
         store: Option<&ParamStore>,
     ) -> Result<Executable> {
         let start = std::time::Instant::now();
+        if let Some(c) = opts.gemv_columns.filter(|c| !fusegraph_wgsl::GEMV_COLUMNS.contains(c)) {
+            let detail = format!("{c} columns per workgroup; one of {:?}", fusegraph_wgsl::GEMV_COLUMNS);
+            return Err(RuntimeError::InvalidOption { option: "CompileOptions::gemv_columns".into(), detail });
+        }
         verify(graph)?;
         for &o in outputs {
             graph.check(o)?;
@@ -510,7 +514,7 @@ fn lower_kernels(
     limit: Option<u64>,
 ) -> (Vec<KernelSource>, WorkspacePlan) {
     let KernelForms { kernels, tilings, subgroup, coop } = *forms;
-    let strategy = Strategy::default();
+    let strategy = Strategy { gemv_columns: opts.gemv_columns, ..Strategy::default() };
     let unshared = if opts.excess_precision { unshared_members(kernels) } else { vec![Vec::new(); kernels.len()] };
     let lower_all = |lower_opts: &LowerOptions| -> Vec<KernelSource> {
         kernels

@@ -26,8 +26,9 @@ pub enum RuntimeError {
         /// wgpu's reason.
         detail: String,
     },
-    /// A device option that cannot be honoured on this adapter, or is out of range.
-    #[error("device option `{option}`: {detail}")]
+    /// A device or compile option that cannot be honoured on this adapter, or is out of
+    /// range.
+    #[error("option `{option}`: {detail}")]
     InvalidOption {
         /// The option's name.
         option: String,

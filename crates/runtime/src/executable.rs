@@ -211,8 +211,9 @@ pub struct Executable {
     /// Free staging buffers: one per run in flight ([`crate::Submitted`]), the first
     /// allocated with the executable.
     pub(crate) staging: std::sync::Mutex<Vec<Allocation>>,
-    /// The buffer chained feeds from this executable's own arena pass through, once needed.
-    pub(crate) chain_scratch: std::sync::Mutex<Option<Allocation>>,
+    /// Where a run's feeds wait while a chained feed leaves this executable's own arena
+    /// (see `submit.rs`), once needed: each input's bytes at its place in input order.
+    pub(crate) feed_buffer: std::sync::Mutex<Option<Allocation>>,
     /// Runs submitted so far.
     pub(crate) runs: std::sync::atomic::AtomicU64,
     /// Textures the subgroup matmul reads its operands from (see [`WorkspacePlan`]).

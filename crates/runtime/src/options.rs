@@ -43,6 +43,12 @@ pub struct CompileOptions {
     /// cooperative matrices on them with that tiling (any other tiling keeps them on the
     /// plain kernel).
     pub matmul_tiling: Option<MatmulTiling>,
+    /// Force the columns each workgroup of the matrix–vector kernel computes where its
+    /// weight lies along `k` (a weight stored `[out, in]`, read transposed): one of
+    /// [`fusegraph_wgsl::GEMV_COLUMNS`], the other invocations of the 256 splitting `k`
+    /// (experiments: `fusegraph roofline`'s `decode_gemv` rows); `None` takes the kernel's
+    /// choice for the shape. Another value is [`crate::RuntimeError::InvalidOption`].
+    pub gemv_columns: Option<usize>,
     /// Writes every kernel's WGSL into this folder as `k000.wgsl`, `k001.wgsl`, … in
     /// dispatch order, each headed by `// kernel LABEL (N workgroups)` (the environment
     /// variable `FUSEGRAPH_DUMP_WGSL=DIR` does the same for every compile; [`crate::env`]). Best effort: a
@@ -214,6 +220,7 @@ impl Default for CompileOptions {
             updates: vec![],
             mixed_precision: false,
             matmul_tiling: None,
+            gemv_columns: None,
             dump_wgsl: None,
             fused_attention: FusedAttention::OverLimit,
             split_k: SplitK::Off,

@@ -11,6 +11,14 @@
 //! Each run in flight reads back through its own staging buffer, taken from the
 //! executable's free list (a second one from the device's pool, under its limit, the first
 //! time two runs of one executable are in flight), and returned on `wait` or drop.
+//!
+//! Host feeds are written by `queue.write_buffer`, which lands before the run's first
+//! command. Where a chained output lies in the run's own arena (the executable fed its own
+//! last output: a decode loop's steps), it may share bytes with an input slot the plan
+//! reuses, which such a write would overwrite before the copy reads it; and a buffer cannot
+//! be copied into itself. There every feed goes through the executable's feed buffer: host
+//! feeds written there, the chained output copied there by the run's first command, then
+//! each copied to its slot.
 
 use crate::executable::{Executable, Unmap};
 use crate::memory::Allocation;
@@ -74,30 +82,47 @@ impl Executable {
     pub(crate) fn submit_in_turn(&self, feeds: &[(&str, Feed<'_>)]) -> Result<Submitted<'_>> {
         let start = Instant::now();
         self.check_feeds(feeds)?;
-        let mut chained = Vec::new();
+        // Each chained feed's source (checked before anything is written), by input.
+        let mut chained = std::collections::BTreeMap::new();
         for (name, feed) in feeds {
             if let (Some(slot), Feed::Output(run, i)) = (self.inputs.get(*name), feed) {
-                chained.push((run.output_location(self, name, *i, &slot.ty)?, slot.loc, value_bytes(&slot.ty)));
+                chained.insert(*name, run.output_location(self, name, *i, &slot.ty)?);
             }
         }
+        let arena = self.arena.buffer();
+        let staged = match chained.values().any(|(buffer, _)| buffer == arena) {
+            true => Some(self.feed_buffer()?),
+            false => None,
+        };
         let staging = self.take_staging()?;
         let d = &self.device;
-        for (name, feed) in feeds {
-            if let (Some(slot), Feed::Host(value)) = (self.inputs.get(*name), feed) {
-                d.queue.write_buffer(self.arena.buffer(), slot.loc.offset, &value.to_bytes());
-            }
-        }
         let scope = d.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder =
             d.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fusegraph run") });
-        for ((buffer, from), to, bytes) in &chained {
-            if buffer == self.arena.buffer() {
-                // A buffer cannot be copied into itself: through the scratch buffer.
-                let s = self.chain_scratch()?;
-                encoder.copy_buffer_to_buffer(buffer, from.offset, &s, 0, *bytes);
-                encoder.copy_buffer_to_buffer(&s, 0, self.arena.buffer(), to.offset, *bytes);
-            } else {
-                encoder.copy_buffer_to_buffer(buffer, from.offset, self.arena.buffer(), to.offset, *bytes);
+        for (name, feed) in feeds {
+            let Some(slot) = self.inputs.get(*name) else { continue };
+            let bytes = value_bytes(&slot.ty);
+            match (feed, &staged) {
+                (Feed::Host(value), None) => d.queue.write_buffer(arena, slot.loc.offset, &value.to_bytes()),
+                (Feed::Host(value), Some((buffer, places))) => {
+                    d.queue.write_buffer(buffer, places[*name], &value.to_bytes())
+                }
+                (Feed::Output(..), Some((buffer, places))) => {
+                    let (source, from) = &chained[*name];
+                    encoder.copy_buffer_to_buffer(source, from.offset, buffer, places[*name], bytes);
+                }
+                (Feed::Output(..), None) => {
+                    let (source, from) = &chained[*name];
+                    encoder.copy_buffer_to_buffer(source, from.offset, arena, slot.loc.offset, bytes);
+                }
+            }
+        }
+        // Through the feed buffer: each fed input from its place there to its slot.
+        if let Some((buffer, places)) = &staged {
+            for (name, _) in feeds {
+                if let Some(slot) = self.inputs.get(*name) {
+                    encoder.copy_buffer_to_buffer(buffer, places[*name], arena, slot.loc.offset, value_bytes(&slot.ty));
+                }
             }
         }
         let before = self.generation();
@@ -172,15 +197,19 @@ impl Executable {
         self.staging.lock().unwrap_or_else(|p| p.into_inner()).push(staging);
     }
 
-    /// The buffer a chained feed whose output lies in this executable's own arena passes
-    /// through (created on first use, as large as all inputs).
-    fn chain_scratch(&self) -> Result<wgpu::Buffer> {
-        let mut scratch = self.chain_scratch.lock().unwrap_or_else(|p| p.into_inner());
-        if scratch.is_none() {
-            let bytes = self.inputs.values().map(|s| value_bytes(&s.ty)).max().unwrap_or(4);
-            *scratch = Some(self.device.allocate(Kind::Storage, bytes, &mut 0, "the chained-feed scratch buffer")?);
+    /// The feed buffer (created on first use) and each input's place in it.
+    fn feed_buffer(&self) -> Result<(wgpu::Buffer, std::collections::BTreeMap<&str, u64>)> {
+        let mut places = std::collections::BTreeMap::new();
+        let mut end = 0;
+        for (name, slot) in &self.inputs {
+            places.insert(name.as_str(), end);
+            end += value_bytes(&slot.ty);
         }
-        Ok(scratch.as_ref().expect("just created").buffer().clone())
+        let mut held = self.feed_buffer.lock().unwrap_or_else(|p| p.into_inner());
+        if held.is_none() {
+            *held = Some(self.device.allocate(Kind::Storage, end.max(4), &mut 0, "the feed buffer")?);
+        }
+        Ok((held.as_ref().expect("just created").buffer().clone(), places))
     }
 }
 

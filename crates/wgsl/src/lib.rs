@@ -35,7 +35,7 @@ pub use loops::{CPU_LOOP_BUDGET, GPU_INTERLEAVE_MIN, GPU_QUADS};
 pub use lower::{localize, lower, lower_planned, lower_with};
 pub use matmul::{gemm_shape, GemmShape};
 pub use matmul_coop::{cooperative_matmul, CoopPlan};
-pub use matmul_gemv::{gemv_kernel, GEMV_MAX_ROWS};
+pub use matmul_gemv::{gemv_kernel, GEMV_COLUMNS, GEMV_MAX_ROWS};
 pub use matmul_subgroup::{subgroup_matmul, SubgroupPlan};
 pub use options::{
     Binding, Cooperative, Forms, KernelForm, KernelSource, LowerOptions, Spread, Strategy, TEXTURE_ROW, WORKGROUP_SIZE,

@@ -277,7 +277,8 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         .filter(|t| {
             strategy.gemv && strategy.matmul_tiling.is_none() && crate::matmul_gemv::gemv_applies(g, kernel, t, opts)
         })
-        .map(|t| crate::matmul_gemv::output_products(g, kernel, &t));
+        .map(|t| crate::matmul_gemv::output_products(g, kernel, &t))
+        .map(|products| crate::matmul_gemv::with_columns(products, strategy.gemv_columns));
     let tiled = tiled.map(|t| match &gemv {
         Some(_) => crate::matmul::TiledPlan { vec4_lhs: None, vec4_rhs: None, ..t },
         None => t,
@@ -287,6 +288,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
     let siblings = match kernel.kind {
         KernelKind::Loop if tiled.is_none() && strategy.gemv && strategy.matmul_tiling.is_none() => {
             crate::matmul_gemv::sibling_plans(g, kernel, &regs, opts)
+                .map(|plans| crate::matmul_gemv::with_columns(plans, strategy.gemv_columns))
         }
         _ => None,
     };

@@ -167,6 +167,11 @@ impl Prologue<'_> {
     }
 }
 
+/// The columns a workgroup may be given where the rhs lies along `k`
+/// ([`Strategy::gemv_columns`](crate::Strategy::gemv_columns)): at least 8 invocations per
+/// column.
+pub const GEMV_COLUMNS: [usize; 6] = [1, 2, 4, 8, 16, 32];
+
 /// How the kernel reads its rhs.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct GemvRhs {
@@ -174,13 +179,19 @@ pub(crate) struct GemvRhs {
     pub along: KAlong,
     /// The rhs is a packed binding read by whole words.
     pub packed: Option<PackedRhs>,
+    /// Columns per workgroup asked for ([`crate::Strategy::gemv_columns`]).
+    pub columns: Option<usize>,
 }
 
 impl GemvRhs {
-    /// The split of product `mm` read so: `k` four values a step, or a packed chunk.
+    /// The split of product `mm` read so: `k` four values a step, or a packed chunk; along
+    /// `k`, the columns asked for where they are one of [`GEMV_COLUMNS`].
     fn split(&self, g: &Graph, mm: NodeId) -> Split {
         let (batch, m, n, k) = gemm_dims(g, mm);
-        Split::of(self.along, self.packed.as_ref().map_or(4, PackedRhs::chunk), batch, m, n, k)
+        match self.columns.filter(|c| GEMV_COLUMNS.contains(c) && self.along == KAlong::Contiguous) {
+            Some(c) => Split { c, s: WORKGROUP / c, v: 1 },
+            None => Split::of(self.along, self.packed.as_ref().map_or(4, PackedRhs::chunk), batch, m, n, k),
+        }
     }
 }
 
@@ -213,10 +224,10 @@ impl PackedRhs {
 pub(crate) fn gemv_rhs(g: &Graph, kernel: &Kernel, mm: NodeId) -> GemvRhs {
     let rhs = g.operands(mm)[1];
     if !fusegraph_passes::rhs_contiguous_k(g, &kernel.members, mm) {
-        return GemvRhs { along: KAlong::Strided, packed: None };
+        return GemvRhs { along: KAlong::Strided, packed: None, columns: None };
     }
     let Some(leaf) = fusegraph_passes::rhs_along_k(g, &kernel.members, mm) else {
-        return GemvRhs { along: KAlong::Contiguous, packed: None };
+        return GemvRhs { along: KAlong::Contiguous, packed: None, columns: None };
     };
     let mut casts = Vec::new();
     let mut n = rhs;
@@ -232,7 +243,7 @@ pub(crate) fn gemv_rhs(g: &Graph, kernel: &Kernel, mm: NodeId) -> GemvRhs {
     let dtype = g.ty(leaf).dtype;
     let words = dtype.block().is_some() || dtype == DType::BF16 && rd[rd.len() - 2] & 7 == 0;
     let packed = (words && unbatched && kernel.inputs.contains(&leaf)).then_some(PackedRhs { leaf, dtype, casts });
-    GemvRhs { along: KAlong::Contiguous, packed }
+    GemvRhs { along: KAlong::Contiguous, packed, columns: None }
 }
 
 /// The products output `plan.output` accumulates, each with how it reads its rhs: `plan`'s
@@ -242,6 +253,12 @@ pub(crate) fn output_products(g: &Graph, kernel: &Kernel, plan: &TiledPlan) -> V
     let region = fusegraph_passes::kernel::region_of(g, kernel, plan.output);
     let others = region.into_iter().filter(|&n| n != plan.matmul && matches!(g.node(n).op, Op::MatMul));
     std::iter::once(plan.matmul).chain(others).map(|p| (p, gemv_rhs(g, kernel, p))).collect()
+}
+
+/// `products` (each with how it reads its rhs) with `columns` asked for
+/// ([`crate::Strategy::gemv_columns`]).
+pub(crate) fn with_columns<P>(products: Vec<(P, GemvRhs)>, columns: Option<usize>) -> Vec<(P, GemvRhs)> {
+    products.into_iter().map(|(p, r)| (p, GemvRhs { columns, ..r })).collect()
 }
 
 /// Whether paired products can share one kernel's loop: one lhs and one shape, rhs of one

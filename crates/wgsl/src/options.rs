@@ -257,6 +257,11 @@ pub struct Strategy {
     /// matrix–vector kernel (`crate::matmul_gemv::gemv_main`); otherwise as any other
     /// product.
     pub gemv: bool,
+    /// The columns each workgroup of the matrix–vector kernel computes where its weight lies
+    /// along `k` (a weight read transposed), its 256 invocations splitting `k` `256 / c`
+    /// ways: one of [`crate::GEMV_COLUMNS`]; `None` (or another value) takes the split's own
+    /// choice for the shape (`crate::matmul_gemv::Split::of`).
+    pub gemv_columns: Option<usize>,
     /// The kernel's dynamic update slices are written over their operands' buffers (the
     /// memory plan says so): lower it by `crate::window::window_main`, which writes their
     /// windows alone (and its other outputs whole), where [`crate::window_outputs`] finds
@@ -274,6 +279,7 @@ impl Default for Strategy {
             vec4_operands: true,
             blocked_columns: false,
             gemv: true,
+            gemv_columns: None,
             window_writes: false,
         }
     }
