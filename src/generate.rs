@@ -11,7 +11,7 @@
 //! back, never the logits. The chosen ids also feed the next step on the device
 //! ([`crate::Feed::Output`]): step `t + 1` is submitted before step `t`'s ids are read, so the
 //! device runs the steps back to back while the host encodes the next and reads the last
-//! ([`Generator::overlap_steps`]).
+//! ([`Generator::overlap_steps`]; not on a CPU adapter, whose submit runs the work).
 
 use crate::nn::causal::{CausalLm, Kv};
 use crate::sampling::Head;
@@ -166,7 +166,9 @@ impl Generator {
             decode: BTreeMap::new(),
             prefill: BTreeMap::new(),
             row_prefill: BTreeMap::new(),
-            overlap: true,
+            // A CPU adapter (lavapipe) runs a submission's work inside the submit call:
+            // nothing overlaps there.
+            overlap: store.device().info().device_type != fusegraph_runtime::WgpuDeviceType::Cpu,
         };
         g.decode(Head::Logits, max_seq)?;
         Ok(g)
@@ -218,11 +220,18 @@ impl Generator {
     }
 
     /// Whether [`Generator::generate`] submits each decode step before it reads the last
-    /// step's ids, feeding them on the device (on, the default), or reads each step's ids
-    /// and feeds them to the next from the host (off: the device waits for the host between
-    /// steps). The tokens are the same either way.
+    /// step's ids, feeding them on the device, or reads each step's ids and feeds them to the
+    /// next from the host (the device waiting for the host between steps). The tokens are
+    /// the same either way. On by default, but on a CPU adapter (lavapipe, llvmpipe), whose
+    /// submit runs the work itself, so that nothing overlaps and an overlapped prefill's
+    /// time would include the first step's.
     pub fn overlap_steps(&mut self, on: bool) {
         self.overlap = on;
+    }
+
+    /// Whether decode steps overlap ([`Generator::overlap_steps`]).
+    pub fn overlaps_steps(&self) -> bool {
+        self.overlap
     }
 
     fn cache_params(b: &GraphBuilder, caches: &[(String, String)], shape: [usize; 4]) -> Result<Vec<Kv>> {

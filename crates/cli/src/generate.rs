@@ -88,7 +88,8 @@ pub struct GenerateArgs {
     profile: Option<usize>,
     /// Read each decode step's ids back before submitting the next (the device waits for the
     /// host between steps) instead of feeding them on the device to a step already
-    /// submitted: for comparison; the tokens are the same.
+    /// submitted: for comparison; the tokens are the same. (A CPU adapter, whose submit
+    /// runs the work, always does.)
     #[arg(long)]
     no_overlap: bool,
     /// Compile the prefill and decode steps with `CompileOptions::fused_attention` always on:
@@ -415,7 +416,7 @@ pub fn run(a: &GenerateArgs) -> Result<(), String> {
             "model": model.name(),
             "device": device.describe(),
             "batch": a.batch,
-            "overlapped_steps": !a.no_overlap,
+            "overlapped_steps": generator.overlaps_steps(),
             "parameter_bytes": weight_bytes,
             "prompt_text": prompt_text,
             "prompt_ids": prompt,
@@ -522,7 +523,9 @@ fn generator_for(
     if a.ignore_eos {
         generator.stop_at(Vec::new());
     }
-    generator.overlap_steps(!a.no_overlap);
+    if a.no_overlap {
+        generator.overlap_steps(false);
+    }
     eprintln!("compiled in {:.2} s", start.elapsed().as_secs_f64());
     Ok((device, store, generator, max_seq))
 }

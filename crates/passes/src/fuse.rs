@@ -886,11 +886,17 @@ fn judge_fusion(
         };
     }
     // Benefit: one dispatch fewer, and the producer is neither written (unless a graph
-    // output) nor read back; cost: its arithmetic repeated where it is recomputed, and its
-    // operands read once per copy.
+    // output) nor read back; cost: its arithmetic repeated where it is recomputed, and what
+    // it reads of its operands read once per copy (a gather's rows, a slice's window: not
+    // the whole table).
     let c = &ctx.opts.cost;
     let bytes = g.ty(p).buffer_bytes() as f64;
-    let operand_bytes: f64 = ctx.operands(p).iter().map(|&o| g.ty(o).buffer_bytes() as f64).sum();
+    let operand_bytes: f64 = ctx
+        .operands(p)
+        .iter()
+        .enumerate()
+        .map(|(i, &o)| reads_per_operand_element(g, p, i).min(1.0) * g.ty(o).buffer_bytes() as f64)
+        .sum();
     let written = if ctx.output_set.contains(&p) { 0.0 } else { 1.0 };
     let saved = c.dispatch_s + bytes * (written + targets.len() as f64) / c.bandwidth;
     let extra_flops = (recompute - 1.0).max(0.0) * flops_per_element(g, p) * g.ty(p).shape.numel() as f64;
