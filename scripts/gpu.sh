@@ -9,7 +9,9 @@
 #   ./scripts/gpu.sh run [PHASE ...]   # phases: info tests roofline bench examples peers (all when
 #                                      # none is named; also: llama (Llama-3.2-1B shapes in bf16:
 #                                      # prefill and decode), quant (the same with bf16, q8_0
-#                                      # and q4_0 matrices, and bf16 sampled), cold (a model's first run with
+#                                      # and q4_0 matrices, and bf16 sampled), skinny (the copy,
+#                                      # 8-row products and the decode_gemv rows per weight
+#                                      # format and columns per workgroup), cold (a model's first run with
 #                                      # nothing measured, then warm), profile, coop (the matmul rows
 #                                      # only, every cooperative tiling),
 #                                      # chain (the elementwise chain's kernel beside edits
@@ -302,8 +304,10 @@ run() {
                 --json "$OUT/llama-sampled-b1.json" 2>&1 | tail -3 | tee -a "$OUT/quant.log"
             ;;
         skinny)
-            # The copy and the products of 8 rows (the matrix–vector kernel's), f32 and f16.
-            timeout 90 $B/fusegraph roofline --kernels copy,skinny --runs 5 --json "$OUT/skinny.json" 2>&1 \
+            # The copy, the products of 8 rows (the matrix–vector kernel's), f32 and f16, and
+            # a decode step's one-row product over an [n, k] weight in f32, bf16, q8_0 and
+            # q4_0, each also with 8, 16 and 32 columns per workgroup forced.
+            timeout 120 $B/fusegraph roofline --kernels copy,skinny,decode --runs 5 --json "$OUT/skinny.json" 2>&1 \
                 | tee "$OUT/skinny.log" | grep -v "^timing"
             ;;
         bench)
