@@ -29,7 +29,8 @@ pub struct Generation {
     /// Per sequence: the prompt followed by the new tokens (through an end-of-sequence token
     /// where one came).
     pub tokens: Vec<Vec<i32>>,
-    /// Wall time of the prefill run (upload, run, readback of the last logits), in ms.
+    /// Wall time of the prefill run (upload, run, readback of the chosen ids; with
+    /// overlapped steps, the first step's submission too), in ms.
     pub prefill_ms: f64,
     /// Wall time of each decode step, in ms: from the previous token (the prefill's for the
     /// first) to this step's, read back on the host; `step_ms[i]` wrote position

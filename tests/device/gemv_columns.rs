@@ -42,7 +42,7 @@ fn forced_columns_per_workgroup_match_the_reference() {
     let e = device.compile(&b.graph(), &[y.id()], &CompileOptions { gemv_columns: Some(3), ..Default::default() });
     match e.err().expect("3 columns are refused") {
         RuntimeError::InvalidOption { option, detail } => {
-            assert_eq!(option, "CompileOptions::gemv_columns");
+            assert_eq!(option, "gemv_columns");
             assert!(detail.contains("3 columns"), "{detail}");
         }
         other => panic!("expected InvalidOption, got {other}"),

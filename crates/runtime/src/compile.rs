@@ -330,7 +330,7 @@ impl Device {
         let start = std::time::Instant::now();
         if let Some(c) = opts.gemv_columns.filter(|c| !fusegraph_wgsl::GEMV_COLUMNS.contains(c)) {
             let detail = format!("{c} columns per workgroup; one of {:?}", fusegraph_wgsl::GEMV_COLUMNS);
-            return Err(RuntimeError::InvalidOption { option: "CompileOptions::gemv_columns".into(), detail });
+            return Err(RuntimeError::InvalidOption { option: "gemv_columns".into(), detail });
         }
         verify(graph)?;
         for &o in outputs {

@@ -224,7 +224,7 @@ impl Device {
         let wanted = opts.cooperative_matrix.unwrap_or(true);
         let cooperative_matrix = match opts.cooperative_matrix_emulation {
             Some(subgroup_size) => {
-                let option = "DeviceOptions::cooperative_matrix_emulation".to_string();
+                let option = "cooperative_matrix_emulation".to_string();
                 let invocations = fusegraph_wgsl::CoopPlan::INVOCATIONS;
                 if subgroup_size == 0 || !invocations.is_multiple_of(subgroup_size as usize) {
                     let detail =
