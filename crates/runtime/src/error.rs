@@ -74,7 +74,7 @@ pub enum RuntimeError {
         /// The type given.
         got: TensorType,
     },
-    /// A feed from another run's output ([`crate::Feed::Output`]) that cannot be taken: no
+    /// A feed from another run's output (`Feed::Output`) that cannot be taken: no
     /// such output, another element type or count than the input's, another device, or a
     /// value overwritten since.
     #[error("feed `{name}` from a submitted run's output: {reason}")]

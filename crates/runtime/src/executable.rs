@@ -208,7 +208,7 @@ pub struct Executable {
     pub(crate) updates: Vec<(Location, Location)>,
     pub(crate) arena: Allocation,
     pub(crate) persistent: Allocation,
-    /// Free staging buffers: one per run in flight ([`crate::Submitted`]), the first
+    /// Free staging buffers: one per run in flight (`submit.rs`), the first
     /// allocated with the executable.
     pub(crate) staging: std::sync::Mutex<Vec<Allocation>>,
     /// Where a run's feeds wait while a chained feed leaves this executable's own arena
@@ -630,12 +630,6 @@ impl Executable {
     /// Waits until no other thread runs this executable; runs hold the guard throughout.
     pub(crate) fn take_turn(&self) -> std::sync::MutexGuard<'_, ()> {
         self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// [`crate::Executable::run`], for a caller holding [`crate::Executable::take_turn`]'s guard.
-    pub(crate) fn run_in_turn(&self, feeds: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
-        let feeds: Vec<(&str, crate::Feed)> = feeds.iter().map(|&(n, t)| (n, crate::Feed::Host(t))).collect();
-        self.submit_in_turn(&feeds)?.wait()
     }
 
     /// The host's share of the last [`Executable::run`], in ms: checking and writing the

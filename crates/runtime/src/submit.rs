@@ -78,6 +78,12 @@ impl Executable {
         self.submit_in_turn(feeds)
     }
 
+    /// [`Executable::run`], for a caller holding [`Executable::take_turn`]'s guard.
+    pub(crate) fn run_in_turn(&self, feeds: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        let feeds: Vec<(&str, Feed)> = feeds.iter().map(|&(n, t)| (n, Feed::Host(t))).collect();
+        self.submit_in_turn(&feeds)?.wait()
+    }
+
     /// [`Executable::submit`], for a caller holding [`Executable::take_turn`]'s guard.
     pub(crate) fn submit_in_turn(&self, feeds: &[(&str, Feed<'_>)]) -> Result<Submitted<'_>> {
         let start = Instant::now();
