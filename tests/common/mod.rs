@@ -80,6 +80,9 @@ pub enum Domain {
 
 pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> HostTensor {
     let n: usize = dims.iter().product();
+    if matches!(dtype, DType::Q4K | DType::Q6K) {
+        return random_k_blocks(rng, dtype, dims);
+    }
     let values: Vec<f64> = (0..n)
         .map(|_| match (dtype, domain) {
             (_, Domain::Index(d)) => {
@@ -117,9 +120,33 @@ pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> Ho
             (DType::I32, Domain::Positive) => rng.uniform(1.0, 20.0).floor(),
             (DType::I32, _) => rng.uniform(-50.0, 50.0).floor(),
             (DType::U32, _) => rng.uniform(0.0, 100.0).floor(),
+            (DType::Q4K | DType::Q6K, _) => unreachable!("random_k_blocks"),
         })
         .collect();
     HostTensor::from_f64(dtype, dims.to_vec(), &values).expect("shape and values agree")
+}
+
+/// Random k-quant super-blocks (which nothing here quantizes to): random quants and
+/// sub-block scales and mins, f16 scales small enough that the values lie within about ±3.
+pub fn random_k_blocks(rng: &mut Rng, dtype: DType, dims: &[usize]) -> HostTensor {
+    let (elems, bytes) = dtype.block().expect("a block type");
+    let blocks = dims.iter().product::<usize>() / elems;
+    let mut data: Vec<u8> = (0..blocks * bytes).map(|_| rng.next_u64() as u8).collect();
+    for block in data.chunks_exact_mut(bytes) {
+        let mut scale = |at: usize, lo: f64, hi: f64| {
+            let v = fusegraph::f16::from_f64(rng.uniform(lo, hi));
+            block[at..at + 2].copy_from_slice(&v.to_le_bytes());
+        };
+        if dtype == DType::Q4K {
+            // d·63·15 and dmin·63 within about 3.
+            scale(0, 0.0005, 0.003);
+            scale(2, 0.0, 0.025);
+        } else {
+            // d·128·32 within about 3.
+            scale(208, 0.0001, 0.0007);
+        }
+    }
+    HostTensor::from_blocks(dtype, dims.to_vec(), data).expect("whole blocks")
 }
 
 /// One test graph: build it, feed it, compare every output with the reference.
@@ -287,28 +314,30 @@ pub fn catalog(seed: u64) -> Vec<Case> {
     let y = x.matmul(&w.cast(DType::F32).unwrap()).unwrap();
     cases.push(c.finish("matmul_bf16_weight".to_string(), &[&y]));
     // The block types likewise: casts, a weight in either orientation (GGUF's `[out, in]`
-    // transposed into the product, and `[in, out]`), and rows gathered from a table.
-    for q in [DType::Q8_0, DType::Q4_0] {
+    // transposed into the product, and `[in, out]`), and rows gathered from a table, each
+    // last axis a few blocks (`e` values each).
+    for q in [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K] {
+        let e = q.block().expect("a block type").0;
         for to in [DType::F32, DType::F16] {
             let mut c = next();
-            let x = c.input(q, &[3, 64], Domain::Any);
+            let x = c.input(q, &[3, 2 * e], Domain::Any);
             let y = x.cast(to).unwrap();
             cases.push(c.finish(format!("cast_{q}_to_{to}"), &[&y]));
         }
         for dt in [DType::F32, DType::F16] {
             let mut c = next();
-            let x = c.input(dt, &[6, 64], Domain::Any);
-            let w = c.input(q, &[10, 64], Domain::Any);
+            let x = c.input(dt, &[6, 2 * e], Domain::Any);
+            let w = c.input(q, &[10, 2 * e], Domain::Any);
             let y = x.matmul(&w.cast(dt).unwrap().transpose(&[1, 0]).unwrap()).unwrap();
             cases.push(c.finish(format!("matmul_{q}_weight_rows_{dt}"), &[&y]));
         }
         let mut c = next();
         let x = c.input(DType::F32, &[5, 24], Domain::Any);
-        let w = c.input(q, &[24, 96], Domain::Any);
+        let w = c.input(q, &[24, 3 * e], Domain::Any);
         let y = x.matmul(&w.cast(DType::F32).unwrap()).unwrap();
         cases.push(c.finish(format!("matmul_{q}_weight"), &[&y]));
         let mut c = next();
-        let table = c.input(q, &[9, 32], Domain::Any);
+        let table = c.input(q, &[9, e], Domain::Any);
         let ids = c.input(DType::I32, &[4], Domain::Index(9));
         let y = table.cast(DType::F32).unwrap().gather(&ids, 0).unwrap();
         cases.push(c.finish(format!("gather_{q}_rows"), &[&y]));

@@ -1,6 +1,6 @@
 //! The matrix–vector kernel's columns per workgroup forced (`CompileOptions::gemv_columns`,
 //! the `decode_gemv` rows of `fusegraph roofline`): every allowed count, over f32, bf16 and
-//! block weights stored `[out, in]`, matches the reference with as many workgroups as it
+//! block weights (k-quants too) stored `[out, in]`, matches the reference with as many workgroups as it
 //! says; another count is a typed error.
 
 use crate::common::{run_case, CaseBuilder, Domain};
@@ -13,9 +13,14 @@ fn forced_columns_per_workgroup_match_the_reference() {
     let mut failures = Vec::new();
     // (weight type, rows, k, columns): ragged columns, k past one step of the narrowest split,
     // a row prologue's absence either way.
-    for (w, m, k, n) in
-        [(DType::F32, 1, 1030, 45), (DType::BF16, 2, 296, 37), (DType::Q4_0, 1, 1184, 41), (DType::Q8_0, 3, 256, 33)]
-    {
+    for (w, m, k, n) in [
+        (DType::F32, 1, 1030, 45),
+        (DType::BF16, 2, 296, 37),
+        (DType::Q4_0, 1, 1184, 41),
+        (DType::Q8_0, 3, 256, 33),
+        (DType::Q4K, 1, 768, 19),
+        (DType::Q6K, 2, 512, 21),
+    ] {
         let mut c = CaseBuilder::new(k as u64 + n as u64);
         let x = c.input(DType::F32, &[m, k], Domain::Any);
         let wt = c.input(w, &[n, k], Domain::Any);

@@ -19,9 +19,13 @@ use std::str::FromStr;
 /// along the last axis is one block, an f16 scale `d` followed by 32 signed bytes `q`
 /// (34 bytes, the value `d·q`) or 32 nibbles `n` (18 bytes, the value `d·(n − 8)`), packed
 /// back to back as a GGUF file holds them (see [`crate::quant`]). A tensor of either type
-/// has a last dimension that is a multiple of 32. A kernel reads element `i` from its block
-/// as it loads it, so a cast of a block tensor fused into a matmul's operand reads the
-/// packed bytes only.
+/// has a last dimension that is a multiple of 32. `Q4K` and `Q6K` are its k-quant types,
+/// super-blocks of 256 elements: `Q4K` (144 bytes) an f16 scale and min, eight 6-bit
+/// sub-block scales and mins and 256 nibbles, the value `d·s·n − dmin·m`; `Q6K` (210 bytes)
+/// 6-bit values split in low nibbles and high pairs, sixteen signed 8-bit sub-block scales
+/// and an f16 scale, the value `d·s·(q − 32)` (a last dimension a multiple of 256). A kernel
+/// reads element `i` from its block as it loads it, so a cast of a block tensor fused into a
+/// matmul's operand reads the packed bytes only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     /// IEEE 754 binary32.
@@ -42,18 +46,34 @@ pub enum DType {
     /// Blocks of 32: an f16 scale and 32 nibbles offset by 8 (storage only, see the type's
     /// docs).
     Q4_0,
+    /// Super-blocks of 256: 4-bit values with 6-bit sub-block scales and mins (storage only,
+    /// see the type's docs).
+    Q4K,
+    /// Super-blocks of 256: 6-bit values with 8-bit sub-block scales (storage only, see the
+    /// type's docs).
+    Q6K,
 }
 
 impl DType {
     /// Every dtype, in a fixed order.
-    pub const ALL: [DType; 8] =
-        [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U32, DType::Bool, DType::Q8_0, DType::Q4_0];
+    pub const ALL: [DType; 10] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::U32,
+        DType::Bool,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4K,
+        DType::Q6K,
+    ];
 
-    /// The dtypes ops compute in (every dtype but the storage-only bf16, q8_0 and q4_0).
+    /// The dtypes ops compute in (every dtype but the storage-only bf16 and block types).
     pub const COMPUTED: [DType; 5] = [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool];
 
     /// The lower-case name used in the text form (`f32`, `f16`, `bf16`, `i32`, `u32`, `bool`,
-    /// `q8_0`, `q4_0`).
+    /// `q8_0`, `q4_0`, `q4_k`, `q6_k`).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -64,6 +84,8 @@ impl DType {
             DType::Bool => "bool",
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",
+            DType::Q4K => "q4_k",
+            DType::Q6K => "q6_k",
         }
     }
 
@@ -76,14 +98,17 @@ impl DType {
     /// Whether values of this type are stored only, never computed with: the one op that
     /// reads them is a cast.
     pub fn is_storage_only(self) -> bool {
-        matches!(self, DType::BF16 | DType::Q8_0 | DType::Q4_0)
+        self == DType::BF16 || self.block().is_some()
     }
 
-    /// Elements and bytes per block of a block type ([`DType::Q8_0`], [`DType::Q4_0`]).
+    /// Elements and bytes per block of a block type ([`DType::Q8_0`], [`DType::Q4_0`],
+    /// [`DType::Q4K`], [`DType::Q6K`]).
     pub fn block(self) -> Option<(usize, usize)> {
         match self {
             DType::Q8_0 => Some((32, 34)),
             DType::Q4_0 => Some((32, 18)),
+            DType::Q4K => Some((256, 144)),
+            DType::Q6K => Some((256, 210)),
             _ => None,
         }
     }
@@ -103,11 +128,11 @@ impl DType {
     pub fn data_bytes(self, numel: usize) -> usize {
         match self {
             DType::F16 | DType::BF16 => 2 * numel,
-            DType::Q8_0 | DType::Q4_0 => {
+            DType::F32 | DType::I32 | DType::U32 | DType::Bool => 4 * numel,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4K | DType::Q6K => {
                 let (elems, bytes) = self.block().expect("a block type");
                 numel.div_ceil(elems) * bytes
             }
-            _ => 4 * numel,
         }
     }
 
@@ -130,6 +155,6 @@ impl FromStr for DType {
         DType::ALL
             .into_iter()
             .find(|d| d.name() == s)
-            .ok_or_else(|| format!("unknown dtype `{s}` (expected f32, f16, bf16, i32, u32, bool, q8_0 or q4_0)"))
+            .ok_or_else(|| format!("unknown dtype `{s}` (expected f32, f16, bf16, i32, u32, bool, q8_0, q4_0, q4_k or q6_k)"))
     }
 }

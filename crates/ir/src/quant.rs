@@ -1,14 +1,23 @@
-//! llama.cpp's block types on the host ([`DType::Q8_0`], [`DType::Q4_0`]): quantization by
-//! llama.cpp's reference round-to-nearest (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`,
-//! which the `gguf` package's `quants` module reproduces), and dequantization as a kernel
-//! computes it (each value the f32 product of its block's f16 scale and its integer).
+//! llama.cpp's block types on the host ([`DType::Q8_0`], [`DType::Q4_0`], [`DType::Q4K`],
+//! [`DType::Q6K`]): quantization to Q8_0 and Q4_0 by llama.cpp's reference round-to-nearest
+//! (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`, which the `gguf` package's `quants`
+//! module reproduces), and dequantization of every block type as the `gguf` package and a
+//! kernel compute it (in f32: a block's f16 scale times its integer; for the k-quants the
+//! sub-block's scale first, less its min).
 
 use crate::{DType, IrError, Result};
 use half::f16;
 
-/// The packed blocks of `values` (a multiple of 32 of them) in `dtype`, a block type.
+/// The packed blocks of `values` (a multiple of 32 of them) in `dtype`, Q8_0 or Q4_0. The
+/// k-quants are read as files hold them, never quantized here: an error names the type.
 pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
     let (elems, bytes) = block_of(dtype, values.len())?;
+    if matches!(dtype, DType::Q4K | DType::Q6K) {
+        return Err(IrError::ty(
+            "tensor",
+            format!("{dtype} blocks are read as a file holds them; quantizing to {dtype} is not supported"),
+        ));
+    }
     let mut out = Vec::with_capacity(values.len() / elems * bytes);
     for x in values.chunks_exact(elems) {
         match dtype {
@@ -47,16 +56,56 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
     }
     let mut out = Vec::with_capacity(numel);
     for b in data.chunks_exact(bytes).take(numel / elems) {
-        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
         match dtype {
-            DType::Q8_0 => out.extend(b[2..].iter().map(|&q| d * q as i8 as f32)),
-            _ => {
+            DType::Q8_0 => {
+                let d = half(b);
+                out.extend(b[2..].iter().map(|&q| d * q as i8 as f32));
+            }
+            DType::Q4_0 => {
+                let d = half(b);
                 out.extend(b[2..].iter().map(|&q| d * ((q & 0x0f) as i32 - 8) as f32));
                 out.extend(b[2..].iter().map(|&q| d * ((q >> 4) as i32 - 8) as f32));
+            }
+            DType::Q4K => {
+                let (d, dmin) = (half(b), half(&b[2..]));
+                for (i, chunk) in b[16..].chunks_exact(32).enumerate() {
+                    for (shift, j) in [(0, 2 * i), (4, 2 * i + 1)] {
+                        let (sc, m) = q4k_scale_min(&b[4..16], j);
+                        let (dj, mj) = (d * sc as f32, dmin * m as f32);
+                        out.extend(chunk.iter().map(|&q| dj * ((q >> shift) & 0x0f) as f32 - mj));
+                    }
+                }
+            }
+            _ => {
+                let (ql, qh, scales, d) = (&b[..128], &b[128..192], &b[192..208], half(&b[208..]));
+                for e in 0..256 {
+                    let (c, r, l) = (e / 128, (e % 128) / 32, e % 32);
+                    let low = ql[64 * c + 32 * (r % 2) + l];
+                    let low = if r < 2 { low & 0x0f } else { low >> 4 };
+                    let high = (qh[32 * c + l] >> (2 * r)) & 0x03;
+                    let q = ((low | (high << 4)) as i32 - 32) as f32;
+                    out.push(d * scales[e / 16] as i8 as f32 * q);
+                }
             }
         }
     }
     Ok(out)
+}
+
+/// The f16 at the start of `b`, as f32.
+fn half(b: &[u8]) -> f32 {
+    f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// Sub-block `j`'s 6-bit scale and min in a Q4_K block's twelve scale bytes `s`: the first
+/// four sub-blocks' in the low six bits of bytes `j` and `j + 4`, the last four's low
+/// nibbles in byte `j + 4` and top two bits in the top bits of bytes `j − 4` and `j`.
+pub fn q4k_scale_min(s: &[u8], j: usize) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 0x3f, s[j + 4] & 0x3f)
+    } else {
+        ((s[j + 4] & 0x0f) | ((s[j - 4] >> 2) & 0x30), (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30))
+    }
 }
 
 /// `dtype`'s block (elements, bytes), if it is a block type and `numel` whole blocks.

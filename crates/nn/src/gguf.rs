@@ -1,8 +1,9 @@
 //! GGUF files, llama.cpp's format (version 3, and 2 which differs only in nothing read
 //! here): the header, the metadata, the tensor infos and the aligned data section,
-//! memory-mapped. Tensors of type F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K are read;
-//! quantized blocks are dequantized to f32 exactly as the `gguf` package's reference code
-//! does (each scale product rounded to f32 before it meets a value).
+//! memory-mapped. Tensors of type F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K are read, each
+//! as the IR's type of the same layout (blocks as the file holds them); dequantized, they
+//! are exactly what the `gguf` package's reference code gives (each scale product rounded
+//! to f32 before it meets a value).
 //!
 //! Every tensor's type, offset (aligned, within the file) and byte size are checked when the
 //! file is opened, so a bad file is a typed error ([`NnError::Gguf`]) naming the tensor
@@ -98,16 +99,17 @@ impl GgmlType {
         })
     }
 
-    /// The IR's dtype of this type, where the IR holds it as it is.
-    pub fn dtype(self) -> Option<DType> {
-        Some(match self {
+    /// The IR's dtype of this type (which holds each as the file does).
+    pub fn dtype(self) -> DType {
+        match self {
             GgmlType::F32 => DType::F32,
             GgmlType::F16 => DType::F16,
             GgmlType::BF16 => DType::BF16,
             GgmlType::Q8_0 => DType::Q8_0,
             GgmlType::Q4_0 => DType::Q4_0,
-            GgmlType::Q4K | GgmlType::Q6K => return None,
-        })
+            GgmlType::Q4K => DType::Q4K,
+            GgmlType::Q6K => DType::Q6K,
+        }
     }
 
     /// Elements per block and bytes per block.
@@ -319,9 +321,7 @@ impl Gguf {
         &self.tensors
     }
 
-    /// The tensor `name`: F32, F16, BF16, Q8_0 and Q4_0 as themselves (the blocks as the file
-    /// holds them), Q4_K and Q6_K dequantized to f32 as the `gguf` package's reference code
-    /// does.
+    /// The tensor `name` in its own type (a block type's blocks as the file holds them).
     pub fn tensor(&self, name: &str) -> Result<HostTensor> {
         let t = self.tensors.iter().find(|t| t.name == name).ok_or_else(|| NnError::Gguf {
             file: self.path.display().to_string(),
@@ -338,64 +338,17 @@ impl Gguf {
             ),
             GgmlType::F16 => HostTensor::new(dims, pairs().map(f16::from_le_bytes).collect::<Vec<_>>()),
             GgmlType::BF16 => HostTensor::new(dims, pairs().map(bf16::from_le_bytes).collect::<Vec<_>>()),
-            GgmlType::Q8_0 => HostTensor::from_blocks(DType::Q8_0, dims, raw.to_vec()),
-            GgmlType::Q4_0 => HostTensor::from_blocks(DType::Q4_0, dims, raw.to_vec()),
-            quantized => HostTensor::new(dims, dequantize(quantized, raw)),
+            blocks => HostTensor::from_blocks(blocks.dtype(), dims, raw.to_vec()),
         }?)
     }
 }
 
-fn half(b: &[u8]) -> f32 {
-    f16::from_le_bytes([b[0], b[1]]).to_f32()
-}
 
-/// The f32 values of `raw`'s blocks of a quantized `ty`.
+/// The f32 values of `raw`'s blocks of a quantized `ty`, as [`fusegraph_ir::quant::dequantize`]
+/// gives them.
 pub fn dequantize(ty: GgmlType, raw: &[u8]) -> Vec<f32> {
     let (block, bytes) = ty.block();
-    let mut out = Vec::with_capacity(raw.len() / bytes * block);
-    for b in raw.chunks_exact(bytes) {
-        match ty {
-            GgmlType::Q8_0 | GgmlType::Q4_0 => {
-                let dtype = ty.dtype().expect("a block type of the IR");
-                out.extend(fusegraph_ir::quant::dequantize(dtype, b, block).expect("one whole block"));
-            }
-            GgmlType::Q4K => {
-                let (d, dmin) = (half(b), half(&b[2..]));
-                let (s, qs) = (&b[4..16], &b[16..]);
-                // Sub-block j's 6-bit scale and min.
-                let scale_min = |j: usize| -> (f32, f32) {
-                    if j < 4 {
-                        ((s[j] & 0x3F) as f32, (s[j + 4] & 0x3F) as f32)
-                    } else {
-                        (
-                            ((s[j + 4] & 0x0F) | ((s[j - 4] >> 2) & 0x30)) as f32,
-                            ((s[j + 4] >> 4) | ((s[j] >> 2) & 0x30)) as f32,
-                        )
-                    }
-                };
-                for (i, chunk) in qs.chunks_exact(32).enumerate() {
-                    for (shift, j) in [(0, 2 * i), (4, 2 * i + 1)] {
-                        let (sc, m) = scale_min(j);
-                        let (dj, mj) = (d * sc, dmin * m);
-                        out.extend(chunk.iter().map(|&q| dj * ((q >> shift) & 0x0F) as f32 - mj));
-                    }
-                }
-            }
-            GgmlType::Q6K => {
-                let (ql, qh, scales, d) = (&b[..128], &b[128..192], &b[192..208], half(&b[208..]));
-                for e in 0..256 {
-                    let (c, r, l) = (e / 128, (e % 128) / 32, e % 32);
-                    let low = ql[64 * c + 32 * (r % 2) + l];
-                    let low = if r < 2 { low & 0x0F } else { low >> 4 };
-                    let high = (qh[32 * c + l] >> (2 * r)) & 0x03;
-                    let q = ((low | (high << 4)) as i32 - 32) as f32;
-                    out.push(d * scales[e / 16] as i8 as f32 * q);
-                }
-            }
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("not a block type"),
-        }
-    }
-    out
+    fusegraph_ir::quant::dequantize(ty.dtype(), raw, raw.len() / bytes * block).expect("whole blocks of a block type")
 }
 
 /// `transformers`' name of each part of a Llama layer, and llama.cpp's.
@@ -475,7 +428,7 @@ impl Gguf {
                     .iter()
                     .filter_map(|p| {
                         let info = self.tensors.iter().find(|t| Some(&t.name) == gguf_name(p.path()).as_ref())?;
-                        let d = info.ty.dtype().filter(|d| d.block().is_some())?;
+                        let d = Some(info.ty.dtype()).filter(|d| d.block().is_some())?;
                         Some((p.path().to_string(), d))
                     })
                     .collect();

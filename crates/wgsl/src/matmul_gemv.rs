@@ -241,7 +241,7 @@ pub(crate) fn gemv_rhs(g: &Graph, kernel: &Kernel, mm: NodeId) -> GemvRhs {
     let rd = g.ty(rhs).shape.dims();
     let unbatched = rd[..rd.len() - 2].iter().all(|&d| d == 1);
     let dtype = g.ty(leaf).dtype;
-    let words = dtype.block().is_some() || dtype == DType::BF16 && rd[rd.len() - 2] & 7 == 0;
+    let words = matches!(dtype, DType::Q8_0 | DType::Q4_0) || dtype == DType::BF16 && rd[rd.len() - 2] & 7 == 0;
     let packed = (words && unbatched && kernel.inputs.contains(&leaf)).then_some(PackedRhs { leaf, dtype, casts });
     GemvRhs { along: KAlong::Contiguous, packed, columns: None }
 }

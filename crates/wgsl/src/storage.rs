@@ -26,26 +26,64 @@ pub(crate) fn bf16_load(b: &str, i: &str) -> String {
 }
 
 /// The statements of an element function that return element `i` of a binding `b` of a
-/// block type (`q8_0`, `q4_0`: see [`DType`]) as the f32 its block gives: the block's f16
-/// scale (at an even byte offset, so within one word) times the element's signed byte, or
-/// its nibble less 8 (elements 0–15 of a block are the low nibbles of its 16 bytes, 16–31
-/// the high ones).
+/// block type (see [`DType`]) as the f32 its block gives, in the order of
+/// `fusegraph_ir::quant::dequantize`'s f32 operations. `q8_0`, `q4_0`: the block's f16 scale
+/// (at an even byte offset, so within one word) times the element's signed byte, or its
+/// nibble less 8 (elements 0–15 of a block are the low nibbles of its 16 bytes, 16–31 the
+/// high ones). `q4_k` (word-aligned super-blocks): sub-block `j`'s 6-bit scale and min from
+/// the twelve scale bytes, the nibble from the low or high half of byte `32·(j / 2) + l`.
+/// `q6_k`: the low nibble and the high pair of the element's 6 bits, less 32, times its
+/// sub-block's signed scale and the f16 scale.
 pub(crate) fn block_load(dtype: DType, b: &str) -> String {
-    let (_, bytes) = dtype.block().expect("a block type");
-    let value = match dtype {
-        DType::Q8_0 => format!(
-            "let at = base + 2u + (i & 31u);\n    \
-             return f32(extractBits(bitcast<i32>({b}[at >> 2u]), (at & 3u) * 8u, 8u)) * d;"
-        ),
-        _ => format!(
-            "let j = i & 31u;\n    let at = base + 2u + (j & 15u);\n    \
-             return (f32(extractBits({b}[at >> 2u], (at & 3u) * 8u + (j >> 4u) * 4u, 4u)) - 8.0) * d;"
-        ),
+    let byte = |at: &str| format!("extractBits({b}[({at}) >> 2u], (({at}) & 3u) * 8u, 8u)");
+    let lines: Vec<String> = match dtype {
+        DType::Q4K => vec![
+            "let wb = (i >> 8u) * 36u;".into(),
+            format!("let dm = unpack2x16float({b}[wb]);"),
+            "let j = (i >> 5u) & 7u;".into(),
+            format!("let a = {};", byte("wb * 4u + 4u + (j & 3u)")),
+            format!("let c = {};", byte("wb * 4u + 8u + j")),
+            format!("let bj = {};", byte("wb * 4u + 4u + j")),
+            "let sc = select((c & 15u) | ((a >> 6u) << 4u), a & 63u, j < 4u);".into(),
+            "let m = select((c >> 4u) | ((bj >> 6u) << 4u), c & 63u, j < 4u);".into(),
+            "let at = 32u * (j >> 1u) + (i & 31u);".into(),
+            format!("let q = extractBits({b}[wb + 4u + (at >> 2u)], (at & 3u) * 8u + (j & 1u) * 4u, 4u);"),
+            "return dm.x * f32(sc) * f32(q) - dm.y * f32(m);".into(),
+        ],
+        DType::Q6K => vec![
+            "let base = (i >> 8u) * 210u;".into(),
+            "let e = i & 255u;".into(),
+            "let r = (e >> 5u) & 3u;".into(),
+            "let lo = base + 64u * (e >> 7u) + 32u * (r & 1u) + (e & 31u);".into(),
+            format!("let low = extractBits({b}[lo >> 2u], (lo & 3u) * 8u + (r >> 1u) * 4u, 4u);"),
+            "let hi = base + 128u + 32u * (e >> 7u) + (e & 31u);".into(),
+            format!("let high = extractBits({b}[hi >> 2u], (hi & 3u) * 8u + 2u * r, 2u);"),
+            "let sa = base + 192u + (e >> 4u);".into(),
+            format!("let sc = extractBits(bitcast<i32>({b}[sa >> 2u]), (sa & 3u) * 8u, 8u);"),
+            format!("let d = unpack2x16float({b}[(base + 208u) >> 2u])[((base + 208u) >> 1u) & 1u];"),
+            "return d * f32(sc) * f32(i32(low | (high << 4u)) - 32);".into(),
+        ],
+        _ => {
+            let (_, bytes) = dtype.block().expect("a block type");
+            let mut head = vec![
+                format!("let base = (i >> 5u) * {bytes}u;"),
+                format!("let d = unpack2x16float({b}[base >> 2u])[(base >> 1u) & 1u];"),
+            ];
+            head.extend(match dtype {
+                DType::Q8_0 => vec![
+                    "let at = base + 2u + (i & 31u);".to_string(),
+                    format!("return f32(extractBits(bitcast<i32>({b}[at >> 2u]), (at & 3u) * 8u, 8u)) * d;"),
+                ],
+                _ => vec![
+                    "let j = i & 31u;".to_string(),
+                    "let at = base + 2u + (j & 15u);".to_string(),
+                    format!("return (f32(extractBits({b}[at >> 2u], (at & 3u) * 8u + (j >> 4u) * 4u, 4u)) - 8.0) * d;"),
+                ],
+            });
+            head
+        }
     };
-    format!(
-        "let base = (i >> 5u) * {bytes}u;\n    \
-         let d = unpack2x16float({b}[base >> 2u])[(base >> 1u) & 1u];\n    {value}"
-    )
+    lines.join("\n    ")
 }
 
 /// Whether an f16 binding that a loop or row kernel reads or writes four adjacent elements
