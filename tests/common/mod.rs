@@ -81,7 +81,7 @@ pub enum Domain {
 pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> HostTensor {
     let n: usize = dims.iter().product();
     if matches!(dtype, DType::Q4K | DType::Q6K) {
-        return random_k_blocks(rng, dtype, dims);
+        return fusegraph_workloads::random_k_blocks(rng.next_u64(), dtype, dims);
     }
     let values: Vec<f64> = (0..n)
         .map(|_| match (dtype, domain) {
@@ -120,33 +120,10 @@ pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> Ho
             (DType::I32, Domain::Positive) => rng.uniform(1.0, 20.0).floor(),
             (DType::I32, _) => rng.uniform(-50.0, 50.0).floor(),
             (DType::U32, _) => rng.uniform(0.0, 100.0).floor(),
-            (DType::Q4K | DType::Q6K, _) => unreachable!("random_k_blocks"),
+            (DType::Q4K | DType::Q6K, _) => unreachable!("fusegraph_workloads::random_k_blocks"),
         })
         .collect();
     HostTensor::from_f64(dtype, dims.to_vec(), &values).expect("shape and values agree")
-}
-
-/// Random k-quant super-blocks (which nothing here quantizes to): random quants and
-/// sub-block scales and mins, f16 scales small enough that the values lie within about ±3.
-pub fn random_k_blocks(rng: &mut Rng, dtype: DType, dims: &[usize]) -> HostTensor {
-    let (elems, bytes) = dtype.block().expect("a block type");
-    let blocks = dims.iter().product::<usize>() / elems;
-    let mut data: Vec<u8> = (0..blocks * bytes).map(|_| rng.next_u64() as u8).collect();
-    for block in data.chunks_exact_mut(bytes) {
-        let mut scale = |at: usize, lo: f64, hi: f64| {
-            let v = fusegraph::f16::from_f64(rng.uniform(lo, hi));
-            block[at..at + 2].copy_from_slice(&v.to_le_bytes());
-        };
-        if dtype == DType::Q4K {
-            // d·63·15 and dmin·63 within about 3.
-            scale(0, 0.0005, 0.003);
-            scale(2, 0.0, 0.025);
-        } else {
-            // d·128·32 within about 3.
-            scale(208, 0.0001, 0.0007);
-        }
-    }
-    HostTensor::from_blocks(dtype, dims.to_vec(), data).expect("whole blocks")
 }
 
 /// One test graph: build it, feed it, compare every output with the reference.

@@ -151,9 +151,8 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
     }
     // k-quant weights (super-blocks of 256), read through their element function: two and
     // three super-blocks a column, one and three rows.
-    for (i, (q, m, k)) in [(DType::Q4K, 1, 512), (DType::Q6K, 3, 768), (DType::Q4K, 2, 768), (DType::Q6K, 1, 512)]
-        .into_iter()
-        .enumerate()
+    for (i, (q, m, k)) in
+        [(DType::Q4K, 1, 512), (DType::Q6K, 3, 768), (DType::Q4K, 2, 768), (DType::Q6K, 1, 512)].into_iter().enumerate()
     {
         let mut c = CaseBuilder::new(40 + i as u64);
         let x = c.input(DType::F32, &[m, k], Domain::Any);

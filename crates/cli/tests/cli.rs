@@ -216,6 +216,14 @@ fn roofline_measures_only_the_families_and_dtype_asked_for() {
         let ms: f64 = fields[fields.iter().position(|f| *f == shape).unwrap() + 1].parse().unwrap();
         assert!(ms > 0.0, "{text}");
     }
+    // The decoder step's product in every weight format, k-quants included.
+    let out = fusegraph(&["roofline", "--quick", "--kernels", "decode", "--runs", "1"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for w in ["f32", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"] {
+        let row = text.lines().find(|l| l.starts_with("decode_gemv") && l.split_whitespace().any(|f| f == w));
+        assert!(row.is_some(), "no decode_gemv row in {w}: {text}");
+    }
     // Bad filters are usage errors before anything is measured.
     for (args, message) in [
         (&["roofline", "--kernels", "tanh"][..], "no kernel family starts with `tanh`"),
@@ -421,17 +429,19 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
             assert!(got["step_kernels"].as_u64().unwrap() > 0 && got["step_bytes_moved"].as_u64().unwrap() > 0);
         }
     }
-    // GGUF files (llama.cpp's format, Q8_0 and Q4_0 weights, tests/data/gguf): transformers'
-    // tokens from their dequantized weights; and the f32 checkpoint quantized on load to
-    // Q4_0, which holds the Q4_0 file's blocks.
+    // GGUF files (llama.cpp's format, Q8_0, Q4_0 and Q4_K/Q6_K weights, tests/data/gguf):
+    // transformers' tokens from their dequantized weights; and the f32 checkpoint quantized on
+    // load to Q4_0, which holds the Q4_0 file's blocks.
     let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf");
     let llama_tiny = checkpoint("llama-tiny");
     for (model, kind, extra) in [
         (gguf.join("llama-tiny-q8_0.gguf"), "q8_0", &[][..]),
         (gguf.join("llama-tiny-q4_0.gguf"), "q4_0", &[]),
         (llama_tiny, "q4_0", &["--quantize", "q4_0"]),
+        (gguf.join("llama-k-q4_k_m.gguf"), "q4_k_m", &[]),
     ] {
-        let reference = std::fs::read_to_string(gguf.join(format!("llama-tiny-{kind}-reference.json"))).unwrap();
+        let name = if kind == "q4_k_m" { "llama-k-q4_k_m".to_string() } else { format!("llama-tiny-{kind}") };
+        let reference = std::fs::read_to_string(gguf.join(format!("{name}-reference.json"))).unwrap();
         let r: serde_json::Value = serde_json::from_str(&reference).unwrap();
         let prompt_ids = ids(&r["prompt_ids"]).iter().map(i64::to_string).collect::<Vec<_>>().join(",");
         let json = dir.join("gguf.json");

@@ -152,9 +152,8 @@ impl fmt::Display for DType {
 impl FromStr for DType {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        DType::ALL
-            .into_iter()
-            .find(|d| d.name() == s)
-            .ok_or_else(|| format!("unknown dtype `{s}` (expected f32, f16, bf16, i32, u32, bool, q8_0, q4_0, q4_k or q6_k)"))
+        DType::ALL.into_iter().find(|d| d.name() == s).ok_or_else(|| {
+            format!("unknown dtype `{s}` (expected f32, f16, bf16, i32, u32, bool, q8_0, q4_0, q4_k or q6_k)")
+        })
     }
 }

@@ -343,7 +343,6 @@ impl Gguf {
     }
 }
 
-
 /// The f32 values of `raw`'s blocks of a quantized `ty`, as [`fusegraph_ir::quant::dequantize`]
 /// gives them.
 pub fn dequantize(ty: GgmlType, raw: &[u8]) -> Vec<f32> {

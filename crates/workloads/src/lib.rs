@@ -57,6 +57,33 @@ impl Workload {
     }
 }
 
+/// Random k-quant super-blocks ([`DType::Q4K`], [`DType::Q6K`]: nothing quantizes to them)
+/// of `dims` (a last dimension of whole 256s): random quants and sub-block scales and mins,
+/// f16 scales small enough that the values lie within about ±3.
+pub fn random_k_blocks(seed: u64, dtype: DType, dims: &[usize]) -> HostTensor {
+    use rand::{Rng, RngCore, SeedableRng};
+    let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed);
+    let (elems, bytes) = dtype.block().expect("a block type");
+    let blocks = dims.iter().product::<usize>() / elems;
+    let mut data = vec![0u8; blocks * bytes];
+    rng.fill_bytes(&mut data);
+    for block in data.chunks_exact_mut(bytes) {
+        let mut scale = |at: usize, lo: f32, hi: f32| {
+            let v = fusegraph::f16::from_f32(rng.random_range(lo..hi));
+            block[at..at + 2].copy_from_slice(&v.to_le_bytes());
+        };
+        if dtype == DType::Q4K {
+            // d·63·15 and dmin·63 within about 3.
+            scale(0, 0.0005, 0.003);
+            scale(2, 0.0, 0.025);
+        } else {
+            // d·128·32 within about 3.
+            scale(208, 0.0001, 0.0007);
+        }
+    }
+    HostTensor::from_blocks(dtype, dims.to_vec(), data).expect("whole blocks")
+}
+
 /// Seeded values in [-1, 1] away from zero.
 pub fn random_values(seed: u64, n: usize) -> Vec<f32> {
     use rand::{Rng, SeedableRng};
