@@ -242,7 +242,7 @@ fn a_q4_0_model_takes_under_a_third_of_its_f16_bytes() {
 /// `attn_output`, `ffn_down` and `output`, 256 wide) keeps its super-blocks on the device —
 /// about a third of its f16 bytes — and gives the logits and greedy tokens `transformers`
 /// computes from its dequantized weights, in a CPU adapter's kernel forms and a GPU's (the
-/// decode step's products through the matrix–vector kernel).
+/// decode step's products through the matrix–vector kernel, reading the blocks by words).
 #[test]
 fn k_quant_files_keep_their_blocks_and_give_transformers_logits_and_tokens() {
     let text = std::fs::read_to_string(gguf_dir().join("llama-k-q4_k_m-reference.json")).unwrap();
@@ -260,8 +260,8 @@ fn k_quant_files_keep_their_blocks_and_give_transformers_logits_and_tokens() {
     check_logits_and_tokens(&loaded, &r, "q4_k_m", &Device::shared().unwrap());
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
     let forms = check_logits_and_tokens(&loaded, &r, "q4_k_m in GPU forms", &gpu_forms);
-    let gemv = forms.iter().filter(|f| matches!(f, KernelForm::Gemv { .. })).count();
-    assert!(gemv >= 7, "{gemv} matrix–vector products of {forms:?}");
+    let packed = forms.iter().filter(|f| matches!(f, KernelForm::Gemv { packed: true, .. })).count();
+    assert!(packed >= 7, "{packed} products reading packed words of {forms:?}");
 }
 
 fn gguf_dir() -> PathBuf {

@@ -14,6 +14,7 @@
 
 mod attention;
 mod body;
+mod kquant;
 mod loops;
 mod lower;
 mod matmul;

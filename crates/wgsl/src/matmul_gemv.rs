@@ -197,7 +197,8 @@ impl GemvRhs {
 
 /// A rhs that is a binding of packed values — a block type, or bf16 (two to a word) with `k`
 /// a multiple of 8 — stored `[n, k]` and read transposed, below casts only: each invocation
-/// reads a chunk of a column (a block's scale and 32 values; 8 bf16 values) as whole words
+/// reads a chunk of a column (a block's scale and 32 values; part of a k-quant super-block,
+/// see [`crate::kquant`]; 8 bf16 values) as whole words
 /// and converts four values at a time, instead of loading a word (and a block's scale) per
 /// value through the element function.
 #[derive(Clone, Debug, PartialEq)]
@@ -213,7 +214,7 @@ pub(crate) struct PackedRhs {
 impl PackedRhs {
     /// Values per chunk an invocation reads at once.
     fn chunk(&self) -> usize {
-        self.dtype.block().map_or(8, |(values, _)| values)
+        crate::kquant::chunk(self.dtype).or(self.dtype.block().map(|(values, _)| values)).unwrap_or(8)
     }
 }
 
@@ -241,7 +242,7 @@ pub(crate) fn gemv_rhs(g: &Graph, kernel: &Kernel, mm: NodeId) -> GemvRhs {
     let rd = g.ty(rhs).shape.dims();
     let unbatched = rd[..rd.len() - 2].iter().all(|&d| d == 1);
     let dtype = g.ty(leaf).dtype;
-    let words = matches!(dtype, DType::Q8_0 | DType::Q4_0) || dtype == DType::BF16 && rd[rd.len() - 2] & 7 == 0;
+    let words = dtype.block().is_some() || dtype == DType::BF16 && rd[rd.len() - 2] & 7 == 0;
     let packed = (words && unbatched && kernel.inputs.contains(&leaf)).then_some(PackedRhs { leaf, dtype, casts });
     GemvRhs { along: KAlong::Contiguous, packed, columns: None }
 }
@@ -684,7 +685,12 @@ fn packed_loop(
 ) {
     // Paired products' weights are of one type (`pairs_alike`): one chunk, one block layout.
     let (dtype, chunk) = (packed[0].0.dtype, packed[0].0.chunk());
+    let slots: Vec<usize> = packed.iter().map(|(_, slot)| *slot).collect();
+    let kquant = crate::kquant::chunk(dtype).is_some();
     let load = |s: &mut String, ind: usize, u: usize, blk: &str| {
+        if kquant {
+            return crate::kquant::load(s, ind, dtype, &slots, k, u, blk);
+        }
         let w = line;
         w(s, ind, format!("let kb{u} = ({blk}) * {chunk}u;"));
         match dtype.block() {
@@ -710,7 +716,7 @@ fn packed_loop(
     };
     let fma = |s: &mut String, ind: usize, u: usize| {
         let w = line;
-        if dtype.block().is_some() {
+        if dtype.block().is_some() && !kquant {
             w(s, ind, format!("let aligned{u} = (base{u} & 3u) == 0u;"));
         }
         for (p, (rhs, _)) in packed.iter().enumerate() {
@@ -718,6 +724,7 @@ fn packed_loop(
             let mut quads: Vec<(usize, String)> = Vec::new();
             let x = |j: usize| format!("x{p}_{u}_{j}");
             match dtype.block() {
+                Some(_) if kquant => quads = crate::kquant::quads(s, ind, dtype, p, u),
                 Some((_, bytes)) => {
                     let value_words = (bytes - 2) / 4;
                     w(s, ind, format!("let d{p}_{u} = unpack2x16float({})[(base{u} >> 1u) & 1u];", x(0)));

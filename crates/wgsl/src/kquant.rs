@@ -1,0 +1,121 @@
+//! The k-quant weights ([`DType::Q4K`], [`DType::Q6K`]) read by whole words in the
+//! matrix–vector kernel's loop ([`crate::matmul_gemv`]'s `packed_loop`): a chunk of a
+//! super-block per step — 64 values of a Q4_K block (a pair of sub-blocks sharing their
+//! bytes, the low nibbles one sub-block and the high the other), 32 of a Q6_K block (one of
+//! its eight groups, whose low nibbles, high pairs and two scales lie in runs of 32, 32 and 2
+//! bytes) — converted four values to a `vec4<f32>`, in the f32 operations of the element
+//! functions (`storage::block_load`), so both readings give the same values.
+
+use crate::matmul::line;
+use fusegraph_ir::DType;
+
+/// Values of a k-quant weight's chunk ([`DType::Q4K`]: a pair of sub-blocks; [`DType::Q6K`]:
+/// a group), `None` for another type.
+pub(crate) fn chunk(dtype: DType) -> Option<usize> {
+    match dtype {
+        DType::Q4K => Some(64),
+        DType::Q6K => Some(32),
+        _ => None,
+    }
+}
+
+/// The loads of chunk `blk` (an expression) of column `cl0` for step `u`: its place
+/// (`kb{u}`, the chunk's first `k`) and, for each product `p` of binding slot `slots[p]`, the
+/// words `x{p}_{u}_…` its values need. `k` is the product's depth.
+pub(crate) fn load(s: &mut String, ind: usize, dtype: DType, slots: &[usize], k: usize, u: usize, blk: &str) {
+    let w = line;
+    let per_row = k / 256;
+    let c = chunk(dtype).expect("a k-quant");
+    w(s, ind, format!("let kb{u} = ({blk}) * {c}u;"));
+    if dtype == DType::Q4K {
+        // Word-aligned super-blocks of 36 words: d and dmin, three words of scales, 32 of
+        // nibbles (8 per pair of sub-blocks).
+        w(s, ind, format!("let pr{u} = ({blk}) & 3u;"));
+        w(s, ind, format!("let wb{u} = (cl0 * {per_row}u + ({blk}) / 4u) * 36u;"));
+        for (p, slot) in slots.iter().enumerate() {
+            for j in 0..4 {
+                w(s, ind, format!("let x{p}_{u}_{j} = b{slot}[wb{u} + {j}u];"));
+            }
+            for t in 0..8 {
+                w(s, ind, format!("let x{p}_{u}_{} = b{slot}[wb{u} + 4u + pr{u} * 8u + {t}u];", 4 + t));
+            }
+        }
+    } else {
+        // 210-byte super-blocks (at even offsets): group `rg` of half `hc` takes 32 bytes of
+        // low nibbles, 32 of high pairs and 2 scale bytes; 9 words cover a 32-byte run at
+        // either alignment.
+        w(s, ind, format!("let hc{u} = (({blk}) >> 2u) & 1u;"));
+        w(s, ind, format!("let rg{u} = ({blk}) & 3u;"));
+        w(s, ind, format!("let base{u} = (cl0 * {per_row}u + ({blk}) / 8u) * 210u;"));
+        w(s, ind, format!("let lo{u} = (base{u} + 64u * hc{u} + 32u * (rg{u} & 1u)) >> 2u;"));
+        w(s, ind, format!("let hi{u} = (base{u} + 128u + 32u * hc{u}) >> 2u;"));
+        w(s, ind, format!("let sa{u} = base{u} + 192u + 8u * hc{u} + 2u * rg{u};"));
+        for (p, slot) in slots.iter().enumerate() {
+            for t in 0..9 {
+                w(s, ind, format!("let x{p}_{u}_l{t} = b{slot}[lo{u} + {t}u];"));
+                w(s, ind, format!("let x{p}_{u}_h{t} = b{slot}[hi{u} + {t}u];"));
+            }
+            w(s, ind, format!("let x{p}_{u}_s = b{slot}[sa{u} >> 2u];"));
+            w(s, ind, format!("let x{p}_{u}_d = b{slot}[(base{u} + 208u) >> 2u];"));
+        }
+    }
+}
+
+/// The chunk's values of product `p` at step `u` (after [`load`]): each quad's first place
+/// in the chunk and its `vec4<f32>`, with the statements they need written into `s`.
+pub(crate) fn quads(s: &mut String, ind: usize, dtype: DType, p: usize, u: usize) -> Vec<(usize, String)> {
+    let w = line;
+    let x = |name: String| format!("x{p}_{u}_{name}");
+    let mut out = Vec::new();
+    if dtype == DType::Q4K {
+        w(s, ind, format!("let dm{p}_{u} = unpack2x16float({});", x("0".into())));
+        w(s, ind, format!("let sv{p}_{u} = vec3<u32>({}, {}, {});", x("1".into()), x("2".into()), x("3".into())));
+        let byte = |at: String| format!("extractBits(sv{p}_{u}[({at}) >> 2u], (({at}) & 3u) * 8u, 8u)");
+        // Sub-blocks `2·pr` (low nibbles) and `2·pr + 1` (high): 6-bit scale and min each.
+        for h in 0..2 {
+            let j = format!("j{p}_{u}_{h}");
+            w(s, ind, format!("let {j} = 2u * pr{u} + {h}u;"));
+            let (a, c, bj) = (byte(format!("{j} & 3u")), byte(format!("{j} + 4u")), byte(j.clone()));
+            w(s, ind, format!("let a{p}_{u}_{h} = {a};"));
+            w(s, ind, format!("let c{p}_{u}_{h} = {c};"));
+            w(s, ind, format!("let e{p}_{u}_{h} = {bj};"));
+            let (a, c, e) = (format!("a{p}_{u}_{h}"), format!("c{p}_{u}_{h}"), format!("e{p}_{u}_{h}"));
+            let sc = format!("select(({c} & 15u) | (({a} >> 6u) << 4u), {a} & 63u, {j} < 4u)");
+            let m = format!("select(({c} >> 4u) | (({e} >> 6u) << 4u), {c} & 63u, {j} < 4u)");
+            w(s, ind, format!("let ks{p}_{u}_{h} = dm{p}_{u}.x * f32({sc});"));
+            w(s, ind, format!("let km{p}_{u}_{h} = dm{p}_{u}.y * f32({m});"));
+        }
+        for t in 0..8 {
+            let q = x(format!("{}", 4 + t));
+            for (h, shifts) in [(0, "0u, 8u, 16u, 24u"), (1, "4u, 12u, 20u, 28u")] {
+                let nibbles = format!("(vec4<u32>({q}) >> vec4<u32>({shifts})) & vec4<u32>(15u)");
+                out.push((32 * h + 4 * t, format!("ks{p}_{u}_{h} * vec4<f32>({nibbles}) - km{p}_{u}_{h}")));
+            }
+        }
+    } else {
+        w(s, ind, format!("let aligned{p}_{u} = (base{u} & 3u) == 0u;"));
+        w(s, ind, format!("let d{p}_{u} = unpack2x16float({})[((base{u} + 208u) >> 1u) & 1u];", x("d".into())));
+        let scale = |second: usize| {
+            format!("extractBits(bitcast<i32>({}), (sa{u} & 3u) * 8u + {}u, 8u)", x("s".into()), 8 * second)
+        };
+        w(s, ind, format!("let ks{p}_{u}_0 = d{p}_{u} * f32({});", scale(0)));
+        w(s, ind, format!("let ks{p}_{u}_1 = d{p}_{u} * f32({});", scale(1)));
+        for t in 0..8 {
+            // The run's word `t`, whole or from two words shifted by half a word.
+            let word = |run: &str| {
+                let (a, b) = (x(format!("{run}{t}")), x(format!("{run}{}", t + 1)));
+                format!("select(({a} >> 16u) | ({b} << 16u), {a}, aligned{p}_{u})")
+            };
+            w(s, ind, format!("let ql{p}_{u}_{t} = {};", word("l")));
+            w(s, ind, format!("let qh{p}_{u}_{t} = {};", word("h")));
+            let low = format!(
+                "(vec4<u32>(ql{p}_{u}_{t}) >> (vec4<u32>(0u, 8u, 16u, 24u) + (rg{u} >> 1u) * 4u)) & vec4<u32>(15u)"
+            );
+            let high =
+                format!("(vec4<u32>(qh{p}_{u}_{t}) >> (vec4<u32>(0u, 8u, 16u, 24u) + 2u * rg{u})) & vec4<u32>(3u)");
+            let q = format!("vec4<f32>(vec4<i32>(({low}) | (({high}) << vec4<u32>(4u))) - vec4<i32>(32))");
+            out.push((4 * t, format!("ks{p}_{u}_{} * {q}", usize::from(t >= 4))));
+        }
+    }
+    out
+}
