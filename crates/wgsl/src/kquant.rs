@@ -69,16 +69,17 @@ pub(crate) fn quads(s: &mut String, ind: usize, dtype: DType, p: usize, u: usize
     let mut out = Vec::new();
     if dtype == DType::Q4K {
         w(s, ind, format!("let dm{p}_{u} = unpack2x16float({});", x("0".into())));
-        w(s, ind, format!("let sv{p}_{u} = vec3<u32>({}, {}, {});", x("1".into()), x("2".into()), x("3".into())));
-        let byte = |at: String| format!("extractBits(sv{p}_{u}[({at}) >> 2u], (({at}) & 3u) * 8u, 8u)");
+        // Scale byte `n` of the twelve lies in word `1 + n / 4`: byte `j mod 4` of the first
+        // word, `j + 4` of the second or third, `j` of the first or second.
+        let (x1, x2, x3) = (x("1".into()), x("2".into()), x("3".into()));
         // Sub-blocks `2·pr` (low nibbles) and `2·pr + 1` (high): 6-bit scale and min each.
         for h in 0..2 {
             let j = format!("j{p}_{u}_{h}");
             w(s, ind, format!("let {j} = 2u * pr{u} + {h}u;"));
-            let (a, c, bj) = (byte(format!("{j} & 3u")), byte(format!("{j} + 4u")), byte(j.clone()));
-            w(s, ind, format!("let a{p}_{u}_{h} = {a};"));
-            w(s, ind, format!("let c{p}_{u}_{h} = {c};"));
-            w(s, ind, format!("let e{p}_{u}_{h} = {bj};"));
+            let byte = |word: String| format!("extractBits({word}, ({j} & 3u) * 8u, 8u)");
+            w(s, ind, format!("let a{p}_{u}_{h} = {};", byte(x1.clone())));
+            w(s, ind, format!("let c{p}_{u}_{h} = {};", byte(format!("select({x3}, {x2}, {j} < 4u)"))));
+            w(s, ind, format!("let e{p}_{u}_{h} = {};", byte(format!("select({x2}, {x1}, {j} < 4u)"))));
             let (a, c, e) = (format!("a{p}_{u}_{h}"), format!("c{p}_{u}_{h}"), format!("e{p}_{u}_{h}"));
             let sc = format!("select(({c} & 15u) | (({a} >> 6u) << 4u), {a} & 63u, {j} < 4u)");
             let m = format!("select(({c} >> 4u) | (({e} >> 6u) << 4u), {c} & 63u, {j} < 4u)");
