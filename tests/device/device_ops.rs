@@ -121,7 +121,7 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
         let y = x.matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap();
         cases.push((c.finish(format!("gemv_bf16_weight_rows_k{k}"), &[&y]), gemv(true, packed)));
     }
-    for q in [DType::Q4_0, DType::Q8_0] {
+    for q in [DType::Q4_0, DType::Q8_0, DType::Q5_0] {
         // 3 blocks a column: its blocks alternate between word-aligned and not.
         let mut c = CaseBuilder::new(6);
         let x = c.input(DType::F32, &[2, 1, 96], Domain::Any);

@@ -18,6 +18,7 @@ fn forced_columns_per_workgroup_match_the_reference() {
         (DType::BF16, 2, 296, 37),
         (DType::Q4_0, 1, 1184, 41),
         (DType::Q8_0, 3, 256, 33),
+        (DType::Q5_0, 2, 352, 29),
         (DType::Q4K, 1, 768, 19),
         (DType::Q6K, 2, 512, 21),
     ] {

@@ -18,8 +18,9 @@ use std::str::FromStr;
 /// `Q8_0` and `Q4_0` are llama.cpp's block types, storage only too: each run of 32 elements
 /// along the last axis is one block, an f16 scale `d` followed by 32 signed bytes `q`
 /// (34 bytes, the value `d·q`) or 32 nibbles `n` (18 bytes, the value `d·(n − 8)`), packed
-/// back to back as a GGUF file holds them (see [`crate::quant`]). A tensor of either type
-/// has a last dimension that is a multiple of 32. `Q4K` and `Q6K` are its k-quant types,
+/// back to back as a GGUF file holds them (see [`crate::quant`]); `Q5_0` likewise holds 5-bit
+/// values (22 bytes: the scale, 32 high bits in a word, 32 nibbles; the value `d·(q − 16)`).
+/// A tensor of these types has a last dimension that is a multiple of 32. `Q4K` and `Q6K` are its k-quant types,
 /// super-blocks of 256 elements: `Q4K` (144 bytes) an f16 scale and min, eight 6-bit
 /// sub-block scales and mins and 256 nibbles, the value `d·s·n − dmin·m`; `Q6K` (210 bytes)
 /// 6-bit values split in low nibbles and high pairs, sixteen signed 8-bit sub-block scales
@@ -46,6 +47,9 @@ pub enum DType {
     /// Blocks of 32: an f16 scale and 32 nibbles offset by 8 (storage only, see the type's
     /// docs).
     Q4_0,
+    /// Blocks of 32: an f16 scale and 32 5-bit values offset by 16 (storage only, see the
+    /// type's docs).
+    Q5_0,
     /// Super-blocks of 256: 4-bit values with 6-bit sub-block scales and mins (storage only,
     /// see the type's docs).
     Q4K,
@@ -56,7 +60,7 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in a fixed order.
-    pub const ALL: [DType; 10] = [
+    pub const ALL: [DType; 11] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -65,6 +69,7 @@ impl DType {
         DType::Bool,
         DType::Q8_0,
         DType::Q4_0,
+        DType::Q5_0,
         DType::Q4K,
         DType::Q6K,
     ];
@@ -73,7 +78,7 @@ impl DType {
     pub const COMPUTED: [DType; 5] = [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool];
 
     /// The lower-case name used in the text form (`f32`, `f16`, `bf16`, `i32`, `u32`, `bool`,
-    /// `q8_0`, `q4_0`, `q4_k`, `q6_k`).
+    /// `q8_0`, `q4_0`, `q5_0`, `q4_k`, `q6_k`).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -84,6 +89,7 @@ impl DType {
             DType::Bool => "bool",
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",
+            DType::Q5_0 => "q5_0",
             DType::Q4K => "q4_k",
             DType::Q6K => "q6_k",
         }
@@ -102,11 +108,12 @@ impl DType {
     }
 
     /// Elements and bytes per block of a block type ([`DType::Q8_0`], [`DType::Q4_0`],
-    /// [`DType::Q4K`], [`DType::Q6K`]).
+    /// [`DType::Q5_0`], [`DType::Q4K`], [`DType::Q6K`]).
     pub fn block(self) -> Option<(usize, usize)> {
         match self {
             DType::Q8_0 => Some((32, 34)),
             DType::Q4_0 => Some((32, 18)),
+            DType::Q5_0 => Some((32, 22)),
             DType::Q4K => Some((256, 144)),
             DType::Q6K => Some((256, 210)),
             _ => None,
@@ -129,7 +136,7 @@ impl DType {
         match self {
             DType::F16 | DType::BF16 => 2 * numel,
             DType::F32 | DType::I32 | DType::U32 | DType::Bool => 4 * numel,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4K | DType::Q6K => {
+            DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4K | DType::Q6K => {
                 let (elems, bytes) = self.block().expect("a block type");
                 numel.div_ceil(elems) * bytes
             }
@@ -153,7 +160,7 @@ impl FromStr for DType {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         DType::ALL.into_iter().find(|d| d.name() == s).ok_or_else(|| {
-            format!("unknown dtype `{s}` (expected f32, f16, bf16, i32, u32, bool, q8_0, q4_0, q4_k or q6_k)")
+            format!("unknown dtype `{s}` (expected f32, f16, bf16, i32, u32, bool, q8_0, q4_0, q5_0, q4_k or q6_k)")
         })
     }
 }

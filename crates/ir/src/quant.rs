@@ -1,14 +1,14 @@
-//! llama.cpp's block types on the host ([`DType::Q8_0`], [`DType::Q4_0`], [`DType::Q4K`],
-//! [`DType::Q6K`]): quantization to Q8_0 and Q4_0 by llama.cpp's reference round-to-nearest
-//! (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`, which the `gguf` package's `quants`
-//! module reproduces), and dequantization of every block type as the `gguf` package and a
+//! llama.cpp's block types on the host ([`DType::Q8_0`], [`DType::Q4_0`], [`DType::Q5_0`],
+//! [`DType::Q4K`], [`DType::Q6K`]): quantization to Q8_0, Q4_0 and Q5_0 by llama.cpp's
+//! reference round-to-nearest (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`,
+//! `quantize_row_q5_0_ref`, which the `gguf` package's `quants` module reproduces), and dequantization of every block type as the `gguf` package and a
 //! kernel compute it (in f32: a block's f16 scale times its integer; for the k-quants the
 //! sub-block's scale first, less its min).
 
 use crate::{DType, IrError, Result};
 use half::f16;
 
-/// The packed blocks of `values` (a multiple of 32 of them) in `dtype`, Q8_0 or Q4_0. The
+/// The packed blocks of `values` (a multiple of 32 of them) in `dtype`, Q8_0, Q4_0 or Q5_0. The
 /// k-quants are read as files hold them, never quantized here: an error names the type.
 pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
     let (elems, bytes) = block_of(dtype, values.len())?;
@@ -29,18 +29,24 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
                 out.extend(x.iter().map(|&v| (v * id).round() as i8 as u8));
             }
             _ => {
-                // The value of largest magnitude (the first of equals) maps to -8.
+                // The value of largest magnitude (the first of equals) maps to the lowest
+                // integer, -8 or -16.
                 let (mut amax, mut max) = (0f32, 0f32);
                 for &v in x {
                     if amax < v.abs() {
                         (amax, max) = (v.abs(), v);
                     }
                 }
-                let d = max / -8.0;
+                let half = if dtype == DType::Q5_0 { 16.0 } else { 8.0 };
+                let d = max / -half;
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
-                let nibble = |v: f32| ((v * id + 8.5) as i8).clamp(0, 15) as u8;
-                out.extend((0..16).map(|j| nibble(x[j]) | (nibble(x[j + 16]) << 4)));
+                let q = |v: f32| ((v * id + half + 0.5) as i8).clamp(0, 2 * half as i8 - 1) as u8;
+                if dtype == DType::Q5_0 {
+                    let high = (0..32).fold(0u32, |h, j| h | (u32::from(q(x[j]) >> 4) << j));
+                    out.extend_from_slice(&high.to_le_bytes());
+                }
+                out.extend((0..16).map(|j| (q(x[j]) & 0x0f) | (q(x[j + 16]) << 4)));
             }
         }
     }
@@ -65,6 +71,15 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
                 let d = half(b);
                 out.extend(b[2..].iter().map(|&q| d * ((q & 0x0f) as i32 - 8) as f32));
                 out.extend(b[2..].iter().map(|&q| d * ((q >> 4) as i32 - 8) as f32));
+            }
+            DType::Q5_0 => {
+                let d = half(b);
+                let high = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                let nibbles = b[6..].iter().map(|&q| q & 0x0f).chain(b[6..].iter().map(|&q| q >> 4));
+                out.extend(nibbles.enumerate().map(|(j, n)| {
+                    let q = (n as u32 | ((high >> j) & 1) << 4) as i32 - 16;
+                    d * q as f32
+                }));
             }
             DType::Q4K => {
                 let (d, dmin) = (half(b), half(&b[2..]));
@@ -122,22 +137,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn q8_0_and_q4_0_round_trip_within_half_a_step() {
+    fn q8_0_q4_0_and_q5_0_round_trip_within_half_a_step() {
         let x: Vec<f32> = (0..64).map(|i| ((i * 37 % 64) as f32 - 31.5) / 7.0).collect();
-        for dtype in [DType::Q8_0, DType::Q4_0] {
+        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q5_0] {
             let q = quantize(dtype, &x).unwrap();
             assert_eq!(q.len(), dtype.data_bytes(64));
             let back = dequantize(dtype, &q, 64).unwrap();
             for block in 0..2 {
                 let r = &x[32 * block..32 * block + 32];
-                // The value of largest magnitude is ±127 steps (q8_0), or -8 steps (q4_0),
-                // whose other end is 7 steps: values past it clamp there.
+                // The value of largest magnitude is ±127 steps (q8_0), or -8 (q4_0) or -16
+                // (q5_0) steps, whose other end is 7 or 15 steps: values past it clamp there.
                 let max = r.iter().copied().fold(0f32, |m, v| if v.abs() > m.abs() { v } else { m });
                 let (d, lo, hi) = match dtype {
                     DType::Q8_0 => (max.abs() / 127.0, -max.abs(), max.abs()),
                     _ => {
-                        let d = max / -8.0;
-                        (d.abs(), (-8.0 * d).min(7.0 * d), (-8.0 * d).max(7.0 * d))
+                        let half = if dtype == DType::Q5_0 { 16.0 } else { 8.0 };
+                        let d = max / -half;
+                        (d.abs(), (-half * d).min((half - 1.0) * d), (-half * d).max((half - 1.0) * d))
                     }
                 };
                 for (a, b) in r.iter().zip(&back[32 * block..]) {

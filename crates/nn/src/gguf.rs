@@ -1,6 +1,6 @@
 //! GGUF files, llama.cpp's format (version 3, and 2 which differs only in nothing read
 //! here): the header, the metadata, the tensor infos and the aligned data section,
-//! memory-mapped. Tensors of type F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K are read, each
+//! memory-mapped. Tensors of type F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K and Q6_K are read, each
 //! as the IR's type of the same layout (blocks as the file holds them); dequantized, they
 //! are exactly what the `gguf` package's reference code gives (each scale product rounded
 //! to f32 before it meets a value).
@@ -76,6 +76,9 @@ pub enum GgmlType {
     Q8_0,
     /// Blocks of 32: an f16 scale and 32 4-bit values offset by 8.
     Q4_0,
+    /// Blocks of 32: an f16 scale, the values' fifth bits in a word, 32 4-bit values; offset
+    /// by 16.
+    Q5_0,
     /// Super-blocks of 256: f16 scale and min, eight 6-bit sub-block scales and mins, 4-bit
     /// values.
     Q4K,
@@ -91,6 +94,7 @@ impl GgmlType {
             0 => GgmlType::F32,
             1 => GgmlType::F16,
             2 => GgmlType::Q4_0,
+            6 => GgmlType::Q5_0,
             8 => GgmlType::Q8_0,
             12 => GgmlType::Q4K,
             14 => GgmlType::Q6K,
@@ -107,6 +111,7 @@ impl GgmlType {
             GgmlType::BF16 => DType::BF16,
             GgmlType::Q8_0 => DType::Q8_0,
             GgmlType::Q4_0 => DType::Q4_0,
+            GgmlType::Q5_0 => DType::Q5_0,
             GgmlType::Q4K => DType::Q4K,
             GgmlType::Q6K => DType::Q6K,
         }
@@ -119,6 +124,7 @@ impl GgmlType {
             GgmlType::F16 | GgmlType::BF16 => (1, 2),
             GgmlType::Q8_0 => (32, 34),
             GgmlType::Q4_0 => (32, 18),
+            GgmlType::Q5_0 => (32, 22),
             GgmlType::Q4K => (256, 144),
             GgmlType::Q6K => (256, 210),
         }
@@ -276,7 +282,7 @@ impl Gguf {
             let id = r.u32()?;
             let offset = r.len()?;
             let ty = GgmlType::from_id(id).ok_or_else(|| {
-                r.err(Some(&name), format!("type id {id}; F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K are read"))
+                r.err(Some(&name), format!("type id {id}; F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K and Q6_K are read"))
             })?;
             tensors.push(TensorInfo { name, dims, ty, offset });
         }
@@ -414,7 +420,7 @@ impl Gguf {
     /// `llama.*` metadata, and its parameters' values under `transformers`' names: q and k
     /// rows back in `transformers`' order, projections transposed to [`crate::Linear`]'s
     /// layout. Parameters are stored as `dtype` (f32 by default, which holds every
-    /// dequantized value exactly) and matrices as `quantize` says: by default a Q8_0 or Q4_0
+    /// dequantized value exactly) and matrices as `quantize` says: by default a block-type
     /// matrix keeps its blocks as the file holds them (`[out, in]`, see [`crate::Matrices`]).
     /// Every parameter is checked before anything is returned: a missing tensor, a misshapen
     /// one, or one the model has no place for is an error naming it.

@@ -737,10 +737,22 @@ fn packed_loop(
                                 "(vec4<i32>(bitcast<i32>({q})) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u)"
                             );
                             quads.push((4 * t, format!("vec4<f32>({bytes}) * d{p}_{u}")));
-                        } else {
+                        } else if dtype == DType::Q4_0 {
                             for (half, shifts) in [(0, "0u, 8u, 16u, 24u"), (16, "4u, 12u, 20u, 28u")] {
                                 let nibbles = format!("(vec4<u32>({q}) >> vec4<u32>({shifts})) & vec4<u32>(15u)");
                                 quads.push((half + 4 * t, format!("(vec4<f32>({nibbles}) - 8.0) * d{p}_{u}")));
+                            }
+                        } else if t > 0 {
+                            // q5_0: the first word after the scale holds each value's fifth bit.
+                            let e = 4 * (t - 1);
+                            for (half, shifts) in [(0, "0u, 8u, 16u, 24u"), (16, "4u, 12u, 20u, 28u")] {
+                                let nibbles = format!("(vec4<u32>({q}) >> vec4<u32>({shifts})) & vec4<u32>(15u)");
+                                let bits = (0..4).map(|c| format!("{}u", half + e + c)).collect::<Vec<_>>().join(", ");
+                                let high = format!(
+                                    "((vec4<u32>(q{p}_{u}_0) >> vec4<u32>({bits})) & vec4<u32>(1u)) << vec4<u32>(4u)"
+                                );
+                                let value = format!("(vec4<f32>(({nibbles}) | {high}) - 16.0) * d{p}_{u}");
+                                quads.push((half + e, value));
                             }
                         }
                     }

@@ -30,7 +30,8 @@ pub(crate) fn bf16_load(b: &str, i: &str) -> String {
 /// `fusegraph_ir::quant::dequantize`'s f32 operations. `q8_0`, `q4_0`: the block's f16 scale
 /// (at an even byte offset, so within one word) times the element's signed byte, or its
 /// nibble less 8 (elements 0–15 of a block are the low nibbles of its 16 bytes, 16–31 the
-/// high ones). `q4_k` (word-aligned super-blocks): sub-block `j`'s 6-bit scale and min from
+/// high ones); `q5_0`: its nibble and its bit of the word after the scale (at an odd
+/// half-word), less 16. `q4_k` (word-aligned super-blocks): sub-block `j`'s 6-bit scale and min from
 /// the twelve scale bytes, the nibble from the low or high half of byte `32·(j / 2) + l`.
 /// `q6_k`: the low nibble and the high pair of the element's 6 bits, less 32, times its
 /// sub-block's signed scale and the f16 scale.
@@ -73,6 +74,15 @@ pub(crate) fn block_load(dtype: DType, b: &str) -> String {
                 DType::Q8_0 => vec![
                     "let at = base + 2u + (i & 31u);".to_string(),
                     format!("return f32(extractBits(bitcast<i32>({b}[at >> 2u]), (at & 3u) * 8u, 8u)) * d;"),
+                ],
+                DType::Q5_0 => vec![
+                    "let j = i & 31u;".to_string(),
+                    format!("let w0 = {b}[base >> 2u];"),
+                    format!("let w1 = {b}[(base >> 2u) + 1u];"),
+                    "let high = select(w1, (w0 >> 16u) | (w1 << 16u), (base & 3u) == 0u);".to_string(),
+                    "let at = base + 6u + (j & 15u);".to_string(),
+                    format!("let n = extractBits({b}[at >> 2u], (at & 3u) * 8u + (j >> 4u) * 4u, 4u);"),
+                    "return f32(i32(n | (extractBits(high, j, 1u) << 4u)) - 16) * d;".to_string(),
                 ],
                 _ => vec![
                     "let j = i & 31u;".to_string(),
