@@ -429,19 +429,19 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
             assert!(got["step_kernels"].as_u64().unwrap() > 0 && got["step_bytes_moved"].as_u64().unwrap() > 0);
         }
     }
-    // GGUF files (llama.cpp's format, Q8_0, Q4_0 and Q4_K/Q6_K weights, tests/data/gguf):
-    // transformers' tokens from their dequantized weights; and the f32 checkpoint quantized on
-    // load to Q4_0, which holds the Q4_0 file's blocks.
+    // GGUF files (llama.cpp's format: Llamas in Q8_0, Q4_0 and Q4_K/Q6_K, a Qwen2 in
+    // Q5_0/Q8_0, tests/data/gguf): transformers' tokens from their dequantized weights; and the
+    // f32 checkpoint quantized on load to Q4_0, which holds the Q4_0 file's blocks.
     let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf");
     let llama_tiny = checkpoint("llama-tiny");
-    for (model, kind, extra) in [
-        (gguf.join("llama-tiny-q8_0.gguf"), "q8_0", &[][..]),
-        (gguf.join("llama-tiny-q4_0.gguf"), "q4_0", &[]),
-        (llama_tiny, "q4_0", &["--quantize", "q4_0"]),
-        (gguf.join("llama-k-q4_k_m.gguf"), "q4_k_m", &[]),
+    for (model, reference, extra) in [
+        (gguf.join("llama-tiny-q8_0.gguf"), "llama-tiny-q8_0", &[][..]),
+        (gguf.join("llama-tiny-q4_0.gguf"), "llama-tiny-q4_0", &[]),
+        (llama_tiny, "llama-tiny-q4_0", &["--quantize", "q4_0"]),
+        (gguf.join("llama-k-q4_k_m.gguf"), "llama-k-q4_k_m", &[]),
+        (gguf.join("qwen2-tiny-q5_0.gguf"), "qwen2-tiny-q5_0", &[]),
     ] {
-        let name = if kind == "q4_k_m" { "llama-k-q4_k_m".to_string() } else { format!("llama-tiny-{kind}") };
-        let reference = std::fs::read_to_string(gguf.join(format!("{name}-reference.json"))).unwrap();
+        let reference = std::fs::read_to_string(gguf.join(format!("{reference}-reference.json"))).unwrap();
         let r: serde_json::Value = serde_json::from_str(&reference).unwrap();
         let prompt_ids = ids(&r["prompt_ids"]).iter().map(i64::to_string).collect::<Vec<_>>().join(",");
         let json = dir.join("gguf.json");

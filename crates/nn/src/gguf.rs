@@ -416,9 +416,11 @@ impl Gguf {
         }
     }
 
-    /// The Llama of a `llama`-architecture file (`general.architecture`), its shape from the
-    /// `llama.*` metadata, and its parameters' values under `transformers`' names: q and k
-    /// rows back in `transformers`' order, projections transposed to [`crate::Linear`]'s
+    /// The Llama-family model of a `llama`- or `qwen2`-architecture file
+    /// (`general.architecture`: a `LlamaForCausalLM` or a `Qwen2ForCausalLM`, whose q, k and v
+    /// biases the file holds), its shape from the `llama.*` or `qwen2.*` metadata, and its
+    /// parameters' values under `transformers`' names: a `llama` file's q and k rows back in
+    /// `transformers`' order, projections transposed to [`crate::Linear`]'s
     /// layout. Parameters are stored as `dtype` (f32 by default, which holds every
     /// dequantized value exactly) and matrices as `quantize` says: by default a block-type
     /// matrix keeps its blocks as the file holds them (`[out, in]`, see [`crate::Matrices`]).
@@ -446,6 +448,8 @@ impl Gguf {
         let model = Llama::new(&scope, config)?;
         let c = &model.config;
         let file = self.path.display().to_string();
+        // llama.cpp's converter interleaves q and k rows for a `llama` file's rotary layout only.
+        let permuted = self.architecture() == "llama";
         let mut used = std::collections::BTreeSet::from(["rope_freqs.weight".to_string()]);
         let mut out = BTreeMap::new();
         for p in model.params() {
@@ -457,9 +461,9 @@ impl Gguf {
             }
             let want = p.ty();
             let mut t = self.tensor(&name)?;
-            if name.ends_with("attn_q.weight") {
+            if permuted && name.ends_with("attn_q.weight") {
                 t = unpermute(&t, c.num_attention_heads)?;
-            } else if name.ends_with("attn_k.weight") {
+            } else if permuted && name.ends_with("attn_k.weight") {
                 t = unpermute(&t, c.num_key_value_heads)?;
             }
             if t.dtype().block().is_some() && t.dtype() != want.dtype {
@@ -488,19 +492,28 @@ impl Gguf {
     /// The model's shape from the `llama.*` metadata, as a `transformers` config would give
     /// it; `rope_freqs` (llama3 scaling as the converter stores it) as the frequencies'
     /// divisors.
+    /// `general.architecture`, or `(missing)`.
+    fn architecture(&self) -> &str {
+        self.metadata.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("(missing)")
+    }
+
     fn llama_config(&self) -> Result<LlamaConfig> {
         let m = &self.metadata;
-        let arch = m.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("(missing)");
-        if arch != "llama" {
-            return Err(NnError::ConfigField {
-                field: "general.architecture".into(),
-                value: arch.into(),
-                supported: "llama".into(),
-            });
-        }
-        let get = |k: &str| m.get(&format!("llama.{k}"));
+        let arch = self.architecture();
+        let architecture = match arch {
+            "llama" => "LlamaForCausalLM",
+            "qwen2" => "Qwen2ForCausalLM",
+            _ => {
+                return Err(NnError::ConfigField {
+                    field: "general.architecture".into(),
+                    value: arch.into(),
+                    supported: "llama or qwen2".into(),
+                })
+            }
+        };
+        let get = |k: &str| m.get(&format!("{arch}.{k}"));
         let int = |k: &str| get(k).and_then(GgufValue::as_u64);
-        let need = |k: &str| int(k).ok_or_else(|| self.error(None, format!("metadata `llama.{k}` is missing")));
+        let need = |k: &str| int(k).ok_or_else(|| self.error(None, format!("metadata `{arch}.{k}` is missing")));
         let (heads, hidden) = (need("attention.head_count")?, need("embedding_length")?);
         let tied = !self.tensors.iter().any(|t| t.name == "output.weight");
         let vocab = int("vocab_size").or_else(|| {
@@ -514,7 +527,7 @@ impl Gguf {
             }
             Some(other) => {
                 return Err(NnError::ConfigField {
-                    field: "llama.rope.scaling.type".into(),
+                    field: format!("{arch}.rope.scaling.type"),
                     value: other.into(),
                     supported: "none or linear (llama3 scaling comes as rope_freqs)".into(),
                 })
@@ -522,7 +535,7 @@ impl Gguf {
         };
         let token = |k: &str| m.get(&format!("tokenizer.ggml.{k}")).and_then(GgufValue::as_u64);
         let json = serde_json::json!({
-            "architectures": ["LlamaForCausalLM"],
+            "architectures": [architecture],
             "vocab_size": vocab,
             "hidden_size": hidden,
             "intermediate_size": need("feed_forward_length")?,

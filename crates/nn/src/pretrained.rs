@@ -83,10 +83,9 @@ impl Pretrained {
     /// they differ), or with `None` as the checkpoint's config says (`dtype`, `torch_dtype`);
     /// matrices as `quantize` says.
     ///
-    /// A `.gguf` file (llama.cpp's format, `llama` architecture) loads through
-    /// [`crate::gguf::Gguf::llama`]: its Q8_0 and Q4_0 matrices kept as blocks (with
-    /// [`Quantize::AsStored`]), other quantized tensors dequantized, stored as `dtype` (f32
-    /// by default).
+    /// A `.gguf` file (llama.cpp's format, `llama` or `qwen2` architecture) loads through
+    /// [`crate::gguf::Gguf::llama`]: its block-type matrices kept as blocks (with
+    /// [`Quantize::AsStored`]), everything else stored as `dtype` (f32 by default).
     pub fn load(dir: &Path, dtype: Option<DType>, quantize: Quantize) -> Result<Pretrained> {
         if dir.extension().is_some_and(|e| e == "gguf") {
             let (model, params) = crate::gguf::Gguf::open(dir)?.llama(dtype, quantize)?;

@@ -110,8 +110,8 @@ fn malformed_files_are_typed_errors_naming_the_tensor() {
 
 /// A tensor whose shape disagrees with the model the metadata describes (here
 /// `llama.feed_forward_length` changed in a copy of a fixture) is a typed error naming the
-/// file's tensor and the parameter, for dequantized and packed weights alike; nothing is
-/// returned.
+/// file's tensor and the parameter, for dequantized and packed weights alike, and an
+/// architecture not read is one naming the field; nothing is returned.
 #[test]
 fn a_tensor_the_model_does_not_fit_is_named() {
     let dir = std::env::temp_dir().join(format!("fusegraph-gguf-shape-{}", std::process::id()));
@@ -131,6 +131,21 @@ fn a_tensor_the_model_does_not_fit_is_named() {
             }
             other => panic!("{file}: {other:?}"),
         }
+    }
+    // An architecture the reader does not map (`general.architecture` changed to `gemma`).
+    let mut bytes = std::fs::read(data().join("llama-tiny-f32.gguf")).unwrap();
+    let key = b"general.architecture";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len() + 4 + 8;
+    assert_eq!(&bytes[at..at + 5], b"llama");
+    bytes[at..at + 5].copy_from_slice(b"gemma");
+    let path = dir.join("gemma.gguf");
+    std::fs::write(&path, bytes).unwrap();
+    match Pretrained::load(&path, None, Quantize::AsStored).map(|_| ()) {
+        Err(NnError::ConfigField { field, value, supported }) => {
+            assert_eq!((field.as_str(), value.as_str()), ("general.architecture", "gemma"));
+            assert!(supported.contains("llama") && supported.contains("qwen2"), "{supported}");
+        }
+        other => panic!("gemma: {other:?}"),
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
