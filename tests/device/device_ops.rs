@@ -153,7 +153,9 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
     // step: two and three super-blocks a column (Q6_K's at either alignment), one to three
     // rows.
     for (i, (q, m, k)) in
-        [(DType::Q4K, 1, 512), (DType::Q6K, 3, 768), (DType::Q4K, 2, 768), (DType::Q6K, 1, 512)].into_iter().enumerate()
+        [(DType::Q4K, 1, 512), (DType::Q6K, 3, 768), (DType::Q4K, 2, 768), (DType::Q6K, 1, 512), (DType::Q5K, 2, 512)]
+            .into_iter()
+            .enumerate()
     {
         let mut c = CaseBuilder::new(40 + i as u64);
         let x = c.input(DType::F32, &[m, k], Domain::Any);
@@ -266,6 +268,18 @@ fn norms_feeding_few_row_products_join_their_matrix_vector_kernel_in_gpu_forms()
         let v = h.matmul(&wv).unwrap();
         cases.push((c.finish(format!("rms_norm_siblings_{rows}_rows"), &[&q, &k, &v]), 3));
     }
+    // Sibling products of each k-quant.
+    let mut c = CaseBuilder::new(77);
+    let x = c.input(DType::F32, &[1, 1, 512], Domain::Any);
+    let gamma = c.input(DType::F32, &[512], Domain::Any);
+    let h = rms(&x.reshape([1, 512]).unwrap()).mul(&gamma).unwrap();
+    let mut outs = Vec::new();
+    for (q, n) in [(DType::Q4K, 40), (DType::Q5K, 24), (DType::Q6K, 16)] {
+        let w = c.input(q, &[n, 512], Domain::Any);
+        outs.push(h.matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap());
+    }
+    let refs: Vec<&fusegraph::Tensor> = outs.iter().collect();
+    cases.push((c.finish("rms_norm_k_quant_siblings", &refs), 3));
     // A softmax per head feeding the head's weighted sum of values: each workgroup reduces
     // and stages its own head's rows (one a head; three a key/value head, as grouped heads).
     for (i, (heads, rows, keys, dim)) in [(4, 1, 64, 16), (2, 3, 100, 24)].into_iter().enumerate() {
@@ -306,23 +320,30 @@ fn norms_feeding_few_row_products_join_their_matrix_vector_kernel_in_gpu_forms()
 
 /// A gate and an up projection under one epilogue (`silu(x·Wg) · (x·Wu)`) take one
 /// matrix–vector kernel in a GPU's forms, accumulating both products side by side: row-major
-/// f32 weights, `[out, in]` f32, bf16, q8_0 and q4_0 weights read along `k`, one to three
-/// rows, with and without an RMS norm before them as the kernel's prologue — each one kernel
-/// of two products, matching the reference.
+/// f32 weights, `[out, in]` f32, bf16, q8_0, q4_0, q4_k and q5_k weights read along `k`, one
+/// to three rows, with and without an RMS norm before them as the kernel's prologue — each one
+/// kernel of two products, matching the reference. Weights of unlike types (q4_k and q5_k,
+/// q4_0 and q8_0, bf16 and f32) take a kernel per product, matching the reference too.
 #[test]
 fn paired_products_share_a_matrix_vector_kernel_in_gpu_forms() {
     use crate::common::{CaseBuilder, Domain};
     use fusegraph::DType;
     let gpu = Arc::new(Device::new(&fusegraph::DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
-    // (rows, k, n, weight dtype, [out, in] weights, an RMS norm first)
+    // (rows, k, n, the gate's and the up projection's weight dtypes, [out, in] weights, an RMS
+    // norm first)
     let shapes = [
-        (1, 64, 96, DType::F32, false, false),
-        (3, 64, 70, DType::F32, true, true),
-        (1, 128, 96, DType::BF16, true, true),
-        (2, 256, 64, DType::Q8_0, true, false),
-        (1, 256, 64, DType::Q4_0, true, true),
+        (1, 64, 96, [DType::F32; 2], false, false),
+        (3, 64, 70, [DType::F32; 2], true, true),
+        (1, 128, 96, [DType::BF16; 2], true, true),
+        (2, 256, 64, [DType::Q8_0; 2], true, false),
+        (1, 256, 64, [DType::Q4_0; 2], true, true),
+        (1, 512, 64, [DType::Q4K; 2], true, true),
+        (2, 512, 40, [DType::Q5K; 2], true, false),
+        (1, 512, 48, [DType::Q4K, DType::Q5K], true, true),
+        (1, 256, 48, [DType::Q4_0, DType::Q8_0], true, true),
+        (1, 256, 48, [DType::BF16, DType::F32], true, false),
     ];
-    for (i, (rows, k, n, dt, transposed, norm)) in shapes.into_iter().enumerate() {
+    for (i, (rows, k, n, [dg, du], transposed, norm)) in shapes.into_iter().enumerate() {
         let mut c = CaseBuilder::new(90 + i as u64);
         let x = c.input(DType::F32, &[rows, k], Domain::Any);
         let h = if norm {
@@ -331,7 +352,7 @@ fn paired_products_share_a_matrix_vector_kernel_in_gpu_forms() {
         } else {
             x
         };
-        let weight = |c: &mut CaseBuilder| {
+        let weight = |c: &mut CaseBuilder, dt: DType| {
             let w = c.input(dt, &if transposed { [n, k] } else { [k, n] }, Domain::Any).cast(DType::F32).unwrap();
             if transposed {
                 w.t().unwrap()
@@ -339,19 +360,24 @@ fn paired_products_share_a_matrix_vector_kernel_in_gpu_forms() {
                 w
             }
         };
-        let (wg, wu) = (weight(&mut c), weight(&mut c));
+        let (wg, wu) = (weight(&mut c, dg), weight(&mut c, du));
         let gate = h.matmul(&wg).unwrap();
         let y = gate.mul(&gate.sigmoid().unwrap()).unwrap().mul(&h.matmul(&wu).unwrap()).unwrap();
-        let mut case = c.finish(format!("paired_{rows}x{k}x{n}_{dt:?}_{norm}"), &[&y]);
+        let mut case = c.finish(format!("paired_{rows}x{k}x{n}_{dg:?}_{du:?}_{norm}"), &[&y]);
         case.atol = case.atol.max(2e-4);
         let stats = run_case(&gpu, &case, &CompileOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", case.name));
         let kernels: Vec<_> = stats.kernels.iter().map(|k| (k.label.clone(), k.form)).collect();
         if !gpu.f16_native() {
             continue;
         }
+        if dg != du {
+            // Weights of unlike types are not walked in one loop: a kernel per product.
+            assert!(stats.kernels.iter().all(|k| k.label.matches("matmul").count() <= 1), "{}: {kernels:?}", case.name);
+            continue;
+        }
         assert_eq!(stats.kernels.len(), 1, "{}: {kernels:?}", case.name);
         assert_eq!(stats.kernels[0].label.matches("matmul").count(), 2, "{}: {kernels:?}", case.name);
-        let packed = dt != DType::F32;
+        let packed = dg != DType::F32;
         assert!(
             matches!(stats.kernels[0].form, KernelForm::Gemv { packed: p, row_prologue: r, .. } if p == packed && r == norm),
             "{}: {kernels:?}",

@@ -21,6 +21,7 @@ fn forced_columns_per_workgroup_match_the_reference() {
         (DType::Q5_0, 2, 352, 29),
         (DType::Q4K, 1, 768, 19),
         (DType::Q6K, 2, 512, 21),
+        (DType::Q5K, 3, 768, 17),
     ] {
         let mut c = CaseBuilder::new(k as u64 + n as u64);
         let x = c.input(DType::F32, &[m, k], Domain::Any);

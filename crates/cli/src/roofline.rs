@@ -114,7 +114,7 @@ struct Row {
 }
 
 fn feed(t: &Tensor, seed: u64) -> (String, HostTensor) {
-    if matches!(t.dtype(), DType::Q4K | DType::Q6K) {
+    if matches!(t.dtype(), DType::Q4K | DType::Q5K | DType::Q6K) {
         return (format!("x{seed}"), fusegraph_workloads::random_k_blocks(seed, t.dtype(), t.dims()));
     }
     let n = t.shape().numel();
@@ -389,7 +389,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     // (`CompileOptions::gemv_columns`; not with `--quick`).
     let (_, side) = sizes.skinny;
     let columns: &[Option<usize>] = if args.quick { &[None] } else { &[None, Some(8), Some(16), Some(32)] };
-    for w in [DType::F32, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K] {
+    for w in [DType::F32, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4K, DType::Q5K, DType::Q6K] {
         for &gemv_columns in columns {
             let flops = 2.0 * (side * side) as f64;
             let name = gemv_columns.map_or("decode_gemv".to_string(), |c| format!("decode_gemv c{c}"));

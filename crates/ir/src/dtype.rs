@@ -22,7 +22,8 @@ use std::str::FromStr;
 /// values (22 bytes: the scale, 32 high bits in a word, 32 nibbles; the value `d·(q − 16)`).
 /// A tensor of these types has a last dimension that is a multiple of 32. `Q4K` and `Q6K` are its k-quant types,
 /// super-blocks of 256 elements: `Q4K` (144 bytes) an f16 scale and min, eight 6-bit
-/// sub-block scales and mins and 256 nibbles, the value `d·s·n − dmin·m`; `Q6K` (210 bytes)
+/// sub-block scales and mins and 256 nibbles, the value `d·s·n − dmin·m`; `Q5K` (176
+/// bytes) the same with a fifth bit per value (32 bytes of them before the nibbles); `Q6K` (210 bytes)
 /// 6-bit values split in low nibbles and high pairs, sixteen signed 8-bit sub-block scales
 /// and an f16 scale, the value `d·s·(q − 32)` (a last dimension a multiple of 256). A kernel
 /// reads element `i` from its block as it loads it, so a cast of a block tensor fused into a
@@ -53,6 +54,9 @@ pub enum DType {
     /// Super-blocks of 256: 4-bit values with 6-bit sub-block scales and mins (storage only,
     /// see the type's docs).
     Q4K,
+    /// Super-blocks of 256: 5-bit values with 6-bit sub-block scales and mins (storage only,
+    /// see the type's docs).
+    Q5K,
     /// Super-blocks of 256: 6-bit values with 8-bit sub-block scales (storage only, see the
     /// type's docs).
     Q6K,
@@ -60,7 +64,7 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in a fixed order.
-    pub const ALL: [DType; 11] = [
+    pub const ALL: [DType; 12] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -71,6 +75,7 @@ impl DType {
         DType::Q4_0,
         DType::Q5_0,
         DType::Q4K,
+        DType::Q5K,
         DType::Q6K,
     ];
 
@@ -78,7 +83,7 @@ impl DType {
     pub const COMPUTED: [DType; 5] = [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool];
 
     /// The lower-case name used in the text form (`f32`, `f16`, `bf16`, `i32`, `u32`, `bool`,
-    /// `q8_0`, `q4_0`, `q5_0`, `q4_k`, `q6_k`).
+    /// `q8_0`, `q4_0`, `q5_0`, `q4_k`, `q5_k`, `q6_k`).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -91,6 +96,7 @@ impl DType {
             DType::Q4_0 => "q4_0",
             DType::Q5_0 => "q5_0",
             DType::Q4K => "q4_k",
+            DType::Q5K => "q5_k",
             DType::Q6K => "q6_k",
         }
     }
@@ -108,13 +114,14 @@ impl DType {
     }
 
     /// Elements and bytes per block of a block type ([`DType::Q8_0`], [`DType::Q4_0`],
-    /// [`DType::Q5_0`], [`DType::Q4K`], [`DType::Q6K`]).
+    /// [`DType::Q5_0`], [`DType::Q4K`], [`DType::Q5K`], [`DType::Q6K`]).
     pub fn block(self) -> Option<(usize, usize)> {
         match self {
             DType::Q8_0 => Some((32, 34)),
             DType::Q4_0 => Some((32, 18)),
             DType::Q5_0 => Some((32, 22)),
             DType::Q4K => Some((256, 144)),
+            DType::Q5K => Some((256, 176)),
             DType::Q6K => Some((256, 210)),
             _ => None,
         }
@@ -136,7 +143,7 @@ impl DType {
         match self {
             DType::F16 | DType::BF16 => 2 * numel,
             DType::F32 | DType::I32 | DType::U32 | DType::Bool => 4 * numel,
-            DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4K | DType::Q6K => {
+            DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4K | DType::Q5K | DType::Q6K => {
                 let (elems, bytes) = self.block().expect("a block type");
                 numel.div_ceil(elems) * bytes
             }
@@ -160,7 +167,9 @@ impl FromStr for DType {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         DType::ALL.into_iter().find(|d| d.name() == s).ok_or_else(|| {
-            format!("unknown dtype `{s}` (expected f32, f16, bf16, i32, u32, bool, q8_0, q4_0, q5_0, q4_k or q6_k)")
+            format!(
+                "unknown dtype `{s}` (expected f32, f16, bf16, i32, u32, bool, q8_0, q4_0, q5_0, q4_k, q5_k or q6_k)"
+            )
         })
     }
 }

@@ -1,5 +1,5 @@
 //! llama.cpp's block types on the host ([`DType::Q8_0`], [`DType::Q4_0`], [`DType::Q5_0`],
-//! [`DType::Q4K`], [`DType::Q6K`]): quantization to Q8_0, Q4_0 and Q5_0 by llama.cpp's
+//! [`DType::Q4K`], [`DType::Q5K`], [`DType::Q6K`]): quantization to Q8_0, Q4_0 and Q5_0 by llama.cpp's
 //! reference round-to-nearest (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`,
 //! `quantize_row_q5_0_ref`, which the `gguf` package's `quants` module reproduces), and dequantization of every block type as the `gguf` package and a
 //! kernel compute it (in f32: a block's f16 scale times its integer; for the k-quants the
@@ -12,7 +12,7 @@ use half::f16;
 /// k-quants are read as files hold them, never quantized here: an error names the type.
 pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
     let (elems, bytes) = block_of(dtype, values.len())?;
-    if matches!(dtype, DType::Q4K | DType::Q6K) {
+    if matches!(dtype, DType::Q4K | DType::Q5K | DType::Q6K) {
         return Err(IrError::ty(
             "tensor",
             format!("{dtype} blocks are read as a file holds them; quantizing to {dtype} is not supported"),
@@ -81,13 +81,19 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
                     d * q as f32
                 }));
             }
-            DType::Q4K => {
+            DType::Q4K | DType::Q5K => {
+                // Q5_K: 32 bytes of fifth bits (value `l` of sub-block `j`: bit `j` of byte
+                // `l`) between the scales and the nibbles.
                 let (d, dmin) = (half(b), half(&b[2..]));
-                for (i, chunk) in b[16..].chunks_exact(32).enumerate() {
+                let (high, nibbles) = if dtype == DType::Q5K { (Some(&b[16..48]), &b[48..]) } else { (None, &b[16..]) };
+                for (i, chunk) in nibbles.chunks_exact(32).enumerate() {
                     for (shift, j) in [(0, 2 * i), (4, 2 * i + 1)] {
                         let (sc, m) = q4k_scale_min(&b[4..16], j);
                         let (dj, mj) = (d * sc as f32, dmin * m as f32);
-                        out.extend(chunk.iter().map(|&q| dj * ((q >> shift) & 0x0f) as f32 - mj));
+                        out.extend(chunk.iter().enumerate().map(|(l, &q)| {
+                            let fifth = high.map_or(0, |h| ((h[l] >> j) & 1) << 4);
+                            dj * (((q >> shift) & 0x0f) | fifth) as f32 - mj
+                        }));
                     }
                 }
             }

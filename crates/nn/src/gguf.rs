@@ -1,6 +1,6 @@
 //! GGUF files, llama.cpp's format (version 3, and 2 which differs only in nothing read
 //! here): the header, the metadata, the tensor infos and the aligned data section,
-//! memory-mapped. Tensors of type F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K and Q6_K are read, each
+//! memory-mapped. Tensors of type F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K are read, each
 //! as the IR's type of the same layout (blocks as the file holds them); dequantized, they
 //! are exactly what the `gguf` package's reference code gives (each scale product rounded
 //! to f32 before it meets a value).
@@ -82,6 +82,8 @@ pub enum GgmlType {
     /// Super-blocks of 256: f16 scale and min, eight 6-bit sub-block scales and mins, 4-bit
     /// values.
     Q4K,
+    /// Super-blocks of 256: as Q4K, with a fifth bit per value.
+    Q5K,
     /// Super-blocks of 256: 6-bit values (4 low bits, 2 high), sixteen 8-bit sub-block
     /// scales, an f16 scale.
     Q6K,
@@ -97,6 +99,7 @@ impl GgmlType {
             6 => GgmlType::Q5_0,
             8 => GgmlType::Q8_0,
             12 => GgmlType::Q4K,
+            13 => GgmlType::Q5K,
             14 => GgmlType::Q6K,
             30 => GgmlType::BF16,
             _ => return None,
@@ -113,6 +116,7 @@ impl GgmlType {
             GgmlType::Q4_0 => DType::Q4_0,
             GgmlType::Q5_0 => DType::Q5_0,
             GgmlType::Q4K => DType::Q4K,
+            GgmlType::Q5K => DType::Q5K,
             GgmlType::Q6K => DType::Q6K,
         }
     }
@@ -126,6 +130,7 @@ impl GgmlType {
             GgmlType::Q4_0 => (32, 18),
             GgmlType::Q5_0 => (32, 22),
             GgmlType::Q4K => (256, 144),
+            GgmlType::Q5K => (256, 176),
             GgmlType::Q6K => (256, 210),
         }
     }
@@ -282,7 +287,10 @@ impl Gguf {
             let id = r.u32()?;
             let offset = r.len()?;
             let ty = GgmlType::from_id(id).ok_or_else(|| {
-                r.err(Some(&name), format!("type id {id}; F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K and Q6_K are read"))
+                r.err(
+                    Some(&name),
+                    format!("type id {id}; F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K are read"),
+                )
             })?;
             tensors.push(TensorInfo { name, dims, ty, offset });
         }

@@ -14,6 +14,7 @@ pub fn tolerance(dtype: DType) -> (f64, f64) {
         | DType::Q4_0
         | DType::Q5_0
         | DType::Q4K
+        | DType::Q5K
         | DType::Q6K
         | DType::I32
         | DType::U32

@@ -13,7 +13,7 @@ use fusegraph_ir::DType;
 /// a group), `None` for another type.
 pub(crate) fn chunk(dtype: DType) -> Option<usize> {
     match dtype {
-        DType::Q4K => Some(64),
+        DType::Q4K | DType::Q5K => Some(64),
         DType::Q6K => Some(32),
         _ => None,
     }
@@ -27,17 +27,22 @@ pub(crate) fn load(s: &mut String, ind: usize, dtype: DType, slots: &[usize], k:
     let per_row = k / 256;
     let c = chunk(dtype).expect("a k-quant");
     w(s, ind, format!("let kb{u} = ({blk}) * {c}u;"));
-    if dtype == DType::Q4K {
-        // Word-aligned super-blocks of 36 words: d and dmin, three words of scales, 32 of
-        // nibbles (8 per pair of sub-blocks).
+    if dtype != DType::Q6K {
+        // Word-aligned super-blocks of 36 (Q4_K) or 44 (Q5_K) words: d and dmin, three words
+        // of scales, Q5_K's 8 words of fifth bits (all 32 bytes serve each pair of
+        // sub-blocks), 32 of nibbles (8 per pair).
+        let (words, nibbles) = if dtype == DType::Q5K { (44, 12) } else { (36, 4) };
         w(s, ind, format!("let pr{u} = ({blk}) & 3u;"));
-        w(s, ind, format!("let wb{u} = (cl0 * {per_row}u + ({blk}) / 4u) * 36u;"));
+        w(s, ind, format!("let wb{u} = (cl0 * {per_row}u + ({blk}) / 4u) * {words}u;"));
         for (p, slot) in slots.iter().enumerate() {
             for j in 0..4 {
                 w(s, ind, format!("let x{p}_{u}_{j} = b{slot}[wb{u} + {j}u];"));
             }
             for t in 0..8 {
-                w(s, ind, format!("let x{p}_{u}_{} = b{slot}[wb{u} + 4u + pr{u} * 8u + {t}u];", 4 + t));
+                w(s, ind, format!("let x{p}_{u}_{} = b{slot}[wb{u} + {nibbles}u + pr{u} * 8u + {t}u];", 4 + t));
+                if dtype == DType::Q5K {
+                    w(s, ind, format!("let x{p}_{u}_f{t} = b{slot}[wb{u} + 4u + {t}u];"));
+                }
             }
         }
     } else {
@@ -67,7 +72,7 @@ pub(crate) fn quads(s: &mut String, ind: usize, dtype: DType, p: usize, u: usize
     let w = line;
     let x = |name: String| format!("x{p}_{u}_{name}");
     let mut out = Vec::new();
-    if dtype == DType::Q4K {
+    if dtype != DType::Q6K {
         w(s, ind, format!("let dm{p}_{u} = unpack2x16float({});", x("0".into())));
         // Scale byte `n` of the twelve lies in word `1 + n / 4`: byte `j mod 4` of the first
         // word, `j + 4` of the second or third, `j` of the first or second.
@@ -89,8 +94,15 @@ pub(crate) fn quads(s: &mut String, ind: usize, dtype: DType, p: usize, u: usize
         for t in 0..8 {
             let q = x(format!("{}", 4 + t));
             for (h, shifts) in [(0, "0u, 8u, 16u, 24u"), (1, "4u, 12u, 20u, 28u")] {
-                let nibbles = format!("(vec4<u32>({q}) >> vec4<u32>({shifts})) & vec4<u32>(15u)");
-                out.push((32 * h + 4 * t, format!("ks{p}_{u}_{h} * vec4<f32>({nibbles}) - km{p}_{u}_{h}")));
+                let mut q = format!("(vec4<u32>({q}) >> vec4<u32>({shifts})) & vec4<u32>(15u)");
+                if dtype == DType::Q5K {
+                    // Bit `j` of each value's byte of the fifth bits.
+                    let f = x(format!("f{t}"));
+                    let fifth =
+                        format!("(vec4<u32>({f}) >> (vec4<u32>(0u, 8u, 16u, 24u) + j{p}_{u}_{h})) & vec4<u32>(1u)");
+                    q = format!("({q}) | (({fifth}) << vec4<u32>(4u))");
+                }
+                out.push((32 * h + 4 * t, format!("ks{p}_{u}_{h} * vec4<f32>({q}) - km{p}_{u}_{h}")));
             }
         }
     } else {

@@ -32,14 +32,15 @@ pub(crate) fn bf16_load(b: &str, i: &str) -> String {
 /// nibble less 8 (elements 0–15 of a block are the low nibbles of its 16 bytes, 16–31 the
 /// high ones); `q5_0`: its nibble and its bit of the word after the scale (at an odd
 /// half-word), less 16. `q4_k` (word-aligned super-blocks): sub-block `j`'s 6-bit scale and min from
-/// the twelve scale bytes, the nibble from the low or high half of byte `32·(j / 2) + l`.
+/// the twelve scale bytes, the nibble from the low or high half of byte `32·(j / 2) + l`;
+/// `q5_k` likewise, with bit `j` of byte `l` of the 32 before the nibbles as the fifth.
 /// `q6_k`: the low nibble and the high pair of the element's 6 bits, less 32, times its
 /// sub-block's signed scale and the f16 scale.
 pub(crate) fn block_load(dtype: DType, b: &str) -> String {
     let byte = |at: &str| format!("extractBits({b}[({at}) >> 2u], (({at}) & 3u) * 8u, 8u)");
     let lines: Vec<String> = match dtype {
-        DType::Q4K => vec![
-            "let wb = (i >> 8u) * 36u;".into(),
+        DType::Q4K | DType::Q5K => vec![
+            format!("let wb = (i >> 8u) * {}u;", dtype.block().expect("a block type").1 / 4),
             format!("let dm = unpack2x16float({b}[wb]);"),
             "let j = (i >> 5u) & 7u;".into(),
             format!("let a = {};", byte("wb * 4u + 4u + (j & 3u)")),
@@ -48,7 +49,16 @@ pub(crate) fn block_load(dtype: DType, b: &str) -> String {
             "let sc = select((c & 15u) | ((a >> 6u) << 4u), a & 63u, j < 4u);".into(),
             "let m = select((c >> 4u) | ((bj >> 6u) << 4u), c & 63u, j < 4u);".into(),
             "let at = 32u * (j >> 1u) + (i & 31u);".into(),
-            format!("let q = extractBits({b}[wb + 4u + (at >> 2u)], (at & 3u) * 8u + (j & 1u) * 4u, 4u);"),
+            format!(
+                "let n = extractBits({b}[wb + {}u + (at >> 2u)], (at & 3u) * 8u + (j & 1u) * 4u, 4u);",
+                if dtype == DType::Q5K { 12 } else { 4 }
+            ),
+            match dtype {
+                DType::Q5K => {
+                    format!("let q = n | (extractBits({b}[wb + 4u + ((i & 31u) >> 2u)], (i & 3u) * 8u + j, 1u) << 4u);")
+                }
+                _ => "let q = n;".into(),
+            },
             "return dm.x * f32(sc) * f32(q) - dm.y * f32(m);".into(),
         ],
         DType::Q6K => vec![

@@ -7,9 +7,15 @@ use std::fmt::Write;
 /// types are read as f32).
 pub fn vty(dtype: DType) -> &'static str {
     match dtype {
-        DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4K | DType::Q6K => {
-            "f32"
-        }
+        DType::F32
+        | DType::F16
+        | DType::BF16
+        | DType::Q8_0
+        | DType::Q4_0
+        | DType::Q5_0
+        | DType::Q4K
+        | DType::Q5K
+        | DType::Q6K => "f32",
         DType::I32 => "i32",
         DType::U32 => "u32",
         DType::Bool => "bool",
@@ -19,7 +25,15 @@ pub fn vty(dtype: DType) -> &'static str {
 /// A WGSL literal of `v` in the compute type of `dtype`, exact for every value.
 pub fn literal(dtype: DType, v: f64) -> String {
     match dtype {
-        DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4K | DType::Q6K => {
+        DType::F32
+        | DType::F16
+        | DType::BF16
+        | DType::Q8_0
+        | DType::Q4_0
+        | DType::Q5_0
+        | DType::Q4K
+        | DType::Q5K
+        | DType::Q6K => {
             // An f16 value is the f16 nearest `v` (computed in f32); a bf16 one likewise.
             let f = match dtype {
                 DType::F16 => half::f16::from_f64(v).to_f32(),

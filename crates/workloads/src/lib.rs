@@ -57,7 +57,8 @@ impl Workload {
     }
 }
 
-/// Random k-quant super-blocks ([`DType::Q4K`], [`DType::Q6K`]: nothing quantizes to them)
+/// Random k-quant super-blocks ([`DType::Q4K`], [`DType::Q5K`], [`DType::Q6K`]: nothing
+/// quantizes to them)
 /// of `dims` (a last dimension of whole 256s): random quants and sub-block scales and mins,
 /// f16 scales small enough that the values lie within about ±3.
 pub fn random_k_blocks(seed: u64, dtype: DType, dims: &[usize]) -> HostTensor {
@@ -75,6 +76,10 @@ pub fn random_k_blocks(seed: u64, dtype: DType, dims: &[usize]) -> HostTensor {
         if dtype == DType::Q4K {
             // d·63·15 and dmin·63 within about 3.
             scale(0, 0.0005, 0.003);
+            scale(2, 0.0, 0.025);
+        } else if dtype == DType::Q5K {
+            // d·63·31 and dmin·63 within about 3.
+            scale(0, 0.0003, 0.0015);
             scale(2, 0.0, 0.025);
         } else {
             // d·128·32 within about 3.

@@ -340,8 +340,8 @@ impl Ctx<'_> {
     /// Whether `members`, storing `outs`, are paired products for the matrix–vector kernel
     /// ([`FusionOptions::gemv`]): one output whose same-index region holds two or more
     /// matmuls of one left operand and one shape, of at most [`GEMV_MAX_ROWS`] rows (a gate
-    /// and an up projection, `silu(x·Wg) · (x·Wu)`), which the kernel accumulates side by
-    /// side and combines in its epilogue.
+    /// and an up projection, `silu(x·Wg) · (x·Wu)`), their weights read alike (one layout and
+    /// stored type), which the kernel accumulates side by side and combines in its epilogue.
     pub(super) fn paired_products(&self, members: &BTreeSet<NodeId>, outs: &[NodeId]) -> bool {
         let g = self.g;
         let [o] = outs else { return false };
@@ -357,6 +357,21 @@ impl Ctx<'_> {
             || dims[dims.len() - 2] > GEMV_MAX_ROWS
             || g.ty(*o).shape.numel() != g.ty(products[0]).shape.numel()
         {
+            return false;
+        }
+        // The kernel walks paired weights in one loop: each read alike (one stored type and
+        // layout below its casts and transposes, one shape).
+        let read = |p: NodeId| {
+            let (mut n, mut perms) = (self.operands(p)[1], Vec::new());
+            while let Op::Cast { .. } | Op::Transpose { .. } = &g.node(n).op {
+                if let Op::Transpose { perm } = &g.node(n).op {
+                    perms.push(perm.clone());
+                }
+                n = self.operands(n)[0];
+            }
+            (g.ty(n).dtype, perms, &g.ty(self.operands(p)[1]).shape)
+        };
+        if products.iter().any(|&p| read(p) != read(products[0])) {
             return false;
         }
         let mut region = BTreeSet::from([*o]);
