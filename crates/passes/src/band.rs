@@ -257,14 +257,8 @@ impl Context {
             DType::F32 => (-(1 << 24), 1 << 24),
             DType::I32 => (i32::MIN as i64, i32::MAX as i64),
             DType::U32 => (0, u32::MAX as i64),
-            DType::Bool
-            | DType::BF16
-            | DType::Q8_0
-            | DType::Q4_0
-            | DType::Q5_0
-            | DType::Q4K
-            | DType::Q5K
-            | DType::Q6K => return false,
+            // Bool and the storage types.
+            _ => return false,
         };
         min <= lo && hi <= max
     }

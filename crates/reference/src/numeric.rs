@@ -11,16 +11,17 @@ use fusegraph_ir::{f16, BinaryOp, DType, UnaryOp};
 ///   this is how integer add/sub/mul/neg/abs and integer reductions overflow. NaN gives 0 and
 ///   ±∞ saturate (they never arise from integer arithmetic).
 /// * `Bool`: 1 if `v != 0` (NaN counts as non-zero), else 0.
-/// * `Q8_0` / `Q4_0`: round to nearest binary32, what a block's value is (no op computes
+/// * The block types: round to nearest binary32, what a block's value is (no op computes
 ///   one: their values come from their blocks, [`fusegraph_ir::quant::dequantize`]).
 pub fn round_to(dtype: DType, v: f64) -> f64 {
     match dtype {
-        DType::F32 | DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4K | DType::Q5K | DType::Q6K => v as f32 as f64,
         DType::F16 => f16::from_f64(v).to_f64(),
         DType::BF16 => fusegraph_ir::bf16_nearest(v).to_f64(),
         DType::I32 => wrap_i128(v) as i32 as f64,
         DType::U32 => wrap_i128(v) as u32 as f64,
         DType::Bool => bool01(v != 0.0),
+        // f32 and the block types.
+        _ => v as f32 as f64,
     }
 }
 
@@ -51,15 +52,6 @@ pub(crate) fn bool01(b: bool) -> f64 {
 /// anything to bool is `v != 0`; bool is 0 or 1; integers to floats round to the float dtype.
 pub fn cast_value(from: DType, to: DType, v: f64) -> f64 {
     match to {
-        DType::F32
-        | DType::F16
-        | DType::BF16
-        | DType::Q8_0
-        | DType::Q4_0
-        | DType::Q5_0
-        | DType::Q4K
-        | DType::Q5K
-        | DType::Q6K => round_to(to, v),
         DType::Bool => bool01(v != 0.0),
         DType::I32 => match from {
             DType::U32 => (v as u32) as i32 as f64,
@@ -69,6 +61,8 @@ pub fn cast_value(from: DType, to: DType, v: f64) -> f64 {
             DType::I32 => (v as i32) as u32 as f64,
             _ => v as u32 as f64,
         },
+        // The floats and the storage types.
+        _ => round_to(to, v),
     }
 }
 

@@ -7,33 +7,29 @@ use std::fmt::Write;
 /// types are read as f32).
 pub fn vty(dtype: DType) -> &'static str {
     match dtype {
-        DType::F32
-        | DType::F16
-        | DType::BF16
-        | DType::Q8_0
-        | DType::Q4_0
-        | DType::Q5_0
-        | DType::Q4K
-        | DType::Q5K
-        | DType::Q6K => "f32",
         DType::I32 => "i32",
         DType::U32 => "u32",
         DType::Bool => "bool",
+        // The floats and the storage types.
+        _ => "f32",
     }
 }
 
 /// A WGSL literal of `v` in the compute type of `dtype`, exact for every value.
 pub fn literal(dtype: DType, v: f64) -> String {
     match dtype {
-        DType::F32
-        | DType::F16
-        | DType::BF16
-        | DType::Q8_0
-        | DType::Q4_0
-        | DType::Q5_0
-        | DType::Q4K
-        | DType::Q5K
-        | DType::Q6K => {
+        DType::I32 => {
+            let i = v as i32;
+            if i == i32::MIN {
+                "bitcast<i32>(0x80000000u)".into()
+            } else {
+                format!("{i}i")
+            }
+        }
+        DType::U32 => format!("{}u", v as u32),
+        DType::Bool => (if v != 0.0 { "true" } else { "false" }).into(),
+        // The floats and the storage types, computed in f32.
+        _ => {
             // An f16 value is the f16 nearest `v` (computed in f32); a bf16 one likewise.
             let f = match dtype {
                 DType::F16 => half::f16::from_f64(v).to_f32(),
@@ -51,16 +47,6 @@ pub fn literal(dtype: DType, v: f64) -> String {
                 format!("bitcast<f32>({:#x}u)", f.to_bits())
             }
         }
-        DType::I32 => {
-            let i = v as i32;
-            if i == i32::MIN {
-                "bitcast<i32>(0x80000000u)".into()
-            } else {
-                format!("{i}i")
-            }
-        }
-        DType::U32 => format!("{}u", v as u32),
-        DType::Bool => (if v != 0.0 { "true" } else { "false" }).into(),
     }
 }
 
