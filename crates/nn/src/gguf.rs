@@ -357,13 +357,6 @@ impl Gguf {
     }
 }
 
-/// The f32 values of `raw`'s blocks of a quantized `ty`, as [`fusegraph_ir::quant::dequantize`]
-/// gives them.
-pub fn dequantize(ty: GgmlType, raw: &[u8]) -> Vec<f32> {
-    let (block, bytes) = ty.block();
-    fusegraph_ir::quant::dequantize(ty.dtype(), raw, raw.len() / bytes * block).expect("whole blocks of a block type")
-}
-
 /// `transformers`' name of each part of a Llama layer, and llama.cpp's.
 const LAYER_PARTS: [(&str, &str); 9] = [
     ("input_layernorm", "attn_norm"),
