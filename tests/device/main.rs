@@ -36,6 +36,7 @@ mod excess_precision;
 mod forms;
 mod fuzz_device;
 mod fuzz_images;
+mod gemv;
 mod gemv_columns;
 mod gradients_device;
 mod hoist;
