@@ -89,7 +89,17 @@ pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> Ho
                 (rng.uniform(-1.0, d as f64 + 1.0).floor()).max(if dtype == DType::U32 { 0.0 } else { -1.0 })
             }
             (DType::Bool, _) => (rng.next_u64() & 1) as f64,
-            (DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 | DType::Q5_0, Domain::Any) => {
+            (
+                DType::F32
+                | DType::F16
+                | DType::BF16
+                | DType::Q8_0
+                | DType::Q4_0
+                | DType::Q5_0
+                | DType::Q4_1
+                | DType::Q5_1,
+                Domain::Any,
+            ) => {
                 let v = rng.uniform(-3.0, 3.0);
                 if v.abs() < 1e-3 {
                     0.5
@@ -97,10 +107,28 @@ pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> Ho
                     v
                 }
             }
-            (DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 | DType::Q5_0, Domain::Positive) => {
-                rng.uniform(0.25, 3.0)
-            }
-            (DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 | DType::Q5_0, Domain::NonZero) => {
+            (
+                DType::F32
+                | DType::F16
+                | DType::BF16
+                | DType::Q8_0
+                | DType::Q4_0
+                | DType::Q5_0
+                | DType::Q4_1
+                | DType::Q5_1,
+                Domain::Positive,
+            ) => rng.uniform(0.25, 3.0),
+            (
+                DType::F32
+                | DType::F16
+                | DType::BF16
+                | DType::Q8_0
+                | DType::Q4_0
+                | DType::Q5_0
+                | DType::Q4_1
+                | DType::Q5_1,
+                Domain::NonZero,
+            ) => {
                 let v = rng.uniform(0.5, 3.0);
                 if rng.next_u64() & 1 == 1 {
                     v
@@ -293,7 +321,7 @@ pub fn catalog(seed: u64) -> Vec<Case> {
     // The block types likewise: casts, a weight in either orientation (GGUF's `[out, in]`
     // transposed into the product, and `[in, out]`), and rows gathered from a table, each
     // last axis a few blocks (`e` values each).
-    for q in [DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4K, DType::Q5K, DType::Q6K] {
+    for q in [DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::Q4K, DType::Q5K, DType::Q6K] {
         let e = q.block().expect("a block type").0;
         for to in [DType::F32, DType::F16] {
             let mut c = next();

@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// invocation, unrolled steps and their remainder, f32 weights read transposed by workgroups
 /// of 8, 2 and 1 columns, and weights read through a fused cast — bf16 ones row-major (`k` strided) and stored `[out, in]` and read
 /// transposed (`k` contiguous: by whole words where `k` is a multiple of 8, else through the
-/// element function), and q4_0, q8_0 and q5_0 ones stored `[out, in]` and read transposed, a
+/// element function), and q4_0, q8_0, q5_0, q4_1 and q5_1 ones stored `[out, in]` and read transposed, a
 /// block at a time (blocks at both word alignments; more blocks than a column's 32
 /// invocations; a cast on to f16), and q4_k, q5_k and q6_k ones a chunk of a super-block at a
 /// time — all match the reference.
@@ -58,7 +58,7 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
         let y = x.matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap();
         cases.push((c.finish(format!("gemv_bf16_weight_rows_k{k}"), &[&y]), gemv(true, packed)));
     }
-    for q in [DType::Q4_0, DType::Q8_0, DType::Q5_0] {
+    for q in [DType::Q4_0, DType::Q8_0, DType::Q5_0, DType::Q4_1, DType::Q5_1] {
         // 3 blocks a column: its blocks alternate between word-aligned and not.
         let mut c = CaseBuilder::new(6);
         let x = c.input(DType::F32, &[2, 1, 96], Domain::Any);

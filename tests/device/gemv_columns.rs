@@ -19,6 +19,8 @@ fn forced_columns_per_workgroup_match_the_reference() {
         (DType::Q4_0, 1, 1184, 41),
         (DType::Q8_0, 3, 256, 33),
         (DType::Q5_0, 2, 352, 29),
+        (DType::Q4_1, 1, 480, 23),
+        (DType::Q5_1, 2, 224, 25),
         (DType::Q4K, 1, 768, 19),
         (DType::Q6K, 2, 512, 21),
         (DType::Q5K, 3, 768, 17),

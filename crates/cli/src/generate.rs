@@ -52,7 +52,7 @@ pub struct GenerateArgs {
     /// way; default: the checkpoint's, as its config names it; f32 for a GGUF file's).
     #[arg(long)]
     dtype: Option<DType>,
-    /// The matrices' block type on the device: `q8_0`, `q4_0` or `q5_0` (quantized on load by
+    /// The matrices' block type on the device: `q8_0`, `q4_0`, `q5_0`, `q4_1` or `q5_1` (quantized on load by
     /// llama.cpp's round-to-nearest), or `none` (a GGUF file's blocks dequantized). Default:
     /// as the file stores them.
     #[arg(long, value_parser = parse_quantize)]
@@ -275,7 +275,9 @@ fn parse_quantize(s: &str) -> Result<Quantize, String> {
         "q8_0" => Ok(Quantize::To(DType::Q8_0)),
         "q4_0" => Ok(Quantize::To(DType::Q4_0)),
         "q5_0" => Ok(Quantize::To(DType::Q5_0)),
-        other => Err(format!("`{other}`: expected q8_0, q4_0, q5_0 or none")),
+        "q4_1" => Ok(Quantize::To(DType::Q4_1)),
+        "q5_1" => Ok(Quantize::To(DType::Q5_1)),
+        other => Err(format!("`{other}`: expected q8_0, q4_0, q5_0, q4_1, q5_1 or none")),
     }
 }
 

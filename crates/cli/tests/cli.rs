@@ -497,7 +497,9 @@ fn generate_names_what_is_wrong() {
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // Block types are for matrices, through --quantize, which takes nothing else.
-    for (flag, value, says) in [("--quantize", "f16", "q8_0, q4_0, q5_0 or none"), ("--dtype", "q4_0", "quantize")] {
+    for (flag, value, says) in
+        [("--quantize", "f16", "q8_0, q4_0, q5_0, q4_1, q5_1 or none"), ("--dtype", "q4_0", "quantize")]
+    {
         let out =
             fusegraph(&["generate", "--random-config", path.to_str().unwrap(), "--prompt-ids", "5", flag, value], None);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -19,7 +19,8 @@ use std::str::FromStr;
 /// along the last axis is one block, an f16 scale `d` followed by 32 signed bytes `q`
 /// (34 bytes, the value `d·q`) or 32 nibbles `n` (18 bytes, the value `d·(n − 8)`), packed
 /// back to back as a GGUF file holds them (see [`crate::quant`]); `Q5_0` likewise holds 5-bit
-/// values (22 bytes: the scale, 32 high bits in a word, 32 nibbles; the value `d·(q − 16)`).
+/// values (22 bytes: the scale, 32 high bits in a word, 32 nibbles; the value `d·(q − 16)`),
+/// and `Q4_1` and `Q5_1` a scale and a minimum (20 and 24 bytes, the value `d·q + m`).
 /// A tensor of these types has a last dimension that is a multiple of 32. `Q4K` and `Q6K` are its k-quant types,
 /// super-blocks of 256 elements: `Q4K` (144 bytes) an f16 scale and min, eight 6-bit
 /// sub-block scales and mins and 256 nibbles, the value `d·s·n − dmin·m`; `Q5K` (176
@@ -51,6 +52,12 @@ pub enum DType {
     /// Blocks of 32: an f16 scale and 32 5-bit values offset by 16 (storage only, see the
     /// type's docs).
     Q5_0,
+    /// Blocks of 32: an f16 scale and minimum and 32 nibbles (storage only, see the type's
+    /// docs).
+    Q4_1,
+    /// Blocks of 32: an f16 scale and minimum and 32 5-bit values (storage only, see the
+    /// type's docs).
+    Q5_1,
     /// Super-blocks of 256: 4-bit values with 6-bit sub-block scales and mins (storage only,
     /// see the type's docs).
     Q4K,
@@ -64,7 +71,7 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in a fixed order.
-    pub const ALL: [DType; 12] = [
+    pub const ALL: [DType; 14] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -74,6 +81,8 @@ impl DType {
         DType::Q8_0,
         DType::Q4_0,
         DType::Q5_0,
+        DType::Q4_1,
+        DType::Q5_1,
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
@@ -83,7 +92,7 @@ impl DType {
     pub const COMPUTED: [DType; 5] = [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool];
 
     /// The lower-case name used in the text form (`f32`, `f16`, `bf16`, `i32`, `u32`, `bool`,
-    /// `q8_0`, `q4_0`, `q5_0`, `q4_k`, `q5_k`, `q6_k`).
+    /// `q8_0`, `q4_0`, `q5_0`, `q4_1`, `q5_1`, `q4_k`, `q5_k`, `q6_k`).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -95,6 +104,8 @@ impl DType {
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",
             DType::Q5_0 => "q5_0",
+            DType::Q4_1 => "q4_1",
+            DType::Q5_1 => "q5_1",
             DType::Q4K => "q4_k",
             DType::Q5K => "q5_k",
             DType::Q6K => "q6_k",
@@ -114,12 +125,15 @@ impl DType {
     }
 
     /// Elements and bytes per block of a block type ([`DType::Q8_0`], [`DType::Q4_0`],
-    /// [`DType::Q5_0`], [`DType::Q4K`], [`DType::Q5K`], [`DType::Q6K`]).
+    /// [`DType::Q5_0`], [`DType::Q4_1`], [`DType::Q5_1`], [`DType::Q4K`], [`DType::Q5K`],
+    /// [`DType::Q6K`]).
     pub fn block(self) -> Option<(usize, usize)> {
         match self {
             DType::Q8_0 => Some((32, 34)),
             DType::Q4_0 => Some((32, 18)),
             DType::Q5_0 => Some((32, 22)),
+            DType::Q4_1 => Some((32, 20)),
+            DType::Q5_1 => Some((32, 24)),
             DType::Q4K => Some((256, 144)),
             DType::Q5K => Some((256, 176)),
             DType::Q6K => Some((256, 210)),
@@ -143,7 +157,7 @@ impl DType {
         match self {
             DType::F16 | DType::BF16 => 2 * numel,
             DType::F32 | DType::I32 | DType::U32 | DType::Bool => 4 * numel,
-            DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4K | DType::Q5K | DType::Q6K => {
+            _ => {
                 let (elems, bytes) = self.block().expect("a block type");
                 numel.div_ceil(elems) * bytes
             }
@@ -168,7 +182,7 @@ impl FromStr for DType {
     fn from_str(s: &str) -> Result<Self, String> {
         DType::ALL.into_iter().find(|d| d.name() == s).ok_or_else(|| {
             format!(
-                "unknown dtype `{s}` (expected f32, f16, bf16, i32, u32, bool, q8_0, q4_0, q5_0, q4_k, q5_k or q6_k)"
+                "unknown dtype `{s}` (expected f32, f16, bf16, i32, u32, bool, q8_0, q4_0, q5_0, q4_1, q5_1, q4_k, q5_k or q6_k)"
             )
         })
     }

@@ -24,12 +24,33 @@ pub enum HostData {
     Q4_0(Vec<u8>),
     /// q5_0 blocks, packed as a GGUF file holds them (see [`crate::quant`]).
     Q5_0(Vec<u8>),
+    /// q4_1 blocks, packed as a GGUF file holds them (see [`crate::quant`]).
+    Q4_1(Vec<u8>),
+    /// q5_1 blocks, packed as a GGUF file holds them (see [`crate::quant`]).
+    Q5_1(Vec<u8>),
     /// q4_k super-blocks, packed as a GGUF file holds them (see [`crate::quant`]).
     Q4K(Vec<u8>),
     /// q5_k super-blocks, packed as a GGUF file holds them (see [`crate::quant`]).
     Q5K(Vec<u8>),
     /// q6_k super-blocks, packed as a GGUF file holds them (see [`crate::quant`]).
     Q6K(Vec<u8>),
+}
+
+impl HostData {
+    /// A block type's packed bytes; `None` for the element types.
+    pub fn blocks(&self) -> Option<&[u8]> {
+        match self {
+            HostData::Q8_0(b)
+            | HostData::Q4_0(b)
+            | HostData::Q5_0(b)
+            | HostData::Q4_1(b)
+            | HostData::Q5_1(b)
+            | HostData::Q4K(b)
+            | HostData::Q5K(b)
+            | HostData::Q6K(b) => Some(b),
+            _ => None,
+        }
+    }
 }
 
 /// The bf16 nearest `v` (ties to even), through f32: `half`'s `bf16::from_f64` misrounds
@@ -108,9 +129,7 @@ impl HostTensor {
             DType::I32 => HostData::I32(values.iter().map(|&v| v as i32).collect()),
             DType::U32 => HostData::U32(values.iter().map(|&v| v as u32).collect()),
             DType::Bool => HostData::Bool(values.iter().map(|&v| v != 0.0).collect()),
-            DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4K | DType::Q5K | DType::Q6K => {
-                block_data(dtype, blocks(values)?)
-            }
+            _ => block_data(dtype, blocks(values)?),
         };
         if shape.numel() != values.len() {
             return Err(IrError::ty(
@@ -150,6 +169,8 @@ impl HostTensor {
             HostData::Q8_0(_) => DType::Q8_0,
             HostData::Q4_0(_) => DType::Q4_0,
             HostData::Q5_0(_) => DType::Q5_0,
+            HostData::Q4_1(_) => DType::Q4_1,
+            HostData::Q5_1(_) => DType::Q5_1,
             HostData::Q4K(_) => DType::Q4K,
             HostData::Q5K(_) => DType::Q5K,
             HostData::Q6K(_) => DType::Q6K,
@@ -185,12 +206,7 @@ impl HostTensor {
             HostData::I32(v) => v.iter().map(|&x| x as f64).collect(),
             HostData::U32(v) => v.iter().map(|&x| x as f64).collect(),
             HostData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
-            HostData::Q8_0(b)
-            | HostData::Q4_0(b)
-            | HostData::Q5_0(b)
-            | HostData::Q4K(b)
-            | HostData::Q5K(b)
-            | HostData::Q6K(b) => blocks(b),
+            other => blocks(other.blocks().expect("a block type's data")),
         }
     }
 
@@ -204,12 +220,7 @@ impl HostTensor {
             HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::U32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::Bool(v) => v.iter().flat_map(|&x| (x as u32).to_le_bytes()).collect(),
-            HostData::Q8_0(b)
-            | HostData::Q4_0(b)
-            | HostData::Q5_0(b)
-            | HostData::Q4K(b)
-            | HostData::Q5K(b)
-            | HostData::Q6K(b) => b.clone(),
+            other => other.blocks().expect("a block type's data").to_vec(),
         };
         out.resize(self.dtype().buffer_bytes(self.shape.numel()), 0);
         out
@@ -231,9 +242,7 @@ impl HostTensor {
             DType::BF16 => {
                 HostData::BF16((0..n).map(|i| bf16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])).collect())
             }
-            DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4K | DType::Q5K | DType::Q6K => {
-                return HostTensor::from_blocks(ty.dtype, ty.shape.clone(), bytes[..ty.dtype.data_bytes(n)].to_vec())
-            }
+            _ => return HostTensor::from_blocks(ty.dtype, ty.shape.clone(), bytes[..ty.dtype.data_bytes(n)].to_vec()),
         };
         Ok(HostTensor { shape: ty.shape.clone(), data })
     }
@@ -245,6 +254,8 @@ fn block_data(dtype: DType, bytes: Vec<u8>) -> HostData {
         DType::Q8_0 => HostData::Q8_0(bytes),
         DType::Q4_0 => HostData::Q4_0(bytes),
         DType::Q5_0 => HostData::Q5_0(bytes),
+        DType::Q4_1 => HostData::Q4_1(bytes),
+        DType::Q5_1 => HostData::Q5_1(bytes),
         DType::Q4K => HostData::Q4K(bytes),
         DType::Q5K => HostData::Q5K(bytes),
         _ => HostData::Q6K(bytes),

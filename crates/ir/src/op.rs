@@ -860,6 +860,7 @@ pub fn representable(v: f64, dtype: DType) -> bool {
         DType::I32 => v.fract() == 0.0 && v >= i32::MIN as f64 && v <= i32::MAX as f64,
         DType::U32 => v.fract() == 0.0 && v >= 0.0 && v <= u32::MAX as f64,
         DType::Bool => v == 0.0 || v == 1.0,
-        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4K | DType::Q5K | DType::Q6K => false,
+        // The block types.
+        _ => false,
     }
 }

@@ -1,14 +1,16 @@
 //! llama.cpp's block types on the host ([`DType::Q8_0`], [`DType::Q4_0`], [`DType::Q5_0`],
-//! [`DType::Q4K`], [`DType::Q5K`], [`DType::Q6K`]): quantization to Q8_0, Q4_0 and Q5_0 by llama.cpp's
-//! reference round-to-nearest (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`,
-//! `quantize_row_q5_0_ref`, which the `gguf` package's `quants` module reproduces), and dequantization of every block type as the `gguf` package and a
-//! kernel compute it (in f32: a block's f16 scale times its integer; for the k-quants the
+//! [`DType::Q4_1`], [`DType::Q5_1`], [`DType::Q4K`], [`DType::Q5K`], [`DType::Q6K`]):
+//! quantization to the blocks of 32 by llama.cpp's reference round-to-nearest
+//! (`quantize_row_q8_0_ref` and its siblings, which the `gguf` package's `quants` module
+//! reproduces), and dequantization of every block type as the `gguf` package and a kernel
+//! compute it (in f32: a block's f16 scale times its integer; for the k-quants the
 //! sub-block's scale first, less its min).
 
 use crate::{DType, IrError, Result};
 use half::f16;
 
-/// The packed blocks of `values` (a multiple of 32 of them) in `dtype`, Q8_0, Q4_0 or Q5_0. The
+/// The packed blocks of `values` (a multiple of 32 of them) in `dtype`, Q8_0, Q4_0, Q5_0, Q4_1
+/// or Q5_1 (llama.cpp's `quantize_row_*_ref`). The
 /// k-quants are read as files hold them, never quantized here: an error names the type.
 pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
     let (elems, bytes) = block_of(dtype, values.len())?;
@@ -27,6 +29,21 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
                 out.extend(x.iter().map(|&v| (v * id).round() as i8 as u8));
+            }
+            DType::Q4_1 | DType::Q5_1 => {
+                // The block's range in 15 or 31 steps up from its minimum.
+                let (min, max) = x.iter().fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+                let top = if dtype == DType::Q5_1 { 31 } else { 15 };
+                let d = (max - min) / top as f32;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+                out.extend_from_slice(&f16::from_f32(min).to_le_bytes());
+                let q = |v: f32| (((v - min) * id + 0.5) as u8).min(top);
+                if dtype == DType::Q5_1 {
+                    let high = (0..32).fold(0u32, |h, j| h | (u32::from(q(x[j]) >> 4) << j));
+                    out.extend_from_slice(&high.to_le_bytes());
+                }
+                out.extend((0..16).map(|j| (q(x[j]) & 0x0f) | (q(x[j + 16]) << 4)));
             }
             _ => {
                 // The value of largest magnitude (the first of equals) maps to the lowest
@@ -80,6 +97,15 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
                     let q = (n as u32 | ((high >> j) & 1) << 4) as i32 - 16;
                     d * q as f32
                 }));
+            }
+            DType::Q4_1 | DType::Q5_1 => {
+                let (d, m) = (half(b), half(&b[2..]));
+                let (high, nibbles) = match dtype {
+                    DType::Q5_1 => (u32::from_le_bytes([b[4], b[5], b[6], b[7]]), &b[8..]),
+                    _ => (0, &b[4..]),
+                };
+                let values = nibbles.iter().map(|&q| q & 0x0f).chain(nibbles.iter().map(|&q| q >> 4));
+                out.extend(values.enumerate().map(|(j, n)| d * (n as u32 | ((high >> j) & 1) << 4) as f32 + m));
             }
             DType::Q4K | DType::Q5K => {
                 // Q5_K: 32 bytes of fifth bits (value `l` of sub-block `j`: bit `j` of byte

@@ -263,13 +263,13 @@ pub(crate) fn transpose2(t: &HostTensor) -> Result<HostTensor> {
 /// holds in a block type ([`DType::Q8_0`], [`DType::Q4_0`]; see [`crate::Matrices`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Quantize {
-    /// As the file stores them: a GGUF file's block-type matrices (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K)
-    /// keep their blocks; nothing else is quantized.
+    /// As the file stores them: a GGUF file's block-type matrices (Q8_0, Q4_0, Q5_0, Q4_1,
+    /// Q5_1, Q4_K, Q5_K, Q6_K) keep their blocks; nothing else is quantized.
     #[default]
     AsStored,
     /// None: a GGUF file's blocks are dequantized.
     None,
-    /// Every matrix whose rows are whole blocks, quantized on load to Q8_0, Q4_0 or Q5_0 by
+    /// Every matrix whose rows are whole blocks, quantized on load to a block type of 32 by
     /// llama.cpp's reference round-to-nearest (a GGUF matrix already of this type keeps its
     /// blocks; one of another block type is dequantized, then quantized).
     To(DType),
@@ -280,11 +280,13 @@ impl Quantize {
     pub(crate) fn matrices(self) -> Result<crate::module::Matrices> {
         match self {
             Quantize::AsStored | Quantize::None => Ok(crate::module::Matrices::AsScope),
-            Quantize::To(d @ (DType::Q8_0 | DType::Q4_0 | DType::Q5_0)) => Ok(crate::module::Matrices::All(d)),
+            Quantize::To(d @ (DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4_1 | DType::Q5_1)) => {
+                Ok(crate::module::Matrices::All(d))
+            }
             Quantize::To(d) => Err(NnError::ConfigField {
                 field: "quantize".into(),
                 value: d.to_string(),
-                supported: "q8_0, q4_0 or q5_0".into(),
+                supported: "q8_0, q4_0, q5_0, q4_1 or q5_1".into(),
             }),
         }
     }

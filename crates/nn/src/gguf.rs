@@ -1,6 +1,6 @@
 //! GGUF files, llama.cpp's format (version 3, and 2 which differs only in nothing read
 //! here): the header, the metadata, the tensor infos and the aligned data section,
-//! memory-mapped. Tensors of type F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K are read, each
+//! memory-mapped. Tensors of type F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K are read, each
 //! as the IR's type of the same layout (blocks as the file holds them); dequantized, they
 //! are exactly what the `gguf` package's reference code gives (each scale product rounded
 //! to f32 before it meets a value).
@@ -79,6 +79,11 @@ pub enum GgmlType {
     /// Blocks of 32: an f16 scale, the values' fifth bits in a word, 32 4-bit values; offset
     /// by 16.
     Q5_0,
+    /// Blocks of 32: an f16 scale and minimum, 32 4-bit values.
+    Q4_1,
+    /// Blocks of 32: an f16 scale and minimum, the values' fifth bits in a word, 32 4-bit
+    /// values.
+    Q5_1,
     /// Super-blocks of 256: f16 scale and min, eight 6-bit sub-block scales and mins, 4-bit
     /// values.
     Q4K,
@@ -96,7 +101,9 @@ impl GgmlType {
             0 => GgmlType::F32,
             1 => GgmlType::F16,
             2 => GgmlType::Q4_0,
+            3 => GgmlType::Q4_1,
             6 => GgmlType::Q5_0,
+            7 => GgmlType::Q5_1,
             8 => GgmlType::Q8_0,
             12 => GgmlType::Q4K,
             13 => GgmlType::Q5K,
@@ -115,6 +122,8 @@ impl GgmlType {
             GgmlType::Q8_0 => DType::Q8_0,
             GgmlType::Q4_0 => DType::Q4_0,
             GgmlType::Q5_0 => DType::Q5_0,
+            GgmlType::Q4_1 => DType::Q4_1,
+            GgmlType::Q5_1 => DType::Q5_1,
             GgmlType::Q4K => DType::Q4K,
             GgmlType::Q5K => DType::Q5K,
             GgmlType::Q6K => DType::Q6K,
@@ -129,6 +138,8 @@ impl GgmlType {
             GgmlType::Q8_0 => (32, 34),
             GgmlType::Q4_0 => (32, 18),
             GgmlType::Q5_0 => (32, 22),
+            GgmlType::Q4_1 => (32, 20),
+            GgmlType::Q5_1 => (32, 24),
             GgmlType::Q4K => (256, 144),
             GgmlType::Q5K => (256, 176),
             GgmlType::Q6K => (256, 210),
@@ -289,7 +300,7 @@ impl Gguf {
             let ty = GgmlType::from_id(id).ok_or_else(|| {
                 r.err(
                     Some(&name),
-                    format!("type id {id}; F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K are read"),
+                    format!("type id {id}; F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K are read"),
                 )
             })?;
             tensors.push(TensorInfo { name, dims, ty, offset });

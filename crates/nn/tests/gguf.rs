@@ -19,11 +19,11 @@ fn every_type_reads_as_the_gguf_package_dequantizes_it() {
     let m = g.metadata();
     assert_eq!(m["general.name"].as_str(), Some("fusegraph types fixture"));
     assert_eq!(m["general.architecture"].as_str(), Some("llama"));
-    assert_eq!(m["test.count"].as_u64(), Some(9));
+    assert_eq!(m["test.count"].as_u64(), Some(11));
     assert_eq!(m["test.list"], GgufValue::Array(vec![GgufValue::Int(1), GgufValue::Int(2), GgufValue::Int(3)]));
     let reference = safetensors::read(&data().join("types-reference.safetensors")).unwrap();
     let types: Vec<(String, GgmlType)> = g.tensors().iter().map(|t| (t.name.clone(), t.ty)).collect();
-    assert_eq!(types.len(), 9, "{types:?}");
+    assert_eq!(types.len(), 11, "{types:?}");
     for (name, ty) in types {
         let got = g.tensor(&name).unwrap();
         let want = &reference[&name];
@@ -44,7 +44,8 @@ fn quantizing_writes_the_gguf_packages_blocks() {
     let g = Gguf::open(&data().join("types.gguf")).unwrap();
     let reference = safetensors::read(&data().join("types-reference.safetensors")).unwrap();
     let x: Vec<f32> = reference["f32"].to_f64().iter().map(|&v| v as f32).collect();
-    for (name, dtype) in [("q8_0", DType::Q8_0), ("q4_0", DType::Q4_0), ("q5_0", DType::Q5_0)] {
+    let types = [("q8_0", DType::Q8_0), ("q4_0", DType::Q4_0), ("q5_0", DType::Q5_0), ("q4_1", DType::Q4_1)];
+    for (name, dtype) in types.into_iter().chain([("q5_1", DType::Q5_1)]) {
         let file = g.tensor(name).unwrap();
         assert_eq!(file.dtype(), dtype);
         let mine = HostTensor::from_blocks(dtype, file.shape().clone(), quant::quantize(dtype, &x).unwrap()).unwrap();

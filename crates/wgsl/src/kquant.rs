@@ -1,9 +1,10 @@
-//! The k-quant weights ([`DType::Q4K`], [`DType::Q6K`]) read by whole words in the
-//! matrix–vector kernel's loop ([`crate::matmul_gemv`]'s `packed_loop`): a chunk of a
-//! super-block per step — 64 values of a Q4_K block (a pair of sub-blocks sharing their
-//! bytes, the low nibbles one sub-block and the high the other), 32 of a Q6_K block (one of
-//! its eight groups, whose low nibbles, high pairs and two scales lie in runs of 32, 32 and 2
-//! bytes) — converted four values to a `vec4<f32>`, in the f32 operations of the element
+//! The k-quant weights ([`DType::Q4K`], [`DType::Q5K`], [`DType::Q6K`]) and the word-aligned
+//! blocks with a minimum ([`DType::Q4_1`], [`DType::Q5_1`]) read by whole words in the
+//! matrix–vector kernel's loop ([`crate::matmul_gemv`]'s `packed_loop`): a chunk per step —
+//! 64 values of a Q4_K/Q5_K block (a pair of sub-blocks sharing their bytes, the low nibbles
+//! one sub-block and the high the other), 32 of a Q6_K block (one of its eight groups, whose
+//! low nibbles, high pairs and two scales lie in runs of 32, 32 and 2 bytes), a whole Q4_1 or
+//! Q5_1 block — converted four values to a `vec4<f32>`, in the f32 operations of the element
 //! functions (`storage::block_load`), so both readings give the same values.
 
 use crate::matmul::line;
@@ -14,7 +15,7 @@ use fusegraph_ir::DType;
 pub(crate) fn chunk(dtype: DType) -> Option<usize> {
     match dtype {
         DType::Q4K | DType::Q5K => Some(64),
-        DType::Q6K => Some(32),
+        DType::Q6K | DType::Q4_1 | DType::Q5_1 => Some(32),
         _ => None,
     }
 }
@@ -27,7 +28,16 @@ pub(crate) fn load(s: &mut String, ind: usize, dtype: DType, slots: &[usize], k:
     let per_row = k / 256;
     let c = chunk(dtype).expect("a k-quant");
     w(s, ind, format!("let kb{u} = ({blk}) * {c}u;"));
-    if dtype != DType::Q6K {
+    if let DType::Q4_1 | DType::Q5_1 = dtype {
+        // Word-aligned blocks: the scale and minimum, Q5_1's fifth bits, 4 words of nibbles.
+        let words = dtype.block().expect("a block type").1 / 4;
+        w(s, ind, format!("let wb{u} = (cl0 * {}u + ({blk})) * {words}u;", k / 32));
+        for (p, slot) in slots.iter().enumerate() {
+            for j in 0..words {
+                w(s, ind, format!("let x{p}_{u}_{j} = b{slot}[wb{u} + {j}u];"));
+            }
+        }
+    } else if dtype != DType::Q6K {
         // Word-aligned super-blocks of 36 (Q4_K) or 44 (Q5_K) words: d and dmin, three words
         // of scales, Q5_K's 8 words of fifth bits (all 32 bytes serve each pair of
         // sub-blocks), 32 of nibbles (8 per pair).
@@ -72,7 +82,22 @@ pub(crate) fn quads(s: &mut String, ind: usize, dtype: DType, p: usize, u: usize
     let w = line;
     let x = |name: String| format!("x{p}_{u}_{name}");
     let mut out = Vec::new();
-    if dtype != DType::Q6K {
+    if let DType::Q4_1 | DType::Q5_1 = dtype {
+        w(s, ind, format!("let dm{p}_{u} = unpack2x16float({});", x("0".into())));
+        let first = if dtype == DType::Q5_1 { 2 } else { 1 };
+        for t in 0..4 {
+            let q = x(format!("{}", first + t));
+            for (h, shifts) in [(0, "0u, 8u, 16u, 24u"), (16, "4u, 12u, 20u, 28u")] {
+                let mut v = format!("(vec4<u32>({q}) >> vec4<u32>({shifts})) & vec4<u32>(15u)");
+                if dtype == DType::Q5_1 {
+                    let bits = (0..4).map(|c| format!("{}u", h + 4 * t + c)).collect::<Vec<_>>().join(", ");
+                    let fifth = format!("(vec4<u32>({}) >> vec4<u32>({bits})) & vec4<u32>(1u)", x("1".into()));
+                    v = format!("({v}) | (({fifth}) << vec4<u32>(4u))");
+                }
+                out.push((h + 4 * t, format!("vec4<f32>({v}) * dm{p}_{u}.x + dm{p}_{u}.y")));
+            }
+        }
+    } else if dtype != DType::Q6K {
         w(s, ind, format!("let dm{p}_{u} = unpack2x16float({});", x("0".into())));
         // Scale byte `n` of the twelve lies in word `1 + n / 4`: byte `j mod 4` of the first
         // word, `j + 4` of the second or third, `j` of the first or second.

@@ -31,7 +31,8 @@ pub(crate) fn bf16_load(b: &str, i: &str) -> String {
 /// (at an even byte offset, so within one word) times the element's signed byte, or its
 /// nibble less 8 (elements 0–15 of a block are the low nibbles of its 16 bytes, 16–31 the
 /// high ones); `q5_0`: its nibble and its bit of the word after the scale (at an odd
-/// half-word), less 16. `q4_k` (word-aligned super-blocks): sub-block `j`'s 6-bit scale and min from
+/// half-word), less 16; `q4_1`, `q5_1` (word-aligned): the nibble (and bit) times the scale,
+/// plus the minimum. `q4_k` (word-aligned super-blocks): sub-block `j`'s 6-bit scale and min from
 /// the twelve scale bytes, the nibble from the low or high half of byte `32·(j / 2) + l`;
 /// `q5_k` likewise, with bit `j` of byte `l` of the 32 before the nibbles as the fifth.
 /// `q6_k`: the low nibble and the high pair of the element's 6 bits, less 32, times its
@@ -61,6 +62,21 @@ pub(crate) fn block_load(dtype: DType, b: &str) -> String {
             },
             "return dm.x * f32(sc) * f32(q) - dm.y * f32(m);".into(),
         ],
+        DType::Q4_1 | DType::Q5_1 => {
+            // Word-aligned blocks: the scale and minimum, Q5_1's fifth bits, the nibbles.
+            let (words, nibbles) = if dtype == DType::Q5_1 { (6, 2) } else { (5, 1) };
+            vec![
+                format!("let wb = (i >> 5u) * {words}u;"),
+                format!("let dm = unpack2x16float({b}[wb]);"),
+                "let j = i & 31u;".into(),
+                format!("let n = extractBits({b}[wb + {nibbles}u + ((j & 15u) >> 2u)], (j & 3u) * 8u + (j >> 4u) * 4u, 4u);"),
+                match dtype {
+                    DType::Q5_1 => format!("let q = n | (extractBits({b}[wb + 1u], j, 1u) << 4u);"),
+                    _ => "let q = n;".into(),
+                },
+                "return f32(q) * dm.x + dm.y;".into(),
+            ]
+        }
         DType::Q6K => vec![
             "let base = (i >> 8u) * 210u;".into(),
             "let e = i & 255u;".into(),
