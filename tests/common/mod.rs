@@ -83,23 +83,15 @@ pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> Ho
     if matches!(dtype, DType::Q4K | DType::Q5K | DType::Q6K) {
         return fusegraph_workloads::random_k_blocks(rng.next_u64(), dtype, dims);
     }
+    // The floats, and the blocks of 32 quantized from them.
+    let real = dtype.is_float() || dtype == DType::BF16 || dtype.block().is_some();
     let values: Vec<f64> = (0..n)
         .map(|_| match (dtype, domain) {
             (_, Domain::Index(d)) => {
                 (rng.uniform(-1.0, d as f64 + 1.0).floor()).max(if dtype == DType::U32 { 0.0 } else { -1.0 })
             }
             (DType::Bool, _) => (rng.next_u64() & 1) as f64,
-            (
-                DType::F32
-                | DType::F16
-                | DType::BF16
-                | DType::Q8_0
-                | DType::Q4_0
-                | DType::Q5_0
-                | DType::Q4_1
-                | DType::Q5_1,
-                Domain::Any,
-            ) => {
+            (_, Domain::Any) if real => {
                 let v = rng.uniform(-3.0, 3.0);
                 if v.abs() < 1e-3 {
                     0.5
@@ -107,28 +99,8 @@ pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> Ho
                     v
                 }
             }
-            (
-                DType::F32
-                | DType::F16
-                | DType::BF16
-                | DType::Q8_0
-                | DType::Q4_0
-                | DType::Q5_0
-                | DType::Q4_1
-                | DType::Q5_1,
-                Domain::Positive,
-            ) => rng.uniform(0.25, 3.0),
-            (
-                DType::F32
-                | DType::F16
-                | DType::BF16
-                | DType::Q8_0
-                | DType::Q4_0
-                | DType::Q5_0
-                | DType::Q4_1
-                | DType::Q5_1,
-                Domain::NonZero,
-            ) => {
+            (_, Domain::Positive) if real => rng.uniform(0.25, 3.0),
+            (_, Domain::NonZero) if real => {
                 let v = rng.uniform(0.5, 3.0);
                 if rng.next_u64() & 1 == 1 {
                     v
@@ -148,7 +120,7 @@ pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> Ho
             (DType::I32, Domain::Positive) => rng.uniform(1.0, 20.0).floor(),
             (DType::I32, _) => rng.uniform(-50.0, 50.0).floor(),
             (DType::U32, _) => rng.uniform(0.0, 100.0).floor(),
-            (DType::Q4K | DType::Q5K | DType::Q6K, _) => unreachable!("fusegraph_workloads::random_k_blocks"),
+            _ => unreachable!("{dtype}: the k-quants come from fusegraph_workloads::random_k_blocks"),
         })
         .collect();
     HostTensor::from_f64(dtype, dims.to_vec(), &values).expect("shape and values agree")
