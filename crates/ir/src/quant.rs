@@ -38,12 +38,8 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
                 out.extend_from_slice(&f16::from_f32(min).to_le_bytes());
-                let q = |v: f32| (((v - min) * id + 0.5) as u8).min(top);
-                if dtype == DType::Q5_1 {
-                    let high = (0..32).fold(0u32, |h, j| h | (u32::from(q(x[j]) >> 4) << j));
-                    out.extend_from_slice(&high.to_le_bytes());
-                }
-                out.extend((0..16).map(|j| (q(x[j]) & 0x0f) | (q(x[j + 16]) << 4)));
+                let q: Vec<u8> = x.iter().map(|&v| (((v - min) * id + 0.5) as u8).min(top)).collect();
+                pack_32(&mut out, &q, dtype == DType::Q5_1);
             }
             _ => {
                 // The value of largest magnitude (the first of equals) maps to the lowest
@@ -58,12 +54,9 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
                 let d = max / -half;
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
-                let q = |v: f32| ((v * id + half + 0.5) as i8).clamp(0, 2 * half as i8 - 1) as u8;
-                if dtype == DType::Q5_0 {
-                    let high = (0..32).fold(0u32, |h, j| h | (u32::from(q(x[j]) >> 4) << j));
-                    out.extend_from_slice(&high.to_le_bytes());
-                }
-                out.extend((0..16).map(|j| (q(x[j]) & 0x0f) | (q(x[j + 16]) << 4)));
+                let q: Vec<u8> =
+                    x.iter().map(|&v| ((v * id + half + 0.5) as i8).clamp(0, 2 * half as i8 - 1) as u8).collect();
+                pack_32(&mut out, &q, dtype == DType::Q5_0);
             }
         }
     }
@@ -84,28 +77,11 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
                 let d = half(b);
                 out.extend(b[2..].iter().map(|&q| d * q as i8 as f32));
             }
-            DType::Q4_0 => {
-                let d = half(b);
-                out.extend(b[2..].iter().map(|&q| d * ((q & 0x0f) as i32 - 8) as f32));
-                out.extend(b[2..].iter().map(|&q| d * ((q >> 4) as i32 - 8) as f32));
-            }
-            DType::Q5_0 => {
-                let d = half(b);
-                let high = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-                let nibbles = b[6..].iter().map(|&q| q & 0x0f).chain(b[6..].iter().map(|&q| q >> 4));
-                out.extend(nibbles.enumerate().map(|(j, n)| {
-                    let q = (n as u32 | ((high >> j) & 1) << 4) as i32 - 16;
-                    d * q as f32
-                }));
-            }
+            DType::Q4_0 => out.extend(unpack_32(&b[2..], false).map(|q| half(b) * (q as i32 - 8) as f32)),
+            DType::Q5_0 => out.extend(unpack_32(&b[2..], true).map(|q| half(b) * (q as i32 - 16) as f32)),
             DType::Q4_1 | DType::Q5_1 => {
                 let (d, m) = (half(b), half(&b[2..]));
-                let (high, nibbles) = match dtype {
-                    DType::Q5_1 => (u32::from_le_bytes([b[4], b[5], b[6], b[7]]), &b[8..]),
-                    _ => (0, &b[4..]),
-                };
-                let values = nibbles.iter().map(|&q| q & 0x0f).chain(nibbles.iter().map(|&q| q >> 4));
-                out.extend(values.enumerate().map(|(j, n)| d * (n as u32 | ((high >> j) & 1) << 4) as f32 + m));
+                out.extend(unpack_32(&b[4..], dtype == DType::Q5_1).map(|q| d * q as f32 + m));
             }
             DType::Q4K | DType::Q5K => {
                 // Q5_K: 32 bytes of fifth bits (value `l` of sub-block `j`: bit `j` of byte
@@ -137,6 +113,25 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
         }
     }
     Ok(out)
+}
+
+/// Appends a block of 32's values `q` (4 or 5 bits each) as llama.cpp packs them: where
+/// `fifth`, a little-endian word of their fifth bits (bit `j` for value `j`); then 16 bytes,
+/// value `j`'s low nibble in byte `j % 16`, the low half for `j` < 16.
+fn pack_32(out: &mut Vec<u8>, q: &[u8], fifth: bool) {
+    if fifth {
+        let high = (0..32).fold(0u32, |h, j| h | (u32::from(q[j] >> 4) << j));
+        out.extend_from_slice(&high.to_le_bytes());
+    }
+    out.extend((0..16).map(|j| (q[j] & 0x0f) | (q[j + 16] << 4)));
+}
+
+/// The 32 values [`pack_32`] packed into `b` (which starts at the fifth bits' word where
+/// `fifth`, else at the nibbles).
+fn unpack_32(b: &[u8], fifth: bool) -> impl Iterator<Item = u32> + '_ {
+    let (high, nibbles) = if fifth { (u32::from_le_bytes([b[0], b[1], b[2], b[3]]), &b[4..]) } else { (0, b) };
+    let values = nibbles[..16].iter().map(|&q| q & 0x0f).chain(nibbles[..16].iter().map(|&q| q >> 4));
+    values.enumerate().map(move |(j, n)| n as u32 | ((high >> j) & 1) << 4)
 }
 
 /// The f16 at the start of `b`, as f32.

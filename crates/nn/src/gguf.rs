@@ -132,18 +132,8 @@ impl GgmlType {
 
     /// Elements per block and bytes per block.
     pub fn block(self) -> (usize, usize) {
-        match self {
-            GgmlType::F32 => (1, 4),
-            GgmlType::F16 | GgmlType::BF16 => (1, 2),
-            GgmlType::Q8_0 => (32, 34),
-            GgmlType::Q4_0 => (32, 18),
-            GgmlType::Q5_0 => (32, 22),
-            GgmlType::Q4_1 => (32, 20),
-            GgmlType::Q5_1 => (32, 24),
-            GgmlType::Q4K => (256, 144),
-            GgmlType::Q5K => (256, 176),
-            GgmlType::Q6K => (256, 210),
-        }
+        let d = self.dtype();
+        d.block().unwrap_or((1, d.data_bytes(1)))
     }
 }
 
