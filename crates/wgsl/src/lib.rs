@@ -14,7 +14,6 @@
 
 mod attention;
 mod body;
-mod kquant;
 mod loops;
 mod lower;
 mod matmul;
@@ -23,6 +22,7 @@ mod matmul_gemv;
 mod matmul_subgroup;
 mod matmul_tiled;
 mod options;
+mod packed;
 mod region;
 mod rows;
 mod storage;

@@ -393,7 +393,7 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
             load_value(dt, &format!("b{k}[i]"))
         };
         let load = match dt.block() {
-            Some(_) => crate::storage::block_load(dt, &format!("b{k}")),
+            Some(_) => crate::packed::block_load(dt, &format!("b{k}")),
             None => format!("return {load};"),
         };
         let _ = writeln!(body, "fn v{}(i: u32) -> {} {{\n    {load}\n}}\n", b.node.index(), crate::writer::vty(dt));

@@ -195,12 +195,11 @@ impl GemvRhs {
     }
 }
 
-/// A rhs that is a binding of packed values — a block type, or bf16 (two to a word) with `k`
-/// a multiple of 8 — stored `[n, k]` and read transposed, below casts only: each invocation
-/// reads a chunk of a column (a block's scale and 32 values; part of a k-quant super-block,
-/// see [`crate::kquant`]; 8 bf16 values) as whole words
-/// and converts four values at a time, instead of loading a word (and a block's scale) per
-/// value through the element function.
+/// A rhs that is a binding of packed values ([`crate::packed`]: a block type, or bf16 two to
+/// a word) stored `[n, k]` and read transposed, below casts only, `k` a multiple of its
+/// chunk: each invocation reads a chunk of a column (a block of 32 with its scale, part of a
+/// k-quant super-block, 8 bf16 values) as whole words and converts four values at a time,
+/// instead of loading a word (and a block's scale) per value through the element function.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct PackedRhs {
     /// The binding.
@@ -214,7 +213,7 @@ pub(crate) struct PackedRhs {
 impl PackedRhs {
     /// Values per chunk an invocation reads at once.
     fn chunk(&self) -> usize {
-        crate::kquant::chunk(self.dtype).or(self.dtype.block().map(|(values, _)| values)).unwrap_or(8)
+        crate::packed::chunk(self.dtype).expect("a packed type")
     }
 }
 
@@ -242,7 +241,7 @@ pub(crate) fn gemv_rhs(g: &Graph, kernel: &Kernel, mm: NodeId) -> GemvRhs {
     let rd = g.ty(rhs).shape.dims();
     let unbatched = rd[..rd.len() - 2].iter().all(|&d| d == 1);
     let dtype = g.ty(leaf).dtype;
-    let words = dtype.block().is_some() || dtype == DType::BF16 && rd[rd.len() - 2] & 7 == 0;
+    let words = crate::packed::chunk(dtype).is_some_and(|c| rd[rd.len() - 2] % c == 0);
     let packed = (words && unbatched && kernel.inputs.contains(&leaf)).then_some(PackedRhs { leaf, dtype, casts });
     GemvRhs { along: KAlong::Contiguous, packed, columns: None }
 }
@@ -672,9 +671,8 @@ fn unrolled(
 
 /// The loop over `k` of a packed rhs ([`PackedRhs`]): invocation `s` of a column takes its
 /// chunks `s`, `s + S`, …, two at a time ([`unrolled`]), reads each chunk's words whole and
-/// converts its values four at a time into `vec4`s that meet four of each row's lhs values in
-/// a `dot`. A block's bytes start at an even offset: its values' words are the block's words
-/// shifted by half a word, or not.
+/// converts its values four at a time ([`crate::packed`]) into `vec4`s that meet four of each
+/// row's lhs values in a `dot`.
 fn packed_loop(
     s: &mut String,
     packed: &[(&PackedRhs, usize)],
@@ -684,89 +682,14 @@ fn packed_loop(
     s_n: usize,
 ) {
     // Paired products' weights are of one type (`pairs_alike`): one chunk, one block layout.
-    let (dtype, chunk) = (packed[0].0.dtype, packed[0].0.chunk());
+    let dtype = packed[0].0.dtype;
+    let chunk = packed[0].0.chunk();
     let slots: Vec<usize> = packed.iter().map(|(_, slot)| *slot).collect();
-    let kquant = crate::kquant::chunk(dtype).is_some();
-    let load = |s: &mut String, ind: usize, u: usize, blk: &str| {
-        if kquant {
-            return crate::kquant::load(s, ind, dtype, &slots, k, u, blk);
-        }
-        let w = line;
-        w(s, ind, format!("let kb{u} = ({blk}) * {chunk}u;"));
-        match dtype.block() {
-            Some((_, bytes)) => {
-                let value_words = (bytes - 2) / 4;
-                w(s, ind, format!("let base{u} = (cl0 * {}u + {blk}) * {bytes}u;", k / chunk));
-                w(s, ind, format!("let wb{u} = base{u} >> 2u;"));
-                for (p, (_, slot)) in packed.iter().enumerate() {
-                    for j in 0..=value_words {
-                        w(s, ind, format!("let x{p}_{u}_{j} = b{slot}[wb{u} + {j}u];"));
-                    }
-                }
-            }
-            None => {
-                w(s, ind, format!("let wb{u} = (cl0 * {k}u + kb{u}) >> 1u;"));
-                for (p, (_, slot)) in packed.iter().enumerate() {
-                    for j in 0..chunk / 2 {
-                        w(s, ind, format!("let x{p}_{u}_{j} = b{slot}[wb{u} + {j}u];"));
-                    }
-                }
-            }
-        }
-    };
+    let load = |s: &mut String, ind: usize, u: usize, blk: &str| crate::packed::load(s, ind, dtype, &slots, k, u, blk);
     let fma = |s: &mut String, ind: usize, u: usize| {
         let w = line;
-        if dtype.block().is_some() && !kquant {
-            w(s, ind, format!("let aligned{u} = (base{u} & 3u) == 0u;"));
-        }
         for (p, (rhs, _)) in packed.iter().enumerate() {
-            // (the first of four values' place in the chunk, their f32 values)
-            let mut quads: Vec<(usize, String)> = Vec::new();
-            let x = |j: usize| format!("x{p}_{u}_{j}");
-            match dtype.block() {
-                Some(_) if kquant => quads = crate::kquant::quads(s, ind, dtype, p, u),
-                Some((_, bytes)) => {
-                    let value_words = (bytes - 2) / 4;
-                    w(s, ind, format!("let d{p}_{u} = unpack2x16float({})[(base{u} >> 1u) & 1u];", x(0)));
-                    for t in 0..value_words {
-                        let (a, b) = (x(t), x(t + 1));
-                        let q = format!("q{p}_{u}_{t}");
-                        w(s, ind, format!("let {q} = select({b}, ({a} >> 16u) | ({b} << 16u), aligned{u});"));
-                        if dtype == DType::Q8_0 {
-                            let bytes = format!(
-                                "(vec4<i32>(bitcast<i32>({q})) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u)"
-                            );
-                            quads.push((4 * t, format!("vec4<f32>({bytes}) * d{p}_{u}")));
-                        } else if dtype == DType::Q4_0 {
-                            for (half, shifts) in [(0, "0u, 8u, 16u, 24u"), (16, "4u, 12u, 20u, 28u")] {
-                                let nibbles = format!("(vec4<u32>({q}) >> vec4<u32>({shifts})) & vec4<u32>(15u)");
-                                quads.push((half + 4 * t, format!("(vec4<f32>({nibbles}) - 8.0) * d{p}_{u}")));
-                            }
-                        } else if t > 0 {
-                            // q5_0: the first word after the scale holds each value's fifth bit.
-                            let e = 4 * (t - 1);
-                            for (half, shifts) in [(0, "0u, 8u, 16u, 24u"), (16, "4u, 12u, 20u, 28u")] {
-                                let nibbles = format!("(vec4<u32>({q}) >> vec4<u32>({shifts})) & vec4<u32>(15u)");
-                                let bits = (0..4).map(|c| format!("{}u", half + e + c)).collect::<Vec<_>>().join(", ");
-                                let high = format!(
-                                    "((vec4<u32>(q{p}_{u}_0) >> vec4<u32>({bits})) & vec4<u32>(1u)) << vec4<u32>(4u)"
-                                );
-                                let value = format!("(vec4<f32>(({nibbles}) | {high}) - 16.0) * d{p}_{u}");
-                                quads.push((half + e, value));
-                            }
-                        }
-                    }
-                }
-                // bf16: two to a word, each the top half of its f32.
-                None => {
-                    for e in (0..chunk).step_by(4) {
-                        let (a, b) = (x(e / 2), x(e / 2 + 1));
-                        let halves = format!("{a} << 16u, {a} & 0xffff0000u, {b} << 16u, {b} & 0xffff0000u");
-                        quads.push((e, format!("bitcast<vec4<f32>>(vec4<u32>({halves}))")));
-                    }
-                }
-            }
-            for (e, value) in quads {
+            for (e, value) in crate::packed::quads(s, ind, dtype, p, u) {
                 w(s, ind, format!("let u{p}_{u}_{e} = {value};"));
                 w(s, ind, format!("let w{p}_{u}_{e} = {};", cast_quad(&rhs.casts, &format!("u{p}_{u}_{e}"))));
                 for r in 0..m {
