@@ -241,7 +241,7 @@ pub(crate) fn gemv_rhs(g: &Graph, kernel: &Kernel, mm: NodeId) -> GemvRhs {
     let rd = g.ty(rhs).shape.dims();
     let unbatched = rd[..rd.len() - 2].iter().all(|&d| d == 1);
     let dtype = g.ty(leaf).dtype;
-    let words = crate::packed::chunk(dtype).is_some_and(|c| rd[rd.len() - 2] % c == 0);
+    let words = crate::packed::chunk(dtype).is_some_and(|c| rd[rd.len() - 2].is_multiple_of(c));
     let packed = (words && unbatched && kernel.inputs.contains(&leaf)).then_some(PackedRhs { leaf, dtype, casts });
     GemvRhs { along: KAlong::Contiguous, packed, columns: None }
 }
