@@ -307,7 +307,7 @@ run() {
             # The copy, the products of 8 rows (the matrix–vector kernel's), f32 and f16, and
             # a decode step's one-row product over an [n, k] weight in f32, bf16, q8_0 and
             # q4_0, each also with 8, 16 and 32 columns per workgroup forced.
-            timeout 120 $B/fusegraph roofline --kernels copy,skinny,decode --runs 5 --json "$OUT/skinny.json" 2>&1 \
+            timeout 180 $B/fusegraph roofline --kernels copy,skinny,decode --runs 5 --json "$OUT/skinny.json" 2>&1 \
                 | tee "$OUT/skinny.log" | grep -v "^timing"
             ;;
         bench)

@@ -52,6 +52,23 @@ fn fg_round_f16(x: f32) -> f32 {
     return select(r, x * 0x1p127f, a >= 0x477ff000u);
 }
 
+// fn fg_iq4nl4
+// The IQ4_NL levels of four nibbles as f32: llama.cpp's `kvalues_iq4nl` (-127, -104, -83,
+// -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113; `fusegraph_ir::quant::IQ4NL_LEVELS`)
+// as bytes in four words, level `n` byte `n mod 4` of word `n / 4`, sign-extended.
+fn fg_iq4nl4(n: vec4<u32>) -> vec4<f32> {
+    let lo = select(vec4<u32>(0xbfad9881u), vec4<u32>(0xf6eaddcfu), n >= vec4<u32>(4u));
+    let hi = select(vec4<u32>(0x26190d01u), vec4<u32>(0x71594535u), n >= vec4<u32>(12u));
+    let w = select(lo, hi, n >= vec4<u32>(8u));
+    return vec4<f32>(bitcast<vec4<i32>>(w << ((vec4<u32>(3u) - (n & vec4<u32>(3u))) * 8u)) >> vec4<u32>(24u));
+}
+
+// fn fg_iq4nl
+// The IQ4_NL level of one nibble (see fg_iq4nl4).
+fn fg_iq4nl(n: u32) -> f32 {
+    return fg_iq4nl4(vec4<u32>(n)).x;
+}
+
 // fn fg_round_f16x4
 // `fg_round_f16` of each component.
 fn fg_round_f16x4(v: vec4<f32>) -> vec4<f32> {

@@ -28,8 +28,8 @@ pub mod sampling;
 pub mod train;
 
 pub use fusegraph_ir::{
-    dot, f16, op, text, verify, BinaryOp, DType, Element, Graph, GraphBuilder, HostData, HostTensor, IrError, Node,
-    NodeId, Op, PoolKind, ReduceKind, Shape, Tensor, TensorType, UnaryOp,
+    dot, f16, op, quant, text, verify, BinaryOp, DType, Element, Graph, GraphBuilder, HostData, HostTensor, IrError,
+    Node, NodeId, Op, PoolKind, ReduceKind, Shape, Tensor, TensorType, UnaryOp,
 };
 pub use fusegraph_runtime::{
     Backend, CompileOptions, Device, DeviceOptions, Executable, ExecutableStats, Feed, FeedName, FusedAttention,

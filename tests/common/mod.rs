@@ -80,8 +80,8 @@ pub enum Domain {
 
 pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> HostTensor {
     let n: usize = dims.iter().product();
-    if matches!(dtype, DType::Q4K | DType::Q5K | DType::Q6K) {
-        return fusegraph_workloads::random_k_blocks(rng.next_u64(), dtype, dims);
+    if dtype.block().is_some() && !fusegraph::quant::QUANTIZED.contains(&dtype) {
+        return fusegraph_workloads::random_blocks(rng.next_u64(), dtype, dims);
     }
     // The floats, and the blocks of 32 quantized from them.
     let real = dtype.is_float() || dtype == DType::BF16 || dtype.block().is_some();
@@ -120,7 +120,7 @@ pub fn random(rng: &mut Rng, dtype: DType, dims: &[usize], domain: Domain) -> Ho
             (DType::I32, Domain::Positive) => rng.uniform(1.0, 20.0).floor(),
             (DType::I32, _) => rng.uniform(-50.0, 50.0).floor(),
             (DType::U32, _) => rng.uniform(0.0, 100.0).floor(),
-            _ => unreachable!("{dtype}: the k-quants come from fusegraph_workloads::random_k_blocks"),
+            _ => unreachable!("{dtype}: the k-quants and IQ types come from fusegraph_workloads::random_blocks"),
         })
         .collect();
     HostTensor::from_f64(dtype, dims.to_vec(), &values).expect("shape and values agree")
@@ -293,7 +293,7 @@ pub fn catalog(seed: u64) -> Vec<Case> {
     // The block types likewise: casts, a weight in either orientation (GGUF's `[out, in]`
     // transposed into the product, and `[in, out]`), and rows gathered from a table, each
     // last axis a few blocks (`e` values each).
-    for q in [DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::Q4K, DType::Q5K, DType::Q6K] {
+    for q in DType::ALL.into_iter().filter(|d| d.block().is_some()) {
         let e = q.block().expect("a block type").0;
         for to in [DType::F32, DType::F16] {
             let mut c = next();

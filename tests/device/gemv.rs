@@ -12,10 +12,10 @@ use std::sync::Arc;
 /// invocation, unrolled steps and their remainder, f32 weights read transposed by workgroups
 /// of 8, 2 and 1 columns, and weights read through a fused cast — bf16 ones row-major (`k` strided) and stored `[out, in]` and read
 /// transposed (`k` contiguous: by whole words where `k` is a multiple of 8, else through the
-/// element function), and q4_0, q8_0, q5_0, q4_1 and q5_1 ones stored `[out, in]` and read transposed, a
-/// block at a time (blocks at both word alignments; more blocks than a column's 32
-/// invocations; a cast on to f16), and q4_k, q5_k and q6_k ones a chunk of a super-block at a
-/// time — all match the reference.
+/// element function), and q4_0, q8_0, q5_0, q4_1, q5_1 and iq4_nl ones stored `[out, in]` and
+/// read transposed, a block at a time (blocks at both word alignments; more blocks than a
+/// column's 32 invocations; a cast on to f16), and q4_k, q5_k, q6_k, q2_k, q3_k (at both
+/// alignments) and iq4_xs ones a chunk of a super-block at a time — all match the reference.
 #[test]
 fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
     use crate::common::{CaseBuilder, Domain};
@@ -58,7 +58,7 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
         let y = x.matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap();
         cases.push((c.finish(format!("gemv_bf16_weight_rows_k{k}"), &[&y]), gemv(true, packed)));
     }
-    for q in [DType::Q4_0, DType::Q8_0, DType::Q5_0, DType::Q4_1, DType::Q5_1] {
+    for q in [DType::Q4_0, DType::Q8_0, DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::IQ4NL] {
         // 3 blocks a column: its blocks alternate between word-aligned and not.
         let mut c = CaseBuilder::new(6);
         let x = c.input(DType::F32, &[2, 1, 96], Domain::Any);
@@ -89,11 +89,9 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
     // k-quant weights (super-blocks of 256) read by whole words, a chunk of a super-block a
     // step: two and three super-blocks a column (Q6_K's at either alignment), one to three
     // rows.
-    for (i, (q, m, k)) in
-        [(DType::Q4K, 1, 512), (DType::Q6K, 3, 768), (DType::Q4K, 2, 768), (DType::Q6K, 1, 512), (DType::Q5K, 2, 512)]
-            .into_iter()
-            .enumerate()
-    {
+    let k_quants = [(DType::Q4K, 1, 512), (DType::Q6K, 3, 768), (DType::Q4K, 2, 768), (DType::Q6K, 1, 512)];
+    let more = [(DType::Q5K, 2, 512), (DType::Q2K, 1, 768), (DType::Q3K, 3, 768), (DType::Q3K, 1, 512)];
+    for (i, (q, m, k)) in k_quants.into_iter().chain(more).chain([(DType::IQ4XS, 2, 768)]).enumerate() {
         let mut c = CaseBuilder::new(40 + i as u64);
         let x = c.input(DType::F32, &[m, k], Domain::Any);
         let w = c.input(q, &[27, k], Domain::Any);
@@ -217,6 +215,17 @@ fn norms_feeding_few_row_products_join_their_matrix_vector_kernel_in_gpu_forms()
     }
     let refs: Vec<&fusegraph::Tensor> = outs.iter().collect();
     cases.push((c.finish("rms_norm_k_quant_siblings", &refs), 3));
+    let mut c = CaseBuilder::new(78);
+    let x = c.input(DType::F32, &[1, 1, 768], Domain::Any);
+    let gamma = c.input(DType::F32, &[768], Domain::Any);
+    let h = rms(&x.reshape([1, 768]).unwrap()).mul(&gamma).unwrap();
+    let mut outs = Vec::new();
+    for (q, n) in [(DType::Q2K, 24), (DType::Q3K, 16), (DType::IQ4XS, 40)] {
+        let w = c.input(q, &[n, 768], Domain::Any);
+        outs.push(h.matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap());
+    }
+    let refs: Vec<&fusegraph::Tensor> = outs.iter().collect();
+    cases.push((c.finish("rms_norm_k_and_iq_siblings", &refs), 3));
     // A softmax per head feeding the head's weighted sum of values: each workgroup reduces
     // and stages its own head's rows (one a head; three a key/value head, as grouped heads).
     for (i, (heads, rows, keys, dim)) in [(4, 1, 64, 16), (2, 3, 100, 24)].into_iter().enumerate() {

@@ -1,6 +1,6 @@
 //! The matrix–vector kernel's columns per workgroup forced (`CompileOptions::gemv_columns`,
 //! the `decode_gemv` rows of `fusegraph roofline`): every allowed count, over f32, bf16 and
-//! block weights (k-quants too) stored `[out, in]`, matches the reference with as many workgroups as it
+//! block weights (k-quants and IQ types too) stored `[out, in]`, matches the reference with as many workgroups as it
 //! says; another count is a typed error.
 
 use crate::common::{run_case, CaseBuilder, Domain};
@@ -24,6 +24,10 @@ fn forced_columns_per_workgroup_match_the_reference() {
         (DType::Q4K, 1, 768, 19),
         (DType::Q6K, 2, 512, 21),
         (DType::Q5K, 3, 768, 17),
+        (DType::IQ4NL, 1, 416, 27),
+        (DType::Q2K, 2, 512, 19),
+        (DType::Q3K, 1, 768, 23),
+        (DType::IQ4XS, 3, 512, 21),
     ] {
         let mut c = CaseBuilder::new(k as u64 + n as u64);
         let x = c.input(DType::F32, &[m, k], Domain::Any);

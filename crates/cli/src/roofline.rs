@@ -114,8 +114,8 @@ struct Row {
 }
 
 fn feed(t: &Tensor, seed: u64) -> (String, HostTensor) {
-    if matches!(t.dtype(), DType::Q4K | DType::Q5K | DType::Q6K) {
-        return (format!("x{seed}"), fusegraph_workloads::random_k_blocks(seed, t.dtype(), t.dims()));
+    if t.dtype().block().is_some() && !fusegraph::quant::QUANTIZED.contains(&t.dtype()) {
+        return (format!("x{seed}"), fusegraph_workloads::random_blocks(seed, t.dtype(), t.dims()));
     }
     let n = t.shape().numel();
     let v = fusegraph_workloads::random_values(seed, n).into_iter().map(f64::from).collect::<Vec<_>>();
@@ -389,7 +389,8 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     // (`CompileOptions::gemv_columns`; not with `--quick`).
     let (_, side) = sizes.skinny;
     let columns: &[Option<usize>] = if args.quick { &[None] } else { &[None, Some(8), Some(16), Some(32)] };
-    for w in [DType::F32, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4K, DType::Q5K, DType::Q6K] {
+    use DType::*;
+    for w in [F32, BF16, Q8_0, Q4_0, Q5_0, IQ4NL, Q2K, Q3K, Q4K, Q5K, Q6K, IQ4XS] {
         for &gemv_columns in columns {
             let flops = 2.0 * (side * side) as f64;
             let name = gemv_columns.map_or("decode_gemv".to_string(), |c| format!("decode_gemv c{c}"));

@@ -21,14 +21,21 @@ use std::str::FromStr;
 /// back to back as a GGUF file holds them (see [`crate::quant`]); `Q5_0` likewise holds 5-bit
 /// values (22 bytes: the scale, 32 high bits in a word, 32 nibbles; the value `d·(q − 16)`),
 /// and `Q4_1` and `Q5_1` a scale and a minimum (20 and 24 bytes, the value `d·q + m`).
-/// A tensor of these types has a last dimension that is a multiple of 32. `Q4K` and `Q6K` are its k-quant types,
-/// super-blocks of 256 elements: `Q4K` (144 bytes) an f16 scale and min, eight 6-bit
-/// sub-block scales and mins and 256 nibbles, the value `d·s·n − dmin·m`; `Q5K` (176
-/// bytes) the same with a fifth bit per value (32 bytes of them before the nibbles); `Q6K` (210 bytes)
-/// 6-bit values split in low nibbles and high pairs, sixteen signed 8-bit sub-block scales
-/// and an f16 scale, the value `d·s·(q − 32)` (a last dimension a multiple of 256). A kernel
-/// reads element `i` from its block as it loads it, so a cast of a block tensor fused into a
-/// matmul's operand reads the packed bytes only.
+/// `IQ4NL` (18 bytes) holds an f16 scale and 32 nibbles that index llama.cpp's table of 16
+/// non-uniform levels (`kvalues_iq4nl`), the value `d·table[n]`. A tensor of these types has a
+/// last dimension that is a multiple of 32. Its k-quant types are super-blocks of 256
+/// elements (a last dimension a multiple of 256): `Q4K` (144 bytes) an f16 scale and min,
+/// eight 6-bit sub-block scales and mins and 256 nibbles, the value `d·s·n − dmin·m`; `Q5K`
+/// (176 bytes) the same with a fifth bit per value (32 bytes of them before the nibbles);
+/// `Q6K` (210 bytes) 6-bit values split in low nibbles and high pairs, sixteen signed 8-bit
+/// sub-block scales and an f16 scale, the value `d·s·(q − 32)`; `Q2K` (84 bytes) sixteen
+/// 4-bit sub-block scales and mins, 2-bit values and an f16 scale and min, the value
+/// `d·s·q − dmin·m`; `Q3K` (110 bytes) 3-bit values as a high-bit mask and low pairs, sixteen
+/// 6-bit sub-block scales and an f16 scale, the value `d·(s − 32)·(q − 4)`; `IQ4XS` (136
+/// bytes) an f16 scale, eight 6-bit sub-block scales and 256 nibbles indexing `IQ4NL`'s
+/// table, the value `d·(s − 32)·table[n]`. A kernel reads element `i` from its block as it
+/// loads it, so a cast of a block tensor fused into a matmul's operand reads the packed
+/// bytes only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     /// IEEE 754 binary32.
@@ -67,11 +74,23 @@ pub enum DType {
     /// Super-blocks of 256: 6-bit values with 8-bit sub-block scales (storage only, see the
     /// type's docs).
     Q6K,
+    /// Super-blocks of 256: 2-bit values with 4-bit sub-block scales and mins (storage only,
+    /// see the type's docs).
+    Q2K,
+    /// Super-blocks of 256: 3-bit values with 6-bit sub-block scales (storage only, see the
+    /// type's docs).
+    Q3K,
+    /// Blocks of 32: an f16 scale and 32 nibbles indexing 16 non-uniform levels (storage
+    /// only, see the type's docs).
+    IQ4NL,
+    /// Super-blocks of 256: nibbles indexing [`DType::IQ4NL`]'s levels with 6-bit sub-block
+    /// scales (storage only, see the type's docs).
+    IQ4XS,
 }
 
 impl DType {
     /// Every dtype, in a fixed order.
-    pub const ALL: [DType; 14] = [
+    pub const ALL: [DType; 18] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -86,13 +105,18 @@ impl DType {
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
+        DType::Q2K,
+        DType::Q3K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ];
 
     /// The dtypes ops compute in (every dtype but the storage-only bf16 and block types).
     pub const COMPUTED: [DType; 5] = [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool];
 
     /// The lower-case name used in the text form (`f32`, `f16`, `bf16`, `i32`, `u32`, `bool`,
-    /// `q8_0`, `q4_0`, `q5_0`, `q4_1`, `q5_1`, `q4_k`, `q5_k`, `q6_k`).
+    /// `q8_0`, `q4_0`, `q5_0`, `q4_1`, `q5_1`, `q4_k`, `q5_k`, `q6_k`, `q2_k`, `q3_k`, `iq4_nl`,
+    /// `iq4_xs`).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -109,6 +133,10 @@ impl DType {
             DType::Q4K => "q4_k",
             DType::Q5K => "q5_k",
             DType::Q6K => "q6_k",
+            DType::Q2K => "q2_k",
+            DType::Q3K => "q3_k",
+            DType::IQ4NL => "iq4_nl",
+            DType::IQ4XS => "iq4_xs",
         }
     }
 
@@ -124,9 +152,8 @@ impl DType {
         self == DType::BF16 || self.block().is_some()
     }
 
-    /// Elements and bytes per block of a block type ([`DType::Q8_0`], [`DType::Q4_0`],
-    /// [`DType::Q5_0`], [`DType::Q4_1`], [`DType::Q5_1`], [`DType::Q4K`], [`DType::Q5K`],
-    /// [`DType::Q6K`]).
+    /// Elements and bytes per block of a block type (llama.cpp's: [`DType::Q8_0`] and the
+    /// others after [`DType::Bool`]); `None` for the element types.
     pub fn block(self) -> Option<(usize, usize)> {
         match self {
             DType::Q8_0 => Some((32, 34)),
@@ -137,6 +164,10 @@ impl DType {
             DType::Q4K => Some((256, 144)),
             DType::Q5K => Some((256, 176)),
             DType::Q6K => Some((256, 210)),
+            DType::Q2K => Some((256, 84)),
+            DType::Q3K => Some((256, 110)),
+            DType::IQ4NL => Some((32, 18)),
+            DType::IQ4XS => Some((256, 136)),
             _ => None,
         }
     }
@@ -181,9 +212,8 @@ impl FromStr for DType {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         DType::ALL.into_iter().find(|d| d.name() == s).ok_or_else(|| {
-            format!(
-                "unknown dtype `{s}` (expected f32, f16, bf16, i32, u32, bool, q8_0, q4_0, q5_0, q4_1, q5_1, q4_k, q5_k or q6_k)"
-            )
+            let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+            format!("unknown dtype `{s}` (expected one of {})", names.join(", "))
         })
     }
 }

@@ -18,36 +18,16 @@ pub enum HostData {
     U32(Vec<u32>),
     /// bool elements.
     Bool(Vec<bool>),
-    /// q8_0 blocks, packed as a GGUF file holds them (see [`crate::quant`]).
-    Q8_0(Vec<u8>),
-    /// q4_0 blocks, packed as a GGUF file holds them (see [`crate::quant`]).
-    Q4_0(Vec<u8>),
-    /// q5_0 blocks, packed as a GGUF file holds them (see [`crate::quant`]).
-    Q5_0(Vec<u8>),
-    /// q4_1 blocks, packed as a GGUF file holds them (see [`crate::quant`]).
-    Q4_1(Vec<u8>),
-    /// q5_1 blocks, packed as a GGUF file holds them (see [`crate::quant`]).
-    Q5_1(Vec<u8>),
-    /// q4_k super-blocks, packed as a GGUF file holds them (see [`crate::quant`]).
-    Q4K(Vec<u8>),
-    /// q5_k super-blocks, packed as a GGUF file holds them (see [`crate::quant`]).
-    Q5K(Vec<u8>),
-    /// q6_k super-blocks, packed as a GGUF file holds them (see [`crate::quant`]).
-    Q6K(Vec<u8>),
+    /// The packed blocks of a block type (the [`DType`], one whose [`DType::block`] is
+    /// `Some`), as a GGUF file holds them (see [`crate::quant`]).
+    Blocks(DType, Vec<u8>),
 }
 
 impl HostData {
     /// A block type's packed bytes; `None` for the element types.
     pub fn blocks(&self) -> Option<&[u8]> {
         match self {
-            HostData::Q8_0(b)
-            | HostData::Q4_0(b)
-            | HostData::Q5_0(b)
-            | HostData::Q4_1(b)
-            | HostData::Q5_1(b)
-            | HostData::Q4K(b)
-            | HostData::Q5K(b)
-            | HostData::Q6K(b) => Some(b),
+            HostData::Blocks(_, b) => Some(b),
             _ => None,
         }
     }
@@ -115,7 +95,8 @@ impl HostTensor {
     /// A tensor of `dtype` from f64 values, each converted as [`crate::Op::Cast`] would
     /// (floats round, integers truncate and saturate, bool is `v != 0`); a block type's
     /// values (a last dimension of whole blocks) quantized by [`crate::quant::quantize`] from
-    /// their f32 roundings (Q8_0, Q4_0 and Q5_0: quantizing to a k-quant is an error).
+    /// their f32 roundings (one of [`crate::quant::QUANTIZED`]: quantizing to a k-quant or an
+    /// IQ type is an error).
     pub fn from_f64(dtype: DType, shape: impl Into<Shape>, values: &[f64]) -> Result<Self> {
         let shape = shape.into();
         let blocks = |values: &[f64]| -> Result<Vec<u8>> {
@@ -129,7 +110,7 @@ impl HostTensor {
             DType::I32 => HostData::I32(values.iter().map(|&v| v as i32).collect()),
             DType::U32 => HostData::U32(values.iter().map(|&v| v as u32).collect()),
             DType::Bool => HostData::Bool(values.iter().map(|&v| v != 0.0).collect()),
-            _ => block_data(dtype, blocks(values)?),
+            _ => HostData::Blocks(dtype, blocks(values)?),
         };
         if shape.numel() != values.len() {
             return Err(IrError::ty(
@@ -149,7 +130,7 @@ impl HostTensor {
             let need = dtype.data_bytes(shape.numel());
             return Err(IrError::ty("tensor", format!("{} bytes given for {dtype}{shape} ({need})", bytes.len())));
         }
-        Ok(HostTensor { shape, data: block_data(dtype, bytes) })
+        Ok(HostTensor { shape, data: HostData::Blocks(dtype, bytes) })
     }
 
     /// The shape.
@@ -166,14 +147,7 @@ impl HostTensor {
             HostData::I32(_) => DType::I32,
             HostData::U32(_) => DType::U32,
             HostData::Bool(_) => DType::Bool,
-            HostData::Q8_0(_) => DType::Q8_0,
-            HostData::Q4_0(_) => DType::Q4_0,
-            HostData::Q5_0(_) => DType::Q5_0,
-            HostData::Q4_1(_) => DType::Q4_1,
-            HostData::Q5_1(_) => DType::Q5_1,
-            HostData::Q4K(_) => DType::Q4K,
-            HostData::Q5K(_) => DType::Q5K,
-            HostData::Q6K(_) => DType::Q6K,
+            HostData::Blocks(dtype, _) => dtype,
         }
     }
 
@@ -245,20 +219,6 @@ impl HostTensor {
             _ => return HostTensor::from_blocks(ty.dtype, ty.shape.clone(), bytes[..ty.dtype.data_bytes(n)].to_vec()),
         };
         Ok(HostTensor { shape: ty.shape.clone(), data })
-    }
-}
-
-/// The data of packed blocks of the block type `dtype`.
-fn block_data(dtype: DType, bytes: Vec<u8>) -> HostData {
-    match dtype {
-        DType::Q8_0 => HostData::Q8_0(bytes),
-        DType::Q4_0 => HostData::Q4_0(bytes),
-        DType::Q5_0 => HostData::Q5_0(bytes),
-        DType::Q4_1 => HostData::Q4_1(bytes),
-        DType::Q5_1 => HostData::Q5_1(bytes),
-        DType::Q4K => HostData::Q4K(bytes),
-        DType::Q5K => HostData::Q5K(bytes),
-        _ => HostData::Q6K(bytes),
     }
 }
 

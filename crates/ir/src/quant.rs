@@ -1,20 +1,23 @@
-//! llama.cpp's block types on the host ([`DType::Q8_0`], [`DType::Q4_0`], [`DType::Q5_0`],
-//! [`DType::Q4_1`], [`DType::Q5_1`], [`DType::Q4K`], [`DType::Q5K`], [`DType::Q6K`]):
-//! quantization to the blocks of 32 by llama.cpp's reference round-to-nearest
-//! (`quantize_row_q8_0_ref` and its siblings, which the `gguf` package's `quants` module
-//! reproduces), and dequantization of every block type as the `gguf` package and a kernel
-//! compute it (in f32: a block's f16 scale times its integer; for the k-quants the
-//! sub-block's scale first, less its min).
+//! llama.cpp's block types on the host (every [`DType`] whose [`DType::block`] is `Some`):
+//! quantization to the blocks of 32 with a uniform step (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) by
+//! llama.cpp's reference round-to-nearest (`quantize_row_q8_0_ref` and its siblings, which
+//! the `gguf` package's `quants` module reproduces), and dequantization of every block type
+//! as the `gguf` package and a kernel compute it (in f32: a block's f16 scale times its
+//! integer or level; for the super-blocks the sub-block's scale first, less its min).
 
 use crate::{DType, IrError, Result};
 use half::f16;
 
-/// The packed blocks of `values` (a multiple of 32 of them) in `dtype`, Q8_0, Q4_0, Q5_0, Q4_1
-/// or Q5_1 (llama.cpp's `quantize_row_*_ref`). The
-/// k-quants are read as files hold them, never quantized here: an error names the type.
+/// The block types [`quantize`] writes: llama.cpp's blocks of 32 with a uniform step.
+pub const QUANTIZED: [DType; 5] = [DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1];
+
+/// The packed blocks of `values` (a multiple of 32 of them) in `dtype`, one of [`QUANTIZED`]
+/// (llama.cpp's `quantize_row_*_ref`). The
+/// k-quants and the IQ types are read as files hold them, never quantized here (llama.cpp
+/// chooses their scales by a search): an error names the type.
 pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
     let (elems, bytes) = block_of(dtype, values.len())?;
-    if matches!(dtype, DType::Q4K | DType::Q5K | DType::Q6K) {
+    if !QUANTIZED.contains(&dtype) {
         return Err(IrError::ty(
             "tensor",
             format!("{dtype} blocks are read as a file holds them; quantizing to {dtype} is not supported"),
@@ -99,7 +102,46 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
                     }
                 }
             }
-            _ => {
+            DType::Q2K => {
+                // Value `e`: bits `2·((e mod 128) / 32)` of byte `32·(e / 128) + e mod 32`;
+                // sub-block `e / 16`'s scale and min the low and high nibble of its byte.
+                let (scales, qs, d, dmin) = (&b[..16], &b[16..80], half(&b[80..]), half(&b[82..]));
+                for e in 0..256 {
+                    let sc = scales[e / 16];
+                    let (dl, ml) = (d * (sc & 0x0f) as f32, dmin * (sc >> 4) as f32);
+                    let q = (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+                    out.push(dl * q as f32 - ml);
+                }
+            }
+            DType::Q3K => {
+                // Value `e`: its low pair as Q2_K's, less 4 where bit `e / 32` of mask byte
+                // `e mod 32` is clear; sub-block `s`'s 6-bit scale the nibble `s / 8` of byte
+                // `s mod 8` and the pair `s / 4` of byte `8 + s mod 4`, less 32.
+                let (hmask, qs, scales, d) = (&b[..32], &b[32..96], &b[96..108], half(&b[108..]));
+                for e in 0..256 {
+                    let sb = e / 16;
+                    let low = (scales[sb % 8] >> (4 * (sb / 8))) & 0x0f;
+                    let high = (scales[8 + sb % 4] >> (2 * (sb / 4))) & 3;
+                    let dl = d * ((low | (high << 4)) as i8 - 32) as f32;
+                    let q = (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+                    let h = (hmask[e % 32] >> (e / 32)) & 1;
+                    out.push(dl * (q as i8 - 4 * (1 - h as i8)) as f32);
+                }
+            }
+            DType::IQ4NL => out.extend(unpack_32(&b[2..], false).map(|n| half(b) * IQ4NL_LEVELS[n as usize] as f32)),
+            DType::IQ4XS => {
+                // Sub-block `j`'s scale: nibble `j mod 2` of byte `4 + j / 2` and bits `2·j`
+                // of the little-endian u16 at byte 2, less 32; its values a block of 32's
+                // nibbles at byte `8 + 16·j`.
+                let (d, high) = (half(b), u16::from_le_bytes([b[2], b[3]]));
+                for j in 0..8 {
+                    let low = (b[4 + j / 2] >> (4 * (j % 2))) & 0x0f;
+                    let sc = (low | (((high >> (2 * j)) & 3) as u8) << 4) as i8 - 32;
+                    let dl = d * sc as f32;
+                    out.extend(unpack_32(&b[8 + 16 * j..], false).map(|n| dl * IQ4NL_LEVELS[n as usize] as f32));
+                }
+            }
+            DType::Q6K => {
                 let (ql, qh, scales, d) = (&b[..128], &b[128..192], &b[192..208], half(&b[208..]));
                 for e in 0..256 {
                     let (c, r, l) = (e / 128, (e % 128) / 32, e % 32);
@@ -110,10 +152,14 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
                     out.push(d * scales[e / 16] as i8 as f32 * q);
                 }
             }
+            _ => unreachable!("{dtype} is not a block type (block_of)"),
         }
     }
     Ok(out)
 }
+
+/// The 16 levels an IQ4_NL or IQ4_XS nibble indexes (llama.cpp's `kvalues_iq4nl`).
+pub const IQ4NL_LEVELS: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 /// Appends a block of 32's values `q` (4 or 5 bits each) as llama.cpp packs them: where
 /// `fifth`, a little-endian word of their fifth bits (bit `j` for value `j`); then 16 bytes,
@@ -195,5 +241,12 @@ mod tests {
         assert!(quantize(DType::Q8_0, &[1.0; 31]).unwrap_err().to_string().contains("whole q8_0 blocks"));
         assert!(quantize(DType::F32, &[1.0; 32]).unwrap_err().to_string().contains("not a block type"));
         assert!(dequantize(DType::Q4_0, &[0; 17], 32).unwrap_err().to_string().contains("17 bytes"));
+        // The k-quants and IQ types are read, never written.
+        for dtype in DType::ALL.into_iter().filter(|d| d.block().is_some() && !QUANTIZED.contains(d)) {
+            let n = dtype.block().unwrap().0;
+            let err = quantize(dtype, &vec![1.0; n]).unwrap_err().to_string();
+            assert!(err.contains(&format!("quantizing to {dtype} is not supported")), "{err}");
+            assert!(dequantize(dtype, &vec![0; dtype.data_bytes(n)], n).is_ok(), "{dtype}");
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! GGUF files, llama.cpp's format (version 3, and 2 which differs only in nothing read
 //! here): the header, the metadata, the tensor infos and the aligned data section,
-//! memory-mapped. Tensors of type F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K are read, each
-//! as the IR's type of the same layout (blocks as the file holds them); dequantized, they
+//! memory-mapped. Tensors of type F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, Q2_K,
+//! Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS are read ([`GGML_TYPES`]), each as the IR's type of the
+//! same layout (blocks as the file holds them); dequantized, they
 //! are exactly what the `gguf` package's reference code gives (each scale product rounded
 //! to f32 before it meets a value).
 //!
@@ -63,78 +64,34 @@ impl GgufValue {
     }
 }
 
-/// The tensor types read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GgmlType {
-    /// 32-bit floats.
-    F32,
-    /// 16-bit floats.
-    F16,
-    /// bfloat16.
-    BF16,
-    /// Blocks of 32: an f16 scale and 32 signed bytes.
-    Q8_0,
-    /// Blocks of 32: an f16 scale and 32 4-bit values offset by 8.
-    Q4_0,
-    /// Blocks of 32: an f16 scale, the values' fifth bits in a word, 32 4-bit values; offset
-    /// by 16.
-    Q5_0,
-    /// Blocks of 32: an f16 scale and minimum, 32 4-bit values.
-    Q4_1,
-    /// Blocks of 32: an f16 scale and minimum, the values' fifth bits in a word, 32 4-bit
-    /// values.
-    Q5_1,
-    /// Super-blocks of 256: f16 scale and min, eight 6-bit sub-block scales and mins, 4-bit
-    /// values.
-    Q4K,
-    /// Super-blocks of 256: as Q4K, with a fifth bit per value.
-    Q5K,
-    /// Super-blocks of 256: 6-bit values (4 low bits, 2 high), sixteen 8-bit sub-block
-    /// scales, an f16 scale.
-    Q6K,
+/// GGML's type ids of the tensor types read, each with the IR's dtype of the same layout
+/// (blocks as the file holds them).
+pub const GGML_TYPES: [(u32, DType); 15] = [
+    (0, DType::F32),
+    (1, DType::F16),
+    (2, DType::Q4_0),
+    (3, DType::Q4_1),
+    (6, DType::Q5_0),
+    (7, DType::Q5_1),
+    (8, DType::Q8_0),
+    (10, DType::Q2K),
+    (11, DType::Q3K),
+    (12, DType::Q4K),
+    (13, DType::Q5K),
+    (14, DType::Q6K),
+    (20, DType::IQ4NL),
+    (23, DType::IQ4XS),
+    (30, DType::BF16),
+];
+
+/// The dtype of GGML's type `id`, if it is read ([`GGML_TYPES`]).
+pub fn ggml_type(id: u32) -> Option<DType> {
+    GGML_TYPES.iter().find(|(i, _)| *i == id).map(|(_, d)| *d)
 }
 
-impl GgmlType {
-    /// The type of GGML's type id, if read here.
-    pub fn from_id(id: u32) -> Option<GgmlType> {
-        Some(match id {
-            0 => GgmlType::F32,
-            1 => GgmlType::F16,
-            2 => GgmlType::Q4_0,
-            3 => GgmlType::Q4_1,
-            6 => GgmlType::Q5_0,
-            7 => GgmlType::Q5_1,
-            8 => GgmlType::Q8_0,
-            12 => GgmlType::Q4K,
-            13 => GgmlType::Q5K,
-            14 => GgmlType::Q6K,
-            30 => GgmlType::BF16,
-            _ => return None,
-        })
-    }
-
-    /// The IR's dtype of this type (which holds each as the file does).
-    pub fn dtype(self) -> DType {
-        match self {
-            GgmlType::F32 => DType::F32,
-            GgmlType::F16 => DType::F16,
-            GgmlType::BF16 => DType::BF16,
-            GgmlType::Q8_0 => DType::Q8_0,
-            GgmlType::Q4_0 => DType::Q4_0,
-            GgmlType::Q5_0 => DType::Q5_0,
-            GgmlType::Q4_1 => DType::Q4_1,
-            GgmlType::Q5_1 => DType::Q5_1,
-            GgmlType::Q4K => DType::Q4K,
-            GgmlType::Q5K => DType::Q5K,
-            GgmlType::Q6K => DType::Q6K,
-        }
-    }
-
-    /// Elements per block and bytes per block.
-    pub fn block(self) -> (usize, usize) {
-        let d = self.dtype();
-        d.block().unwrap_or((1, d.data_bytes(1)))
-    }
+/// Elements and bytes of `dtype`'s unit in a file: a block, or one element.
+fn unit(dtype: DType) -> (usize, usize) {
+    dtype.block().unwrap_or((1, dtype.data_bytes(1)))
 }
 
 /// A tensor's entry in the file.
@@ -145,7 +102,7 @@ pub struct TensorInfo {
     /// Its dims, outermost first (the file lists them innermost first).
     pub dims: Vec<usize>,
     /// Its type.
-    pub ty: GgmlType,
+    pub ty: DType,
     /// Its data's offset from the data section's start.
     pub offset: usize,
 }
@@ -158,7 +115,7 @@ impl TensorInfo {
 
     /// Its data's size in bytes.
     pub fn bytes(&self) -> usize {
-        let (block, bytes) = self.ty.block();
+        let (block, bytes) = unit(self.ty);
         self.numel() / block * bytes
     }
 }
@@ -287,11 +244,9 @@ impl Gguf {
             dims.reverse();
             let id = r.u32()?;
             let offset = r.len()?;
-            let ty = GgmlType::from_id(id).ok_or_else(|| {
-                r.err(
-                    Some(&name),
-                    format!("type id {id}; F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K are read"),
-                )
+            let ty = ggml_type(id).ok_or_else(|| {
+                let read: Vec<String> = GGML_TYPES.iter().map(|(_, d)| d.name().to_uppercase()).collect();
+                r.err(Some(&name), format!("type id {id}; {} are read", read.join(", ")))
             })?;
             tensors.push(TensorInfo { name, dims, ty, offset });
         }
@@ -303,10 +258,10 @@ impl Gguf {
         };
         let data = r.at.div_ceil(alignment) * alignment;
         for t in &tensors {
-            let (block, _) = t.ty.block();
+            let (block, _) = unit(t.ty);
             if t.numel() % block != 0 {
                 return Err(
-                    r.err(Some(&t.name), format!("{} elements are not whole {:?} blocks of {block}", t.numel(), t.ty))
+                    r.err(Some(&t.name), format!("{} elements are not whole {} blocks of {block}", t.numel(), t.ty))
                 );
             }
             if t.offset % alignment != 0 {
@@ -347,13 +302,13 @@ impl Gguf {
         let dims = t.dims.clone();
         let pairs = || raw.chunks_exact(2).map(|c| [c[0], c[1]]);
         Ok(match t.ty {
-            GgmlType::F32 => HostTensor::new(
+            DType::F32 => HostTensor::new(
                 dims,
                 raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect::<Vec<_>>(),
             ),
-            GgmlType::F16 => HostTensor::new(dims, pairs().map(f16::from_le_bytes).collect::<Vec<_>>()),
-            GgmlType::BF16 => HostTensor::new(dims, pairs().map(bf16::from_le_bytes).collect::<Vec<_>>()),
-            blocks => HostTensor::from_blocks(blocks.dtype(), dims, raw.to_vec()),
+            DType::F16 => HostTensor::new(dims, pairs().map(f16::from_le_bytes).collect::<Vec<_>>()),
+            DType::BF16 => HostTensor::new(dims, pairs().map(bf16::from_le_bytes).collect::<Vec<_>>()),
+            blocks => HostTensor::from_blocks(blocks, dims, raw.to_vec()),
         }?)
     }
 }
@@ -437,7 +392,7 @@ impl Gguf {
                     .iter()
                     .filter_map(|p| {
                         let info = self.tensors.iter().find(|t| Some(&t.name) == gguf_name(p.path()).as_ref())?;
-                        let d = Some(info.ty.dtype()).filter(|d| d.block().is_some())?;
+                        let d = Some(info.ty).filter(|d| d.block().is_some())?;
                         Some((p.path().to_string(), d))
                     })
                     .collect();

@@ -378,9 +378,10 @@ pub(crate) fn cast(from: DType, to: DType, x: &str) -> String {
     match (from, to) {
         _ if from == to => x.to_string(),
         (F32, F16) => format!("fg_round_f16({x})"),
-        (F16 | BF16 | Q8_0 | Q4_0 | Q5_0 | Q4_1 | Q5_1 | Q4K | Q5K | Q6K, F32) => x.to_string(),
         // A bf16 is loaded as the f32 it is exactly, a block's value as its f32 product.
-        (BF16 | Q8_0 | Q4_0 | Q5_0 | Q4_1 | Q5_1 | Q4K | Q5K | Q6K, F16) => format!("fg_round_f16({x})"),
+        (F16, F32) => x.to_string(),
+        _ if from.is_storage_only() && to == F32 => x.to_string(),
+        _ if from.is_storage_only() && to == F16 => format!("fg_round_f16({x})"),
         (F32 | F16, I32) => format!("fg_f2i({x})"),
         (F32 | F16, U32) => format!("fg_f2u({x})"),
         (I32 | U32, F32) => format!("f32({x})"),

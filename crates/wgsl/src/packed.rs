@@ -7,13 +7,17 @@
 //!   `packed_loop`): [`chunk`] values a step, whose words [`load`] issues and [`quads`]
 //!   converts to `vec4<f32>`s, four values each.
 //!
-//! The chunks: 8 bf16 values; a whole block of 32 (Q8_0, Q4_0 and Q5_0 at even byte
+//! The chunks: 8 bf16 values; a whole block of 32 (Q8_0, Q4_0, Q5_0 and IQ4_NL at even byte
 //! offsets, so that their values' words are the block's words shifted by half a word or
-//! not; Q4_1 and Q5_1 word-aligned); 64 values of a Q4_K or Q5_K super-block (a pair of
-//! sub-blocks sharing their bytes, the low nibbles one sub-block and the high the other); 32
-//! of a Q6_K super-block (one of its eight groups, whose low nibbles, high pairs and two
-//! scales lie in runs of 32, 32 and 2 bytes). A new block type is an arm in each of the four
-//! functions; a type [`chunk`] does not name is read through its element function.
+//! not; Q4_1 and Q5_1 word-aligned); a quarter of a Q4_K, Q5_K, IQ4_XS, Q2_K or Q3_K
+//! super-block (64 values: a pair of sub-blocks sharing their bytes, the low nibbles one and
+//! the high the other; a pair of blocks of 32; two shifts of a half's 32 bytes of 2-bit
+//! pairs, whose four scales are one word; Q3_K's likewise, with its runs of mask bits and
+//! scale bytes at either alignment); 32 values of a Q6_K super-block (one of its eight
+//! groups, whose low nibbles, high pairs and two scales lie in runs of 32, 32 and 2 bytes).
+//! IQ4_NL's and IQ4_XS's levels come from `fg_iq4nl4` (shaders/helpers.wgsl). A new block
+//! type is an arm in each of the four functions; a type [`chunk`] does not name is read
+//! through its element function.
 
 use crate::matmul::line;
 use fusegraph_ir::DType;
@@ -83,6 +87,50 @@ pub(crate) fn block_load(dtype: DType, b: &str) -> String {
             format!("let d = unpack2x16float({b}[(base + 208u) >> 2u])[((base + 208u) >> 1u) & 1u];"),
             "return d * f32(sc) * f32(i32(low | (high << 4u)) - 32);".into(),
         ],
+        DType::Q2K => vec![
+            // Word-aligned super-blocks of 21 words: 16 scale bytes, 64 bytes of pairs, d and dmin.
+            "let wb = (i >> 8u) * 21u;".into(),
+            "let e = i & 255u;".into(),
+            format!("let sc = extractBits({b}[wb + (e >> 6u)], ((e >> 4u) & 3u) * 8u, 8u);"),
+            "let at = 16u + 32u * (e >> 7u) + (e & 31u);".into(),
+            format!("let q = extractBits({b}[wb + (at >> 2u)], (at & 3u) * 8u + 2u * ((e >> 5u) & 3u), 2u);"),
+            format!("let dm = unpack2x16float({b}[wb + 20u]);"),
+            "return dm.x * f32(sc & 15u) * f32(q) - dm.y * f32(sc >> 4u);".into(),
+        ],
+        DType::Q3K => vec![
+            // 110-byte super-blocks (at even offsets): 32 bytes of high-bit masks, 64 of low
+            // pairs, 12 of scales (sub-block `s`: nibble `s / 8` of byte `s mod 8`, pair `s / 4`
+            // of byte `8 + s mod 4`), the f16 scale.
+            "let base = (i >> 8u) * 110u;".into(),
+            "let e = i & 255u;".into(),
+            "let sb = e >> 4u;".into(),
+            "let la = base + 96u + (sb & 7u);".into(),
+            format!("let ls = extractBits({b}[la >> 2u], (la & 3u) * 8u + 4u * (sb >> 3u), 4u);"),
+            "let ha = base + 104u + (sb & 3u);".into(),
+            format!("let hs = extractBits({b}[ha >> 2u], (ha & 3u) * 8u + 2u * (sb >> 2u), 2u);"),
+            "let sc = i32(ls | (hs << 4u)) - 32;".into(),
+            "let at = base + 32u + 32u * (e >> 7u) + (e & 31u);".into(),
+            format!("let q = extractBits({b}[at >> 2u], (at & 3u) * 8u + 2u * ((e >> 5u) & 3u), 2u);"),
+            "let hm = base + (e & 31u);".into(),
+            format!("let h = extractBits({b}[hm >> 2u], (hm & 3u) * 8u + (e >> 5u), 1u);"),
+            format!("let d = unpack2x16float({b}[(base + 108u) >> 2u])[((base + 108u) >> 1u) & 1u];"),
+            "return d * f32(sc) * f32(i32(q | (h << 2u)) - 4);".into(),
+        ],
+        DType::IQ4XS => vec![
+            // Word-aligned super-blocks of 34 words: d and the scales' high pairs, their low
+            // nibbles, eight blocks of 32 nibbles.
+            "let wb = (i >> 8u) * 34u;".into(),
+            "let e = i & 255u;".into(),
+            "let j = e >> 5u;".into(),
+            format!("let w0 = {b}[wb];"),
+            format!(
+                "let sc = i32(extractBits({b}[wb + 1u], 4u * j, 4u) | (extractBits(w0, 16u + 2u * j, 2u) << 4u)) - 32;"
+            ),
+            "let l = e & 31u;".into(),
+            "let at = 8u + 16u * j + (l & 15u);".into(),
+            format!("let n = extractBits({b}[wb + (at >> 2u)], (at & 3u) * 8u + (l >> 4u) * 4u, 4u);"),
+            "return unpack2x16float(w0).x * f32(sc) * fg_iq4nl(n);".into(),
+        ],
         _ => {
             let (_, bytes) = dtype.block().expect("a block type");
             let mut head = vec![
@@ -103,6 +151,11 @@ pub(crate) fn block_load(dtype: DType, b: &str) -> String {
                     format!("let n = extractBits({b}[at >> 2u], (at & 3u) * 8u + (j >> 4u) * 4u, 4u);"),
                     "return f32(i32(n | (extractBits(high, j, 1u) << 4u)) - 16) * d;".to_string(),
                 ],
+                DType::IQ4NL => vec![
+                    "let j = i & 31u;".to_string(),
+                    "let at = base + 2u + (j & 15u);".to_string(),
+                    format!("return fg_iq4nl(extractBits({b}[at >> 2u], (at & 3u) * 8u + (j >> 4u) * 4u, 4u)) * d;"),
+                ],
                 _ => vec![
                     "let j = i & 31u;".to_string(),
                     "let at = base + 2u + (j & 15u);".to_string(),
@@ -120,8 +173,8 @@ pub(crate) fn block_load(dtype: DType, b: &str) -> String {
 pub(crate) fn chunk(dtype: DType) -> Option<usize> {
     match dtype {
         DType::BF16 => Some(8),
-        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4_1 | DType::Q5_1 | DType::Q6K => Some(32),
-        DType::Q4K | DType::Q5K => Some(64),
+        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::IQ4NL | DType::Q4_1 | DType::Q5_1 | DType::Q6K => Some(32),
+        DType::Q4K | DType::Q5K | DType::Q2K | DType::Q3K | DType::IQ4XS => Some(64),
         _ => None,
     }
 }
@@ -165,7 +218,7 @@ pub(crate) fn load(s: &mut String, ind: usize, dtype: DType, slots: &[usize], k:
             w(s, ind, format!("let wb{u} = (cl0 * {k}u + kb{u}) >> 1u;"));
             fetch(s, &format!("wb{u}"), &run(0, c / 2));
         }
-        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 => {
+        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::IQ4NL => {
             // The scale's word and the values' (Q5_0: the fifth bits first) one word past them.
             let bytes = dtype.block().expect("a block type").1;
             w(s, ind, format!("let base{u} = (cl0 * {}u + {blk}) * {bytes}u;", k / 32));
@@ -191,6 +244,38 @@ pub(crate) fn load(s: &mut String, ind: usize, dtype: DType, slots: &[usize], k:
             if dtype == DType::Q5K {
                 fetch(s, &format!("wb{u} + 4u"), &(0..8).map(|t| (format!("f{t}"), t)).collect::<Vec<_>>());
             }
+        }
+        DType::IQ4XS => {
+            // Super-blocks of 34 words: d and the scales' high pairs, their low nibbles, 32
+            // words of nibbles (4 per block of 32, 8 per pair).
+            w(s, ind, format!("let pr{u} = ({blk}) & 3u;"));
+            w(s, ind, format!("let wb{u} = (cl0 * {}u + ({blk}) / 4u) * 34u;", k / 256));
+            fetch(s, &format!("wb{u}"), &run(0, 2));
+            fetch(s, &format!("wb{u} + 2u + pr{u} * 8u"), &run(2, 8));
+        }
+        DType::Q2K => {
+            // Super-blocks of 21 words: 4 of scales (one per chunk), 16 of pairs (8 per half:
+            // both chunks of a half read them, at their own shifts), d and dmin.
+            w(s, ind, format!("let pr{u} = ({blk}) & 3u;"));
+            w(s, ind, format!("let wb{u} = (cl0 * {}u + ({blk}) / 4u) * 21u;", k / 256));
+            fetch(s, &format!("wb{u} + 4u + (pr{u} >> 1u) * 8u"), &run(0, 8));
+            fetch(s, &format!("wb{u} + pr{u}"), &[("s".to_string(), 0)]);
+            fetch(s, &format!("wb{u} + 20u"), &[("d".to_string(), 0)]);
+        }
+        DType::Q3K => {
+            // 110-byte super-blocks (at even offsets): the chunk's 32-byte runs of low pairs
+            // (its half's) and of high-bit masks (all of them), 4-byte runs of its scales'
+            // low nibbles and high pairs, the f16 scale (in the word after the high pairs'
+            // first); 9 and 2 words cover such runs at either alignment.
+            w(s, ind, format!("let pr{u} = ({blk}) & 3u;"));
+            w(s, ind, format!("let base{u} = (cl0 * {}u + ({blk}) / 4u) * 110u;", k / 256));
+            w(s, ind, format!("let qa{u} = (base{u} + 32u + 32u * (pr{u} >> 1u)) >> 2u;"));
+            w(s, ind, format!("let la{u} = (base{u} + 96u + 4u * (pr{u} & 1u)) >> 2u;"));
+            let named = |c: &str, n: usize| (0..n).map(|t| (format!("{c}{t}"), t)).collect::<Vec<_>>();
+            fetch(s, &format!("qa{u}"), &named("q", 9));
+            fetch(s, &format!("(base{u} >> 2u)"), &named("m", 9));
+            fetch(s, &format!("la{u}"), &named("l", 2));
+            fetch(s, &format!("((base{u} + 104u) >> 2u)"), &named("h", 2));
         }
         DType::Q6K => {
             // 210-byte super-blocks (at even offsets): group `rg` of half `hc` takes 32 bytes
@@ -226,7 +311,7 @@ pub(crate) fn quads(s: &mut String, ind: usize, dtype: DType, p: usize, u: usize
                 out.push((e, format!("bitcast<vec4<f32>>(vec4<u32>({halves}))")));
             }
         }
-        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 => {
+        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::IQ4NL => {
             let value_words = (dtype.block().expect("a block type").1 - 2) / 4;
             w(s, ind, format!("let d{p}_{u} = unpack2x16float({})[(base{u} >> 1u) & 1u];", x("0")));
             for t in 0..value_words {
@@ -243,6 +328,12 @@ pub(crate) fn quads(s: &mut String, ind: usize, dtype: DType, p: usize, u: usize
                         for half in [0, 16] {
                             let v = nibbles(&q, half == 16);
                             out.push((half + 4 * t, format!("(vec4<f32>({v}) - 8.0) * d{p}_{u}")));
+                        }
+                    }
+                    DType::IQ4NL => {
+                        for half in [0, 16] {
+                            let v = format!("fg_iq4nl4({}) * d{p}_{u}", nibbles(&q, half == 16));
+                            out.push((half + 4 * t, v));
                         }
                     }
                     // Q5_0: the first word after the scale holds each value's fifth bit.
@@ -301,6 +392,79 @@ pub(crate) fn quads(s: &mut String, ind: usize, dtype: DType, p: usize, u: usize
                         v = format!("({v}) | {}", fifth_bits(&x(&format!("f{t}")), &shifts));
                     }
                     out.push((32 * h + 4 * t, format!("ks{p}_{u}_{h} * vec4<f32>({v}) - km{p}_{u}_{h}")));
+                }
+            }
+        }
+        DType::IQ4XS => {
+            // Blocks `2·pr` and `2·pr + 1`: 6-bit scales, 16 bytes of nibbles each.
+            w(s, ind, format!("let d{p}_{u} = unpack2x16float({}).x;", x("0")));
+            for h in 0..2 {
+                let j = format!("(2u * pr{u} + {h}u)");
+                let sc = format!(
+                    "extractBits({}, 4u * {j}, 4u) | (extractBits({}, 16u + 2u * {j}, 2u) << 4u)",
+                    x("1"),
+                    x("0")
+                );
+                w(s, ind, format!("let ks{p}_{u}_{h} = d{p}_{u} * f32(i32({sc}) - 32);"));
+                for t in 0..4 {
+                    let q = x(&format!("{}", 2 + 4 * h + t));
+                    for half in [0, 16] {
+                        out.push((
+                            32 * h + half + 4 * t,
+                            format!("ks{p}_{u}_{h} * fg_iq4nl4({})", nibbles(&q, half == 16)),
+                        ));
+                    }
+                }
+            }
+        }
+        DType::Q2K => {
+            // Values `32·rr + l` of the chunk: pair `2·(2·(pr mod 2) + rr)` of byte `l` of the
+            // half's 32; sub-block `i` of the four the chunk's scale word's byte `i`.
+            w(s, ind, format!("let dm{p}_{u} = unpack2x16float({});", x("d")));
+            for i in 0..4 {
+                w(s, ind, format!("let sc{p}_{u}_{i} = extractBits({}, {}u, 8u);", x("s"), 8 * i));
+                w(s, ind, format!("let ks{p}_{u}_{i} = dm{p}_{u}.x * f32(sc{p}_{u}_{i} & 15u);"));
+                w(s, ind, format!("let km{p}_{u}_{i} = dm{p}_{u}.y * f32(sc{p}_{u}_{i} >> 4u);"));
+            }
+            for rr in 0..2 {
+                let shifts = format!("(vec4<u32>(0u, 8u, 16u, 24u) + 2u * (2u * (pr{u} & 1u) + {rr}u))");
+                for t in 0..8 {
+                    let q = format!("(vec4<u32>({}) >> {shifts}) & vec4<u32>(3u)", x(&format!("{t}")));
+                    let i = 2 * rr + t / 4;
+                    out.push((32 * rr + 4 * t, format!("ks{p}_{u}_{i} * vec4<f32>({q}) - km{p}_{u}_{i}")));
+                }
+            }
+        }
+        DType::Q3K => {
+            w(s, ind, format!("let aligned{p}_{u} = (base{u} & 3u) == 0u;"));
+            // A run's word `t`, whole or from two words shifted by half a word.
+            let word = |run: &str, t: usize| {
+                let (a, b) = (x(&format!("{run}{t}")), x(&format!("{run}{}", t + 1)));
+                format!("select(({a} >> 16u) | ({b} << 16u), {a}, aligned{p}_{u})")
+            };
+            w(s, ind, format!("let d{p}_{u} = unpack2x16float({})[((base{u} + 108u) >> 1u) & 1u];", x("h1")));
+            w(s, ind, format!("let ls{p}_{u} = {};", word("l", 0)));
+            w(s, ind, format!("let hs{p}_{u} = {};", word("h", 0)));
+            // Sub-block `i` of the chunk's four (`4·pr + i`): nibble `pr / 2` of the low run's
+            // byte `i`, pair `pr` of the high run's, less 32.
+            for i in 0..4 {
+                let low = format!("extractBits(ls{p}_{u}, {}u + 4u * (pr{u} >> 1u), 4u)", 8 * i);
+                let high = format!("extractBits(hs{p}_{u}, {}u + 2u * pr{u}, 2u)", 8 * i);
+                w(s, ind, format!("let ks{p}_{u}_{i} = d{p}_{u} * f32(i32({low} | ({high} << 4u)) - 32);"));
+            }
+            for t in 0..8 {
+                w(s, ind, format!("let qw{p}_{u}_{t} = {};", word("q", t)));
+                w(s, ind, format!("let mw{p}_{u}_{t} = {};", word("m", t)));
+                // Values `32·rr + 4·t …` of the chunk: pair `2·(pr mod 2) + rr` of the low
+                // bytes, bit `2·pr + rr` of the masks.
+                for rr in 0..2 {
+                    let low = format!(
+                        "(vec4<u32>(qw{p}_{u}_{t}) >> (vec4<u32>(0u, 8u, 16u, 24u) + 2u * (2u * (pr{u} & 1u) + {rr}u))) & vec4<u32>(3u)"
+                    );
+                    let high =
+                        format!("(vec4<u32>(mw{p}_{u}_{t}) >> (vec4<u32>(0u, 8u, 16u, 24u) + 2u * pr{u} + {rr}u)) & vec4<u32>(1u)");
+                    let q = format!("vec4<i32>(({low}) | (({high}) << vec4<u32>(2u))) - vec4<i32>(4)");
+                    out.push((32 * rr + 4 * t, format!("ks{p}_{u}_{} * vec4<f32>({q})", 2 * rr + t / 4)));
                 }
             }
         }

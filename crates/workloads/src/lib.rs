@@ -57,33 +57,39 @@ impl Workload {
     }
 }
 
-/// Random k-quant super-blocks ([`DType::Q4K`], [`DType::Q5K`], [`DType::Q6K`]: nothing
-/// quantizes to them)
-/// of `dims` (a last dimension of whole 256s): random quants and sub-block scales and mins,
-/// f16 scales small enough that the values lie within about ±3.
-pub fn random_k_blocks(seed: u64, dtype: DType, dims: &[usize]) -> HostTensor {
+/// Random blocks of a block type that nothing here quantizes to (the k-quants and the IQ
+/// types: not in `fusegraph::quant::QUANTIZED`) of `dims` (a last dimension of whole blocks):
+/// random packed values and sub-block scales, f16 scales small enough that the values lie
+/// within about ±3.
+pub fn random_blocks(seed: u64, dtype: DType, dims: &[usize]) -> HostTensor {
     use rand::{Rng, RngCore, SeedableRng};
     let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed);
     let (elems, bytes) = dtype.block().expect("a block type");
     let blocks = dims.iter().product::<usize>() / elems;
     let mut data = vec![0u8; blocks * bytes];
     rng.fill_bytes(&mut data);
+    // Each f16 scale's place and range: the largest integer product it multiplies within 3.
+    let scales: &[(usize, f32, f32)] = match dtype {
+        // d·63·15 and dmin·63.
+        DType::Q4K => &[(0, 0.0005, 0.003), (2, 0.0, 0.025)],
+        // d·63·31 and dmin·63.
+        DType::Q5K => &[(0, 0.0003, 0.0015), (2, 0.0, 0.025)],
+        // d·128·32.
+        DType::Q6K => &[(208, 0.0001, 0.0007)],
+        // d·15·3 and dmin·15.
+        DType::Q2K => &[(80, 0.01, 0.06), (82, 0.0, 0.2)],
+        // d·32·4.
+        DType::Q3K => &[(108, 0.003, 0.02)],
+        // d·127.
+        DType::IQ4NL => &[(0, 0.005, 0.02)],
+        // d·32·127.
+        DType::IQ4XS => &[(0, 0.0001, 0.0007)],
+        _ => panic!("{dtype}: quantize to it instead (fusegraph::quant::quantize)"),
+    };
     for block in data.chunks_exact_mut(bytes) {
-        let mut scale = |at: usize, lo: f32, hi: f32| {
+        for &(at, lo, hi) in scales {
             let v = fusegraph::f16::from_f32(rng.random_range(lo..hi));
             block[at..at + 2].copy_from_slice(&v.to_le_bytes());
-        };
-        if dtype == DType::Q4K {
-            // d·63·15 and dmin·63 within about 3.
-            scale(0, 0.0005, 0.003);
-            scale(2, 0.0, 0.025);
-        } else if dtype == DType::Q5K {
-            // d·63·31 and dmin·63 within about 3.
-            scale(0, 0.0003, 0.0015);
-            scale(2, 0.0, 0.025);
-        } else {
-            // d·128·32 within about 3.
-            scale(208, 0.0001, 0.0007);
         }
     }
     HostTensor::from_blocks(dtype, dims.to_vec(), data).expect("whole blocks")
