@@ -429,8 +429,8 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
             assert!(got["step_kernels"].as_u64().unwrap() > 0 && got["step_bytes_moved"].as_u64().unwrap() > 0);
         }
     }
-    // GGUF files (llama.cpp's format: Llamas in Q8_0, Q4_0 and Q4_K/Q6_K, a Qwen2 in
-    // Q5_0/Q8_0, tests/data/gguf): transformers' tokens from their dequantized weights; and the
+    // GGUF files (llama.cpp's format: Llamas in Q8_0, Q4_0, Q4_K/Q5_K/Q6_K and
+    // IQ4_XS/IQ4_NL/Q3_K/Q2_K, a Qwen2 in Q5_0/Q8_0, tests/data/gguf): transformers' tokens from their dequantized weights; and the
     // f32 checkpoint quantized on load to Q4_0, which holds the Q4_0 file's blocks.
     let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf");
     let llama_tiny = checkpoint("llama-tiny");
@@ -440,6 +440,7 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
         (llama_tiny, "llama-tiny-q4_0", &["--quantize", "q4_0"]),
         (gguf.join("llama-k-q4_k_m.gguf"), "llama-k-q4_k_m", &[]),
         (gguf.join("qwen2-tiny-q5_0.gguf"), "qwen2-tiny-q5_0", &[]),
+        (gguf.join("llama-k-iq4_xs.gguf"), "llama-k-iq4_xs", &[]),
     ] {
         let reference = std::fs::read_to_string(gguf.join(format!("{reference}-reference.json"))).unwrap();
         let r: serde_json::Value = serde_json::from_str(&reference).unwrap();
