@@ -263,8 +263,8 @@ pub(crate) fn transpose2(t: &HostTensor) -> Result<HostTensor> {
 /// holds in a block type ([`DType::Q8_0`], [`DType::Q4_0`]; see [`crate::Matrices`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Quantize {
-    /// As the file stores them: a GGUF file's block-type matrices (Q8_0, Q4_0, Q5_0, Q4_1,
-    /// Q5_1, Q4_K, Q5_K, Q6_K) keep their blocks; nothing else is quantized.
+    /// As the file stores them: a GGUF file's block-type matrices (any of
+    /// [`crate::gguf::GGML_TYPES`]' block types) keep their blocks; nothing else is quantized.
     #[default]
     AsStored,
     /// None: a GGUF file's blocks are dequantized.
