@@ -395,7 +395,7 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
     std::fs::create_dir_all(&dir).unwrap();
     let ids =
         |v: &serde_json::Value| -> Vec<i64> { v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect() };
-    for name in ["llama-tiny", "qwen2-tiny"] {
+    for name in ["llama-tiny", "qwen2-tiny", "qwen3-tiny"] {
         let text = std::fs::read_to_string(checkpoint(&format!("{name}-reference.json"))).unwrap();
         let r: serde_json::Value = serde_json::from_str(&text).unwrap();
         let model = checkpoint(name);
@@ -430,7 +430,7 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
         }
     }
     // GGUF files (llama.cpp's format: Llamas in Q8_0, Q4_0, Q4_K/Q5_K/Q6_K and
-    // IQ4_XS/IQ4_NL/Q3_K/Q2_K, a Qwen2 in Q5_0/Q8_0, tests/data/gguf): transformers' tokens from their dequantized weights; and the
+    // IQ4_XS/IQ4_NL/Q3_K/Q2_K, a Qwen2 in Q5_0/Q8_0, a Qwen3 in IQ4_NL/Q8_0, tests/data/gguf): transformers' tokens from their dequantized weights; and the
     // f32 checkpoint quantized on load to Q4_0, which holds the Q4_0 file's blocks.
     let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf");
     let llama_tiny = checkpoint("llama-tiny");
@@ -441,6 +441,7 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
         (gguf.join("llama-k-q4_k_m.gguf"), "llama-k-q4_k_m", &[]),
         (gguf.join("qwen2-tiny-q5_0.gguf"), "qwen2-tiny-q5_0", &[]),
         (gguf.join("llama-k-iq4_xs.gguf"), "llama-k-iq4_xs", &[]),
+        (gguf.join("qwen3-tiny-iq4_nl.gguf"), "qwen3-tiny-iq4_nl", &[]),
     ] {
         let reference = std::fs::read_to_string(gguf.join(format!("{reference}-reference.json"))).unwrap();
         let r: serde_json::Value = serde_json::from_str(&reference).unwrap();

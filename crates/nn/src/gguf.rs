@@ -314,12 +314,14 @@ impl Gguf {
 }
 
 /// `transformers`' name of each part of a Llama layer, and llama.cpp's.
-const LAYER_PARTS: [(&str, &str); 9] = [
+const LAYER_PARTS: [(&str, &str); 11] = [
     ("input_layernorm", "attn_norm"),
     ("self_attn.q_proj", "attn_q"),
     ("self_attn.k_proj", "attn_k"),
     ("self_attn.v_proj", "attn_v"),
     ("self_attn.o_proj", "attn_output"),
+    ("self_attn.q_norm", "attn_q_norm"),
+    ("self_attn.k_norm", "attn_k_norm"),
     ("post_attention_layernorm", "ffn_norm"),
     ("mlp.gate_proj", "ffn_gate"),
     ("mlp.up_proj", "ffn_up"),
@@ -373,9 +375,10 @@ impl Gguf {
         }
     }
 
-    /// The Llama-family model of a `llama`- or `qwen2`-architecture file
-    /// (`general.architecture`: a `LlamaForCausalLM` or a `Qwen2ForCausalLM`, whose q, k and v
-    /// biases the file holds), its shape from the `llama.*` or `qwen2.*` metadata, and its
+    /// The Llama-family model of a `llama`-, `qwen2`- or `qwen3`-architecture file
+    /// (`general.architecture`: a `LlamaForCausalLM`, a `Qwen2ForCausalLM`, whose q, k and v
+    /// biases the file holds, or a `Qwen3ForCausalLM`, whose q and k norms it holds), its
+    /// shape from the `{architecture}.*` metadata, and its
     /// parameters' values under `transformers`' names: a `llama` file's q and k rows back in
     /// `transformers`' order, projections transposed to [`crate::Linear`]'s
     /// layout. Parameters are stored as `dtype` (f32 by default, which holds every
@@ -446,25 +449,26 @@ impl Gguf {
         Ok((model, out))
     }
 
-    /// The model's shape from the `llama.*` metadata, as a `transformers` config would give
-    /// it; `rope_freqs` (llama3 scaling as the converter stores it) as the frequencies'
-    /// divisors.
     /// `general.architecture`, or `(missing)`.
     fn architecture(&self) -> &str {
         self.metadata.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("(missing)")
     }
 
+    /// The model's shape from the `{architecture}.*` metadata, as a `transformers` config
+    /// would give it; `rope_freqs` (llama3 scaling as the converter stores it) as the
+    /// frequencies' divisors.
     fn llama_config(&self) -> Result<LlamaConfig> {
         let m = &self.metadata;
         let arch = self.architecture();
         let architecture = match arch {
             "llama" => "LlamaForCausalLM",
             "qwen2" => "Qwen2ForCausalLM",
+            "qwen3" => "Qwen3ForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
-                    supported: "llama or qwen2".into(),
+                    supported: "llama, qwen2 or qwen3".into(),
                 })
             }
         };

@@ -1,9 +1,10 @@
 //! The Llama-family decoders as Hugging Face `transformers` defines them —
-//! `LlamaForCausalLM` (Llama 2, 3, 3.1, 3.2, SmolLM), `Qwen2ForCausalLM` and
-//! `MistralForCausalLM` — as one model whose differences are fields of its [`LlamaConfig`]:
-//! q/k/v and MLP biases, grouped-query attention (`num_key_value_heads`), rotary positions
-//! with their scaling (`linear`, `llama3`), a sliding attention window per layer and a head
-//! tied to the embeddings or its own.
+//! `LlamaForCausalLM` (Llama 2, 3, 3.1, 3.2, SmolLM), `Qwen2ForCausalLM`,
+//! `Qwen3ForCausalLM` and `MistralForCausalLM` — as one model whose differences are fields of
+//! its [`LlamaConfig`]: q/k/v and MLP biases, RMS norms on each head's q and k, grouped-query
+//! attention (`num_key_value_heads`), rotary positions with their scaling (`linear`,
+//! `llama3`), a sliding attention window per layer and a head tied to the embeddings or its
+//! own.
 //!
 //! Parameter names are `transformers`' (`model.embed_tokens`, `model.layers.{i}.self_attn.
 //! q_proj`, `….mlp.gate_proj`, `model.norm`, `lm_head`), so a checkpoint directory loads with
@@ -34,6 +35,8 @@ pub enum Architecture {
     Qwen2,
     /// `MistralForCausalLM`: a sliding window on every layer when `sliding_window` is set.
     Mistral,
+    /// `Qwen3ForCausalLM`: RMS norms on each head's q and k before the rotation.
+    Qwen3,
 }
 
 impl Architecture {
@@ -43,6 +46,7 @@ impl Architecture {
             Architecture::Llama => "LlamaForCausalLM",
             Architecture::Qwen2 => "Qwen2ForCausalLM",
             Architecture::Mistral => "MistralForCausalLM",
+            Architecture::Qwen3 => "Qwen3ForCausalLM",
         }
     }
 }
@@ -105,6 +109,8 @@ pub struct LlamaConfig {
     pub tie_word_embeddings: bool,
     /// Biases on the q, k and v projections (Qwen2; Llama's `attention_bias`).
     pub qkv_bias: bool,
+    /// RMS norms over each head's q and k (`q_norm`, `k_norm`: Qwen3), before the rotation.
+    pub qk_norm: bool,
     /// A bias on the output projection (Llama's `attention_bias`).
     pub o_bias: bool,
     /// Biases on the MLP's projections (`mlp_bias`).
@@ -246,11 +252,12 @@ impl LlamaConfig {
             Some("LlamaForCausalLM" | "llama") => Architecture::Llama,
             Some("Qwen2ForCausalLM" | "qwen2") => Architecture::Qwen2,
             Some("MistralForCausalLM" | "mistral") => Architecture::Mistral,
+            Some("Qwen3ForCausalLM" | "qwen3") => Architecture::Qwen3,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
                     other,
-                    "LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM",
+                    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or MistralForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -312,6 +319,7 @@ impl LlamaConfig {
             rope_factors: None,
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
             qkv_bias: architecture == Architecture::Qwen2 || attention_bias,
+            qk_norm: architecture == Architecture::Qwen3,
             o_bias: architecture != Architecture::Qwen2 && attention_bias,
             mlp_bias: raw.mlp_bias.unwrap_or(false),
             sliding_windows,
@@ -321,7 +329,7 @@ impl LlamaConfig {
     }
 
     /// Per layer, its window: `layer_types` where given; Mistral's `sliding_window` on every
-    /// layer; Qwen2's on layers from `max_window_layers` when `use_sliding_window`.
+    /// layer; Qwen2's and Qwen3's on layers from `max_window_layers` when `use_sliding_window`.
     fn windows(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Vec<Option<usize>>> {
         let window = raw.sliding_window.filter(|&w| w > 0);
         if let Some(types) = &raw.layer_types {
@@ -344,7 +352,7 @@ impl LlamaConfig {
         Ok((0..layers)
             .map(|i| match arch {
                 Architecture::Mistral => window,
-                Architecture::Qwen2 if raw.use_sliding_window == Some(true) => {
+                Architecture::Qwen2 | Architecture::Qwen3 if raw.use_sliding_window == Some(true) => {
                     window.filter(|_| i >= raw.max_window_layers.unwrap_or(0))
                 }
                 _ => None,
@@ -373,9 +381,13 @@ pub struct LlamaAttention {
     pub v_proj: Linear,
     /// `o_proj`, `heads · head_dim → hidden`.
     pub o_proj: Linear,
+    /// `q_norm` over each query head (`head_dim`), where [`LlamaConfig::qk_norm`].
+    pub q_norm: Option<RmsNorm>,
+    /// `k_norm` over each key head, where [`LlamaConfig::qk_norm`].
+    pub k_norm: Option<RmsNorm>,
 }
 
-crate::module!(LlamaAttention { q_proj, k_proj, v_proj, o_proj });
+crate::module!(LlamaAttention { q_proj, k_proj, v_proj, o_proj, q_norm, k_norm });
 
 /// The gated MLP: `down_proj(silu(gate_proj(x)) · up_proj(x))`.
 #[derive(Clone, Debug, PartialEq)]
@@ -437,11 +449,13 @@ impl Llama {
         let linear = |s: &Scope, i: usize, o: usize, bias: bool| {
             Linear::with_init(s, i, o, Init::Normal(0.02), bias.then_some(Init::Zeros))
         };
-        let norm = |s: &Scope| -> Result<RmsNorm> {
-            let mut n = RmsNorm::new(s, d)?;
+        let norm_of = |s: &Scope, width: usize| -> Result<RmsNorm> {
+            let mut n = RmsNorm::new(s, width)?;
             n.eps = c.rms_norm_eps;
             Ok(n)
         };
+        let norm = |s: &Scope| norm_of(s, d);
+        let head_norm = |s: &Scope| c.qk_norm.then(|| norm_of(s, dh)).transpose();
         let m = s.at("model");
         let layers = (0..c.num_hidden_layers)
             .map(|i| {
@@ -454,6 +468,8 @@ impl Llama {
                         k_proj: linear(&a.at("k_proj"), d, c.num_key_value_heads * dh, c.qkv_bias)?,
                         v_proj: linear(&a.at("v_proj"), d, c.num_key_value_heads * dh, c.qkv_bias)?,
                         o_proj: linear(&a.at("o_proj"), c.num_attention_heads * dh, d, c.o_bias)?,
+                        q_norm: head_norm(&a.at("q_norm"))?,
+                        k_norm: head_norm(&a.at("k_norm"))?,
                     },
                     post_attention_layernorm: norm(&l.at("post_attention_layernorm"))?,
                     mlp: LlamaMlp {
@@ -476,17 +492,23 @@ impl Llama {
     }
 
     /// `x: [b, s, hidden]` → q `[b, heads, s, dh]`, k and v `[b, kv_heads, s, dh]`, q and k
-    /// rotated by `angles` (the cosines and sines of [`rotary_angles`], one graph's for all
-    /// layers).
+    /// normed per head (where the model has `q_norm` and `k_norm`) and rotated by `angles`
+    /// (the cosines and sines of [`rotary_angles`], one graph's for all layers).
     fn qkv(&self, attn: &LlamaAttention, x: &Tensor, angles: &(Tensor, Tensor)) -> Result<[Tensor; 3]> {
         let c = &self.config;
         let (b, s) = (x.dims()[0], x.dims()[1]);
-        let heads =
-            |t: Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape([b, s, n, c.head_dim])?.transpose(&[0, 2, 1, 3])?) };
+        let heads = |t: Tensor, n: usize, norm: Option<&RmsNorm>| -> Result<Tensor> {
+            let t = t.reshape([b, s, n, c.head_dim])?;
+            let t = match norm {
+                Some(norm) => norm.forward(&t)?,
+                None => t,
+            };
+            Ok(t.transpose(&[0, 2, 1, 3])?)
+        };
         let (cos, sin) = angles;
-        let q = rotate(&heads(attn.q_proj.forward(x)?, c.num_attention_heads)?, cos, sin)?;
-        let k = rotate(&heads(attn.k_proj.forward(x)?, c.num_key_value_heads)?, cos, sin)?;
-        Ok([q, k, heads(attn.v_proj.forward(x)?, c.num_key_value_heads)?])
+        let q = rotate(&heads(attn.q_proj.forward(x)?, c.num_attention_heads, attn.q_norm.as_ref())?, cos, sin)?;
+        let k = rotate(&heads(attn.k_proj.forward(x)?, c.num_key_value_heads, attn.k_norm.as_ref())?, cos, sin)?;
+        Ok([q, k, heads(attn.v_proj.forward(x)?, c.num_key_value_heads, None)?])
     }
 
     /// The rest of a layer after attention: residual, norm, gated MLP, residual.
