@@ -147,19 +147,16 @@ impl Text {
     }
 
     /// The tokenizer of a GGUF file: a `tokenizer.json` beside it (with its
-    /// `tokenizer_config.json`), else the file's `tokenizer.ggml.*` metadata — model `gpt2`,
-    /// a byte-level BPE as llama.cpp's converter writes Llama 3's, Qwen2's and GPT-2's:
-    /// tokens in id order, merges, the pre-tokenizer's split named by `tokenizer.ggml.pre`,
-    /// control tokens special, the bos token added where `add_bos_token` — and its chat
-    /// template from `tokenizer.chat_template`. `None` where it has none.
+    /// `tokenizer_config.json`), else the file's `tokenizer.ggml.*` metadata as llama.cpp's
+    /// converter writes it — model `gpt2`, a byte-level BPE (Llama 3's, Qwen2's, GPT-2's:
+    /// [`byte_level_bpe`]), or model `llama`, a SentencePiece BPE (Llama 2's, Mistral's,
+    /// TinyLlama's: [`sentencepiece_bpe`]); control tokens special, the bos token added where
+    /// `add_bos_token` — and its chat template from `tokenizer.chat_template`. `None` where it
+    /// has none.
     fn of_gguf(path: &Path) -> Result<Option<Text>, String> {
         use fusegraph::nn::gguf::{Gguf, GgufValue};
-        use tokenizers::models::bpe::{Vocab, BPE};
-        use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-        use tokenizers::pre_tokenizers::sequence::Sequence;
-        use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
         use tokenizers::processors::template::TemplateProcessing;
-        use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
+        use tokenizers::AddedToken;
         let dir = path.parent().unwrap_or(Path::new("."));
         if dir.join("tokenizer.json").exists() {
             return Text::open(dir).map(Some);
@@ -169,54 +166,66 @@ impl Text {
         let key = |k: &str| m.get(&format!("tokenizer.ggml.{k}"));
         let bad = |k: &str, what: &str| format!("{}: tokenizer.ggml.{k}: {what}", path.display());
         let Some(model) = key("model") else { return Ok(None) };
-        if model.as_str() != Some("gpt2") {
-            return Err(bad("model", &format!("{model:?} is not read (byte-level BPE, `gpt2`, is): put the model's tokenizer.json beside the file")));
-        }
-        let strings = |k: &str| -> Result<Vec<String>, String> {
-            match key(k) {
-                Some(GgufValue::Array(v)) => {
-                    v.iter().map(|s| s.as_str().map(str::to_string).ok_or_else(|| bad(k, "not strings"))).collect()
+        let list = |k: &str| match key(k) {
+            Some(GgufValue::Array(v)) => Ok(v),
+            _ => Err(bad(k, "missing or not a list")),
+        };
+        let tokens: Vec<String> = list("tokens")?
+            .iter()
+            .map(|s| s.as_str().map(str::to_string).ok_or_else(|| bad("tokens", "not strings")))
+            .collect::<Result<_, _>>()?;
+        let types: Vec<u64> = match key("token_type") {
+            Some(GgufValue::Array(v)) => v.iter().map(|t| t.as_u64().unwrap_or(1)).collect(),
+            _ => vec![1; tokens.len()],
+        };
+        let mut tokenizer = match model.as_str() {
+            Some("gpt2") => {
+                let merges: Vec<(String, String)> = list("merges")?
+                    .iter()
+                    .map(|m| {
+                        let m = m.as_str().ok_or_else(|| bad("merges", "not strings"))?;
+                        m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| bad("merges", m))
+                    })
+                    .collect::<Result<_, _>>()?;
+                byte_level_bpe(&tokens, merges, key("pre").and_then(GgufValue::as_str)).map_err(|(k, e)| bad(k, &e))?
+            }
+            Some("llama") => {
+                let scores: Vec<f64> = list("scores")?
+                    .iter()
+                    .map(|v| v.as_f64().ok_or_else(|| bad("scores", "not numbers")))
+                    .collect::<Result<_, _>>()?;
+                if scores.len() != tokens.len() {
+                    return Err(bad("scores", &format!("{} scores for {} tokens", scores.len(), tokens.len())));
                 }
-                _ => Err(bad(k, "missing or not a list")),
+                let prefix = !matches!(key("add_space_prefix"), Some(GgufValue::Bool(false)));
+                sentencepiece_bpe(&tokens, &scores, &types, prefix).map_err(|(k, e)| bad(k, &e))?
+            }
+            _ => {
+                let what = format!(
+                    "{model:?} is not read (`gpt2`, a byte-level BPE, and `llama`, a SentencePiece BPE, are): \
+                     put the model's tokenizer.json beside the file"
+                );
+                return Err(bad("model", &what));
             }
         };
-        let tokens = strings("tokens")?;
-        let merges: Vec<(String, String)> = strings("merges")?
-            .iter()
-            .map(|m| m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| bad("merges", m)))
-            .collect::<Result<_, _>>()?;
-        let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-        let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| bad("merges", &e.to_string()))?;
-        let mut tokenizer = Tokenizer::new(bpe);
-        // The split before the bytes are mapped: GPT-2's within `ByteLevel`, the others' a
-        // regex of their own (as their tokenizer.json files have it).
-        let split = |pattern: &str| -> Result<PreTokenizerWrapper, String> {
-            let split = Split::new(SplitPattern::Regex(pattern.into()), SplitDelimiterBehavior::Isolated, false)
-                .map_err(|e| bad("pre", &e.to_string()))?;
-            Ok(Sequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()]).into())
-        };
-        let pre: PreTokenizerWrapper = match key("pre").and_then(GgufValue::as_str) {
-            None | Some("gpt-2" | "default") => ByteLevel::new(false, true, true).into(),
-            Some("llama-bpe" | "llama3") => split(LLAMA3_SPLIT)?,
-            Some("qwen2") => split(QWEN2_SPLIT)?,
-            Some(other) => return Err(bad("pre", &format!("`{other}` is not read (gpt-2, llama-bpe and qwen2 are)"))),
-        };
-        tokenizer.with_pre_tokenizer(Some(pre));
-        tokenizer.with_decoder(Some(ByteLevel::default()));
         // Control tokens (type 3) are special: matched whole, skipped when decoding.
-        if let Some(GgufValue::Array(types)) = key("token_type") {
-            let special: Vec<AddedToken> = types
-                .iter()
-                .zip(&tokens)
-                .filter(|(t, _)| t.as_u64() == Some(3))
-                .map(|(_, tok)| AddedToken::from(tok.clone(), true))
-                .collect();
-            tokenizer.add_special_tokens(&special);
-        }
-        let token_of = |k: &str| key(k).and_then(GgufValue::as_u64).and_then(|i| tokens.get(i as usize)).cloned();
+        let special: Vec<AddedToken> = types
+            .iter()
+            .zip(&tokens)
+            .filter(|(t, _)| **t == 3)
+            .map(|(_, tok)| AddedToken::from(tok.clone(), true))
+            .collect();
+        tokenizer.add_special_tokens(&special);
+        let id_of = |k: &str| key(k).and_then(GgufValue::as_u64).filter(|&i| (i as usize) < tokens.len());
+        let token_of = |k: &str| id_of(k).map(|i| tokens[i as usize].clone());
         let (bos, eos) = (token_of("bos_token_id"), token_of("eos_token_id"));
-        if let (Some(b), Some(GgufValue::Bool(true))) = (&bos, key("add_bos_token")) {
-            let id = tokens.iter().position(|t| t == b).expect("a token of the list") as u32;
+        // llama.cpp adds the bos token to a SentencePiece model's text unless told not to.
+        let add_bos = match key("add_bos_token") {
+            Some(GgufValue::Bool(add)) => *add,
+            _ => model.as_str() == Some("llama"),
+        };
+        if let (Some(b), true) = (&bos, add_bos) {
+            let id = id_of("bos_token_id").expect("the bos token's id") as u32;
             let post = TemplateProcessing::builder()
                 .try_single(format!("{b} $A"))
                 .and_then(|t| t.try_pair(format!("{b} $A {b} $B")))
@@ -266,6 +275,87 @@ impl Text {
         let ids: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
         self.tokenizer.decode(&ids, true).map_err(|e| format!("tokenizer: {e}"))
     }
+}
+
+/// A byte-level BPE from GGUF metadata: `tokens` in id order, `merges`, and the
+/// pre-tokenizer's split named by `pre` (GPT-2's within `ByteLevel`, Llama 3's and Qwen2's a
+/// regex of their own, as their tokenizer.json files have it). An error names the key.
+fn byte_level_bpe(
+    tokens: &[String],
+    merges: Vec<(String, String)>,
+    pre: Option<&str>,
+) -> Result<Tokenizer, (&'static str, String)> {
+    use tokenizers::models::bpe::{Vocab, BPE};
+    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+    use tokenizers::pre_tokenizers::sequence::Sequence;
+    use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+    use tokenizers::{PreTokenizerWrapper, SplitDelimiterBehavior};
+    let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| ("merges", e.to_string()))?;
+    let mut tokenizer = Tokenizer::new(bpe);
+    let split = |pattern: &str| -> Result<PreTokenizerWrapper, (&'static str, String)> {
+        let split = Split::new(SplitPattern::Regex(pattern.into()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| ("pre", e.to_string()))?;
+        Ok(Sequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()]).into())
+    };
+    let pre: PreTokenizerWrapper = match pre {
+        None | Some("gpt-2" | "default") => ByteLevel::new(false, true, true).into(),
+        Some("llama-bpe" | "llama3") => split(LLAMA3_SPLIT)?,
+        Some("qwen2") => split(QWEN2_SPLIT)?,
+        Some(other) => return Err(("pre", format!("`{other}` is not read (gpt-2, llama-bpe and qwen2 are)"))),
+    };
+    tokenizer.with_pre_tokenizer(Some(pre));
+    tokenizer.with_decoder(Some(ByteLevel::default()));
+    Ok(tokenizer)
+}
+
+/// A SentencePiece BPE from GGUF metadata (`tokens`, their `scores` and `types`), as
+/// `transformers` converts Llama 2's `tokenizer.model`: the text's spaces as `▁` (one before
+/// each text segment where `prefix`, llama.cpp's `add_space_prefix`), merges ranked by the
+/// merged piece's score (each piece's splits into two pieces, by their ids), characters
+/// without a piece as their UTF-8 bytes' `<0xXX>` tokens; decoded back the same way.
+fn sentencepiece_bpe(
+    tokens: &[String],
+    scores: &[f64],
+    types: &[u64],
+    prefix: bool,
+) -> Result<Tokenizer, (&'static str, String)> {
+    use tokenizers::decoders::{byte_fallback::ByteFallback, fuse::Fuse, sequence::Sequence, strip::Strip};
+    use tokenizers::models::bpe::{Vocab, BPE};
+    use tokenizers::normalizers::{Prepend, Replace};
+    use tokenizers::{DecoderWrapper, NormalizerWrapper};
+    let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let mut merges: Vec<(f64, u32, u32)> = Vec::new();
+    for (piece, &score) in tokens.iter().zip(scores) {
+        let mut splits: Vec<(f64, u32, u32)> = piece
+            .char_indices()
+            .skip(1)
+            .filter_map(|(i, _)| Some((score, *vocab.get(&piece[..i])?, *vocab.get(&piece[i..])?)))
+            .collect();
+        splits.sort_by_key(|&(_, l, r)| (l, r));
+        merges.extend(splits);
+    }
+    // Highest score first; a stable sort keeps each score's merges in the order above.
+    merges.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let merges = merges.into_iter().map(|(_, l, r)| (tokens[l as usize].clone(), tokens[r as usize].clone())).collect();
+    let mut bpe = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);
+    if let Some(unk) = types.iter().position(|&t| t == 2) {
+        bpe = bpe.unk_token(tokens[unk].clone());
+    }
+    let mut tokenizer = Tokenizer::new(bpe.build().map_err(|e| ("scores", e.to_string()))?);
+    let space = || Replace::new(" ", "▁").map_err(|e| ("model", e.to_string()));
+    let normalizer: NormalizerWrapper = match prefix {
+        true => tokenizers::normalizers::Sequence::new(vec![Prepend::new("▁".into()).into(), space()?.into()]).into(),
+        false => space()?.into(),
+    };
+    tokenizer.with_normalizer(Some(normalizer));
+    let back = Replace::new("▁", " ").map_err(|e| ("model", e.to_string()))?;
+    let mut decoders: Vec<DecoderWrapper> = vec![back.into(), ByteFallback::new().into(), Fuse::new().into()];
+    if prefix {
+        decoders.push(Strip::new(' ', 1, 0).into());
+    }
+    tokenizer.with_decoder(Some(Sequence::new(decoders)));
+    Ok(tokenizer)
 }
 
 /// `--quantize`: a block type or `none`.
@@ -606,4 +696,34 @@ fn serve_queue(
         std::fs::write(path, body + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GGUF file's SentencePiece tokenizer (`tokenizer.ggml.model` "llama", written as
+    /// llama.cpp's converter writes Llama 2's) gives `sentencepiece`'s ids and text for plain
+    /// text, leading and repeated spaces, new lines and characters with no piece of their own
+    /// (their UTF-8 bytes' pieces), the bos token first where special tokens are added.
+    #[test]
+    fn sentencepiece_tokenizers_from_gguf_match_sentencepiece() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf");
+        let text = Text::of_gguf(&dir.join("llama-tiny-spm.gguf")).unwrap().expect("the file's tokenizer");
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("llama-tiny-spm-reference.json")).unwrap()).unwrap();
+        let ids = |v: &serde_json::Value| -> Vec<i32> {
+            v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap() as i32).collect()
+        };
+        let cases = r["texts"].as_array().unwrap();
+        assert_eq!(cases.len(), 5);
+        for case in cases {
+            let (t, want) = (case["text"].as_str().unwrap(), ids(&case["ids"]));
+            assert_eq!(text.encode(t, false).unwrap(), want, "{t:?}");
+            assert_eq!(text.decode(&want).unwrap(), case["decoded"].as_str().unwrap(), "{t:?}");
+        }
+        let first = cases[0]["text"].as_str().unwrap();
+        assert_eq!(text.encode(first, true).unwrap(), ids(&r["prompt_ids"]), "the bos token first");
+        assert_eq!(text.bos.as_deref(), Some("<s>"));
+    }
 }

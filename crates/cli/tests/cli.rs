@@ -471,6 +471,20 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
             assert_eq!(got["prompt_text"], r["chat_text"], "gguf chat template");
         }
     }
+    // A SentencePiece tokenizer in the file (`tokenizer.ggml.model` "llama", as Llama 2's,
+    // Mistral's and TinyLlama's files hold it): `sentencepiece`'s ids for the text prompt,
+    // then transformers' greedy tokens for them, written back as text.
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(gguf.join("llama-tiny-spm-reference.json")).unwrap()).unwrap();
+    let model = gguf.join("llama-tiny-spm.gguf");
+    let prompt = r["texts"][0]["text"].as_str().unwrap();
+    let args = ["generate", "--model", model.to_str().unwrap(), "--prompt", prompt, "--tokens", "32", "--ignore-eos"];
+    let out = fusegraph(&[&args[..], &["--json", json.to_str().unwrap()]].concat(), None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(ids(&got["prompt_ids"]), ids(&r["prompt_ids"]), "sentencepiece ids");
+    assert_eq!(ids(&got["generated_ids"]), ids(&r["greedy"]), "greedy tokens");
+    assert!(got["text"].as_str().is_some_and(|t| !t.is_empty()), "{got}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
