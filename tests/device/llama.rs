@@ -57,6 +57,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("qwen2-tiny-bf16", "qwen2-tiny", "_bf16_weights"),
         ("mistral-tiny", "mistral-tiny", ""),
         ("qwen3-tiny", "qwen3-tiny", ""),
+        ("gemma3-tiny", "gemma3-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -275,6 +276,20 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
         let forms = check_logits_and_tokens(&loaded, &r, &format!("{file} in GPU forms"), &gpu_forms);
         let packed = forms.iter().filter(|f| matches!(f, KernelForm::Gemv { packed: true, .. })).count();
         assert!(packed >= 7, "{file}: {packed} products reading packed words of {forms:?}");
+    }
+}
+
+/// Qwen3's per-head q and k norms and Gemma 3's (sandwich norms with `1 + w` gains, scaled
+/// embeddings and scores, a tanh GELU, sliding layers with their own rotary base) in a GPU's
+/// kernel forms, whose decode step's products take the matrix–vector kernel:
+/// `transformers`' logits and greedy tokens.
+#[test]
+fn newer_llama_family_layers_in_gpu_forms() {
+    let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
+    for name in ["qwen3-tiny", "gemma3-tiny"] {
+        let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
+        let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);
+        assert!(forms.iter().any(|f| matches!(f, KernelForm::Gemv { .. })), "{name}: {forms:?}");
     }
 }
 

@@ -177,6 +177,11 @@ impl Gpt2 {
         self.config.n_embd / self.config.n_head
     }
 
+    /// The attention scores' scale, `1/√head_dim`.
+    fn attention_scale(&self) -> f64 {
+        1.0 / (self.head_dim() as f64).sqrt()
+    }
+
     /// The logits `[batch, seq, vocab]` of final hidden states `h: [batch, seq, d]`.
     fn logits(&self, h: &Tensor) -> Result<Tensor> {
         tied_head(&self.ln_f.forward(h)?, &self.wte)
@@ -228,7 +233,7 @@ impl CausalLm for Gpt2 {
         let mut kvs = Vec::new();
         for block in &self.h {
             let [q, k, v] = self.qkv(&block.attn, &block.ln_1.forward(&h)?)?;
-            let a = block.attn.c_proj.forward(&attend(&q, &k, &v, &causal)?)?;
+            let a = block.attn.c_proj.forward(&attend(&q, &k, &v, &causal, self.attention_scale())?)?;
             h = self.finish_block(block, &h, &a)?;
             kvs.push((k, v));
         }
@@ -249,7 +254,7 @@ impl CausalLm for Gpt2 {
         for (block, (kc, vc)) in self.h.iter().zip(cache) {
             let [q, k, v] = self.qkv(&block.attn, &block.ln_1.forward(&h)?)?;
             let (kc, vc) = (kc.dynamic_update_slice(&k, &pos, 2)?, vc.dynamic_update_slice(&v, &pos, 2)?);
-            let a = attend(&q, &live_part(&kc, live)?, &live_part(&vc, live)?, &keep)?;
+            let a = attend(&q, &live_part(&kc, live)?, &live_part(&vc, live)?, &keep, self.attention_scale())?;
             let a = block.attn.c_proj.forward(&a)?;
             h = self.finish_block(block, &h, &a)?;
             updated.push((kc, vc));

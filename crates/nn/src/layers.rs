@@ -268,6 +268,9 @@ pub struct RmsNorm {
     pub gamma: Param,
     /// Added to the mean square; `new` sets `1e-6`.
     pub eps: f64,
+    /// Added to `gamma` for the gain: 0 (`new`), or 1 for Gemma's norms, whose weights are
+    /// centered at zero.
+    pub offset: f64,
 }
 
 crate::module!(RmsNorm { gamma });
@@ -275,16 +278,18 @@ crate::module!(RmsNorm { gamma });
 impl RmsNorm {
     /// RMS norm over a last axis of `dim` elements under `s`.
     pub fn new(s: &Scope, dim: usize) -> Result<Self> {
-        Ok(RmsNorm { gamma: s.param("weight", &[dim], Init::Ones), eps: 1e-6 })
+        Ok(RmsNorm { gamma: s.param("weight", &[dim], Init::Ones), eps: 1e-6, offset: 0.0 })
     }
 }
 
 impl Forward for RmsNorm {
-    /// `x / √(mean(x², last) + eps) · gamma` for `x: [..., dim]`.
+    /// `x / √(mean(x², last) + eps) · (offset + gamma)` for `x: [..., dim]`.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let last = last_axis(x, "RmsNorm")?;
         let scale = x.mul(x)?.mean(&[last], true)?.add_scalar(self.eps)?.rsqrt()?;
-        Ok(x.mul(&scale)?.mul(&self.gamma.read(x.builder(), x.dtype())?)?)
+        let gain = self.gamma.read(x.builder(), x.dtype())?;
+        let gain = if self.offset == 0.0 { gain } else { gain.add_scalar(self.offset)? };
+        Ok(x.mul(&scale)?.mul(&gain)?)
     }
 }
 

@@ -1,10 +1,12 @@
 //! The Llama-family decoders as Hugging Face `transformers` defines them —
 //! `LlamaForCausalLM` (Llama 2, 3, 3.1, 3.2, SmolLM), `Qwen2ForCausalLM`,
-//! `Qwen3ForCausalLM` and `MistralForCausalLM` — as one model whose differences are fields of
-//! its [`LlamaConfig`]: q/k/v and MLP biases, RMS norms on each head's q and k, grouped-query
-//! attention (`num_key_value_heads`), rotary positions with their scaling (`linear`,
-//! `llama3`), a sliding attention window per layer and a head tied to the embeddings or its
-//! own.
+//! `Qwen3ForCausalLM`, `MistralForCausalLM` and `Gemma3ForCausalLM` — as one model whose
+//! differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, RMS norms on each
+//! head's q and k, norms around each branch and their gains' offset, the MLP's activation, the
+//! embeddings' and scores' scales, grouped-query attention (`num_key_value_heads`), rotary
+//! positions with their scaling (`linear`, `llama3`) and a base of their own for
+//! sliding-window layers, a sliding attention window per layer and a head tied to the
+//! embeddings or its own.
 //!
 //! Parameter names are `transformers`' (`model.embed_tokens`, `model.layers.{i}.self_attn.
 //! q_proj`, `….mlp.gate_proj`, `model.norm`, `lm_head`), so a checkpoint directory loads with
@@ -37,6 +39,20 @@ pub enum Architecture {
     Mistral,
     /// `Qwen3ForCausalLM`: RMS norms on each head's q and k before the rotation.
     Qwen3,
+    /// `Gemma3ForCausalLM` (`gemma3_text`): Qwen3's q and k norms, norms before and after
+    /// each branch with gains `1 + w`, embeddings scaled by `√hidden_size`, a tanh GELU, the
+    /// scores scaled by `query_pre_attn_scalar`, sliding-window layers with a rotary base of
+    /// their own.
+    Gemma3,
+}
+
+/// The gate's activation in the MLP (`hidden_act`, or Gemma's `hidden_activation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu`.
+    Silu,
+    /// `gelu_pytorch_tanh`: GELU's tanh form.
+    GeluTanh,
 }
 
 impl Architecture {
@@ -47,6 +63,7 @@ impl Architecture {
             Architecture::Qwen2 => "Qwen2ForCausalLM",
             Architecture::Mistral => "MistralForCausalLM",
             Architecture::Qwen3 => "Qwen3ForCausalLM",
+            Architecture::Gemma3 => "Gemma3ForCausalLM",
         }
     }
 }
@@ -109,8 +126,25 @@ pub struct LlamaConfig {
     pub tie_word_embeddings: bool,
     /// Biases on the q, k and v projections (Qwen2; Llama's `attention_bias`).
     pub qkv_bias: bool,
-    /// RMS norms over each head's q and k (`q_norm`, `k_norm`: Qwen3), before the rotation.
+    /// RMS norms over each head's q and k (`q_norm`, `k_norm`: Qwen3, Gemma 3), before the
+    /// rotation.
     pub qk_norm: bool,
+    /// Added to each RMS norm's weight for its gain (Gemma: 1, its weights centered at zero).
+    pub norm_offset: f64,
+    /// Each branch's output normed before the residual add (Gemma 3): `post_attention_layernorm`
+    /// then norms the attention's output, `pre_feedforward_layernorm` the MLP's input and
+    /// `post_feedforward_layernorm` its output.
+    pub sandwich_norms: bool,
+    /// The MLP gate's activation.
+    pub hidden_act: Activation,
+    /// The attention scores' scale (`query_pre_attn_scalar^-½`, else `head_dim^-½`).
+    pub attention_scale: f64,
+    /// The embeddings' scale (Gemma: `√hidden_size`, rounded to the table's storage type as
+    /// `transformers` rounds it).
+    pub embed_scale: Option<f64>,
+    /// The rotary base and scaling of the sliding-window layers where they have their own
+    /// (Gemma 3's local layers).
+    pub sliding_rope: Option<(f64, RopeScaling)>,
     /// A bias on the output projection (Llama's `attention_bias`).
     pub o_bias: bool,
     /// Biases on the MLP's projections (`mlp_bias`).
@@ -143,6 +177,13 @@ struct RawConfig {
     rope_parameters: Option<Value>,
     partial_rotary_factor: Option<f64>,
     hidden_act: Option<String>,
+    hidden_activation: Option<String>,
+    query_pre_attn_scalar: Option<f64>,
+    rope_local_base_freq: Option<f64>,
+    sliding_window_pattern: Option<usize>,
+    final_logit_softcapping: Option<f64>,
+    attn_logit_softcapping: Option<f64>,
+    use_bidirectional_attention: Option<bool>,
     tie_word_embeddings: Option<bool>,
     attention_bias: Option<bool>,
     mlp_bias: Option<bool>,
@@ -253,11 +294,12 @@ impl LlamaConfig {
             Some("Qwen2ForCausalLM" | "qwen2") => Architecture::Qwen2,
             Some("MistralForCausalLM" | "mistral") => Architecture::Mistral,
             Some("Qwen3ForCausalLM" | "qwen3") => Architecture::Qwen3,
+            Some("Gemma3ForCausalLM" | "gemma3_text") => Architecture::Gemma3,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
                     other,
-                    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or MistralForCausalLM",
+                    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM or Gemma3ForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -289,17 +331,49 @@ impl LlamaConfig {
         if head_dim == 0 || head_dim % 2 != 0 {
             return Err(unsupported("head_dim", head_dim, "an even width ≥ 2 (rotary pairs)"));
         }
-        if let Some(act) = raw.hidden_act.as_deref().filter(|a| *a != "silu") {
-            return Err(unsupported("hidden_act", act, "silu"));
+        let gemma = architecture == Architecture::Gemma3;
+        // Gemma 3's defaults where its config.json leaves a field out (`Gemma3TextConfig`).
+        let hidden_act = match raw.hidden_act.as_deref().or(raw.hidden_activation.as_deref()) {
+            None if gemma => Activation::GeluTanh,
+            None | Some("silu") => Activation::Silu,
+            Some("gelu_pytorch_tanh") => Activation::GeluTanh,
+            Some(other) => return Err(unsupported("hidden_act", other, "silu or gelu_pytorch_tanh")),
+        };
+        for (field, cap) in [
+            ("final_logit_softcapping", raw.final_logit_softcapping),
+            ("attn_logit_softcapping", raw.attn_logit_softcapping),
+        ] {
+            if let Some(cap) = cap {
+                return Err(unsupported(field, cap, "null (no soft-capping)"));
+            }
+        }
+        if raw.use_bidirectional_attention == Some(true) {
+            return Err(unsupported("use_bidirectional_attention", true, "false (causal attention)"));
         }
         if let Some(p) = raw.partial_rotary_factor.filter(|&p| p != 1.0) {
             return Err(unsupported("partial_rotary_factor", p, "1.0"));
         }
-        let (rope_scaling, theta_5) = match (&raw.rope_parameters, &raw.rope_scaling) {
-            (Some(p), _) if !p.is_null() => RopeScaling::parse("rope_parameters", Some(p))?,
-            (_, s) => RopeScaling::parse("rope_scaling", s.as_ref())?,
+        // `rope_parameters` per layer type (Gemma 3 in `transformers` 5), or one for all.
+        let per_type = raw.rope_parameters.as_ref().and_then(|p| p.get("full_attention")).is_some();
+        let ((rope_scaling, theta_5), sliding) = match (&raw.rope_parameters, &raw.rope_scaling) {
+            (Some(p), _) if per_type => {
+                let local = p.get("sliding_attention");
+                let local =
+                    local.map(|l| RopeScaling::parse("rope_parameters.sliding_attention", Some(l))).transpose()?;
+                (RopeScaling::parse("rope_parameters.full_attention", p.get("full_attention"))?, local)
+            }
+            (Some(p), _) if !p.is_null() => (RopeScaling::parse("rope_parameters", Some(p))?, None),
+            (_, s) => (RopeScaling::parse("rope_scaling", s.as_ref())?, None),
         };
-        let rope_theta = raw.rope_theta.or(theta_5).unwrap_or(10000.0);
+        let rope_theta = raw.rope_theta.or(theta_5).unwrap_or(if gemma { 1e6 } else { 10000.0 });
+        // `transformers` 4's Gemma 3: its local layers' base apart, unscaled.
+        let sliding_rope = match sliding {
+            Some((scaling, theta)) => Some((theta.unwrap_or(10000.0), scaling)),
+            None if architecture == Architecture::Gemma3 => {
+                Some((raw.rope_local_base_freq.unwrap_or(10000.0), RopeScaling::Default))
+            }
+            None => None,
+        };
         let layers = need("num_hidden_layers", raw.num_hidden_layers)?;
         let sliding_windows = Self::windows(architecture, &raw, layers)?;
         let attention_bias = raw.attention_bias.unwrap_or(false);
@@ -317,9 +391,15 @@ impl LlamaConfig {
             rope_theta,
             rope_scaling,
             rope_factors: None,
-            tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
+            tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(gemma),
             qkv_bias: architecture == Architecture::Qwen2 || attention_bias,
-            qk_norm: architecture == Architecture::Qwen3,
+            qk_norm: matches!(architecture, Architecture::Qwen3 | Architecture::Gemma3),
+            norm_offset: if architecture == Architecture::Gemma3 { 1.0 } else { 0.0 },
+            sandwich_norms: architecture == Architecture::Gemma3,
+            hidden_act,
+            attention_scale: 1.0 / raw.query_pre_attn_scalar.unwrap_or(head_dim as f64).sqrt(),
+            embed_scale: (architecture == Architecture::Gemma3).then(|| (hidden_size as f64).sqrt()),
+            sliding_rope,
             o_bias: architecture != Architecture::Qwen2 && attention_bias,
             mlp_bias: raw.mlp_bias.unwrap_or(false),
             sliding_windows,
@@ -329,7 +409,8 @@ impl LlamaConfig {
     }
 
     /// Per layer, its window: `layer_types` where given; Mistral's `sliding_window` on every
-    /// layer; Qwen2's and Qwen3's on layers from `max_window_layers` when `use_sliding_window`.
+    /// layer; Qwen2's and Qwen3's on layers from `max_window_layers` when `use_sliding_window`;
+    /// Gemma 3's on all but every `sliding_window_pattern`-th (6) layer.
     fn windows(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Vec<Option<usize>>> {
         let window = raw.sliding_window.filter(|&w| w > 0);
         if let Some(types) = &raw.layer_types {
@@ -355,6 +436,9 @@ impl LlamaConfig {
                 Architecture::Qwen2 | Architecture::Qwen3 if raw.use_sliding_window == Some(true) => {
                     window.filter(|_| i >= raw.max_window_layers.unwrap_or(0))
                 }
+                Architecture::Gemma3 => {
+                    window.filter(|_| (i + 1) % raw.sliding_window_pattern.unwrap_or(6).max(1) != 0)
+                }
                 _ => None,
             })
             .collect())
@@ -367,6 +451,12 @@ impl LlamaConfig {
             Some(f) => scaled.iter().zip(f).map(|(v, d)| (*v as f32 / *d as f32) as f64).collect(),
             None => scaled,
         }
+    }
+
+    /// The rotary frequencies of the sliding-window layers, where they have their own
+    /// ([`LlamaConfig::sliding_rope`]).
+    pub fn sliding_inv_freq(&self) -> Option<Vec<f64>> {
+        self.sliding_rope.map(|(theta, scaling)| scaling.inv_freq(theta, self.head_dim))
     }
 }
 
@@ -402,20 +492,34 @@ pub struct LlamaMlp {
 
 crate::module!(LlamaMlp { gate_proj, up_proj, down_proj });
 
-/// A decoder layer: `h = x + attn(norm(x))`, `out = h + mlp(norm(h))`.
+/// A decoder layer: `h = x + attn(norm(x))`, `out = h + mlp(norm(h))`; with
+/// [`LlamaConfig::sandwich_norms`], `h = x + norm(attn(norm(x)))`, `out = h +
+/// norm(mlp(norm(h)))`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaLayer {
     /// `input_layernorm`.
     pub input_layernorm: RmsNorm,
     /// `self_attn`.
     pub self_attn: LlamaAttention,
-    /// `post_attention_layernorm`.
+    /// `post_attention_layernorm`: the MLP's input norm, or with sandwich norms the
+    /// attention output's.
     pub post_attention_layernorm: RmsNorm,
+    /// `pre_feedforward_layernorm`, with sandwich norms: the MLP's input norm.
+    pub pre_feedforward_layernorm: Option<RmsNorm>,
     /// `mlp`.
     pub mlp: LlamaMlp,
+    /// `post_feedforward_layernorm`, with sandwich norms: the MLP output's norm.
+    pub post_feedforward_layernorm: Option<RmsNorm>,
 }
 
-crate::module!(LlamaLayer { input_layernorm, self_attn, post_attention_layernorm, mlp });
+crate::module!(LlamaLayer {
+    input_layernorm,
+    self_attn,
+    post_attention_layernorm,
+    pre_feedforward_layernorm,
+    mlp,
+    post_feedforward_layernorm
+});
 
 /// A Llama-family causal language model.
 #[derive(Clone, Debug, PartialEq)]
@@ -451,11 +555,12 @@ impl Llama {
         };
         let norm_of = |s: &Scope, width: usize| -> Result<RmsNorm> {
             let mut n = RmsNorm::new(s, width)?;
-            n.eps = c.rms_norm_eps;
+            (n.eps, n.offset) = (c.rms_norm_eps, c.norm_offset);
             Ok(n)
         };
         let norm = |s: &Scope| norm_of(s, d);
         let head_norm = |s: &Scope| c.qk_norm.then(|| norm_of(s, dh)).transpose();
+        let sandwich = |s: &Scope| c.sandwich_norms.then(|| norm(s)).transpose();
         let m = s.at("model");
         let layers = (0..c.num_hidden_layers)
             .map(|i| {
@@ -472,11 +577,13 @@ impl Llama {
                         k_norm: head_norm(&a.at("k_norm"))?,
                     },
                     post_attention_layernorm: norm(&l.at("post_attention_layernorm"))?,
+                    pre_feedforward_layernorm: sandwich(&l.at("pre_feedforward_layernorm"))?,
                     mlp: LlamaMlp {
                         gate_proj: linear(&p.at("gate_proj"), d, c.intermediate_size, c.mlp_bias)?,
                         up_proj: linear(&p.at("up_proj"), d, c.intermediate_size, c.mlp_bias)?,
                         down_proj: linear(&p.at("down_proj"), c.intermediate_size, d, c.mlp_bias)?,
                     },
+                    post_feedforward_layernorm: sandwich(&l.at("post_feedforward_layernorm"))?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -511,12 +618,46 @@ impl Llama {
         Ok([q, k, heads(attn.v_proj.forward(x)?, c.num_key_value_heads, None)?])
     }
 
-    /// The rest of a layer after attention: residual, norm, gated MLP, residual.
+    /// The rest of a layer after attention: residual, norm, gated MLP, residual (with
+    /// sandwich norms, each branch's output normed before its residual add).
     fn finish_layer(&self, layer: &LlamaLayer, x: &Tensor, attended: &Tensor) -> Result<Tensor> {
-        let h = x.add(&layer.self_attn.o_proj.forward(attended)?)?;
-        let n = layer.post_attention_layernorm.forward(&h)?;
-        let gated = layer.mlp.gate_proj.forward(&n)?.silu()?.mul(&layer.mlp.up_proj.forward(&n)?)?;
-        Ok(h.add(&layer.mlp.down_proj.forward(&gated)?)?)
+        let norm = |n: &Option<RmsNorm>, t: Tensor| -> Result<Tensor> {
+            match n {
+                Some(n) => n.forward(&t),
+                None => Ok(t),
+            }
+        };
+        let a = layer.self_attn.o_proj.forward(attended)?;
+        let (a, pre_mlp) = match &layer.pre_feedforward_layernorm {
+            Some(pre) => (layer.post_attention_layernorm.forward(&a)?, pre),
+            None => (a, &layer.post_attention_layernorm),
+        };
+        let h = x.add(&a)?;
+        let n = pre_mlp.forward(&h)?;
+        let gate = layer.mlp.gate_proj.forward(&n)?;
+        let gate = match self.config.hidden_act {
+            Activation::Silu => gate.silu()?,
+            Activation::GeluTanh => gate.gelu_tanh()?,
+        };
+        let m = layer.mlp.down_proj.forward(&gate.mul(&layer.mlp.up_proj.forward(&n)?)?)?;
+        Ok(h.add(&norm(&layer.post_feedforward_layernorm, m)?)?)
+    }
+
+    /// The rows of `ids` in the embedding table, scaled where the model scales them.
+    fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        let rows = self.embed_tokens.lookup(ids, DType::F32)?;
+        match self.config.embed_scale {
+            // `transformers` rounds the scale to f32, then to the table's dtype.
+            Some(scale) => {
+                let scale = match self.embed_tokens.table.ty().dtype {
+                    DType::BF16 => fusegraph_ir::bf16_nearest(scale).to_f64(),
+                    DType::F16 => half::f16::from_f32(scale as f32).to_f64(),
+                    _ => scale as f32 as f64,
+                };
+                Ok(rows.mul_scalar(scale)?)
+            }
+            None => Ok(rows),
+        }
     }
 
     /// Which keys each query reads: `bool [sq, sk]` for queries at `q_pos: i32 [sq, 1]` and
@@ -598,11 +739,13 @@ impl CausalLm for Llama {
         let pos = b.iota(DType::I32, [seq], 0)?;
         let (q_pos, k_pos) = (pos.reshape([seq, 1])?, pos.reshape([1, seq])?);
         let angles = rotary_angles(&pos, &self.config.inv_freq())?;
-        let mut h = self.embed_tokens.lookup(ids, DType::F32)?;
+        let sliding = self.config.sliding_inv_freq().map(|f| rotary_angles(&pos, &f)).transpose()?;
+        let mut h = self.embed(ids)?;
         let mut kvs = Vec::new();
         for (layer, window) in self.layers.iter().zip(&self.config.sliding_windows) {
-            let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, &angles)?;
-            let a = attend(&q, &k, &v, &Self::keep(&q_pos, &k_pos, *window)?)?;
+            let angles = sliding.as_ref().filter(|_| window.is_some()).unwrap_or(&angles);
+            let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, angles)?;
+            let a = attend(&q, &k, &v, &Self::keep(&q_pos, &k_pos, *window)?, self.config.attention_scale)?;
             h = self.finish_layer(layer, &h, &a)?;
             kvs.push((k, v));
         }
@@ -615,18 +758,24 @@ impl CausalLm for Llama {
         let b = ids.builder();
         // Each sequence at its own position: angles `[batch, 1, dh/2]`, masks `[batch, 1, live]`.
         let p = row_positions(self, pos, batch)?;
-        let (cos, sin) = rotary_angles(&p, &self.config.inv_freq())?;
-        let half = cos.dims()[1];
-        let angles = (cos.reshape([batch, 1, half])?, sin.reshape([batch, 1, half])?);
+        let per_row = |freq: &[f64]| -> Result<(Tensor, Tensor)> {
+            let (cos, sin) = rotary_angles(&p, freq)?;
+            let half = cos.dims()[1];
+            Ok((cos.reshape([batch, 1, half])?, sin.reshape([batch, 1, half])?))
+        };
+        let angles = per_row(&self.config.inv_freq())?;
+        let sliding = self.config.sliding_inv_freq().map(|f| per_row(&f)).transpose()?;
         let q_pos = p.broadcast_in_dim(vec![batch, 1, live], vec![0])?;
         let k_pos = b.iota(DType::I32, [batch, 1, live], 2)?;
-        let mut h = self.embed_tokens.lookup(ids, DType::F32)?;
+        let mut h = self.embed(ids)?;
         let mut updated = Vec::new();
         for ((layer, window), (kc, vc)) in self.layers.iter().zip(&self.config.sliding_windows).zip(cache) {
-            let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, &angles)?;
+            let angles = sliding.as_ref().filter(|_| window.is_some()).unwrap_or(&angles);
+            let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, angles)?;
             let (kc, vc) = (kc.dynamic_update_slice(&k, &p, 2)?, vc.dynamic_update_slice(&v, &p, 2)?);
             let keep = Self::keep_at(&q_pos, &k_pos, *window)?;
-            let a = attend(&q, &live_part(&kc, live)?, &live_part(&vc, live)?, &keep)?;
+            let (k_live, v_live) = (live_part(&kc, live)?, live_part(&vc, live)?);
+            let a = attend(&q, &k_live, &v_live, &keep, self.config.attention_scale)?;
             h = self.finish_layer(layer, &h, &a)?;
             updated.push((kc, vc));
         }

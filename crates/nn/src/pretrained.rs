@@ -25,8 +25,8 @@ pub struct Pretrained {
 
 /// One of the models a `config.json` can name.
 enum Any {
-    Gpt2(Gpt2),
-    Llama(Llama),
+    Gpt2(Box<Gpt2>),
+    Llama(Box<Llama>),
 }
 
 impl Any {
@@ -46,16 +46,16 @@ impl Any {
             })
             .storing_matrices(quantize.matrices()?);
         Ok(if gpt2 {
-            Any::Gpt2(Gpt2::new(&scope, Gpt2Config::from_json(text)?)?)
+            Any::Gpt2(Box::new(Gpt2::new(&scope, Gpt2Config::from_json(text)?)?))
         } else {
-            Any::Llama(Llama::new(&scope, LlamaConfig::from_json(text)?)?)
+            Any::Llama(Box::new(Llama::new(&scope, LlamaConfig::from_json(text)?)?))
         })
     }
 
     fn module(&self) -> &dyn Module {
         match self {
-            Any::Gpt2(m) => m,
-            Any::Llama(m) => m,
+            Any::Gpt2(m) => m.as_ref(),
+            Any::Llama(m) => m.as_ref(),
         }
     }
 
@@ -68,8 +68,8 @@ impl Any {
 
     fn shared(self) -> Arc<dyn CausalLm> {
         match self {
-            Any::Gpt2(m) => Arc::new(m),
-            Any::Llama(m) => Arc::new(m),
+            Any::Gpt2(m) => Arc::new(*m),
+            Any::Llama(m) => Arc::new(*m),
         }
     }
 }

@@ -127,3 +127,54 @@ fn unsupported_fields_are_typed_errors_naming_field_and_value() {
         }
     }
 }
+
+/// Gemma 3 1B's shapes in `transformers` 4's form: no `layer_types` (every
+/// `sliding_window_pattern`-th layer global), the local layers' base as
+/// `rope_local_base_freq`. Its differences land in the config's fields; Gemma 2's
+/// soft-capping and bidirectional attention are typed errors.
+#[test]
+fn a_gemma3_config_gives_its_layers_norms_and_scales() {
+    let gemma = r#"{
+        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+        "attention_bias": false, "attn_logit_softcapping": null, "final_logit_softcapping": null,
+        "bos_token_id": 2, "eos_token_id": [1, 106], "head_dim": 256,
+        "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "intermediate_size": 6912,
+        "max_position_embeddings": 32768, "num_attention_heads": 4, "num_hidden_layers": 26,
+        "num_key_value_heads": 1, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+        "rope_local_base_freq": 10000, "rope_scaling": null, "rope_theta": 1000000,
+        "sliding_window": 512, "sliding_window_pattern": 6, "torch_dtype": "bfloat16",
+        "vocab_size": 262144
+    }"#;
+    let c = LlamaConfig::from_json(gemma).unwrap();
+    assert_eq!(c.architecture, Architecture::Gemma3);
+    let global: Vec<usize> = (0..26).filter(|&i| c.sliding_windows[i].is_none()).collect();
+    assert_eq!(global, vec![5, 11, 17, 23]);
+    assert!(c.sliding_windows.iter().flatten().all(|&w| w == 512));
+    assert_eq!((c.rope_theta, c.sliding_rope), (1e6, Some((1e4, RopeScaling::Default))));
+    assert_eq!(c.sliding_inv_freq().unwrap()[1], (1.0 / 10000f32.powf(2.0 / 256.0)) as f64);
+    assert_eq!((c.attention_scale, c.embed_scale, c.norm_offset), (1.0 / 16.0, Some(1152f64.sqrt()), 1.0));
+    assert!(c.qk_norm && c.sandwich_norms && c.tie_word_embeddings && !c.qkv_bias);
+    assert_eq!(c.hidden_act, fusegraph_nn::llama::Activation::GeluTanh);
+    assert_eq!((c.eos_token_ids.clone(), c.bos_token_id), (vec![1, 106], Some(2)));
+    // Four norms a layer and the q and k norms, a head wide.
+    let model = fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap();
+    let norms: Vec<(String, Vec<usize>)> = model
+        .params()
+        .iter()
+        .filter(|p| p.path().starts_with("model.layers.0.") && p.path().ends_with("norm.weight"))
+        .map(|p| (p.path().to_string(), p.ty().shape.dims().to_vec()))
+        .collect();
+    assert_eq!(norms.len(), 6, "{norms:?}");
+    assert_eq!(norms.iter().filter(|(_, d)| *d == [256]).count(), 2, "{norms:?}");
+    for (from, to, field) in [
+        ("\"final_logit_softcapping\": null", "\"final_logit_softcapping\": 30.0", "final_logit_softcapping"),
+        ("\"attn_logit_softcapping\": null", "\"attn_logit_softcapping\": 50.0", "attn_logit_softcapping"),
+        ("\"gelu_pytorch_tanh\"", "\"gelu\"", "hidden_act"),
+        ("\"rope_theta\"", "\"use_bidirectional_attention\": true, \"rope_theta\"", "use_bidirectional_attention"),
+    ] {
+        match LlamaConfig::from_json(&gemma.replace(from, to)) {
+            Err(NnError::ConfigField { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: {:?}", other.map(|c| c.architecture)),
+        }
+    }
+}
