@@ -299,16 +299,6 @@ fn lower_here(g: &Graph, kernel: &Kernel, opts: &LowerOptions, strategy: &Strate
         (None, _, Some(products)) => crate::matmul_gemv::gemv_prologue(g, kernel, &products[0].0, opts),
         _ => None,
     };
-    // Fusion gives a kernel of products a row prologue only where the matrix–vector kernel
-    // computes it (`FusionOptions::gemv`); no other form reduces rows before a product, so
-    // lowering such a kernel another way would give wrong values.
-    let products = tiled.is_some() || siblings.is_some();
-    let reduces = kernel.members.iter().any(|&n| matches!(g.node(n).op, Op::Reduce { .. }));
-    assert!(
-        !(matches!(kernel.kind, KernelKind::Loop) && products && reduces && prologue.is_none()),
-        "internal error: a kernel of products with a row prologue that the matrix–vector kernel does not take here \
-         (strategy {strategy:?}): fusion merged a prologue this lowering cannot compute"
-    );
     let coop = tiled
         .filter(|_| strategy.cooperative_matmul && gemv.is_none())
         .and_then(|t| crate::matmul_coop::coop_plan(g, &t, opts, strategy.matmul_tiling));

@@ -792,16 +792,4 @@ mod tests {
             }
         }
     }
-
-    /// A kernel with a row prologue lowered where the matrix–vector kernel does not apply (a
-    /// tiling forced, or the kernel turned off) is refused: no other form reduces the rows,
-    /// so it would give wrong values.
-    #[test]
-    #[should_panic(expected = "row prologue that the matrix–vector kernel does not take")]
-    fn a_row_prologue_outside_the_matrix_vector_kernel_is_refused() {
-        let (g, kernels) = norm_product(1, 256, false, true);
-        let prologue = kernels.iter().find(|k| k.members.iter().any(|&n| matches!(g.node(n).op, Op::Reduce { .. })));
-        let strategy = crate::Strategy { gemv: false, ..Default::default() };
-        crate::lower_with(&g, prologue.expect("a kernel with a row prologue"), &LowerOptions::default(), &strategy);
-    }
 }
