@@ -328,8 +328,17 @@ const LAYER_PARTS: [(&str, &str); 11] = [
     ("mlp.down_proj", "ffn_down"),
 ];
 
-/// llama.cpp's name of the parameter `transformers` calls `path`.
-fn gguf_name(path: &str) -> Option<String> {
+/// Gemma 3's norms around each branch ([`crate::LlamaConfig::sandwich_norms`]), whose
+/// `post_attention_layernorm` is the attention output's norm, not the MLP input's.
+const SANDWICH_NORMS: [(&str, &str); 3] = [
+    ("post_attention_layernorm", "post_attention_norm"),
+    ("pre_feedforward_layernorm", "ffn_norm"),
+    ("post_feedforward_layernorm", "post_ffw_norm"),
+];
+
+/// llama.cpp's name of the parameter `transformers` calls `path` (in a model with sandwich
+/// norms where `sandwich`).
+fn gguf_name(path: &str, sandwich: bool) -> Option<String> {
     match path {
         "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
         "model.norm.weight" => return Some("output_norm.weight".into()),
@@ -339,7 +348,8 @@ fn gguf_name(path: &str) -> Option<String> {
     let rest = path.strip_prefix("model.layers.")?;
     let (layer, rest) = rest.split_once('.')?;
     let (part, kind) = rest.rsplit_once('.')?;
-    let (_, gg) = LAYER_PARTS.iter().find(|(hf, _)| *hf == part)?;
+    let sandwiched = SANDWICH_NORMS.iter().filter(|_| sandwich);
+    let (_, gg) = sandwiched.chain(LAYER_PARTS.iter()).find(|(hf, _)| *hf == part)?;
     Some(format!("blk.{layer}.{gg}.{kind}"))
 }
 
@@ -375,10 +385,11 @@ impl Gguf {
         }
     }
 
-    /// The Llama-family model of a `llama`-, `qwen2`- or `qwen3`-architecture file
+    /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`- or `gemma3`-architecture file
     /// (`general.architecture`: a `LlamaForCausalLM`, a `Qwen2ForCausalLM`, whose q, k and v
-    /// biases the file holds, or a `Qwen3ForCausalLM`, whose q and k norms it holds), its
-    /// shape from the `{architecture}.*` metadata, and its
+    /// biases the file holds, a `Qwen3ForCausalLM`, whose q and k norms it holds, or a
+    /// `Gemma3ForCausalLM`, its norms' gains as the weights), its shape from the
+    /// `{architecture}.*` metadata, and its
     /// parameters' values under `transformers`' names: a `llama` file's q and k rows back in
     /// `transformers`' order, projections transposed to [`crate::Linear`]'s
     /// layout. Parameters are stored as `dtype` (f32 by default, which holds every
@@ -394,7 +405,8 @@ impl Gguf {
                     .params()
                     .iter()
                     .filter_map(|p| {
-                        let info = self.tensors.iter().find(|t| Some(&t.name) == gguf_name(p.path()).as_ref())?;
+                        let name = gguf_name(p.path(), config.sandwich_norms);
+                        let info = self.tensors.iter().find(|t| Some(&t.name) == name.as_ref())?;
                         let d = Some(info.ty).filter(|d| d.block().is_some())?;
                         Some((p.path().to_string(), d))
                     })
@@ -413,8 +425,8 @@ impl Gguf {
         let mut used = std::collections::BTreeSet::from(["rope_freqs.weight".to_string()]);
         let mut out = BTreeMap::new();
         for p in model.params() {
-            let name =
-                gguf_name(p.path()).ok_or_else(|| NnError::Config(format!("GGUF: no name for `{}`", p.path())))?;
+            let name = gguf_name(p.path(), c.sandwich_norms)
+                .ok_or_else(|| NnError::Config(format!("GGUF: no name for `{}`", p.path())))?;
             if !self.tensors.iter().any(|t| t.name == name) {
                 let expected = Some(p.ty().clone());
                 return Err(NnError::MissingKey { key: name, param: p.path().into(), expected, file });
@@ -464,11 +476,12 @@ impl Gguf {
             "llama" => "LlamaForCausalLM",
             "qwen2" => "Qwen2ForCausalLM",
             "qwen3" => "Qwen3ForCausalLM",
+            "gemma3" => "Gemma3ForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
-                    supported: "llama, qwen2 or qwen3".into(),
+                    supported: "llama, qwen2, qwen3 or gemma3".into(),
                 })
             }
         };
@@ -495,15 +508,23 @@ impl Gguf {
             }
         };
         let token = |k: &str| m.get(&format!("tokenizer.ggml.{k}")).and_then(GgufValue::as_u64);
+        let blocks = need("block_count")?;
+        let head_dim = int("attention.key_length").or(int("rope.dimension_count")).unwrap_or(hidden / heads.max(1));
+        // What llama.cpp assumes of a `gemma3` file: every sixth layer global, the others a
+        // window (where the file gives one) with a rotary base of 10,000 (Gemma 3's
+        // defaults here too), and the scores scaled by the head width — the width over the
+        // heads for the 62-layer 27B model.
+        let gemma = arch == "gemma3";
+        let query_scalar = if blocks == 62 { hidden / heads.max(1) } else { head_dim };
         let json = serde_json::json!({
             "architectures": [architecture],
             "vocab_size": vocab,
             "hidden_size": hidden,
             "intermediate_size": need("feed_forward_length")?,
-            "num_hidden_layers": need("block_count")?,
+            "num_hidden_layers": blocks,
             "num_attention_heads": heads,
             "num_key_value_heads": int("attention.head_count_kv").unwrap_or(heads),
-            "head_dim": int("attention.key_length").or(int("rope.dimension_count")).unwrap_or(hidden / heads.max(1)),
+            "head_dim": head_dim,
             "max_position_embeddings": need("context_length")?,
             "rms_norm_eps": get("attention.layer_norm_rms_epsilon").and_then(GgufValue::as_f64).unwrap_or(1e-5),
             "rope_theta": get("rope.freq_base").and_then(GgufValue::as_f64).unwrap_or(10000.0),
@@ -511,8 +532,12 @@ impl Gguf {
             "tie_word_embeddings": tied,
             "eos_token_id": token("eos_token_id"),
             "bos_token_id": token("bos_token_id"),
+            "sliding_window": int("attention.sliding_window").filter(|&w| w > 0),
+            "query_pre_attn_scalar": gemma.then_some(query_scalar),
         });
         let mut c = LlamaConfig::from_json(&json.to_string())?;
+        // llama.cpp's converter stores Gemma's norm gains `1 + w` as the weights.
+        c.norm_offset = 0.0;
         if self.tensors.iter().any(|t| t.name == "rope_freqs.weight") {
             let f = self.tensor("rope_freqs.weight")?.to_f64();
             if f.len() != c.head_dim / 2 {
