@@ -208,14 +208,16 @@ impl Text {
                 return Err(bad("model", &what));
             }
         };
-        // Control tokens (type 3) are special: matched whole, skipped when decoding.
-        let special: Vec<AddedToken> = types
-            .iter()
-            .zip(&tokens)
-            .filter(|(t, _)| **t == 3)
-            .map(|(_, tok)| AddedToken::from(tok.clone(), true))
-            .collect();
-        tokenizer.add_special_tokens(&special);
+        // Control tokens (type 3) are special: matched whole, skipped when decoding; user-defined
+        // ones (type 4) are matched whole in the raw text and decoded, as llama.cpp parses both
+        // out of the text before the rest is tokenized (a SentencePiece model's space prefix
+        // then starts each stretch of text after one, as in llama.cpp).
+        let of_type = |ty: u64, special: bool| -> Vec<AddedToken> {
+            let tokens = types.iter().zip(&tokens).filter(|(t, _)| **t == ty);
+            tokens.map(|(_, tok)| AddedToken::from(tok.clone(), special).normalized(false)).collect()
+        };
+        tokenizer.add_special_tokens(&of_type(3, true));
+        tokenizer.add_tokens(&of_type(4, false));
         let id_of = |k: &str| key(k).and_then(GgufValue::as_u64).filter(|&i| (i as usize) < tokens.len());
         let token_of = |k: &str| id_of(k).map(|i| tokens[i as usize].clone());
         let (bos, eos) = (token_of("bos_token_id"), token_of("eos_token_id"));
@@ -705,7 +707,9 @@ mod tests {
     /// A GGUF file's SentencePiece tokenizer (`tokenizer.ggml.model` "llama", written as
     /// llama.cpp's converter writes Llama 2's) gives `sentencepiece`'s ids and text for plain
     /// text, leading and repeated spaces, new lines and characters with no piece of their own
-    /// (their UTF-8 bytes' pieces), the bos token first where special tokens are added.
+    /// (their UTF-8 bytes' pieces), llama.cpp's where a user-defined piece splits the text
+    /// (each stretch after one starting with the space prefix again), the bos token first
+    /// where special tokens are added.
     #[test]
     fn sentencepiece_tokenizers_from_gguf_match_sentencepiece() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf");
@@ -716,11 +720,14 @@ mod tests {
             v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap() as i32).collect()
         };
         let cases = r["texts"].as_array().unwrap();
-        assert_eq!(cases.len(), 5);
+        assert_eq!(cases.len(), 6);
+        assert!(cases.iter().any(|c| c["ids"] != c["sentencepiece_ids"]), "a text split by a user-defined piece");
         for case in cases {
             let (t, want) = (case["text"].as_str().unwrap(), ids(&case["ids"]));
             assert_eq!(text.encode(t, false).unwrap(), want, "{t:?}");
-            assert_eq!(text.decode(&want).unwrap(), case["decoded"].as_str().unwrap(), "{t:?}");
+            if case["ids"] == case["sentencepiece_ids"] {
+                assert_eq!(text.decode(&want).unwrap(), case["decoded"].as_str().unwrap(), "{t:?}");
+            }
         }
         let first = cases[0]["text"].as_str().unwrap();
         assert_eq!(text.encode(first, true).unwrap(), ids(&r["prompt_ids"]), "the bos token first");
