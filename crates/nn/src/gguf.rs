@@ -540,8 +540,8 @@ impl Gguf {
         c.norm_offset = 0.0;
         if self.tensors.iter().any(|t| t.name == "rope_freqs.weight") {
             let f = self.tensor("rope_freqs.weight")?.to_f64();
-            if f.len() != c.head_dim / 2 {
-                let detail = format!("{} factors for {} frequencies", f.len(), c.head_dim / 2);
+            if f.len() != c.rotary_dim / 2 {
+                let detail = format!("{} factors for {} frequencies", f.len(), c.rotary_dim / 2);
                 return Err(self.error(Some("rope_freqs.weight"), detail));
             }
             c.rope_factors = Some(f);

@@ -293,6 +293,54 @@ impl Forward for RmsNorm {
     }
 }
 
+/// Projections of one input: a [`Linear`] each (`q_proj`, `k_proj`, `v_proj`), or one whose
+/// output holds them side by side (Phi-3's `qkv_proj` and `gate_up_proj`), split after its
+/// product — one product where a checkpoint fuses them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Projections {
+    /// A layer each.
+    Separate(Vec<Linear>),
+    /// One layer, and each projection's width in its output, in order.
+    Fused(Linear, Vec<usize>),
+}
+
+impl Module for Projections {
+    fn visit(&self, f: &mut dyn FnMut(&Param)) {
+        match self {
+            Projections::Separate(layers) => layers.visit(f),
+            Projections::Fused(layer, _) => layer.visit(f),
+        }
+    }
+}
+
+impl Projections {
+    /// `parts` (each a name and a width) of an input `in_dim` wide under `s`, each its own
+    /// layer, or one layer named `fused`; weights `N(0, 0.02²)`, zero biases where `bias`.
+    pub fn new(s: &Scope, in_dim: usize, parts: &[(&str, usize)], fused: Option<&str>, bias: bool) -> Result<Self> {
+        let layer = |name: &str, out: usize| {
+            Linear::with_init(&s.at(name), in_dim, out, Init::Normal(0.02), bias.then_some(Init::Zeros))
+        };
+        let widths: Vec<usize> = parts.iter().map(|&(_, w)| w).collect();
+        Ok(match fused {
+            Some(name) => Projections::Fused(layer(name, widths.iter().sum())?, widths),
+            None => Projections::Separate(parts.iter().map(|&(name, w)| layer(name, w)).collect::<Result<_>>()?),
+        })
+    }
+
+    /// Each projection of `x: [..., in]`, in order.
+    pub fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
+        match self {
+            Projections::Separate(layers) => layers.iter().map(|l| l.forward(x)).collect(),
+            Projections::Fused(layer, widths) => {
+                let y = layer.forward(x)?;
+                let last = y.rank() - 1;
+                let starts = widths.iter().scan(0, |at, &w| Some(std::mem::replace(at, *at + w)));
+                starts.zip(widths).map(|(at, &w)| Ok(y.narrow(last, at, w)?)).collect()
+            }
+        }
+    }
+}
+
 /// A lookup table of learned vectors, one row per token id.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Embedding {

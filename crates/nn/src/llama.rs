@@ -1,12 +1,12 @@
 //! The Llama-family decoders as Hugging Face `transformers` defines them —
 //! `LlamaForCausalLM` (Llama 2, 3, 3.1, 3.2, SmolLM), `Qwen2ForCausalLM`,
-//! `Qwen3ForCausalLM`, `MistralForCausalLM` and `Gemma3ForCausalLM` — as one model whose
-//! differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, RMS norms on each
-//! head's q and k, norms around each branch and their gains' offset, the MLP's activation, the
-//! embeddings' and scores' scales, grouped-query attention (`num_key_value_heads`), rotary
-//! positions with their scaling (`linear`, `llama3`) and a base of their own for
-//! sliding-window layers, a sliding attention window per layer and a head tied to the
-//! embeddings or its own.
+//! `Qwen3ForCausalLM`, `MistralForCausalLM`, `Gemma3ForCausalLM` and `Phi3ForCausalLM` — as
+//! one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
+//! projections, RMS norms on each head's q and k, norms around each branch and their gains'
+//! offset, the MLP's activation, the embeddings' and scores' scales, grouped-query attention
+//! (`num_key_value_heads`), rotary positions on all or part of each head with their scaling
+//! (`linear`, `llama3`) and a base of their own for sliding-window layers, a sliding
+//! attention window per layer and a head tied to the embeddings or its own.
 //!
 //! Parameter names are `transformers`' (`model.embed_tokens`, `model.layers.{i}.self_attn.
 //! q_proj`, `….mlp.gate_proj`, `model.norm`, `lm_head`), so a checkpoint directory loads with
@@ -22,7 +22,7 @@
 use crate::causal::{attend, check_cache, check_ids, check_live, live_part, row_positions, tied_head, CausalLm, Kv};
 use crate::error::{config, NnError, Result};
 use crate::init::Init;
-use crate::layers::{Embedding, Linear, RmsNorm};
+use crate::layers::{Embedding, Linear, Projections, RmsNorm};
 use crate::module::{Forward, Scope};
 use fusegraph_ir::{DType, Tensor};
 use serde::Deserialize;
@@ -44,6 +44,10 @@ pub enum Architecture {
     /// scores scaled by `query_pre_attn_scalar`, sliding-window layers with a rotary base of
     /// their own.
     Gemma3,
+    /// `Phi3ForCausalLM` (Phi-3, Phi-4-mini): q, k and v one projection (`qkv_proj`), gate
+    /// and up one (`gate_up_proj`), rotary positions on part of each head
+    /// (`partial_rotary_factor`), a sliding window on every layer where `sliding_window` is set.
+    Phi3,
 }
 
 /// The gate's activation in the MLP (`hidden_act`, or Gemma's `hidden_activation`).
@@ -64,6 +68,7 @@ impl Architecture {
             Architecture::Mistral => "MistralForCausalLM",
             Architecture::Qwen3 => "Qwen3ForCausalLM",
             Architecture::Gemma3 => "Gemma3ForCausalLM",
+            Architecture::Phi3 => "Phi3ForCausalLM",
         }
     }
 }
@@ -111,6 +116,12 @@ pub struct LlamaConfig {
     pub num_key_value_heads: usize,
     /// Width of one head (`head_dim`, else `hidden_size / num_attention_heads`).
     pub head_dim: usize,
+    /// The width of each head's leading part that rotary positions rotate
+    /// (`head_dim · partial_rotary_factor`; the rest passes unrotated).
+    pub rotary_dim: usize,
+    /// q, k and v as one projection and gate and up as one (Phi-3's `qkv_proj` and
+    /// `gate_up_proj`).
+    pub fused_projections: bool,
     /// The longest sequence (`max_position_embeddings`).
     pub max_position_embeddings: usize,
     /// RMS norms' epsilon (`rms_norm_eps`).
@@ -289,21 +300,22 @@ impl LlamaConfig {
     pub fn from_json(text: &str) -> Result<Self> {
         let raw: RawConfig = serde_json::from_str(text).map_err(|e| config(format!("config.json: {e}")))?;
         let archs = raw.architectures.clone().unwrap_or_default();
-        let architecture = match archs.first().map(String::as_str).or(raw.model_type.as_deref()) {
-            Some("LlamaForCausalLM" | "llama") => Architecture::Llama,
-            Some("Qwen2ForCausalLM" | "qwen2") => Architecture::Qwen2,
-            Some("MistralForCausalLM" | "mistral") => Architecture::Mistral,
-            Some("Qwen3ForCausalLM" | "qwen3") => Architecture::Qwen3,
-            Some("Gemma3ForCausalLM" | "gemma3_text") => Architecture::Gemma3,
-            Some(other) => {
-                return Err(unsupported(
+        let architecture =
+            match archs.first().map(String::as_str).or(raw.model_type.as_deref()) {
+                Some("LlamaForCausalLM" | "llama") => Architecture::Llama,
+                Some("Qwen2ForCausalLM" | "qwen2") => Architecture::Qwen2,
+                Some("MistralForCausalLM" | "mistral") => Architecture::Mistral,
+                Some("Qwen3ForCausalLM" | "qwen3") => Architecture::Qwen3,
+                Some("Gemma3ForCausalLM" | "gemma3_text") => Architecture::Gemma3,
+                Some("Phi3ForCausalLM" | "phi3") => Architecture::Phi3,
+                Some(other) => return Err(unsupported(
                     "architectures",
                     other,
-                    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM or Gemma3ForCausalLM",
-                ))
-            }
-            None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
-        };
+                    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM or \
+                     Phi3ForCausalLM",
+                )),
+                None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
+            };
         let need = |k: &str, v: Option<usize>| -> Result<usize> {
             v.filter(|&x| x > 0).ok_or_else(|| unsupported(k, "(missing or 0)", "a positive integer"))
         };
@@ -350,9 +362,20 @@ impl LlamaConfig {
         if raw.use_bidirectional_attention == Some(true) {
             return Err(unsupported("use_bidirectional_attention", true, "false (causal attention)"));
         }
-        if let Some(p) = raw.partial_rotary_factor.filter(|&p| p != 1.0) {
-            return Err(unsupported("partial_rotary_factor", p, "1.0"));
-        }
+        // The rotated part of each head: `partial_rotary_factor` at the top level or, in
+        // `transformers` 5, among the rotary parameters.
+        let partial = raw.partial_rotary_factor.or_else(|| {
+            raw.rope_parameters.as_ref().and_then(|p| p.get("partial_rotary_factor")).and_then(Value::as_f64)
+        });
+        let rotary_dim = match partial {
+            None => head_dim,
+            Some(p) if p > 0.0 && p <= 1.0 && (head_dim as f64 * p) as usize % 2 == 0 && head_dim as f64 * p >= 2.0 => {
+                (head_dim as f64 * p) as usize
+            }
+            Some(p) => {
+                return Err(unsupported("partial_rotary_factor", p, "a fraction of head_dim giving an even width ≥ 2"))
+            }
+        };
         // `rope_parameters` per layer type (Gemma 3 in `transformers` 5), or one for all.
         let per_type = raw.rope_parameters.as_ref().and_then(|p| p.get("full_attention")).is_some();
         let ((rope_scaling, theta_5), sliding) = match (&raw.rope_parameters, &raw.rope_scaling) {
@@ -386,6 +409,8 @@ impl LlamaConfig {
             num_attention_heads: heads,
             num_key_value_heads: kv_heads,
             head_dim,
+            rotary_dim,
+            fused_projections: architecture == Architecture::Phi3,
             max_position_embeddings: need("max_position_embeddings", raw.max_position_embeddings)?,
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
             rope_theta,
@@ -408,8 +433,8 @@ impl LlamaConfig {
         })
     }
 
-    /// Per layer, its window: `layer_types` where given; Mistral's `sliding_window` on every
-    /// layer; Qwen2's and Qwen3's on layers from `max_window_layers` when `use_sliding_window`;
+    /// Per layer, its window: `layer_types` where given; Mistral's and Phi-3's `sliding_window`
+    /// on every layer; Qwen2's and Qwen3's on layers from `max_window_layers` when `use_sliding_window`;
     /// Gemma 3's on all but every `sliding_window_pattern`-th (6) layer.
     fn windows(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Vec<Option<usize>>> {
         let window = raw.sliding_window.filter(|&w| w > 0);
@@ -432,7 +457,7 @@ impl LlamaConfig {
         }
         Ok((0..layers)
             .map(|i| match arch {
-                Architecture::Mistral => window,
+                Architecture::Mistral | Architecture::Phi3 => window,
                 Architecture::Qwen2 | Architecture::Qwen3 if raw.use_sliding_window == Some(true) => {
                     window.filter(|_| i >= raw.max_window_layers.unwrap_or(0))
                 }
@@ -446,7 +471,7 @@ impl LlamaConfig {
 
     /// The rotary frequencies of one head.
     pub fn inv_freq(&self) -> Vec<f64> {
-        let scaled = self.rope_scaling.inv_freq(self.rope_theta, self.head_dim);
+        let scaled = self.rope_scaling.inv_freq(self.rope_theta, self.rotary_dim);
         match &self.rope_factors {
             Some(f) => scaled.iter().zip(f).map(|(v, d)| (*v as f32 / *d as f32) as f64).collect(),
             None => scaled,
@@ -456,19 +481,16 @@ impl LlamaConfig {
     /// The rotary frequencies of the sliding-window layers, where they have their own
     /// ([`LlamaConfig::sliding_rope`]).
     pub fn sliding_inv_freq(&self) -> Option<Vec<f64>> {
-        self.sliding_rope.map(|(theta, scaling)| scaling.inv_freq(theta, self.head_dim))
+        self.sliding_rope.map(|(theta, scaling)| scaling.inv_freq(theta, self.rotary_dim))
     }
 }
 
 /// Attention with rotary q and k and grouped key/value heads.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaAttention {
-    /// `q_proj`, `hidden → heads · head_dim`.
-    pub q_proj: Linear,
-    /// `k_proj`, `hidden → kv_heads · head_dim`.
-    pub k_proj: Linear,
-    /// `v_proj`, `hidden → kv_heads · head_dim`.
-    pub v_proj: Linear,
+    /// q, k and v: `q_proj` (`hidden → heads · head_dim`), `k_proj` and `v_proj`
+    /// (`hidden → kv_heads · head_dim`), or Phi-3's `qkv_proj` of all three.
+    pub qkv: Projections,
     /// `o_proj`, `heads · head_dim → hidden`.
     pub o_proj: Linear,
     /// `q_norm` over each query head (`head_dim`), where [`LlamaConfig::qk_norm`].
@@ -477,20 +499,18 @@ pub struct LlamaAttention {
     pub k_norm: Option<RmsNorm>,
 }
 
-crate::module!(LlamaAttention { q_proj, k_proj, v_proj, o_proj, q_norm, k_norm });
+crate::module!(LlamaAttention { qkv, o_proj, q_norm, k_norm });
 
 /// The gated MLP: `down_proj(silu(gate_proj(x)) · up_proj(x))`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaMlp {
-    /// `gate_proj`.
-    pub gate_proj: Linear,
-    /// `up_proj`.
-    pub up_proj: Linear,
+    /// `gate_proj` and `up_proj`, or Phi-3's `gate_up_proj` of both.
+    pub gate_up: Projections,
     /// `down_proj`.
     pub down_proj: Linear,
 }
 
-crate::module!(LlamaMlp { gate_proj, up_proj, down_proj });
+crate::module!(LlamaMlp { gate_up, down_proj });
 
 /// A decoder layer: `h = x + attn(norm(x))`, `out = h + mlp(norm(h))`; with
 /// [`LlamaConfig::sandwich_norms`], `h = x + norm(attn(norm(x)))`, `out = h +
@@ -542,7 +562,7 @@ impl Llama {
     /// A model shaped by `c` under `s` (the root for a checkpoint's names), initialized as
     /// `transformers` does (`N(0, 0.02²)`, zero biases, norms at one).
     pub fn new(s: &Scope, c: LlamaConfig) -> Result<Self> {
-        let (d, dh) = (c.hidden_size, c.head_dim);
+        let (d, dh, kv) = (c.hidden_size, c.head_dim, c.num_key_value_heads * c.head_dim);
         if c.sliding_windows.len() != c.num_hidden_layers {
             return Err(config(format!(
                 "Llama: {} sliding windows for {} layers",
@@ -569,9 +589,13 @@ impl Llama {
                 Ok(LlamaLayer {
                     input_layernorm: norm(&l.at("input_layernorm"))?,
                     self_attn: LlamaAttention {
-                        q_proj: linear(&a.at("q_proj"), d, c.num_attention_heads * dh, c.qkv_bias)?,
-                        k_proj: linear(&a.at("k_proj"), d, c.num_key_value_heads * dh, c.qkv_bias)?,
-                        v_proj: linear(&a.at("v_proj"), d, c.num_key_value_heads * dh, c.qkv_bias)?,
+                        qkv: Projections::new(
+                            &a,
+                            d,
+                            &[("q_proj", c.num_attention_heads * dh), ("k_proj", kv), ("v_proj", kv)],
+                            c.fused_projections.then_some("qkv_proj"),
+                            c.qkv_bias,
+                        )?,
                         o_proj: linear(&a.at("o_proj"), c.num_attention_heads * dh, d, c.o_bias)?,
                         q_norm: head_norm(&a.at("q_norm"))?,
                         k_norm: head_norm(&a.at("k_norm"))?,
@@ -579,8 +603,13 @@ impl Llama {
                     post_attention_layernorm: norm(&l.at("post_attention_layernorm"))?,
                     pre_feedforward_layernorm: sandwich(&l.at("pre_feedforward_layernorm"))?,
                     mlp: LlamaMlp {
-                        gate_proj: linear(&p.at("gate_proj"), d, c.intermediate_size, c.mlp_bias)?,
-                        up_proj: linear(&p.at("up_proj"), d, c.intermediate_size, c.mlp_bias)?,
+                        gate_up: Projections::new(
+                            &p,
+                            d,
+                            &[("gate_proj", c.intermediate_size), ("up_proj", c.intermediate_size)],
+                            c.fused_projections.then_some("gate_up_proj"),
+                            c.mlp_bias,
+                        )?,
                         down_proj: linear(&p.at("down_proj"), c.intermediate_size, d, c.mlp_bias)?,
                     },
                     post_feedforward_layernorm: sandwich(&l.at("post_feedforward_layernorm"))?,
@@ -613,9 +642,10 @@ impl Llama {
             Ok(t.transpose(&[0, 2, 1, 3])?)
         };
         let (cos, sin) = angles;
-        let q = rotate(&heads(attn.q_proj.forward(x)?, c.num_attention_heads, attn.q_norm.as_ref())?, cos, sin)?;
-        let k = rotate(&heads(attn.k_proj.forward(x)?, c.num_key_value_heads, attn.k_norm.as_ref())?, cos, sin)?;
-        Ok([q, k, heads(attn.v_proj.forward(x)?, c.num_key_value_heads, None)?])
+        let Ok([q, k, v]) = <[Tensor; 3]>::try_from(attn.qkv.forward(x)?) else { unreachable!("q, k and v") };
+        let q = rotate(&heads(q, c.num_attention_heads, attn.q_norm.as_ref())?, cos, sin)?;
+        let k = rotate(&heads(k, c.num_key_value_heads, attn.k_norm.as_ref())?, cos, sin)?;
+        Ok([q, k, heads(v, c.num_key_value_heads, None)?])
     }
 
     /// The rest of a layer after attention: residual, norm, gated MLP, residual (with
@@ -634,12 +664,14 @@ impl Llama {
         };
         let h = x.add(&a)?;
         let n = pre_mlp.forward(&h)?;
-        let gate = layer.mlp.gate_proj.forward(&n)?;
+        let Ok([gate, up]) = <[Tensor; 2]>::try_from(layer.mlp.gate_up.forward(&n)?) else {
+            unreachable!("gate and up")
+        };
         let gate = match self.config.hidden_act {
             Activation::Silu => gate.silu()?,
             Activation::GeluTanh => gate.gelu_tanh()?,
         };
-        let m = layer.mlp.down_proj.forward(&gate.mul(&layer.mlp.up_proj.forward(&n)?)?)?;
+        let m = layer.mlp.down_proj.forward(&gate.mul(&up)?)?;
         Ok(h.add(&norm(&layer.post_feedforward_layernorm, m)?)?)
     }
 
@@ -689,11 +721,15 @@ pub fn rotary_angles(positions: &Tensor, inv_freq: &[f64]) -> Result<(Tensor, Te
     Ok((angles.cos()?, angles.sin()?))
 }
 
-/// Rotates `x: [b, h, s, dh]` by per-position angles (`cos`, `sin`: `[s, dh/2]`, or
-/// `[b, s, dh/2]` per sequence), pairing element `i` with `i + dh/2` (`transformers`'
-/// `rotate_half`).
+/// Rotates `x: [b, h, s, dh]` by per-position angles (`cos`, `sin`: `[s, r/2]`, or
+/// `[b, s, r/2]` per sequence), pairing element `i` with `i + r/2` (`transformers`'
+/// `rotate_half`) in each head's first `r` elements; the rest (where `r < dh`) pass unrotated.
 pub fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    let half = x.dims()[3] / 2;
+    let (dh, half) = (x.dims()[3], *cos.dims().last().expect("angles of rank ≥ 2"));
+    if 2 * half < dh {
+        let rotated = rotate(&x.narrow(3, 0, 2 * half)?, cos, sin)?;
+        return Ok(x.builder().concat(&[&rotated, &x.narrow(3, 2 * half, dh - 2 * half)?], 3)?);
+    }
     let (x1, x2) = (x.narrow(3, 0, half)?, x.narrow(3, half, half)?);
     let dims = x1.dims().to_vec();
     let map = if cos.rank() == 3 { vec![0, 2, 3] } else { vec![2, 3] };

@@ -178,3 +178,61 @@ fn a_gemma3_config_gives_its_layers_norms_and_scales() {
         }
     }
 }
+
+/// Phi-3-mini-4k's shapes in `transformers` 4's form: fused projections, a window on every
+/// layer, all of each head rotated; with `partial_rotary_factor` a part of it; Phi-3.5's
+/// `longrope` scaling is a typed error naming it.
+#[test]
+fn a_phi3_config_gives_fused_projections_and_its_rotary_part() {
+    let phi3 = r#"{
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_act": "silu",
+        "hidden_size": 3072, "intermediate_size": 8192, "max_position_embeddings": 4096,
+        "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+        "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0,
+        "sliding_window": 2047, "tie_word_embeddings": false, "vocab_size": 32064,
+        "bos_token_id": 1, "eos_token_id": 32000
+    }"#;
+    let c = LlamaConfig::from_json(phi3).unwrap();
+    assert_eq!(c.architecture, Architecture::Phi3);
+    assert!(c.fused_projections && !c.qkv_bias);
+    assert_eq!((c.head_dim, c.rotary_dim), (96, 96));
+    assert_eq!(c.sliding_windows, vec![Some(2047); 32]);
+    let model = fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap();
+    let layer0: Vec<(String, Vec<usize>)> = model
+        .params()
+        .iter()
+        .filter(|p| p.path().starts_with("model.layers.0.") && p.path().ends_with("proj.weight"))
+        .map(|p| (p.path().to_string(), p.ty().shape.dims().to_vec()))
+        .collect();
+    let names: Vec<&str> = layer0.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "model.layers.0.self_attn.qkv_proj.weight",
+            "model.layers.0.self_attn.o_proj.weight",
+            "model.layers.0.mlp.gate_up_proj.weight",
+            "model.layers.0.mlp.down_proj.weight"
+        ]
+    );
+    assert_eq!((layer0[0].1.clone(), layer0[2].1.clone()), (vec![3072, 3 * 3072], vec![3072, 2 * 8192]));
+    let partial =
+        LlamaConfig::from_json(&phi3.replace("\"rope_theta\"", "\"partial_rotary_factor\": 0.75, \"rope_theta\""));
+    let partial = partial.unwrap();
+    assert_eq!((partial.rotary_dim, partial.inv_freq().len()), (72, 36));
+    for (from, to, field, value) in [
+        (
+            "\"rope_scaling\": null",
+            r#""rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}"#,
+            "rope_scaling.rope_type",
+            "longrope",
+        ),
+        ("\"rope_theta\"", "\"partial_rotary_factor\": 0.7, \"rope_theta\"", "partial_rotary_factor", "0.7"),
+    ] {
+        match LlamaConfig::from_json(&phi3.replace(from, to)) {
+            Err(NnError::ConfigField { field: f, value: v, .. }) => {
+                assert_eq!((f.as_str(), v.as_str()), (field, value))
+            }
+            other => panic!("{field}: {:?}", other.map(|c| c.architecture)),
+        }
+    }
+}
