@@ -253,7 +253,9 @@ fn a_q4_0_model_takes_under_a_third_of_its_f16_bytes() {
 /// and `ffn_up`, Q6_K `output`) and `qwen3-tiny-iq4_nl.gguf` (a `qwen3` file: q and k norms,
 /// heads wider than the width over the heads; IQ4_NL matrices, a Q8_0 embedding) and
 /// `gemma3-tiny-q8_0.gguf` (a `gemma3` file: norm gains stored as `1 + w`, Gemma's norm
-/// names, five sliding layers and a global one with its linear rotary scaling; Q8_0).
+/// names, five sliding layers and a global one with its linear rotary scaling; Q8_0) and
+/// `phi3-tiny-q8_0.gguf` (a `phi3` file: `attn_qkv` and `ffn_up` fused, rotary positions on
+/// part of each head; Q8_0).
 #[test]
 fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
@@ -263,6 +265,7 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
         ("llama-k-iq4_xs", &[DType::IQ4XS, DType::IQ4NL, DType::Q3K, DType::Q2K, DType::Q6K], 0.3),
         ("qwen3-tiny-iq4_nl", &[DType::IQ4NL, DType::Q8_0], 0.6),
         ("gemma3-tiny-q8_0", &[DType::Q8_0], 0.6),
+        ("phi3-tiny-q8_0", &[DType::Q8_0], 0.6),
     ] {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();
         let r: Value = serde_json::from_str(&text).unwrap();

@@ -314,17 +314,19 @@ impl Gguf {
 }
 
 /// `transformers`' name of each part of a Llama layer, and llama.cpp's.
-const LAYER_PARTS: [(&str, &str); 11] = [
+const LAYER_PARTS: [(&str, &str); 13] = [
     ("input_layernorm", "attn_norm"),
     ("self_attn.q_proj", "attn_q"),
     ("self_attn.k_proj", "attn_k"),
     ("self_attn.v_proj", "attn_v"),
     ("self_attn.o_proj", "attn_output"),
+    ("self_attn.qkv_proj", "attn_qkv"),
     ("self_attn.q_norm", "attn_q_norm"),
     ("self_attn.k_norm", "attn_k_norm"),
     ("post_attention_layernorm", "ffn_norm"),
     ("mlp.gate_proj", "ffn_gate"),
     ("mlp.up_proj", "ffn_up"),
+    ("mlp.gate_up_proj", "ffn_up"),
     ("mlp.down_proj", "ffn_down"),
 ];
 
@@ -385,10 +387,11 @@ impl Gguf {
         }
     }
 
-    /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`- or `gemma3`-architecture file
-    /// (`general.architecture`: a `LlamaForCausalLM`, a `Qwen2ForCausalLM`, whose q, k and v
-    /// biases the file holds, a `Qwen3ForCausalLM`, whose q and k norms it holds, or a
-    /// `Gemma3ForCausalLM`, its norms' gains as the weights), its shape from the
+    /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma3`- or
+    /// `phi3`-architecture file (`general.architecture`: a `LlamaForCausalLM`, a
+    /// `Qwen2ForCausalLM`, whose q, k and v biases the file holds, a `Qwen3ForCausalLM`, whose
+    /// q and k norms it holds, a `Gemma3ForCausalLM`, its norms' gains as the weights, or a
+    /// `Phi3ForCausalLM`, its projections fused as `attn_qkv` and `ffn_up`), its shape from the
     /// `{architecture}.*` metadata, and its
     /// parameters' values under `transformers`' names: a `llama` file's q and k rows back in
     /// `transformers`' order, projections transposed to [`crate::Linear`]'s
@@ -477,11 +480,12 @@ impl Gguf {
             "qwen2" => "Qwen2ForCausalLM",
             "qwen3" => "Qwen3ForCausalLM",
             "gemma3" => "Gemma3ForCausalLM",
+            "phi3" => "Phi3ForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
-                    supported: "llama, qwen2, qwen3 or gemma3".into(),
+                    supported: "llama, qwen2, qwen3, gemma3 or phi3".into(),
                 })
             }
         };
@@ -509,7 +513,20 @@ impl Gguf {
         };
         let token = |k: &str| m.get(&format!("tokenizer.ggml.{k}")).and_then(GgufValue::as_u64);
         let blocks = need("block_count")?;
-        let head_dim = int("attention.key_length").or(int("rope.dimension_count")).unwrap_or(hidden / heads.max(1));
+        let phi3 = arch == "phi3";
+        // A `phi3` file's rotary width is part of each head (`partial_rotary_factor`).
+        let head_dim = match phi3 {
+            true => int("attention.key_length").unwrap_or(hidden / heads.max(1)),
+            false => int("attention.key_length").or(int("rope.dimension_count")).unwrap_or(hidden / heads.max(1)),
+        };
+        let partial = int("rope.dimension_count").filter(|_| phi3).map(|r| r as f64 / head_dim.max(1) as f64);
+        if phi3 && self.tensors.iter().any(|t| t.name == "rope_factors_long.weight") {
+            return Err(NnError::ConfigField {
+                field: "rope_factors_long.weight".into(),
+                value: "longrope scaling".into(),
+                supported: "no rotary scaling".into(),
+            });
+        }
         // What llama.cpp assumes of a `gemma3` file: every sixth layer global, the others a
         // window (where the file gives one) with a rotary base of 10,000 (Gemma 3's
         // defaults here too), and the scores scaled by the head width — the width over the
@@ -534,6 +551,7 @@ impl Gguf {
             "bos_token_id": token("bos_token_id"),
             "sliding_window": int("attention.sliding_window").filter(|&w| w > 0),
             "query_pre_attn_scalar": gemma.then_some(query_scalar),
+            "partial_rotary_factor": partial,
         });
         let mut c = LlamaConfig::from_json(&json.to_string())?;
         // llama.cpp's converter stores Gemma's norm gains `1 + w` as the weights.

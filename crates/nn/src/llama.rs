@@ -367,12 +367,13 @@ impl LlamaConfig {
         let partial = raw.partial_rotary_factor.or_else(|| {
             raw.rope_parameters.as_ref().and_then(|p| p.get("partial_rotary_factor")).and_then(Value::as_f64)
         });
-        let rotary_dim = match partial {
+        // `int(head_dim · factor)` as `transformers` takes it (a factor from a GGUF file's
+        // rotary width may land a hair below that width).
+        let rotary = partial.map(|p| (p, (head_dim as f64 * p + 1e-9) as usize));
+        let rotary_dim = match rotary {
             None => head_dim,
-            Some(p) if p > 0.0 && p <= 1.0 && (head_dim as f64 * p) as usize % 2 == 0 && head_dim as f64 * p >= 2.0 => {
-                (head_dim as f64 * p) as usize
-            }
-            Some(p) => {
+            Some((p, r)) if p > 0.0 && p <= 1.0 && r % 2 == 0 && r >= 2 => r,
+            Some((p, _)) => {
                 return Err(unsupported("partial_rotary_factor", p, "a fraction of head_dim giving an even width ≥ 2"))
             }
         };
