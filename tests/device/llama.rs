@@ -59,6 +59,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("qwen3-tiny", "qwen3-tiny", ""),
         ("gemma3-tiny", "gemma3-tiny", ""),
         ("phi3-tiny", "phi3-tiny", ""),
+        ("gemma2-tiny", "gemma2-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -288,12 +289,13 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
 
 /// Qwen3's per-head q and k norms, Gemma 3's layers (sandwich norms with `1 + w` gains,
 /// scaled embeddings and scores, a tanh GELU, sliding layers with their own rotary base) and
-/// Phi-3's (fused projections, rotary positions on part of each head) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
+/// Phi-3's (fused projections, rotary positions on part of each head) and Gemma 2's (soft-capped
+/// scores and logits) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
 /// `transformers`' logits and greedy tokens.
 #[test]
 fn newer_llama_family_layers_in_gpu_forms() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
-    for name in ["qwen3-tiny", "gemma3-tiny", "phi3-tiny"] {
+    for name in ["qwen3-tiny", "gemma3-tiny", "phi3-tiny", "gemma2-tiny"] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);
         assert!(forms.iter().any(|f| matches!(f, KernelForm::Gemv { .. })), "{name}: {forms:?}");

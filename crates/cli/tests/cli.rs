@@ -395,7 +395,7 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
     std::fs::create_dir_all(&dir).unwrap();
     let ids =
         |v: &serde_json::Value| -> Vec<i64> { v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect() };
-    for name in ["llama-tiny", "qwen2-tiny", "qwen3-tiny", "gemma3-tiny", "phi3-tiny"] {
+    for name in ["llama-tiny", "qwen2-tiny", "qwen3-tiny", "gemma3-tiny", "phi3-tiny", "gemma2-tiny"] {
         let text = std::fs::read_to_string(checkpoint(&format!("{name}-reference.json"))).unwrap();
         let r: serde_json::Value = serde_json::from_str(&text).unwrap();
         let model = checkpoint(name);

@@ -116,13 +116,26 @@ pub(crate) fn live_part(cache: &Tensor, live: usize) -> Result<Tensor> {
     }
 }
 
-/// `softmax(q·kᵀ·scale, masked)·v` (the scale most models' `1/√dh`) with heads merged: `q: [b, heads, sq, dh]`, `k, v: [b, kv
+/// `cap · tanh(x / cap)`: Gemma 2's soft-capping of scores and logits.
+pub(crate) fn soft_cap(x: &Tensor, cap: f64) -> Result<Tensor> {
+    Ok(x.div(&x.builder().scalar(x.dtype(), cap)?)?.tanh()?.mul_scalar(cap)?)
+}
+
+/// `softmax(q·kᵀ·scale, masked)·v` (the scale most models' `1/√dh`; the scores soft-capped
+/// at `cap` where given) with heads merged: `q: [b, heads, sq, dh]`, `k, v: [b, kv
 /// heads, sk, dh]` (kv heads dividing heads; query head `h` reads key head `h / group`), `keep:
 /// bool [sq, sk]`, or `[b, sq, sk]` per sequence (false: masked out) → `[b, sq, heads · dh]`.
 ///
 /// The query heads of a group are stacked as rows of one product with their key head, so
 /// grouped-query attention reads each key and value once, as multi-head attention does.
-pub(crate) fn attend(q: &Tensor, k: &Tensor, v: &Tensor, keep: &Tensor, scale: f64) -> Result<Tensor> {
+pub(crate) fn attend(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    keep: &Tensor,
+    scale: f64,
+    cap: Option<f64>,
+) -> Result<Tensor> {
     let &[b, heads, sq, dh] = q.dims() else { return Err(config(format!("attention: q {} must be rank 4", q.ty()))) };
     let (kv_heads, sk) = (k.dims()[1], k.dims()[2]);
     let per_row = keep.rank() == 3;
@@ -147,6 +160,10 @@ pub(crate) fn attend(q: &Tensor, k: &Tensor, v: &Tensor, keep: &Tensor, scale: f
         ),
     };
     let scores = q.matmul(&k.transpose(&[0, 1, 3, 2])?)?.mul_scalar(scale)?;
+    let scores = match cap {
+        Some(cap) => soft_cap(&scores, cap)?,
+        None => scores,
+    };
     let mask_dims = if per_row { vec![0, 2, 3] } else { vec![2, 3] };
     let masked = keep
         .broadcast_in_dim(scores.dims().to_vec(), mask_dims)?

@@ -1,9 +1,10 @@
 //! The Llama-family decoders as Hugging Face `transformers` defines them —
 //! `LlamaForCausalLM` (Llama 2, 3, 3.1, 3.2, SmolLM), `Qwen2ForCausalLM`,
-//! `Qwen3ForCausalLM`, `MistralForCausalLM`, `Gemma3ForCausalLM` and `Phi3ForCausalLM` — as
-//! one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
-//! projections, RMS norms on each head's q and k, norms around each branch and their gains'
-//! offset, the MLP's activation, the embeddings' and scores' scales, grouped-query attention
+//! `Qwen3ForCausalLM`, `MistralForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM` and
+//! `Phi3ForCausalLM` — as one model whose differences are fields of its [`LlamaConfig`]:
+//! q/k/v and MLP biases, fused projections, RMS norms on each head's q and k, norms around
+//! each branch and their gains' offset, the MLP's activation, the embeddings' and scores'
+//! scales, soft caps on scores and logits, grouped-query attention
 //! (`num_key_value_heads`), rotary positions on all or part of each head with their scaling
 //! (`linear`, `llama3`) and a base of their own for sliding-window layers, a sliding
 //! attention window per layer and a head tied to the embeddings or its own.
@@ -19,7 +20,9 @@
 //! and value head once: the query heads sharing a key head are stacked as rows of one
 //! product, so nothing repeats the cache.
 
-use crate::causal::{attend, check_cache, check_ids, check_live, live_part, row_positions, tied_head, CausalLm, Kv};
+use crate::causal::{
+    attend, check_cache, check_ids, check_live, live_part, row_positions, soft_cap, tied_head, CausalLm, Kv,
+};
 use crate::error::{config, NnError, Result};
 use crate::init::Init;
 use crate::layers::{Embedding, Linear, Projections, RmsNorm};
@@ -44,6 +47,9 @@ pub enum Architecture {
     /// scores scaled by `query_pre_attn_scalar`, sliding-window layers with a rotary base of
     /// their own.
     Gemma3,
+    /// `Gemma2ForCausalLM`: Gemma 3's layers without the q and k norms, every other layer a
+    /// sliding window, the scores and the logits soft-capped (`cap · tanh(x / cap)`).
+    Gemma2,
     /// `Phi3ForCausalLM` (Phi-3, Phi-4-mini): q, k and v one projection (`qkv_proj`), gate
     /// and up one (`gate_up_proj`), rotary positions on part of each head
     /// (`partial_rotary_factor`), a sliding window on every layer where `sliding_window` is set.
@@ -69,6 +75,7 @@ impl Architecture {
             Architecture::Qwen3 => "Qwen3ForCausalLM",
             Architecture::Gemma3 => "Gemma3ForCausalLM",
             Architecture::Phi3 => "Phi3ForCausalLM",
+            Architecture::Gemma2 => "Gemma2ForCausalLM",
         }
     }
 }
@@ -156,6 +163,10 @@ pub struct LlamaConfig {
     /// The rotary base and scaling of the sliding-window layers where they have their own
     /// (Gemma 3's local layers).
     pub sliding_rope: Option<(f64, RopeScaling)>,
+    /// The attention scores' soft cap (`attn_logit_softcapping`: Gemma 2).
+    pub attn_softcap: Option<f64>,
+    /// The logits' soft cap (`final_logit_softcapping`: Gemma 2 and 3).
+    pub final_softcap: Option<f64>,
     /// A bias on the output projection (Llama's `attention_bias`).
     pub o_bias: bool,
     /// Biases on the MLP's projections (`mlp_bias`).
@@ -300,22 +311,24 @@ impl LlamaConfig {
     pub fn from_json(text: &str) -> Result<Self> {
         let raw: RawConfig = serde_json::from_str(text).map_err(|e| config(format!("config.json: {e}")))?;
         let archs = raw.architectures.clone().unwrap_or_default();
-        let architecture =
-            match archs.first().map(String::as_str).or(raw.model_type.as_deref()) {
-                Some("LlamaForCausalLM" | "llama") => Architecture::Llama,
-                Some("Qwen2ForCausalLM" | "qwen2") => Architecture::Qwen2,
-                Some("MistralForCausalLM" | "mistral") => Architecture::Mistral,
-                Some("Qwen3ForCausalLM" | "qwen3") => Architecture::Qwen3,
-                Some("Gemma3ForCausalLM" | "gemma3_text") => Architecture::Gemma3,
-                Some("Phi3ForCausalLM" | "phi3") => Architecture::Phi3,
-                Some(other) => return Err(unsupported(
+        let architecture = match archs.first().map(String::as_str).or(raw.model_type.as_deref()) {
+            Some("LlamaForCausalLM" | "llama") => Architecture::Llama,
+            Some("Qwen2ForCausalLM" | "qwen2") => Architecture::Qwen2,
+            Some("MistralForCausalLM" | "mistral") => Architecture::Mistral,
+            Some("Qwen3ForCausalLM" | "qwen3") => Architecture::Qwen3,
+            Some("Gemma3ForCausalLM" | "gemma3_text") => Architecture::Gemma3,
+            Some("Phi3ForCausalLM" | "phi3") => Architecture::Phi3,
+            Some("Gemma2ForCausalLM" | "gemma2") => Architecture::Gemma2,
+            Some(other) => {
+                return Err(unsupported(
                     "architectures",
                     other,
-                    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM or \
-                     Phi3ForCausalLM",
-                )),
-                None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
-            };
+                    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
+                     Gemma2ForCausalLM or Phi3ForCausalLM",
+                ))
+            }
+            None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
+        };
         let need = |k: &str, v: Option<usize>| -> Result<usize> {
             v.filter(|&x| x > 0).ok_or_else(|| unsupported(k, "(missing or 0)", "a positive integer"))
         };
@@ -343,20 +356,28 @@ impl LlamaConfig {
         if head_dim == 0 || head_dim % 2 != 0 {
             return Err(unsupported("head_dim", head_dim, "an even width ≥ 2 (rotary pairs)"));
         }
-        let gemma = architecture == Architecture::Gemma3;
-        // Gemma 3's defaults where its config.json leaves a field out (`Gemma3TextConfig`).
+        let gemma = matches!(architecture, Architecture::Gemma2 | Architecture::Gemma3);
+        // Gemma's defaults where its config.json leaves a field out (`Gemma2Config`,
+        // `Gemma3TextConfig`).
         let hidden_act = match raw.hidden_act.as_deref().or(raw.hidden_activation.as_deref()) {
             None if gemma => Activation::GeluTanh,
             None | Some("silu") => Activation::Silu,
             Some("gelu_pytorch_tanh") => Activation::GeluTanh,
             Some(other) => return Err(unsupported("hidden_act", other, "silu or gelu_pytorch_tanh")),
         };
-        for (field, cap) in [
-            ("final_logit_softcapping", raw.final_logit_softcapping),
-            ("attn_logit_softcapping", raw.attn_logit_softcapping),
-        ] {
-            if let Some(cap) = cap {
-                return Err(unsupported(field, cap, "null (no soft-capping)"));
+        // Soft caps: Gemma 2 caps scores and logits, Gemma 3 logits only (`transformers`' Gemma 3
+        // leaves its scores uncapped: a cap asked for there is an error, not ignored).
+        let gemma2 = architecture == Architecture::Gemma2;
+        let attn_softcap = raw.attn_logit_softcapping.or(gemma2.then_some(50.0));
+        let final_softcap = raw.final_logit_softcapping.or(gemma2.then_some(30.0));
+        for (field, cap, read) in
+            [("final_logit_softcapping", final_softcap, gemma), ("attn_logit_softcapping", attn_softcap, gemma2)]
+        {
+            match cap {
+                Some(cap) if !(read && cap.is_finite() && cap > 0.0) => {
+                    return Err(unsupported(field, cap, "null (no soft-capping), or a positive cap for Gemma 2"));
+                }
+                _ => {}
             }
         }
         if raw.use_bidirectional_attention == Some(true) {
@@ -389,13 +410,12 @@ impl LlamaConfig {
             (Some(p), _) if !p.is_null() => (RopeScaling::parse("rope_parameters", Some(p))?, None),
             (_, s) => (RopeScaling::parse("rope_scaling", s.as_ref())?, None),
         };
-        let rope_theta = raw.rope_theta.or(theta_5).unwrap_or(if gemma { 1e6 } else { 10000.0 });
+        let gemma3 = architecture == Architecture::Gemma3;
+        let rope_theta = raw.rope_theta.or(theta_5).unwrap_or(if gemma3 { 1e6 } else { 10000.0 });
         // `transformers` 4's Gemma 3: its local layers' base apart, unscaled.
         let sliding_rope = match sliding {
             Some((scaling, theta)) => Some((theta.unwrap_or(10000.0), scaling)),
-            None if architecture == Architecture::Gemma3 => {
-                Some((raw.rope_local_base_freq.unwrap_or(10000.0), RopeScaling::Default))
-            }
+            None if gemma3 => Some((raw.rope_local_base_freq.unwrap_or(10000.0), RopeScaling::Default)),
             None => None,
         };
         let layers = need("num_hidden_layers", raw.num_hidden_layers)?;
@@ -420,12 +440,14 @@ impl LlamaConfig {
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(gemma),
             qkv_bias: architecture == Architecture::Qwen2 || attention_bias,
             qk_norm: matches!(architecture, Architecture::Qwen3 | Architecture::Gemma3),
-            norm_offset: if architecture == Architecture::Gemma3 { 1.0 } else { 0.0 },
-            sandwich_norms: architecture == Architecture::Gemma3,
+            norm_offset: if gemma { 1.0 } else { 0.0 },
+            sandwich_norms: gemma,
             hidden_act,
             attention_scale: 1.0 / raw.query_pre_attn_scalar.unwrap_or(head_dim as f64).sqrt(),
-            embed_scale: (architecture == Architecture::Gemma3).then(|| (hidden_size as f64).sqrt()),
+            embed_scale: gemma.then(|| (hidden_size as f64).sqrt()),
             sliding_rope,
+            attn_softcap,
+            final_softcap,
             o_bias: architecture != Architecture::Qwen2 && attention_bias,
             mlp_bias: raw.mlp_bias.unwrap_or(false),
             sliding_windows,
@@ -436,7 +458,8 @@ impl LlamaConfig {
 
     /// Per layer, its window: `layer_types` where given; Mistral's and Phi-3's `sliding_window`
     /// on every layer; Qwen2's and Qwen3's on layers from `max_window_layers` when `use_sliding_window`;
-    /// Gemma 3's on all but every `sliding_window_pattern`-th (6) layer.
+    /// Gemma 3's on all but every `sliding_window_pattern`-th (6) layer; Gemma 2's on the even
+    /// layers.
     fn windows(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Vec<Option<usize>>> {
         let window = raw.sliding_window.filter(|&w| w > 0);
         if let Some(types) = &raw.layer_types {
@@ -465,6 +488,7 @@ impl LlamaConfig {
                 Architecture::Gemma3 => {
                     window.filter(|_| (i + 1) % raw.sliding_window_pattern.unwrap_or(6).max(1) != 0)
                 }
+                Architecture::Gemma2 => window.filter(|_| i % 2 == 0),
                 _ => None,
             })
             .collect())
@@ -782,7 +806,14 @@ impl CausalLm for Llama {
         for (layer, window) in self.layers.iter().zip(&self.config.sliding_windows) {
             let angles = sliding.as_ref().filter(|_| window.is_some()).unwrap_or(&angles);
             let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, angles)?;
-            let a = attend(&q, &k, &v, &Self::keep(&q_pos, &k_pos, *window)?, self.config.attention_scale)?;
+            let a = attend(
+                &q,
+                &k,
+                &v,
+                &Self::keep(&q_pos, &k_pos, *window)?,
+                self.config.attention_scale,
+                self.config.attn_softcap,
+            )?;
             h = self.finish_layer(layer, &h, &a)?;
             kvs.push((k, v));
         }
@@ -812,7 +843,7 @@ impl CausalLm for Llama {
             let (kc, vc) = (kc.dynamic_update_slice(&k, &p, 2)?, vc.dynamic_update_slice(&v, &p, 2)?);
             let keep = Self::keep_at(&q_pos, &k_pos, *window)?;
             let (k_live, v_live) = (live_part(&kc, live)?, live_part(&vc, live)?);
-            let a = attend(&q, &k_live, &v_live, &keep, self.config.attention_scale)?;
+            let a = attend(&q, &k_live, &v_live, &keep, self.config.attention_scale, self.config.attn_softcap)?;
             h = self.finish_layer(layer, &h, &a)?;
             updated.push((kc, vc));
         }
@@ -824,9 +855,13 @@ impl Llama {
     /// The logits `[batch, seq, vocab]` of final hidden states `h: [batch, seq, hidden]`.
     fn logits(&self, h: &Tensor) -> Result<Tensor> {
         let h = self.norm.forward(h)?;
-        match &self.lm_head {
-            Some(head) => head.forward(&h),
-            None => tied_head(&h, &self.embed_tokens),
+        let logits = match &self.lm_head {
+            Some(head) => head.forward(&h)?,
+            None => tied_head(&h, &self.embed_tokens)?,
+        };
+        match self.config.final_softcap {
+            Some(cap) => soft_cap(&logits, cap),
+            None => Ok(logits),
         }
     }
 }

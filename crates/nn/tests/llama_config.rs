@@ -156,6 +156,11 @@ fn a_gemma3_config_gives_its_layers_norms_and_scales() {
     assert!(c.qk_norm && c.sandwich_norms && c.tie_word_embeddings && !c.qkv_bias);
     assert_eq!(c.hidden_act, fusegraph_nn::llama::Activation::GeluTanh);
     assert_eq!((c.eos_token_ids.clone(), c.bos_token_id), (vec![1, 106], Some(2)));
+    // A logit cap applies (Gemma 3 as Gemma 2); a score cap is refused below.
+    let capped = LlamaConfig::from_json(
+        &gemma.replace("\"final_logit_softcapping\": null", "\"final_logit_softcapping\": 30.0"),
+    );
+    assert_eq!((capped.unwrap().final_softcap, c.final_softcap, c.attn_softcap), (Some(30.0), None, None));
     // Four norms a layer and the q and k norms, a head wide.
     let model = fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap();
     let norms: Vec<(String, Vec<usize>)> = model
@@ -167,7 +172,6 @@ fn a_gemma3_config_gives_its_layers_norms_and_scales() {
     assert_eq!(norms.len(), 6, "{norms:?}");
     assert_eq!(norms.iter().filter(|(_, d)| *d == [256]).count(), 2, "{norms:?}");
     for (from, to, field) in [
-        ("\"final_logit_softcapping\": null", "\"final_logit_softcapping\": 30.0", "final_logit_softcapping"),
         ("\"attn_logit_softcapping\": null", "\"attn_logit_softcapping\": 50.0", "attn_logit_softcapping"),
         ("\"gelu_pytorch_tanh\"", "\"gelu\"", "hidden_act"),
         ("\"rope_theta\"", "\"use_bidirectional_attention\": true, \"rope_theta\"", "use_bidirectional_attention"),
@@ -234,5 +238,34 @@ fn a_phi3_config_gives_fused_projections_and_its_rotary_part() {
             }
             other => panic!("{field}: {:?}", other.map(|c| c.architecture)),
         }
+    }
+}
+
+/// Gemma 2 2B's shapes in `transformers` 4's form (no `layer_types`: the even layers slide):
+/// its caps, and Gemma 3's layers without the q and k norms.
+#[test]
+fn a_gemma2_config_gives_alternating_windows_and_soft_caps() {
+    let gemma2 = r#"{
+        "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+        "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "head_dim": 256,
+        "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 2304, "intermediate_size": 9216,
+        "max_position_embeddings": 8192, "num_attention_heads": 8, "num_hidden_layers": 26,
+        "num_key_value_heads": 4, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+        "rope_theta": 10000.0, "sliding_window": 4096, "vocab_size": 256000,
+        "bos_token_id": 2, "eos_token_id": 1
+    }"#;
+    let c = LlamaConfig::from_json(gemma2).unwrap();
+    assert_eq!(c.architecture, Architecture::Gemma2);
+    let sliding: Vec<bool> = c.sliding_windows.iter().map(Option::is_some).collect();
+    assert_eq!(sliding, (0..26).map(|i| i % 2 == 0).collect::<Vec<_>>());
+    assert_eq!((c.attn_softcap, c.final_softcap), (Some(50.0), Some(30.0)));
+    assert!(!c.qk_norm && c.sandwich_norms && c.tie_word_embeddings && c.sliding_rope.is_none());
+    assert_eq!((c.norm_offset, c.embed_scale, c.attention_scale), (1.0, Some(2304f64.sqrt()), 1.0 / 16.0));
+    // The caps default to Gemma 2's; a cap that is not positive is refused.
+    let default = LlamaConfig::from_json(&gemma2.replace("\"attn_logit_softcapping\": 50.0, ", "")).unwrap();
+    assert_eq!(default.attn_softcap, Some(50.0));
+    match LlamaConfig::from_json(&gemma2.replace("50.0", "-1.0")) {
+        Err(NnError::ConfigField { field, .. }) => assert_eq!(field, "attn_logit_softcapping"),
+        other => panic!("{:?}", other.map(|c| c.attn_softcap)),
     }
 }
