@@ -256,7 +256,8 @@ fn a_q4_0_model_takes_under_a_third_of_its_f16_bytes() {
 /// `gemma3-tiny-q8_0.gguf` (a `gemma3` file: norm gains stored as `1 + w`, Gemma's norm
 /// names, five sliding layers and a global one with its linear rotary scaling; Q8_0) and
 /// `phi3-tiny-q8_0.gguf` (a `phi3` file: `attn_qkv` and `ffn_up` fused, rotary positions on
-/// part of each head; Q8_0).
+/// part of each head; Q8_0) and `gemma2-tiny-q8_0.gguf` (a `gemma2` file: soft caps from its
+/// metadata, every other layer a window; Q8_0).
 #[test]
 fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
@@ -267,6 +268,7 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
         ("qwen3-tiny-iq4_nl", &[DType::IQ4NL, DType::Q8_0], 0.6),
         ("gemma3-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("phi3-tiny-q8_0", &[DType::Q8_0], 0.6),
+        ("gemma2-tiny-q8_0", &[DType::Q8_0], 0.6),
     ] {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();
         let r: Value = serde_json::from_str(&text).unwrap();

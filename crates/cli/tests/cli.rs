@@ -430,8 +430,8 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
         }
     }
     // GGUF files (llama.cpp's format: Llamas in Q8_0, Q4_0, Q4_K/Q5_K/Q6_K and
-    // IQ4_XS/IQ4_NL/Q3_K/Q2_K, a Qwen2 in Q5_0/Q8_0, a Qwen3 in IQ4_NL/Q8_0, a Gemma 3 and a
-    // Phi-3 in Q8_0, tests/data/gguf): transformers' tokens from their dequantized weights; and the
+    // IQ4_XS/IQ4_NL/Q3_K/Q2_K, a Qwen2 in Q5_0/Q8_0, a Qwen3 in IQ4_NL/Q8_0, a Gemma 2, a Gemma 3
+    // and a Phi-3 in Q8_0, tests/data/gguf): transformers' tokens from their dequantized weights; and the
     // f32 checkpoint quantized on load to Q4_0, which holds the Q4_0 file's blocks.
     let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf");
     let llama_tiny = checkpoint("llama-tiny");
@@ -445,6 +445,7 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
         (gguf.join("qwen3-tiny-iq4_nl.gguf"), "qwen3-tiny-iq4_nl", &[]),
         (gguf.join("gemma3-tiny-q8_0.gguf"), "gemma3-tiny-q8_0", &[]),
         (gguf.join("phi3-tiny-q8_0.gguf"), "phi3-tiny-q8_0", &[]),
+        (gguf.join("gemma2-tiny-q8_0.gguf"), "gemma2-tiny-q8_0", &[]),
     ] {
         let reference = std::fs::read_to_string(gguf.join(format!("{reference}-reference.json"))).unwrap();
         let r: serde_json::Value = serde_json::from_str(&reference).unwrap();

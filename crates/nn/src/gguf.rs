@@ -387,10 +387,11 @@ impl Gguf {
         }
     }
 
-    /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma3`- or
+    /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`- or
     /// `phi3`-architecture file (`general.architecture`: a `LlamaForCausalLM`, a
     /// `Qwen2ForCausalLM`, whose q, k and v biases the file holds, a `Qwen3ForCausalLM`, whose
-    /// q and k norms it holds, a `Gemma3ForCausalLM`, its norms' gains as the weights, or a
+    /// q and k norms it holds, a `Gemma2ForCausalLM` or `Gemma3ForCausalLM`, its norms' gains
+    /// as the weights, or a
     /// `Phi3ForCausalLM`, its projections fused as `attn_qkv` and `ffn_up`), its shape from the
     /// `{architecture}.*` metadata, and its
     /// parameters' values under `transformers`' names: a `llama` file's q and k rows back in
@@ -480,12 +481,13 @@ impl Gguf {
             "qwen2" => "Qwen2ForCausalLM",
             "qwen3" => "Qwen3ForCausalLM",
             "gemma3" => "Gemma3ForCausalLM",
+            "gemma2" => "Gemma2ForCausalLM",
             "phi3" => "Phi3ForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
-                    supported: "llama, qwen2, qwen3, gemma3 or phi3".into(),
+                    supported: "llama, qwen2, qwen3, gemma2, gemma3 or phi3".into(),
                 })
             }
         };
@@ -529,10 +531,13 @@ impl Gguf {
         }
         // What llama.cpp assumes of a `gemma3` file: every sixth layer global, the others a
         // window (where the file gives one) with a rotary base of 10,000 (Gemma 3's
-        // defaults here too), and the scores scaled by the head width — the width over the
-        // heads for the 62-layer 27B model.
-        let gemma = arch == "gemma3";
-        let query_scalar = if blocks == 62 { hidden / heads.max(1) } else { head_dim };
+        // defaults here too); of a `gemma2` file: every other layer a window, the caps from
+        // the metadata; of both: the scores scaled by the head width — the width over the
+        // heads for the 27B models (46 layers in Gemma 2, 62 in Gemma 3).
+        let gemma = arch == "gemma3" || arch == "gemma2";
+        let largest = if arch == "gemma2" { 46 } else { 62 };
+        let query_scalar = if blocks == largest { hidden / heads.max(1) } else { head_dim };
+        let float = |k: &str| get(k).and_then(GgufValue::as_f64);
         let json = serde_json::json!({
             "architectures": [architecture],
             "vocab_size": vocab,
@@ -551,6 +556,8 @@ impl Gguf {
             "bos_token_id": token("bos_token_id"),
             "sliding_window": int("attention.sliding_window").filter(|&w| w > 0),
             "query_pre_attn_scalar": gemma.then_some(query_scalar),
+            "attn_logit_softcapping": float("attn_logit_softcapping").filter(|_| arch == "gemma2"),
+            "final_logit_softcapping": float("final_logit_softcapping").filter(|_| gemma),
             "partial_rotary_factor": partial,
         });
         let mut c = LlamaConfig::from_json(&json.to_string())?;
