@@ -103,13 +103,12 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
                 }
             }
             DType::Q2K => {
-                // Value `e`: bits `2·((e mod 128) / 32)` of byte `32·(e / 128) + e mod 32`;
-                // sub-block `e / 16`'s scale and min the low and high nibble of its byte.
+                // Sub-block `e / 16`'s scale and min: the low and high nibble of its byte.
                 let (scales, qs, d, dmin) = (&b[..16], &b[16..80], half(&b[80..]), half(&b[82..]));
                 for e in 0..256 {
                     let sc = scales[e / 16];
                     let (dl, ml) = (d * (sc & 0x0f) as f32, dmin * (sc >> 4) as f32);
-                    let q = (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+                    let q = k_pair(qs, e);
                     out.push(dl * q as f32 - ml);
                 }
             }
@@ -123,7 +122,7 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
                     let low = (scales[sb % 8] >> (4 * (sb / 8))) & 0x0f;
                     let high = (scales[8 + sb % 4] >> (2 * (sb / 4))) & 3;
                     let dl = d * ((low | (high << 4)) as i8 - 32) as f32;
-                    let q = (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+                    let q = k_pair(qs, e);
                     let h = (hmask[e % 32] >> (e / 32)) & 1;
                     out.push(dl * (q as i8 - 4 * (1 - h as i8)) as f32);
                 }
@@ -156,6 +155,12 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
         }
     }
     Ok(out)
+}
+
+/// Value `e`'s 2-bit pair in a Q2_K or Q3_K super-block's 64 bytes `qs`: bits
+/// `2·((e mod 128) / 32)` of byte `32·(e / 128) + e mod 32`.
+fn k_pair(qs: &[u8], e: usize) -> u8 {
+    (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3
 }
 
 /// The 16 levels an IQ4_NL or IQ4_XS nibble indexes (llama.cpp's `kvalues_iq4nl`).

@@ -191,6 +191,18 @@ fn fifth_bits(q: &str, shifts: &str) -> String {
     format!("(((vec4<u32>({q}) >> {shifts}) & vec4<u32>(1u)) << vec4<u32>(4u))")
 }
 
+/// The field of each of word `q`'s four bytes at bit `shift` of the byte (a `u32`
+/// expression), `mask` wide, as a `vec4<u32>`.
+fn byte_fields(q: &str, shift: &str, mask: u32) -> String {
+    format!("(vec4<u32>({q}) >> (vec4<u32>(0u, 8u, 16u, 24u) + {shift})) & vec4<u32>({mask}u)")
+}
+
+/// Word `t` of a run of bytes read as words `a`, `b` (its word and the next) from the run's
+/// word-aligned start: `a` where the run starts `aligned`, else the half words across both.
+fn run_word(a: &str, b: &str, aligned: &str) -> String {
+    format!("select(({a} >> 16u) | ({b} << 16u), {a}, {aligned})")
+}
+
 /// `vec4<u32>(first, first + 1, first + 2, first + 3)`.
 fn four_from(first: usize) -> String {
     format!("vec4<u32>({}u, {}u, {}u, {}u)", first, first + 1, first + 2, first + 3)
@@ -427,9 +439,9 @@ pub(crate) fn quads(s: &mut String, ind: usize, dtype: DType, p: usize, u: usize
                 w(s, ind, format!("let km{p}_{u}_{i} = dm{p}_{u}.y * f32(sc{p}_{u}_{i} >> 4u);"));
             }
             for rr in 0..2 {
-                let shifts = format!("(vec4<u32>(0u, 8u, 16u, 24u) + 2u * (2u * (pr{u} & 1u) + {rr}u))");
+                let shift = format!("2u * (2u * (pr{u} & 1u) + {rr}u)");
                 for t in 0..8 {
-                    let q = format!("(vec4<u32>({}) >> {shifts}) & vec4<u32>(3u)", x(&format!("{t}")));
+                    let q = byte_fields(&x(&format!("{t}")), &shift, 3);
                     let i = 2 * rr + t / 4;
                     out.push((32 * rr + 4 * t, format!("ks{p}_{u}_{i} * vec4<f32>({q}) - km{p}_{u}_{i}")));
                 }
@@ -439,8 +451,7 @@ pub(crate) fn quads(s: &mut String, ind: usize, dtype: DType, p: usize, u: usize
             w(s, ind, format!("let aligned{p}_{u} = (base{u} & 3u) == 0u;"));
             // A run's word `t`, whole or from two words shifted by half a word.
             let word = |run: &str, t: usize| {
-                let (a, b) = (x(&format!("{run}{t}")), x(&format!("{run}{}", t + 1)));
-                format!("select(({a} >> 16u) | ({b} << 16u), {a}, aligned{p}_{u})")
+                run_word(&x(&format!("{run}{t}")), &x(&format!("{run}{}", t + 1)), &format!("aligned{p}_{u}"))
             };
             w(s, ind, format!("let d{p}_{u} = unpack2x16float({})[((base{u} + 108u) >> 1u) & 1u];", x("h1")));
             w(s, ind, format!("let ls{p}_{u} = {};", word("l", 0)));
@@ -458,11 +469,8 @@ pub(crate) fn quads(s: &mut String, ind: usize, dtype: DType, p: usize, u: usize
                 // Values `32·rr + 4·t …` of the chunk: pair `2·(pr mod 2) + rr` of the low
                 // bytes, bit `2·pr + rr` of the masks.
                 for rr in 0..2 {
-                    let low = format!(
-                        "(vec4<u32>(qw{p}_{u}_{t}) >> (vec4<u32>(0u, 8u, 16u, 24u) + 2u * (2u * (pr{u} & 1u) + {rr}u))) & vec4<u32>(3u)"
-                    );
-                    let high =
-                        format!("(vec4<u32>(mw{p}_{u}_{t}) >> (vec4<u32>(0u, 8u, 16u, 24u) + 2u * pr{u} + {rr}u)) & vec4<u32>(1u)");
+                    let low = byte_fields(&format!("qw{p}_{u}_{t}"), &format!("2u * (2u * (pr{u} & 1u) + {rr}u)"), 3);
+                    let high = byte_fields(&format!("mw{p}_{u}_{t}"), &format!("2u * pr{u} + {rr}u"), 1);
                     let q = format!("vec4<i32>(({low}) | (({high}) << vec4<u32>(2u))) - vec4<i32>(4)");
                     out.push((32 * rr + 4 * t, format!("ks{p}_{u}_{} * vec4<f32>({q})", 2 * rr + t / 4)));
                 }
@@ -477,18 +485,13 @@ pub(crate) fn quads(s: &mut String, ind: usize, dtype: DType, p: usize, u: usize
             w(s, ind, format!("let ks{p}_{u}_0 = d{p}_{u} * f32({});", scale(0)));
             w(s, ind, format!("let ks{p}_{u}_1 = d{p}_{u} * f32({});", scale(1)));
             for t in 0..8 {
-                // The run's word `t`, whole or from two words shifted by half a word.
                 let word = |run: &str| {
-                    let (a, b) = (x(&format!("{run}{t}")), x(&format!("{run}{}", t + 1)));
-                    format!("select(({a} >> 16u) | ({b} << 16u), {a}, aligned{p}_{u})")
+                    run_word(&x(&format!("{run}{t}")), &x(&format!("{run}{}", t + 1)), &format!("aligned{p}_{u}"))
                 };
                 w(s, ind, format!("let ql{p}_{u}_{t} = {};", word("l")));
                 w(s, ind, format!("let qh{p}_{u}_{t} = {};", word("h")));
-                let low = format!(
-                    "(vec4<u32>(ql{p}_{u}_{t}) >> (vec4<u32>(0u, 8u, 16u, 24u) + (rg{u} >> 1u) * 4u)) & vec4<u32>(15u)"
-                );
-                let high =
-                    format!("(vec4<u32>(qh{p}_{u}_{t}) >> (vec4<u32>(0u, 8u, 16u, 24u) + 2u * rg{u})) & vec4<u32>(3u)");
+                let low = byte_fields(&format!("ql{p}_{u}_{t}"), &format!("(rg{u} >> 1u) * 4u"), 15);
+                let high = byte_fields(&format!("qh{p}_{u}_{t}"), &format!("2u * rg{u}"), 3);
                 let q = format!("vec4<f32>(vec4<i32>(({low}) | (({high}) << vec4<u32>(4u))) - vec4<i32>(32))");
                 out.push((4 * t, format!("ks{p}_{u}_{} * {q}", usize::from(t >= 4))));
             }
