@@ -2,6 +2,7 @@
 //! model), its tokenizer and its chat template, or from random weights of any config's
 //! shapes.
 
+use crate::vocab;
 use clap::Args;
 use fusegraph::generate::{Generator, Sampling};
 use fusegraph::nn::{Pretrained, Quantize};
@@ -112,13 +113,6 @@ struct Text {
     eos: Option<String>,
 }
 
-/// Llama 3's pre-tokenizer split (its tokenizer.json's `Split` regex).
-const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
-/// Qwen2's (digits one at a time).
-const QWEN2_SPLIT: &str =
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
 /// A special token of `tokenizer_config.json`: a string or `{"content": …}`.
 fn special(config: &serde_json::Value, key: &str) -> Option<String> {
     let v = config.get(key)?;
@@ -149,8 +143,8 @@ impl Text {
     /// The tokenizer of a GGUF file: a `tokenizer.json` beside it (with its
     /// `tokenizer_config.json`), else the file's `tokenizer.ggml.*` metadata as llama.cpp's
     /// converter writes it — model `gpt2`, a byte-level BPE (Llama 3's, Qwen2's, GPT-2's:
-    /// [`byte_level_bpe`]), or model `llama`, a SentencePiece BPE (Llama 2's, Mistral's,
-    /// TinyLlama's: [`sentencepiece_bpe`]); control tokens special, the bos token added where
+    /// [`vocab::byte_level_bpe`]), or model `llama`, a SentencePiece BPE (Llama 2's, Mistral's,
+    /// TinyLlama's: [`vocab::sentencepiece_bpe`]); control tokens special, the bos token added where
     /// `add_bos_token` — and its chat template from `tokenizer.chat_template`. `None` where it
     /// has none.
     fn of_gguf(path: &Path) -> Result<Option<Text>, String> {
@@ -187,7 +181,8 @@ impl Text {
                         m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| bad("merges", m))
                     })
                     .collect::<Result<_, _>>()?;
-                byte_level_bpe(&tokens, merges, key("pre").and_then(GgufValue::as_str)).map_err(|(k, e)| bad(k, &e))?
+                vocab::byte_level_bpe(&tokens, merges, key("pre").and_then(GgufValue::as_str))
+                    .map_err(|(k, e)| bad(k, &e))?
             }
             Some("llama") => {
                 let scores: Vec<f64> = list("scores")?
@@ -198,7 +193,7 @@ impl Text {
                     return Err(bad("scores", &format!("{} scores for {} tokens", scores.len(), tokens.len())));
                 }
                 let prefix = !matches!(key("add_space_prefix"), Some(GgufValue::Bool(false)));
-                sentencepiece_bpe(&tokens, &scores, &types, prefix).map_err(|(k, e)| bad(k, &e))?
+                vocab::sentencepiece_bpe(&tokens, &scores, &types, prefix).map_err(|(k, e)| bad(k, &e))?
             }
             _ => {
                 let what = format!(
@@ -277,87 +272,6 @@ impl Text {
         let ids: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
         self.tokenizer.decode(&ids, true).map_err(|e| format!("tokenizer: {e}"))
     }
-}
-
-/// A byte-level BPE from GGUF metadata: `tokens` in id order, `merges`, and the
-/// pre-tokenizer's split named by `pre` (GPT-2's within `ByteLevel`, Llama 3's and Qwen2's a
-/// regex of their own, as their tokenizer.json files have it). An error names the key.
-fn byte_level_bpe(
-    tokens: &[String],
-    merges: Vec<(String, String)>,
-    pre: Option<&str>,
-) -> Result<Tokenizer, (&'static str, String)> {
-    use tokenizers::models::bpe::{Vocab, BPE};
-    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-    use tokenizers::pre_tokenizers::sequence::Sequence;
-    use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-    use tokenizers::{PreTokenizerWrapper, SplitDelimiterBehavior};
-    let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-    let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| ("merges", e.to_string()))?;
-    let mut tokenizer = Tokenizer::new(bpe);
-    let split = |pattern: &str| -> Result<PreTokenizerWrapper, (&'static str, String)> {
-        let split = Split::new(SplitPattern::Regex(pattern.into()), SplitDelimiterBehavior::Isolated, false)
-            .map_err(|e| ("pre", e.to_string()))?;
-        Ok(Sequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()]).into())
-    };
-    let pre: PreTokenizerWrapper = match pre {
-        None | Some("gpt-2" | "default") => ByteLevel::new(false, true, true).into(),
-        Some("llama-bpe" | "llama3") => split(LLAMA3_SPLIT)?,
-        Some("qwen2") => split(QWEN2_SPLIT)?,
-        Some(other) => return Err(("pre", format!("`{other}` is not read (gpt-2, llama-bpe and qwen2 are)"))),
-    };
-    tokenizer.with_pre_tokenizer(Some(pre));
-    tokenizer.with_decoder(Some(ByteLevel::default()));
-    Ok(tokenizer)
-}
-
-/// A SentencePiece BPE from GGUF metadata (`tokens`, their `scores` and `types`), as
-/// `transformers` converts Llama 2's `tokenizer.model`: the text's spaces as `▁` (one before
-/// each text segment where `prefix`, llama.cpp's `add_space_prefix`), merges ranked by the
-/// merged piece's score (each piece's splits into two pieces, by their ids), characters
-/// without a piece as their UTF-8 bytes' `<0xXX>` tokens; decoded back the same way.
-fn sentencepiece_bpe(
-    tokens: &[String],
-    scores: &[f64],
-    types: &[u64],
-    prefix: bool,
-) -> Result<Tokenizer, (&'static str, String)> {
-    use tokenizers::decoders::{byte_fallback::ByteFallback, fuse::Fuse, sequence::Sequence, strip::Strip};
-    use tokenizers::models::bpe::{Vocab, BPE};
-    use tokenizers::normalizers::{Prepend, Replace};
-    use tokenizers::{DecoderWrapper, NormalizerWrapper};
-    let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-    let mut merges: Vec<(f64, u32, u32)> = Vec::new();
-    for (piece, &score) in tokens.iter().zip(scores) {
-        let mut splits: Vec<(f64, u32, u32)> = piece
-            .char_indices()
-            .skip(1)
-            .filter_map(|(i, _)| Some((score, *vocab.get(&piece[..i])?, *vocab.get(&piece[i..])?)))
-            .collect();
-        splits.sort_by_key(|&(_, l, r)| (l, r));
-        merges.extend(splits);
-    }
-    // Highest score first; a stable sort keeps each score's merges in the order above.
-    merges.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let merges = merges.into_iter().map(|(_, l, r)| (tokens[l as usize].clone(), tokens[r as usize].clone())).collect();
-    let mut bpe = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);
-    if let Some(unk) = types.iter().position(|&t| t == 2) {
-        bpe = bpe.unk_token(tokens[unk].clone());
-    }
-    let mut tokenizer = Tokenizer::new(bpe.build().map_err(|e| ("scores", e.to_string()))?);
-    let space = || Replace::new(" ", "▁").map_err(|e| ("model", e.to_string()));
-    let normalizer: NormalizerWrapper = match prefix {
-        true => tokenizers::normalizers::Sequence::new(vec![Prepend::new("▁".into()).into(), space()?.into()]).into(),
-        false => space()?.into(),
-    };
-    tokenizer.with_normalizer(Some(normalizer));
-    let back = Replace::new("▁", " ").map_err(|e| ("model", e.to_string()))?;
-    let mut decoders: Vec<DecoderWrapper> = vec![back.into(), ByteFallback::new().into(), Fuse::new().into()];
-    if prefix {
-        decoders.push(Strip::new(' ', 1, 0).into());
-    }
-    tokenizer.with_decoder(Some(Sequence::new(decoders)));
-    Ok(tokenizer)
 }
 
 /// `--quantize`: a block type or `none`.

@@ -6,6 +6,7 @@ mod bench;
 mod generate;
 mod roofline;
 mod run;
+mod vocab;
 
 use clap::{Parser, Subcommand};
 use fusegraph::crates::wgsl::{Forms, LowerOptions, CPU_LOOP_BUDGET};

@@ -1,0 +1,252 @@
+//! Tokenizers from a GGUF file's `tokenizer.ggml.*` metadata, built on `tokenizers` to cut
+//! text as llama.cpp cuts it: a byte-level BPE (`gpt2` model) behind one of llama.cpp's
+//! pre-tokenizer types, or a SentencePiece BPE (`llama` model).
+
+use tokenizers::Tokenizer;
+
+/// A pre-tokenizer type of llama.cpp (`llama-vocab.cpp`): the `tokenizer.ggml.pre` names a
+/// file gives it, its regexes — each cuts every piece of the one before into its matches and
+/// the text between them —, and whether a piece that is a token is taken whole before any
+/// merge (`ignore_merges`). The regexes are the models' own `tokenizer.json` splits where one
+/// is behind the name (llama.cpp rewrites some for its engine; they cut the same pieces).
+struct PreTokenizer {
+    names: &'static [&'static str],
+    splits: &'static [&'static str],
+    ignore_merges: bool,
+}
+
+/// GPT-2's split (`ByteLevel`'s own regex).
+const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+
+/// Every type read: Llama 3's, Qwen2's (digits one at a time), GPT-2's, SmolLM's and
+/// StarCoder's (GPT-2's after each digit alone), Mistral's Tekken (words split at case
+/// changes), GPT-4o's (Tekken's with contractions and digits in threes), DeepSeek-V3's, and
+/// llama.cpp's `default`.
+const PRE_TOKENIZERS: &[PreTokenizer] = &[
+    PreTokenizer {
+        names: &["llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"],
+        splits: &[LLAMA3],
+        ignore_merges: true,
+    },
+    PreTokenizer { names: &["dbrx", "smaug-bpe"], splits: &[LLAMA3], ignore_merges: false },
+    PreTokenizer {
+        names: &["qwen2", "deepseek-r1-qwen", "kormo", "megrez", "stablelm2", "hunyuan", "grok-2"],
+        splits: &[
+            r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        ],
+        ignore_merges: false,
+    },
+    PreTokenizer {
+        names: &[
+            "gpt-2",
+            "phi-2",
+            "jina-es",
+            "jina-de",
+            "gigachat",
+            "jina-v2-es",
+            "jina-v2-de",
+            "a.x-4.0",
+            "mellum",
+            "mpt",
+            "olmo",
+            "jais",
+            "trillion",
+            "granite-docling",
+            "exaone4",
+        ],
+        splits: &[GPT2],
+        ignore_merges: false,
+    },
+    PreTokenizer {
+        names: &["smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"],
+        splits: &[r"\p{N}", GPT2],
+        ignore_merges: false,
+    },
+    PreTokenizer {
+        names: &["tekken"],
+        splits: &[concat!(
+            r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+",
+            r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*",
+            r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+        )],
+        ignore_merges: true,
+    },
+    PreTokenizer {
+        names: &["gpt-4o", "llama4", "minimax-m2"],
+        splits: &[concat!(
+            r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+            r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+            r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+        )],
+        ignore_merges: false,
+    },
+    PreTokenizer {
+        names: &["deepseek-v3", "hunyuan-dense"],
+        splits: &[
+            r"\p{N}{1,3}",
+            "[一-龥぀-ゟ゠-ヿ]+",
+            concat!(
+                r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"##,
+                r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+            ),
+        ],
+        ignore_merges: false,
+    },
+    PreTokenizer {
+        names: &["default"],
+        splits: &[
+            r"[\p{P}\$\+<=>\^~\|]+",
+            r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+            r"\p{N}+",
+            "[0-9][0-9][0-9]",
+        ],
+        ignore_merges: false,
+    },
+];
+
+/// Llama 3's split.
+const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The pre-tokenizer a `tokenizer.ggml.pre` name (GPT-2's where there is none) gives, with its
+/// `ignore_merges`. An error names the types read.
+fn pre_tokenizer(pre: Option<&str>) -> Result<(tokenizers::PreTokenizerWrapper, bool), String> {
+    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+    use tokenizers::pre_tokenizers::sequence::Sequence;
+    use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+    use tokenizers::SplitDelimiterBehavior;
+    let name = pre.unwrap_or("gpt-2");
+    let Some(p) = PRE_TOKENIZERS.iter().find(|p| p.names.contains(&name)) else {
+        let firsts: Vec<&str> = PRE_TOKENIZERS.iter().map(|p| p.names[0]).collect();
+        return Err(format!("`{name}` is not read ({} and the other names of their types are)", firsts.join(", ")));
+    };
+    let mut parts = Vec::new();
+    for r in p.splits {
+        let split = Split::new(SplitPattern::Regex(r.to_string()), SplitDelimiterBehavior::Isolated, false);
+        parts.push(split.map_err(|e| format!("`{name}`: {e}"))?.into());
+    }
+    parts.push(ByteLevel::new(false, true, false).into());
+    Ok((Sequence::new(parts).into(), p.ignore_merges))
+}
+
+/// A byte-level BPE from GGUF metadata: `tokens` in id order, `merges`, and the pre-tokenizer
+/// type named by `pre` ([`PRE_TOKENIZERS`]). An error names the key.
+pub fn byte_level_bpe(
+    tokens: &[String],
+    merges: Vec<(String, String)>,
+    pre: Option<&str>,
+) -> Result<Tokenizer, (&'static str, String)> {
+    use tokenizers::models::bpe::{Vocab, BPE};
+    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+    let (pre, ignore_merges) = pre_tokenizer(pre).map_err(|e| ("pre", e))?;
+    let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let bpe = BPE::builder().vocab_and_merges(vocab, merges).ignore_merges(ignore_merges);
+    let mut tokenizer = Tokenizer::new(bpe.build().map_err(|e| ("merges", e.to_string()))?);
+    tokenizer.with_pre_tokenizer(Some(pre));
+    tokenizer.with_decoder(Some(ByteLevel::default()));
+    Ok(tokenizer)
+}
+
+/// A SentencePiece BPE from GGUF metadata (`tokens`, their `scores` and `types`), as
+/// `transformers` converts Llama 2's `tokenizer.model`: the text's spaces as `▁` (one before
+/// each text segment where `prefix`, llama.cpp's `add_space_prefix`), merges ranked by the
+/// merged piece's score (each piece's splits into two pieces, by their ids), characters
+/// without a piece as their UTF-8 bytes' `<0xXX>` tokens; decoded back the same way.
+pub fn sentencepiece_bpe(
+    tokens: &[String],
+    scores: &[f64],
+    types: &[u64],
+    prefix: bool,
+) -> Result<Tokenizer, (&'static str, String)> {
+    use tokenizers::decoders::{byte_fallback::ByteFallback, fuse::Fuse, sequence::Sequence, strip::Strip};
+    use tokenizers::models::bpe::{Vocab, BPE};
+    use tokenizers::normalizers::{Prepend, Replace};
+    use tokenizers::{DecoderWrapper, NormalizerWrapper};
+    let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let mut merges: Vec<(f64, u32, u32)> = Vec::new();
+    for (piece, &score) in tokens.iter().zip(scores) {
+        let mut splits: Vec<(f64, u32, u32)> = piece
+            .char_indices()
+            .skip(1)
+            .filter_map(|(i, _)| Some((score, *vocab.get(&piece[..i])?, *vocab.get(&piece[i..])?)))
+            .collect();
+        splits.sort_by_key(|&(_, l, r)| (l, r));
+        merges.extend(splits);
+    }
+    // Highest score first; a stable sort keeps each score's merges in the order above.
+    merges.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let merges = merges.into_iter().map(|(_, l, r)| (tokens[l as usize].clone(), tokens[r as usize].clone())).collect();
+    let mut bpe = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);
+    if let Some(unk) = types.iter().position(|&t| t == 2) {
+        bpe = bpe.unk_token(tokens[unk].clone());
+    }
+    let mut tokenizer = Tokenizer::new(bpe.build().map_err(|e| ("scores", e.to_string()))?);
+    let space = || Replace::new(" ", "▁").map_err(|e| ("model", e.to_string()));
+    let normalizer: NormalizerWrapper = match prefix {
+        true => tokenizers::normalizers::Sequence::new(vec![Prepend::new("▁".into()).into(), space()?.into()]).into(),
+        false => space()?.into(),
+    };
+    tokenizer.with_normalizer(Some(normalizer));
+    let back = Replace::new("▁", " ").map_err(|e| ("model", e.to_string()))?;
+    let mut decoders: Vec<DecoderWrapper> = vec![back.into(), ByteFallback::new().into(), Fuse::new().into()];
+    if prefix {
+        decoders.push(Strip::new(' ', 1, 0).into());
+    }
+    tokenizer.with_decoder(Some(Sequence::new(decoders)));
+    Ok(tokenizer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer as _};
+
+    /// Every name of `tests/data/pretokenizers.json` (each type's `tokenizer.ggml.pre` names, as
+    /// llama.cpp reads them) cuts the texts — contractions, digit runs, new lines, case changes,
+    /// accents, CJK, emoji, other scripts' digits — into the pieces HF `tokenizers` cuts them into
+    /// with the models' own `tokenizer.json` pre-tokenizers, and every name of the table is there.
+    #[test]
+    fn gguf_pre_tokenizers_cut_text_as_the_models_tokenizers_do() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pretokenizers.json");
+        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let texts: Vec<&str> = r["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        let mut seen = Vec::new();
+        for group in r["groups"].as_array().unwrap() {
+            for name in group["names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()) {
+                let (pre, _) = pre_tokenizer(Some(name)).unwrap();
+                for (text, want) in texts.iter().zip(group["pieces"].as_array().unwrap()) {
+                    let mut s = PreTokenizedString::from(*text);
+                    pre.pre_tokenize(&mut s).unwrap();
+                    let got: Vec<&str> = s
+                        .get_splits(OffsetReferential::Original, OffsetType::Byte)
+                        .into_iter()
+                        .map(|(piece, _, _)| piece)
+                        .collect();
+                    let want: Vec<&str> = want.as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+                    assert_eq!(got, want, "{name}: {text:?}");
+                }
+                seen.push(name.to_string());
+            }
+        }
+        for name in PRE_TOKENIZERS.iter().flat_map(|p| p.names) {
+            assert!(seen.iter().any(|s| s == name), "{name} is not in the fixture");
+        }
+        let err = pre_tokenizer(Some("chameleon")).err().unwrap();
+        assert!(err.contains("`chameleon` is not read") && err.contains("tekken"), "{err}");
+    }
+
+    /// Where llama.cpp takes a piece that is a token whole (Llama 3's and Tekken's types), it
+    /// is one token even when the merges would not build it; elsewhere the merges decide.
+    #[test]
+    fn llama3_type_takes_a_whole_word_token_before_merges() {
+        let tokens: Vec<String> = ["a", "b", "c", "ab", "abc"].iter().map(|t| t.to_string()).collect();
+        let merges = vec![("a".to_string(), "b".to_string())];
+        let ids = |pre: &str| {
+            let t = byte_level_bpe(&tokens, merges.clone(), Some(pre)).unwrap();
+            t.encode("abc", false).unwrap().get_ids().to_vec()
+        };
+        assert_eq!(ids("llama-bpe"), vec![4]);
+        assert_eq!(ids("tekken"), vec![4]);
+        assert_eq!(ids("qwen2"), vec![3, 2]);
+        assert_eq!(ids("smaug-bpe"), vec![3, 2]);
+    }
+}
