@@ -60,6 +60,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("gemma3-tiny", "gemma3-tiny", ""),
         ("phi3-tiny", "phi3-tiny", ""),
         ("gemma2-tiny", "gemma2-tiny", ""),
+        ("phi3-longrope-tiny", "phi3-longrope-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -256,8 +257,9 @@ fn a_q4_0_model_takes_under_a_third_of_its_f16_bytes() {
 /// `gemma3-tiny-q8_0.gguf` (a `gemma3` file: norm gains stored as `1 + w`, Gemma's norm
 /// names, five sliding layers and a global one with its linear rotary scaling; Q8_0) and
 /// `phi3-tiny-q8_0.gguf` (a `phi3` file: `attn_qkv` and `ffn_up` fused, rotary positions on
-/// part of each head; Q8_0) and `gemma2-tiny-q8_0.gguf` (a `gemma2` file: soft caps from its
-/// metadata, every other layer a window; Q8_0).
+/// part of each head; Q8_0), `gemma2-tiny-q8_0.gguf` (a `gemma2` file: soft caps from its
+/// metadata, every other layer a window; Q8_0) and `phi3-longrope-tiny-q8_0.gguf` (Phi-3.5's
+/// longrope factors as `rope_factors_long`/`rope_factors_short`; Q8_0).
 #[test]
 fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
@@ -269,6 +271,7 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
         ("gemma3-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("phi3-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("gemma2-tiny-q8_0", &[DType::Q8_0], 0.6),
+        ("phi3-longrope-tiny-q8_0", &[DType::Q8_0], 0.6),
     ] {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();
         let r: Value = serde_json::from_str(&text).unwrap();
@@ -291,13 +294,14 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
 
 /// Qwen3's per-head q and k norms, Gemma 3's layers (sandwich norms with `1 + w` gains,
 /// scaled embeddings and scores, a tanh GELU, sliding layers with their own rotary base) and
-/// Phi-3's (fused projections, rotary positions on part of each head) and Gemma 2's (soft-capped
-/// scores and logits) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
+/// Phi-3's (fused projections, rotary positions on part of each head; Phi-3.5's longrope
+/// factors, short within the trained context and long past it mid-generation) and Gemma 2's
+/// (soft-capped scores and logits) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
 /// `transformers`' logits and greedy tokens.
 #[test]
 fn newer_llama_family_layers_in_gpu_forms() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
-    for name in ["qwen3-tiny", "gemma3-tiny", "phi3-tiny", "gemma2-tiny"] {
+    for name in ["qwen3-tiny", "gemma3-tiny", "phi3-tiny", "gemma2-tiny", "phi3-longrope-tiny"] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);
         assert!(forms.iter().any(|f| matches!(f, KernelForm::Gemv { .. })), "{name}: {forms:?}");

@@ -395,7 +395,9 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
     std::fs::create_dir_all(&dir).unwrap();
     let ids =
         |v: &serde_json::Value| -> Vec<i64> { v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect() };
-    for name in ["llama-tiny", "qwen2-tiny", "qwen3-tiny", "gemma3-tiny", "phi3-tiny", "gemma2-tiny"] {
+    for name in
+        ["llama-tiny", "qwen2-tiny", "qwen3-tiny", "gemma3-tiny", "phi3-tiny", "gemma2-tiny", "phi3-longrope-tiny"]
+    {
         let text = std::fs::read_to_string(checkpoint(&format!("{name}-reference.json"))).unwrap();
         let r: serde_json::Value = serde_json::from_str(&text).unwrap();
         let model = checkpoint(name);
@@ -446,6 +448,7 @@ fn generate_writes_what_transformers_writes_for_prompts_and_chats() {
         (gguf.join("gemma3-tiny-q8_0.gguf"), "gemma3-tiny-q8_0", &[]),
         (gguf.join("phi3-tiny-q8_0.gguf"), "phi3-tiny-q8_0", &[]),
         (gguf.join("gemma2-tiny-q8_0.gguf"), "gemma2-tiny-q8_0", &[]),
+        (gguf.join("phi3-longrope-tiny-q8_0.gguf"), "phi3-longrope-tiny-q8_0", &[]),
     ] {
         let reference = std::fs::read_to_string(gguf.join(format!("{reference}-reference.json"))).unwrap();
         let r: serde_json::Value = serde_json::from_str(&reference).unwrap();

@@ -426,7 +426,8 @@ impl Gguf {
         let file = self.path.display().to_string();
         // llama.cpp's converter interleaves q and k rows for a `llama` file's rotary layout only.
         let permuted = self.architecture() == "llama";
-        let mut used = std::collections::BTreeSet::from(["rope_freqs.weight".to_string()]);
+        let mut used: std::collections::BTreeSet<String> =
+            ["rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"].map(String::from).into();
         let mut out = BTreeMap::new();
         for p in model.params() {
             let name = gguf_name(p.path(), c.sandwich_norms)
@@ -522,13 +523,26 @@ impl Gguf {
             false => int("attention.key_length").or(int("rope.dimension_count")).unwrap_or(hidden / heads.max(1)),
         };
         let partial = int("rope.dimension_count").filter(|_| phi3).map(|r| r as f64 / head_dim.max(1) as f64);
-        if phi3 && self.tensors.iter().any(|t| t.name == "rope_factors_long.weight") {
-            return Err(NnError::ConfigField {
-                field: "rope_factors_long.weight".into(),
-                value: "longrope scaling".into(),
-                supported: "no rotary scaling".into(),
-            });
-        }
+        // Phi-3.5's longrope, as the converter writes it: the factors as two tensors, the
+        // trained context and the attention factor as metadata.
+        let has = |name: &str| self.tensors.iter().any(|t| t.name == name);
+        let scaling = match has("rope_factors_long.weight") || has("rope_factors_short.weight") {
+            true => {
+                let factors = |name: &str| match has(name) {
+                    true => Ok(self.tensor(name)?.to_f64()),
+                    false => Err(self.error(Some(name), "missing beside its long or short counterpart")),
+                };
+                let original = need("rope.scaling.original_context_length")?;
+                serde_json::json!({
+                    "rope_type": "longrope",
+                    "long_factor": factors("rope_factors_long.weight")?,
+                    "short_factor": factors("rope_factors_short.weight")?,
+                    "original_max_position_embeddings": original,
+                    "attention_factor": get("rope.scaling.attn_factor").and_then(GgufValue::as_f64),
+                })
+            }
+            false => scaling,
+        };
         // What llama.cpp assumes of a `gemma3` file: every sixth layer global, the others a
         // window (where the file gives one) with a rotary base of 10,000 (Gemma 3's
         // defaults here too); of a `gemma2` file: every other layer a window, the caps from

@@ -6,7 +6,7 @@
 //! each branch and their gains' offset, the MLP's activation, the embeddings' and scores'
 //! scales, soft caps on scores and logits, grouped-query attention
 //! (`num_key_value_heads`), rotary positions on all or part of each head with their scaling
-//! (`linear`, `llama3`) and a base of their own for sliding-window layers, a sliding
+//! (`linear`, `llama3`, `longrope`) and a base of their own for sliding-window layers, a sliding
 //! attention window per layer and a head tied to the embeddings or its own.
 //!
 //! Parameter names are `transformers`' (`model.embed_tokens`, `model.layers.{i}.self_attn.
@@ -81,7 +81,7 @@ impl Architecture {
 }
 
 /// How rotary frequencies are scaled for contexts longer than the model was trained on.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum RopeScaling {
     /// `rope_type: default`: `inv_freq[i] = θ^(−2i/d)`.
     Default,
@@ -101,6 +101,21 @@ pub enum RopeScaling {
         high_freq_factor: f64,
         /// The context length the model was trained on.
         original_max_position_embeddings: f64,
+    },
+    /// `rope_type: longrope` (Phi-3.5, Phi-4-mini; `su` before it): each frequency divided by
+    /// a factor of its own — `short_factor` while a sequence is within
+    /// `original_max_position_embeddings` positions, `long_factor` beyond — and the angles'
+    /// cos and sin scaled by `attention_factor`.
+    LongRope {
+        /// The divisors within the trained context, one per frequency.
+        short_factor: Vec<f64>,
+        /// The divisors beyond it.
+        long_factor: Vec<f64>,
+        /// The context length the model was trained on.
+        original_max_position_embeddings: usize,
+        /// The cos and sin scale (`attention_factor`, else `√(1 + ln f / ln original)` for
+        /// `f = factor`, else `max_position_embeddings / original`, where `f > 1`).
+        attention_factor: f64,
     },
 }
 
@@ -198,6 +213,7 @@ struct RawConfig {
     rope_scaling: Option<Value>,
     rope_parameters: Option<Value>,
     partial_rotary_factor: Option<f64>,
+    original_max_position_embeddings: Option<usize>,
     hidden_act: Option<String>,
     hidden_activation: Option<String>,
     query_pre_attn_scalar: Option<f64>,
@@ -234,8 +250,9 @@ fn token_ids(field: &str, v: &Option<Value>) -> Result<Vec<i32>> {
 
 impl RopeScaling {
     /// `rope_scaling` (`transformers` 4) or `rope_parameters` (5): `rope_type` (or the older
-    /// `type`) with its factors; `rope_parameters` may carry `rope_theta` too.
-    fn parse(field: &str, v: Option<&Value>) -> Result<(RopeScaling, Option<f64>)> {
+    /// `type`) with its factors; `rope_parameters` may carry `rope_theta` too. `raw` gives
+    /// longrope its context lengths where the parameters do not.
+    fn parse(field: &str, v: Option<&Value>, raw: &RawConfig) -> Result<(RopeScaling, Option<f64>)> {
         let Some(v) = v.filter(|v| !v.is_null()) else { return Ok((RopeScaling::Default, None)) };
         let kind = v.get("rope_type").or_else(|| v.get("type")).and_then(Value::as_str).unwrap_or("default");
         let theta = v.get("rope_theta").and_then(Value::as_f64);
@@ -253,7 +270,44 @@ impl RopeScaling {
                 high_freq_factor: num("high_freq_factor")?,
                 original_max_position_embeddings: num("original_max_position_embeddings")?,
             },
-            other => return Err(unsupported(&format!("{field}.rope_type"), other, "default, linear or llama3")),
+            "longrope" | "su" => {
+                let factors = |k: &str| -> Result<Vec<f64>> {
+                    let list = v.get(k).and_then(Value::as_array).filter(|l| !l.is_empty());
+                    let list = list.ok_or_else(|| {
+                        unsupported(&format!("{field}.{k}"), v.get(k).unwrap_or(&Value::Null), "a list of numbers")
+                    })?;
+                    list.iter()
+                        .map(|x| x.as_f64().filter(|x| x.is_finite() && *x > 0.0))
+                        .collect::<Option<Vec<f64>>>()
+                        .ok_or_else(|| {
+                            unsupported(&format!("{field}.{k}"), Value::Array(list.clone()), "positive numbers")
+                        })
+                };
+                let max = raw.max_position_embeddings.unwrap_or(0) as f64;
+                let original = v
+                    .get("original_max_position_embeddings")
+                    .and_then(Value::as_f64)
+                    .or(raw.original_max_position_embeddings.map(|o| o as f64))
+                    .unwrap_or(max);
+                if original < 2.0 {
+                    return Err(unsupported("original_max_position_embeddings", original, "at least 2 positions"));
+                }
+                let factor = v.get("factor").and_then(Value::as_f64).unwrap_or(max / original);
+                let attention_factor = match v.get("attention_factor").and_then(Value::as_f64) {
+                    Some(a) => a,
+                    None if factor > 1.0 => (1.0 + factor.ln() / original.ln()).sqrt(),
+                    None => 1.0,
+                };
+                RopeScaling::LongRope {
+                    short_factor: factors("short_factor")?,
+                    long_factor: factors("long_factor")?,
+                    original_max_position_embeddings: original as usize,
+                    attention_factor,
+                }
+            }
+            other => {
+                return Err(unsupported(&format!("{field}.rope_type"), other, "default, linear, llama3 or longrope"))
+            }
         };
         if let RopeScaling::Llama3 { low_freq_factor, high_freq_factor, .. } = scaling {
             if high_freq_factor <= low_freq_factor {
@@ -267,15 +321,17 @@ impl RopeScaling {
         Ok((scaling, theta))
     }
 
-    /// The rotary frequencies of a head `dim` wide: `θ^(−2i/dim)` for `i < dim/2`, scaled,
-    /// each rounded to f32 as `transformers` computes them.
-    pub fn inv_freq(self, theta: f64, dim: usize) -> Vec<f64> {
+    /// The rotary frequencies of a head `dim` wide: `θ^(−2i/dim)` for `i < dim/2`, scaled
+    /// (longrope's within the trained context), each rounded to f32 as `transformers` computes
+    /// them.
+    pub fn inv_freq(&self, theta: f64, dim: usize) -> Vec<f64> {
         (0..dim / 2)
             .map(|i| {
                 let base = (1.0 / (theta as f32).powf((2 * i) as f32 / dim as f32)) as f64;
                 let f = match self {
                     RopeScaling::Default => base,
                     RopeScaling::Linear { factor } => base / factor,
+                    RopeScaling::LongRope { short_factor, .. } => return longrope_freq(theta, dim, i, short_factor[i]),
                     RopeScaling::Llama3 {
                         factor,
                         low_freq_factor,
@@ -302,6 +358,11 @@ impl RopeScaling {
             })
             .collect()
     }
+}
+
+/// A longrope frequency, `1 / (factor · θ^(2i/dim))` in f32 as `transformers` computes it.
+fn longrope_freq(theta: f64, dim: usize, i: usize, factor: f64) -> f64 {
+    (1.0 / (factor as f32 * (theta as f32).powf((2 * i) as f32 / dim as f32))) as f64
 }
 
 impl LlamaConfig {
@@ -403,12 +464,13 @@ impl LlamaConfig {
         let ((rope_scaling, theta_5), sliding) = match (&raw.rope_parameters, &raw.rope_scaling) {
             (Some(p), _) if per_type => {
                 let local = p.get("sliding_attention");
-                let local =
-                    local.map(|l| RopeScaling::parse("rope_parameters.sliding_attention", Some(l))).transpose()?;
-                (RopeScaling::parse("rope_parameters.full_attention", p.get("full_attention"))?, local)
+                let local = local
+                    .map(|l| RopeScaling::parse("rope_parameters.sliding_attention", Some(l), &raw))
+                    .transpose()?;
+                (RopeScaling::parse("rope_parameters.full_attention", p.get("full_attention"), &raw)?, local)
             }
-            (Some(p), _) if !p.is_null() => (RopeScaling::parse("rope_parameters", Some(p))?, None),
-            (_, s) => (RopeScaling::parse("rope_scaling", s.as_ref())?, None),
+            (Some(p), _) if !p.is_null() => (RopeScaling::parse("rope_parameters", Some(p), &raw)?, None),
+            (_, s) => (RopeScaling::parse("rope_scaling", s.as_ref(), &raw)?, None),
         };
         let gemma3 = architecture == Architecture::Gemma3;
         let rope_theta = raw.rope_theta.or(theta_5).unwrap_or(if gemma3 { 1e6 } else { 10000.0 });
@@ -418,6 +480,14 @@ impl LlamaConfig {
             None if gemma3 => Some((raw.rope_local_base_freq.unwrap_or(10000.0), RopeScaling::Default)),
             None => None,
         };
+        if let RopeScaling::LongRope { short_factor, long_factor, .. } = &rope_scaling {
+            for (k, f) in [("short_factor", short_factor), ("long_factor", long_factor)] {
+                if f.len() != rotary_dim / 2 {
+                    let want = format!("{} (one per rotary frequency)", rotary_dim / 2);
+                    return Err(unsupported(&format!("rope_scaling.{k}"), format!("{} factors", f.len()), &want));
+                }
+            }
+        }
         let layers = need("num_hidden_layers", raw.num_hidden_layers)?;
         let sliding_windows = Self::windows(architecture, &raw, layers)?;
         let attention_bias = raw.attention_bias.unwrap_or(false);
@@ -506,7 +576,26 @@ impl LlamaConfig {
     /// The rotary frequencies of the sliding-window layers, where they have their own
     /// ([`LlamaConfig::sliding_rope`]).
     pub fn sliding_inv_freq(&self) -> Option<Vec<f64>> {
-        self.sliding_rope.map(|(theta, scaling)| scaling.inv_freq(theta, self.rotary_dim))
+        self.sliding_rope.as_ref().map(|(theta, scaling)| scaling.inv_freq(*theta, self.rotary_dim))
+    }
+
+    /// Longrope's frequencies beyond the trained context, and that context's length in
+    /// positions: a sequence whose last position is at or past it rotates by these.
+    pub fn long_inv_freq(&self) -> Option<(Vec<f64>, usize)> {
+        let RopeScaling::LongRope { long_factor, original_max_position_embeddings, .. } = &self.rope_scaling else {
+            return None;
+        };
+        let dim = self.rotary_dim;
+        let f = long_factor.iter().enumerate().map(|(i, &f)| longrope_freq(self.rope_theta, dim, i, f)).collect();
+        Some((f, *original_max_position_embeddings))
+    }
+
+    /// The scale of the rotary angles' cos and sin (longrope's attention factor, else 1).
+    pub fn rope_attention_factor(&self) -> f64 {
+        match self.rope_scaling {
+            RopeScaling::LongRope { attention_factor, .. } => attention_factor,
+            _ => 1.0,
+        }
     }
 }
 
@@ -746,6 +835,14 @@ pub fn rotary_angles(positions: &Tensor, inv_freq: &[f64]) -> Result<(Tensor, Te
     Ok((angles.cos()?, angles.sin()?))
 }
 
+/// The angles' `(cos, sin)` times `factor` (as they are where it is 1).
+fn scaled((cos, sin): (Tensor, Tensor), factor: f64) -> Result<(Tensor, Tensor)> {
+    if factor == 1.0 {
+        return Ok((cos, sin));
+    }
+    Ok((cos.mul_scalar(factor)?, sin.mul_scalar(factor)?))
+}
+
 /// Rotates `x: [b, h, s, dh]` by per-position angles (`cos`, `sin`: `[s, r/2]`, or
 /// `[b, s, r/2]` per sequence), pairing element `i` with `i + r/2` (`transformers`'
 /// `rotate_half`) in each head's first `r` elements; the rest (where `r < dh`) pass unrotated.
@@ -799,7 +896,13 @@ impl CausalLm for Llama {
         let b = ids.builder();
         let pos = b.iota(DType::I32, [seq], 0)?;
         let (q_pos, k_pos) = (pos.reshape([seq, 1])?, pos.reshape([1, seq])?);
-        let angles = rotary_angles(&pos, &self.config.inv_freq())?;
+        // Longrope: one set of frequencies for the whole prompt, by its length, as `transformers`
+        // chooses.
+        let freq = match self.config.long_inv_freq() {
+            Some((long, original)) if seq > original => long,
+            _ => self.config.inv_freq(),
+        };
+        let angles = scaled(rotary_angles(&pos, &freq)?, self.config.rope_attention_factor())?;
         let sliding = self.config.sliding_inv_freq().map(|f| rotary_angles(&pos, &f)).transpose()?;
         let mut h = self.embed(ids)?;
         let mut kvs = Vec::new();
@@ -831,7 +934,15 @@ impl CausalLm for Llama {
             let half = cos.dims()[1];
             Ok((cos.reshape([batch, 1, half])?, sin.reshape([batch, 1, half])?))
         };
-        let angles = per_row(&self.config.inv_freq())?;
+        let mut angles = per_row(&self.config.inv_freq())?;
+        if let Some((long, original)) = self.config.long_inv_freq() {
+            // Longrope: each row's long frequencies once its sequence passes the trained context.
+            let (cos, sin) = per_row(&long)?;
+            let past = p.ge(&b.full(DType::I32, [batch], original as f64)?)?;
+            let past = past.broadcast_in_dim(cos.dims().to_vec(), vec![0])?;
+            angles = (past.select(&cos, &angles.0)?, past.select(&sin, &angles.1)?);
+        }
+        let angles = scaled(angles, self.config.rope_attention_factor())?;
         let sliding = self.config.sliding_inv_freq().map(|f| per_row(&f)).transpose()?;
         let q_pos = p.broadcast_in_dim(vec![batch, 1, live], vec![0])?;
         let k_pos = b.iota(DType::I32, [batch, 1, live], 2)?;

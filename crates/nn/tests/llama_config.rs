@@ -150,7 +150,7 @@ fn a_gemma3_config_gives_its_layers_norms_and_scales() {
     let global: Vec<usize> = (0..26).filter(|&i| c.sliding_windows[i].is_none()).collect();
     assert_eq!(global, vec![5, 11, 17, 23]);
     assert!(c.sliding_windows.iter().flatten().all(|&w| w == 512));
-    assert_eq!((c.rope_theta, c.sliding_rope), (1e6, Some((1e4, RopeScaling::Default))));
+    assert_eq!((c.rope_theta, c.sliding_rope.clone()), (1e6, Some((1e4, RopeScaling::Default))));
     assert_eq!(c.sliding_inv_freq().unwrap()[1], (1.0 / 10000f32.powf(2.0 / 256.0)) as f64);
     assert_eq!((c.attention_scale, c.embed_scale, c.norm_offset), (1.0 / 16.0, Some(1152f64.sqrt()), 1.0));
     assert!(c.qk_norm && c.sandwich_norms && c.tie_word_embeddings && !c.qkv_bias);
@@ -184,8 +184,7 @@ fn a_gemma3_config_gives_its_layers_norms_and_scales() {
 }
 
 /// Phi-3-mini-4k's shapes in `transformers` 4's form: fused projections, a window on every
-/// layer, all of each head rotated; with `partial_rotary_factor` a part of it; Phi-3.5's
-/// `longrope` scaling is a typed error naming it.
+/// layer, all of each head rotated; with `partial_rotary_factor` a part of it.
 #[test]
 fn a_phi3_config_gives_fused_projections_and_its_rotary_part() {
     let phi3 = r#"{
@@ -226,9 +225,9 @@ fn a_phi3_config_gives_fused_projections_and_its_rotary_part() {
     for (from, to, field, value) in [
         (
             "\"rope_scaling\": null",
-            r#""rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}"#,
+            r#""rope_scaling": {"type": "dynamic", "factor": 2.0}"#,
             "rope_scaling.rope_type",
-            "longrope",
+            "dynamic",
         ),
         ("\"rope_theta\"", "\"partial_rotary_factor\": 0.7, \"rope_theta\"", "partial_rotary_factor", "0.7"),
     ] {
@@ -267,5 +266,44 @@ fn a_gemma2_config_gives_alternating_windows_and_soft_caps() {
     match LlamaConfig::from_json(&gemma2.replace("50.0", "-1.0")) {
         Err(NnError::ConfigField { field, .. }) => assert_eq!(field, "attn_logit_softcapping"),
         other => panic!("{:?}", other.map(|c| c.attn_softcap)),
+    }
+}
+
+/// Phi-3.5-mini's shapes in `transformers` 4's form: `longrope` scaling, a divisor per
+/// frequency within the trained 4,096 positions and another beyond, computed in f32 as
+/// `transformers` does, and the attention factor from the context lengths' ratio; factor
+/// lists of the wrong length are typed errors naming the list.
+#[test]
+fn a_phi3_5_config_gives_longrope_frequencies_and_attention_factor() {
+    let factors = |first: f64, n: usize| (0..n).map(|i| (first + i as f64 * 0.5).to_string()).collect::<Vec<_>>();
+    let phi35 = |long: usize| {
+        format!(
+            r#"{{
+            "architectures": ["Phi3ForCausalLM"], "hidden_act": "silu", "hidden_size": 3072,
+            "intermediate_size": 8192, "max_position_embeddings": 131072,
+            "original_max_position_embeddings": 4096, "num_attention_heads": 32,
+            "num_hidden_layers": 32, "num_key_value_heads": 32, "rms_norm_eps": 1e-05,
+            "rope_scaling": {{"type": "longrope", "short_factor": [{}], "long_factor": [{}]}},
+            "rope_theta": 10000.0, "sliding_window": 262144, "vocab_size": 32064
+        }}"#,
+            factors(1.0, 48).join(", "),
+            factors(2.0, long).join(", ")
+        )
+    };
+    let c = LlamaConfig::from_json(&phi35(48)).unwrap();
+    let want = (1.0 + 32f64.ln() / 4096f64.ln()).sqrt();
+    assert!((c.rope_attention_factor() - want).abs() < 1e-12, "{}", c.rope_attention_factor());
+    let freq = |factor: f64, i: usize| (1.0 / (factor as f32 * 10000f32.powf((2 * i) as f32 / 96.0))) as f64;
+    let short = c.inv_freq();
+    let (long, original) = c.long_inv_freq().expect("longrope's long frequencies");
+    assert_eq!((short.len(), long.len(), original), (48, 48, 4096));
+    for i in [0, 3, 47] {
+        assert_eq!((short[i], long[i]), (freq(1.0 + i as f64 * 0.5, i), freq(2.0 + i as f64 * 0.5, i)));
+    }
+    match LlamaConfig::from_json(&phi35(47)) {
+        Err(NnError::ConfigField { field, value, .. }) => {
+            assert_eq!((field.as_str(), value.as_str()), ("rope_scaling.long_factor", "47 factors"))
+        }
+        other => panic!("{:?}", other.map(|c| c.architecture)),
     }
 }
