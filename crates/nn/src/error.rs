@@ -95,6 +95,11 @@ pub enum NnError {
 pub type Result<T> = std::result::Result<T, NnError>;
 
 /// A [`NnError::Config`] from anything printable.
+/// An unsupported value of a config field, as a typed error.
+pub(crate) fn unsupported(field: &str, value: impl std::fmt::Display, supported: &str) -> NnError {
+    NnError::ConfigField { field: field.into(), value: value.to_string(), supported: supported.into() }
+}
+
 pub(crate) fn config(msg: impl Into<String>) -> NnError {
     NnError::Config(msg.into())
 }

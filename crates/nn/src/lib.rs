@@ -48,6 +48,7 @@ mod module;
 pub mod optim;
 mod params;
 pub mod pretrained;
+pub mod rope;
 
 pub use attention::MultiHeadAttention;
 pub use blocks::{Mlp, ResidualBlock, TransformerBlock};
