@@ -209,7 +209,7 @@ fn token_ids(field: &str, v: &Option<Value>) -> Result<Vec<i32>> {
 impl LlamaConfig {
     /// The shape of a `config.json` written by `transformers` 4 or 5 for one of the
     /// [`Architecture`]s. An architecture, activation or rotary type it does not support is an
-    /// [`NnError::ConfigField`] naming the field and its value.
+    /// [`NnError::ConfigField`](crate::NnError::ConfigField) naming the field and its value.
     pub fn from_json(text: &str) -> Result<Self> {
         let raw: RawConfig = serde_json::from_str(text).map_err(|e| config(format!("config.json: {e}")))?;
         let archs = raw.architectures.clone().unwrap_or_default();
