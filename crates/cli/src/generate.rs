@@ -248,6 +248,16 @@ impl Text {
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
             Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
         });
+        // `transformers`' own global: the local time in Python's `strftime` format (Llama 3.1's
+        // templates date the system message with it).
+        env.add_function("strftime_now", |format: String| -> Result<String, minijinja::Error> {
+            use chrono::format::{Item, StrftimeItems};
+            if StrftimeItems::new(&format).any(|i| matches!(i, Item::Error)) {
+                let msg = format!("strftime_now: `{format}` is not a strftime format");
+                return Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg));
+            }
+            Ok(chrono::Local::now().format(&format).to_string())
+        });
         env.add_template("chat", template).map_err(|e| format!("chat template: {e}"))?;
         let mut messages = Vec::new();
         if let Some(s) = system {
@@ -617,6 +627,28 @@ fn serve_queue(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A template's `strftime_now` gives today's date in the format asked for (as `date`
+    /// formats it), as Llama 3.1's templates use it; a format it cannot read is an error.
+    #[test]
+    fn chat_templates_read_the_date_as_transformers_gives_it() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/checkpoints/llama-tiny");
+        let mut text = Text::open(&dir).unwrap();
+        text.template = Some(
+            "{%- if strftime_now is defined %}{{ strftime_now('%d %b %Y') }}{% else %}26 Jul 2024{% endif %}|\
+             {{ messages[-1]['content'] }}"
+                .into(),
+        );
+        let date = || {
+            let out = std::process::Command::new("date").arg("+%d %b %Y").env("LC_ALL", "C").output().unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        let (before, got, after) = (date(), text.chat(None, "hi").unwrap(), date());
+        assert!(got == format!("{before}|hi") || got == format!("{after}|hi"), "{got:?} on {before}");
+        text.template = Some("{{ strftime_now('%Q') }}".into());
+        let err = text.chat(None, "hi").unwrap_err();
+        assert!(err.contains("`%Q` is not a strftime format"), "{err}");
+    }
 
     /// A GGUF file's SentencePiece tokenizer (`tokenizer.ggml.model` "llama", written as
     /// llama.cpp's converter writes Llama 2's) gives `sentencepiece`'s ids and text for plain
