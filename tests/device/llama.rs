@@ -61,6 +61,9 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("phi3-tiny", "phi3-tiny", ""),
         ("gemma2-tiny", "gemma2-tiny", ""),
         ("phi3-longrope-tiny", "phi3-longrope-tiny", ""),
+        ("smollm3-tiny", "smollm3-tiny", ""),
+        ("granite-tiny", "granite-tiny", ""),
+        ("olmo2-tiny", "olmo2-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -259,7 +262,8 @@ fn a_q4_0_model_takes_under_a_third_of_its_f16_bytes() {
 /// `phi3-tiny-q8_0.gguf` (a `phi3` file: `attn_qkv` and `ffn_up` fused, rotary positions on
 /// part of each head; Q8_0), `gemma2-tiny-q8_0.gguf` (a `gemma2` file: soft caps from its
 /// metadata, every other layer a window; Q8_0) and `phi3-longrope-tiny-q8_0.gguf` (Phi-3.5's
-/// longrope factors as `rope_factors_long`/`rope_factors_short`; Q8_0).
+/// longrope factors as `rope_factors_long`/`rope_factors_short`; Q8_0) and `smollm3`,
+/// `granite` (its multipliers from the metadata) and `olmo2` files (Q8_0).
 #[test]
 fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
@@ -272,6 +276,9 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
         ("phi3-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("gemma2-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("phi3-longrope-tiny-q8_0", &[DType::Q8_0], 0.6),
+        ("smollm3-tiny-q8_0", &[DType::Q8_0], 0.6),
+        ("granite-tiny-q8_0", &[DType::Q8_0], 0.6),
+        ("olmo2-tiny-q8_0", &[DType::Q8_0], 0.6),
     ] {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();
         let r: Value = serde_json::from_str(&text).unwrap();
@@ -295,13 +302,23 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
 /// Qwen3's per-head q and k norms, Gemma 3's layers (sandwich norms with `1 + w` gains,
 /// scaled embeddings and scores, a tanh GELU, sliding layers with their own rotary base) and
 /// Phi-3's (fused projections, rotary positions on part of each head; Phi-3.5's longrope
-/// factors, short within the trained context and long past it mid-generation) and Gemma 2's
-/// (soft-capped scores and logits) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
+/// factors, short within the trained context and long past it mid-generation), Gemma 2's
+/// (soft-capped scores and logits), SmolLM3's (a layer without rotary positions), Granite's
+/// (multipliers) and OLMo 2's (norms after each branch, q and k normed whole) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
 /// `transformers`' logits and greedy tokens.
 #[test]
 fn newer_llama_family_layers_in_gpu_forms() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
-    for name in ["qwen3-tiny", "gemma3-tiny", "phi3-tiny", "gemma2-tiny", "phi3-longrope-tiny"] {
+    for name in [
+        "qwen3-tiny",
+        "gemma3-tiny",
+        "phi3-tiny",
+        "gemma2-tiny",
+        "phi3-longrope-tiny",
+        "smollm3-tiny",
+        "granite-tiny",
+        "olmo2-tiny",
+    ] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);
         assert!(forms.iter().any(|f| matches!(f, KernelForm::Gemv { .. })), "{name}: {forms:?}");

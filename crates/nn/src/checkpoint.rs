@@ -54,8 +54,8 @@ impl KeyMap {
         }
     }
 
-    /// Hugging Face Llama-family models (`LlamaForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM`, `Phi3ForCausalLM`,
-    /// `MistralForCausalLM`): PyTorch `Linear` weights (`*_proj`, `lm_head`) stored `[out, in]`;
+    /// Hugging Face Llama-family models (every [`crate::llama::Architecture`]:
+    /// `LlamaForCausalLM`, `Qwen2ForCausalLM`, `Gemma3ForCausalLM` …): PyTorch `Linear` weights (`*_proj`, `lm_head`) stored `[out, in]`;
     /// rotary buffers (`rotary_emb.inv_freq`) dropped, and with `tied` heads `lm_head.weight`
     /// (when the file carries it).
     pub fn llama(tied: bool) -> Self {

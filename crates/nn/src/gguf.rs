@@ -12,7 +12,7 @@
 
 use crate::checkpoint::Quantize;
 use crate::error::{NnError, Result};
-use crate::llama::{Llama, LlamaConfig};
+use crate::llama::{Llama, LlamaConfig, Norms};
 use crate::module::{Matrices, Module, Scope};
 use fusegraph_ir::{bf16, f16, DType, HostTensor};
 use std::collections::BTreeMap;
@@ -330,7 +330,7 @@ const LAYER_PARTS: [(&str, &str); 13] = [
     ("mlp.down_proj", "ffn_down"),
 ];
 
-/// Gemma 3's norms around each branch ([`crate::LlamaConfig::sandwich_norms`]), whose
+/// The norms after each branch (Gemma's and OLMo 2's, [`Norms`]), whose
 /// `post_attention_layernorm` is the attention output's norm, not the MLP input's.
 const SANDWICH_NORMS: [(&str, &str); 3] = [
     ("post_attention_layernorm", "post_attention_norm"),
@@ -338,8 +338,8 @@ const SANDWICH_NORMS: [(&str, &str); 3] = [
     ("post_feedforward_layernorm", "post_ffw_norm"),
 ];
 
-/// llama.cpp's name of the parameter `transformers` calls `path` (in a model with sandwich
-/// norms where `sandwich`).
+/// llama.cpp's name of the parameter `transformers` calls `path` (in a model with norms after
+/// each branch where `sandwich`).
 fn gguf_name(path: &str, sandwich: bool) -> Option<String> {
     match path {
         "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
@@ -387,8 +387,9 @@ impl Gguf {
         }
     }
 
-    /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`- or
-    /// `phi3`-architecture file (`general.architecture`: a `LlamaForCausalLM`, a
+    /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`-,
+    /// `phi3`-, `smollm3`-, `granite`- or `olmo2`-architecture file (`general.architecture`:
+    /// a `LlamaForCausalLM` — SmolLM3's and Granite's are converted as Llama's —, a
     /// `Qwen2ForCausalLM`, whose q, k and v biases the file holds, a `Qwen3ForCausalLM`, whose
     /// q and k norms it holds, a `Gemma2ForCausalLM` or `Gemma3ForCausalLM`, its norms' gains
     /// as the weights, or a
@@ -409,7 +410,7 @@ impl Gguf {
                     .params()
                     .iter()
                     .filter_map(|p| {
-                        let name = gguf_name(p.path(), config.sandwich_norms);
+                        let name = gguf_name(p.path(), config.norms != Norms::Pre);
                         let info = self.tensors.iter().find(|t| Some(&t.name) == name.as_ref())?;
                         let d = Some(info.ty).filter(|d| d.block().is_some())?;
                         Some((p.path().to_string(), d))
@@ -424,13 +425,14 @@ impl Gguf {
         let model = Llama::new(&scope, config)?;
         let c = &model.config;
         let file = self.path.display().to_string();
-        // llama.cpp's converter interleaves q and k rows for a `llama` file's rotary layout only.
-        let permuted = self.architecture() == "llama";
+        // llama.cpp's converter interleaves q and k rows for the rotary layout of the
+        // architectures it converts as Llama's.
+        let permuted = matches!(self.architecture(), "llama" | "smollm3" | "granite");
         let mut used: std::collections::BTreeSet<String> =
             ["rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"].map(String::from).into();
         let mut out = BTreeMap::new();
         for p in model.params() {
-            let name = gguf_name(p.path(), c.sandwich_norms)
+            let name = gguf_name(p.path(), c.norms != Norms::Pre)
                 .ok_or_else(|| NnError::Config(format!("GGUF: no name for `{}`", p.path())))?;
             if !self.tensors.iter().any(|t| t.name == name) {
                 let expected = Some(p.ty().clone());
@@ -484,11 +486,14 @@ impl Gguf {
             "gemma3" => "Gemma3ForCausalLM",
             "gemma2" => "Gemma2ForCausalLM",
             "phi3" => "Phi3ForCausalLM",
+            "smollm3" => "SmolLM3ForCausalLM",
+            "granite" => "GraniteForCausalLM",
+            "olmo2" => "Olmo2ForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
-                    supported: "llama, qwen2, qwen3, gemma2, gemma3 or phi3".into(),
+                    supported: "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite or olmo2".into(),
                 })
             }
         };
@@ -573,6 +578,12 @@ impl Gguf {
             "attn_logit_softcapping": float("attn_logit_softcapping").filter(|_| arch == "gemma2"),
             "final_logit_softcapping": float("final_logit_softcapping").filter(|_| gemma),
             "partial_rotary_factor": partial,
+            // Granite's multipliers (a SmolLM3 file's layers without rotary positions are
+            // every fourth, as llama.cpp assumes and as the config's default is).
+            "embedding_multiplier": float("embedding_scale").filter(|_| arch == "granite"),
+            "residual_multiplier": float("residual_scale").filter(|_| arch == "granite"),
+            "attention_multiplier": float("attention.scale").filter(|_| arch == "granite"),
+            "logits_scaling": float("logit_scale").filter(|_| arch == "granite"),
         });
         let mut c = LlamaConfig::from_json(&json.to_string())?;
         // llama.cpp's converter stores Gemma's norm gains `1 + w` as the weights.

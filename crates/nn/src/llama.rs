@@ -1,13 +1,15 @@
 //! The Llama-family decoders as Hugging Face `transformers` defines them —
 //! `LlamaForCausalLM` (Llama 2, 3, 3.1, 3.2, SmolLM), `Qwen2ForCausalLM`,
-//! `Qwen3ForCausalLM`, `MistralForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM` and
-//! `Phi3ForCausalLM` — as one model whose differences are fields of its [`LlamaConfig`]:
-//! q/k/v and MLP biases, fused projections, RMS norms on each head's q and k, norms around
-//! each branch and their gains' offset, the MLP's activation, the embeddings' and scores'
-//! scales, soft caps on scores and logits, grouped-query attention
-//! (`num_key_value_heads`), rotary positions on all or part of each head with their scaling
-//! (`linear`, `llama3`, `longrope`) and a base of their own for sliding-window layers, a sliding
-//! attention window per layer and a head tied to the embeddings or its own.
+//! `Qwen3ForCausalLM`, `MistralForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM`,
+//! `Phi3ForCausalLM`, `SmolLM3ForCausalLM`, `GraniteForCausalLM` and `Olmo2ForCausalLM` — as
+//! one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
+//! projections, RMS norms on q and k (per head or whole), norms before, around or after each
+//! branch and their gains' offset, the MLP's activation, the embeddings', branches', scores'
+//! and logits' scales, soft caps on scores and logits, grouped-query attention
+//! (`num_key_value_heads`), rotary positions on all or part of each head (and on all layers
+//! or some) with their scaling (`linear`, `llama3`, `longrope`) and a base of their own for
+//! sliding-window layers, a sliding attention window per layer and a head tied to the
+//! embeddings or its own.
 //!
 //! Parameter names are `transformers`' (`model.embed_tokens`, `model.layers.{i}.self_attn.
 //! q_proj`, `….mlp.gate_proj`, `model.norm`, `lm_head`), so a checkpoint directory loads with
@@ -56,6 +58,41 @@ pub enum Architecture {
     /// and up one (`gate_up_proj`), rotary positions on part of each head
     /// (`partial_rotary_factor`), a sliding window on every layer where `sliding_window` is set.
     Phi3,
+    /// `SmolLM3ForCausalLM`: no rotary positions on every `no_rope_layer_interval`-th (4th)
+    /// layer (`no_rope_layers`).
+    SmolLM3,
+    /// `GraniteForCausalLM` (IBM Granite 3): the embeddings, each branch's output, the scores
+    /// and the logits scaled by the config's multipliers.
+    Granite,
+    /// `Olmo2ForCausalLM` (OLMo 2): each branch's output normed (no norm before it), RMS norms
+    /// over the whole q and k projections.
+    Olmo2,
+}
+
+/// Where a layer's RMS norms sit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Norms {
+    /// Before each branch (`input_layernorm`, then `post_attention_layernorm` before the
+    /// MLP): Llama's.
+    Pre,
+    /// Before and after each branch (`input_layernorm`, `post_attention_layernorm` on the
+    /// attention's output, `pre_feedforward_layernorm` and `post_feedforward_layernorm`
+    /// around the MLP): Gemma's.
+    Sandwich,
+    /// After each branch only (`post_attention_layernorm`, `post_feedforward_layernorm`):
+    /// OLMo 2's.
+    Post,
+}
+
+/// RMS norms on the queries and keys before the rotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    /// None.
+    None,
+    /// Over each head (`head_dim` wide): Qwen3's, Gemma 3's.
+    PerHead,
+    /// Over the whole projection (all heads): OLMo 2's.
+    Whole,
 }
 
 /// The gate's activation in the MLP (`hidden_act`, or Gemma's `hidden_activation`).
@@ -78,6 +115,9 @@ impl Architecture {
             Architecture::Gemma3 => "Gemma3ForCausalLM",
             Architecture::Phi3 => "Phi3ForCausalLM",
             Architecture::Gemma2 => "Gemma2ForCausalLM",
+            Architecture::SmolLM3 => "SmolLM3ForCausalLM",
+            Architecture::Granite => "GraniteForCausalLM",
+            Architecture::Olmo2 => "Olmo2ForCausalLM",
         }
     }
 }
@@ -122,22 +162,25 @@ pub struct LlamaConfig {
     pub tie_word_embeddings: bool,
     /// Biases on the q, k and v projections (Qwen2; Llama's `attention_bias`).
     pub qkv_bias: bool,
-    /// RMS norms over each head's q and k (`q_norm`, `k_norm`: Qwen3, Gemma 3), before the
-    /// rotation.
-    pub qk_norm: bool,
+    /// RMS norms over q and k (`q_norm`, `k_norm`) before the rotation.
+    pub qk_norm: QkNorm,
     /// Added to each RMS norm's weight for its gain (Gemma: 1, its weights centered at zero).
     pub norm_offset: f64,
-    /// Each branch's output normed before the residual add (Gemma 3): `post_attention_layernorm`
-    /// then norms the attention's output, `pre_feedforward_layernorm` the MLP's input and
-    /// `post_feedforward_layernorm` its output.
-    pub sandwich_norms: bool,
+    /// Where each layer's norms sit.
+    pub norms: Norms,
     /// The MLP gate's activation.
     pub hidden_act: Activation,
     /// The attention scores' scale (`query_pre_attn_scalar^-½`, else `head_dim^-½`).
     pub attention_scale: f64,
     /// The embeddings' scale (Gemma: `√hidden_size`, rounded to the table's storage type as
-    /// `transformers` rounds it).
+    /// `transformers` rounds it; Granite: `embedding_multiplier`).
     pub embed_scale: Option<f64>,
+    /// Each branch's output scaled before its residual add (Granite's `residual_multiplier`; 1).
+    pub residual_scale: f64,
+    /// The logits divided by it (Granite's `logits_scaling`; 1).
+    pub logits_scaling: f64,
+    /// Per layer, whether rotary positions apply (SmolLM3's `no_rope_layers`; all others').
+    pub rope_layers: Vec<bool>,
     /// The rotary base and scaling of the sliding-window layers where they have their own
     /// (Gemma 3's local layers).
     pub sliding_rope: Option<(f64, RopeScaling)>,
@@ -192,6 +235,12 @@ struct RawConfig {
     use_sliding_window: Option<bool>,
     max_window_layers: Option<usize>,
     layer_types: Option<Vec<String>>,
+    no_rope_layers: Option<Vec<u8>>,
+    no_rope_layer_interval: Option<usize>,
+    embedding_multiplier: Option<f64>,
+    residual_multiplier: Option<f64>,
+    attention_multiplier: Option<f64>,
+    logits_scaling: Option<f64>,
     eos_token_id: Option<Value>,
     bos_token_id: Option<Value>,
 }
@@ -221,12 +270,15 @@ impl LlamaConfig {
             Some("Gemma3ForCausalLM" | "gemma3_text") => Architecture::Gemma3,
             Some("Phi3ForCausalLM" | "phi3") => Architecture::Phi3,
             Some("Gemma2ForCausalLM" | "gemma2") => Architecture::Gemma2,
+            Some("SmolLM3ForCausalLM" | "smollm3") => Architecture::SmolLM3,
+            Some("GraniteForCausalLM" | "granite") => Architecture::Granite,
+            Some("Olmo2ForCausalLM" | "olmo2") => Architecture::Olmo2,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
                     other,
                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
-                     Gemma2ForCausalLM or Phi3ForCausalLM",
+                     Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM or Olmo2ForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -363,6 +415,42 @@ impl LlamaConfig {
         let layers = need("num_hidden_layers", raw.num_hidden_layers)?;
         let sliding_windows = Self::windows(architecture, &raw, layers)?;
         let attention_bias = raw.attention_bias.unwrap_or(false);
+        // SmolLM3: `no_rope_layers` (1 where rotary positions apply), else none on every
+        // `no_rope_layer_interval`-th layer.
+        let rope_layers = match (architecture, &raw.no_rope_layers) {
+            (Architecture::SmolLM3, Some(l)) if l.len() == layers => l.iter().map(|&r| r != 0).collect(),
+            (Architecture::SmolLM3, Some(l)) => {
+                let want = format!("{layers} entries (num_hidden_layers)");
+                return Err(unsupported("no_rope_layers", format!("{} entries", l.len()), &want));
+            }
+            (Architecture::SmolLM3, None) => {
+                let every = raw.no_rope_layer_interval.unwrap_or(4).max(1);
+                (0..layers).map(|i| (i + 1) % every != 0).collect()
+            }
+            _ => vec![true; layers],
+        };
+        let granite = architecture == Architecture::Granite;
+        let multiplier = |field: &str, v: Option<f64>| -> Result<f64> {
+            match v.unwrap_or(1.0) {
+                m if m.is_finite() && m > 0.0 => Ok(m),
+                m => Err(unsupported(field, m, "a positive number")),
+            }
+        };
+        let attention_scale = match (granite, raw.attention_multiplier) {
+            (true, m) => multiplier("attention_multiplier", m)?,
+            _ => 1.0 / raw.query_pre_attn_scalar.unwrap_or(head_dim as f64).sqrt(),
+        };
+        let embed_scale = match granite {
+            true => Some(multiplier("embedding_multiplier", raw.embedding_multiplier)?).filter(|&m| m != 1.0),
+            false => gemma.then(|| (hidden_size as f64).sqrt()),
+        };
+        let (residual_scale, logits_scaling) = match granite {
+            true => (
+                multiplier("residual_multiplier", raw.residual_multiplier)?,
+                multiplier("logits_scaling", raw.logits_scaling)?,
+            ),
+            false => (1.0, 1.0),
+        };
         Ok(LlamaConfig {
             architecture,
             vocab_size: need("vocab_size", raw.vocab_size)?,
@@ -381,12 +469,23 @@ impl LlamaConfig {
             rope_factors: None,
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(gemma),
             qkv_bias: architecture == Architecture::Qwen2 || attention_bias,
-            qk_norm: matches!(architecture, Architecture::Qwen3 | Architecture::Gemma3),
+            qk_norm: match architecture {
+                Architecture::Qwen3 | Architecture::Gemma3 => QkNorm::PerHead,
+                Architecture::Olmo2 => QkNorm::Whole,
+                _ => QkNorm::None,
+            },
             norm_offset: if gemma { 1.0 } else { 0.0 },
-            sandwich_norms: gemma,
+            norms: match architecture {
+                _ if gemma => Norms::Sandwich,
+                Architecture::Olmo2 => Norms::Post,
+                _ => Norms::Pre,
+            },
             hidden_act,
-            attention_scale: 1.0 / raw.query_pre_attn_scalar.unwrap_or(head_dim as f64).sqrt(),
-            embed_scale: gemma.then(|| (hidden_size as f64).sqrt()),
+            attention_scale,
+            embed_scale,
+            residual_scale,
+            logits_scaling,
+            rope_layers,
             sliding_rope,
             attn_softcap,
             final_softcap,
@@ -404,6 +503,9 @@ impl LlamaConfig {
     /// layers.
     fn windows(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Vec<Option<usize>>> {
         let window = raw.sliding_window.filter(|&w| w > 0);
+        if arch == Architecture::SmolLM3 && raw.use_sliding_window != Some(true) {
+            return Ok(vec![None; layers]);
+        }
         if let Some(types) = &raw.layer_types {
             if types.len() != layers {
                 return Err(unsupported("layer_types", types.len(), &format!("{layers} entries (num_hidden_layers)")));
@@ -471,9 +573,10 @@ pub struct LlamaAttention {
     pub qkv: Projections,
     /// `o_proj`, `heads · head_dim → hidden`.
     pub o_proj: Linear,
-    /// `q_norm` over each query head (`head_dim`), where [`LlamaConfig::qk_norm`].
+    /// `q_norm` over each query head (`head_dim`) or all of them, as [`LlamaConfig::qk_norm`]
+    /// says.
     pub q_norm: Option<RmsNorm>,
-    /// `k_norm` over each key head, where [`LlamaConfig::qk_norm`].
+    /// `k_norm` over each key head or all of them.
     pub k_norm: Option<RmsNorm>,
 }
 
@@ -491,22 +594,22 @@ pub struct LlamaMlp {
 crate::module!(LlamaMlp { gate_up, down_proj });
 
 /// A decoder layer: `h = x + attn(norm(x))`, `out = h + mlp(norm(h))`; with
-/// [`LlamaConfig::sandwich_norms`], `h = x + norm(attn(norm(x)))`, `out = h +
-/// norm(mlp(norm(h)))`.
+/// [`Norms::Sandwich`], `h = x + norm(attn(norm(x)))`, `out = h + norm(mlp(norm(h)))`; with
+/// [`Norms::Post`], `h = x + norm(attn(x))`, `out = h + norm(mlp(h))`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaLayer {
-    /// `input_layernorm`.
-    pub input_layernorm: RmsNorm,
+    /// `input_layernorm`, but with post norms only.
+    pub input_layernorm: Option<RmsNorm>,
     /// `self_attn`.
     pub self_attn: LlamaAttention,
-    /// `post_attention_layernorm`: the MLP's input norm, or with sandwich norms the
+    /// `post_attention_layernorm`: the MLP's input norm, or with sandwich or post norms the
     /// attention output's.
     pub post_attention_layernorm: RmsNorm,
     /// `pre_feedforward_layernorm`, with sandwich norms: the MLP's input norm.
     pub pre_feedforward_layernorm: Option<RmsNorm>,
     /// `mlp`.
     pub mlp: LlamaMlp,
-    /// `post_feedforward_layernorm`, with sandwich norms: the MLP output's norm.
+    /// `post_feedforward_layernorm`, with sandwich or post norms: the MLP output's norm.
     pub post_feedforward_layernorm: Option<RmsNorm>,
 }
 
@@ -557,15 +660,19 @@ impl Llama {
             Ok(n)
         };
         let norm = |s: &Scope| norm_of(s, d);
-        let head_norm = |s: &Scope| c.qk_norm.then(|| norm_of(s, dh)).transpose();
-        let sandwich = |s: &Scope| c.sandwich_norms.then(|| norm(s)).transpose();
+        let qk_norm = |s: &Scope, heads: usize| match c.qk_norm {
+            QkNorm::None => Ok(None),
+            QkNorm::PerHead => norm_of(s, dh).map(Some),
+            QkNorm::Whole => norm_of(s, heads * dh).map(Some),
+        };
+        let when = |on: bool, s: &Scope| on.then(|| norm(s)).transpose();
         let m = s.at("model");
         let layers = (0..c.num_hidden_layers)
             .map(|i| {
                 let l = m.at("layers").at(i);
                 let (a, p) = (l.at("self_attn"), l.at("mlp"));
                 Ok(LlamaLayer {
-                    input_layernorm: norm(&l.at("input_layernorm"))?,
+                    input_layernorm: when(c.norms != Norms::Post, &l.at("input_layernorm"))?,
                     self_attn: LlamaAttention {
                         qkv: Projections::new(
                             &a,
@@ -575,11 +682,11 @@ impl Llama {
                             c.qkv_bias,
                         )?,
                         o_proj: linear(&a.at("o_proj"), c.num_attention_heads * dh, d, c.o_bias)?,
-                        q_norm: head_norm(&a.at("q_norm"))?,
-                        k_norm: head_norm(&a.at("k_norm"))?,
+                        q_norm: qk_norm(&a.at("q_norm"), c.num_attention_heads)?,
+                        k_norm: qk_norm(&a.at("k_norm"), c.num_key_value_heads)?,
                     },
                     post_attention_layernorm: norm(&l.at("post_attention_layernorm"))?,
-                    pre_feedforward_layernorm: sandwich(&l.at("pre_feedforward_layernorm"))?,
+                    pre_feedforward_layernorm: when(c.norms == Norms::Sandwich, &l.at("pre_feedforward_layernorm"))?,
                     mlp: LlamaMlp {
                         gate_up: Projections::new(
                             &p,
@@ -590,7 +697,7 @@ impl Llama {
                         )?,
                         down_proj: linear(&p.at("down_proj"), c.intermediate_size, d, c.mlp_bias)?,
                     },
-                    post_feedforward_layernorm: sandwich(&l.at("post_feedforward_layernorm"))?,
+                    post_feedforward_layernorm: when(c.norms != Norms::Pre, &l.at("post_feedforward_layernorm"))?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -606,42 +713,68 @@ impl Llama {
     }
 
     /// `x: [b, s, hidden]` → q `[b, heads, s, dh]`, k and v `[b, kv_heads, s, dh]`, q and k
-    /// normed per head (where the model has `q_norm` and `k_norm`) and rotated by `angles`
-    /// (the cosines and sines of [`rotary_angles`], one graph's for all layers).
-    fn qkv(&self, attn: &LlamaAttention, x: &Tensor, angles: &(Tensor, Tensor)) -> Result<[Tensor; 3]> {
+    /// normed (where the model has `q_norm` and `k_norm`: per head, or over the whole
+    /// projection) and rotated by `angles` (the cosines and sines of [`rotary_angles`], one
+    /// graph's for all layers; `None` on a layer without rotary positions).
+    fn qkv(&self, attn: &LlamaAttention, x: &Tensor, angles: Option<&(Tensor, Tensor)>) -> Result<[Tensor; 3]> {
         let c = &self.config;
         let (b, s) = (x.dims()[0], x.dims()[1]);
         let heads = |t: Tensor, n: usize, norm: Option<&RmsNorm>| -> Result<Tensor> {
-            let t = t.reshape([b, s, n, c.head_dim])?;
-            let t = match norm {
-                Some(norm) => norm.forward(&t)?,
-                None => t,
+            let t = match (norm, c.qk_norm) {
+                (Some(norm), QkNorm::Whole) => norm.forward(&t)?,
+                _ => t,
             };
-            Ok(t.transpose(&[0, 2, 1, 3])?)
+            let t = t.reshape([b, s, n, c.head_dim])?;
+            let t = match (norm, c.qk_norm) {
+                (Some(norm), QkNorm::PerHead) => norm.forward(&t)?,
+                _ => t,
+            };
+            let t = t.transpose(&[0, 2, 1, 3])?;
+            match angles {
+                Some((cos, sin)) => rotate(&t, cos, sin),
+                None => Ok(t),
+            }
         };
-        let (cos, sin) = angles;
         let Ok([q, k, v]) = <[Tensor; 3]>::try_from(attn.qkv.forward(x)?) else { unreachable!("q, k and v") };
-        let q = rotate(&heads(q, c.num_attention_heads, attn.q_norm.as_ref())?, cos, sin)?;
-        let k = rotate(&heads(k, c.num_key_value_heads, attn.k_norm.as_ref())?, cos, sin)?;
-        Ok([q, k, heads(v, c.num_key_value_heads, None)?])
+        let q = heads(q, c.num_attention_heads, attn.q_norm.as_ref())?;
+        let k = heads(k, c.num_key_value_heads, attn.k_norm.as_ref())?;
+        let v = v.reshape([b, s, c.num_key_value_heads, c.head_dim])?.transpose(&[0, 2, 1, 3])?;
+        Ok([q, k, v])
+    }
+
+    /// The attention's input: `x` normed where norms come before each branch.
+    fn attention_input(layer: &LlamaLayer, x: &Tensor) -> Result<Tensor> {
+        match &layer.input_layernorm {
+            Some(norm) => norm.forward(x),
+            None => Ok(x.clone()),
+        }
     }
 
     /// The rest of a layer after attention: residual, norm, gated MLP, residual (with
-    /// sandwich norms, each branch's output normed before its residual add).
+    /// sandwich or post norms, each branch's output normed before its residual add; each
+    /// branch's output scaled where the model scales it).
     fn finish_layer(&self, layer: &LlamaLayer, x: &Tensor, attended: &Tensor) -> Result<Tensor> {
-        let norm = |n: &Option<RmsNorm>, t: Tensor| -> Result<Tensor> {
+        let c = &self.config;
+        let norm = |n: Option<&RmsNorm>, t: Tensor| -> Result<Tensor> {
             match n {
                 Some(n) => n.forward(&t),
                 None => Ok(t),
             }
         };
-        let a = layer.self_attn.o_proj.forward(attended)?;
-        let (a, pre_mlp) = match &layer.pre_feedforward_layernorm {
-            Some(pre) => (layer.post_attention_layernorm.forward(&a)?, pre),
-            None => (a, &layer.post_attention_layernorm),
+        let branch = |t: Tensor| -> Result<Tensor> {
+            match c.residual_scale {
+                1.0 => Ok(t),
+                scale => Ok(t.mul_scalar(scale)?),
+            }
         };
-        let h = x.add(&a)?;
-        let n = pre_mlp.forward(&h)?;
+        let a = layer.self_attn.o_proj.forward(attended)?;
+        let (a, pre_mlp) = match c.norms {
+            Norms::Pre => (a, Some(&layer.post_attention_layernorm)),
+            Norms::Sandwich => (layer.post_attention_layernorm.forward(&a)?, layer.pre_feedforward_layernorm.as_ref()),
+            Norms::Post => (layer.post_attention_layernorm.forward(&a)?, None),
+        };
+        let h = x.add(&branch(a)?)?;
+        let n = norm(pre_mlp, h.clone())?;
         let Ok([gate, up]) = <[Tensor; 2]>::try_from(layer.mlp.gate_up.forward(&n)?) else {
             unreachable!("gate and up")
         };
@@ -650,18 +783,20 @@ impl Llama {
             Activation::GeluTanh => gate.gelu_tanh()?,
         };
         let m = layer.mlp.down_proj.forward(&gate.mul(&up)?)?;
-        Ok(h.add(&norm(&layer.post_feedforward_layernorm, m)?)?)
+        Ok(h.add(&branch(norm(layer.post_feedforward_layernorm.as_ref(), m)?)?)?)
     }
 
     /// The rows of `ids` in the embedding table, scaled where the model scales them.
     fn embed(&self, ids: &Tensor) -> Result<Tensor> {
         let rows = self.embed_tokens.lookup(ids, DType::F32)?;
         match self.config.embed_scale {
-            // `transformers` rounds the scale to f32, then to the table's dtype.
+            // `transformers` rounds Gemma's scale to f32, then to the table's dtype; Granite's
+            // multiplies in f32.
             Some(scale) => {
+                let gemma = matches!(self.config.architecture, Architecture::Gemma2 | Architecture::Gemma3);
                 let scale = match self.embed_tokens.table.ty().dtype {
-                    DType::BF16 => fusegraph_ir::bf16_nearest(scale).to_f64(),
-                    DType::F16 => half::f16::from_f32(scale as f32).to_f64(),
+                    DType::BF16 if gemma => fusegraph_ir::bf16_nearest(scale).to_f64(),
+                    DType::F16 if gemma => half::f16::from_f32(scale as f32).to_f64(),
                     _ => scale as f32 as f64,
                 };
                 Ok(rows.mul_scalar(scale)?)
@@ -733,9 +868,11 @@ impl CausalLm for Llama {
         let sliding = self.config.sliding_inv_freq().map(|f| rotary_angles(&pos, &f)).transpose()?;
         let mut h = self.embed(ids)?;
         let mut kvs = Vec::new();
-        for (layer, window) in self.layers.iter().zip(&self.config.sliding_windows) {
+        for ((layer, window), rope) in
+            self.layers.iter().zip(&self.config.sliding_windows).zip(&self.config.rope_layers)
+        {
             let angles = sliding.as_ref().filter(|_| window.is_some()).unwrap_or(&angles);
-            let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, angles)?;
+            let [q, k, v] = self.qkv(&layer.self_attn, &Self::attention_input(layer, &h)?, rope.then_some(angles))?;
             let a = attend(
                 &q,
                 &k,
@@ -775,9 +912,10 @@ impl CausalLm for Llama {
         let k_pos = b.iota(DType::I32, [batch, 1, live], 2)?;
         let mut h = self.embed(ids)?;
         let mut updated = Vec::new();
-        for ((layer, window), (kc, vc)) in self.layers.iter().zip(&self.config.sliding_windows).zip(cache) {
+        let layers = self.layers.iter().zip(&self.config.sliding_windows).zip(&self.config.rope_layers);
+        for (((layer, window), rope), (kc, vc)) in layers.zip(cache) {
             let angles = sliding.as_ref().filter(|_| window.is_some()).unwrap_or(&angles);
-            let [q, k, v] = self.qkv(&layer.self_attn, &layer.input_layernorm.forward(&h)?, angles)?;
+            let [q, k, v] = self.qkv(&layer.self_attn, &Self::attention_input(layer, &h)?, rope.then_some(angles))?;
             let (kc, vc) = (kc.dynamic_update_slice(&k, &p, 2)?, vc.dynamic_update_slice(&v, &p, 2)?);
             let keep = Self::keep_at(&q_pos, &k_pos, *window)?;
             let (k_live, v_live) = (live_part(&kc, live)?, live_part(&vc, live)?);
@@ -796,6 +934,10 @@ impl Llama {
         let logits = match &self.lm_head {
             Some(head) => head.forward(&h)?,
             None => tied_head(&h, &self.embed_tokens)?,
+        };
+        let logits = match self.config.logits_scaling {
+            1.0 => logits,
+            by => logits.div(&logits.builder().scalar(logits.dtype(), by)?)?,
         };
         match self.config.final_softcap {
             Some(cap) => soft_cap(&logits, cap),

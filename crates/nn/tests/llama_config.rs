@@ -4,7 +4,7 @@
 //! typed errors for what is not supported.
 
 use fusegraph_ir::DType;
-use fusegraph_nn::llama::{Architecture, RopeScaling};
+use fusegraph_nn::llama::{Architecture, Norms, QkNorm, RopeScaling};
 use fusegraph_nn::{CausalLm, LlamaConfig, Module, NnError, Pretrained, Quantize};
 
 /// Llama-3.2-1B's `config.json` as published (transformers 4.45).
@@ -153,7 +153,7 @@ fn a_gemma3_config_gives_its_layers_norms_and_scales() {
     assert_eq!((c.rope_theta, c.sliding_rope.clone()), (1e6, Some((1e4, RopeScaling::Default))));
     assert_eq!(c.sliding_inv_freq().unwrap()[1], (1.0 / 10000f32.powf(2.0 / 256.0)) as f64);
     assert_eq!((c.attention_scale, c.embed_scale, c.norm_offset), (1.0 / 16.0, Some(1152f64.sqrt()), 1.0));
-    assert!(c.qk_norm && c.sandwich_norms && c.tie_word_embeddings && !c.qkv_bias);
+    assert!(c.qk_norm == QkNorm::PerHead && c.norms == Norms::Sandwich && c.tie_word_embeddings && !c.qkv_bias);
     assert_eq!(c.hidden_act, fusegraph_nn::llama::Activation::GeluTanh);
     assert_eq!((c.eos_token_ids.clone(), c.bos_token_id), (vec![1, 106], Some(2)));
     // A logit cap applies (Gemma 3 as Gemma 2); a score cap is refused below.
@@ -258,7 +258,9 @@ fn a_gemma2_config_gives_alternating_windows_and_soft_caps() {
     let sliding: Vec<bool> = c.sliding_windows.iter().map(Option::is_some).collect();
     assert_eq!(sliding, (0..26).map(|i| i % 2 == 0).collect::<Vec<_>>());
     assert_eq!((c.attn_softcap, c.final_softcap), (Some(50.0), Some(30.0)));
-    assert!(!c.qk_norm && c.sandwich_norms && c.tie_word_embeddings && c.sliding_rope.is_none());
+    assert!(
+        c.qk_norm == QkNorm::None && c.norms == Norms::Sandwich && c.tie_word_embeddings && c.sliding_rope.is_none()
+    );
     assert_eq!((c.norm_offset, c.embed_scale, c.attention_scale), (1.0, Some(2304f64.sqrt()), 1.0 / 16.0));
     // The caps default to Gemma 2's; a cap that is not positive is refused.
     let default = LlamaConfig::from_json(&gemma2.replace("\"attn_logit_softcapping\": 50.0, ", "")).unwrap();
@@ -306,4 +308,65 @@ fn a_phi3_5_config_gives_longrope_frequencies_and_attention_factor() {
         }
         other => panic!("{:?}", other.map(|c| c.architecture)),
     }
+}
+
+/// SmolLM3-3B's, Granite 3.3 8B's and OLMo 2 7B's shapes: SmolLM3 without rotary positions
+/// on every fourth layer (no `no_rope_layers` in the file), Granite's multipliers in its
+/// fields (a non-positive one a typed error), OLMo 2's norms after each branch only and its q
+/// and k norms over the whole projections.
+#[test]
+fn smollm3_granite_and_olmo2_configs_give_their_layers() {
+    let common = r#""hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+        "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 65536,
+        "rms_norm_eps": 1e-06, "rope_theta": 5000000.0, "vocab_size": 128256"#;
+    let smol = format!(r#"{{"architectures": ["SmolLM3ForCausalLM"], {common}, "tie_word_embeddings": true}}"#);
+    let c = LlamaConfig::from_json(&smol).unwrap();
+    assert_eq!(c.architecture, Architecture::SmolLM3);
+    let nope: Vec<usize> = (0..36).filter(|&i| !c.rope_layers[i]).collect();
+    assert_eq!(nope, (0..9).map(|i| 4 * i + 3).collect::<Vec<_>>());
+    assert_eq!(c.sliding_windows, vec![None; 36]);
+    let listed = smol.replace("\"tie_word_embeddings\"", "\"no_rope_layers\": [1, 0], \"tie_word_embeddings\"");
+    match LlamaConfig::from_json(&listed) {
+        Err(NnError::ConfigField { field, value, .. }) => {
+            assert_eq!((field.as_str(), value.as_str()), ("no_rope_layers", "2 entries"))
+        }
+        other => panic!("{:?}", other.map(|c| c.architecture)),
+    }
+
+    let granite = r#"{"architectures": ["GraniteForCausalLM"], "hidden_size": 4096, "intermediate_size": 12800,
+        "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 10000000.0,
+        "vocab_size": 49159, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+        "attention_multiplier": 0.0078125, "logits_scaling": 16.0, "tie_word_embeddings": true}"#;
+    let c = LlamaConfig::from_json(granite).unwrap();
+    assert_eq!(
+        (c.embed_scale, c.residual_scale, c.attention_scale, c.logits_scaling),
+        (Some(12.0), 0.22, 0.0078125, 16.0)
+    );
+    assert!(c.rope_layers.iter().all(|&r| r) && c.norms == Norms::Pre);
+    match LlamaConfig::from_json(&granite.replace("\"logits_scaling\": 16.0", "\"logits_scaling\": 0")) {
+        Err(NnError::ConfigField { field, .. }) => assert_eq!(field, "logits_scaling"),
+        other => panic!("{:?}", other.map(|c| c.architecture)),
+    }
+
+    let olmo2 = r#"{"architectures": ["Olmo2ForCausalLM"], "hidden_size": 4096, "intermediate_size": 11008,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-06, "rope_theta": 500000,
+        "vocab_size": 100352, "tie_word_embeddings": false}"#;
+    let c = LlamaConfig::from_json(olmo2).unwrap();
+    assert_eq!((c.norms, c.qk_norm, c.attention_scale), (Norms::Post, QkNorm::Whole, 1.0 / 128f64.sqrt()));
+    let model = fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap();
+    let norms: Vec<(String, Vec<usize>)> = model
+        .params()
+        .iter()
+        .filter(|p| p.path().starts_with("model.layers.0.") && p.path().ends_with("norm.weight"))
+        .map(|p| (p.path().to_string(), p.ty().shape.dims().to_vec()))
+        .collect();
+    let want = [
+        ("model.layers.0.self_attn.q_norm.weight", 4096),
+        ("model.layers.0.self_attn.k_norm.weight", 4096),
+        ("model.layers.0.post_attention_layernorm.weight", 4096),
+        ("model.layers.0.post_feedforward_layernorm.weight", 4096),
+    ];
+    assert_eq!(norms, want.map(|(n, w)| (n.to_string(), vec![w])).to_vec());
 }
