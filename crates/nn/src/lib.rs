@@ -42,6 +42,7 @@ pub mod gpt2;
 mod init;
 mod layers;
 pub mod llama;
+pub mod llama_config;
 pub mod loss;
 pub mod models;
 mod module;

@@ -1,0 +1,538 @@
+//! A Llama-family model's shape: `LlamaConfig`, read from the `config.json` that
+//! `transformers` 4 or 5 writes for one of the [`Architecture`]s, every difference between
+//! them a field.
+
+use crate::error::{config, unsupported, Result};
+use crate::rope::RopeScaling;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The model classes a `config.json`'s `architectures` may name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Architecture {
+    /// `LlamaForCausalLM`.
+    Llama,
+    /// `Qwen2ForCausalLM`: biases on q, k and v.
+    Qwen2,
+    /// `MistralForCausalLM`: a sliding window on every layer when `sliding_window` is set.
+    Mistral,
+    /// `Qwen3ForCausalLM`: RMS norms on each head's q and k before the rotation.
+    Qwen3,
+    /// `Gemma3ForCausalLM` (`gemma3_text`): Qwen3's q and k norms, norms before and after
+    /// each branch with gains `1 + w`, embeddings scaled by `√hidden_size`, a tanh GELU, the
+    /// scores scaled by `query_pre_attn_scalar`, sliding-window layers with a rotary base of
+    /// their own.
+    Gemma3,
+    /// `Gemma2ForCausalLM`: Gemma 3's layers without the q and k norms, every other layer a
+    /// sliding window, the scores and the logits soft-capped (`cap · tanh(x / cap)`).
+    Gemma2,
+    /// `Phi3ForCausalLM` (Phi-3, Phi-4-mini): q, k and v one projection (`qkv_proj`), gate
+    /// and up one (`gate_up_proj`), rotary positions on part of each head
+    /// (`partial_rotary_factor`), a sliding window on every layer where `sliding_window` is set.
+    Phi3,
+    /// `SmolLM3ForCausalLM`: no rotary positions on every `no_rope_layer_interval`-th (4th)
+    /// layer (`no_rope_layers`).
+    SmolLM3,
+    /// `GraniteForCausalLM` (IBM Granite 3): the embeddings, each branch's output, the scores
+    /// and the logits scaled by the config's multipliers.
+    Granite,
+    /// `Olmo2ForCausalLM` (OLMo 2): each branch's output normed (no norm before it), RMS norms
+    /// over the whole q and k projections.
+    Olmo2,
+}
+
+/// Where a layer's RMS norms sit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Norms {
+    /// Before each branch (`input_layernorm`, then `post_attention_layernorm` before the
+    /// MLP): Llama's.
+    Pre,
+    /// Before and after each branch (`input_layernorm`, `post_attention_layernorm` on the
+    /// attention's output, `pre_feedforward_layernorm` and `post_feedforward_layernorm`
+    /// around the MLP): Gemma's.
+    Sandwich,
+    /// After each branch only (`post_attention_layernorm`, `post_feedforward_layernorm`):
+    /// OLMo 2's.
+    Post,
+}
+
+/// RMS norms on the queries and keys before the rotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    /// None.
+    None,
+    /// Over each head (`head_dim` wide): Qwen3's, Gemma 3's.
+    PerHead,
+    /// Over the whole projection (all heads): OLMo 2's.
+    Whole,
+}
+
+/// The gate's activation in the MLP (`hidden_act`, or Gemma's `hidden_activation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu`.
+    Silu,
+    /// `gelu_pytorch_tanh`: GELU's tanh form.
+    GeluTanh,
+}
+
+impl Architecture {
+    /// The `transformers` class name.
+    pub fn class_name(self) -> &'static str {
+        match self {
+            Architecture::Llama => "LlamaForCausalLM",
+            Architecture::Qwen2 => "Qwen2ForCausalLM",
+            Architecture::Mistral => "MistralForCausalLM",
+            Architecture::Qwen3 => "Qwen3ForCausalLM",
+            Architecture::Gemma3 => "Gemma3ForCausalLM",
+            Architecture::Phi3 => "Phi3ForCausalLM",
+            Architecture::Gemma2 => "Gemma2ForCausalLM",
+            Architecture::SmolLM3 => "SmolLM3ForCausalLM",
+            Architecture::Granite => "GraniteForCausalLM",
+            Architecture::Olmo2 => "Olmo2ForCausalLM",
+        }
+    }
+}
+
+/// The fields of a Llama-family `config.json` that shape the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// The model class.
+    pub architecture: Architecture,
+    /// Token vocabulary (`vocab_size`).
+    pub vocab_size: usize,
+    /// Model width (`hidden_size`).
+    pub hidden_size: usize,
+    /// The MLP's inner width (`intermediate_size`).
+    pub intermediate_size: usize,
+    /// Decoder layers (`num_hidden_layers`).
+    pub num_hidden_layers: usize,
+    /// Query heads (`num_attention_heads`).
+    pub num_attention_heads: usize,
+    /// Key and value heads (`num_key_value_heads`; dividing the query heads).
+    pub num_key_value_heads: usize,
+    /// Width of one head (`head_dim`, else `hidden_size / num_attention_heads`).
+    pub head_dim: usize,
+    /// The width of each head's leading part that rotary positions rotate
+    /// (`head_dim · partial_rotary_factor`; the rest passes unrotated).
+    pub rotary_dim: usize,
+    /// q, k and v as one projection and gate and up as one (Phi-3's `qkv_proj` and
+    /// `gate_up_proj`).
+    pub fused_projections: bool,
+    /// The longest sequence (`max_position_embeddings`).
+    pub max_position_embeddings: usize,
+    /// RMS norms' epsilon (`rms_norm_eps`).
+    pub rms_norm_eps: f64,
+    /// Rotary base θ (`rope_theta`).
+    pub rope_theta: f64,
+    /// Rotary scaling (`rope_scaling`, or `rope_parameters` in `transformers` 5).
+    pub rope_scaling: RopeScaling,
+    /// A divisor per rotary frequency, in place of `rope_scaling` (GGUF files store
+    /// `llama3` scaling so, as `rope_freqs`).
+    pub rope_factors: Option<Vec<f64>>,
+    /// Whether the head is the embedding table (`tie_word_embeddings`).
+    pub tie_word_embeddings: bool,
+    /// Biases on the q, k and v projections (Qwen2; Llama's `attention_bias`).
+    pub qkv_bias: bool,
+    /// RMS norms over q and k (`q_norm`, `k_norm`) before the rotation.
+    pub qk_norm: QkNorm,
+    /// Added to each RMS norm's weight for its gain (Gemma: 1, its weights centered at zero).
+    pub norm_offset: f64,
+    /// Where each layer's norms sit.
+    pub norms: Norms,
+    /// The MLP gate's activation.
+    pub hidden_act: Activation,
+    /// The attention scores' scale (`query_pre_attn_scalar^-½`, else `head_dim^-½`).
+    pub attention_scale: f64,
+    /// The embeddings' scale (Gemma: `√hidden_size`, rounded to the table's storage type as
+    /// `transformers` rounds it; Granite: `embedding_multiplier`).
+    pub embed_scale: Option<f64>,
+    /// Each branch's output scaled before its residual add (Granite's `residual_multiplier`; 1).
+    pub residual_scale: f64,
+    /// The logits divided by it (Granite's `logits_scaling`; 1).
+    pub logits_scaling: f64,
+    /// Per layer, whether rotary positions apply (SmolLM3's `no_rope_layers`; all others').
+    pub rope_layers: Vec<bool>,
+    /// The rotary base and scaling of the sliding-window layers where they have their own
+    /// (Gemma 3's local layers).
+    pub sliding_rope: Option<(f64, RopeScaling)>,
+    /// The attention scores' soft cap (`attn_logit_softcapping`: Gemma 2).
+    pub attn_softcap: Option<f64>,
+    /// The logits' soft cap (`final_logit_softcapping`: Gemma 2 and 3).
+    pub final_softcap: Option<f64>,
+    /// A bias on the output projection (Llama's `attention_bias`).
+    pub o_bias: bool,
+    /// Biases on the MLP's projections (`mlp_bias`).
+    pub mlp_bias: bool,
+    /// Per layer, the sliding attention window (`sliding_window`) or `None` for full
+    /// attention: a query at `i` reads keys `j` with `i − window < j ≤ i`.
+    pub sliding_windows: Vec<Option<usize>>,
+    /// The tokens that end a generation (`eos_token_id`, one or a list).
+    pub eos_token_ids: Vec<i32>,
+    /// The token that starts a sequence (`bos_token_id`).
+    pub bos_token_id: Option<i32>,
+}
+
+/// The `config.json` as written, before its fields are checked.
+#[derive(Deserialize)]
+struct RawConfig {
+    architectures: Option<Vec<String>>,
+    model_type: Option<String>,
+    vocab_size: Option<usize>,
+    hidden_size: Option<usize>,
+    intermediate_size: Option<usize>,
+    num_hidden_layers: Option<usize>,
+    num_attention_heads: Option<usize>,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    max_position_embeddings: Option<usize>,
+    rms_norm_eps: Option<f64>,
+    rope_theta: Option<f64>,
+    rope_scaling: Option<Value>,
+    rope_parameters: Option<Value>,
+    partial_rotary_factor: Option<f64>,
+    original_max_position_embeddings: Option<usize>,
+    hidden_act: Option<String>,
+    hidden_activation: Option<String>,
+    query_pre_attn_scalar: Option<f64>,
+    rope_local_base_freq: Option<f64>,
+    sliding_window_pattern: Option<usize>,
+    final_logit_softcapping: Option<f64>,
+    attn_logit_softcapping: Option<f64>,
+    use_bidirectional_attention: Option<bool>,
+    tie_word_embeddings: Option<bool>,
+    attention_bias: Option<bool>,
+    mlp_bias: Option<bool>,
+    sliding_window: Option<usize>,
+    use_sliding_window: Option<bool>,
+    max_window_layers: Option<usize>,
+    layer_types: Option<Vec<String>>,
+    no_rope_layers: Option<Vec<u8>>,
+    no_rope_layer_interval: Option<usize>,
+    embedding_multiplier: Option<f64>,
+    residual_multiplier: Option<f64>,
+    attention_multiplier: Option<f64>,
+    logits_scaling: Option<f64>,
+    eos_token_id: Option<Value>,
+    bos_token_id: Option<Value>,
+}
+
+fn token_ids(field: &str, v: &Option<Value>) -> Result<Vec<i32>> {
+    let one =
+        |x: &Value| x.as_i64().map(|i| i as i32).ok_or_else(|| unsupported(field, x, "a token id or a list of them"));
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(xs)) => xs.iter().map(one).collect(),
+        Some(x) => Ok(vec![one(x)?]),
+    }
+}
+
+impl LlamaConfig {
+    /// The shape of a `config.json` written by `transformers` 4 or 5 for one of the
+    /// [`Architecture`]s. An architecture, activation or rotary type it does not support is an
+    /// [`NnError::ConfigField`](crate::NnError::ConfigField) naming the field and its value.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let raw: RawConfig = serde_json::from_str(text).map_err(|e| config(format!("config.json: {e}")))?;
+        let archs = raw.architectures.clone().unwrap_or_default();
+        let architecture = match archs.first().map(String::as_str).or(raw.model_type.as_deref()) {
+            Some("LlamaForCausalLM" | "llama") => Architecture::Llama,
+            Some("Qwen2ForCausalLM" | "qwen2") => Architecture::Qwen2,
+            Some("MistralForCausalLM" | "mistral") => Architecture::Mistral,
+            Some("Qwen3ForCausalLM" | "qwen3") => Architecture::Qwen3,
+            Some("Gemma3ForCausalLM" | "gemma3_text") => Architecture::Gemma3,
+            Some("Phi3ForCausalLM" | "phi3") => Architecture::Phi3,
+            Some("Gemma2ForCausalLM" | "gemma2") => Architecture::Gemma2,
+            Some("SmolLM3ForCausalLM" | "smollm3") => Architecture::SmolLM3,
+            Some("GraniteForCausalLM" | "granite") => Architecture::Granite,
+            Some("Olmo2ForCausalLM" | "olmo2") => Architecture::Olmo2,
+            Some(other) => {
+                return Err(unsupported(
+                    "architectures",
+                    other,
+                    "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
+                     Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM or Olmo2ForCausalLM",
+                ))
+            }
+            None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
+        };
+        let need = |k: &str, v: Option<usize>| -> Result<usize> {
+            v.filter(|&x| x > 0).ok_or_else(|| unsupported(k, "(missing or 0)", "a positive integer"))
+        };
+        let hidden_size = need("hidden_size", raw.hidden_size)?;
+        let heads = need("num_attention_heads", raw.num_attention_heads)?;
+        let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
+        if kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(unsupported(
+                "num_key_value_heads",
+                kv_heads,
+                &format!("a divisor of num_attention_heads {heads}"),
+            ));
+        }
+        let head_dim = match raw.head_dim {
+            Some(d) => d,
+            None if hidden_size % heads == 0 => hidden_size / heads,
+            None => {
+                return Err(unsupported(
+                    "num_attention_heads",
+                    heads,
+                    &format!("a divisor of hidden_size {hidden_size}"),
+                ))
+            }
+        };
+        if head_dim == 0 || head_dim % 2 != 0 {
+            return Err(unsupported("head_dim", head_dim, "an even width ≥ 2 (rotary pairs)"));
+        }
+        let gemma = matches!(architecture, Architecture::Gemma2 | Architecture::Gemma3);
+        // Gemma's defaults where its config.json leaves a field out (`Gemma2Config`,
+        // `Gemma3TextConfig`).
+        let hidden_act = match raw.hidden_act.as_deref().or(raw.hidden_activation.as_deref()) {
+            None if gemma => Activation::GeluTanh,
+            None | Some("silu") => Activation::Silu,
+            Some("gelu_pytorch_tanh") => Activation::GeluTanh,
+            Some(other) => return Err(unsupported("hidden_act", other, "silu or gelu_pytorch_tanh")),
+        };
+        // Soft caps: Gemma 2 caps scores and logits, Gemma 3 logits only (`transformers`' Gemma 3
+        // leaves its scores uncapped: a cap asked for there is an error, not ignored).
+        let gemma2 = architecture == Architecture::Gemma2;
+        let attn_softcap = raw.attn_logit_softcapping.or(gemma2.then_some(50.0));
+        let final_softcap = raw.final_logit_softcapping.or(gemma2.then_some(30.0));
+        for (field, cap, read) in
+            [("final_logit_softcapping", final_softcap, gemma), ("attn_logit_softcapping", attn_softcap, gemma2)]
+        {
+            match cap {
+                Some(cap) if !(read && cap.is_finite() && cap > 0.0) => {
+                    return Err(unsupported(field, cap, "null (no soft-capping), or a positive cap for Gemma 2"));
+                }
+                _ => {}
+            }
+        }
+        if raw.use_bidirectional_attention == Some(true) {
+            return Err(unsupported("use_bidirectional_attention", true, "false (causal attention)"));
+        }
+        // The rotated part of each head: `partial_rotary_factor` at the top level or, in
+        // `transformers` 5, among the rotary parameters.
+        let partial = raw.partial_rotary_factor.or_else(|| {
+            raw.rope_parameters.as_ref().and_then(|p| p.get("partial_rotary_factor")).and_then(Value::as_f64)
+        });
+        // `int(head_dim · factor)` as `transformers` takes it (a factor from a GGUF file's
+        // rotary width may land a hair below that width).
+        let rotary = partial.map(|p| (p, (head_dim as f64 * p + 1e-9) as usize));
+        let rotary_dim = match rotary {
+            None => head_dim,
+            Some((p, r)) if p > 0.0 && p <= 1.0 && r % 2 == 0 && r >= 2 => r,
+            Some((p, _)) => {
+                return Err(unsupported("partial_rotary_factor", p, "a fraction of head_dim giving an even width ≥ 2"))
+            }
+        };
+        // `rope_parameters` per layer type (Gemma 3 in `transformers` 5), or one for all.
+        let per_type = raw.rope_parameters.as_ref().and_then(|p| p.get("full_attention")).is_some();
+        let ((rope_scaling, theta_5), sliding) = match (&raw.rope_parameters, &raw.rope_scaling) {
+            (Some(p), _) if per_type => {
+                let local = p.get("sliding_attention");
+                let local = local
+                    .map(|l| {
+                        RopeScaling::parse(
+                            "rope_parameters.sliding_attention",
+                            Some(l),
+                            raw.max_position_embeddings,
+                            raw.original_max_position_embeddings,
+                        )
+                    })
+                    .transpose()?;
+                (
+                    RopeScaling::parse(
+                        "rope_parameters.full_attention",
+                        p.get("full_attention"),
+                        raw.max_position_embeddings,
+                        raw.original_max_position_embeddings,
+                    )?,
+                    local,
+                )
+            }
+            (Some(p), _) if !p.is_null() => (
+                RopeScaling::parse(
+                    "rope_parameters",
+                    Some(p),
+                    raw.max_position_embeddings,
+                    raw.original_max_position_embeddings,
+                )?,
+                None,
+            ),
+            (_, s) => (
+                RopeScaling::parse(
+                    "rope_scaling",
+                    s.as_ref(),
+                    raw.max_position_embeddings,
+                    raw.original_max_position_embeddings,
+                )?,
+                None,
+            ),
+        };
+        let gemma3 = architecture == Architecture::Gemma3;
+        let rope_theta = raw.rope_theta.or(theta_5).unwrap_or(if gemma3 { 1e6 } else { 10000.0 });
+        // `transformers` 4's Gemma 3: its local layers' base apart, unscaled.
+        let sliding_rope = match sliding {
+            Some((scaling, theta)) => Some((theta.unwrap_or(10000.0), scaling)),
+            None if gemma3 => Some((raw.rope_local_base_freq.unwrap_or(10000.0), RopeScaling::Default)),
+            None => None,
+        };
+        if let RopeScaling::LongRope { short_factor, long_factor, .. } = &rope_scaling {
+            for (k, f) in [("short_factor", short_factor), ("long_factor", long_factor)] {
+                if f.len() != rotary_dim / 2 {
+                    let want = format!("{} (one per rotary frequency)", rotary_dim / 2);
+                    return Err(unsupported(&format!("rope_scaling.{k}"), format!("{} factors", f.len()), &want));
+                }
+            }
+        }
+        let layers = need("num_hidden_layers", raw.num_hidden_layers)?;
+        let sliding_windows = Self::windows(architecture, &raw, layers)?;
+        let attention_bias = raw.attention_bias.unwrap_or(false);
+        // SmolLM3: `no_rope_layers` (1 where rotary positions apply), else none on every
+        // `no_rope_layer_interval`-th layer.
+        let rope_layers = match (architecture, &raw.no_rope_layers) {
+            (Architecture::SmolLM3, Some(l)) if l.len() == layers => l.iter().map(|&r| r != 0).collect(),
+            (Architecture::SmolLM3, Some(l)) => {
+                let want = format!("{layers} entries (num_hidden_layers)");
+                return Err(unsupported("no_rope_layers", format!("{} entries", l.len()), &want));
+            }
+            (Architecture::SmolLM3, None) => {
+                let every = raw.no_rope_layer_interval.unwrap_or(4).max(1);
+                (0..layers).map(|i| (i + 1) % every != 0).collect()
+            }
+            _ => vec![true; layers],
+        };
+        let granite = architecture == Architecture::Granite;
+        let multiplier = |field: &str, v: Option<f64>| -> Result<f64> {
+            match v.unwrap_or(1.0) {
+                m if m.is_finite() && m > 0.0 => Ok(m),
+                m => Err(unsupported(field, m, "a positive number")),
+            }
+        };
+        let attention_scale = match (granite, raw.attention_multiplier) {
+            (true, m) => multiplier("attention_multiplier", m)?,
+            _ => 1.0 / raw.query_pre_attn_scalar.unwrap_or(head_dim as f64).sqrt(),
+        };
+        let embed_scale = match granite {
+            true => Some(multiplier("embedding_multiplier", raw.embedding_multiplier)?).filter(|&m| m != 1.0),
+            false => gemma.then(|| (hidden_size as f64).sqrt()),
+        };
+        let (residual_scale, logits_scaling) = match granite {
+            true => (
+                multiplier("residual_multiplier", raw.residual_multiplier)?,
+                multiplier("logits_scaling", raw.logits_scaling)?,
+            ),
+            false => (1.0, 1.0),
+        };
+        Ok(LlamaConfig {
+            architecture,
+            vocab_size: need("vocab_size", raw.vocab_size)?,
+            hidden_size,
+            intermediate_size: need("intermediate_size", raw.intermediate_size)?,
+            num_hidden_layers: layers,
+            num_attention_heads: heads,
+            num_key_value_heads: kv_heads,
+            head_dim,
+            rotary_dim,
+            fused_projections: architecture == Architecture::Phi3,
+            max_position_embeddings: need("max_position_embeddings", raw.max_position_embeddings)?,
+            rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
+            rope_theta,
+            rope_scaling,
+            rope_factors: None,
+            tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(gemma),
+            qkv_bias: architecture == Architecture::Qwen2 || attention_bias,
+            qk_norm: match architecture {
+                Architecture::Qwen3 | Architecture::Gemma3 => QkNorm::PerHead,
+                Architecture::Olmo2 => QkNorm::Whole,
+                _ => QkNorm::None,
+            },
+            norm_offset: if gemma { 1.0 } else { 0.0 },
+            norms: match architecture {
+                _ if gemma => Norms::Sandwich,
+                Architecture::Olmo2 => Norms::Post,
+                _ => Norms::Pre,
+            },
+            hidden_act,
+            attention_scale,
+            embed_scale,
+            residual_scale,
+            logits_scaling,
+            rope_layers,
+            sliding_rope,
+            attn_softcap,
+            final_softcap,
+            o_bias: architecture != Architecture::Qwen2 && attention_bias,
+            mlp_bias: raw.mlp_bias.unwrap_or(false),
+            sliding_windows,
+            eos_token_ids: token_ids("eos_token_id", &raw.eos_token_id)?,
+            bos_token_id: token_ids("bos_token_id", &raw.bos_token_id)?.first().copied(),
+        })
+    }
+
+    /// Per layer, its window: `layer_types` where given; Mistral's and Phi-3's `sliding_window`
+    /// on every layer; Qwen2's and Qwen3's on layers from `max_window_layers` when `use_sliding_window`;
+    /// Gemma 3's on all but every `sliding_window_pattern`-th (6) layer; Gemma 2's on the even
+    /// layers.
+    fn windows(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Vec<Option<usize>>> {
+        let window = raw.sliding_window.filter(|&w| w > 0);
+        if arch == Architecture::SmolLM3 && raw.use_sliding_window != Some(true) {
+            return Ok(vec![None; layers]);
+        }
+        if let Some(types) = &raw.layer_types {
+            if types.len() != layers {
+                return Err(unsupported("layer_types", types.len(), &format!("{layers} entries (num_hidden_layers)")));
+            }
+            return types
+                .iter()
+                .map(|t| match (t.as_str(), window) {
+                    ("full_attention", _) => Ok(None),
+                    ("sliding_attention", Some(w)) => Ok(Some(w)),
+                    (other, _) => Err(unsupported(
+                        "layer_types",
+                        other,
+                        "full_attention, or sliding_attention with a sliding_window",
+                    )),
+                })
+                .collect();
+        }
+        Ok((0..layers)
+            .map(|i| match arch {
+                Architecture::Mistral | Architecture::Phi3 => window,
+                Architecture::Qwen2 | Architecture::Qwen3 if raw.use_sliding_window == Some(true) => {
+                    window.filter(|_| i >= raw.max_window_layers.unwrap_or(0))
+                }
+                Architecture::Gemma3 => {
+                    window.filter(|_| (i + 1) % raw.sliding_window_pattern.unwrap_or(6).max(1) != 0)
+                }
+                Architecture::Gemma2 => window.filter(|_| i % 2 == 0),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The rotary frequencies of one head.
+    pub fn inv_freq(&self) -> Vec<f64> {
+        let scaled = self.rope_scaling.inv_freq(self.rope_theta, self.rotary_dim);
+        match &self.rope_factors {
+            Some(f) => scaled.iter().zip(f).map(|(v, d)| (*v as f32 / *d as f32) as f64).collect(),
+            None => scaled,
+        }
+    }
+
+    /// The rotary frequencies of the sliding-window layers, where they have their own
+    /// ([`LlamaConfig::sliding_rope`]).
+    pub fn sliding_inv_freq(&self) -> Option<Vec<f64>> {
+        self.sliding_rope.as_ref().map(|(theta, scaling)| scaling.inv_freq(*theta, self.rotary_dim))
+    }
+
+    /// Longrope's frequencies beyond the trained context, and that context's length in
+    /// positions: a sequence whose last position is at or past it rotates by these.
+    pub fn long_inv_freq(&self) -> Option<(Vec<f64>, usize)> {
+        self.rope_scaling.long_inv_freq(self.rope_theta, self.rotary_dim)
+    }
+
+    /// The scale of the rotary angles' cos and sin (longrope's attention factor, else 1).
+    pub fn rope_attention_factor(&self) -> f64 {
+        self.rope_scaling.attention_factor()
+    }
+}
