@@ -61,6 +61,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("phi3-tiny", "phi3-tiny", ""),
         ("gemma2-tiny", "gemma2-tiny", ""),
         ("phi3-longrope-tiny", "phi3-longrope-tiny", ""),
+        ("qwen3-yarn-tiny", "qwen3-yarn-tiny", ""),
         ("smollm3-tiny", "smollm3-tiny", ""),
         ("granite-tiny", "granite-tiny", ""),
         ("olmo2-tiny", "olmo2-tiny", ""),
@@ -130,9 +131,9 @@ fn unsupported_configs_and_missing_shards_are_named() {
         }
         other => panic!("{:?}", other.map(|p| p.model.name())),
     }
-    std::fs::write(dir.join("config.json"), config.replace("\"llama3\"", "\"yarn\"")).unwrap();
+    std::fs::write(dir.join("config.json"), config.replace("\"llama3\"", "\"dynamic\"")).unwrap();
     let e = Pretrained::load(&dir, None, Quantize::AsStored).map(|_| ()).unwrap_err().to_string();
-    assert!(e.contains("rope_parameters.rope_type") && e.contains("yarn"), "{e}");
+    assert!(e.contains("rope_parameters.rope_type") && e.contains("dynamic"), "{e}");
 
     // The sharded checkpoint without one of its shards.
     let sharded = data().join("llama-tiny-sharded");
@@ -262,8 +263,9 @@ fn a_q4_0_model_takes_under_a_third_of_its_f16_bytes() {
 /// `phi3-tiny-q8_0.gguf` (a `phi3` file: `attn_qkv` and `ffn_up` fused, rotary positions on
 /// part of each head; Q8_0), `gemma2-tiny-q8_0.gguf` (a `gemma2` file: soft caps from its
 /// metadata, every other layer a window; Q8_0) and `phi3-longrope-tiny-q8_0.gguf` (Phi-3.5's
-/// longrope factors as `rope_factors_long`/`rope_factors_short`; Q8_0) and `smollm3`,
-/// `granite` (its multipliers from the metadata) and `olmo2` files (Q8_0).
+/// longrope factors as `rope_factors_long`/`rope_factors_short`; Q8_0), a `qwen3` file with
+/// YaRN scaling and `smollm3`, `granite` (its multipliers from the metadata) and `olmo2`
+/// files (Q8_0).
 #[test]
 fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
@@ -276,6 +278,7 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
         ("phi3-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("gemma2-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("phi3-longrope-tiny-q8_0", &[DType::Q8_0], 0.6),
+        ("qwen3-yarn-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("smollm3-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("granite-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("olmo2-tiny-q8_0", &[DType::Q8_0], 0.6),

@@ -511,11 +511,34 @@ impl Gguf {
                 let factor = get("rope.scaling.factor").and_then(GgufValue::as_f64).unwrap_or(1.0);
                 serde_json::json!({ "rope_type": "linear", "factor": factor })
             }
+            // As llama.cpp reads YaRN: its cos and sin scale is `yarn_attn_factor` (1 where
+            // absent) times YaRN's own `0.1 ln(factor) + 1`.
+            Some("yarn") => {
+                let factor = get("rope.scaling.factor").and_then(GgufValue::as_f64).unwrap_or(1.0);
+                let ext = get("rope.scaling.yarn_ext_factor").and_then(GgufValue::as_f64);
+                if ext.is_some_and(|e| e != 1.0) {
+                    return Err(NnError::ConfigField {
+                        field: format!("{arch}.rope.scaling.yarn_ext_factor"),
+                        value: format!("{}", ext.unwrap_or_default()),
+                        supported: "1 (YaRN's ramp as it is)".into(),
+                    });
+                }
+                let attn = get("rope.scaling.yarn_attn_factor").and_then(GgufValue::as_f64).unwrap_or(1.0);
+                let mscale = if factor > 1.0 { 0.1 * factor.ln() + 1.0 } else { 1.0 };
+                serde_json::json!({
+                    "rope_type": "yarn",
+                    "factor": factor,
+                    "original_max_position_embeddings": need("rope.scaling.original_context_length")?,
+                    "attention_factor": attn * mscale,
+                    "beta_fast": get("rope.scaling.yarn_beta_fast").and_then(GgufValue::as_f64),
+                    "beta_slow": get("rope.scaling.yarn_beta_slow").and_then(GgufValue::as_f64),
+                })
+            }
             Some(other) => {
                 return Err(NnError::ConfigField {
                     field: format!("{arch}.rope.scaling.type"),
                     value: other.into(),
-                    supported: "none or linear (llama3 scaling comes as rope_freqs)".into(),
+                    supported: "none, linear or yarn (llama3 scaling comes as rope_freqs)".into(),
                 })
             }
         };

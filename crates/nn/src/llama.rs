@@ -7,7 +7,7 @@
 //! branch and their gains' offset, the MLP's activation, the embeddings', branches', scores'
 //! and logits' scales, soft caps on scores and logits, grouped-query attention
 //! (`num_key_value_heads`), rotary positions on all or part of each head (and on all layers
-//! or some) with their scaling (`linear`, `llama3`, `longrope`) and a base of their own for
+//! or some) with their scaling (`linear`, `llama3`, `yarn`, `longrope`) and a base of their own for
 //! sliding-window layers, a sliding attention window per layer and a head tied to the
 //! embeddings or its own.
 //!

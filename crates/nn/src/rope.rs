@@ -43,6 +43,34 @@ pub enum RopeScaling {
         /// `f = factor`, else `max_position_embeddings / original`, where `f > 1`).
         attention_factor: f64,
     },
+    /// `rope_type: yarn` (Qwen2.5's and Qwen3's long contexts): frequencies below a band
+    /// divided by `factor`, those above kept, the band between blended by a linear ramp over
+    /// the frequency index; the angles' cos and sin scaled by `attention_factor`.
+    Yarn {
+        /// The low frequencies' divisor (`factor`, else `max_position_embeddings / original`).
+        factor: f64,
+        /// The context length the model was trained on.
+        original_max_position_embeddings: f64,
+        /// The band's edges in rotations over the trained context (`beta_fast`: 32,
+        /// `beta_slow`: 1).
+        beta_fast: f64,
+        /// See `beta_fast`.
+        beta_slow: f64,
+        /// Whether the band's edges are rounded outward to whole frequency indices (`truncate`).
+        truncate: bool,
+        /// The cos and sin scale (`attention_factor`, else `0.1 ln(factor) + 1`, or the ratio
+        /// of that form at `mscale` and at `mscale_all_dim` where both are given).
+        attention_factor: f64,
+    },
+}
+
+/// YaRN's `mscale`: `0.1 · mscale · ln(scale) + 1`, 1 where `scale ≤ 1`.
+fn yarn_mscale(scale: f64, mscale: f64) -> f64 {
+    if scale <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * scale.ln() + 1.0
+    }
 }
 
 impl RopeScaling {
@@ -73,6 +101,35 @@ impl RopeScaling {
                 high_freq_factor: num("high_freq_factor")?,
                 original_max_position_embeddings: num("original_max_position_embeddings")?,
             },
+            "yarn" => {
+                let max = max_position_embeddings.unwrap_or(0) as f64;
+                let original = v
+                    .get("original_max_position_embeddings")
+                    .and_then(Value::as_f64)
+                    .or(original_max_position_embeddings.map(|o| o as f64))
+                    .unwrap_or(max);
+                if original < 2.0 {
+                    return Err(unsupported("original_max_position_embeddings", original, "at least 2 positions"));
+                }
+                let factor = match v.get("factor") {
+                    Some(_) => num("factor")?,
+                    None => max / original,
+                };
+                let opt = |k: &str| v.get(k).and_then(Value::as_f64).filter(|x| *x != 0.0);
+                let attention_factor = match (opt("attention_factor"), opt("mscale"), opt("mscale_all_dim")) {
+                    (Some(a), _, _) => a,
+                    (None, Some(m), Some(all)) => yarn_mscale(factor, m) / yarn_mscale(factor, all),
+                    _ => yarn_mscale(factor, 1.0),
+                };
+                RopeScaling::Yarn {
+                    factor,
+                    original_max_position_embeddings: original,
+                    beta_fast: opt("beta_fast").unwrap_or(32.0),
+                    beta_slow: opt("beta_slow").unwrap_or(1.0),
+                    truncate: v.get("truncate").and_then(Value::as_bool).unwrap_or(true),
+                    attention_factor,
+                }
+            }
             "longrope" | "su" => {
                 let factors = |k: &str| -> Result<Vec<f64>> {
                     let list = v.get(k).and_then(Value::as_array).filter(|l| !l.is_empty());
@@ -109,7 +166,11 @@ impl RopeScaling {
                 }
             }
             other => {
-                return Err(unsupported(&format!("{field}.rope_type"), other, "default, linear, llama3 or longrope"))
+                return Err(unsupported(
+                    &format!("{field}.rope_type"),
+                    other,
+                    "default, linear, llama3, yarn or longrope",
+                ))
             }
         };
         if let RopeScaling::Llama3 { low_freq_factor, high_freq_factor, .. } = scaling {
@@ -135,6 +196,7 @@ impl RopeScaling {
                     RopeScaling::Default => base,
                     RopeScaling::Linear { factor } => base / factor,
                     RopeScaling::LongRope { short_factor, .. } => return longrope_freq(theta, dim, i, short_factor[i]),
+                    RopeScaling::Yarn { .. } => return self.yarn_freq(theta, dim, i),
                     RopeScaling::Llama3 {
                         factor,
                         low_freq_factor,
@@ -175,9 +237,45 @@ impl RopeScaling {
     /// The scale of the rotary angles' cos and sin (longrope's attention factor, else 1).
     pub fn attention_factor(&self) -> f64 {
         match self {
-            RopeScaling::LongRope { attention_factor, .. } => *attention_factor,
+            RopeScaling::LongRope { attention_factor, .. } | RopeScaling::Yarn { attention_factor, .. } => {
+                *attention_factor
+            }
             _ => 1.0,
         }
+    }
+}
+
+impl RopeScaling {
+    /// YaRN's frequency `i` of a head `dim` wide, in f32 as `transformers` computes it.
+    fn yarn_freq(&self, theta: f64, dim: usize, i: usize) -> f64 {
+        let RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings: original,
+            beta_fast,
+            beta_slow,
+            truncate,
+            ..
+        } = *self
+        else {
+            unreachable!("yarn parameters")
+        };
+        // The frequency index at which a wave turns `rotations` times over the trained context.
+        let index = |rotations: f64| {
+            (dim as f64 * (original / (rotations * 2.0 * std::f64::consts::PI)).ln()) / (2.0 * theta.ln())
+        };
+        let (low, high) = match truncate {
+            true => (index(beta_fast).floor(), index(beta_slow).ceil()),
+            false => (index(beta_fast), index(beta_slow)),
+        };
+        let (low, mut high) = (low.max(0.0), high.min(dim as f64 - 1.0));
+        if low == high {
+            high += 0.001;
+        }
+        let pos = (theta as f32).powf((2 * i) as f32 / dim as f32);
+        let (extrapolated, interpolated) = (1.0 / pos, 1.0 / (factor as f32 * pos));
+        let ramp = ((i as f32 - low as f32) / (high - low) as f32).clamp(0.0, 1.0);
+        let kept = 1.0 - ramp;
+        (interpolated * (1.0 - kept) + extrapolated * kept) as f64
     }
 }
 

@@ -99,7 +99,7 @@ fn unsupported_fields_are_typed_errors_naming_field_and_value() {
     let cases = [
         (LLAMA_3_2_1B.replace("LlamaForCausalLM", "GemmaForCausalLM"), "architectures", "GemmaForCausalLM"),
         (LLAMA_3_2_1B.replace("\"silu\"", "\"gelu\""), "hidden_act", "gelu"),
-        (LLAMA_3_2_1B.replace("\"llama3\"", "\"yarn\""), "rope_scaling.rope_type", "yarn"),
+        (LLAMA_3_2_1B.replace("\"llama3\"", "\"dynamic\""), "rope_scaling.rope_type", "dynamic"),
         (LLAMA_3_2_1B.replace("\"num_key_value_heads\": 8", "\"num_key_value_heads\": 5"), "num_key_value_heads", "5"),
         (LLAMA_3_2_1B.replace("\"factor\": 32.0", "\"factor\": -1"), "rope_scaling.factor", "-1"),
         (LLAMA_3_2_1B.replace("\"head_dim\": 64", "\"head_dim\": 63"), "head_dim", "63"),
@@ -369,4 +369,44 @@ fn smollm3_granite_and_olmo2_configs_give_their_layers() {
         ("model.layers.0.post_feedforward_layernorm.weight", 4096),
     ];
     assert_eq!(norms, want.map(|(n, w)| (n.to_string(), vec![w])).to_vec());
+}
+
+/// Qwen2.5-7B-Instruct's YaRN block (factor 4 over 32,768 trained positions): frequencies
+/// above the band kept, below it divided by the factor, the cos and sin scale `0.1 ln 4 + 1`;
+/// DeepSeek's `mscale`/`mscale_all_dim` give the ratio of that form; a zero factor is a typed
+/// error naming it.
+#[test]
+fn a_yarn_config_gives_kept_divided_and_blended_frequencies() {
+    let qwen = r#"{"architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 18944,
+        "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+        "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+        "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"},
+        "vocab_size": 152064}"#;
+    let c = LlamaConfig::from_json(qwen).unwrap();
+    assert!((c.rope_attention_factor() - (0.1 * 4f64.ln() + 1.0)).abs() < 1e-12);
+    let (plain, yarn) = (RopeScaling::Default.inv_freq(1e6, 128), c.inv_freq());
+    assert_eq!(yarn.len(), 64);
+    // The band: from the index turning 32 times over the context (floored) to the one turning
+    // once (ceiled).
+    let index = |r: f64| 128.0 * (32768.0 / (r * 2.0 * std::f64::consts::PI)).ln() / (2.0 * 1e6f64.ln());
+    let (low, high) = (index(32.0).floor() as usize, index(1.0).ceil() as usize);
+    assert!(0 < low && low < high && high < 64, "{low}..{high}");
+    for i in 0..64 {
+        let ratio = yarn[i] / plain[i];
+        if i <= low {
+            assert!((ratio - 1.0).abs() < 1e-6, "{i}: {ratio}");
+        } else if i >= high {
+            assert!((ratio - 0.25).abs() < 1e-6, "{i}: {ratio}");
+        } else {
+            assert!(ratio < 1.0 && ratio > 0.25, "{i}: {ratio}");
+        }
+    }
+    let deepseek = qwen.replace(r#""type": "yarn""#, r#""type": "yarn", "mscale": 1.0, "mscale_all_dim": 0.707"#);
+    let c = LlamaConfig::from_json(&deepseek).unwrap();
+    let m = |k: f64| 0.1 * k * 4f64.ln() + 1.0;
+    assert!((c.rope_attention_factor() - m(1.0) / m(0.707)).abs() < 1e-12);
+    match LlamaConfig::from_json(&qwen.replace("\"factor\": 4.0", "\"factor\": 0")) {
+        Err(NnError::ConfigField { field, .. }) => assert_eq!(field, "rope_scaling.factor"),
+        other => panic!("{:?}", other.map(|c| c.architecture)),
+    }
 }
