@@ -65,6 +65,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("smollm3-tiny", "smollm3-tiny", ""),
         ("granite-tiny", "granite-tiny", ""),
         ("olmo2-tiny", "olmo2-tiny", ""),
+        ("olmo3-tiny", "olmo3-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -265,7 +266,7 @@ fn a_q4_0_model_takes_under_a_third_of_its_f16_bytes() {
 /// metadata, every other layer a window; Q8_0) and `phi3-longrope-tiny-q8_0.gguf` (Phi-3.5's
 /// longrope factors as `rope_factors_long`/`rope_factors_short`; Q8_0), a `qwen3` file with
 /// YaRN scaling and `smollm3`, `granite` (its multipliers from the metadata) and `olmo2`
-/// files (Q8_0).
+/// files, one of them OLMo 3 (a window pattern; YaRN on the full layers only) (Q8_0).
 #[test]
 fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
@@ -282,6 +283,7 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
         ("smollm3-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("granite-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("olmo2-tiny-q8_0", &[DType::Q8_0], 0.6),
+        ("olmo3-tiny-q8_0", &[DType::Q8_0], 0.6),
     ] {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();
         let r: Value = serde_json::from_str(&text).unwrap();
@@ -307,7 +309,8 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
 /// Phi-3's (fused projections, rotary positions on part of each head; Phi-3.5's longrope
 /// factors, short within the trained context and long past it mid-generation), Gemma 2's
 /// (soft-capped scores and logits), SmolLM3's (a layer without rotary positions), Granite's
-/// (multipliers) and OLMo 2's (norms after each branch, q and k normed whole) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
+/// (multipliers), OLMo 2's (norms after each branch, q and k normed whole) and OLMo 3's
+/// (sliding layers with unscaled rotary positions beside YaRN-scaled full ones) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
 /// `transformers`' logits and greedy tokens.
 #[test]
 fn newer_llama_family_layers_in_gpu_forms() {
@@ -321,6 +324,7 @@ fn newer_llama_family_layers_in_gpu_forms() {
         "smollm3-tiny",
         "granite-tiny",
         "olmo2-tiny",
+        "olmo3-tiny",
     ] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);

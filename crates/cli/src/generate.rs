@@ -679,4 +679,28 @@ mod tests {
         assert_eq!(text.encode(first, true).unwrap(), ids(&r["prompt_ids"]), "the bos token first");
         assert_eq!(text.bos.as_deref(), Some("<s>"));
     }
+
+    /// A SentencePiece tokenizer without the space prefix (`add_space_prefix` false, as
+    /// llama.cpp's converter writes Gemma's) gives `sentencepiece`'s ids and text: no `▁`
+    /// before the text, leading and doubled spaces kept, bytes for characters with no piece,
+    /// a user-defined piece matched whole.
+    #[test]
+    fn sentencepiece_tokenizers_without_the_space_prefix_match_sentencepiece() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf");
+        let text = Text::of_gguf(&dir.join("spm-noprefix.gguf")).unwrap().expect("the file's tokenizer");
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("spm-noprefix-reference.json")).unwrap()).unwrap();
+        let ids = |v: &serde_json::Value| -> Vec<i32> {
+            v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap() as i32).collect()
+        };
+        let cases = r["texts"].as_array().unwrap();
+        assert_eq!(cases.len(), 6);
+        for case in cases {
+            let (t, want) = (case["text"].as_str().unwrap(), ids(&case["ids"]));
+            assert_eq!(text.encode(t, false).unwrap(), want, "{t:?}");
+            assert_eq!(text.decode(&want).unwrap(), case["decoded"].as_str().unwrap(), "{t:?}");
+        }
+        let with_bos = text.encode(cases[0]["text"].as_str().unwrap(), true).unwrap();
+        assert_eq!(with_bos[0] as i64, r["bos"].as_i64().unwrap(), "the bos token first");
+    }
 }

@@ -580,8 +580,33 @@ impl Gguf {
         let largest = if arch == "gemma2" { 46 } else { 62 };
         let query_scalar = if blocks == largest { hidden / heads.max(1) } else { head_dim };
         let float = |k: &str| get(k).and_then(GgufValue::as_f64);
+        // OLMo 3 as the converter writes it, an `olmo2` file with a window pattern: the
+        // sliding layers' rotary positions unscaled (as llama.cpp runs them).
+        let pattern: Option<Vec<bool>> = match get("attention.sliding_window_pattern").filter(|_| arch == "olmo2") {
+            Some(GgufValue::Array(v)) => Some(v.iter().map(|b| matches!(b, GgufValue::Bool(true))).collect()),
+            _ => None,
+        };
+        let theta = get("rope.freq_base").and_then(GgufValue::as_f64).unwrap_or(10000.0);
+        let (architecture, layer_types, rope_parameters) = match &pattern {
+            Some(p) => {
+                let types: Vec<&str> =
+                    p.iter().map(|&s| if s { "sliding_attention" } else { "full_attention" }).collect();
+                let mut full =
+                    if scaling.is_null() { serde_json::json!({ "rope_type": "default" }) } else { scaling.clone() };
+                full["rope_theta"] = theta.into();
+                let sliding = serde_json::json!({ "rope_type": "default", "rope_theta": theta });
+                (
+                    "Olmo3ForCausalLM",
+                    Some(types),
+                    Some(serde_json::json!({ "full_attention": full, "sliding_attention": sliding })),
+                )
+            }
+            None => (architecture, None, None),
+        };
         let json = serde_json::json!({
             "architectures": [architecture],
+            "layer_types": layer_types,
+            "rope_parameters": rope_parameters,
             "vocab_size": vocab,
             "hidden_size": hidden,
             "intermediate_size": need("feed_forward_length")?,
@@ -591,7 +616,7 @@ impl Gguf {
             "head_dim": head_dim,
             "max_position_embeddings": need("context_length")?,
             "rms_norm_eps": get("attention.layer_norm_rms_epsilon").and_then(GgufValue::as_f64).unwrap_or(1e-5),
-            "rope_theta": get("rope.freq_base").and_then(GgufValue::as_f64).unwrap_or(10000.0),
+            "rope_theta": theta,
             "rope_scaling": scaling,
             "tie_word_embeddings": tied,
             "eos_token_id": token("eos_token_id"),

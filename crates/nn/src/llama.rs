@@ -1,7 +1,8 @@
 //! The Llama-family decoders as Hugging Face `transformers` defines them —
 //! `LlamaForCausalLM` (Llama 2, 3, 3.1, 3.2, SmolLM), `Qwen2ForCausalLM`,
 //! `Qwen3ForCausalLM`, `MistralForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM`,
-//! `Phi3ForCausalLM`, `SmolLM3ForCausalLM`, `GraniteForCausalLM` and `Olmo2ForCausalLM` — as
+//! `Phi3ForCausalLM`, `SmolLM3ForCausalLM`, `GraniteForCausalLM`, `Olmo2ForCausalLM` and
+//! `Olmo3ForCausalLM` — as
 //! one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
 //! projections, RMS norms on q and k (per head or whole), norms before, around or after each
 //! branch and their gains' offset, the MLP's activation, the embeddings', branches', scores'
@@ -335,6 +336,7 @@ impl CausalLm for Llama {
         };
         let angles = scaled(rotary_angles(&pos, &freq)?, self.config.rope_attention_factor())?;
         let sliding = self.config.sliding_inv_freq().map(|f| rotary_angles(&pos, &f)).transpose()?;
+        let sliding = sliding.map(|a| scaled(a, self.config.sliding_attention_factor())).transpose()?;
         let mut h = self.embed(ids)?;
         let mut kvs = Vec::new();
         for ((layer, window), rope) in
@@ -377,6 +379,7 @@ impl CausalLm for Llama {
         }
         let angles = scaled(angles, self.config.rope_attention_factor())?;
         let sliding = self.config.sliding_inv_freq().map(|f| per_row(&f)).transpose()?;
+        let sliding = sliding.map(|a| scaled(a, self.config.sliding_attention_factor())).transpose()?;
         let q_pos = p.broadcast_in_dim(vec![batch, 1, live], vec![0])?;
         let k_pos = b.iota(DType::I32, [batch, 1, live], 2)?;
         let mut h = self.embed(ids)?;

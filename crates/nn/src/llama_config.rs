@@ -39,6 +39,9 @@ pub enum Architecture {
     /// `Olmo2ForCausalLM` (OLMo 2): each branch's output normed (no norm before it), RMS norms
     /// over the whole q and k projections.
     Olmo2,
+    /// `Olmo3ForCausalLM` (OLMo 3): OLMo 2's layers, three sliding-window layers before each
+    /// full one (`layer_types`), the sliding layers' rotary positions unscaled.
+    Olmo3,
 }
 
 /// Where a layer's RMS norms sit.
@@ -90,6 +93,7 @@ impl Architecture {
             Architecture::SmolLM3 => "SmolLM3ForCausalLM",
             Architecture::Granite => "GraniteForCausalLM",
             Architecture::Olmo2 => "Olmo2ForCausalLM",
+            Architecture::Olmo3 => "Olmo3ForCausalLM",
         }
     }
 }
@@ -245,12 +249,13 @@ impl LlamaConfig {
             Some("SmolLM3ForCausalLM" | "smollm3") => Architecture::SmolLM3,
             Some("GraniteForCausalLM" | "granite") => Architecture::Granite,
             Some("Olmo2ForCausalLM" | "olmo2") => Architecture::Olmo2,
+            Some("Olmo3ForCausalLM" | "olmo3") => Architecture::Olmo3,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
                     other,
                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
-                     Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM or Olmo2ForCausalLM",
+                     Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM or Olmo3ForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -443,13 +448,13 @@ impl LlamaConfig {
             qkv_bias: architecture == Architecture::Qwen2 || attention_bias,
             qk_norm: match architecture {
                 Architecture::Qwen3 | Architecture::Gemma3 => QkNorm::PerHead,
-                Architecture::Olmo2 => QkNorm::Whole,
+                Architecture::Olmo2 | Architecture::Olmo3 => QkNorm::Whole,
                 _ => QkNorm::None,
             },
             norm_offset: if gemma { 1.0 } else { 0.0 },
             norms: match architecture {
                 _ if gemma => Norms::Sandwich,
-                Architecture::Olmo2 => Norms::Post,
+                Architecture::Olmo2 | Architecture::Olmo3 => Norms::Post,
                 _ => Norms::Pre,
             },
             hidden_act,
@@ -471,8 +476,8 @@ impl LlamaConfig {
 
     /// Per layer, its window: `layer_types` where given; Mistral's and Phi-3's `sliding_window`
     /// on every layer; Qwen2's and Qwen3's on layers from `max_window_layers` when `use_sliding_window`;
-    /// Gemma 3's on all but every `sliding_window_pattern`-th (6) layer; Gemma 2's on the even
-    /// layers.
+    /// Gemma 3's on all but every `sliding_window_pattern`-th (6) layer; OLMo 3's on all but
+    /// every fourth; Gemma 2's on the even layers.
     fn windows(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Vec<Option<usize>>> {
         let window = raw.sliding_window.filter(|&w| w > 0);
         if arch == Architecture::SmolLM3 && raw.use_sliding_window != Some(true) {
@@ -505,6 +510,7 @@ impl LlamaConfig {
                     window.filter(|_| (i + 1) % raw.sliding_window_pattern.unwrap_or(6).max(1) != 0)
                 }
                 Architecture::Gemma2 => window.filter(|_| i % 2 == 0),
+                Architecture::Olmo3 => window.filter(|_| (i + 1) % 4 != 0),
                 _ => None,
             })
             .collect())
@@ -531,7 +537,14 @@ impl LlamaConfig {
         self.rope_scaling.long_inv_freq(self.rope_theta, self.rotary_dim)
     }
 
-    /// The scale of the rotary angles' cos and sin (longrope's attention factor, else 1).
+    /// The scale of the sliding-window layers' own rotary cos and sin (1 where they have
+    /// none of their own).
+    pub fn sliding_attention_factor(&self) -> f64 {
+        self.sliding_rope.as_ref().map_or(1.0, |(_, scaling)| scaling.attention_factor())
+    }
+
+    /// The scale of the rotary angles' cos and sin (longrope's and YaRN's attention factor,
+    /// else 1).
     pub fn rope_attention_factor(&self) -> f64 {
         self.rope_scaling.attention_factor()
     }

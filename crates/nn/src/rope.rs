@@ -234,7 +234,8 @@ impl RopeScaling {
         Some((f, *original_max_position_embeddings))
     }
 
-    /// The scale of the rotary angles' cos and sin (longrope's attention factor, else 1).
+    /// The scale of the rotary angles' cos and sin (longrope's and YaRN's attention factor,
+    /// else 1).
     pub fn attention_factor(&self) -> f64 {
         match self {
             RopeScaling::LongRope { attention_factor, .. } | RopeScaling::Yarn { attention_factor, .. } => {

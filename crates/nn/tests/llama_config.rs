@@ -410,3 +410,25 @@ fn a_yarn_config_gives_kept_divided_and_blended_frequencies() {
         other => panic!("{:?}", other.map(|c| c.architecture)),
     }
 }
+
+/// OLMo 3 7B's shapes in `transformers` 5's form: OLMo 2's norms, three sliding layers before
+/// each full one, YaRN on the full layers only (the sliding layers' own parameters, unscaled).
+#[test]
+fn an_olmo3_config_gives_sliding_layers_and_yarn_on_the_full_ones() {
+    let olmo3 = r#"{"architectures": ["Olmo3ForCausalLM"], "hidden_size": 4096, "intermediate_size": 11008,
+        "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 32,
+        "max_position_embeddings": 65536, "rms_norm_eps": 1e-06, "sliding_window": 4096,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192,
+                               "attention_factor": 1.2079441541679836, "beta_fast": 32, "beta_slow": 1,
+                               "rope_theta": 500000},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 500000}},
+        "vocab_size": 100278, "tie_word_embeddings": false}"#;
+    let c = LlamaConfig::from_json(olmo3).unwrap();
+    assert_eq!((c.architecture, c.norms, c.qk_norm), (Architecture::Olmo3, Norms::Post, QkNorm::Whole));
+    let w = Some(4096);
+    assert_eq!(c.sliding_windows, vec![w, w, w, None, w, w, w, None]);
+    assert_eq!((c.rope_attention_factor(), c.sliding_attention_factor()), (1.2079441541679836, 1.0));
+    assert_eq!(c.sliding_inv_freq().unwrap(), RopeScaling::Default.inv_freq(500000.0, 128));
+    assert!(c.inv_freq()[63] < c.sliding_inv_freq().unwrap()[63] / 7.9, "the full layers' low frequencies divided");
+}
