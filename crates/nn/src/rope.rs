@@ -92,6 +92,20 @@ impl RopeScaling {
                 unsupported(&format!("{field}.{k}"), v.get(k).unwrap_or(&Value::Null), "a positive number")
             })
         };
+        // The longest sequence and the context trained on (the parameters', else the config's
+        // `original_max_position_embeddings`, else its longest sequence), for YaRN and longrope.
+        let trained = || -> Result<(f64, f64)> {
+            let max = max_position_embeddings.unwrap_or(0) as f64;
+            let original = v
+                .get("original_max_position_embeddings")
+                .and_then(Value::as_f64)
+                .or(original_max_position_embeddings.map(|o| o as f64))
+                .unwrap_or(max);
+            match original >= 2.0 {
+                true => Ok((max, original)),
+                false => Err(unsupported("original_max_position_embeddings", original, "at least 2 positions")),
+            }
+        };
         let scaling = match kind {
             "default" => RopeScaling::Default,
             "linear" => RopeScaling::Linear { factor: num("factor")? },
@@ -102,15 +116,7 @@ impl RopeScaling {
                 original_max_position_embeddings: num("original_max_position_embeddings")?,
             },
             "yarn" => {
-                let max = max_position_embeddings.unwrap_or(0) as f64;
-                let original = v
-                    .get("original_max_position_embeddings")
-                    .and_then(Value::as_f64)
-                    .or(original_max_position_embeddings.map(|o| o as f64))
-                    .unwrap_or(max);
-                if original < 2.0 {
-                    return Err(unsupported("original_max_position_embeddings", original, "at least 2 positions"));
-                }
+                let (max, original) = trained()?;
                 let factor = match v.get("factor") {
                     Some(_) => num("factor")?,
                     None => max / original,
@@ -143,15 +149,7 @@ impl RopeScaling {
                             unsupported(&format!("{field}.{k}"), Value::Array(list.clone()), "positive numbers")
                         })
                 };
-                let max = max_position_embeddings.unwrap_or(0) as f64;
-                let original = v
-                    .get("original_max_position_embeddings")
-                    .and_then(Value::as_f64)
-                    .or(original_max_position_embeddings.map(|o| o as f64))
-                    .unwrap_or(max);
-                if original < 2.0 {
-                    return Err(unsupported("original_max_position_embeddings", original, "at least 2 positions"));
-                }
+                let (max, original) = trained()?;
                 let factor = v.get("factor").and_then(Value::as_f64).unwrap_or(max / original);
                 let attention_factor = match v.get("attention_factor").and_then(Value::as_f64) {
                     Some(a) => a,

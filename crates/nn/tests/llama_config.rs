@@ -162,13 +162,7 @@ fn a_gemma3_config_gives_its_layers_norms_and_scales() {
     );
     assert_eq!((capped.unwrap().final_softcap, c.final_softcap, c.attn_softcap), (Some(30.0), None, None));
     // Four norms a layer and the q and k norms, a head wide.
-    let model = fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap();
-    let norms: Vec<(String, Vec<usize>)> = model
-        .params()
-        .iter()
-        .filter(|p| p.path().starts_with("model.layers.0.") && p.path().ends_with("norm.weight"))
-        .map(|p| (p.path().to_string(), p.ty().shape.dims().to_vec()))
-        .collect();
+    let norms = layer0_norms(c);
     assert_eq!(norms.len(), 6, "{norms:?}");
     assert_eq!(norms.iter().filter(|(_, d)| *d == [256]).count(), 2, "{norms:?}");
     for (from, to, field) in [
@@ -355,13 +349,7 @@ fn smollm3_granite_and_olmo2_configs_give_their_layers() {
         "vocab_size": 100352, "tie_word_embeddings": false}"#;
     let c = LlamaConfig::from_json(olmo2).unwrap();
     assert_eq!((c.norms, c.qk_norm, c.attention_scale), (Norms::Post, QkNorm::Whole, 1.0 / 128f64.sqrt()));
-    let model = fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap();
-    let norms: Vec<(String, Vec<usize>)> = model
-        .params()
-        .iter()
-        .filter(|p| p.path().starts_with("model.layers.0.") && p.path().ends_with("norm.weight"))
-        .map(|p| (p.path().to_string(), p.ty().shape.dims().to_vec()))
-        .collect();
+    let norms = layer0_norms(c);
     let want = [
         ("model.layers.0.self_attn.q_norm.weight", 4096),
         ("model.layers.0.self_attn.k_norm.weight", 4096),
@@ -431,4 +419,15 @@ fn an_olmo3_config_gives_sliding_layers_and_yarn_on_the_full_ones() {
     assert_eq!((c.rope_attention_factor(), c.sliding_attention_factor()), (1.2079441541679836, 1.0));
     assert_eq!(c.sliding_inv_freq().unwrap(), RopeScaling::Default.inv_freq(500000.0, 128));
     assert!(c.inv_freq()[63] < c.sliding_inv_freq().unwrap()[63] / 7.9, "the full layers' low frequencies divided");
+}
+
+/// The first layer's norms of a model of `c`: each one's path and shape.
+fn layer0_norms(c: LlamaConfig) -> Vec<(String, Vec<usize>)> {
+    let model = fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap();
+    model
+        .params()
+        .iter()
+        .filter(|p| p.path().starts_with("model.layers.0.") && p.path().ends_with("norm.weight"))
+        .map(|p| (p.path().to_string(), p.ty().shape.dims().to_vec()))
+        .collect()
 }
