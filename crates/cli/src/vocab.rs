@@ -234,6 +234,38 @@ mod tests {
         assert!(err.contains("`chameleon` is not read") && err.contains("tekken"), "{err}");
     }
 
+    /// A byte-level BPE vocabulary (`tests/data/gguf/bpe-vocab.gguf`) under each
+    /// `tokenizer.ggml.pre` name gives the texts the ids llama.cpp gives them
+    /// (`bpe-pre-llama-cpp.json`, from `scripts/fixtures/llama_cpp_reference.py pre`).
+    #[test]
+    fn gguf_byte_level_tokenizers_give_llama_cpp_ids() {
+        use fusegraph::nn::gguf::{Gguf, GgufValue};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf");
+        let gguf = Gguf::open(&dir.join("bpe-vocab.gguf")).unwrap();
+        let strings = |k: &str| -> Vec<String> {
+            let Some(GgufValue::Array(v)) = gguf.metadata().get(k) else { panic!("{k}") };
+            v.iter().map(|s| s.as_str().unwrap().to_string()).collect()
+        };
+        let tokens = strings("tokenizer.ggml.tokens");
+        let merges: Vec<(String, String)> = strings("tokenizer.ggml.merges")
+            .iter()
+            .map(|m| m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).unwrap())
+            .collect();
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("bpe-pre-llama-cpp.json")).unwrap()).unwrap();
+        let texts: Vec<&str> = r["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        let names = r["ids"].as_object().unwrap();
+        assert_eq!(names.len(), PRE_TOKENIZERS.iter().map(|p| p.names.len()).sum::<usize>());
+        for (name, cases) in names {
+            let tokenizer = byte_level_bpe(&tokens, merges.clone(), Some(name)).unwrap();
+            for (text, want) in texts.iter().zip(cases.as_array().unwrap()) {
+                let got = tokenizer.encode(*text, false).unwrap().get_ids().to_vec();
+                let want: Vec<u32> = want.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect();
+                assert_eq!(got, want, "{name}: {text:?}");
+            }
+        }
+    }
+
     /// Where llama.cpp takes a piece that is a token whole (Llama 3's and Tekken's types), it
     /// is one token even when the merges would not build it; elsewhere the merges decide.
     #[test]
