@@ -474,3 +474,31 @@ fn a_llama_step_writes_only_the_new_positions_of_its_caches() {
     eprintln!("window kernels move {windows:?} B; a layer's caches hold {layer_caches} B");
     assert!(windows.iter().all(|&b| b < layer_caches), "{windows:?} B against {layer_caches} B");
 }
+
+/// Every GGUF model fixture whose reference holds llama.cpp's prompt logits
+/// (`scripts/fixtures/llama_cpp_reference.py compare`: llama.cpp through llama-cpp-python
+/// 0.3.36, on the CPU) gives logits within 4e-2 of the largest of llama.cpp's. llama.cpp runs a
+/// quantized file's products on activations quantized to 8 bits, which puts it 1e-2 … 3.1e-2
+/// from `transformers` on the same weights (with f32 weights, 1e-3 at most); a file read
+/// otherwise than llama.cpp reads it — a norm, a rotary layout, a window, a scale — moves the
+/// logits by half the largest or more.
+#[test]
+fn gguf_models_give_llama_cpp_logits() {
+    let mut checked = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(gguf_dir()).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    for path in files {
+        let Some(name) = path.file_name().unwrap().to_str().unwrap().strip_suffix("-reference.json") else { continue };
+        let r: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let Some(want) = r.get("llama_cpp_logits") else { continue };
+        let want = floats(want);
+        let loaded = Pretrained::load(&gguf_dir().join(format!("{name}.gguf")), None, Quantize::AsStored).unwrap();
+        let store = ParamStore::new(&Device::shared().unwrap());
+        store.insert_all(loaded.params.iter()).unwrap();
+        let err = relative_error(&prompt_logits(&loaded, &store, &ids(&r["prompt_ids"])), &want);
+        eprintln!("{name}: {err:.2e} of the largest logit from llama.cpp's");
+        assert!(err < 4e-2, "{name}: logits differ from llama.cpp's by {err:.2e} of the largest");
+        checked.push(name.to_string());
+    }
+    assert_eq!(checked.len(), 13, "{checked:?}");
+}
