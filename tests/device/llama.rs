@@ -66,6 +66,8 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("granite-tiny", "granite-tiny", ""),
         ("olmo2-tiny", "olmo2-tiny", ""),
         ("olmo3-tiny", "olmo3-tiny", ""),
+        ("seed-oss-tiny", "seed-oss-tiny", ""),
+        ("ministral-tiny", "ministral-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -310,7 +312,8 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
 /// factors, short within the trained context and long past it mid-generation), Gemma 2's
 /// (soft-capped scores and logits), SmolLM3's (a layer without rotary positions), Granite's
 /// (multipliers), OLMo 2's (norms after each branch, q and k normed whole) and OLMo 3's
-/// (sliding layers with unscaled rotary positions beside YaRN-scaled full ones) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
+/// (sliding layers with unscaled rotary positions beside YaRN-scaled full ones), Seed-OSS's
+/// (biases on q, k, v and the output apart) and Ministral's (windows by layer type) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
 /// `transformers`' logits and greedy tokens.
 #[test]
 fn newer_llama_family_layers_in_gpu_forms() {
@@ -325,6 +328,8 @@ fn newer_llama_family_layers_in_gpu_forms() {
         "granite-tiny",
         "olmo2-tiny",
         "olmo3-tiny",
+        "seed-oss-tiny",
+        "ministral-tiny",
     ] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);

@@ -42,6 +42,12 @@ pub enum Architecture {
     /// `Olmo3ForCausalLM` (OLMo 3): OLMo 2's layers, three sliding-window layers before each
     /// full one (`layer_types`), the sliding layers' rotary positions unscaled.
     Olmo3,
+    /// `SeedOssForCausalLM` (ByteDance Seed-OSS): biases on q, k and v (`attention_bias`,
+    /// on by default) and on the output projection apart (`attention_out_bias`).
+    SeedOss,
+    /// `MinistralForCausalLM` (Ministral 8B): Mistral's layers with a window per layer type
+    /// (`layer_types`).
+    Ministral,
 }
 
 /// Where a layer's RMS norms sit.
@@ -94,6 +100,8 @@ impl Architecture {
             Architecture::Granite => "GraniteForCausalLM",
             Architecture::Olmo2 => "Olmo2ForCausalLM",
             Architecture::Olmo3 => "Olmo3ForCausalLM",
+            Architecture::SeedOss => "SeedOssForCausalLM",
+            Architecture::Ministral => "MinistralForCausalLM",
         }
     }
 }
@@ -206,6 +214,7 @@ struct RawConfig {
     use_bidirectional_attention: Option<bool>,
     tie_word_embeddings: Option<bool>,
     attention_bias: Option<bool>,
+    attention_out_bias: Option<bool>,
     mlp_bias: Option<bool>,
     sliding_window: Option<usize>,
     use_sliding_window: Option<bool>,
@@ -250,12 +259,15 @@ impl LlamaConfig {
             Some("GraniteForCausalLM" | "granite") => Architecture::Granite,
             Some("Olmo2ForCausalLM" | "olmo2") => Architecture::Olmo2,
             Some("Olmo3ForCausalLM" | "olmo3") => Architecture::Olmo3,
+            Some("SeedOssForCausalLM" | "seed_oss") => Architecture::SeedOss,
+            Some("MinistralForCausalLM" | "ministral") => Architecture::Ministral,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
                     other,
                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
-                     Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM or Olmo3ForCausalLM",
+                     Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM or \
+                     MinistralForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -391,7 +403,8 @@ impl LlamaConfig {
         }
         let layers = need("num_hidden_layers", raw.num_hidden_layers)?;
         let sliding_windows = Self::windows(architecture, &raw, layers)?;
-        let attention_bias = raw.attention_bias.unwrap_or(false);
+        let seed = architecture == Architecture::SeedOss;
+        let attention_bias = raw.attention_bias.unwrap_or(seed);
         // SmolLM3: `no_rope_layers` (1 where rotary positions apply), else none on every
         // `no_rope_layer_interval`-th layer.
         let rope_layers = match (architecture, &raw.no_rope_layers) {
@@ -466,7 +479,11 @@ impl LlamaConfig {
             sliding_rope,
             attn_softcap,
             final_softcap,
-            o_bias: architecture != Architecture::Qwen2 && attention_bias,
+            o_bias: match architecture {
+                Architecture::Qwen2 => false,
+                Architecture::SeedOss => raw.attention_out_bias.unwrap_or(false),
+                _ => attention_bias,
+            },
             mlp_bias: raw.mlp_bias.unwrap_or(false),
             sliding_windows,
             eos_token_ids: token_ids("eos_token_id", &raw.eos_token_id)?,
@@ -502,7 +519,7 @@ impl LlamaConfig {
         }
         Ok((0..layers)
             .map(|i| match arch {
-                Architecture::Mistral | Architecture::Phi3 => window,
+                Architecture::Mistral | Architecture::Phi3 | Architecture::Ministral => window,
                 Architecture::Qwen2 | Architecture::Qwen3 if raw.use_sliding_window == Some(true) => {
                     window.filter(|_| i >= raw.max_window_layers.unwrap_or(0))
                 }

@@ -431,3 +431,25 @@ fn layer0_norms(c: LlamaConfig) -> Vec<(String, Vec<usize>)> {
         .map(|p| (p.path().to_string(), p.ty().shape.dims().to_vec()))
         .collect()
 }
+
+/// Seed-OSS-36B's shapes: q, k and v biases by default, the output projection's only where
+/// `attention_out_bias` says; Ministral 8B's: a window on the layers `layer_types` names.
+#[test]
+fn seed_oss_and_ministral_configs_give_their_biases_and_windows() {
+    let seed = r#"{"architectures": ["SeedOssForCausalLM"], "hidden_size": 5120, "intermediate_size": 27648,
+        "num_hidden_layers": 64, "num_attention_heads": 80, "num_key_value_heads": 8, "head_dim": 128,
+        "max_position_embeddings": 524288, "rms_norm_eps": 1e-06, "rope_theta": 10000000.0,
+        "vocab_size": 155136, "tie_word_embeddings": false}"#;
+    let c = LlamaConfig::from_json(seed).unwrap();
+    assert_eq!((c.architecture, c.qkv_bias, c.o_bias), (Architecture::SeedOss, true, false));
+    let c = LlamaConfig::from_json(&seed.replace("\"tie_word", "\"attention_out_bias\": true, \"tie_word")).unwrap();
+    assert!(c.qkv_bias && c.o_bias);
+    let ministral = r#"{"architectures": ["MinistralForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288,
+        "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "max_position_embeddings": 32768, "rms_norm_eps": 1e-05, "rope_theta": 100000000.0,
+        "sliding_window": 32768, "vocab_size": 131072,
+        "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "sliding_attention"]}"#;
+    let c = LlamaConfig::from_json(ministral).unwrap();
+    assert_eq!(c.architecture, Architecture::Ministral);
+    assert_eq!(c.sliding_windows, vec![None, Some(32768), Some(32768), Some(32768)]);
+}
