@@ -268,7 +268,8 @@ fn a_q4_0_model_takes_under_a_third_of_its_f16_bytes() {
 /// metadata, every other layer a window; Q8_0) and `phi3-longrope-tiny-q8_0.gguf` (Phi-3.5's
 /// longrope factors as `rope_factors_long`/`rope_factors_short`; Q8_0), a `qwen3` file with
 /// YaRN scaling and `smollm3`, `granite` (its multipliers from the metadata) and `olmo2`
-/// files, one of them OLMo 3 (a window pattern; YaRN on the full layers only) (Q8_0).
+/// files, one of them OLMo 3 (a window pattern; YaRN on the full layers only), and a
+/// `seed_oss` file (its biases by the tensors it holds) (Q8_0).
 #[test]
 fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
@@ -286,6 +287,7 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
         ("granite-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("olmo2-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("olmo3-tiny-q8_0", &[DType::Q8_0], 0.6),
+        ("seed-oss-tiny-q8_0", &[DType::Q8_0], 0.6),
     ] {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();
         let r: Value = serde_json::from_str(&text).unwrap();
@@ -505,5 +507,5 @@ fn gguf_models_give_llama_cpp_logits() {
         assert!(err < 4e-2, "{name}: logits differ from llama.cpp's by {err:.2e} of the largest");
         checked.push(name.to_string());
     }
-    assert_eq!(checked.len(), 13, "{checked:?}");
+    assert_eq!(checked.len(), 14, "{checked:?}");
 }

@@ -12,7 +12,7 @@
 
 use crate::checkpoint::Quantize;
 use crate::error::{NnError, Result};
-use crate::llama::{Llama, LlamaConfig, Norms};
+use crate::llama::{Architecture, Llama, LlamaConfig, Norms};
 use crate::module::{Matrices, Module, Scope};
 use fusegraph_ir::{bf16, f16, DType, HostTensor};
 use std::collections::BTreeMap;
@@ -338,6 +338,13 @@ const SANDWICH_NORMS: [(&str, &str); 3] = [
     ("post_feedforward_layernorm", "post_ffw_norm"),
 ];
 
+/// Whether a model's norms take the names of norms after a branch ([`SANDWICH_NORMS`]):
+/// Gemma's and OLMo's, and Seed-OSS's MLP input norm, which llama.cpp names
+/// `post_attention_norm` too.
+fn post_norm_names(c: &LlamaConfig) -> bool {
+    c.norms != Norms::Pre || c.architecture == Architecture::SeedOss
+}
+
 /// llama.cpp's name of the parameter `transformers` calls `path` (in a model with norms after
 /// each branch where `sandwich`).
 fn gguf_name(path: &str, sandwich: bool) -> Option<String> {
@@ -388,7 +395,7 @@ impl Gguf {
     }
 
     /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`-,
-    /// `phi3`-, `smollm3`-, `granite`- or `olmo2`-architecture file (`general.architecture`:
+    /// `phi3`-, `smollm3`-, `granite`-, `olmo2`- or `seed_oss`-architecture file (`general.architecture`:
     /// a `LlamaForCausalLM` — SmolLM3's and Granite's are converted as Llama's —, a
     /// `Qwen2ForCausalLM`, whose q, k and v biases the file holds, a `Qwen3ForCausalLM`, whose
     /// q and k norms it holds, a `Gemma2ForCausalLM` or `Gemma3ForCausalLM`, its norms' gains
@@ -410,7 +417,7 @@ impl Gguf {
                     .params()
                     .iter()
                     .filter_map(|p| {
-                        let name = gguf_name(p.path(), config.norms != Norms::Pre);
+                        let name = gguf_name(p.path(), post_norm_names(&config));
                         let info = self.tensors.iter().find(|t| Some(&t.name) == name.as_ref())?;
                         let d = Some(info.ty).filter(|d| d.block().is_some())?;
                         Some((p.path().to_string(), d))
@@ -432,7 +439,7 @@ impl Gguf {
             ["rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"].map(String::from).into();
         let mut out = BTreeMap::new();
         for p in model.params() {
-            let name = gguf_name(p.path(), c.norms != Norms::Pre)
+            let name = gguf_name(p.path(), post_norm_names(c))
                 .ok_or_else(|| NnError::Config(format!("GGUF: no name for `{}`", p.path())))?;
             if !self.tensors.iter().any(|t| t.name == name) {
                 let expected = Some(p.ty().clone());
@@ -489,11 +496,12 @@ impl Gguf {
             "smollm3" => "SmolLM3ForCausalLM",
             "granite" => "GraniteForCausalLM",
             "olmo2" => "Olmo2ForCausalLM",
+            "seed_oss" => "SeedOssForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
-                    supported: "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite or olmo2".into(),
+                    supported: "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2 or seed_oss".into(),
                 })
             }
         };
@@ -632,6 +640,9 @@ impl Gguf {
             "residual_multiplier": float("residual_scale").filter(|_| arch == "granite"),
             "attention_multiplier": float("attention.scale").filter(|_| arch == "granite"),
             "logits_scaling": float("logit_scale").filter(|_| arch == "granite"),
+            // Seed-OSS's biases, by the tensors the file holds.
+            "attention_bias": (arch == "seed_oss").then(|| has("blk.0.attn_q.bias")),
+            "attention_out_bias": (arch == "seed_oss").then(|| has("blk.0.attn_output.bias")),
         });
         let mut c = LlamaConfig::from_json(&json.to_string())?;
         // llama.cpp's converter stores Gemma's norm gains `1 + w` as the weights.
