@@ -68,6 +68,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("olmo3-tiny", "olmo3-tiny", ""),
         ("seed-oss-tiny", "seed-oss-tiny", ""),
         ("ministral-tiny", "ministral-tiny", ""),
+        ("ernie45-tiny", "ernie45-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -269,7 +270,8 @@ fn a_q4_0_model_takes_under_a_third_of_its_f16_bytes() {
 /// longrope factors as `rope_factors_long`/`rope_factors_short`; Q8_0), a `qwen3` file with
 /// YaRN scaling and `smollm3`, `granite` (its multipliers from the metadata) and `olmo2`
 /// files, one of them OLMo 3 (a window pattern; YaRN on the full layers only), and a
-/// `seed_oss` file (its biases by the tensors it holds) (Q8_0).
+/// `seed_oss` file (its biases by the tensors it holds) and an `ernie4_5` file (rotary pairs
+/// interleaved, as llama.cpp's rope type 0 turns them) (Q8_0).
 #[test]
 fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
@@ -288,6 +290,7 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
         ("olmo2-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("olmo3-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("seed-oss-tiny-q8_0", &[DType::Q8_0], 0.6),
+        ("ernie45-tiny-q8_0", &[DType::Q8_0], 0.6),
     ] {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();
         let r: Value = serde_json::from_str(&text).unwrap();
@@ -315,7 +318,8 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
 /// (soft-capped scores and logits), SmolLM3's (a layer without rotary positions), Granite's
 /// (multipliers), OLMo 2's (norms after each branch, q and k normed whole) and OLMo 3's
 /// (sliding layers with unscaled rotary positions beside YaRN-scaled full ones), Seed-OSS's
-/// (biases on q, k, v and the output apart) and Ministral's (windows by layer type) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
+/// (biases on q, k, v and the output apart), Ministral's (windows by layer type) and Ernie
+/// 4.5's (rotary pairs interleaved, biases everywhere) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
 /// `transformers`' logits and greedy tokens.
 #[test]
 fn newer_llama_family_layers_in_gpu_forms() {
@@ -332,6 +336,7 @@ fn newer_llama_family_layers_in_gpu_forms() {
         "olmo3-tiny",
         "seed-oss-tiny",
         "ministral-tiny",
+        "ernie45-tiny",
     ] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);
@@ -507,5 +512,5 @@ fn gguf_models_give_llama_cpp_logits() {
         assert!(err < 4e-2, "{name}: logits differ from llama.cpp's by {err:.2e} of the largest");
         checked.push(name.to_string());
     }
-    assert_eq!(checked.len(), 14, "{checked:?}");
+    assert_eq!(checked.len(), 15, "{checked:?}");
 }

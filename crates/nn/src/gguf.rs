@@ -395,7 +395,8 @@ impl Gguf {
     }
 
     /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`-,
-    /// `phi3`-, `smollm3`-, `granite`-, `olmo2`- or `seed_oss`-architecture file (`general.architecture`:
+    /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`- or `ernie4_5`-architecture file
+    /// (`general.architecture`:
     /// a `LlamaForCausalLM` — SmolLM3's and Granite's are converted as Llama's —, a
     /// `Qwen2ForCausalLM`, whose q, k and v biases the file holds, a `Qwen3ForCausalLM`, whose
     /// q and k norms it holds, a `Gemma2ForCausalLM` or `Gemma3ForCausalLM`, its norms' gains
@@ -497,11 +498,14 @@ impl Gguf {
             "granite" => "GraniteForCausalLM",
             "olmo2" => "Olmo2ForCausalLM",
             "seed_oss" => "SeedOssForCausalLM",
+            "ernie4_5" => "Ernie4_5ForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
-                    supported: "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2 or seed_oss".into(),
+                    supported:
+                        "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss or ernie4_5"
+                            .into(),
                 })
             }
         };
@@ -640,9 +644,10 @@ impl Gguf {
             "residual_multiplier": float("residual_scale").filter(|_| arch == "granite"),
             "attention_multiplier": float("attention.scale").filter(|_| arch == "granite"),
             "logits_scaling": float("logit_scale").filter(|_| arch == "granite"),
-            // Seed-OSS's biases, by the tensors the file holds.
+            // Seed-OSS's and ERNIE 4.5's biases, by the tensors the file holds.
             "attention_bias": (arch == "seed_oss").then(|| has("blk.0.attn_q.bias")),
             "attention_out_bias": (arch == "seed_oss").then(|| has("blk.0.attn_output.bias")),
+            "use_bias": (arch == "ernie4_5").then(|| has("blk.0.attn_q.bias")),
         });
         let mut c = LlamaConfig::from_json(&json.to_string())?;
         // llama.cpp's converter stores Gemma's norm gains `1 + w` as the weights.

@@ -2,13 +2,13 @@
 //! `LlamaForCausalLM` (Llama 2, 3, 3.1, 3.2, SmolLM), `Qwen2ForCausalLM`,
 //! `Qwen3ForCausalLM`, `MistralForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM`,
 //! `Phi3ForCausalLM`, `SmolLM3ForCausalLM`, `GraniteForCausalLM`, `Olmo2ForCausalLM`,
-//! `Olmo3ForCausalLM`, `SeedOssForCausalLM` and `MinistralForCausalLM` — as
+//! `Olmo3ForCausalLM`, `SeedOssForCausalLM`, `MinistralForCausalLM` and `Ernie4_5ForCausalLM` — as
 //! one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
 //! projections, RMS norms on q and k (per head or whole), norms before, around or after each
 //! branch and their gains' offset, the MLP's activation, the embeddings', branches', scores'
 //! and logits' scales, soft caps on scores and logits, grouped-query attention
-//! (`num_key_value_heads`), rotary positions on all or part of each head (and on all layers
-//! or some) with their scaling (`linear`, `llama3`, `yarn`, `longrope`) and a base of their own for
+//! (`num_key_value_heads`), rotary positions on all or part of each head (pairs half-split
+//! or interleaved, on all layers or some) with their scaling (`linear`, `llama3`, `yarn`, `longrope`) and a base of their own for
 //! sliding-window layers, a sliding attention window per layer and a head tied to the
 //! embeddings or its own.
 //!
@@ -32,7 +32,7 @@ use crate::layers::{Embedding, Linear, Projections, RmsNorm};
 pub use crate::llama_config::{Activation, Architecture, LlamaConfig, Norms, QkNorm};
 use crate::module::{Forward, Scope};
 use crate::rope::scaled;
-pub use crate::rope::{rotary_angles, rotate, RopeScaling};
+pub use crate::rope::{rotary_angles, rotate, rotate_interleaved, RopeScaling};
 use fusegraph_ir::{DType, Tensor};
 
 /// Attention with rotary q and k and grouped key/value heads.
@@ -201,6 +201,7 @@ impl Llama {
             };
             let t = t.transpose(&[0, 2, 1, 3])?;
             match angles {
+                Some((cos, sin)) if c.rotary_interleaved => rotate_interleaved(&t, cos, sin),
                 Some((cos, sin)) => rotate(&t, cos, sin),
                 None => Ok(t),
             }

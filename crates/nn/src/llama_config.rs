@@ -48,6 +48,9 @@ pub enum Architecture {
     /// `MinistralForCausalLM` (Ministral 8B): Mistral's layers with a window per layer type
     /// (`layer_types`).
     Ministral,
+    /// `Ernie4_5ForCausalLM` (Baidu ERNIE 4.5 dense): rotary pairs interleaved (GPT-J's
+    /// pairing), biases on every projection where `use_bias`.
+    Ernie45,
 }
 
 /// Where a layer's RMS norms sit.
@@ -102,6 +105,7 @@ impl Architecture {
             Architecture::Olmo3 => "Olmo3ForCausalLM",
             Architecture::SeedOss => "SeedOssForCausalLM",
             Architecture::Ministral => "MinistralForCausalLM",
+            Architecture::Ernie45 => "Ernie4_5ForCausalLM",
         }
     }
 }
@@ -128,6 +132,8 @@ pub struct LlamaConfig {
     /// The width of each head's leading part that rotary positions rotate
     /// (`head_dim · partial_rotary_factor`; the rest passes unrotated).
     pub rotary_dim: usize,
+    /// Rotary pairs `(2i, 2i + 1)` (GPT-J's, Ernie 4.5's) rather than `(i, i + r/2)`.
+    pub rotary_interleaved: bool,
     /// q, k and v as one projection and gate and up as one (Phi-3's `qkv_proj` and
     /// `gate_up_proj`).
     pub fused_projections: bool,
@@ -215,6 +221,7 @@ struct RawConfig {
     tie_word_embeddings: Option<bool>,
     attention_bias: Option<bool>,
     attention_out_bias: Option<bool>,
+    use_bias: Option<bool>,
     mlp_bias: Option<bool>,
     sliding_window: Option<usize>,
     use_sliding_window: Option<bool>,
@@ -261,13 +268,14 @@ impl LlamaConfig {
             Some("Olmo3ForCausalLM" | "olmo3") => Architecture::Olmo3,
             Some("SeedOssForCausalLM" | "seed_oss") => Architecture::SeedOss,
             Some("MinistralForCausalLM" | "ministral") => Architecture::Ministral,
+            Some("Ernie4_5ForCausalLM" | "ernie4_5") => Architecture::Ernie45,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
                     other,
                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
-                     Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM or \
-                     MinistralForCausalLM",
+                     Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM, \
+                     MinistralForCausalLM or Ernie4_5ForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -404,7 +412,11 @@ impl LlamaConfig {
         let layers = need("num_hidden_layers", raw.num_hidden_layers)?;
         let sliding_windows = Self::windows(architecture, &raw, layers)?;
         let seed = architecture == Architecture::SeedOss;
-        let attention_bias = raw.attention_bias.unwrap_or(seed);
+        let ernie = architecture == Architecture::Ernie45;
+        let attention_bias = match ernie {
+            true => raw.use_bias.unwrap_or(false),
+            false => raw.attention_bias.unwrap_or(seed),
+        };
         // SmolLM3: `no_rope_layers` (1 where rotary positions apply), else none on every
         // `no_rope_layer_interval`-th layer.
         let rope_layers = match (architecture, &raw.no_rope_layers) {
@@ -451,6 +463,7 @@ impl LlamaConfig {
             num_key_value_heads: kv_heads,
             head_dim,
             rotary_dim,
+            rotary_interleaved: ernie,
             fused_projections: architecture == Architecture::Phi3,
             max_position_embeddings: need("max_position_embeddings", raw.max_position_embeddings)?,
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
@@ -484,7 +497,7 @@ impl LlamaConfig {
                 Architecture::SeedOss => raw.attention_out_bias.unwrap_or(false),
                 _ => attention_bias,
             },
-            mlp_bias: raw.mlp_bias.unwrap_or(false),
+            mlp_bias: if ernie { attention_bias } else { raw.mlp_bias.unwrap_or(false) },
             sliding_windows,
             eos_token_ids: token_ids("eos_token_id", &raw.eos_token_id)?,
             bos_token_id: token_ids("bos_token_id", &raw.bos_token_id)?.first().copied(),

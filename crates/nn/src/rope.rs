@@ -306,16 +306,38 @@ pub(crate) fn scaled((cos, sin): (Tensor, Tensor), factor: f64) -> Result<(Tenso
 /// `[b, s, r/2]` per sequence), pairing element `i` with `i + r/2` (`transformers`'
 /// `rotate_half`) in each head's first `r` elements; the rest (where `r < dh`) pass unrotated.
 pub fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    rotate_as(x, cos, sin, false)
+}
+
+/// [`rotate`] with GPT-J's pairing: element `2i` with `2i + 1`, rotated by angle `i` (Ernie
+/// 4.5's and GLM's `rotate_half` over interleaved cos and sin).
+pub fn rotate_interleaved(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    rotate_as(x, cos, sin, true)
+}
+
+fn rotate_as(x: &Tensor, cos: &Tensor, sin: &Tensor, interleaved: bool) -> Result<Tensor> {
     let (dh, half) = (x.dims()[3], *cos.dims().last().expect("angles of rank ≥ 2"));
+    let b = x.builder();
     if 2 * half < dh {
-        let rotated = rotate(&x.narrow(3, 0, 2 * half)?, cos, sin)?;
-        return Ok(x.builder().concat(&[&rotated, &x.narrow(3, 2 * half, dh - 2 * half)?], 3)?);
+        let rotated = rotate_as(&x.narrow(3, 0, 2 * half)?, cos, sin, interleaved)?;
+        return Ok(b.concat(&[&rotated, &x.narrow(3, 2 * half, dh - 2 * half)?], 3)?);
     }
-    let (x1, x2) = (x.narrow(3, 0, half)?, x.narrow(3, half, half)?);
-    let dims = x1.dims().to_vec();
+    let dims = [&x.dims()[..3], &[half]].concat();
+    let (x1, x2) = match interleaved {
+        true => {
+            let pairs = x.reshape([&dims[..], &[2]].concat())?;
+            (pairs.narrow(4, 0, 1)?.reshape(dims.clone())?, pairs.narrow(4, 1, 1)?.reshape(dims.clone())?)
+        }
+        false => (x.narrow(3, 0, half)?, x.narrow(3, half, half)?),
+    };
     let map = if cos.rank() == 3 { vec![0, 2, 3] } else { vec![2, 3] };
-    let (c, s) = (cos.broadcast_in_dim(dims.clone(), map.clone())?, sin.broadcast_in_dim(dims, map)?);
+    let (c, s) = (cos.broadcast_in_dim(dims.clone(), map.clone())?, sin.broadcast_in_dim(dims.clone(), map)?);
     let first = x1.mul(&c)?.sub(&x2.mul(&s)?)?;
     let second = x2.mul(&c)?.add(&x1.mul(&s)?)?;
-    Ok(x.builder().concat(&[&first, &second], 3)?)
+    if !interleaved {
+        return Ok(b.concat(&[&first, &second], 3)?);
+    }
+    let one = [&dims[..], &[1]].concat();
+    let pairs = b.concat(&[&first.reshape(one.clone())?, &second.reshape(one)?], 4)?;
+    Ok(pairs.reshape(x.dims().to_vec())?)
 }
