@@ -395,7 +395,7 @@ impl Gguf {
     }
 
     /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`-,
-    /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`- or `ernie4_5`-architecture file
+    /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`-, `ernie4_5`- or `glm4`-architecture file
     /// (`general.architecture`:
     /// a `LlamaForCausalLM` — SmolLM3's and Granite's are converted as Llama's —, a
     /// `Qwen2ForCausalLM`, whose q, k and v biases the file holds, a `Qwen3ForCausalLM`, whose
@@ -487,28 +487,28 @@ impl Gguf {
     fn llama_config(&self) -> Result<LlamaConfig> {
         let m = &self.metadata;
         let arch = self.architecture();
-        let architecture = match arch {
-            "llama" => "LlamaForCausalLM",
-            "qwen2" => "Qwen2ForCausalLM",
-            "qwen3" => "Qwen3ForCausalLM",
-            "gemma3" => "Gemma3ForCausalLM",
-            "gemma2" => "Gemma2ForCausalLM",
-            "phi3" => "Phi3ForCausalLM",
-            "smollm3" => "SmolLM3ForCausalLM",
-            "granite" => "GraniteForCausalLM",
-            "olmo2" => "Olmo2ForCausalLM",
-            "seed_oss" => "SeedOssForCausalLM",
-            "ernie4_5" => "Ernie4_5ForCausalLM",
-            _ => {
-                return Err(NnError::ConfigField {
+        let architecture =
+            match arch {
+                "llama" => "LlamaForCausalLM",
+                "qwen2" => "Qwen2ForCausalLM",
+                "qwen3" => "Qwen3ForCausalLM",
+                "gemma3" => "Gemma3ForCausalLM",
+                "gemma2" => "Gemma2ForCausalLM",
+                "phi3" => "Phi3ForCausalLM",
+                "smollm3" => "SmolLM3ForCausalLM",
+                "granite" => "GraniteForCausalLM",
+                "olmo2" => "Olmo2ForCausalLM",
+                "seed_oss" => "SeedOssForCausalLM",
+                "ernie4_5" => "Ernie4_5ForCausalLM",
+                "glm4" => "Glm4ForCausalLM",
+                _ => return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
                     supported:
-                        "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss or ernie4_5"
+                        "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss, ernie4_5 or glm4"
                             .into(),
-                })
-            }
-        };
+                }),
+            };
         let get = |k: &str| m.get(&format!("{arch}.{k}"));
         let int = |k: &str| get(k).and_then(GgufValue::as_u64);
         let need = |k: &str| int(k).ok_or_else(|| self.error(None, format!("metadata `{arch}.{k}` is missing")));
@@ -562,7 +562,9 @@ impl Gguf {
             true => int("attention.key_length").unwrap_or(hidden / heads.max(1)),
             false => int("attention.key_length").or(int("rope.dimension_count")).unwrap_or(hidden / heads.max(1)),
         };
-        let partial = int("rope.dimension_count").filter(|_| phi3).map(|r| r as f64 / head_dim.max(1) as f64);
+        // The rotated part of each head where the architecture rotates only part (Phi-3, GLM-4).
+        let partial =
+            int("rope.dimension_count").filter(|_| phi3 || arch == "glm4").map(|r| r as f64 / head_dim.max(1) as f64);
         // Phi-3.5's longrope, as the converter writes it: the factors as two tensors, the
         // trained context and the attention factor as metadata.
         let has = |name: &str| self.tensors.iter().any(|t| t.name == name);
@@ -644,8 +646,8 @@ impl Gguf {
             "residual_multiplier": float("residual_scale").filter(|_| arch == "granite"),
             "attention_multiplier": float("attention.scale").filter(|_| arch == "granite"),
             "logits_scaling": float("logit_scale").filter(|_| arch == "granite"),
-            // Seed-OSS's and ERNIE 4.5's biases, by the tensors the file holds.
-            "attention_bias": (arch == "seed_oss").then(|| has("blk.0.attn_q.bias")),
+            // Seed-OSS's, GLM-4's and ERNIE 4.5's biases, by the tensors the file holds.
+            "attention_bias": matches!(arch, "seed_oss" | "glm4").then(|| has("blk.0.attn_q.bias")),
             "attention_out_bias": (arch == "seed_oss").then(|| has("blk.0.attn_output.bias")),
             "use_bias": (arch == "ernie4_5").then(|| has("blk.0.attn_q.bias")),
         });

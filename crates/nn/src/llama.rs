@@ -2,7 +2,8 @@
 //! `LlamaForCausalLM` (Llama 2, 3, 3.1, 3.2, SmolLM), `Qwen2ForCausalLM`,
 //! `Qwen3ForCausalLM`, `MistralForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM`,
 //! `Phi3ForCausalLM`, `SmolLM3ForCausalLM`, `GraniteForCausalLM`, `Olmo2ForCausalLM`,
-//! `Olmo3ForCausalLM`, `SeedOssForCausalLM`, `MinistralForCausalLM` and `Ernie4_5ForCausalLM` — as
+//! `Olmo3ForCausalLM`, `SeedOssForCausalLM`, `MinistralForCausalLM`, `Ernie4_5ForCausalLM` and
+//! `Glm4ForCausalLM` — as
 //! one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
 //! projections, RMS norms on q and k (per head or whole), norms before, around or after each
 //! branch and their gains' offset, the MLP's activation, the embeddings', branches', scores'
@@ -148,7 +149,7 @@ impl Llama {
                             &a,
                             d,
                             &[("q_proj", c.num_attention_heads * dh), ("k_proj", kv), ("v_proj", kv)],
-                            c.fused_projections.then_some("qkv_proj"),
+                            c.fused_qkv.then_some("qkv_proj"),
                             c.qkv_bias,
                         )?,
                         o_proj: linear(&a.at("o_proj"), c.num_attention_heads * dh, d, c.o_bias)?,
@@ -162,7 +163,7 @@ impl Llama {
                             &p,
                             d,
                             &[("gate_proj", c.intermediate_size), ("up_proj", c.intermediate_size)],
-                            c.fused_projections.then_some("gate_up_proj"),
+                            c.fused_gate_up.then_some("gate_up_proj"),
                             c.mlp_bias,
                         )?,
                         down_proj: linear(&p.at("down_proj"), c.intermediate_size, d, c.mlp_bias)?,
@@ -180,6 +181,27 @@ impl Llama {
             lm_head,
             config: c,
         })
+    }
+
+    /// The checkpoint keys that name this model's parameters otherwise (checkpoint key →
+    /// parameter path): GLM-4's norms around each branch (`post_self_attn_layernorm` after
+    /// attention, `post_attention_layernorm` before the MLP, `post_mlp_layernorm` after it).
+    pub fn checkpoint_renames(&self) -> Vec<(String, String)> {
+        if self.config.architecture != Architecture::Glm4 {
+            return Vec::new();
+        }
+        let names = [
+            ("post_self_attn_layernorm", "post_attention_layernorm"),
+            ("post_attention_layernorm", "pre_feedforward_layernorm"),
+            ("post_mlp_layernorm", "post_feedforward_layernorm"),
+        ];
+        (0..self.config.num_hidden_layers)
+            .flat_map(|i| {
+                names.map(|(from, to)| {
+                    (format!("model.layers.{i}.{from}.weight"), format!("model.layers.{i}.{to}.weight"))
+                })
+            })
+            .collect()
     }
 
     /// `x: [b, s, hidden]` → q `[b, heads, s, dh]`, k and v `[b, kv_heads, s, dh]`, q and k

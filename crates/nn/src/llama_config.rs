@@ -51,6 +51,10 @@ pub enum Architecture {
     /// `Ernie4_5ForCausalLM` (Baidu ERNIE 4.5 dense): rotary pairs interleaved (GPT-J's
     /// pairing), biases on every projection where `use_bias`.
     Ernie45,
+    /// `Glm4ForCausalLM` (GLM-4-0414, GLM-Z1): norms before and after each branch (its own
+    /// names for them), gate and up one projection, q/k/v biases (`attention_bias`, on by
+    /// default), rotary pairs interleaved on half of each head.
+    Glm4,
 }
 
 /// Where a layer's RMS norms sit.
@@ -106,6 +110,7 @@ impl Architecture {
             Architecture::SeedOss => "SeedOssForCausalLM",
             Architecture::Ministral => "MinistralForCausalLM",
             Architecture::Ernie45 => "Ernie4_5ForCausalLM",
+            Architecture::Glm4 => "Glm4ForCausalLM",
         }
     }
 }
@@ -134,9 +139,10 @@ pub struct LlamaConfig {
     pub rotary_dim: usize,
     /// Rotary pairs `(2i, 2i + 1)` (GPT-J's, Ernie 4.5's) rather than `(i, i + r/2)`.
     pub rotary_interleaved: bool,
-    /// q, k and v as one projection and gate and up as one (Phi-3's `qkv_proj` and
-    /// `gate_up_proj`).
-    pub fused_projections: bool,
+    /// q, k and v as one projection (Phi-3's `qkv_proj`).
+    pub fused_qkv: bool,
+    /// Gate and up as one projection (Phi-3's and GLM-4's `gate_up_proj`).
+    pub fused_gate_up: bool,
     /// The longest sequence (`max_position_embeddings`).
     pub max_position_embeddings: usize,
     /// RMS norms' epsilon (`rms_norm_eps`).
@@ -269,13 +275,14 @@ impl LlamaConfig {
             Some("SeedOssForCausalLM" | "seed_oss") => Architecture::SeedOss,
             Some("MinistralForCausalLM" | "ministral") => Architecture::Ministral,
             Some("Ernie4_5ForCausalLM" | "ernie4_5") => Architecture::Ernie45,
+            Some("Glm4ForCausalLM" | "glm4") => Architecture::Glm4,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
                     other,
                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
                      Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM, \
-                     MinistralForCausalLM or Ernie4_5ForCausalLM",
+                     MinistralForCausalLM, Ernie4_5ForCausalLM or Glm4ForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -336,9 +343,12 @@ impl LlamaConfig {
         }
         // The rotated part of each head: `partial_rotary_factor` at the top level or, in
         // `transformers` 5, among the rotary parameters.
-        let partial = raw.partial_rotary_factor.or_else(|| {
-            raw.rope_parameters.as_ref().and_then(|p| p.get("partial_rotary_factor")).and_then(Value::as_f64)
-        });
+        let partial = raw
+            .partial_rotary_factor
+            .or_else(|| {
+                raw.rope_parameters.as_ref().and_then(|p| p.get("partial_rotary_factor")).and_then(Value::as_f64)
+            })
+            .or((architecture == Architecture::Glm4).then_some(0.5));
         // `int(head_dim · factor)` as `transformers` takes it (a factor from a GGUF file's
         // rotary width may land a hair below that width).
         let rotary = partial.map(|p| (p, (head_dim as f64 * p + 1e-9) as usize));
@@ -411,11 +421,11 @@ impl LlamaConfig {
         }
         let layers = need("num_hidden_layers", raw.num_hidden_layers)?;
         let sliding_windows = Self::windows(architecture, &raw, layers)?;
-        let seed = architecture == Architecture::SeedOss;
+        let bias_by_default = matches!(architecture, Architecture::SeedOss | Architecture::Glm4);
         let ernie = architecture == Architecture::Ernie45;
         let attention_bias = match ernie {
             true => raw.use_bias.unwrap_or(false),
-            false => raw.attention_bias.unwrap_or(seed),
+            false => raw.attention_bias.unwrap_or(bias_by_default),
         };
         // SmolLM3: `no_rope_layers` (1 where rotary positions apply), else none on every
         // `no_rope_layer_interval`-th layer.
@@ -463,8 +473,9 @@ impl LlamaConfig {
             num_key_value_heads: kv_heads,
             head_dim,
             rotary_dim,
-            rotary_interleaved: ernie,
-            fused_projections: architecture == Architecture::Phi3,
+            rotary_interleaved: ernie || architecture == Architecture::Glm4,
+            fused_qkv: architecture == Architecture::Phi3,
+            fused_gate_up: matches!(architecture, Architecture::Phi3 | Architecture::Glm4),
             max_position_embeddings: need("max_position_embeddings", raw.max_position_embeddings)?,
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
             rope_theta,
@@ -480,6 +491,7 @@ impl LlamaConfig {
             norm_offset: if gemma { 1.0 } else { 0.0 },
             norms: match architecture {
                 _ if gemma => Norms::Sandwich,
+                Architecture::Glm4 => Norms::Sandwich,
                 Architecture::Olmo2 | Architecture::Olmo3 => Norms::Post,
                 _ => Norms::Pre,
             },
@@ -495,6 +507,7 @@ impl LlamaConfig {
             o_bias: match architecture {
                 Architecture::Qwen2 => false,
                 Architecture::SeedOss => raw.attention_out_bias.unwrap_or(false),
+                Architecture::Glm4 => false,
                 _ => attention_bias,
             },
             mlp_bias: if ernie { attention_bias } else { raw.mlp_bias.unwrap_or(false) },

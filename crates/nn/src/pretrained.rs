@@ -62,7 +62,11 @@ impl Any {
     fn key_map(&self) -> KeyMap {
         match self {
             Any::Gpt2(_) => KeyMap::gpt2(),
-            Any::Llama(m) => KeyMap::llama(m.config.tie_word_embeddings),
+            Any::Llama(m) => {
+                let mut map = KeyMap::llama(m.config.tie_word_embeddings);
+                map.renames = m.checkpoint_renames();
+                map
+            }
         }
     }
 

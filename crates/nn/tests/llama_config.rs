@@ -191,7 +191,7 @@ fn a_phi3_config_gives_fused_projections_and_its_rotary_part() {
     }"#;
     let c = LlamaConfig::from_json(phi3).unwrap();
     assert_eq!(c.architecture, Architecture::Phi3);
-    assert!(c.fused_projections && !c.qkv_bias);
+    assert!(c.fused_qkv && c.fused_gate_up && !c.qkv_bias);
     assert_eq!((c.head_dim, c.rotary_dim), (96, 96));
     assert_eq!(c.sliding_windows, vec![Some(2047); 32]);
     let model = fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap();
@@ -452,4 +452,25 @@ fn seed_oss_and_ministral_configs_give_their_biases_and_windows() {
     let c = LlamaConfig::from_json(ministral).unwrap();
     assert_eq!(c.architecture, Architecture::Ministral);
     assert_eq!(c.sliding_windows, vec![None, Some(32768), Some(32768), Some(32768)]);
+}
+
+/// GLM-4-9B-0414's shapes in `transformers` 4's form: half of each head rotated (the class's
+/// default), pairs interleaved, q/k/v biases by default, norms around each branch, gate and
+/// up one projection; its checkpoint's norm names map onto the model's.
+#[test]
+fn a_glm4_config_gives_its_rotary_half_biases_and_norm_names() {
+    let glm4 = r#"{"architectures": ["Glm4ForCausalLM"], "hidden_size": 4096, "intermediate_size": 13696,
+        "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+        "max_position_embeddings": 32768, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+        "vocab_size": 151552, "tie_word_embeddings": false}"#;
+    let c = LlamaConfig::from_json(glm4).unwrap();
+    assert_eq!((c.rotary_dim, c.rotary_interleaved, c.qkv_bias, c.o_bias), (64, true, true, false));
+    assert_eq!((c.norms, c.fused_qkv, c.fused_gate_up), (Norms::Sandwich, false, true));
+    let model = fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap();
+    let renames = model.checkpoint_renames();
+    assert_eq!(renames.len(), 6);
+    assert!(renames.contains(&(
+        "model.layers.1.post_attention_layernorm.weight".into(),
+        "model.layers.1.pre_feedforward_layernorm.weight".into()
+    )));
 }
