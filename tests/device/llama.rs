@@ -70,6 +70,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("ministral-tiny", "ministral-tiny", ""),
         ("ernie45-tiny", "ernie45-tiny", ""),
         ("glm4-tiny", "glm4-tiny", ""),
+        ("ministral3-tiny", "ministral3-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -273,7 +274,8 @@ fn a_q4_0_model_takes_under_a_third_of_its_f16_bytes() {
 /// files, one of them OLMo 3 (a window pattern; YaRN on the full layers only), and a
 /// `seed_oss` file (its biases by the tensors it holds) and an `ernie4_5` file (rotary pairs
 /// interleaved, as llama.cpp's rope type 0 turns them) and a `glm4` file (its norms under the
-/// names of norms around each branch, the rotated part as `rope.dimension_count`) (Q8_0).
+/// names of norms around each branch, the rotated part as `rope.dimension_count`) and a
+/// `mistral3` file (YaRN with its log multiplier, Llama 4's temperature) (Q8_0).
 #[test]
 fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
@@ -294,6 +296,7 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
         ("seed-oss-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("ernie45-tiny-q8_0", &[DType::Q8_0], 0.6),
         ("glm4-tiny-q8_0", &[DType::Q8_0], 0.6),
+        ("ministral3-tiny-q8_0", &[DType::Q8_0], 0.6),
     ] {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();
         let r: Value = serde_json::from_str(&text).unwrap();
@@ -323,7 +326,8 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
 /// (sliding layers with unscaled rotary positions beside YaRN-scaled full ones), Seed-OSS's
 /// (biases on q, k, v and the output apart), Ministral's (windows by layer type) and Ernie
 /// 4.5's (rotary pairs interleaved, biases everywhere) and GLM-4's (its norm names, fused gate
-/// and up, interleaved pairs on half of each head) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
+/// and up, interleaved pairs on half of each head) and Ministral 3's (YaRN, queries scaled by
+/// position) in a GPU's kernel forms, whose decode step's products take the matrix–vector kernel:
 /// `transformers`' logits and greedy tokens.
 #[test]
 fn newer_llama_family_layers_in_gpu_forms() {
@@ -342,6 +346,7 @@ fn newer_llama_family_layers_in_gpu_forms() {
         "ministral-tiny",
         "ernie45-tiny",
         "glm4-tiny",
+        "ministral3-tiny",
     ] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);
@@ -517,5 +522,5 @@ fn gguf_models_give_llama_cpp_logits() {
         assert!(err < 4e-2, "{name}: logits differ from llama.cpp's by {err:.2e} of the largest");
         checked.push(name.to_string());
     }
-    assert_eq!(checked.len(), 16, "{checked:?}");
+    assert_eq!(checked.len(), 17, "{checked:?}");
 }

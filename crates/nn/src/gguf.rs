@@ -395,7 +395,8 @@ impl Gguf {
     }
 
     /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`-,
-    /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`-, `ernie4_5`- or `glm4`-architecture file
+    /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`-, `ernie4_5`-, `glm4`- or
+    /// `mistral3`-architecture file
     /// (`general.architecture`:
     /// a `LlamaForCausalLM` — SmolLM3's and Granite's are converted as Llama's —, a
     /// `Qwen2ForCausalLM`, whose q, k and v biases the file holds, a `Qwen3ForCausalLM`, whose
@@ -435,7 +436,7 @@ impl Gguf {
         let file = self.path.display().to_string();
         // llama.cpp's converter interleaves q and k rows for the rotary layout of the
         // architectures it converts as Llama's.
-        let permuted = matches!(self.architecture(), "llama" | "smollm3" | "granite");
+        let permuted = matches!(self.architecture(), "llama" | "smollm3" | "granite" | "mistral3");
         let mut used: std::collections::BTreeSet<String> =
             ["rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"].map(String::from).into();
         let mut out = BTreeMap::new();
@@ -487,28 +488,29 @@ impl Gguf {
     fn llama_config(&self) -> Result<LlamaConfig> {
         let m = &self.metadata;
         let arch = self.architecture();
-        let architecture =
-            match arch {
-                "llama" => "LlamaForCausalLM",
-                "qwen2" => "Qwen2ForCausalLM",
-                "qwen3" => "Qwen3ForCausalLM",
-                "gemma3" => "Gemma3ForCausalLM",
-                "gemma2" => "Gemma2ForCausalLM",
-                "phi3" => "Phi3ForCausalLM",
-                "smollm3" => "SmolLM3ForCausalLM",
-                "granite" => "GraniteForCausalLM",
-                "olmo2" => "Olmo2ForCausalLM",
-                "seed_oss" => "SeedOssForCausalLM",
-                "ernie4_5" => "Ernie4_5ForCausalLM",
-                "glm4" => "Glm4ForCausalLM",
-                _ => return Err(NnError::ConfigField {
-                    field: "general.architecture".into(),
-                    value: arch.into(),
-                    supported:
-                        "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss, ernie4_5 or glm4"
-                            .into(),
-                }),
-            };
+        let architecture = match arch {
+            "llama" => "LlamaForCausalLM",
+            "qwen2" => "Qwen2ForCausalLM",
+            "qwen3" => "Qwen3ForCausalLM",
+            "gemma3" => "Gemma3ForCausalLM",
+            "gemma2" => "Gemma2ForCausalLM",
+            "phi3" => "Phi3ForCausalLM",
+            "smollm3" => "SmolLM3ForCausalLM",
+            "granite" => "GraniteForCausalLM",
+            "olmo2" => "Olmo2ForCausalLM",
+            "seed_oss" => "SeedOssForCausalLM",
+            "ernie4_5" => "Ernie4_5ForCausalLM",
+            "glm4" => "Glm4ForCausalLM",
+            "mistral3" => "Ministral3ForCausalLM",
+            _ => return Err(NnError::ConfigField {
+                field: "general.architecture".into(),
+                value: arch.into(),
+                supported:
+                    "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss, ernie4_5, glm4 or \
+                         mistral3"
+                        .into(),
+            }),
+        };
         let get = |k: &str| m.get(&format!("{arch}.{k}"));
         let int = |k: &str| get(k).and_then(GgufValue::as_u64);
         let need = |k: &str| int(k).ok_or_else(|| self.error(None, format!("metadata `{arch}.{k}` is missing")));
@@ -536,7 +538,12 @@ impl Gguf {
                     });
                 }
                 let attn = get("rope.scaling.yarn_attn_factor").and_then(GgufValue::as_f64).unwrap_or(1.0);
-                let mscale = if factor > 1.0 { 0.1 * factor.ln() + 1.0 } else { 1.0 };
+                let mscale = |m: f64| if factor > 1.0 { 0.1 * m * factor.ln() + 1.0 } else { 1.0 };
+                // A log multiplier (DeepSeek's and Ministral 3's `mscale_all_dim`) divides it out.
+                let mscale = match get("rope.scaling.yarn_log_multiplier").and_then(GgufValue::as_f64) {
+                    Some(all) => mscale(1.0) / mscale(all),
+                    None => mscale(1.0),
+                };
                 serde_json::json!({
                     "rope_type": "yarn",
                     "factor": factor,
@@ -544,6 +551,7 @@ impl Gguf {
                     "attention_factor": attn * mscale,
                     "beta_fast": get("rope.scaling.yarn_beta_fast").and_then(GgufValue::as_f64),
                     "beta_slow": get("rope.scaling.yarn_beta_slow").and_then(GgufValue::as_f64),
+                    "llama_4_scaling_beta": get("attention.temperature_scale").and_then(GgufValue::as_f64),
                 })
             }
             Some(other) => {

@@ -2,8 +2,8 @@
 //! `LlamaForCausalLM` (Llama 2, 3, 3.1, 3.2, SmolLM), `Qwen2ForCausalLM`,
 //! `Qwen3ForCausalLM`, `MistralForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM`,
 //! `Phi3ForCausalLM`, `SmolLM3ForCausalLM`, `GraniteForCausalLM`, `Olmo2ForCausalLM`,
-//! `Olmo3ForCausalLM`, `SeedOssForCausalLM`, `MinistralForCausalLM`, `Ernie4_5ForCausalLM` and
-//! `Glm4ForCausalLM` — as
+//! `Olmo3ForCausalLM`, `SeedOssForCausalLM`, `MinistralForCausalLM`, `Ernie4_5ForCausalLM`,
+//! `Glm4ForCausalLM` and `Ministral3ForCausalLM` — as
 //! one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
 //! projections, RMS norms on q and k (per head or whole), norms before, around or after each
 //! branch and their gains' offset, the MLP's activation, the embeddings', branches', scores'
@@ -235,6 +235,15 @@ impl Llama {
         Ok([q, k, v])
     }
 
+    /// Llama 4's query scale at each of `positions: i32 [n]` (`1 + β ln(1 + ⌊pos / length⌋)`,
+    /// in f32 as `transformers` computes it), where the model has one.
+    fn query_temperature(&self, positions: &Tensor) -> Result<Option<Tensor>> {
+        let Some((beta, length)) = self.config.query_temperature else { return Ok(None) };
+        let positions = positions.cast(DType::F32)?;
+        let steps = positions.div(&positions.builder().scalar(DType::F32, length as f64)?)?.floor()?;
+        Ok(Some(steps.add_scalar(1.0)?.log()?.mul_scalar(beta)?.add_scalar(1.0)?))
+    }
+
     /// The attention's input: `x` normed where norms come before each branch.
     fn attention_input(layer: &LlamaLayer, x: &Tensor) -> Result<Tensor> {
         match &layer.input_layernorm {
@@ -360,6 +369,7 @@ impl CausalLm for Llama {
         let angles = scaled(rotary_angles(&pos, &freq)?, self.config.rope_attention_factor())?;
         let sliding = self.config.sliding_inv_freq().map(|f| rotary_angles(&pos, &f)).transpose()?;
         let sliding = sliding.map(|a| scaled(a, self.config.sliding_attention_factor())).transpose()?;
+        let temperature = self.query_temperature(&pos)?;
         let mut h = self.embed(ids)?;
         let mut kvs = Vec::new();
         for ((layer, window), rope) in
@@ -367,6 +377,7 @@ impl CausalLm for Llama {
         {
             let angles = sliding.as_ref().filter(|_| window.is_some()).unwrap_or(&angles);
             let [q, k, v] = self.qkv(&layer.self_attn, &Self::attention_input(layer, &h)?, rope.then_some(angles))?;
+            let q = warmed(q, temperature.as_ref(), &[2])?;
             let a = attend(
                 &q,
                 &k,
@@ -403,6 +414,7 @@ impl CausalLm for Llama {
         let angles = scaled(angles, self.config.rope_attention_factor())?;
         let sliding = self.config.sliding_inv_freq().map(|f| per_row(&f)).transpose()?;
         let sliding = sliding.map(|a| scaled(a, self.config.sliding_attention_factor())).transpose()?;
+        let temperature = self.query_temperature(&p)?;
         let q_pos = p.broadcast_in_dim(vec![batch, 1, live], vec![0])?;
         let k_pos = b.iota(DType::I32, [batch, 1, live], 2)?;
         let mut h = self.embed(ids)?;
@@ -411,6 +423,7 @@ impl CausalLm for Llama {
         for (((layer, window), rope), (kc, vc)) in layers.zip(cache) {
             let angles = sliding.as_ref().filter(|_| window.is_some()).unwrap_or(&angles);
             let [q, k, v] = self.qkv(&layer.self_attn, &Self::attention_input(layer, &h)?, rope.then_some(angles))?;
+            let q = warmed(q, temperature.as_ref(), &[0])?;
             let (kc, vc) = (kc.dynamic_update_slice(&k, &p, 2)?, vc.dynamic_update_slice(&v, &p, 2)?);
             let keep = Self::keep_at(&q_pos, &k_pos, *window)?;
             let (k_live, v_live) = (live_part(&kc, live)?, live_part(&vc, live)?);
@@ -445,5 +458,14 @@ impl Forward for Llama {
     /// The logits `[batch, seq, vocab]` of `ids: i32 [batch, seq]` (causal, positions `0..seq`).
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         Ok(self.prefill(ids)?.0)
+    }
+}
+
+/// `q: [b, h, s, dh]` times a per-position `scale` (`[n]`, laid along `q`'s axes `map`), or
+/// `q` where there is none.
+fn warmed(q: Tensor, scale: Option<&Tensor>, map: &[usize]) -> Result<Tensor> {
+    match scale {
+        Some(s) => Ok(q.mul(&s.broadcast_in_dim(q.dims().to_vec(), map.to_vec())?)?),
+        None => Ok(q),
     }
 }

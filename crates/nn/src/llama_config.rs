@@ -55,6 +55,9 @@ pub enum Architecture {
     /// names for them), gate and up one projection, q/k/v biases (`attention_bias`, on by
     /// default), rotary pairs interleaved on half of each head.
     Glm4,
+    /// `Ministral3ForCausalLM` (Ministral 3, Mistral Small/Medium 3's text): YaRN, and each
+    /// query scaled by `1 + β ln(1 + ⌊pos / original⌋)` (Llama 4's attention temperature).
+    Ministral3,
 }
 
 /// Where a layer's RMS norms sit.
@@ -111,6 +114,7 @@ impl Architecture {
             Architecture::Ministral => "MinistralForCausalLM",
             Architecture::Ernie45 => "Ernie4_5ForCausalLM",
             Architecture::Glm4 => "Glm4ForCausalLM",
+            Architecture::Ministral3 => "Ministral3ForCausalLM",
         }
     }
 }
@@ -177,6 +181,10 @@ pub struct LlamaConfig {
     pub logits_scaling: f64,
     /// Per layer, whether rotary positions apply (SmolLM3's `no_rope_layers`; all others').
     pub rope_layers: Vec<bool>,
+    /// Llama 4's attention temperature `(β, length)`: each query scaled by
+    /// `1 + β ln(1 + ⌊pos / length⌋)` (Ministral 3's `llama_4_scaling_beta` over its
+    /// `original_max_position_embeddings`).
+    pub query_temperature: Option<(f64, usize)>,
     /// The rotary base and scaling of the sliding-window layers where they have their own
     /// (Gemma 3's local layers).
     pub sliding_rope: Option<(f64, RopeScaling)>,
@@ -276,13 +284,14 @@ impl LlamaConfig {
             Some("MinistralForCausalLM" | "ministral") => Architecture::Ministral,
             Some("Ernie4_5ForCausalLM" | "ernie4_5") => Architecture::Ernie45,
             Some("Glm4ForCausalLM" | "glm4") => Architecture::Glm4,
+            Some("Ministral3ForCausalLM" | "ministral3") => Architecture::Ministral3,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
                     other,
                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
                      Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM, \
-                     MinistralForCausalLM, Ernie4_5ForCausalLM or Glm4ForCausalLM",
+                     MinistralForCausalLM, Ernie4_5ForCausalLM, Glm4ForCausalLM or Ministral3ForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -441,6 +450,22 @@ impl LlamaConfig {
             }
             _ => vec![true; layers],
         };
+        // Ministral 3: Llama 4's temperature, from the rotary parameters.
+        let query_temperature = match architecture {
+            Architecture::Ministral3 => {
+                let params = raw.rope_parameters.as_ref().or(raw.rope_scaling.as_ref());
+                let get = |k: &str| params.and_then(|p| p.get(k)).and_then(Value::as_f64);
+                match (get("llama_4_scaling_beta"), get("original_max_position_embeddings")) {
+                    (Some(beta), Some(length)) if length >= 1.0 => Some((beta, length as usize)),
+                    (Some(beta), _) => {
+                        let msg = "a positive rope_parameters.original_max_position_embeddings beside it";
+                        return Err(unsupported("rope_parameters.llama_4_scaling_beta", beta, msg));
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
         let granite = architecture == Architecture::Granite;
         let multiplier = |field: &str, v: Option<f64>| -> Result<f64> {
             match v.unwrap_or(1.0) {
@@ -501,6 +526,7 @@ impl LlamaConfig {
             residual_scale,
             logits_scaling,
             rope_layers,
+            query_temperature,
             sliding_rope,
             attn_softcap,
             final_softcap,
