@@ -194,7 +194,17 @@ impl RopeScaling {
                     RopeScaling::Default => base,
                     RopeScaling::Linear { factor } => base / factor,
                     RopeScaling::LongRope { short_factor, .. } => return longrope_freq(theta, dim, i, short_factor[i]),
-                    RopeScaling::Yarn { .. } => return self.yarn_freq(theta, dim, i),
+                    RopeScaling::Yarn {
+                        factor,
+                        original_max_position_embeddings,
+                        beta_fast,
+                        beta_slow,
+                        truncate,
+                        ..
+                    } => {
+                        let band = [*beta_fast, *beta_slow];
+                        return yarn_freq(theta, dim, i, *factor, *original_max_position_embeddings, band, *truncate);
+                    }
                     RopeScaling::Llama3 {
                         factor,
                         low_freq_factor,
@@ -244,38 +254,27 @@ impl RopeScaling {
     }
 }
 
-impl RopeScaling {
-    /// YaRN's frequency `i` of a head `dim` wide, in f32 as `transformers` computes it.
-    fn yarn_freq(&self, theta: f64, dim: usize, i: usize) -> f64 {
-        let RopeScaling::Yarn {
-            factor,
-            original_max_position_embeddings: original,
-            beta_fast,
-            beta_slow,
-            truncate,
-            ..
-        } = *self
-        else {
-            unreachable!("yarn parameters")
-        };
-        // The frequency index at which a wave turns `rotations` times over the trained context.
-        let index = |rotations: f64| {
-            (dim as f64 * (original / (rotations * 2.0 * std::f64::consts::PI)).ln()) / (2.0 * theta.ln())
-        };
-        let (low, high) = match truncate {
-            true => (index(beta_fast).floor(), index(beta_slow).ceil()),
-            false => (index(beta_fast), index(beta_slow)),
-        };
-        let (low, mut high) = (low.max(0.0), high.min(dim as f64 - 1.0));
-        if low == high {
-            high += 0.001;
-        }
-        let pos = (theta as f32).powf((2 * i) as f32 / dim as f32);
-        let (extrapolated, interpolated) = (1.0 / pos, 1.0 / (factor as f32 * pos));
-        let ramp = ((i as f32 - low as f32) / (high - low) as f32).clamp(0.0, 1.0);
-        let kept = 1.0 - ramp;
-        (interpolated * (1.0 - kept) + extrapolated * kept) as f64
+/// YaRN's frequency `i` of a head `dim` wide, in f32 as `transformers` computes it: `factor`
+/// over a trained context of `original` positions, the band between `beta_fast` and
+/// `beta_slow` rotations (`[beta_fast, beta_slow]`) rounded outward where `truncate`.
+fn yarn_freq(theta: f64, dim: usize, i: usize, factor: f64, original: f64, band: [f64; 2], truncate: bool) -> f64 {
+    let [beta_fast, beta_slow] = band;
+    // The frequency index at which a wave turns `rotations` times over the trained context.
+    let index =
+        |rotations: f64| (dim as f64 * (original / (rotations * 2.0 * std::f64::consts::PI)).ln()) / (2.0 * theta.ln());
+    let (low, high) = match truncate {
+        true => (index(beta_fast).floor(), index(beta_slow).ceil()),
+        false => (index(beta_fast), index(beta_slow)),
+    };
+    let (low, mut high) = (low.max(0.0), high.min(dim as f64 - 1.0));
+    if low == high {
+        high += 0.001;
     }
+    let pos = (theta as f32).powf((2 * i) as f32 / dim as f32);
+    let (extrapolated, interpolated) = (1.0 / pos, 1.0 / (factor as f32 * pos));
+    let ramp = ((i as f32 - low as f32) / (high - low) as f32).clamp(0.0, 1.0);
+    let kept = 1.0 - ramp;
+    (interpolated * (1.0 - kept) + extrapolated * kept) as f64
 }
 
 /// A longrope frequency, `1 / (factor · θ^(2i/dim))` in f32 as `transformers` computes it.
