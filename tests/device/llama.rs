@@ -71,6 +71,10 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("ernie45-tiny", "ernie45-tiny", ""),
         ("glm4-tiny", "glm4-tiny", ""),
         ("ministral3-tiny", "ministral3-tiny", ""),
+        ("qwen3-moe-tiny", "qwen3-moe-tiny", ""),
+        ("qwen2-moe-tiny", "qwen2-moe-tiny", ""),
+        ("mixtral-tiny", "mixtral-tiny", ""),
+        ("olmoe-tiny", "olmoe-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -347,6 +351,10 @@ fn newer_llama_family_layers_in_gpu_forms() {
         "ernie45-tiny",
         "glm4-tiny",
         "ministral3-tiny",
+        "qwen3-moe-tiny",
+        "qwen2-moe-tiny",
+        "mixtral-tiny",
+        "olmoe-tiny",
     ] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);

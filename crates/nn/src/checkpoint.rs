@@ -14,7 +14,7 @@
 use crate::error::{NnError, Result};
 use crate::module::{Module, Param};
 use fusegraph_ir::safetensors::{decode, SafetensorsError};
-use fusegraph_ir::{DType, HostTensor};
+use fusegraph_ir::{DType, HostTensor, TensorType};
 use safetensors::SafeTensors;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,6 +30,10 @@ pub struct KeyMap {
     pub drop_suffixes: Vec<String>,
     /// Parameters (by path suffix) whose 2-D tensor the file stores transposed.
     pub transposed_suffixes: Vec<String>,
+    /// Parts of a key (`.experts.`) followed by an index into a stacked parameter: key
+    /// `a.experts.3.b` (after renaming) is slot 3 of parameter `a.experts.b`, whose leading
+    /// axis holds one part per index (each transposed and converted as a parameter of its own).
+    pub stacked: Vec<String>,
 }
 
 impl KeyMap {
@@ -55,9 +59,11 @@ impl KeyMap {
     }
 
     /// Hugging Face Llama-family models (every [`crate::llama::Architecture`]:
-    /// `LlamaForCausalLM`, `Qwen2ForCausalLM`, `Gemma3ForCausalLM` …): PyTorch `Linear` weights (`*_proj`, `lm_head`) stored `[out, in]`;
+    /// `LlamaForCausalLM`, `Qwen2ForCausalLM`, `Gemma3ForCausalLM` …): PyTorch `Linear` weights
+    /// (`*_proj`, `lm_head`, a mixture's router `mlp.gate` and `shared_expert_gate`) stored `[out, in]`;
     /// rotary buffers (`rotary_emb.inv_freq`) dropped, and with `tied` heads `lm_head.weight`
-    /// (when the file carries it).
+    /// (when the file carries it); a mixture's experts (`mlp.experts.{e}.gate_proj.weight`)
+    /// stacked into one parameter each.
     pub fn llama(tied: bool) -> Self {
         let mut drop_suffixes = vec!["rotary_emb.inv_freq".to_string()];
         if tied {
@@ -65,7 +71,10 @@ impl KeyMap {
         }
         KeyMap {
             drop_suffixes,
-            transposed_suffixes: vec!["_proj.weight".into(), "lm_head.weight".into()],
+            transposed_suffixes: ["_proj.weight", "lm_head.weight", ".mlp.gate.weight", ".shared_expert_gate.weight"]
+                .map(String::from)
+                .into(),
+            stacked: vec![".experts.".into()],
             ..Default::default()
         }
     }
@@ -87,6 +96,24 @@ impl KeyMap {
 
     fn transposed(&self, path: &str) -> bool {
         self.transposed_suffixes.iter().any(|s| path.ends_with(s.as_str()))
+    }
+
+    /// The path of part `slot` of stacked parameter `path` (`a.experts.b` → `a.experts.3.b`).
+    fn part_path(&self, path: &str, slot: usize) -> String {
+        match self.stacked.iter().find_map(|infix| Some((infix, path.split_once(infix.as_str())?))) {
+            Some((infix, (before, rest))) => format!("{before}{infix}{slot}.{rest}"),
+            None => format!("{path}[{slot}]"),
+        }
+    }
+
+    /// A model path of a stacked parameter's part: the parameter's path and the slot.
+    fn unstacked(&self, path: &str) -> Option<(String, usize)> {
+        self.stacked.iter().find_map(|infix| {
+            let (before, after) = path.split_once(infix.as_str())?;
+            let (slot, rest) = after.split_once('.')?;
+            let slot = slot.parse().ok().filter(|_| slot.bytes().all(|c| c.is_ascii_digit()))?;
+            Some((format!("{before}{infix}{rest}"), slot))
+        })
     }
 }
 
@@ -198,51 +225,103 @@ impl Checkpoint {
     /// fusegraph does not read (`SafetensorsError::Dtype`, naming the key).
     pub fn load(&self, module: &dyn Module, map: &KeyMap) -> Result<BTreeMap<String, HostTensor>> {
         let params: BTreeMap<String, Param> = module.params().into_iter().map(|p| (p.path().to_string(), p)).collect();
-        let mut key_of: BTreeMap<&str, &str> = BTreeMap::new();
+        let file = || self.source.display().to_string();
+        // Each parameter's keys by slot (`None`: the whole parameter; `Some(e)`: part `e` of a
+        // stacked one).
+        let mut key_of: BTreeMap<&str, BTreeMap<Option<usize>, &str>> = BTreeMap::new();
         for key in self.keys.keys() {
             let Some(path) = map.path_of(key) else { continue };
-            let Some((path, _)) = params.get_key_value(&path) else {
-                return Err(NnError::UnknownKey { key: key.clone(), file: self.source.display().to_string() });
+            let (path, slot) = match params.contains_key(&path) {
+                true => (path, None),
+                false => match map.unstacked(&path) {
+                    Some((stacked, slot)) => (stacked, Some(slot)),
+                    None => (path, None),
+                },
             };
-            if let Some(other) = key_of.insert(path, key) {
+            let Some((path, _)) = params.get_key_value(&path) else {
+                return Err(NnError::UnknownKey { key: key.clone(), file: file() });
+            };
+            let slots = key_of.entry(path).or_default();
+            if let Some(other) = slots.insert(slot, key) {
                 return Err(NnError::UnknownKey {
                     key: format!("{key} (parameter `{path}` is given by `{other}` too)"),
-                    file: self.source.display().to_string(),
+                    file: file(),
+                });
+            }
+            if slots.len() > 1 && slots.contains_key(&None) {
+                return Err(NnError::UnknownKey {
+                    key: format!("{key} (parameter `{path}` is given whole and in parts)"),
+                    file: file(),
                 });
             }
         }
         let headers = self.headers()?;
         let mut out = BTreeMap::new();
         for (path, p) in &params {
-            let Some(&key) = key_of.get(path.as_str()) else {
-                return Err(NnError::MissingKey {
-                    key: path.clone(),
-                    param: path.clone(),
-                    expected: Some(p.ty().clone()),
-                    file: self.source.display().to_string(),
-                });
+            let missing = |key: String, expected: TensorType| NnError::MissingKey {
+                key,
+                param: path.clone(),
+                expected: Some(expected),
+                file: file(),
             };
-            let mut t = self.tensor_in(&headers, key)?;
-            let want = p.ty();
-            // A matrix of a block type keeps the file's `[out, in]` (see `crate::Matrices`).
-            if map.transposed(path) && t.shape().rank() == 2 && want.dtype.block().is_none() {
-                t = transpose2(&t)?;
-            }
-            if t.shape() != &want.shape {
-                return Err(NnError::KeyShape {
-                    key: key.to_string(),
-                    param: path.clone(),
-                    expected: Box::new(want.clone()),
-                    got: Box::new(t.ty()),
-                    file: self.source.display().to_string(),
-                });
-            }
-            if t.dtype() != want.dtype {
-                t = HostTensor::from_f64(want.dtype, want.shape.clone(), &t.to_f64())?;
-            }
+            let slots = key_of.get(path.as_str());
+            let t = match slots.and_then(|s| s.get(&None)) {
+                Some(&key) => self.param_from(&headers, key, path, p.ty(), map)?,
+                None if slots.is_none() => return Err(missing(path.clone(), p.ty().clone())),
+                // A stacked parameter: every part, in slot order.
+                None => {
+                    let slots = slots.expect("not none");
+                    let want = p.ty();
+                    let part = TensorType::new(want.dtype, want.shape.dims()[1..].to_vec());
+                    let mut bytes = Vec::new();
+                    for slot in 0..want.shape.dims()[0] {
+                        let Some(&key) = slots.get(&Some(slot)) else {
+                            return Err(missing(map.part_path(path, slot), part.clone()));
+                        };
+                        bytes.extend(self.param_from(&headers, key, path, &part, map)?.to_bytes());
+                    }
+                    if let Some((&Some(slot), &key)) =
+                        slots.iter().find(|(s, _)| s.is_some_and(|s| s >= want.shape.dims()[0]))
+                    {
+                        let detail = format!("{key} (slot {slot} of `{path}`, which has {})", want.shape.dims()[0]);
+                        return Err(NnError::UnknownKey { key: detail, file: file() });
+                    }
+                    HostTensor::from_bytes(want, &bytes)?
+                }
+            };
             out.insert(path.clone(), t);
         }
         Ok(out)
+    }
+
+    /// Tensor `key` as parameter `path` of type `want`: transposed where `map` says so,
+    /// checked against the shape, converted to the dtype.
+    fn param_from(
+        &self,
+        headers: &[SafeTensors<'_>],
+        key: &str,
+        path: &str,
+        want: &TensorType,
+        map: &KeyMap,
+    ) -> Result<HostTensor> {
+        let mut t = self.tensor_in(headers, key)?;
+        // A matrix of a block type keeps the file's `[out, in]` (see `crate::Matrices`).
+        if map.transposed(path) && t.shape().rank() == 2 && want.dtype.block().is_none() {
+            t = transpose2(&t)?;
+        }
+        if t.shape() != &want.shape {
+            return Err(NnError::KeyShape {
+                key: key.to_string(),
+                param: path.to_string(),
+                expected: Box::new(want.clone()),
+                got: Box::new(t.ty()),
+                file: self.source.display().to_string(),
+            });
+        }
+        if t.dtype() != want.dtype {
+            t = HostTensor::from_f64(want.dtype, want.shape.clone(), &t.to_f64())?;
+        }
+        Ok(t)
     }
 }
 

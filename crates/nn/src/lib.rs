@@ -37,6 +37,7 @@ mod blocks;
 pub mod causal;
 pub mod checkpoint;
 mod error;
+pub mod feed_forward;
 pub mod gguf;
 pub mod gpt2;
 mod init;

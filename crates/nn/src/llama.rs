@@ -3,15 +3,17 @@
 //! `Qwen3ForCausalLM`, `MistralForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM`,
 //! `Phi3ForCausalLM`, `SmolLM3ForCausalLM`, `GraniteForCausalLM`, `Olmo2ForCausalLM`,
 //! `Olmo3ForCausalLM`, `SeedOssForCausalLM`, `MinistralForCausalLM`, `Ernie4_5ForCausalLM`,
-//! `Glm4ForCausalLM` and `Ministral3ForCausalLM` — as
+//! `Glm4ForCausalLM`, `Ministral3ForCausalLM`, and the mixtures of experts
+//! `MixtralForCausalLM`, `Qwen2MoeForCausalLM`, `Qwen3MoeForCausalLM` and `OlmoeForCausalLM` — as
 //! one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
 //! projections, RMS norms on q and k (per head or whole), norms before, around or after each
 //! branch and their gains' offset, the MLP's activation, the embeddings', branches', scores'
 //! and logits' scales, soft caps on scores and logits, grouped-query attention
 //! (`num_key_value_heads`), rotary positions on all or part of each head (pairs half-split
 //! or interleaved, on all layers or some) with their scaling (`linear`, `llama3`, `yarn`, `longrope`) and a base of their own for
-//! sliding-window layers, a sliding attention window per layer and a head tied to the
-//! embeddings or its own.
+//! sliding-window layers, a sliding attention window per layer, a head tied to the
+//! embeddings or its own, and a mixture of experts in place of the MLP on some or all layers
+//! ([`crate::feed_forward`]).
 //!
 //! Parameter names are `transformers`' (`model.embed_tokens`, `model.layers.{i}.self_attn.
 //! q_proj`, `….mlp.gate_proj`, `model.norm`, `lm_head`), so a checkpoint directory loads with
@@ -28,9 +30,10 @@ use crate::causal::{
     attend, check_cache, check_ids, check_live, live_part, row_positions, soft_cap, tied_head, CausalLm, Kv,
 };
 use crate::error::{config, Result};
+pub use crate::feed_forward::{FeedForward, LlamaMlp, SparseMoe};
 use crate::init::Init;
 use crate::layers::{Embedding, Linear, Projections, RmsNorm};
-pub use crate::llama_config::{Activation, Architecture, LlamaConfig, Norms, QkNorm};
+pub use crate::llama_config::{Activation, Architecture, LlamaConfig, MoeConfig, Norms, QkNorm};
 use crate::module::{Forward, Scope};
 use crate::rope::scaled;
 pub use crate::rope::{rotary_angles, rotate, rotate_interleaved, RopeScaling};
@@ -53,17 +56,6 @@ pub struct LlamaAttention {
 
 crate::module!(LlamaAttention { qkv, o_proj, q_norm, k_norm });
 
-/// The gated MLP: `down_proj(silu(gate_proj(x)) · up_proj(x))`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LlamaMlp {
-    /// `gate_proj` and `up_proj`, or Phi-3's `gate_up_proj` of both.
-    pub gate_up: Projections,
-    /// `down_proj`.
-    pub down_proj: Linear,
-}
-
-crate::module!(LlamaMlp { gate_up, down_proj });
-
 /// A decoder layer: `h = x + attn(norm(x))`, `out = h + mlp(norm(h))`; with
 /// [`Norms::Sandwich`], `h = x + norm(attn(norm(x)))`, `out = h + norm(mlp(norm(h)))`; with
 /// [`Norms::Post`], `h = x + norm(attn(x))`, `out = h + norm(mlp(h))`.
@@ -78,8 +70,8 @@ pub struct LlamaLayer {
     pub post_attention_layernorm: RmsNorm,
     /// `pre_feedforward_layernorm`, with sandwich norms: the MLP's input norm.
     pub pre_feedforward_layernorm: Option<RmsNorm>,
-    /// `mlp`.
-    pub mlp: LlamaMlp,
+    /// `mlp`: the gated MLP, or a mixture of experts ([`LlamaConfig::moe`]).
+    pub mlp: FeedForward,
     /// `post_feedforward_layernorm`, with sandwich or post norms: the MLP output's norm.
     pub post_feedforward_layernorm: Option<RmsNorm>,
 }
@@ -158,15 +150,15 @@ impl Llama {
                     },
                     post_attention_layernorm: norm(&l.at("post_attention_layernorm"))?,
                     pre_feedforward_layernorm: when(c.norms == Norms::Sandwich, &l.at("pre_feedforward_layernorm"))?,
-                    mlp: LlamaMlp {
-                        gate_up: Projections::new(
+                    mlp: match &c.moe {
+                        Some(moe) if moe.sparse_layers[i] => FeedForward::Sparse(Box::new(SparseMoe::new(&p, d, moe)?)),
+                        _ => FeedForward::Dense(Box::new(LlamaMlp::new(
                             &p,
                             d,
-                            &[("gate_proj", c.intermediate_size), ("up_proj", c.intermediate_size)],
+                            c.intermediate_size,
                             c.fused_gate_up.then_some("gate_up_proj"),
                             c.mlp_bias,
-                        )?,
-                        down_proj: linear(&p.at("down_proj"), c.intermediate_size, d, c.mlp_bias)?,
+                        )?)),
                     },
                     post_feedforward_layernorm: when(c.norms != Norms::Pre, &l.at("post_feedforward_layernorm"))?,
                 })
@@ -185,23 +177,37 @@ impl Llama {
 
     /// The checkpoint keys that name this model's parameters otherwise (checkpoint key →
     /// parameter path): GLM-4's norms around each branch (`post_self_attn_layernorm` after
-    /// attention, `post_attention_layernorm` before the MLP, `post_mlp_layernorm` after it).
+    /// attention, `post_attention_layernorm` before the MLP, `post_mlp_layernorm` after it);
+    /// Mixtral's mixture (`block_sparse_moe`, its experts' `w1`, `w3` and `w2` for gate, up and
+    /// down).
     pub fn checkpoint_renames(&self) -> Vec<(String, String)> {
-        if self.config.architecture != Architecture::Glm4 {
-            return Vec::new();
-        }
-        let names = [
-            ("post_self_attn_layernorm", "post_attention_layernorm"),
-            ("post_attention_layernorm", "pre_feedforward_layernorm"),
-            ("post_mlp_layernorm", "post_feedforward_layernorm"),
-        ];
-        (0..self.config.num_hidden_layers)
-            .flat_map(|i| {
-                names.map(|(from, to)| {
-                    (format!("model.layers.{i}.{from}.weight"), format!("model.layers.{i}.{to}.weight"))
+        let c = &self.config;
+        let layer = |i: usize, from: &str, to: &str| {
+            (format!("model.layers.{i}.{from}.weight"), format!("model.layers.{i}.{to}.weight"))
+        };
+        match (c.architecture, &c.moe) {
+            (Architecture::Glm4, _) => (0..c.num_hidden_layers)
+                .flat_map(|i| {
+                    [
+                        ("post_self_attn_layernorm", "post_attention_layernorm"),
+                        ("post_attention_layernorm", "pre_feedforward_layernorm"),
+                        ("post_mlp_layernorm", "post_feedforward_layernorm"),
+                    ]
+                    .map(|(from, to)| layer(i, from, to))
                 })
-            })
-            .collect()
+                .collect(),
+            (Architecture::Mixtral, Some(moe)) => (0..c.num_hidden_layers)
+                .flat_map(|i| {
+                    let experts = (0..moe.experts).flat_map(move |e| {
+                        [("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")].map(|(from, to)| {
+                            layer(i, &format!("block_sparse_moe.experts.{e}.{from}"), &format!("mlp.experts.{e}.{to}"))
+                        })
+                    });
+                    std::iter::once(layer(i, "block_sparse_moe.gate", "mlp.gate")).chain(experts)
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// `x: [b, s, hidden]` → q `[b, heads, s, dh]`, k and v `[b, kv_heads, s, dh]`, q and k
@@ -277,14 +283,7 @@ impl Llama {
         };
         let h = x.add(&branch(a)?)?;
         let n = norm(pre_mlp, h.clone())?;
-        let Ok([gate, up]) = <[Tensor; 2]>::try_from(layer.mlp.gate_up.forward(&n)?) else {
-            unreachable!("gate and up")
-        };
-        let gate = match self.config.hidden_act {
-            Activation::Silu => gate.silu()?,
-            Activation::GeluTanh => gate.gelu_tanh()?,
-        };
-        let m = layer.mlp.down_proj.forward(&gate.mul(&up)?)?;
+        let m = layer.mlp.forward(&n, c.hidden_act)?;
         Ok(h.add(&branch(norm(layer.post_feedforward_layernorm.as_ref(), m)?)?)?)
     }
 

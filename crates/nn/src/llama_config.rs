@@ -58,6 +58,41 @@ pub enum Architecture {
     /// `Ministral3ForCausalLM` (Ministral 3, Mistral Small/Medium 3's text): YaRN, and each
     /// query scaled by `1 + β ln(1 + ⌊pos / original⌋)` (Llama 4's attention temperature).
     Ministral3,
+    /// `MixtralForCausalLM`: Mistral's layers with a mixture of experts for each MLP
+    /// (`num_local_experts`, the chosen ones' weights normalized), named `block_sparse_moe`.
+    Mixtral,
+    /// `Qwen2MoeForCausalLM` (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's layers with a mixture of
+    /// experts beside a shared expert behind a sigmoid gate.
+    Qwen2Moe,
+    /// `Qwen3MoeForCausalLM` (Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder): Qwen3's layers with a
+    /// mixture of experts.
+    Qwen3Moe,
+    /// `OlmoeForCausalLM` (OLMoE): norms before each branch, RMS norms over the whole q and k
+    /// projections, a mixture of experts.
+    Olmoe,
+}
+
+/// A sparse mixture of experts in place of a layer's MLP: a router (`gate`) scores every
+/// expert for each token, the `top_k` best (by softmax probability) each apply their own
+/// gated MLP, and their outputs are summed weighted by those probabilities.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    /// Experts per mixture (`num_experts`, or `num_local_experts`).
+    pub experts: usize,
+    /// Experts each token goes through (`num_experts_per_tok`).
+    pub top_k: usize,
+    /// Each expert's inner width (`moe_intermediate_size`; Mixtral's and OLMoE's
+    /// `intermediate_size`).
+    pub expert_size: usize,
+    /// The chosen experts' probabilities divided by their sum (`norm_topk_prob`; always for
+    /// Mixtral).
+    pub normalize: bool,
+    /// A shared expert's inner width (Qwen2-MoE's `shared_expert_intermediate_size`): every
+    /// token goes through it too, scaled by a sigmoid gate of its own.
+    pub shared_expert: Option<usize>,
+    /// Per layer, whether its MLP is the mixture (else a dense MLP `intermediate_size` wide):
+    /// every `decoder_sparse_step`-th layer not in `mlp_only_layers`.
+    pub sparse_layers: Vec<bool>,
 }
 
 /// Where a layer's RMS norms sit.
@@ -115,6 +150,10 @@ impl Architecture {
             Architecture::Ernie45 => "Ernie4_5ForCausalLM",
             Architecture::Glm4 => "Glm4ForCausalLM",
             Architecture::Ministral3 => "Ministral3ForCausalLM",
+            Architecture::Mixtral => "MixtralForCausalLM",
+            Architecture::Qwen2Moe => "Qwen2MoeForCausalLM",
+            Architecture::Qwen3Moe => "Qwen3MoeForCausalLM",
+            Architecture::Olmoe => "OlmoeForCausalLM",
         }
     }
 }
@@ -203,6 +242,8 @@ pub struct LlamaConfig {
     pub eos_token_ids: Vec<i32>,
     /// The token that starts a sequence (`bos_token_id`).
     pub bos_token_id: Option<i32>,
+    /// A mixture of experts in place of the MLP on some or all layers.
+    pub moe: Option<MoeConfig>,
 }
 
 /// The `config.json` as written, before its fields are checked.
@@ -249,6 +290,15 @@ struct RawConfig {
     logits_scaling: Option<f64>,
     eos_token_id: Option<Value>,
     bos_token_id: Option<Value>,
+    num_experts: Option<usize>,
+    num_local_experts: Option<usize>,
+    num_experts_per_tok: Option<usize>,
+    moe_intermediate_size: Option<usize>,
+    norm_topk_prob: Option<bool>,
+    shared_expert_intermediate_size: Option<usize>,
+    decoder_sparse_step: Option<usize>,
+    mlp_only_layers: Option<Vec<usize>>,
+    clip_qkv: Option<f64>,
 }
 
 fn token_ids(field: &str, v: &Option<Value>) -> Result<Vec<i32>> {
@@ -285,13 +335,18 @@ impl LlamaConfig {
             Some("Ernie4_5ForCausalLM" | "ernie4_5") => Architecture::Ernie45,
             Some("Glm4ForCausalLM" | "glm4") => Architecture::Glm4,
             Some("Ministral3ForCausalLM" | "ministral3") => Architecture::Ministral3,
+            Some("MixtralForCausalLM" | "mixtral") => Architecture::Mixtral,
+            Some("Qwen2MoeForCausalLM" | "qwen2_moe") => Architecture::Qwen2Moe,
+            Some("Qwen3MoeForCausalLM" | "qwen3_moe") => Architecture::Qwen3Moe,
+            Some("OlmoeForCausalLM" | "olmoe") => Architecture::Olmoe,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
                     other,
                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
                      Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM, \
-                     MinistralForCausalLM, Ernie4_5ForCausalLM, Glm4ForCausalLM or Ministral3ForCausalLM",
+                     MinistralForCausalLM, Ernie4_5ForCausalLM, Glm4ForCausalLM, Ministral3ForCausalLM, \
+                     MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM or OlmoeForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -346,6 +401,9 @@ impl LlamaConfig {
                 }
                 _ => {}
             }
+        }
+        if let Some(clip) = raw.clip_qkv {
+            return Err(unsupported("clip_qkv", clip, "null (q, k and v unclipped)"));
         }
         if raw.use_bidirectional_attention == Some(true) {
             return Err(unsupported("use_bidirectional_attention", true, "false (causal attention)"));
@@ -507,10 +565,10 @@ impl LlamaConfig {
             rope_scaling,
             rope_factors: None,
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(gemma),
-            qkv_bias: architecture == Architecture::Qwen2 || attention_bias,
+            qkv_bias: matches!(architecture, Architecture::Qwen2 | Architecture::Qwen2Moe) || attention_bias,
             qk_norm: match architecture {
-                Architecture::Qwen3 | Architecture::Gemma3 => QkNorm::PerHead,
-                Architecture::Olmo2 | Architecture::Olmo3 => QkNorm::Whole,
+                Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::Gemma3 => QkNorm::PerHead,
+                Architecture::Olmo2 | Architecture::Olmo3 | Architecture::Olmoe => QkNorm::Whole,
                 _ => QkNorm::None,
             },
             norm_offset: if gemma { 1.0 } else { 0.0 },
@@ -531,7 +589,7 @@ impl LlamaConfig {
             attn_softcap,
             final_softcap,
             o_bias: match architecture {
-                Architecture::Qwen2 => false,
+                Architecture::Qwen2 | Architecture::Qwen2Moe => false,
                 Architecture::SeedOss => raw.attention_out_bias.unwrap_or(false),
                 Architecture::Glm4 => false,
                 _ => attention_bias,
@@ -540,7 +598,52 @@ impl LlamaConfig {
             sliding_windows,
             eos_token_ids: token_ids("eos_token_id", &raw.eos_token_id)?,
             bos_token_id: token_ids("bos_token_id", &raw.bos_token_id)?.first().copied(),
+            moe: Self::moe(architecture, &raw, layers)?,
         })
+    }
+
+    /// The mixture of experts of a Mixtral, Qwen2-MoE, Qwen3-MoE or OLMoE config
+    /// (`transformers`' defaults where a field is left out), `None` for the other classes or
+    /// no experts.
+    fn moe(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Option<MoeConfig>> {
+        // (experts, top k, normalized, the experts' width field) by class.
+        let (experts, top_k, normalize, width) = match arch {
+            Architecture::Mixtral => (8, 2, Some(true), raw.intermediate_size),
+            Architecture::Qwen2Moe => (60, 4, None, raw.moe_intermediate_size),
+            Architecture::Qwen3Moe => (128, 8, None, raw.moe_intermediate_size),
+            Architecture::Olmoe => (64, 8, None, raw.intermediate_size),
+            _ => return Ok(None),
+        };
+        // `transformers` 5 writes `num_local_experts` for every class; the hub's configs
+        // `num_experts` for all but Mixtral.
+        let experts = raw.num_experts.or(raw.num_local_experts).unwrap_or(experts);
+        if experts == 0 {
+            return Ok(None);
+        }
+        let top_k = raw.num_experts_per_tok.unwrap_or(top_k);
+        if top_k == 0 || top_k > experts {
+            return Err(unsupported("num_experts_per_tok", top_k, &format!("1 to the {experts} experts")));
+        }
+        let expert_size = width
+            .filter(|&w| w > 0)
+            .ok_or_else(|| unsupported("moe_intermediate_size", "(missing or 0)", "a positive integer"))?;
+        let step = raw.decoder_sparse_step.unwrap_or(1);
+        if step == 0 {
+            return Err(unsupported("decoder_sparse_step", 0, "a positive integer"));
+        }
+        let dense = raw.mlp_only_layers.clone().unwrap_or_default();
+        let shared_expert = match arch {
+            Architecture::Qwen2Moe => Some(raw.shared_expert_intermediate_size.unwrap_or(5632)).filter(|&w| w > 0),
+            _ => None,
+        };
+        Ok(Some(MoeConfig {
+            experts,
+            top_k,
+            expert_size,
+            normalize: normalize.or(raw.norm_topk_prob).unwrap_or(false),
+            shared_expert,
+            sparse_layers: (0..layers).map(|i| (i + 1) % step == 0 && !dense.contains(&i)).collect(),
+        }))
     }
 
     /// Per layer, its window: `layer_types` where given; Mistral's and Phi-3's `sliding_window`
@@ -571,8 +674,10 @@ impl LlamaConfig {
         }
         Ok((0..layers)
             .map(|i| match arch {
-                Architecture::Mistral | Architecture::Phi3 | Architecture::Ministral => window,
-                Architecture::Qwen2 | Architecture::Qwen3 if raw.use_sliding_window == Some(true) => {
+                Architecture::Mistral | Architecture::Phi3 | Architecture::Ministral | Architecture::Mixtral => window,
+                Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen2Moe | Architecture::Qwen3Moe
+                    if raw.use_sliding_window == Some(true) =>
+                {
                     window.filter(|_| i >= raw.max_window_layers.unwrap_or(0))
                 }
                 Architecture::Gemma3 => {

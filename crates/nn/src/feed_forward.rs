@@ -1,0 +1,254 @@
+//! The Llama family's feed-forward branches: the gated MLP, and the sparse mixture of experts
+//! (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) that replaces it on some or all layers.
+//!
+//! A mixture is recorded with the ops every model uses. The router's top `k` are `k` rounds of
+//! arg-max over the softmax probabilities, each round masking its winner. Each expert weight
+//! is one parameter `[experts, …]` ([`StackedLinear`]): a token's chosen experts are *gathered*
+//! from it by index and multiplied as a batch of products, one per token and choice. Fusion
+//! puts the gather inside the product's operand load, so a kernel reads only the chosen
+//! experts' rows, dequantizing as it loads (a decode step reads `k` experts' bytes of each
+//! weight, not all of them), and no gathered weight is ever stored.
+
+use crate::error::{config, Result};
+use crate::init::Init;
+use crate::layers::{Linear, Projections};
+use crate::llama_config::{Activation, MoeConfig};
+use crate::module::{Forward, Module, Param, Scope};
+use fusegraph_ir::{DType, Tensor};
+
+/// The gated MLP: `down_proj(act(gate_proj(x)) · up_proj(x))`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaMlp {
+    /// `gate_proj` and `up_proj`, or Phi-3's `gate_up_proj` of both.
+    pub gate_up: Projections,
+    /// `down_proj`.
+    pub down_proj: Linear,
+}
+
+crate::module!(LlamaMlp { gate_up, down_proj });
+
+impl LlamaMlp {
+    /// An MLP `hidden → inner → hidden` under `s` (`fused`: gate and up one projection, named
+    /// so), weights `N(0, 0.02²)`, zero biases where `bias`.
+    pub fn new(s: &Scope, hidden: usize, inner: usize, fused: Option<&str>, bias: bool) -> Result<Self> {
+        Ok(LlamaMlp {
+            gate_up: Projections::new(s, hidden, &[("gate_proj", inner), ("up_proj", inner)], fused, bias)?,
+            down_proj: Linear::with_init(
+                &s.at("down_proj"),
+                inner,
+                hidden,
+                Init::Normal(0.02),
+                bias.then_some(Init::Zeros),
+            )?,
+        })
+    }
+
+    /// `x: [..., hidden] → [..., hidden]` with the gate's activation `act`.
+    pub fn forward(&self, x: &Tensor, act: Activation) -> Result<Tensor> {
+        let Ok([gate, up]) = <[Tensor; 2]>::try_from(self.gate_up.forward(x)?) else { unreachable!("gate and up") };
+        self.down_proj.forward(&activate(&gate, act)?.mul(&up)?)
+    }
+}
+
+fn activate(x: &Tensor, act: Activation) -> Result<Tensor> {
+    Ok(match act {
+        Activation::Silu => x.silu()?,
+        Activation::GeluTanh => x.gelu_tanh()?,
+    })
+}
+
+/// `n` linear layers of one shape (no bias) as one parameter, `weight`: f32 `[n, in, out]`
+/// (each a [`Linear`]'s layout), or a block type's `[n, out, in]` (PyTorch's and GGUF's, its
+/// blocks along `in`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackedLinear {
+    /// The stacked weights.
+    pub weight: Param,
+}
+
+crate::module!(StackedLinear { weight });
+
+impl StackedLinear {
+    /// `n` layers `in_dim → out_dim` as the parameter `{s}` (a checkpoint's
+    /// `….experts.{e}.gate_proj.weight` load into slot `e` of `….experts.gate_proj.weight`),
+    /// drawn from `N(0, 0.02²)`.
+    pub fn new(s: &Scope, n: usize, in_dim: usize, out_dim: usize) -> Result<Self> {
+        if n == 0 || in_dim == 0 || out_dim == 0 {
+            return Err(config(format!("StackedLinear `{}`: {n} layers {in_dim} → {out_dim} must be ≥ 1", s.path())));
+        }
+        let dtype = s.matrix_dtype("weight", in_dim);
+        let shape = if dtype.block().is_some() { [n, out_dim, in_dim] } else { [n, in_dim, out_dim] };
+        Ok(StackedLinear { weight: s.param("weight", &shape, Init::Normal(0.02)).stored_as(dtype) })
+    }
+
+    fn rows_out(&self) -> bool {
+        self.weight.ty().dtype.block().is_some()
+    }
+
+    /// The input width.
+    pub fn in_dim(&self) -> usize {
+        self.weight.dims()[1 + usize::from(self.rows_out())]
+    }
+
+    /// The output width.
+    pub fn out_dim(&self) -> usize {
+        self.weight.dims()[1 + usize::from(!self.rows_out())]
+    }
+
+    /// Row `t` of `x` through the layers `chosen[t, ·]`: `x: f32 [t, j, in]` (`j` = 1: every
+    /// choice reads the row; or `j` = `k`: a row per choice), `chosen: i32 [t, k]` →
+    /// `[t, k, out]`. An index past the last layer reads the last (as [`fusegraph_ir::Op::Gather`]
+    /// clamps).
+    pub fn forward_chosen(&self, x: &Tensor, chosen: &Tensor) -> Result<Tensor> {
+        let (&[t, j, width], &[t2, k]) = (x.dims(), chosen.dims()) else {
+            return Err(config(format!(
+                "StackedLinear `{}`: input {} and choices {} must be [tokens, 1 or k, in] and [tokens, k]",
+                self.weight.path(),
+                x.ty(),
+                chosen.ty()
+            )));
+        };
+        if t != t2 || width != self.in_dim() || (j != 1 && j != k) {
+            return Err(config(format!(
+                "StackedLinear `{}`: input {} and choices {} do not fit layers {} → {}",
+                self.weight.path(),
+                x.ty(),
+                chosen.ty(),
+                self.in_dim(),
+                self.out_dim()
+            )));
+        }
+        let w = self.weight.read(x.builder(), x.dtype())?.gather(chosen, 0)?;
+        let w = if self.rows_out() { w.transpose(&[0, 1, 3, 2])? } else { w };
+        let x = x.reshape([t, j, 1, width])?.broadcast_to([t, k, 1, width])?;
+        Ok(x.matmul(&w)?.reshape([t, k, self.out_dim()])?)
+    }
+}
+
+/// A mixture's experts: gated MLPs whose weights are stacked by expert.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Experts {
+    /// `gate_proj`, `[experts]` layers `hidden → expert_size`.
+    pub gate_proj: StackedLinear,
+    /// `up_proj`, likewise.
+    pub up_proj: StackedLinear,
+    /// `down_proj`, `[experts]` layers `expert_size → hidden`.
+    pub down_proj: StackedLinear,
+}
+
+crate::module!(Experts { gate_proj, up_proj, down_proj });
+
+/// A sparse mixture of experts ([`MoeConfig`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SparseMoe {
+    /// The router, `gate`: `hidden → experts`, no bias.
+    pub gate: Linear,
+    /// `experts`.
+    pub experts: Experts,
+    /// Qwen2-MoE's `shared_expert`, which every token goes through.
+    pub shared_expert: Option<LlamaMlp>,
+    /// Its gate, `shared_expert_gate`: `hidden → 1`, through a sigmoid.
+    pub shared_expert_gate: Option<Linear>,
+    /// Experts per token.
+    pub top_k: usize,
+    /// Whether the chosen probabilities are divided by their sum.
+    pub normalize: bool,
+}
+
+crate::module!(SparseMoe { gate, experts, shared_expert, shared_expert_gate });
+
+impl SparseMoe {
+    /// The mixture `c` describes for width `hidden` under `s` (`mlp`).
+    pub fn new(s: &Scope, hidden: usize, c: &MoeConfig) -> Result<Self> {
+        let (n, inner) = (c.experts, c.expert_size);
+        let e = s.at("experts");
+        let linear = |s: &Scope, i: usize, o: usize| Linear::with_init(s, i, o, Init::Normal(0.02), None);
+        let shared = c.shared_expert.map(|w| LlamaMlp::new(&s.at("shared_expert"), hidden, w, None, false));
+        Ok(SparseMoe {
+            gate: linear(&s.at("gate"), hidden, n)?,
+            experts: Experts {
+                gate_proj: StackedLinear::new(&e.at("gate_proj"), n, hidden, inner)?,
+                up_proj: StackedLinear::new(&e.at("up_proj"), n, hidden, inner)?,
+                down_proj: StackedLinear::new(&e.at("down_proj"), n, inner, hidden)?,
+            },
+            shared_expert: shared.transpose()?,
+            shared_expert_gate: c.shared_expert.map(|_| linear(&s.at("shared_expert_gate"), hidden, 1)).transpose()?,
+            top_k: c.top_k,
+            normalize: c.normalize,
+        })
+    }
+
+    /// `x: [..., hidden] → [..., hidden]`, the experts' gates through `act`.
+    pub fn forward(&self, x: &Tensor, act: Activation) -> Result<Tensor> {
+        let dims = x.dims().to_vec();
+        let hidden = *dims.last().ok_or_else(|| config(format!("SparseMoe: input {} has no width", x.ty())))?;
+        let tokens = dims[..dims.len() - 1].iter().product::<usize>();
+        let x2 = x.reshape([tokens, hidden])?;
+        // The router's probabilities in f32, as `transformers` computes them.
+        let probs = self.gate.forward(&x2)?.cast(DType::F32)?.softmax(1)?;
+        let (mut weights, chosen) = top_k(&probs, self.top_k)?;
+        if self.normalize {
+            weights = weights.div(&weights.sum(&[1], true)?)?;
+        }
+        let e = &self.experts;
+        let rows = x2.reshape([tokens, 1, hidden])?;
+        let inner = activate(&e.gate_proj.forward_chosen(&rows, &chosen)?, act)?
+            .mul(&e.up_proj.forward_chosen(&rows, &chosen)?)?;
+        let out = e.down_proj.forward_chosen(&inner, &chosen)?;
+        let weights = weights.cast(x.dtype())?.reshape([tokens, self.top_k, 1])?;
+        let mut y = out.mul(&weights)?.sum(&[1], false)?;
+        if let (Some(shared), Some(gate)) = (&self.shared_expert, &self.shared_expert_gate) {
+            y = y.add(&gate.forward(&x2)?.sigmoid()?.mul(&shared.forward(&x2, act)?)?)?;
+        }
+        Ok(y.reshape(dims)?)
+    }
+}
+
+/// The `k` largest of each row of `p: f32 [t, n]` (probabilities, ≥ 0) and their indices,
+/// largest first, the first index on ties: `(f32 [t, k], i32 [t, k])`.
+pub fn top_k(p: &Tensor, k: usize) -> Result<(Tensor, Tensor)> {
+    let &[t, n] = p.dims() else { return Err(config(format!("top_k: {} must be [rows, n]", p.ty()))) };
+    if k == 0 || k > n {
+        return Err(config(format!("top_k: {k} of {n}")));
+    }
+    let b = p.builder();
+    let column = b.iota(DType::I32, [t, n], 1)?;
+    let below = b.full(p.dtype(), [t, n], -1.0)?;
+    let (mut values, mut indices, mut left) = (Vec::new(), Vec::new(), p.clone());
+    for _ in 0..k {
+        let at = left.argmax(1, true)?;
+        values.push(left.max(&[1], true)?);
+        left = column.eq(&at.broadcast_to([t, n])?)?.select(&below, &left)?;
+        indices.push(at);
+    }
+    let cat = |parts: &[Tensor]| b.concat(&parts.iter().collect::<Vec<_>>(), 1);
+    Ok((cat(&values)?, cat(&indices)?))
+}
+
+/// A layer's feed-forward branch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FeedForward {
+    /// The gated MLP.
+    Dense(Box<LlamaMlp>),
+    /// A mixture of experts.
+    Sparse(Box<SparseMoe>),
+}
+
+impl Module for FeedForward {
+    fn visit(&self, f: &mut dyn FnMut(&Param)) {
+        match self {
+            FeedForward::Dense(m) => m.visit(f),
+            FeedForward::Sparse(m) => m.visit(f),
+        }
+    }
+}
+
+impl FeedForward {
+    /// `x: [..., hidden] → [..., hidden]`.
+    pub fn forward(&self, x: &Tensor, act: Activation) -> Result<Tensor> {
+        match self {
+            FeedForward::Dense(m) => m.forward(x, act),
+            FeedForward::Sparse(m) => m.forward(x, act),
+        }
+    }
+}

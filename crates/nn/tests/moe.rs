@@ -1,0 +1,235 @@
+//! Mixtures of experts: the layer against a host computation of its definition (each token's
+//! top k experts by router probability, their gated MLPs weighted by those probabilities),
+//! in f32 and with q8_0 expert stacks; the configs of the MoE classes; stacked checkpoint
+//! parameters and the errors that name a missing or extra expert.
+
+mod common;
+
+use common::{eval, random};
+use fusegraph_ir::{DType, GraphBuilder, HostTensor};
+use fusegraph_nn::feed_forward::{top_k, SparseMoe};
+use fusegraph_nn::llama::{Architecture, FeedForward, MoeConfig, QkNorm};
+use fusegraph_nn::{Checkpoint, KeyMap, Llama, LlamaConfig, Matrices, Module, NnError, Params, Scope};
+use std::path::{Path, PathBuf};
+
+fn silu(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
+/// `x [t, h]` · `w` for a stacked weight's expert `e`, in its stored layout (`[e, in, out]`,
+/// or a block type's `[e, out, in]`).
+fn expert_product(x: &[f64], w: &HostTensor, e: usize) -> Vec<f64> {
+    let d = w.shape().dims();
+    let (rows_out, n) = (w.dtype().block().is_some(), d[1] * d[2]);
+    let (inp, out) = if rows_out { (d[2], d[1]) } else { (d[1], d[2]) };
+    let v = &w.to_f64()[e * n..(e + 1) * n];
+    (0..out).map(|o| (0..inp).map(|i| x[i] * if rows_out { v[o * inp + i] } else { v[i * out + o] }).sum()).collect()
+}
+
+/// The mixture's output for one token `x`, computed on the host from `p`'s values.
+fn mixture(moe: &SparseMoe, p: &Params, x: &[f64]) -> Vec<f64> {
+    let get = |path: &str| p.get(path).unwrap().clone();
+    let router = get(moe.gate.weight.path());
+    let (n, block) = (moe.gate.out_dim(), router.dtype().block().is_some());
+    let router = router.to_f64();
+    let at = |i: usize, e: usize| if block { router[e * x.len() + i] } else { router[i * n + e] };
+    let logits: Vec<f64> = (0..n).map(|e| x.iter().enumerate().map(|(i, v)| v * at(i, e)).sum()).collect();
+    let top = logits.iter().cloned().fold(f64::MIN, f64::max);
+    let z: f64 = logits.iter().map(|l| (l - top).exp()).sum();
+    let probs: Vec<f64> = logits.iter().map(|l| (l - top).exp() / z).collect();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|a, b| probs[*b].total_cmp(&probs[*a]));
+    let chosen = &order[..moe.top_k];
+    let total: f64 = chosen.iter().map(|&e| probs[e]).sum();
+    let (gate, up, down) = (
+        get(moe.experts.gate_proj.weight.path()),
+        get(moe.experts.up_proj.weight.path()),
+        get(moe.experts.down_proj.weight.path()),
+    );
+    let mut y = vec![0.0; x.len()];
+    for &e in chosen {
+        let g = expert_product(x, &gate, e);
+        let u = expert_product(x, &up, e);
+        let h: Vec<f64> = g.iter().zip(&u).map(|(g, u)| silu(*g) * u).collect();
+        let w = if moe.normalize { probs[e] / total } else { probs[e] };
+        for (y, d) in y.iter_mut().zip(expert_product(&h, &down, e)) {
+            *y += w * d;
+        }
+    }
+    y
+}
+
+fn config(experts: usize, top_k: usize, expert_size: usize, normalize: bool) -> MoeConfig {
+    MoeConfig { experts, top_k, expert_size, normalize, shared_expert: None, sparse_layers: vec![true] }
+}
+
+/// `moe` under a fresh seed with its router drawn wide (so that no token's choice is near a
+/// tie), applied to 5 random tokens on the CPU reference; its largest difference from the host
+/// computation, relative to the largest output.
+fn error_of(moe: &SparseMoe, hidden: usize) -> f64 {
+    let mut p = Params::of(moe, 7).unwrap();
+    let router = moe.gate.weight.path();
+    let ty = p.get(router).unwrap().ty();
+    let wide = random(ty.shape.dims(), 3).to_f64();
+    p.insert(router, HostTensor::from_f64(ty.dtype, ty.shape.clone(), &wide).unwrap());
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [5, hidden]).unwrap();
+    let y = moe.forward(&x, fusegraph_nn::llama::Activation::Silu).unwrap();
+    let xs = random(&[5, hidden], 11);
+    let got = eval(&b, &p, &[&y], &[("x", xs.clone())])[0].to_f64();
+    let xs = xs.to_f64();
+    let want: Vec<f64> = xs.chunks(hidden).flat_map(|row| mixture(moe, &p, row)).collect();
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    got.iter().zip(&want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / scale
+}
+
+#[test]
+fn a_mixture_sends_each_token_through_its_top_k_experts() {
+    for (top, normalize) in [(1, false), (2, true), (3, false), (6, true)] {
+        let moe = SparseMoe::new(&Scope::root().at("mlp"), 16, &config(6, top, 24, normalize)).unwrap();
+        let err = error_of(&moe, 16);
+        assert!(err < 1e-5, "top {top} (normalized {normalize}): {err:.2e}");
+    }
+    // Expert stacks of q8_0 blocks (`[experts, out, in]`), dequantized as they are read.
+    let scope = Scope::root().storing_matrices(Matrices::All(DType::Q8_0)).at("mlp");
+    let moe = SparseMoe::new(&scope, 32, &config(4, 2, 64, true)).unwrap();
+    assert_eq!(moe.experts.gate_proj.weight.ty().dtype, DType::Q8_0);
+    assert_eq!(moe.experts.down_proj.weight.dims(), &[4, 32, 64]);
+    let err = error_of(&moe, 32);
+    assert!(err < 1e-5, "q8_0 experts: {err:.2e}");
+}
+
+#[test]
+fn top_k_takes_the_largest_first_and_the_first_of_ties() {
+    let b = GraphBuilder::new();
+    let p = b.input("p", DType::F32, [2, 5]).unwrap();
+    let (values, indices) = top_k(&p, 3).unwrap();
+    let feed = HostTensor::new([2, 5], vec![0.1f32, 0.4, 0.1, 0.3, 0.1, 0.2, 0.2, 0.0, 0.5, 0.2]).unwrap();
+    let out = eval(&b, &Params::new(0), &[&values, &indices], &[("p", feed)]);
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), &[0.4, 0.3, 0.1, 0.5, 0.2, 0.2]);
+    assert_eq!(out[1].as_slice::<i32>().unwrap(), &[1, 3, 0, 3, 0, 1]);
+    assert!(matches!(top_k(&p, 6), Err(NnError::Config(_))));
+}
+
+/// Qwen3-30B-A3B's shape (48 layers of 128 experts, 8 per token, 768 wide; no shared expert).
+const QWEN3_30B_A3B: &str = r#"{"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false,
+  "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+  "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960,
+  "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+  "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8,
+  "num_hidden_layers": 48, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_scaling": null,
+  "rope_theta": 1000000.0, "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "use_sliding_window": false, "vocab_size": 151936}"#;
+
+/// Mixtral-8x7B's shape.
+const MIXTRAL_8X7B: &str = r#"{"architectures": ["MixtralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 32768,
+  "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+  "num_key_value_heads": 8, "num_local_experts": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+  "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 32000}"#;
+
+#[test]
+fn moe_configs_give_their_mixtures_and_parameter_counts() {
+    let c = LlamaConfig::from_json(QWEN3_30B_A3B).unwrap();
+    assert_eq!((c.architecture, c.qk_norm), (Architecture::Qwen3Moe, QkNorm::PerHead));
+    let moe = c.moe.clone().unwrap();
+    assert_eq!((moe.experts, moe.top_k, moe.expert_size, moe.normalize), (128, 8, 768, true));
+    assert_eq!(moe.sparse_layers, vec![true; 48]);
+    // 30.5B parameters, as the model card says.
+    let n = Llama::new(&Scope::root(), c).unwrap().num_elements();
+    assert!((30.4e9..30.6e9).contains(&(n as f64)), "{n}");
+
+    let c = LlamaConfig::from_json(MIXTRAL_8X7B).unwrap();
+    let moe = c.moe.clone().unwrap();
+    assert_eq!((moe.experts, moe.top_k, moe.expert_size, moe.normalize), (8, 2, 14336, true));
+    let n = Llama::new(&Scope::root(), c).unwrap().num_elements();
+    assert!((46.6e9..46.8e9).contains(&(n as f64)), "{n}");
+
+    // Qwen2-MoE: the shared expert; `decoder_sparse_step` and `mlp_only_layers` pick the layers.
+    let qwen2 = r#"{"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64,
+      "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+      "shared_expert_intermediate_size": 48, "decoder_sparse_step": 2, "mlp_only_layers": [3]}"#;
+    let c = LlamaConfig::from_json(qwen2).unwrap();
+    let moe = c.moe.clone().unwrap();
+    assert_eq!((moe.shared_expert, moe.normalize, c.qkv_bias), (Some(48), false, true));
+    assert_eq!(moe.sparse_layers, [false, true, false, false]);
+    let model = Llama::new(&Scope::root(), c).unwrap();
+    assert!(matches!(model.layers[0].mlp, FeedForward::Dense(_)));
+    let FeedForward::Sparse(sparse) = &model.layers[1].mlp else { panic!("layer 1 is a mixture") };
+    assert!(sparse.shared_expert.is_some() && sparse.shared_expert_gate.is_some());
+    assert_eq!(sparse.experts.gate_proj.weight.path(), "model.layers.1.mlp.experts.gate_proj.weight");
+
+    let field = |text: &str| match LlamaConfig::from_json(text) {
+        Err(NnError::ConfigField { field, value, .. }) => (field, value),
+        other => panic!("{other:?}"),
+    };
+    let many = MIXTRAL_8X7B.replace(r#""num_experts_per_tok": 2"#, r#""num_experts_per_tok": 9"#);
+    assert_eq!(field(&many), ("num_experts_per_tok".into(), "9".into()));
+    let olmoe = MIXTRAL_8X7B
+        .replace("MixtralForCausalLM", "OlmoeForCausalLM")
+        .replace("\"bos_token_id\"", "\"clip_qkv\": 8.0, \"bos_token_id\"");
+    assert_eq!(field(&olmoe), ("clip_qkv".into(), "8".into()));
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/checkpoints").join(name)
+}
+
+/// A copy of the qwen3-moe-tiny checkpoint's tensors with `edit` applied, written to a
+/// temporary file.
+fn edited_checkpoint(tag: &str, edit: impl FnOnce(&mut Vec<(String, HostTensor)>)) -> PathBuf {
+    let ck = Checkpoint::open(&fixture("qwen3-moe-tiny")).unwrap();
+    let mut tensors: Vec<(String, HostTensor)> =
+        ck.keys().into_iter().map(|k| (k.clone(), ck.tensor(&k).unwrap())).collect();
+    edit(&mut tensors);
+    let path = std::env::temp_dir().join(format!("fusegraph-moe-{tag}-{}.safetensors", std::process::id()));
+    let mut p = Params::new(0);
+    for (k, t) in tensors {
+        p.insert(&k, t);
+    }
+    p.save_safetensors(&path).unwrap();
+    path
+}
+
+#[test]
+fn stacked_experts_load_by_slot_and_a_missing_or_extra_expert_is_named() {
+    let dir = fixture("qwen3-moe-tiny");
+    let model = Llama::new(
+        &Scope::root(),
+        LlamaConfig::from_json(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap(),
+    )
+    .unwrap();
+    let map = KeyMap::llama(false);
+    let ck = Checkpoint::open(&dir).unwrap();
+    let params = ck.load(&model, &map).unwrap();
+    // Slot 5 of the stack is expert 5's `[out, in]` tensor, transposed to `[in, out]`.
+    let stack = &params["model.layers.1.mlp.experts.up_proj.weight"];
+    assert_eq!(stack.shape().dims(), &[8, 64, 32]);
+    let part = ck.tensor("model.layers.1.mlp.experts.5.up_proj.weight").unwrap().to_f64();
+    let slot = &stack.to_f64()[5 * 64 * 32..6 * 64 * 32];
+    assert!((0..32).all(|o| (0..64).all(|i| slot[i * 32 + o] == part[o * 64 + i])));
+
+    let missing =
+        edited_checkpoint("missing", |t| t.retain(|(k, _)| k != "model.layers.1.mlp.experts.5.up_proj.weight"));
+    match Checkpoint::open(&missing).unwrap().load(&model, &map) {
+        Err(NnError::MissingKey { key, param, .. }) => {
+            assert_eq!(key, "model.layers.1.mlp.experts.5.up_proj.weight");
+            assert_eq!(param, "model.layers.1.mlp.experts.up_proj.weight");
+        }
+        other => panic!("{:?}", other.map(|p| p.len())),
+    }
+    let extra = edited_checkpoint("extra", |t| {
+        let copy = t.iter().find(|(k, _)| k == "model.layers.1.mlp.experts.7.up_proj.weight").unwrap().1.clone();
+        t.push(("model.layers.1.mlp.experts.8.up_proj.weight".into(), copy));
+    });
+    match Checkpoint::open(&extra).unwrap().load(&model, &map) {
+        Err(NnError::UnknownKey { key, .. }) => {
+            assert!(key.starts_with("model.layers.1.mlp.experts.8.up_proj.weight"), "{key}")
+        }
+        other => panic!("{:?}", other.map(|p| p.len())),
+    }
+    for path in [missing, extra] {
+        std::fs::remove_file(path).unwrap();
+    }
+}
