@@ -371,8 +371,8 @@ fn gguf_reference(kind: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// `loaded`'s prompt logits on `device` within 1e-4 of `r`'s and its greedy tokens `r`'s;
-/// returns the forms of the decode step's kernels.
+/// `loaded`'s prompt logits on `device` within 1e-4 of `r`'s and its greedy tokens `r`'s, no
+/// gathered expert weights stored by the decode step; returns the forms of its kernels.
 fn check_logits_and_tokens(loaded: &Pretrained, r: &Value, what: &str, device: &Arc<Device>) -> Vec<KernelForm> {
     let store = ParamStore::new(device);
     store.insert_all(loaded.params.iter()).unwrap();
@@ -386,6 +386,15 @@ fn check_logits_and_tokens(loaded: &Pretrained, r: &Value, what: &str, device: &
     let out = g.generate(std::slice::from_ref(&prompt), want.len(), &Sampling::greedy()).unwrap();
     assert_eq!(out.tokens[0][prompt.len()..], want[..], "{what}: greedy tokens");
     let step = g.step_executable(&Sampling::greedy()).expect("compiled by the generation");
+    // A mixture's experts are gathered inside the products that read them: no gathered
+    // weight stack (`[tokens, k, rows, cols]`) is ever stored.
+    let graph = step.graph();
+    let stored_stacks = step
+        .memory_plan()
+        .locations
+        .keys()
+        .filter(|&&id| matches!(graph.node(id).op, fusegraph::Op::Gather { .. }) && graph.ty(id).shape.rank() == 4);
+    assert_eq!(stored_stacks.count(), 0, "{what}: a gathered expert stack is stored");
     step.stats().kernels.iter().map(|k| k.form).collect()
 }
 
