@@ -307,7 +307,7 @@ impl Checkpoint {
         let mut t = self.tensor_in(headers, key)?;
         // A matrix of a block type keeps the file's `[out, in]` (see `crate::Matrices`).
         if map.transposed(path) && t.shape().rank() == 2 && want.dtype.block().is_none() {
-            t = transpose2(&t)?;
+            t = transpose_matrices(&t)?;
         }
         if t.shape() != &want.shape {
             return Err(NnError::KeyShape {
@@ -325,17 +325,20 @@ impl Checkpoint {
     }
 }
 
-/// The transpose of a 2-D tensor.
-pub(crate) fn transpose2(t: &HostTensor) -> Result<HostTensor> {
-    let (r, c) = (t.shape().dims()[0], t.shape().dims()[1]);
+/// Each matrix of `t` (its last two axes; rank ≥ 2) transposed.
+pub(crate) fn transpose_matrices(t: &HostTensor) -> Result<HostTensor> {
+    let dims = t.shape().dims();
+    let (batch, (r, c)) = (dims[..dims.len() - 2].to_vec(), (dims[dims.len() - 2], dims[dims.len() - 1]));
     let v = t.to_f64();
-    let mut out = vec![0.0; r * c];
-    for i in 0..r {
-        for j in 0..c {
-            out[j * r + i] = v[i * c + j];
+    let mut out = vec![0.0; v.len()];
+    for (from, to) in v.chunks(r * c).zip(out.chunks_mut(r * c)) {
+        for i in 0..r {
+            for j in 0..c {
+                to[j * r + i] = from[i * c + j];
+            }
         }
     }
-    Ok(HostTensor::from_f64(t.dtype(), vec![c, r], &out)?)
+    Ok(HostTensor::from_f64(t.dtype(), [batch, vec![c, r]].concat(), &out)?)
 }
 
 /// Which matrices ([`crate::Linear`] weights, [`crate::Embedding`] tables) a loaded model

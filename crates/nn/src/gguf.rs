@@ -314,7 +314,7 @@ impl Gguf {
 }
 
 /// `transformers`' name of each part of a Llama layer, and llama.cpp's.
-const LAYER_PARTS: [(&str, &str); 13] = [
+const LAYER_PARTS: [(&str, &str); 21] = [
     ("input_layernorm", "attn_norm"),
     ("self_attn.q_proj", "attn_q"),
     ("self_attn.k_proj", "attn_k"),
@@ -328,6 +328,14 @@ const LAYER_PARTS: [(&str, &str); 13] = [
     ("mlp.up_proj", "ffn_up"),
     ("mlp.gate_up_proj", "ffn_up"),
     ("mlp.down_proj", "ffn_down"),
+    ("mlp.gate", "ffn_gate_inp"),
+    ("mlp.experts.gate_proj", "ffn_gate_exps"),
+    ("mlp.experts.up_proj", "ffn_up_exps"),
+    ("mlp.experts.down_proj", "ffn_down_exps"),
+    ("mlp.shared_expert.gate_proj", "ffn_gate_shexp"),
+    ("mlp.shared_expert.up_proj", "ffn_up_shexp"),
+    ("mlp.shared_expert.down_proj", "ffn_down_shexp"),
+    ("mlp.shared_expert_gate", "ffn_gate_inp_shexp"),
 ];
 
 /// The norms after each branch (Gemma's and OLMo 2's, [`Norms`]), whose
@@ -457,9 +465,21 @@ impl Gguf {
             if t.dtype().block().is_some() && t.dtype() != want.dtype {
                 t = HostTensor::from_f64(DType::F32, t.shape().clone(), &t.to_f64())?;
             }
-            let projection = p.path().ends_with("_proj.weight") || p.path() == "lm_head.weight";
-            if projection && t.shape().rank() == 2 && want.dtype.block().is_none() {
-                t = crate::checkpoint::transpose2(&t)?;
+            // Linear weights (and each expert's of a stack) are `[in, out]` unless of a block
+            // type; a shared expert's gate may be stored as a vector.
+            let path = p.path();
+            let projection = path.ends_with("_proj.weight")
+                || path == "lm_head.weight"
+                || path.ends_with("mlp.gate.weight")
+                || path.ends_with("shared_expert_gate.weight");
+            if projection && t.shape().rank() == 1 && want.shape.rank() == 2 {
+                t = HostTensor::from_bytes(
+                    &fusegraph_ir::TensorType::new(t.dtype(), [1, t.shape().numel()]),
+                    &t.to_bytes(),
+                )?;
+            }
+            if projection && t.shape().rank() >= 2 && want.dtype.block().is_none() {
+                t = crate::checkpoint::transpose_matrices(&t)?;
             }
             if t.shape() != &want.shape {
                 let (expected, got) = (Box::new(want.clone()), Box::new(t.ty()));
@@ -502,17 +522,26 @@ impl Gguf {
             "ernie4_5" => "Ernie4_5ForCausalLM",
             "glm4" => "Glm4ForCausalLM",
             "mistral3" => "Ministral3ForCausalLM",
-            _ => return Err(NnError::ConfigField {
-                field: "general.architecture".into(),
-                value: arch.into(),
-                supported:
-                    "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss, ernie4_5, glm4 or \
-                         mistral3"
-                        .into(),
-            }),
+            "qwen2moe" => "Qwen2MoeForCausalLM",
+            "qwen3moe" => "Qwen3MoeForCausalLM",
+            "olmoe" => "OlmoeForCausalLM",
+            _ => {
+                return Err(NnError::ConfigField {
+                    field: "general.architecture".into(),
+                    value: arch.into(),
+                    supported:
+                        "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss, ernie4_5, \
+                            glm4, mistral3, qwen2moe, qwen3moe or olmoe"
+                            .into(),
+                })
+            }
         };
         let get = |k: &str| m.get(&format!("{arch}.{k}"));
         let int = |k: &str| get(k).and_then(GgufValue::as_u64);
+        // A `llama` file with experts is Mixtral's.
+        let experts = int("expert_count").filter(|&n| n > 0);
+        let architecture = if arch == "llama" && experts.is_some() { "MixtralForCausalLM" } else { architecture };
+        let moe = self.moe_fields(arch)?;
         let need = |k: &str| int(k).ok_or_else(|| self.error(None, format!("metadata `{arch}.{k}` is missing")));
         let (heads, hidden) = (need("attention.head_count")?, need("embedding_length")?);
         let tied = !self.tensors.iter().any(|t| t.name == "output.weight");
@@ -659,7 +688,14 @@ impl Gguf {
             "attention_out_bias": (arch == "seed_oss").then(|| has("blk.0.attn_output.bias")),
             "use_bias": (arch == "ernie4_5").then(|| has("blk.0.attn_q.bias")),
         });
+        let mut json = json;
+        if let (Some(fields), Some(object)) = (moe, json.as_object_mut()) {
+            object.extend(fields);
+        }
         let mut c = LlamaConfig::from_json(&json.to_string())?;
+        if c.moe.is_none() && experts.is_some() {
+            return Err(self.error(None, format!("`{arch}` files have no experts ({arch}.expert_count)")));
+        }
         // llama.cpp's converter stores Gemma's norm gains `1 + w` as the weights.
         c.norm_offset = 0.0;
         if self.tensors.iter().any(|t| t.name == "rope_freqs.weight") {
@@ -671,5 +707,46 @@ impl Gguf {
             c.rope_factors = Some(f);
         }
         Ok(c)
+    }
+
+    /// The `config.json` fields of a file's mixture of experts, as llama.cpp reads it: every
+    /// layer a mixture; the chosen experts' weights normalized in `qwen3moe` and `llama`
+    /// (Mixtral) files, not in `qwen2moe` and `olmoe` ones; each expert `expert_feed_forward_length`
+    /// wide (`feed_forward_length` in `llama` and `olmoe` files, where the experts are the
+    /// only MLPs), a `qwen2moe` shared expert `expert_shared_feed_forward_length` wide. A
+    /// scale on the weights or a gating function other than softmax is an error naming the key.
+    fn moe_fields(&self, arch: &str) -> Result<Option<serde_json::Map<String, serde_json::Value>>> {
+        let key = |k: &str| format!("{arch}.{k}");
+        let int = |k: &str| self.metadata.get(&key(k)).and_then(GgufValue::as_u64);
+        let Some(experts) = int("expert_count").filter(|&n| n > 0) else { return Ok(None) };
+        let bad = |k: &str, v: String, supported: &str| NnError::ConfigField {
+            field: key(k),
+            value: v,
+            supported: supported.into(),
+        };
+        if let Some(scale) = self.metadata.get(&key("expert_weights_scale")).and_then(GgufValue::as_f64) {
+            if scale != 0.0 && scale != 1.0 {
+                return Err(bad("expert_weights_scale", format!("{scale}"), "1 (the weights unscaled)"));
+            }
+        }
+        if let Some(f) = int("expert_gating_func").filter(|&f| f != 1) {
+            return Err(bad("expert_gating_func", format!("{f}"), "1 (softmax)"));
+        }
+        let used = int("expert_used_count")
+            .filter(|&k| k > 0)
+            .ok_or_else(|| self.error(None, format!("metadata `{}` is missing", key("expert_used_count"))))?;
+        let ff = int("feed_forward_length").unwrap_or(0);
+        let mut fields = serde_json::Map::new();
+        fields.insert("num_experts".into(), experts.into());
+        fields.insert("num_experts_per_tok".into(), used.into());
+        fields.insert("moe_intermediate_size".into(), int("expert_feed_forward_length").unwrap_or(ff / used).into());
+        fields.insert("norm_topk_prob".into(), matches!(arch, "qwen3moe" | "llama").into());
+        if arch == "qwen2moe" {
+            fields.insert(
+                "shared_expert_intermediate_size".into(),
+                int("expert_shared_feed_forward_length").unwrap_or(ff).into(),
+            );
+        }
+        Ok(Some(fields))
     }
 }
