@@ -403,8 +403,11 @@ impl Gguf {
     }
 
     /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`-,
-    /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`-, `ernie4_5`-, `glm4`- or
-    /// `mistral3`-architecture file
+    /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`-, `ernie4_5`-, `glm4`-,
+    /// `mistral3`-, `qwen2moe`-, `qwen3moe`- or `olmoe`-architecture file (a `llama` file
+    /// with `expert_count` is Mixtral's; a mixture's expert stacks `ffn_{gate,up,down}_exps`
+    /// load as [`crate::feed_forward::StackedLinear`]s, as llama.cpp reads them: see
+    /// `moe_fields`)
     /// (`general.architecture`:
     /// a `LlamaForCausalLM` — SmolLM3's and Granite's are converted as Llama's —, a
     /// `Qwen2ForCausalLM`, whose q, k and v biases the file holds, a `Qwen3ForCausalLM`, whose

@@ -87,7 +87,7 @@ impl Pretrained {
     /// they differ), or with `None` as the checkpoint's config says (`dtype`, `torch_dtype`);
     /// matrices as `quantize` says.
     ///
-    /// A `.gguf` file (llama.cpp's format, `llama`, `qwen2` or `qwen3` architecture) loads through
+    /// A `.gguf` file (llama.cpp's format; the architectures [`crate::gguf::Gguf::llama`] lists) loads through
     /// [`crate::gguf::Gguf::llama`]: its block-type matrices kept as blocks (with
     /// [`Quantize::AsStored`]), everything else stored as `dtype` (f32 by default).
     pub fn load(dir: &Path, dtype: Option<DType>, quantize: Quantize) -> Result<Pretrained> {
