@@ -210,6 +210,14 @@ fn stacked_experts_load_by_slot_and_a_missing_or_extra_expert_is_named() {
     let slot = &stack.to_f64()[5 * 64 * 32..6 * 64 * 32];
     assert!((0..32).all(|o| (0..64).all(|i| slot[i * 32 + o] == part[o * 64 + i])));
 
+    // Quantized on load: slot 5 is expert 5's `[out, in]` rows in q8_0 blocks.
+    let quantized = fusegraph_nn::Pretrained::load(&dir, None, fusegraph_nn::Quantize::To(DType::Q8_0)).unwrap();
+    let stack = &quantized.params["model.layers.1.mlp.experts.up_proj.weight"];
+    assert_eq!((stack.dtype(), stack.shape().dims()), (DType::Q8_0, &[8, 32, 64][..]));
+    let part: Vec<f32> = part.iter().map(|&v| v as f32).collect();
+    let blocks = fusegraph_ir::quant::quantize(DType::Q8_0, &part).unwrap();
+    assert_eq!(&stack.to_bytes()[5 * blocks.len()..6 * blocks.len()], &blocks[..]);
+
     let missing =
         edited_checkpoint("missing", |t| t.retain(|(k, _)| k != "model.layers.1.mlp.experts.5.up_proj.weight"));
     match Checkpoint::open(&missing).unwrap().load(&model, &map) {
