@@ -69,6 +69,22 @@ fn fg_iq4nl(n: u32) -> f32 {
     return fg_iq4nl4(vec4<u32>(n)).x;
 }
 
+// fn fg_mxfp4
+// The MXFP4 level of one nibble: FP4 (E2M1) doubled (0, 1, 2, 3, 4, 6, 8, 12, their negatives
+// from 8; `fusegraph_ir::quant::MXFP4_LEVELS`): below 4 the magnitude itself, from 4 two or
+// three times a power of two.
+fn fg_mxfp4(n: u32) -> f32 {
+    let m = n & 7u;
+    let v = select(m, (2u + (m & 1u)) << (max(m >> 1u, 1u) - 1u), m >= 4u);
+    return select(f32(v), -f32(v), n >= 8u);
+}
+
+// fn fg_e8m0_half
+// An E8M0 scale byte as `2^(e − 128)` (`fusegraph_ir::quant::e8m0_half`; subnormal below 2).
+fn fg_e8m0_half(e: u32) -> f32 {
+    return bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));
+}
+
 // fn fg_round_f16x4
 // `fg_round_f16` of each component.
 fn fg_round_f16x4(v: vec4<f32>) -> vec4<f32> {

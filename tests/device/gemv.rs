@@ -86,6 +86,21 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
         let y = x.matmul(&w.cast(DType::F16).unwrap().t().unwrap()).unwrap();
         cases.push((c.finish(format!("gemv_{q}_weight_f16"), &[&y]), gemv(true, true)));
     }
+    // MXFP4 weights (gpt-oss's experts) read through their element function, `k` contiguous;
+    // and a stack of them of which each row's two experts are gathered, as a mixture reads them
+    // (the gathered matrices keep their layout: `k` contiguous too).
+    let mut c = CaseBuilder::new(12);
+    let x = c.input(DType::F32, &[2, 96], Domain::Any);
+    let w = c.input(DType::MXFP4, &[50, 96], Domain::Any);
+    let y = x.matmul(&w.cast(DType::F32).unwrap().t().unwrap()).unwrap();
+    cases.push((c.finish("gemv_mxfp4_weight_rows", &[&y]), gemv(true, false)));
+    let mut c = CaseBuilder::new(13);
+    let x = c.input(DType::F32, &[3, 1, 1, 64], Domain::Any);
+    let chosen = c.input(DType::I32, &[3, 2], Domain::Index(4));
+    let stack = c.input(DType::MXFP4, &[4, 40, 64], Domain::Any);
+    let w = stack.cast(DType::F32).unwrap().gather(&chosen, 0).unwrap().transpose(&[0, 1, 3, 2]).unwrap();
+    let y = x.broadcast_to([3, 2, 1, 64]).unwrap().matmul(&w).unwrap();
+    cases.push((c.finish("gemv_mxfp4_gathered_experts", &[&y]), gemv(true, false)));
     // k-quant weights (super-blocks of 256) read by whole words, a chunk of a super-block a
     // step: two and three super-blocks a column (Q6_K's at either alignment), one to three
     // rows.

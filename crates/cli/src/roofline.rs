@@ -390,7 +390,7 @@ pub fn run(args: &RooflineArgs) -> Result<(), String> {
     let (_, side) = sizes.skinny;
     let columns: &[Option<usize>] = if args.quick { &[None] } else { &[None, Some(8), Some(16), Some(32)] };
     use DType::*;
-    for w in [F32, BF16, Q8_0, Q4_0, Q5_0, IQ4NL, Q2K, Q3K, Q4K, Q5K, Q6K, IQ4XS] {
+    for w in [F32, BF16, Q8_0, Q4_0, Q5_0, IQ4NL, Q2K, Q3K, Q4K, Q5K, Q6K, IQ4XS, MXFP4] {
         for &gemv_columns in columns {
             let flops = 2.0 * (side * side) as f64;
             let name = gemv_columns.map_or("decode_gemv".to_string(), |c| format!("decode_gemv c{c}"));

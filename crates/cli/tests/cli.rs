@@ -220,7 +220,9 @@ fn roofline_measures_only_the_families_and_dtype_asked_for() {
     let out = fusegraph(&["roofline", "--quick", "--kernels", "decode", "--runs", "1"], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
-    for w in ["f32", "bf16", "q8_0", "q4_0", "q5_0", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"] {
+    for w in
+        ["f32", "bf16", "q8_0", "q4_0", "q5_0", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs", "mxfp4"]
+    {
         let row = text.lines().find(|l| l.starts_with("decode_gemv") && l.split_whitespace().any(|f| f == w));
         assert!(row.is_some(), "no decode_gemv row in {w}: {text}");
     }

@@ -33,7 +33,10 @@ use std::str::FromStr;
 /// `d·s·q − dmin·m`; `Q3K` (110 bytes) 3-bit values as a high-bit mask and low pairs, sixteen
 /// 6-bit sub-block scales and an f16 scale, the value `d·(s − 32)·(q − 4)`; `IQ4XS` (136
 /// bytes) an f16 scale, eight 6-bit sub-block scales and 256 nibbles indexing `IQ4NL`'s
-/// table, the value `d·(s − 32)·table[n]`. A kernel reads element `i` from its block as it
+/// table, the value `d·(s − 32)·table[n]`. `MXFP4` (17 bytes; the OCP microscaling format
+/// gpt-oss's experts are stored in) holds an E8M0 scale byte `e` and 32 nibbles of FP4 (E2M1)
+/// values, the value `2^(e − 128)·table[n]`, `table` llama.cpp's `kvalues_mxfp4` (E2M1
+/// doubled: 0, 1, 2, 3, 4, 6, 8, 12 and their negatives). A kernel reads element `i` from its block as it
 /// loads it, so a cast of a block tensor fused into a matmul's operand reads the packed
 /// bytes only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -86,11 +89,14 @@ pub enum DType {
     /// Super-blocks of 256: nibbles indexing [`DType::IQ4NL`]'s levels with 6-bit sub-block
     /// scales (storage only, see the type's docs).
     IQ4XS,
+    /// Blocks of 32: a power-of-two scale byte and 32 FP4 (E2M1) nibbles (storage only, see
+    /// the type's docs).
+    MXFP4,
 }
 
 impl DType {
     /// Every dtype, in a fixed order.
-    pub const ALL: [DType; 18] = [
+    pub const ALL: [DType; 19] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -109,6 +115,7 @@ impl DType {
         DType::Q3K,
         DType::IQ4NL,
         DType::IQ4XS,
+        DType::MXFP4,
     ];
 
     /// The dtypes ops compute in (every dtype but the storage-only bf16 and block types).
@@ -116,7 +123,7 @@ impl DType {
 
     /// The lower-case name used in the text form (`f32`, `f16`, `bf16`, `i32`, `u32`, `bool`,
     /// `q8_0`, `q4_0`, `q5_0`, `q4_1`, `q5_1`, `q4_k`, `q5_k`, `q6_k`, `q2_k`, `q3_k`, `iq4_nl`,
-    /// `iq4_xs`).
+    /// `iq4_xs`, `mxfp4`).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -137,6 +144,7 @@ impl DType {
             DType::Q3K => "q3_k",
             DType::IQ4NL => "iq4_nl",
             DType::IQ4XS => "iq4_xs",
+            DType::MXFP4 => "mxfp4",
         }
     }
 
@@ -168,6 +176,7 @@ impl DType {
             DType::Q3K => Some((256, 110)),
             DType::IQ4NL => Some((32, 18)),
             DType::IQ4XS => Some((256, 136)),
+            DType::MXFP4 => Some((32, 17)),
             _ => None,
         }
     }

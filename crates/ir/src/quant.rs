@@ -8,8 +8,9 @@
 use crate::{DType, IrError, Result};
 use half::f16;
 
-/// The block types [`quantize`] writes: llama.cpp's blocks of 32 with a uniform step.
-pub const QUANTIZED: [DType; 5] = [DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1];
+/// The block types [`quantize`] writes: llama.cpp's blocks of 32 with a uniform step, and
+/// MXFP4 (the nearest level under the block's power-of-two scale).
+pub const QUANTIZED: [DType; 6] = [DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::MXFP4];
 
 /// The packed blocks of `values` (a multiple of 32 of them) in `dtype`, one of [`QUANTIZED`]
 /// (llama.cpp's `quantize_row_*_ref`). The
@@ -32,6 +33,23 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>> {
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
                 out.extend(x.iter().map(|&v| (v * id).round() as i8 as u8));
+            }
+            DType::MXFP4 => {
+                // llama.cpp's `quantize_row_mxfp4_ref`: the scale `2^(⌊log2 amax⌋ − 2)` (so
+                // that amax lands among the top levels), each value its nearest level (the
+                // first of equals).
+                let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let e = if amax > 0.0 { (amax.log2().floor() - 2.0 + 127.0) as u8 } else { 0 };
+                let d = e8m0_half(e);
+                let q: Vec<u8> = x
+                    .iter()
+                    .map(|&v| {
+                        let err = |n: usize| (d * MXFP4_LEVELS[n] as f32 - v).abs();
+                        (0..16).fold(0, |best, n| if err(n) < err(best) { n } else { best }) as u8
+                    })
+                    .collect();
+                out.push(e);
+                pack_32(&mut out, &q, false);
             }
             DType::Q4_1 | DType::Q5_1 => {
                 // The block's range in 15 or 31 steps up from its minimum.
@@ -128,6 +146,9 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
                 }
             }
             DType::IQ4NL => out.extend(unpack_32(&b[2..], false).map(|n| half(b) * IQ4NL_LEVELS[n as usize] as f32)),
+            DType::MXFP4 => {
+                out.extend(unpack_32(&b[1..], false).map(|n| e8m0_half(b[0]) * MXFP4_LEVELS[n as usize] as f32))
+            }
             DType::IQ4XS => {
                 // Sub-block `j`'s scale: nibble `j mod 2` of byte `4 + j / 2` and bits `2·j`
                 // of the little-endian u16 at byte 2, less 32; its values a block of 32's
@@ -161,6 +182,16 @@ pub fn dequantize(dtype: DType, data: &[u8], numel: usize) -> Result<Vec<f32>> {
 /// `2·((e mod 128) / 32)` of byte `32·(e / 128) + e mod 32`.
 fn k_pair(qs: &[u8], e: usize) -> u8 {
     (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3
+}
+
+/// The 16 levels an MXFP4 nibble indexes: FP4 (E2M1) values doubled (llama.cpp's
+/// `kvalues_mxfp4`), their scale halved to match ([`e8m0_half`]).
+pub const MXFP4_LEVELS: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// An E8M0 scale byte `e` as the f32 `2^(e − 128)` (half the scale, for the doubled
+/// [`MXFP4_LEVELS`]; llama.cpp's `ggml_e8m0_to_fp32_half`, subnormal for `e` < 2).
+pub fn e8m0_half(e: u8) -> f32 {
+    f32::from_bits(if e < 2 { 0x0020_0000 << e } else { (e as u32 - 1) << 23 })
 }
 
 /// The 16 levels an IQ4_NL or IQ4_XS nibble indexes (llama.cpp's `kvalues_iq4nl`).

@@ -1,7 +1,7 @@
 //! GGUF files, llama.cpp's format (version 3, and 2 which differs only in nothing read
 //! here): the header, the metadata, the tensor infos and the aligned data section,
 //! memory-mapped. Tensors of type F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, Q2_K,
-//! Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS are read ([`GGML_TYPES`]), each as the IR's type of the
+//! Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS and MXFP4 are read ([`GGML_TYPES`]), each as the IR's type of the
 //! same layout (blocks as the file holds them); dequantized, they
 //! are exactly what the `gguf` package's reference code gives (each scale product rounded
 //! to f32 before it meets a value).
@@ -66,7 +66,7 @@ impl GgufValue {
 
 /// GGML's type ids of the tensor types read, each with the IR's dtype of the same layout
 /// (blocks as the file holds them).
-pub const GGML_TYPES: [(u32, DType); 15] = [
+pub const GGML_TYPES: [(u32, DType); 16] = [
     (0, DType::F32),
     (1, DType::F16),
     (2, DType::Q4_0),
@@ -80,6 +80,7 @@ pub const GGML_TYPES: [(u32, DType); 15] = [
     (13, DType::Q5K),
     (14, DType::Q6K),
     (20, DType::IQ4NL),
+    (39, DType::MXFP4),
     (23, DType::IQ4XS),
     (30, DType::BF16),
 ];

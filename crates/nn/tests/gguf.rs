@@ -23,7 +23,7 @@ fn every_type_reads_as_the_gguf_package_dequantizes_it() {
     assert_eq!(m["test.list"], GgufValue::Array(vec![GgufValue::Int(1), GgufValue::Int(2), GgufValue::Int(3)]));
     let reference = safetensors::read(&data().join("types-reference.safetensors")).unwrap();
     let types: Vec<(String, DType)> = g.tensors().iter().map(|t| (t.name.clone(), t.ty)).collect();
-    assert_eq!(types.len(), 15, "{types:?}");
+    assert_eq!(types.len(), 16, "{types:?}");
     for (name, ty) in types {
         let got = g.tensor(&name).unwrap();
         let want = &reference[&name];
@@ -36,8 +36,8 @@ fn every_type_reads_as_the_gguf_package_dequantizes_it() {
     assert!(matches!(g.tensor("nope"), Err(NnError::Gguf { tensor: Some(t), .. }) if t == "nope"));
 }
 
-/// The package's Q8_0 and Q4_0 blocks are llama.cpp's reference round-to-nearest of the f32
-/// values: `fusegraph_ir::quant::quantize` writes the same bytes, and the file's blocks are
+/// The package's Q8_0, Q4_0 (…) and MXFP4 blocks are llama.cpp's reference quantization of the
+/// f32 values: `fusegraph_ir::quant::quantize` writes the same bytes, and the file's blocks are
 /// held as they are (a block-type host tensor).
 #[test]
 fn quantizing_writes_the_gguf_packages_blocks() {
@@ -45,7 +45,7 @@ fn quantizing_writes_the_gguf_packages_blocks() {
     let reference = safetensors::read(&data().join("types-reference.safetensors")).unwrap();
     let x: Vec<f32> = reference["f32"].to_f64().iter().map(|&v| v as f32).collect();
     let types = [("q8_0", DType::Q8_0), ("q4_0", DType::Q4_0), ("q5_0", DType::Q5_0), ("q4_1", DType::Q4_1)];
-    for (name, dtype) in types.into_iter().chain([("q5_1", DType::Q5_1)]) {
+    for (name, dtype) in types.into_iter().chain([("q5_1", DType::Q5_1), ("mxfp4", DType::MXFP4)]) {
         let file = g.tensor(name).unwrap();
         assert_eq!(file.dtype(), dtype);
         let mine = HostTensor::from_blocks(dtype, file.shape().clone(), quant::quantize(dtype, &x).unwrap()).unwrap();

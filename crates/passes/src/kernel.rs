@@ -234,17 +234,18 @@ pub fn rhs_along_k(g: &Graph, members: &[NodeId], mm: NodeId) -> Option<NodeId> 
 }
 
 /// Whether a matmul's right operand lies along `k` in memory: as [`rhs_along_k`], also
-/// through slices that step by one along that axis (a cache's live positions) and dynamic
+/// through slices that step by one along that axis (a cache's live positions), dynamic
 /// update slices' operands (a cache written in the kernel: outside the window, its elements
-/// where they lie). The matrix–vector kernel then reads four adjacent `k` a step;
+/// where they lie) and gathers along an axis before the last two (matrices chosen from a
+/// stack). The matrix–vector kernel then reads four adjacent `k` a step;
 /// [`rhs_along_k`] names the binding where nothing lies between.
 pub fn rhs_contiguous_k(g: &Graph, members: &[NodeId], mm: NodeId) -> bool {
     rhs_below_swaps(g, members, mm, true).is_some()
 }
 
 /// The value below `mm`'s right operand, an odd number of swaps of its last two axes away
-/// through casts (and, where `views`, unit-step slices along the axis that becomes `k` and
-/// dynamic update slices' operands); `None` past anything else.
+/// through casts (and, where `views`, unit-step slices along the axis that becomes `k`,
+/// dynamic update slices' operands and gathers of whole matrices); `None` past anything else.
 fn rhs_below_swaps(g: &Graph, members: &[NodeId], mm: NodeId, views: bool) -> Option<NodeId> {
     let (mut n, mut swapped) = (g.operands(mm)[1], false);
     while members.contains(&n) {
@@ -254,6 +255,9 @@ fn rhs_below_swaps(g: &Graph, members: &[NodeId], mm: NodeId, views: bool) -> Op
             // Adjacent along the axis that becomes `k` (the last below an odd number of swaps).
             Op::Slice { stride, .. }
                 if views && stride.len() >= 2 && stride[stride.len() - 2 + usize::from(swapped)] == 1 => {}
+            // Matrices gathered from a stack by a leading index (a mixture's chosen experts):
+            // each keeps its layout.
+            Op::Gather { axis } if views && axis + 2 < g.ty(g.operands(n)[0]).shape.rank() => {}
             Op::Transpose { perm } if swaps_last_two(perm) => swapped = !swapped,
             _ => return None,
         }

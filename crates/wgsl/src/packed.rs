@@ -131,6 +131,16 @@ pub(crate) fn block_load(dtype: DType, b: &str) -> String {
             format!("let n = extractBits({b}[wb + (at >> 2u)], (at & 3u) * 8u + (l >> 4u) * 4u, 4u);"),
             "return unpack2x16float(w0).x * f32(sc) * fg_iq4nl(n);".into(),
         ],
+        DType::MXFP4 => vec![
+            // 17-byte blocks: the scale byte, 32 nibbles as Q4_0's.
+            "let base = (i >> 5u) * 17u;".into(),
+            format!("let e = {};", byte("base")),
+            "let j = i & 31u;".into(),
+            "let at = base + 1u + (j & 15u);".into(),
+            format!(
+                "return fg_e8m0_half(e) * fg_mxfp4(extractBits({b}[at >> 2u], (at & 3u) * 8u + (j >> 4u) * 4u, 4u));"
+            ),
+        ],
         _ => {
             let (_, bytes) = dtype.block().expect("a block type");
             let mut head = vec![
