@@ -75,6 +75,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("qwen2-moe-tiny", "qwen2-moe-tiny", ""),
         ("mixtral-tiny", "mixtral-tiny", ""),
         ("olmoe-tiny", "olmoe-tiny", ""),
+        ("gpt-oss-tiny", "gpt-oss-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -389,6 +390,7 @@ fn newer_llama_family_layers_in_gpu_forms() {
         "qwen2-moe-tiny",
         "mixtral-tiny",
         "olmoe-tiny",
+        "gpt-oss-tiny",
     ] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);

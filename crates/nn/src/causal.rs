@@ -125,6 +125,8 @@ pub(crate) fn soft_cap(x: &Tensor, cap: f64) -> Result<Tensor> {
 /// at `cap` where given) with heads merged: `q: [b, heads, sq, dh]`, `k, v: [b, kv
 /// heads, sk, dh]` (kv heads dividing heads; query head `h` reads key head `h / group`), `keep:
 /// bool [sq, sk]`, or `[b, sq, sk]` per sequence (false: masked out) → `[b, sq, heads · dh]`.
+/// With `sinks` (f32 `[heads]`: gpt-oss's), each head's softmax has one more logit, its
+/// sink's, which takes its share of the probability and reads no value.
 ///
 /// The query heads of a group are stacked as rows of one product with their key head, so
 /// grouped-query attention reads each key and value once, as multi-head attention does.
@@ -133,8 +135,8 @@ pub(crate) fn attend(
     k: &Tensor,
     v: &Tensor,
     keep: &Tensor,
-    scale: f64,
-    cap: Option<f64>,
+    (scale, cap): (f64, Option<f64>),
+    sinks: Option<&Tensor>,
 ) -> Result<Tensor> {
     let &[b, heads, sq, dh] = q.dims() else { return Err(config(format!("attention: q {} must be rank 4", q.ty()))) };
     let (kv_heads, sk) = (k.dims()[1], k.dims()[2]);
@@ -168,7 +170,19 @@ pub(crate) fn attend(
     let masked = keep
         .broadcast_in_dim(scores.dims().to_vec(), mask_dims)?
         .select(&scores, &q.builder().scalar(DType::F32, -1e9)?)?;
-    let ctx = masked.softmax(3)?.matmul(v)?;
+    let probs = match sinks {
+        // Each row's sink: `sinks[kv · group + g]` for the rows of query head `g` of key head `kv`.
+        Some(sinks) if sinks.dims() == [heads] => {
+            let rows = group * sq;
+            let sink = sinks.reshape([kv_heads, group, 1])?.broadcast_to([kv_heads, group, sq])?;
+            let sink =
+                sink.reshape([kv_heads, rows, 1])?.broadcast_in_dim(vec![b, kv_heads, rows, 1], vec![1, 2, 3])?;
+            q.builder().concat(&[&masked, &sink], 3)?.softmax(3)?.narrow(3, 0, sk)?
+        }
+        Some(sinks) => return Err(config(format!("attention: sinks {} for {heads} heads", sinks.ty()))),
+        None => masked.softmax(3)?,
+    };
+    let ctx = probs.matmul(v)?;
     let ctx = if group == 1 { ctx } else { ctx.reshape([b, heads, sq, dh])? };
     Ok(ctx.transpose(&[0, 2, 1, 3])?.reshape([b, sq, heads * dh])?)
 }

@@ -60,7 +60,8 @@ impl KeyMap {
 
     /// Hugging Face Llama-family models (every [`crate::llama::Architecture`]:
     /// `LlamaForCausalLM`, `Qwen2ForCausalLM`, `Gemma3ForCausalLM` …): PyTorch `Linear` weights
-    /// (`*_proj`, `lm_head`, a mixture's router `mlp.gate` and `shared_expert_gate`) stored `[out, in]`;
+    /// (`*_proj`, `lm_head`, a mixture's router `mlp.gate` or `mlp.router` and
+    /// `shared_expert_gate`) stored `[out, in]` (gpt-oss's expert stacks are `[in, out]` already);
     /// rotary buffers (`rotary_emb.inv_freq`) dropped, and with `tied` heads `lm_head.weight`
     /// (when the file carries it); a mixture's experts (`mlp.experts.{e}.gate_proj.weight`)
     /// stacked into one parameter each.
@@ -71,9 +72,15 @@ impl KeyMap {
         }
         KeyMap {
             drop_suffixes,
-            transposed_suffixes: ["_proj.weight", "lm_head.weight", ".mlp.gate.weight", ".shared_expert_gate.weight"]
-                .map(String::from)
-                .into(),
+            transposed_suffixes: [
+                "_proj.weight",
+                "lm_head.weight",
+                ".mlp.gate.weight",
+                ".shared_expert_gate.weight",
+                ".mlp.router.weight",
+            ]
+            .map(String::from)
+            .into(),
             stacked: vec![".experts.".into()],
             ..Default::default()
         }

@@ -12,7 +12,7 @@
 use crate::error::{config, Result};
 use crate::init::Init;
 use crate::layers::{Linear, Projections};
-use crate::llama_config::{Activation, MoeConfig};
+use crate::llama_config::{Activation, MoeConfig, MoeStyle};
 use crate::module::{Forward, Module, Param, Scope};
 use fusegraph_ir::{DType, Tensor};
 
@@ -57,28 +57,39 @@ fn activate(x: &Tensor, act: Activation) -> Result<Tensor> {
     })
 }
 
-/// `n` linear layers of one shape (no bias) as one parameter, `weight`: f32 `[n, in, out]`
-/// (each a [`Linear`]'s layout), or a block type's `[n, out, in]` (PyTorch's and GGUF's, its
-/// blocks along `in`).
+/// `n` linear layers of one shape as one parameter, `weight`: f32 `[n, in, out]` (each a
+/// [`Linear`]'s layout), or a block type's `[n, out, in]` (PyTorch's and GGUF's, its blocks
+/// along `in`); their biases, where they have them, one more, `[n, out]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StackedLinear {
     /// The stacked weights.
     pub weight: Param,
+    /// The stacked biases.
+    pub bias: Option<Param>,
 }
 
-crate::module!(StackedLinear { weight });
+crate::module!(StackedLinear { weight, bias });
 
 impl StackedLinear {
-    /// `n` layers `in_dim → out_dim` as the parameter `{s}` (a checkpoint's
+    /// `n` layers `in_dim → out_dim` without bias as the parameter `{s}.weight` (a checkpoint's
     /// `….experts.{e}.gate_proj.weight` load into slot `e` of `….experts.gate_proj.weight`),
     /// drawn from `N(0, 0.02²)`.
     pub fn new(s: &Scope, n: usize, in_dim: usize, out_dim: usize) -> Result<Self> {
+        Self::named(s, "weight", n, in_dim, out_dim, None)
+    }
+
+    /// `n` layers as the parameter `{s}.{name}`, with biases `{s}.{bias}` where named (gpt-oss's
+    /// `gate_up_proj` and `gate_up_proj_bias`), biases zero.
+    pub fn named(s: &Scope, name: &str, n: usize, in_dim: usize, out_dim: usize, bias: Option<&str>) -> Result<Self> {
         if n == 0 || in_dim == 0 || out_dim == 0 {
             return Err(config(format!("StackedLinear `{}`: {n} layers {in_dim} → {out_dim} must be ≥ 1", s.path())));
         }
-        let dtype = s.matrix_dtype("weight", in_dim);
+        let dtype = s.matrix_dtype(name, in_dim);
         let shape = if dtype.block().is_some() { [n, out_dim, in_dim] } else { [n, in_dim, out_dim] };
-        Ok(StackedLinear { weight: s.param("weight", &shape, Init::Normal(0.02)).stored_as(dtype) })
+        Ok(StackedLinear {
+            weight: s.param(name, &shape, Init::Normal(0.02)).stored_as(dtype),
+            bias: bias.map(|b| s.param(b, &[n, out_dim], Init::Zeros)),
+        })
     }
 
     fn rows_out(&self) -> bool {
@@ -121,27 +132,30 @@ impl StackedLinear {
         let w = self.weight.read(x.builder(), x.dtype())?.gather(chosen, 0)?;
         let w = if self.rows_out() { w.transpose(&[0, 1, 3, 2])? } else { w };
         let x = x.reshape([t, j, 1, width])?.broadcast_to([t, k, 1, width])?;
-        Ok(x.matmul(&w)?.reshape([t, k, self.out_dim()])?)
+        let y = x.matmul(&w)?.reshape([t, k, self.out_dim()])?;
+        match &self.bias {
+            Some(bias) => Ok(y.add(&bias.read(x.builder(), x.dtype())?.gather(chosen, 0)?)?),
+            None => Ok(y),
+        }
     }
 }
 
 /// A mixture's experts: gated MLPs whose weights are stacked by expert.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Experts {
-    /// `gate_proj`, `[experts]` layers `hidden → expert_size`.
-    pub gate_proj: StackedLinear,
-    /// `up_proj`, likewise.
-    pub up_proj: StackedLinear,
+    /// `gate_proj` and `up_proj`, `[experts]` layers `hidden → expert_size` each; or gpt-oss's
+    /// one `gate_up_proj` of both, their columns interleaved.
+    pub gate_up: Vec<StackedLinear>,
     /// `down_proj`, `[experts]` layers `expert_size → hidden`.
     pub down_proj: StackedLinear,
 }
 
-crate::module!(Experts { gate_proj, up_proj, down_proj });
+crate::module!(Experts { gate_up, down_proj });
 
 /// A sparse mixture of experts ([`MoeConfig`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SparseMoe {
-    /// The router, `gate`: `hidden → experts`, no bias.
+    /// The router, `gate` (gpt-oss's `router`, with a bias): `hidden → experts`.
     pub gate: Linear,
     /// `experts`.
     pub experts: Experts,
@@ -153,6 +167,8 @@ pub struct SparseMoe {
     pub top_k: usize,
     /// Whether the chosen probabilities are divided by their sum.
     pub normalize: bool,
+    /// The experts' layout and gating.
+    pub style: MoeStyle,
 }
 
 crate::module!(SparseMoe { gate, experts, shared_expert, shared_expert_gate });
@@ -164,17 +180,40 @@ impl SparseMoe {
         let e = s.at("experts");
         let linear = |s: &Scope, i: usize, o: usize| Linear::with_init(s, i, o, Init::Normal(0.02), None);
         let shared = c.shared_expert.map(|w| LlamaMlp::new(&s.at("shared_expert"), hidden, w, None, false));
+        let (gate, experts) = match c.style {
+            MoeStyle::Standard => (
+                linear(&s.at("gate"), hidden, n)?,
+                Experts {
+                    gate_up: vec![
+                        StackedLinear::new(&e.at("gate_proj"), n, hidden, inner)?,
+                        StackedLinear::new(&e.at("up_proj"), n, hidden, inner)?,
+                    ],
+                    down_proj: StackedLinear::new(&e.at("down_proj"), n, inner, hidden)?,
+                },
+            ),
+            MoeStyle::GptOss { .. } => (
+                Linear::with_init(&s.at("router"), hidden, n, Init::Normal(0.02), Some(Init::Zeros))?,
+                Experts {
+                    gate_up: vec![StackedLinear::named(
+                        &e,
+                        "gate_up_proj",
+                        n,
+                        hidden,
+                        2 * inner,
+                        Some("gate_up_proj_bias"),
+                    )?],
+                    down_proj: StackedLinear::named(&e, "down_proj", n, inner, hidden, Some("down_proj_bias"))?,
+                },
+            ),
+        };
         Ok(SparseMoe {
-            gate: linear(&s.at("gate"), hidden, n)?,
-            experts: Experts {
-                gate_proj: StackedLinear::new(&e.at("gate_proj"), n, hidden, inner)?,
-                up_proj: StackedLinear::new(&e.at("up_proj"), n, hidden, inner)?,
-                down_proj: StackedLinear::new(&e.at("down_proj"), n, inner, hidden)?,
-            },
+            gate,
+            experts,
             shared_expert: shared.transpose()?,
             shared_expert_gate: c.shared_expert.map(|_| linear(&s.at("shared_expert_gate"), hidden, 1)).transpose()?,
             top_k: c.top_k,
             normalize: c.normalize,
+            style: c.style,
         })
     }
 
@@ -192,8 +231,23 @@ impl SparseMoe {
         }
         let e = &self.experts;
         let rows = x2.reshape([tokens, 1, hidden])?;
-        let inner = activate(&e.gate_proj.forward_chosen(&rows, &chosen)?, act)?
-            .mul(&e.up_proj.forward_chosen(&rows, &chosen)?)?;
+        let parts: Vec<Tensor> = e.gate_up.iter().map(|l| l.forward_chosen(&rows, &chosen)).collect::<Result<_>>()?;
+        let inner = match (self.style, &parts[..]) {
+            (MoeStyle::Standard, [gate, up]) => activate(gate, act)?.mul(up)?,
+            (MoeStyle::GptOss { alpha, limit }, [gate_up]) => {
+                // Gate and up interleaved: pairs along a last axis of two.
+                let width = gate_up.dims()[2] / 2;
+                let pairs = gate_up.reshape([tokens, self.top_k, width, 2])?;
+                let half =
+                    |i: usize| -> Result<Tensor> { Ok(pairs.narrow(3, i, 1)?.reshape([tokens, self.top_k, width])?) };
+                let b = x.builder();
+                let (top, bottom) = (b.scalar(DType::F32, limit)?, b.scalar(DType::F32, -limit)?);
+                let gate = half(0)?.minimum(&top)?;
+                let up = half(1)?.minimum(&top)?.maximum(&bottom)?;
+                up.add_scalar(1.0)?.mul(&gate.mul(&gate.mul_scalar(alpha)?.sigmoid()?)?)?
+            }
+            _ => return Err(config(format!("SparseMoe: {} gate/up stacks for {:?}", parts.len(), self.style))),
+        };
         let out = e.down_proj.forward_chosen(&inner, &chosen)?;
         let weights = weights.cast(x.dtype())?.reshape([tokens, self.top_k, 1])?;
         let mut y = out.mul(&weights)?.sum(&[1], false)?;

@@ -233,7 +233,7 @@ impl CausalLm for Gpt2 {
         let mut kvs = Vec::new();
         for block in &self.h {
             let [q, k, v] = self.qkv(&block.attn, &block.ln_1.forward(&h)?)?;
-            let a = block.attn.c_proj.forward(&attend(&q, &k, &v, &causal, self.attention_scale(), None)?)?;
+            let a = block.attn.c_proj.forward(&attend(&q, &k, &v, &causal, (self.attention_scale(), None), None)?)?;
             h = self.finish_block(block, &h, &a)?;
             kvs.push((k, v));
         }
@@ -254,7 +254,14 @@ impl CausalLm for Gpt2 {
         for (block, (kc, vc)) in self.h.iter().zip(cache) {
             let [q, k, v] = self.qkv(&block.attn, &block.ln_1.forward(&h)?)?;
             let (kc, vc) = (kc.dynamic_update_slice(&k, &pos, 2)?, vc.dynamic_update_slice(&v, &pos, 2)?);
-            let a = attend(&q, &live_part(&kc, live)?, &live_part(&vc, live)?, &keep, self.attention_scale(), None)?;
+            let a = attend(
+                &q,
+                &live_part(&kc, live)?,
+                &live_part(&vc, live)?,
+                &keep,
+                (self.attention_scale(), None),
+                None,
+            )?;
             let a = block.attn.c_proj.forward(&a)?;
             h = self.finish_block(block, &h, &a)?;
             updated.push((kc, vc));

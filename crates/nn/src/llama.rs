@@ -33,11 +33,11 @@ use crate::error::{config, Result};
 pub use crate::feed_forward::{FeedForward, LlamaMlp, SparseMoe};
 use crate::init::Init;
 use crate::layers::{Embedding, Linear, Projections, RmsNorm};
-pub use crate::llama_config::{Activation, Architecture, LlamaConfig, MoeConfig, Norms, QkNorm};
+pub use crate::llama_config::{Activation, Architecture, LlamaConfig, MoeConfig, MoeStyle, Norms, QkNorm};
 use crate::module::{Forward, Scope};
 use crate::rope::scaled;
 pub use crate::rope::{rotary_angles, rotate, rotate_interleaved, RopeScaling};
-use fusegraph_ir::{DType, Tensor};
+use fusegraph_ir::{DType, GraphBuilder, Tensor};
 
 /// Attention with rotary q and k and grouped key/value heads.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,9 +52,11 @@ pub struct LlamaAttention {
     pub q_norm: Option<RmsNorm>,
     /// `k_norm` over each key head or all of them.
     pub k_norm: Option<RmsNorm>,
+    /// `sinks`, `[heads]`: each head's extra softmax logit ([`LlamaConfig::attention_sinks`]).
+    pub sinks: Option<crate::module::Param>,
 }
 
-crate::module!(LlamaAttention { qkv, o_proj, q_norm, k_norm });
+crate::module!(LlamaAttention { qkv, o_proj, q_norm, k_norm, sinks });
 
 /// A decoder layer: `h = x + attn(norm(x))`, `out = h + mlp(norm(h))`; with
 /// [`Norms::Sandwich`], `h = x + norm(attn(norm(x)))`, `out = h + norm(mlp(norm(h)))`; with
@@ -147,6 +149,9 @@ impl Llama {
                         o_proj: linear(&a.at("o_proj"), c.num_attention_heads * dh, d, c.o_bias)?,
                         q_norm: qk_norm(&a.at("q_norm"), c.num_attention_heads)?,
                         k_norm: qk_norm(&a.at("k_norm"), c.num_key_value_heads)?,
+                        sinks: c
+                            .attention_sinks
+                            .then(|| a.param("sinks", &[c.num_attention_heads], Init::Normal(0.02))),
                     },
                     post_attention_layernorm: norm(&l.at("post_attention_layernorm"))?,
                     pre_feedforward_layernorm: when(c.norms == Norms::Sandwich, &l.at("pre_feedforward_layernorm"))?,
@@ -248,6 +253,16 @@ impl Llama {
         let positions = positions.cast(DType::F32)?;
         let steps = positions.div(&positions.builder().scalar(DType::F32, length as f64)?)?.floor()?;
         Ok(Some(steps.add_scalar(1.0)?.log()?.mul_scalar(beta)?.add_scalar(1.0)?))
+    }
+
+    /// The attention scores' scale and soft cap.
+    fn scores(&self) -> (f64, Option<f64>) {
+        (self.config.attention_scale, self.config.attn_softcap)
+    }
+
+    /// A layer's attention sinks in `b` (gpt-oss's), as f32.
+    fn sinks(layer: &LlamaLayer, b: &GraphBuilder) -> Result<Option<Tensor>> {
+        layer.self_attn.sinks.as_ref().map(|p| p.read(b, DType::F32)).transpose()
     }
 
     /// The attention's input: `x` normed where norms come before each branch.
@@ -377,14 +392,8 @@ impl CausalLm for Llama {
             let angles = sliding.as_ref().filter(|_| window.is_some()).unwrap_or(&angles);
             let [q, k, v] = self.qkv(&layer.self_attn, &Self::attention_input(layer, &h)?, rope.then_some(angles))?;
             let q = warmed(q, temperature.as_ref(), &[2])?;
-            let a = attend(
-                &q,
-                &k,
-                &v,
-                &Self::keep(&q_pos, &k_pos, *window)?,
-                self.config.attention_scale,
-                self.config.attn_softcap,
-            )?;
+            let keep = Self::keep(&q_pos, &k_pos, *window)?;
+            let a = attend(&q, &k, &v, &keep, self.scores(), Self::sinks(layer, b)?.as_ref())?;
             h = self.finish_layer(layer, &h, &a)?;
             kvs.push((k, v));
         }
@@ -426,7 +435,7 @@ impl CausalLm for Llama {
             let (kc, vc) = (kc.dynamic_update_slice(&k, &p, 2)?, vc.dynamic_update_slice(&v, &p, 2)?);
             let keep = Self::keep_at(&q_pos, &k_pos, *window)?;
             let (k_live, v_live) = (live_part(&kc, live)?, live_part(&vc, live)?);
-            let a = attend(&q, &k_live, &v_live, &keep, self.config.attention_scale, self.config.attn_softcap)?;
+            let a = attend(&q, &k_live, &v_live, &keep, self.scores(), Self::sinks(layer, b)?.as_ref())?;
             h = self.finish_layer(layer, &h, &a)?;
             updated.push((kc, vc));
         }

@@ -70,6 +70,28 @@ pub enum Architecture {
     /// `OlmoeForCausalLM` (OLMoE): norms before each branch, RMS norms over the whole q and k
     /// projections, a mixture of experts.
     Olmoe,
+    /// `GptOssForCausalLM` (OpenAI's gpt-oss): biases on q, k, v and the output, a sink logit
+    /// per head, sliding-window layers between full ones, YaRN, and a mixture of experts in
+    /// gpt-oss's form ([`MoeStyle::GptOss`]).
+    GptOss,
+}
+
+/// How a mixture's experts are laid out and gated.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MoeStyle {
+    /// A router `gate` without bias; each expert a gated MLP (`gate_proj`, `up_proj`,
+    /// `down_proj`, no biases) with the model's activation.
+    Standard,
+    /// gpt-oss's: a router `router` with a bias; gate and up one stack `gate_up_proj`
+    /// `[experts, hidden, 2 · inner]` whose columns interleave them (gate at even, up at odd),
+    /// biases on both stacks (`gate_up_proj_bias`, `down_proj_bias`); the gate clamped above
+    /// at `limit`, up to `±limit`, and `(up + 1) · gate · sigmoid(alpha · gate)` the inner value.
+    GptOss {
+        /// The sigmoid's gain (`swiglu_alpha`, 1.702).
+        alpha: f64,
+        /// The clamp (`swiglu_limit`, 7).
+        limit: f64,
+    },
 }
 
 /// A sparse mixture of experts in place of a layer's MLP: a router (`gate`) scores every
@@ -93,6 +115,8 @@ pub struct MoeConfig {
     /// Per layer, whether its MLP is the mixture (else a dense MLP `intermediate_size` wide):
     /// every `decoder_sparse_step`-th layer not in `mlp_only_layers`.
     pub sparse_layers: Vec<bool>,
+    /// The experts' layout and gating.
+    pub style: MoeStyle,
 }
 
 /// Where a layer's RMS norms sit.
@@ -154,6 +178,7 @@ impl Architecture {
             Architecture::Qwen2Moe => "Qwen2MoeForCausalLM",
             Architecture::Qwen3Moe => "Qwen3MoeForCausalLM",
             Architecture::Olmoe => "OlmoeForCausalLM",
+            Architecture::GptOss => "GptOssForCausalLM",
         }
     }
 }
@@ -244,6 +269,8 @@ pub struct LlamaConfig {
     pub bos_token_id: Option<i32>,
     /// A mixture of experts in place of the MLP on some or all layers.
     pub moe: Option<MoeConfig>,
+    /// A sink logit per head in each attention softmax (gpt-oss's `sinks`).
+    pub attention_sinks: bool,
 }
 
 /// The `config.json` as written, before its fields are checked.
@@ -299,6 +326,8 @@ struct RawConfig {
     decoder_sparse_step: Option<usize>,
     mlp_only_layers: Option<Vec<usize>>,
     clip_qkv: Option<f64>,
+    swiglu_alpha: Option<f64>,
+    swiglu_limit: Option<f64>,
 }
 
 fn token_ids(field: &str, v: &Option<Value>) -> Result<Vec<i32>> {
@@ -339,6 +368,7 @@ impl LlamaConfig {
             Some("Qwen2MoeForCausalLM" | "qwen2_moe") => Architecture::Qwen2Moe,
             Some("Qwen3MoeForCausalLM" | "qwen3_moe") => Architecture::Qwen3Moe,
             Some("OlmoeForCausalLM" | "olmoe") => Architecture::Olmoe,
+            Some("GptOssForCausalLM" | "gpt_oss") => Architecture::GptOss,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
@@ -346,7 +376,7 @@ impl LlamaConfig {
                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
                      Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM, \
                      MinistralForCausalLM, Ernie4_5ForCausalLM, Glm4ForCausalLM, Ministral3ForCausalLM, \
-                     MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM or OlmoeForCausalLM",
+                     MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM or GptOssForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -488,7 +518,7 @@ impl LlamaConfig {
         }
         let layers = need("num_hidden_layers", raw.num_hidden_layers)?;
         let sliding_windows = Self::windows(architecture, &raw, layers)?;
-        let bias_by_default = matches!(architecture, Architecture::SeedOss | Architecture::Glm4);
+        let bias_by_default = matches!(architecture, Architecture::SeedOss | Architecture::Glm4 | Architecture::GptOss);
         let ernie = architecture == Architecture::Ernie45;
         let attention_bias = match ernie {
             true => raw.use_bias.unwrap_or(false),
@@ -599,6 +629,7 @@ impl LlamaConfig {
             eos_token_ids: token_ids("eos_token_id", &raw.eos_token_id)?,
             bos_token_id: token_ids("bos_token_id", &raw.bos_token_id)?.first().copied(),
             moe: Self::moe(architecture, &raw, layers)?,
+            attention_sinks: architecture == Architecture::GptOss,
         })
     }
 
@@ -612,6 +643,7 @@ impl LlamaConfig {
             Architecture::Qwen2Moe => (60, 4, None, raw.moe_intermediate_size),
             Architecture::Qwen3Moe => (128, 8, None, raw.moe_intermediate_size),
             Architecture::Olmoe => (64, 8, None, raw.intermediate_size),
+            Architecture::GptOss => (128, 4, Some(true), raw.intermediate_size),
             _ => return Ok(None),
         };
         // `transformers` 5 writes `num_local_experts` for every class; the hub's configs
@@ -643,13 +675,20 @@ impl LlamaConfig {
             normalize: normalize.or(raw.norm_topk_prob).unwrap_or(false),
             shared_expert,
             sparse_layers: (0..layers).map(|i| (i + 1) % step == 0 && !dense.contains(&i)).collect(),
+            style: match arch {
+                Architecture::GptOss => MoeStyle::GptOss {
+                    alpha: raw.swiglu_alpha.unwrap_or(1.702),
+                    limit: raw.swiglu_limit.unwrap_or(7.0),
+                },
+                _ => MoeStyle::Standard,
+            },
         }))
     }
 
     /// Per layer, its window: `layer_types` where given; Mistral's and Phi-3's `sliding_window`
     /// on every layer; Qwen2's and Qwen3's on layers from `max_window_layers` when `use_sliding_window`;
     /// Gemma 3's on all but every `sliding_window_pattern`-th (6) layer; OLMo 3's on all but
-    /// every fourth; Gemma 2's on the even layers.
+    /// every fourth; Gemma 2's and gpt-oss's on the even layers.
     fn windows(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Vec<Option<usize>>> {
         let window = raw.sliding_window.filter(|&w| w > 0);
         if arch == Architecture::SmolLM3 && raw.use_sliding_window != Some(true) {
@@ -683,7 +722,7 @@ impl LlamaConfig {
                 Architecture::Gemma3 => {
                     window.filter(|_| (i + 1) % raw.sliding_window_pattern.unwrap_or(6).max(1) != 0)
                 }
-                Architecture::Gemma2 => window.filter(|_| i % 2 == 0),
+                Architecture::Gemma2 | Architecture::GptOss => window.filter(|_| i % 2 == 0),
                 Architecture::Olmo3 => window.filter(|_| (i + 1) % 4 != 0),
                 _ => None,
             })

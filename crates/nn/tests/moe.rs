@@ -8,7 +8,7 @@ mod common;
 use common::{eval, random};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor};
 use fusegraph_nn::feed_forward::{top_k, SparseMoe};
-use fusegraph_nn::llama::{Architecture, FeedForward, MoeConfig, QkNorm};
+use fusegraph_nn::llama::{Architecture, FeedForward, MoeConfig, MoeStyle, QkNorm};
 use fusegraph_nn::{Checkpoint, KeyMap, Llama, LlamaConfig, Matrices, Module, NnError, Params, Scope};
 use std::path::{Path, PathBuf};
 
@@ -42,8 +42,8 @@ fn mixture(moe: &SparseMoe, p: &Params, x: &[f64]) -> Vec<f64> {
     let chosen = &order[..moe.top_k];
     let total: f64 = chosen.iter().map(|&e| probs[e]).sum();
     let (gate, up, down) = (
-        get(moe.experts.gate_proj.weight.path()),
-        get(moe.experts.up_proj.weight.path()),
+        get(moe.experts.gate_up[0].weight.path()),
+        get(moe.experts.gate_up[1].weight.path()),
         get(moe.experts.down_proj.weight.path()),
     );
     let mut y = vec![0.0; x.len()];
@@ -60,7 +60,8 @@ fn mixture(moe: &SparseMoe, p: &Params, x: &[f64]) -> Vec<f64> {
 }
 
 fn config(experts: usize, top_k: usize, expert_size: usize, normalize: bool) -> MoeConfig {
-    MoeConfig { experts, top_k, expert_size, normalize, shared_expert: None, sparse_layers: vec![true] }
+    let style = MoeStyle::Standard;
+    MoeConfig { experts, top_k, expert_size, normalize, shared_expert: None, sparse_layers: vec![true], style }
 }
 
 /// `moe` under a fresh seed with its router drawn wide (so that no token's choice is near a
@@ -93,7 +94,7 @@ fn a_mixture_sends_each_token_through_its_top_k_experts() {
     // Expert stacks of q8_0 blocks (`[experts, out, in]`), dequantized as they are read.
     let scope = Scope::root().storing_matrices(Matrices::All(DType::Q8_0)).at("mlp");
     let moe = SparseMoe::new(&scope, 32, &config(4, 2, 64, true)).unwrap();
-    assert_eq!(moe.experts.gate_proj.weight.ty().dtype, DType::Q8_0);
+    assert_eq!(moe.experts.gate_up[0].weight.ty().dtype, DType::Q8_0);
     assert_eq!(moe.experts.down_proj.weight.dims(), &[4, 32, 64]);
     let err = error_of(&moe, 32);
     assert!(err < 1e-5, "q8_0 experts: {err:.2e}");
@@ -158,7 +159,7 @@ fn moe_configs_give_their_mixtures_and_parameter_counts() {
     assert!(matches!(model.layers[0].mlp, FeedForward::Dense(_)));
     let FeedForward::Sparse(sparse) = &model.layers[1].mlp else { panic!("layer 1 is a mixture") };
     assert!(sparse.shared_expert.is_some() && sparse.shared_expert_gate.is_some());
-    assert_eq!(sparse.experts.gate_proj.weight.path(), "model.layers.1.mlp.experts.gate_proj.weight");
+    assert_eq!(sparse.experts.gate_up[0].weight.path(), "model.layers.1.mlp.experts.gate_proj.weight");
 
     let field = |text: &str| match LlamaConfig::from_json(text) {
         Err(NnError::ConfigField { field, value, .. }) => (field, value),
