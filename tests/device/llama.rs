@@ -356,6 +356,33 @@ fn gguf_mixtures_keep_their_expert_blocks_and_give_transformers_logits_and_token
     }
 }
 
+/// gpt-oss as it is released: its expert stacks MXFP4 (`…_blocks` beside `…_scales`) stay
+/// MXFP4 on the device (17 bytes for 32 values) and give the logits and greedy tokens
+/// `transformers` computes from that directory, in the adapter's forms and a GPU's; read
+/// dequantized (`Quantize::None`, f32 `[experts, in, out]`), the same logits.
+#[test]
+fn gpt_oss_mxfp4_experts_stay_blocks_and_give_transformers_logits_and_tokens() {
+    let r = reference("gpt-oss-tiny-mxfp4");
+    let loaded = Pretrained::load(&data().join("gpt-oss-tiny-mxfp4"), None, Quantize::AsStored).unwrap();
+    let stacks: Vec<_> =
+        loaded.params.iter().filter(|(p, _)| p.ends_with("_proj") && p.contains(".experts.")).collect();
+    assert_eq!(stacks.len(), 4);
+    for (path, t) in &stacks {
+        assert_eq!(t.dtype(), DType::MXFP4, "{path}");
+        assert_eq!(t.to_bytes().len() * 32, t.shape().numel() * 17, "{path}");
+    }
+    check_logits_and_tokens(&loaded, &r, "gpt-oss-tiny-mxfp4", &Device::shared().unwrap());
+    let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
+    check_logits_and_tokens(&loaded, &r, "gpt-oss-tiny-mxfp4 in GPU forms", &gpu_forms);
+    let plain = Pretrained::load(&data().join("gpt-oss-tiny-mxfp4"), None, Quantize::None).unwrap();
+    let up = &plain.params["model.layers.0.mlp.experts.gate_up_proj"];
+    assert_eq!((up.dtype(), up.shape().dims()), (DType::F32, &[8, 64, 64][..]));
+    let store = ParamStore::new(&Device::shared().unwrap());
+    store.insert_all(plain.params.iter()).unwrap();
+    let err = relative_error(&prompt_logits(&plain, &store, &ids(&r["prompt_ids"])), &floats(&r["logits"]));
+    assert!(err < 1e-4, "dequantized on load: {err:.2e}");
+}
+
 /// Qwen3's per-head q and k norms, Gemma 3's layers (sandwich norms with `1 + w` gains,
 /// scaled embeddings and scores, a tanh GELU, sliding layers with their own rotary base) and
 /// Phi-3's (fused projections, rotary positions on part of each head; Phi-3.5's longrope

@@ -129,6 +129,9 @@ pub struct Checkpoint {
     source: PathBuf,
     files: Vec<(PathBuf, memmap2::Mmap)>,
     keys: BTreeMap<String, usize>,
+    /// MXFP4 tensors stored as `transformers`' quantizer writes them: key → its `{key}_blocks`
+    /// and `{key}_scales` and their files.
+    mxfp4: BTreeMap<String, [(String, usize); 2]>,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -189,12 +192,35 @@ impl Checkpoint {
             }
             files.push((shard, map));
         }
-        Ok(Checkpoint { source: path, files, keys })
+        // `{key}_blocks` beside `{key}_scales`: one MXFP4 tensor `key`.
+        let mut mxfp4 = BTreeMap::new();
+        let bases: Vec<String> = keys
+            .keys()
+            .filter_map(|k| k.strip_suffix("_blocks"))
+            .filter(|base| keys.contains_key(&format!("{base}_scales")))
+            .map(String::from)
+            .collect();
+        for base in bases {
+            let parts = ["_blocks", "_scales"].map(|part| {
+                let key = format!("{base}{part}");
+                let file = keys.remove(&key).expect("listed");
+                (key, file)
+            });
+            keys.insert(base.clone(), parts[0].1);
+            mxfp4.insert(base, parts);
+        }
+        Ok(Checkpoint { source: path, files, keys, mxfp4 })
     }
 
-    /// Every key, sorted.
+    /// Every key, sorted (an MXFP4 tensor's by its name without `_blocks` and `_scales`).
     pub fn keys(&self) -> Vec<String> {
         self.keys.keys().cloned().collect()
+    }
+
+    /// The model paths (through `map`) of the tensors the checkpoint holds in a block type:
+    /// its MXFP4 tensors.
+    pub fn stored_blocks(&self, map: &KeyMap) -> BTreeMap<String, DType> {
+        self.mxfp4.keys().filter_map(|k| map.path_of(k)).map(|p| (p, DType::MXFP4)).collect()
     }
 
     /// The path it was opened from (the index file of a sharded checkpoint).
@@ -220,8 +246,44 @@ impl Checkpoint {
             expected: None,
             file: self.source.display().to_string(),
         })?;
+        if let Some(parts) = self.mxfp4.get(key) {
+            return self.mxfp4_in(headers, key, parts);
+        }
         let view = headers[file].tensor(key).map_err(|e| format(&self.files[file].0, e))?;
         Ok(decode(key, &view)?)
+    }
+
+    /// MXFP4 tensor `key` from its `_blocks` (u8 `[…, n, 16]`: 32 FP4 nibbles a block, value
+    /// `2j` the low nibble of byte `j` and `2j + 1` the high one) and `_scales` (u8 `[…, n]`,
+    /// E8M0) as [`DType::MXFP4`] `[…, 32 · n]`: each block its scale byte, then its values
+    /// packed as llama.cpp packs them (value `j` the low nibble of byte `j mod 16`, the low
+    /// half first).
+    fn mxfp4_in(&self, headers: &[SafeTensors<'_>], key: &str, parts: &[(String, usize); 2]) -> Result<HostTensor> {
+        let [blocks, scales] = parts
+            .each_ref()
+            .map(|(k, file)| headers[*file].tensor(k).map_err(|e| format(&self.files[*file].0, e)).map(|v| (k, v)));
+        let ((bk, blocks), (sk, scales)) = (blocks?, scales?);
+        let (bd, sd) = (blocks.shape(), scales.shape());
+        let u8s = blocks.dtype() == safetensors::Dtype::U8 && scales.dtype() == safetensors::Dtype::U8;
+        if !u8s || bd.len() < 2 || bd[bd.len() - 1] != 16 || bd[..bd.len() - 1] != *sd {
+            let detail = format!(
+                "{bk} {:?} {bd:?} and {sk} {:?} {sd:?} are not MXFP4 blocks and scales (u8 [.., n, 16] and [.., n])",
+                blocks.dtype(),
+                scales.dtype()
+            );
+            return Err(format(&self.source, detail));
+        }
+        let (b, sc) = (blocks.data(), scales.data());
+        let mut bytes = Vec::with_capacity(sc.len() * 17);
+        for (block, &e) in b.chunks_exact(16).zip(sc) {
+            let value = |v: usize| (block[v / 2] >> (4 * (v % 2))) & 0x0f;
+            bytes.push(e);
+            bytes.extend((0..16).map(|j| value(j) | (value(j + 16) << 4)));
+        }
+        let mut dims = sd.to_vec();
+        *dims.last_mut().expect("rank ≥ 1") *= 32;
+        Ok(HostTensor::from_blocks(DType::MXFP4, dims, bytes)
+            .map_err(|e| format(&self.source, format!("{key}: {e}")))?)
     }
 
     /// The values of every parameter of `module`, by path, read through `map`: each
@@ -312,9 +374,12 @@ impl Checkpoint {
         map: &KeyMap,
     ) -> Result<HostTensor> {
         let mut t = self.tensor_in(headers, key)?;
-        // A matrix of a block type keeps the file's `[out, in]` (see `crate::Matrices`).
+        // A matrix of a block type keeps the file's `[out, in]` (see `crate::Matrices`); an
+        // MXFP4 stack read into another type takes the layout of its parameter's, `[in, out]`.
         if map.transposed(path) && t.shape().rank() == 2 && want.dtype.block().is_none() {
             t = transpose_matrices(&t)?;
+        } else if t.dtype().block().is_some() && want.dtype.block().is_none() && t.shape().rank() >= 2 {
+            t = transpose_matrices(&HostTensor::from_f64(DType::F32, t.shape().clone(), &t.to_f64())?)?;
         }
         if t.shape() != &want.shape {
             return Err(NnError::KeyShape {

@@ -9,7 +9,7 @@ use crate::gpt2::{Gpt2, Gpt2Config};
 use crate::init::Rng;
 use crate::llama::{Llama, LlamaConfig};
 use crate::module::Param;
-use crate::module::{Module, Scope};
+use crate::module::{Matrices, Module, Scope};
 use fusegraph_ir::{DType, HostTensor};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,7 +34,7 @@ impl Any {
     /// else a Llama-family class; any other class is [`NnError::ConfigField`].
     /// Its parameters are stored as `dtype`, else as the config's `dtype` (`torch_dtype` in
     /// `transformers` 4): the checkpoint's own.
-    fn from_config(text: &str, dtype: Option<DType>, quantize: Quantize) -> Result<Any> {
+    fn from_config(text: &str, dtype: Option<DType>, quantize: Quantize, stored: Option<Matrices>) -> Result<Any> {
         let v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| NnError::Config(format!("config.json: {e}")))?;
         let arch = v.get("architectures").and_then(|a| a.get(0)).and_then(|a| a.as_str());
@@ -44,7 +44,10 @@ impl Any {
                 Some(d) => crate::checkpoint::parameter_dtype(d)?,
                 None => config_dtype(&v)?,
             })
-            .storing_matrices(quantize.matrices()?);
+            .storing_matrices(match stored {
+                Some(m) => m,
+                None => quantize.matrices()?,
+            });
         Ok(if gpt2 {
             Any::Gpt2(Box::new(Gpt2::new(&scope, Gpt2Config::from_json(text)?)?))
         } else {
@@ -85,7 +88,8 @@ impl Pretrained {
     ///
     /// Parameters are stored as `dtype` (f32, f16 or bf16; converted from the file's where
     /// they differ), or with `None` as the checkpoint's config says (`dtype`, `torch_dtype`);
-    /// matrices as `quantize` says.
+    /// matrices as `quantize` says ([`Quantize::AsStored`]: the checkpoint's MXFP4 stacks,
+    /// `{name}_blocks` with `{name}_scales` as gpt-oss is released, keep their blocks).
     ///
     /// A `.gguf` file (llama.cpp's format; the architectures [`crate::gguf::Gguf::llama`] lists) loads through
     /// [`crate::gguf::Gguf::llama`]: its block-type matrices kept as blocks (with
@@ -95,8 +99,15 @@ impl Pretrained {
             let (model, params) = crate::gguf::Gguf::open(dir)?.llama(dtype, quantize)?;
             return Ok(Pretrained { model: Arc::new(model), params });
         }
-        let model = Any::from_config(&read_config(dir)?, dtype, quantize)?;
-        let params = Checkpoint::open(dir)?.load(model.module(), &model.key_map())?;
+        let text = read_config(dir)?;
+        let checkpoint = Checkpoint::open(dir)?;
+        let mut model = Any::from_config(&text, dtype, quantize, None)?;
+        // The checkpoint's own block-type matrices (gpt-oss's MXFP4 experts) stay blocks.
+        let stored = checkpoint.stored_blocks(&model.key_map());
+        if quantize == Quantize::AsStored && !stored.is_empty() {
+            model = Any::from_config(&text, dtype, quantize, Some(Matrices::ByPath(Arc::new(stored))))?;
+        }
+        let params = checkpoint.load(model.module(), &model.key_map())?;
         Ok(Pretrained { model: model.shared(), params })
     }
 
@@ -107,7 +118,7 @@ impl Pretrained {
     /// from its own stream seeded by `seed`, the parameter and the chunk (the values do not
     /// depend on the number of threads, and are not those of [`crate::Params::of`]).
     pub fn random(config_json: &str, dtype: Option<DType>, quantize: Quantize, seed: u64) -> Result<Pretrained> {
-        let model = Any::from_config(config_json, dtype, quantize)?;
+        let model = Any::from_config(config_json, dtype, quantize, None)?;
         let params = draw(model.module(), seed)?;
         Ok(Pretrained { model: model.shared(), params })
     }

@@ -242,3 +242,37 @@ fn stacked_experts_load_by_slot_and_a_missing_or_extra_expert_is_named() {
         std::fs::remove_file(path).unwrap();
     }
 }
+
+/// An MXFP4 tensor stored as gpt-oss's checkpoints store it (`{name}_blocks` u8 `[.., n, 16]`,
+/// value `2j` the low nibble of byte `j`; `{name}_scales` E8M0 `[.., n]`) reads as llama.cpp's
+/// blocks of the same values; blocks and scales that do not agree are an error naming both.
+#[test]
+fn mxfp4_blocks_and_scales_read_as_one_tensor() {
+    use safetensors::tensor::{Dtype, TensorView};
+    let write = |tag: &str, blocks: (&[usize], &[u8]), scales: (&[usize], &[u8])| {
+        let views = [
+            ("w_blocks", TensorView::new(Dtype::U8, blocks.0.to_vec(), blocks.1).unwrap()),
+            ("w_scales", TensorView::new(Dtype::U8, scales.0.to_vec(), scales.1).unwrap()),
+        ];
+        let path = std::env::temp_dir().join(format!("fusegraph-mxfp4-{tag}-{}.safetensors", std::process::id()));
+        std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();
+        path
+    };
+    // Two rows of one block: nibble `v mod 16` for value `v`, scales 2^(126 − 127) and 2^(128 − 127).
+    let nibbles: Vec<u8> =
+        (0..2).flat_map(|_| (0..16).map(|j| ((2 * j) % 16 | ((2 * j + 1) % 16) << 4) as u8)).collect();
+    let path = write("good", (&[2, 1, 16], &nibbles), (&[2, 1], &[126, 128]));
+    let ck = Checkpoint::open(&path).unwrap();
+    assert_eq!(ck.keys(), ["w"]);
+    let t = ck.tensor("w").unwrap();
+    assert_eq!((t.dtype(), t.shape().dims()), (DType::MXFP4, &[2, 32][..]));
+    let levels = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+    let want: Vec<f64> = [0.5, 2.0].iter().flat_map(|s| (0..32).map(move |v| s * levels[v % 16])).collect();
+    assert_eq!(t.to_f64(), want);
+    let bad = write("bad", (&[2, 1, 16], &nibbles), (&[2, 2], &[126, 128, 1, 1]));
+    let err = Checkpoint::open(&bad).unwrap().tensor("w").unwrap_err().to_string();
+    assert!(err.contains("w_blocks") && err.contains("w_scales"), "{err}");
+    for p in [path, bad] {
+        std::fs::remove_file(p).unwrap();
+    }
+}
