@@ -282,8 +282,7 @@ impl Checkpoint {
         }
         let mut dims = sd.to_vec();
         *dims.last_mut().expect("rank ≥ 1") *= 32;
-        Ok(HostTensor::from_blocks(DType::MXFP4, dims, bytes)
-            .map_err(|e| format(&self.source, format!("{key}: {e}")))?)
+        HostTensor::from_blocks(DType::MXFP4, dims, bytes).map_err(|e| format(&self.source, format!("{key}: {e}")))
     }
 
     /// The values of every parameter of `module`, by path, read through `map`: each
