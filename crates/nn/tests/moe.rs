@@ -260,7 +260,7 @@ fn mxfp4_blocks_and_scales_read_as_one_tensor() {
     };
     // Two rows of one block: nibble `v mod 16` for value `v`, scales 2^(126 − 127) and 2^(128 − 127).
     let nibbles: Vec<u8> =
-        (0..2).flat_map(|_| (0..16).map(|j| ((2 * j) % 16 | ((2 * j + 1) % 16) << 4) as u8)).collect();
+        (0..2).flat_map(|_| (0..16).map(|j| (((2 * j) % 16) | (((2 * j + 1) % 16) << 4)) as u8)).collect();
     let path = write("good", (&[2, 1, 16], &nibbles), (&[2, 1], &[126, 128]));
     let ck = Checkpoint::open(&path).unwrap();
     assert_eq!(ck.keys(), ["w"]);
