@@ -315,7 +315,7 @@ impl Gguf {
 }
 
 /// `transformers`' name of each part of a Llama layer, and llama.cpp's.
-const LAYER_PARTS: [(&str, &str); 21] = [
+const LAYER_PARTS: [(&str, &str); 22] = [
     ("input_layernorm", "attn_norm"),
     ("self_attn.q_proj", "attn_q"),
     ("self_attn.k_proj", "attn_k"),
@@ -337,6 +337,7 @@ const LAYER_PARTS: [(&str, &str); 21] = [
     ("mlp.shared_expert.up_proj", "ffn_up_shexp"),
     ("mlp.shared_expert.down_proj", "ffn_down_shexp"),
     ("mlp.shared_expert_gate", "ffn_gate_inp_shexp"),
+    ("mlp.router", "ffn_gate_inp"),
 ];
 
 /// The norms after each branch (Gemma's and OLMo 2's, [`Norms`]), whose
@@ -348,10 +349,10 @@ const SANDWICH_NORMS: [(&str, &str); 3] = [
 ];
 
 /// Whether a model's norms take the names of norms after a branch ([`SANDWICH_NORMS`]):
-/// Gemma's and OLMo's, and Seed-OSS's MLP input norm, which llama.cpp names
+/// Gemma's and OLMo's, and Seed-OSS's and gpt-oss's MLP input norm, which llama.cpp names
 /// `post_attention_norm` too.
 fn post_norm_names(c: &LlamaConfig) -> bool {
-    c.norms != Norms::Pre || c.architecture == Architecture::SeedOss
+    c.norms != Norms::Pre || matches!(c.architecture, Architecture::SeedOss | Architecture::GptOss)
 }
 
 /// llama.cpp's name of the parameter `transformers` calls `path` (in a model with norms after
@@ -365,10 +366,50 @@ fn gguf_name(path: &str, sandwich: bool) -> Option<String> {
     }
     let rest = path.strip_prefix("model.layers.")?;
     let (layer, rest) = rest.split_once('.')?;
+    // gpt-oss's sinks and expert stacks (its gate and up one stack here, two in the file:
+    // this names the gate's, [`interleaved_up`] the up's).
+    let own = match rest {
+        "self_attn.sinks" => Some("attn_sinks.weight"),
+        "mlp.experts.gate_up_proj" => Some("ffn_gate_exps.weight"),
+        "mlp.experts.gate_up_proj_bias" => Some("ffn_gate_exps.bias"),
+        "mlp.experts.down_proj" => Some("ffn_down_exps.weight"),
+        "mlp.experts.down_proj_bias" => Some("ffn_down_exps.bias"),
+        _ => None,
+    };
+    if let Some(own) = own {
+        return Some(format!("blk.{layer}.{own}"));
+    }
     let (part, kind) = rest.rsplit_once('.')?;
     let sandwiched = SANDWICH_NORMS.iter().filter(|_| sandwich);
     let (_, gg) = sandwiched.chain(LAYER_PARTS.iter()).find(|(hf, _)| *hf == part)?;
     Some(format!("blk.{layer}.{gg}.{kind}"))
+}
+
+/// The up stack's name beside the gate stack `name` where a parameter interleaves them
+/// (gpt-oss's `gate_up_proj`, whose even rows are the gate's and odd rows the up's).
+fn interleaved_up(path: &str, name: &str) -> Option<String> {
+    (path.ends_with("mlp.experts.gate_up_proj") || path.ends_with("mlp.experts.gate_up_proj_bias"))
+        .then(|| name.replace("ffn_gate_exps", "ffn_up_exps"))
+}
+
+/// `a` and `b` (of one type and shape `[.., n, ..]`) interleaved along `axis`, `[.., 2n, ..]`:
+/// `a`'s entry `i` at `2i`, `b`'s at `2i + 1`. Whole entries move as their bytes (a block
+/// type's rows where `axis` is not the last).
+fn interleave(a: &HostTensor, b: &HostTensor, axis: usize) -> Result<HostTensor> {
+    let dims = a.shape().dims();
+    if a.ty() != b.ty() || axis >= dims.len() {
+        return Err(NnError::Config(format!("GGUF: cannot interleave {} with {} along axis {axis}", a.ty(), b.ty())));
+    }
+    let unit = a.dtype().data_bytes(dims[axis + 1..].iter().product());
+    let (ab, bb) = (a.to_bytes(), b.to_bytes());
+    let mut out = Vec::with_capacity(2 * ab.len());
+    for (x, y) in ab.chunks_exact(unit).zip(bb.chunks_exact(unit)) {
+        out.extend_from_slice(x);
+        out.extend_from_slice(y);
+    }
+    let mut doubled = dims.to_vec();
+    doubled[axis] *= 2;
+    Ok(HostTensor::from_bytes(&fusegraph_ir::TensorType::new(a.dtype(), doubled), &out)?)
 }
 
 /// The rows of a q or k projection `[n · 2 · h, cols]` back in `transformers`' order from the
@@ -405,10 +446,10 @@ impl Gguf {
 
     /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`-,
     /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`-, `ernie4_5`-, `glm4`-,
-    /// `mistral3`-, `qwen2moe`-, `qwen3moe`- or `olmoe`-architecture file (a `llama` file
-    /// with `expert_count` is Mixtral's; a mixture's expert stacks `ffn_{gate,up,down}_exps`
+    /// `mistral3`-, `qwen2moe`-, `qwen3moe`-, `olmoe`- or `gpt-oss`-architecture file (a `llama`
+    /// file with `expert_count` is Mixtral's; a mixture's expert stacks `ffn_{gate,up,down}_exps`
     /// load as [`crate::feed_forward::StackedLinear`]s, as llama.cpp reads them: see
-    /// `moe_fields`)
+    /// `moe_fields`; gpt-oss's gate and up stacks interleave into its one `gate_up_proj`)
     /// (`general.architecture`:
     /// a `LlamaForCausalLM` — SmolLM3's and Granite's are converted as Llama's —, a
     /// `Qwen2ForCausalLM`, whose q, k and v biases the file holds, a `Qwen3ForCausalLM`, whose
@@ -461,6 +502,14 @@ impl Gguf {
             }
             let want = p.ty();
             let mut t = self.tensor(&name)?;
+            if let Some(up) = interleaved_up(p.path(), &name) {
+                if !self.tensors.iter().any(|t| t.name == up) {
+                    let expected = Some(p.ty().clone());
+                    return Err(NnError::MissingKey { key: up, param: p.path().into(), expected, file });
+                }
+                t = interleave(&t, &self.tensor(&up)?, 1)?;
+                used.insert(up);
+            }
             if permuted && name.ends_with("attn_q.weight") {
                 t = unpermute(&t, c.num_attention_heads)?;
             } else if permuted && name.ends_with("attn_k.weight") {
@@ -473,8 +522,10 @@ impl Gguf {
             // type; a shared expert's gate may be stored as a vector.
             let path = p.path();
             let projection = path.ends_with("_proj.weight")
+                || path.ends_with("_proj")
                 || path == "lm_head.weight"
                 || path.ends_with("mlp.gate.weight")
+                || path.ends_with("mlp.router.weight")
                 || path.ends_with("shared_expert_gate.weight");
             if projection && t.shape().rank() == 1 && want.shape.rank() == 2 {
                 t = HostTensor::from_bytes(
@@ -529,13 +580,14 @@ impl Gguf {
             "qwen2moe" => "Qwen2MoeForCausalLM",
             "qwen3moe" => "Qwen3MoeForCausalLM",
             "olmoe" => "OlmoeForCausalLM",
+            "gpt-oss" => "GptOssForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
                     supported:
                         "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss, ernie4_5, \
-                            glm4, mistral3, qwen2moe, qwen3moe or olmoe"
+                            glm4, mistral3, qwen2moe, qwen3moe, olmoe or gpt-oss"
                             .into(),
                 })
             }
@@ -688,7 +740,7 @@ impl Gguf {
             "attention_multiplier": float("attention.scale").filter(|_| arch == "granite"),
             "logits_scaling": float("logit_scale").filter(|_| arch == "granite"),
             // Seed-OSS's, GLM-4's and ERNIE 4.5's biases, by the tensors the file holds.
-            "attention_bias": matches!(arch, "seed_oss" | "glm4").then(|| has("blk.0.attn_q.bias")),
+            "attention_bias": matches!(arch, "seed_oss" | "glm4" | "gpt-oss").then(|| has("blk.0.attn_q.bias")),
             "attention_out_bias": (arch == "seed_oss").then(|| has("blk.0.attn_output.bias")),
             "use_bias": (arch == "ernie4_5").then(|| has("blk.0.attn_q.bias")),
         });
@@ -733,8 +785,11 @@ impl Gguf {
                 return Err(bad("expert_weights_scale", format!("{scale}"), "1 (the weights unscaled)"));
             }
         }
-        if let Some(f) = int("expert_gating_func").filter(|&f| f != 1) {
-            return Err(bad("expert_gating_func", format!("{f}"), "1 (softmax)"));
+        // Softmax over every expert (1), or over the chosen ones (3: the same as their
+        // probabilities normalized).
+        let gating = int("expert_gating_func").unwrap_or(if arch == "gpt-oss" { 3 } else { 1 });
+        if gating != 1 && gating != 3 {
+            return Err(bad("expert_gating_func", format!("{gating}"), "1 (softmax) or 3 (softmax of the chosen)"));
         }
         let used = int("expert_used_count")
             .filter(|&k| k > 0)
@@ -744,7 +799,11 @@ impl Gguf {
         fields.insert("num_experts".into(), experts.into());
         fields.insert("num_experts_per_tok".into(), used.into());
         fields.insert("moe_intermediate_size".into(), int("expert_feed_forward_length").unwrap_or(ff / used).into());
-        fields.insert("norm_topk_prob".into(), matches!(arch, "qwen3moe" | "llama").into());
+        fields.insert("norm_topk_prob".into(), (matches!(arch, "qwen3moe" | "llama") || gating == 3).into());
+        if arch == "gpt-oss" {
+            // Its experts' width is the config's `intermediate_size`.
+            fields.insert("intermediate_size".into(), int("expert_feed_forward_length").unwrap_or(ff).into());
+        }
         if arch == "qwen2moe" {
             fields.insert(
                 "shared_expert_intermediate_size".into(),
