@@ -100,8 +100,8 @@ impl Pretrained {
             return Ok(Pretrained { model: Arc::new(model), params });
         }
         let text = read_config(dir)?;
-        let checkpoint = Checkpoint::open(dir)?;
         let mut model = Any::from_config(&text, dtype, quantize, None)?;
+        let checkpoint = Checkpoint::open(dir)?;
         // The checkpoint's own block-type matrices (gpt-oss's MXFP4 experts) stay blocks.
         let stored = checkpoint.stored_blocks(&model.key_map());
         if quantize == Quantize::AsStored && !stored.is_empty() {
