@@ -21,6 +21,8 @@
 #                                      # stream (the copy's variants and the chain, back to
 #                                      # back and one dispatch a submission), gpt2 (GPT-2
 #                                      # 124M decode, f32 and f16),
+#                                      # moe (OLMoE-1B-7B's shapes, bf16 and q4_0: prefill
+#                                      # and decode at batch 1 and 8),
 #                                      # checks (matmul rows, the chain's kernels and the
 #                                      # transformer block with wgpu's shader checks on and
 #                                      # off, in turn));
@@ -302,6 +304,22 @@ run() {
             timeout 90 $B/fusegraph generate --random-config tests/data/configs/llama-3.2-1b.json \
                 --dtype bf16 --prompt-ids "$ids" --tokens 64 --warmup 4 --temperature 0.8 --top-k 50 --top-p 0.9 --ignore-eos \
                 --json "$OUT/llama-sampled-b1.json" 2>&1 | tail -3 | tee -a "$OUT/quant.log"
+            ;;
+        moe)
+            # A mixture of experts: OLMoE-1B-7B's shapes (64 experts, 8 a token) with random
+            # bf16 weights, and its matrices q4_0: a 512-token prefill and decode tokens/s at
+            # batch 1 and 8, each step reading the chosen experts' rows alone.
+            local ids
+            ids=$(seq -s, 1000 1511)
+            for b in 1 8; do
+                for q in none q4_0; do
+                    echo "== generate, OLMoE-1B-7B shapes, matrices $q (bf16 otherwise), batch $b" | tee -a "$OUT/moe.log"
+                    timeout 150 $B/fusegraph generate --random-config tests/data/configs/olmoe-1b-7b.json \
+                        --dtype bf16 --quantize $q --prompt-ids "$ids" --tokens 64 --warmup 4 --batch $b \
+                        --profile 5 --json "$OUT/moe-$q-b$b.json" 2>&1 | grep -E "^(prefill|profile|  )" \
+                        | tee -a "$OUT/moe.log"
+                done
+            done
             ;;
         skinny)
             # The copy, the products of 8 rows (the matrix–vector kernel's), f32 and f16, and

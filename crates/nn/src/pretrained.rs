@@ -8,7 +8,6 @@ use crate::error::{NnError, Result};
 use crate::gpt2::{Gpt2, Gpt2Config};
 use crate::init::Rng;
 use crate::llama::{Llama, LlamaConfig};
-use crate::module::Param;
 use crate::module::{Matrices, Module, Scope};
 use fusegraph_ir::{DType, HostTensor};
 use std::collections::BTreeMap;
@@ -148,39 +147,36 @@ fn config_dtype(v: &serde_json::Value) -> Result<DType> {
     }
 }
 
-/// Every parameter of `module` drawn by its initializer, a chunk of `CHUNK` values per work
-/// item on every core (see [`Pretrained::random`]).
+/// Every parameter of `module` drawn by its initializer, one parameter at a time (converted
+/// to its dtype as soon as it is drawn, so that a model's f64 values are never all held at
+/// once), a chunk of `CHUNK` values per work item on every core (see [`Pretrained::random`]).
 fn draw(module: &dyn Module, seed: u64) -> Result<BTreeMap<String, HostTensor>> {
     const CHUNK: usize = 1 << 20;
-    let params: Vec<Param> = module.params();
-    let mut values: Vec<Vec<f64>> = params.iter().map(|p| vec![0.0; p.ty().shape.numel()]).collect();
-    let work: Vec<(usize, usize, &mut [f64])> = values
-        .iter_mut()
-        .enumerate()
-        .flat_map(|(i, v)| v.chunks_mut(CHUNK).enumerate().map(move |(c, chunk)| (i, c, chunk)))
-        .collect();
-    let work = std::sync::Mutex::new(work);
-    let failed: std::sync::Mutex<Option<NnError>> = std::sync::Mutex::new(None);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let Some((i, c, chunk)) = work.lock().expect("no thread panics holding it").pop() else { break };
-                // One stream per (seed, parameter, chunk): SplitMix64's constant spreads them.
-                let stream = seed ^ ((i as u64) << 32 | c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                match params[i].init().sample(&mut Rng::new(stream), chunk.len()) {
-                    Ok(v) => chunk.copy_from_slice(&v),
-                    Err(e) => _ = failed.lock().expect("no thread panics holding it").get_or_insert(e),
-                }
-            });
+    let mut out = BTreeMap::new();
+    for (i, p) in module.params().iter().enumerate() {
+        let mut values = vec![0.0; p.ty().shape.numel()];
+        let work: Vec<(usize, &mut [f64])> = values.chunks_mut(CHUNK).enumerate().collect();
+        let workers = threads.min(work.len()).max(1);
+        let work = std::sync::Mutex::new(work);
+        let failed: std::sync::Mutex<Option<NnError>> = std::sync::Mutex::new(None);
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|| loop {
+                    let Some((c, chunk)) = work.lock().expect("no thread panics holding it").pop() else { break };
+                    // One stream per (seed, parameter, chunk): SplitMix64's constant spreads them.
+                    let stream = seed ^ ((i as u64) << 32 | c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    match p.init().sample(&mut Rng::new(stream), chunk.len()) {
+                        Ok(v) => chunk.copy_from_slice(&v),
+                        Err(e) => _ = failed.lock().expect("no thread panics holding it").get_or_insert(e),
+                    }
+                });
+            }
+        });
+        if let Some(e) = failed.into_inner().expect("no thread panicked") {
+            return Err(e);
         }
-    });
-    if let Some(e) = failed.into_inner().expect("no thread panicked") {
-        return Err(e);
+        out.insert(p.path().to_string(), HostTensor::from_f64(p.ty().dtype, p.ty().shape.clone(), &values)?);
     }
-    params
-        .iter()
-        .zip(values)
-        .map(|(p, v)| Ok((p.path().to_string(), HostTensor::from_f64(p.ty().dtype, p.ty().shape.clone(), &v)?)))
-        .collect()
+    Ok(out)
 }

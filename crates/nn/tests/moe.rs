@@ -129,6 +129,15 @@ const MIXTRAL_8X7B: &str = r#"{"architectures": ["MixtralForCausalLM"], "bos_tok
   "num_key_value_heads": 8, "num_local_experts": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
   "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 32000}"#;
 
+/// gpt-oss-20b's shape.
+const GPT_OSS_20B: &str = r#"{"architectures": ["GptOssForCausalLM"], "attention_bias": true, "eos_token_id": 200002,
+  "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880, "intermediate_size": 2880,
+  "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64, "num_experts_per_tok": 4,
+  "num_hidden_layers": 24, "num_key_value_heads": 8, "num_local_experts": 32, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+  "rope_type": "yarn", "truncate": false}, "rope_theta": 150000, "sliding_window": 128, "swiglu_limit": 7.0,
+  "tie_word_embeddings": false, "vocab_size": 201088}"#;
+
 #[test]
 fn moe_configs_give_their_mixtures_and_parameter_counts() {
     let c = LlamaConfig::from_json(QWEN3_30B_A3B).unwrap();
@@ -145,6 +154,27 @@ fn moe_configs_give_their_mixtures_and_parameter_counts() {
     assert_eq!((moe.experts, moe.top_k, moe.expert_size, moe.normalize), (8, 2, 14336, true));
     let n = Llama::new(&Scope::root(), c).unwrap().num_elements();
     assert!((46.6e9..46.8e9).contains(&(n as f64)), "{n}");
+
+    // OLMoE-1B-7B's shapes (tests/data/configs, for GPU runs): 6.9B parameters.
+    let olmoe = std::fs::read_to_string(fixture("../configs/olmoe-1b-7b.json")).unwrap();
+    let c = LlamaConfig::from_json(&olmoe).unwrap();
+    assert_eq!(
+        (c.architecture, c.qk_norm, c.moe.as_ref().map(|m| (m.experts, m.top_k))),
+        (Architecture::Olmoe, QkNorm::Whole, Some((64, 8)))
+    );
+    let n = Llama::new(&Scope::root(), c).unwrap().num_elements();
+    assert!((6.8e9..7.0e9).contains(&(n as f64)), "{n}");
+
+    // gpt-oss-20b's shapes: 21B parameters (32 experts, 4 a token; sinks; windows on even layers).
+    let c = LlamaConfig::from_json(GPT_OSS_20B).unwrap();
+    assert_eq!((c.architecture, c.attention_sinks, c.qkv_bias, c.o_bias), (Architecture::GptOss, true, true, true));
+    assert_eq!(
+        c.moe.as_ref().map(|m| (m.experts, m.top_k, m.normalize, m.style)),
+        Some((32, 4, true, MoeStyle::GptOss { alpha: 1.702, limit: 7.0 }))
+    );
+    assert_eq!(c.sliding_windows[..3], [Some(128), None, Some(128)]);
+    let n = Llama::new(&Scope::root(), c).unwrap().num_elements();
+    assert!((20.8e9..21.0e9).contains(&(n as f64)), "{n}");
 
     // Qwen2-MoE: the shared expert; `decoder_sparse_step` and `mlp_only_layers` pick the layers.
     let qwen2 = r#"{"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
