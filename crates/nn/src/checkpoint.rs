@@ -28,6 +28,9 @@ pub struct KeyMap {
     pub renames: Vec<(String, String)>,
     /// Keys dropped: a key ending in one of these (after stripping).
     pub drop_suffixes: Vec<String>,
+    /// Keys dropped: a key starting with one of these (after stripping; GLM-4.5's
+    /// multi-token-prediction layers after the decoder's).
+    pub drop_prefixes: Vec<String>,
     /// Parameters (by path suffix) whose 2-D tensor the file stores transposed.
     pub transposed_suffixes: Vec<String>,
     /// Parts of a key (`.experts.`) followed by an index into a stacked parameter: key
@@ -92,7 +95,9 @@ impl KeyMap {
         if let Some(p) = self.strip_prefixes.iter().find(|p| key.starts_with(p.as_str())) {
             k = &key[p.len()..];
         }
-        if self.drop_suffixes.iter().any(|s| k.ends_with(s.as_str()) || key.ends_with(s.as_str())) {
+        if self.drop_suffixes.iter().any(|s| k.ends_with(s.as_str()) || key.ends_with(s.as_str()))
+            || self.drop_prefixes.iter().any(|p| k.starts_with(p.as_str()))
+        {
             return None;
         }
         match self.renames.iter().find(|(from, _)| from == k) {

@@ -12,7 +12,7 @@
 use crate::error::{config, Result};
 use crate::init::Init;
 use crate::layers::{Linear, Projections};
-use crate::llama_config::{Activation, MoeConfig, MoeStyle};
+use crate::llama_config::{Activation, MoeConfig, MoeStyle, Router};
 use crate::module::{Forward, Module, Param, Scope};
 use fusegraph_ir::{DType, Tensor};
 
@@ -159,19 +159,25 @@ pub struct SparseMoe {
     pub gate: Linear,
     /// `experts`.
     pub experts: Experts,
-    /// Qwen2-MoE's `shared_expert`, which every token goes through.
+    /// The shared expert every token goes through: Qwen2-MoE's `shared_expert`, GLM's
+    /// `shared_experts`.
     pub shared_expert: Option<LlamaMlp>,
-    /// Its gate, `shared_expert_gate`: `hidden → 1`, through a sigmoid.
+    /// Its gate, `shared_expert_gate` (Qwen2-MoE's): `hidden → 1`, through a sigmoid.
     pub shared_expert_gate: Option<Linear>,
+    /// The router's correction bias, `gate.e_score_correction_bias` `[experts]`
+    /// ([`Router::Sigmoid`]).
+    pub correction: Option<Param>,
     /// Experts per token.
     pub top_k: usize,
     /// Whether the chosen probabilities are divided by their sum.
     pub normalize: bool,
     /// The experts' layout and gating.
     pub style: MoeStyle,
+    /// How the router scores and weighs the experts.
+    pub router: Router,
 }
 
-crate::module!(SparseMoe { gate, experts, shared_expert, shared_expert_gate });
+crate::module!(SparseMoe { gate, experts, shared_expert, shared_expert_gate, correction });
 
 impl SparseMoe {
     /// The mixture `c` describes for width `hidden` under `s` (`mlp`).
@@ -179,7 +185,11 @@ impl SparseMoe {
         let (n, inner) = (c.experts, c.expert_size);
         let e = s.at("experts");
         let linear = |s: &Scope, i: usize, o: usize| Linear::with_init(s, i, o, Init::Normal(0.02), None);
-        let shared = c.shared_expert.map(|w| LlamaMlp::new(&s.at("shared_expert"), hidden, w, None, false));
+        let shared = c.shared_expert.map(|e| {
+            let name = if e.gated { "shared_expert" } else { "shared_experts" };
+            LlamaMlp::new(&s.at(name), hidden, e.width, None, false)
+        });
+        let gated = c.shared_expert.is_some_and(|e| e.gated);
         let (gate, experts) = match c.style {
             MoeStyle::Standard => (
                 linear(&s.at("gate"), hidden, n)?,
@@ -210,10 +220,13 @@ impl SparseMoe {
             gate,
             experts,
             shared_expert: shared.transpose()?,
-            shared_expert_gate: c.shared_expert.map(|_| linear(&s.at("shared_expert_gate"), hidden, 1)).transpose()?,
+            shared_expert_gate: gated.then(|| linear(&s.at("shared_expert_gate"), hidden, 1)).transpose()?,
+            correction: matches!(c.router, Router::Sigmoid { .. })
+                .then(|| s.at("gate").param("e_score_correction_bias", &[n], Init::Zeros).stored_as(DType::F32)),
             top_k: c.top_k,
             normalize: c.normalize,
             style: c.style,
+            router: c.router,
         })
     }
 
@@ -223,12 +236,7 @@ impl SparseMoe {
         let hidden = *dims.last().ok_or_else(|| config(format!("SparseMoe: input {} has no width", x.ty())))?;
         let tokens = dims[..dims.len() - 1].iter().product::<usize>();
         let x2 = x.reshape([tokens, hidden])?;
-        // The router's probabilities in f32, as `transformers` computes them.
-        let probs = self.gate.forward(&x2)?.cast(DType::F32)?.softmax(1)?;
-        let (mut weights, chosen) = top_k(&probs, self.top_k)?;
-        if self.normalize {
-            weights = weights.div(&weights.sum(&[1], true)?)?;
-        }
+        let (weights, chosen) = self.route(&x2)?;
         let e = &self.experts;
         let rows = x2.reshape([tokens, 1, hidden])?;
         let parts: Vec<Tensor> = e.gate_up.iter().map(|l| l.forward_chosen(&rows, &chosen)).collect::<Result<_>>()?;
@@ -251,15 +259,75 @@ impl SparseMoe {
         let out = e.down_proj.forward_chosen(&inner, &chosen)?;
         let weights = weights.cast(x.dtype())?.reshape([tokens, self.top_k, 1])?;
         let mut y = out.mul(&weights)?.sum(&[1], false)?;
-        if let (Some(shared), Some(gate)) = (&self.shared_expert, &self.shared_expert_gate) {
-            y = y.add(&gate.forward(&x2)?.sigmoid()?.mul(&shared.forward(&x2, act)?)?)?;
+        match (&self.shared_expert, &self.shared_expert_gate) {
+            (Some(shared), Some(gate)) => y = y.add(&gate.forward(&x2)?.sigmoid()?.mul(&shared.forward(&x2, act)?)?)?,
+            (Some(shared), None) => y = y.add(&shared.forward(&x2, act)?)?,
+            _ => {}
         }
         Ok(y.reshape(dims)?)
     }
+
+    /// Each token's experts and their weights, `x: [t, hidden]` → `(f32 [t, k], i32 [t, k])`, the
+    /// router's arithmetic in f32 as `transformers` does it.
+    fn route(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        let logits = self.gate.forward(x)?.cast(DType::F32)?;
+        match self.router {
+            Router::Softmax => {
+                let (weights, chosen) = top_k(&logits.softmax(1)?, self.top_k)?;
+                match self.normalize {
+                    true => Ok((weights.div(&weights.sum(&[1], true)?)?, chosen)),
+                    false => Ok((weights, chosen)),
+                }
+            }
+            Router::Sigmoid { groups, top_groups, scale } => {
+                let scores = logits.sigmoid()?;
+                let [t, n] = [scores.dims()[0], scores.dims()[1]];
+                let b = x.builder();
+                let mut choice = match &self.correction {
+                    Some(bias) => scores.add(&bias.read(b, DType::F32)?)?,
+                    None => scores.clone(),
+                };
+                if top_groups < groups {
+                    // Each group's mark, the sum of its two best; the experts of the best groups.
+                    let per = n / groups;
+                    let (best, _) = top_k(&choice.reshape([t * groups, per])?, 2.min(per))?;
+                    let marks = best.sum(&[1], false)?.reshape([t, groups])?;
+                    let (_, kept) = top_k(&marks, top_groups)?;
+                    let group = b.iota(DType::I32, [t, top_groups, groups], 2)?;
+                    let kept = group.eq(&kept.reshape([t, top_groups, 1])?.broadcast_to([t, top_groups, groups])?)?;
+                    let kept = kept.cast(DType::F32)?.sum(&[1], false)?.gt(&b.full(DType::F32, [t, groups], 0.5)?)?;
+                    let kept = kept.broadcast_in_dim(vec![t, groups, per], vec![0, 1])?.reshape([t, n])?;
+                    choice = kept.select(&choice, &b.full(DType::F32, [t, n], MASKED)?)?;
+                }
+                let (_, chosen) = top_k(&choice, self.top_k)?;
+                let mut weights = take(&scores, &chosen)?;
+                if self.normalize {
+                    weights = weights.div(&weights.sum(&[1], true)?.add_scalar(1e-20)?)?;
+                }
+                Ok((if scale == 1.0 { weights } else { weights.mul_scalar(scale)? }, chosen))
+            }
+        }
+    }
 }
 
-/// The `k` largest of each row of `p: f32 [t, n]` (probabilities, ≥ 0) and their indices,
-/// largest first, the first index on ties: `(f32 [t, k], i32 [t, k])`.
+/// What [`top_k`] puts in place of an entry it took (and the router in place of an expert
+/// outside its groups): below every score a router gives.
+const MASKED: f64 = -1e30;
+
+/// `p[t, idx[t, j]]` of `p: f32 [t, n]` and `idx: i32 [t, k]` → `[t, k]` (a one-hot sum,
+/// exact: one term is nonzero).
+pub fn take(p: &Tensor, idx: &Tensor) -> Result<Tensor> {
+    let (&[t, n], &[_, k]) = (p.dims(), idx.dims()) else {
+        return Err(config(format!("take: {} and {} must be [rows, n] and [rows, k]", p.ty(), idx.ty())));
+    };
+    let b = p.builder();
+    let hit = b.iota(DType::I32, [t, k, n], 2)?.eq(&idx.reshape([t, k, 1])?.broadcast_to([t, k, n])?)?;
+    let row = p.reshape([t, 1, n])?.broadcast_to([t, k, n])?;
+    Ok(hit.select(&row, &b.full(p.dtype(), [t, k, n], 0.0)?)?.sum(&[2], false)?)
+}
+
+/// The `k` largest of each row of `p: f32 [t, n]` and their indices, largest first, the first
+/// index on ties: `(f32 [t, k], i32 [t, k])`.
 pub fn top_k(p: &Tensor, k: usize) -> Result<(Tensor, Tensor)> {
     let &[t, n] = p.dims() else { return Err(config(format!("top_k: {} must be [rows, n]", p.ty()))) };
     if k == 0 || k > n {
@@ -267,7 +335,7 @@ pub fn top_k(p: &Tensor, k: usize) -> Result<(Tensor, Tensor)> {
     }
     let b = p.builder();
     let column = b.iota(DType::I32, [t, n], 1)?;
-    let below = b.full(p.dtype(), [t, n], -1.0)?;
+    let below = b.full(p.dtype(), [t, n], MASKED)?;
     let (mut values, mut indices, mut left) = (Vec::new(), Vec::new(), p.clone());
     for _ in 0..k {
         let at = left.argmax(1, true)?;

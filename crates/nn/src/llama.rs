@@ -33,7 +33,9 @@ use crate::error::{config, Result};
 pub use crate::feed_forward::{FeedForward, LlamaMlp, SparseMoe};
 use crate::init::Init;
 use crate::layers::{Embedding, Linear, Projections, RmsNorm};
-pub use crate::llama_config::{Activation, Architecture, LlamaConfig, MoeConfig, MoeStyle, Norms, QkNorm};
+pub use crate::llama_config::{
+    Activation, Architecture, LlamaConfig, MoeConfig, MoeStyle, Norms, QkNorm, Router, SharedExpert,
+};
 use crate::module::{Forward, Scope};
 use crate::rope::scaled;
 pub use crate::rope::{rotary_angles, rotate, rotate_interleaved, RopeScaling};

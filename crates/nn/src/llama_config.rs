@@ -70,10 +70,46 @@ pub enum Architecture {
     /// `OlmoeForCausalLM` (OLMoE): norms before each branch, RMS norms over the whole q and k
     /// projections, a mixture of experts.
     Olmoe,
+    /// `Glm4MoeForCausalLM` (GLM-4.5, GLM-4.5-Air, GLM-4.6): q/k/v biases (`attention_bias`),
+    /// rotary positions on half of each head (half-split pairs), per-head q/k norms where
+    /// `use_qk_norm`, dense first layers (`first_k_dense_replace`), then mixtures with
+    /// DeepSeek-V3's router ([`Router::Sigmoid`]) beside shared experts.
+    Glm4Moe,
     /// `GptOssForCausalLM` (OpenAI's gpt-oss): biases on q, k, v and the output, a sink logit
     /// per head, sliding-window layers between full ones, YaRN, and a mixture of experts in
     /// gpt-oss's form ([`MoeStyle::GptOss`]).
     GptOss,
+}
+
+/// How a mixture's router scores and weighs its experts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Router {
+    /// Softmax probabilities: the top `k` chosen, their probabilities the weights
+    /// ([`MoeConfig::normalize`]: divided by their sum).
+    Softmax,
+    /// DeepSeek-V3's: sigmoid scores; each expert's score plus its correction bias
+    /// (`e_score_correction_bias`) chooses, within the `top_groups` best of `groups` groups
+    /// (a group's mark: its two best), and the chosen scores without the bias, normalized
+    /// (plus 1e-20) where [`MoeConfig::normalize`], times `scale` are the weights.
+    Sigmoid {
+        /// The groups the experts split into (`n_group`).
+        groups: usize,
+        /// The groups each token chooses in (`topk_group`).
+        top_groups: usize,
+        /// The weights' scale (`routed_scaling_factor`).
+        scale: f64,
+    },
+}
+
+/// Experts every token goes through, beside the routed ones.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SharedExpert {
+    /// Its inner width (Qwen2-MoE's `shared_expert_intermediate_size`; GLM's
+    /// `moe_intermediate_size · n_shared_experts`).
+    pub width: usize,
+    /// Whether a sigmoid gate (`shared_expert_gate`) scales it (Qwen2-MoE's, named
+    /// `shared_expert`; else `shared_experts`, added as it is).
+    pub gated: bool,
 }
 
 /// How a mixture's experts are laid out and gated.
@@ -109,9 +145,10 @@ pub struct MoeConfig {
     /// The chosen experts' probabilities divided by their sum (`norm_topk_prob`; always for
     /// Mixtral).
     pub normalize: bool,
-    /// A shared expert's inner width (Qwen2-MoE's `shared_expert_intermediate_size`): every
-    /// token goes through it too, scaled by a sigmoid gate of its own.
-    pub shared_expert: Option<usize>,
+    /// Experts every token goes through too.
+    pub shared_expert: Option<SharedExpert>,
+    /// How the router scores and weighs the experts.
+    pub router: Router,
     /// Per layer, whether its MLP is the mixture (else a dense MLP `intermediate_size` wide):
     /// every `decoder_sparse_step`-th layer not in `mlp_only_layers`.
     pub sparse_layers: Vec<bool>,
@@ -178,6 +215,7 @@ impl Architecture {
             Architecture::Qwen2Moe => "Qwen2MoeForCausalLM",
             Architecture::Qwen3Moe => "Qwen3MoeForCausalLM",
             Architecture::Olmoe => "OlmoeForCausalLM",
+            Architecture::Glm4Moe => "Glm4MoeForCausalLM",
             Architecture::GptOss => "GptOssForCausalLM",
         }
     }
@@ -271,6 +309,9 @@ pub struct LlamaConfig {
     pub moe: Option<MoeConfig>,
     /// A sink logit per head in each attention softmax (gpt-oss's `sinks`).
     pub attention_sinks: bool,
+    /// Multi-token-prediction layers a checkpoint holds after the decoder's
+    /// (`num_nextn_predict_layers`: GLM-4.5's), which generation does not use.
+    pub mtp_layers: usize,
 }
 
 /// The `config.json` as written, before its fields are checked.
@@ -328,6 +369,14 @@ struct RawConfig {
     clip_qkv: Option<f64>,
     swiglu_alpha: Option<f64>,
     swiglu_limit: Option<f64>,
+    n_routed_experts: Option<usize>,
+    n_shared_experts: Option<usize>,
+    n_group: Option<usize>,
+    topk_group: Option<usize>,
+    routed_scaling_factor: Option<f64>,
+    first_k_dense_replace: Option<usize>,
+    use_qk_norm: Option<bool>,
+    num_nextn_predict_layers: Option<usize>,
 }
 
 fn token_ids(field: &str, v: &Option<Value>) -> Result<Vec<i32>> {
@@ -369,6 +418,7 @@ impl LlamaConfig {
             Some("Qwen3MoeForCausalLM" | "qwen3_moe") => Architecture::Qwen3Moe,
             Some("OlmoeForCausalLM" | "olmoe") => Architecture::Olmoe,
             Some("GptOssForCausalLM" | "gpt_oss") => Architecture::GptOss,
+            Some("Glm4MoeForCausalLM" | "glm4_moe") => Architecture::Glm4Moe,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
@@ -376,7 +426,7 @@ impl LlamaConfig {
                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
                      Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM, \
                      MinistralForCausalLM, Ernie4_5ForCausalLM, Glm4ForCausalLM, Ministral3ForCausalLM, \
-                     MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM or GptOssForCausalLM",
+                     MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM or GptOssForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -445,7 +495,7 @@ impl LlamaConfig {
             .or_else(|| {
                 raw.rope_parameters.as_ref().and_then(|p| p.get("partial_rotary_factor")).and_then(Value::as_f64)
             })
-            .or((architecture == Architecture::Glm4).then_some(0.5));
+            .or(matches!(architecture, Architecture::Glm4 | Architecture::Glm4Moe).then_some(0.5));
         // `int(head_dim · factor)` as `transformers` takes it (a factor from a GGUF file's
         // rotary width may land a hair below that width).
         let rotary = partial.map(|p| (p, (head_dim as f64 * p + 1e-9) as usize));
@@ -598,6 +648,7 @@ impl LlamaConfig {
             qkv_bias: matches!(architecture, Architecture::Qwen2 | Architecture::Qwen2Moe) || attention_bias,
             qk_norm: match architecture {
                 Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::Gemma3 => QkNorm::PerHead,
+                Architecture::Glm4Moe if raw.use_qk_norm == Some(true) => QkNorm::PerHead,
                 Architecture::Olmo2 | Architecture::Olmo3 | Architecture::Olmoe => QkNorm::Whole,
                 _ => QkNorm::None,
             },
@@ -619,7 +670,7 @@ impl LlamaConfig {
             attn_softcap,
             final_softcap,
             o_bias: match architecture {
-                Architecture::Qwen2 | Architecture::Qwen2Moe => false,
+                Architecture::Qwen2 | Architecture::Qwen2Moe | Architecture::Glm4Moe => false,
                 Architecture::SeedOss => raw.attention_out_bias.unwrap_or(false),
                 Architecture::Glm4 => false,
                 _ => attention_bias,
@@ -630,6 +681,7 @@ impl LlamaConfig {
             bos_token_id: token_ids("bos_token_id", &raw.bos_token_id)?.first().copied(),
             moe: Self::moe(architecture, &raw, layers)?,
             attention_sinks: architecture == Architecture::GptOss,
+            mtp_layers: raw.num_nextn_predict_layers.unwrap_or(0),
         })
     }
 
@@ -644,11 +696,12 @@ impl LlamaConfig {
             Architecture::Qwen3Moe => (128, 8, None, raw.moe_intermediate_size),
             Architecture::Olmoe => (64, 8, None, raw.intermediate_size),
             Architecture::GptOss => (128, 4, Some(true), raw.intermediate_size),
+            Architecture::Glm4Moe => (128, 8, None, raw.moe_intermediate_size),
             _ => return Ok(None),
         };
         // `transformers` 5 writes `num_local_experts` for every class; the hub's configs
         // `num_experts` for all but Mixtral.
-        let experts = raw.num_experts.or(raw.num_local_experts).unwrap_or(experts);
+        let experts = raw.num_experts.or(raw.num_local_experts).or(raw.n_routed_experts).unwrap_or(experts);
         if experts == 0 {
             return Ok(None);
         }
@@ -663,17 +716,38 @@ impl LlamaConfig {
         if step == 0 {
             return Err(unsupported("decoder_sparse_step", 0, "a positive integer"));
         }
-        let dense = raw.mlp_only_layers.clone().unwrap_or_default();
+        // Dense layers: `mlp_only_layers`, or GLM's first `first_k_dense_replace`.
+        let mut dense = raw.mlp_only_layers.clone().unwrap_or_default();
+        if arch == Architecture::Glm4Moe {
+            dense.extend(0..raw.first_k_dense_replace.unwrap_or(1));
+        }
         let shared_expert = match arch {
             Architecture::Qwen2Moe => Some(raw.shared_expert_intermediate_size.unwrap_or(5632)).filter(|&w| w > 0),
+            Architecture::Glm4Moe => Some(expert_size * raw.n_shared_experts.unwrap_or(1)).filter(|&w| w > 0),
             _ => None,
+        };
+        let gated = arch == Architecture::Qwen2Moe;
+        let router = match arch {
+            Architecture::Glm4Moe => {
+                let (groups, top_groups) = (raw.n_group.unwrap_or(1), raw.topk_group.unwrap_or(1));
+                if groups == 0 || experts % groups != 0 || top_groups == 0 || top_groups > groups {
+                    let want = format!("n_group dividing the {experts} experts, topk_group 1 to n_group");
+                    return Err(unsupported("n_group", format!("{groups} (topk_group {top_groups})"), &want));
+                }
+                if top_k > top_groups * (experts / groups) {
+                    return Err(unsupported("num_experts_per_tok", top_k, "at most the experts of topk_group groups"));
+                }
+                Router::Sigmoid { groups, top_groups, scale: raw.routed_scaling_factor.unwrap_or(1.0) }
+            }
+            _ => Router::Softmax,
         };
         Ok(Some(MoeConfig {
             experts,
             top_k,
             expert_size,
-            normalize: normalize.or(raw.norm_topk_prob).unwrap_or(false),
-            shared_expert,
+            normalize: normalize.or(raw.norm_topk_prob).unwrap_or(arch == Architecture::Glm4Moe),
+            shared_expert: shared_expert.map(|width| SharedExpert { width, gated }),
+            router,
             sparse_layers: (0..layers).map(|i| (i + 1) % step == 0 && !dense.contains(&i)).collect(),
             style: match arch {
                 Architecture::GptOss => MoeStyle::GptOss {

@@ -67,6 +67,9 @@ impl Any {
             Any::Llama(m) => {
                 let mut map = KeyMap::llama(m.config.tie_word_embeddings);
                 map.renames = m.checkpoint_renames();
+                let layers = m.config.num_hidden_layers;
+                map.drop_prefixes =
+                    (layers..layers + m.config.mtp_layers).map(|i| format!("model.layers.{i}.")).collect();
                 map
             }
         }

@@ -8,7 +8,7 @@ mod common;
 use common::{eval, random};
 use fusegraph_ir::{DType, GraphBuilder, HostTensor};
 use fusegraph_nn::feed_forward::{top_k, SparseMoe};
-use fusegraph_nn::llama::{Architecture, FeedForward, MoeConfig, MoeStyle, QkNorm};
+use fusegraph_nn::llama::{Architecture, FeedForward, MoeConfig, MoeStyle, QkNorm, Router, SharedExpert};
 use fusegraph_nn::{Checkpoint, KeyMap, Llama, LlamaConfig, Matrices, Module, NnError, Params, Scope};
 use std::path::{Path, PathBuf};
 
@@ -61,7 +61,8 @@ fn mixture(moe: &SparseMoe, p: &Params, x: &[f64]) -> Vec<f64> {
 
 fn config(experts: usize, top_k: usize, expert_size: usize, normalize: bool) -> MoeConfig {
     let style = MoeStyle::Standard;
-    MoeConfig { experts, top_k, expert_size, normalize, shared_expert: None, sparse_layers: vec![true], style }
+    let (sparse_layers, router) = (vec![true], Router::Softmax);
+    MoeConfig { experts, top_k, expert_size, normalize, shared_expert: None, sparse_layers, style, router }
 }
 
 /// `moe` under a fresh seed with its router drawn wide (so that no token's choice is near a
@@ -183,7 +184,8 @@ fn moe_configs_give_their_mixtures_and_parameter_counts() {
       "shared_expert_intermediate_size": 48, "decoder_sparse_step": 2, "mlp_only_layers": [3]}"#;
     let c = LlamaConfig::from_json(qwen2).unwrap();
     let moe = c.moe.clone().unwrap();
-    assert_eq!((moe.shared_expert, moe.normalize, c.qkv_bias), (Some(48), false, true));
+    let shared = Some(SharedExpert { width: 48, gated: true });
+    assert_eq!((moe.shared_expert, moe.normalize, c.qkv_bias), (shared, false, true));
     assert_eq!(moe.sparse_layers, [false, true, false, false]);
     let model = Llama::new(&Scope::root(), c).unwrap();
     assert!(matches!(model.layers[0].mlp, FeedForward::Dense(_)));
@@ -195,6 +197,25 @@ fn moe_configs_give_their_mixtures_and_parameter_counts() {
         Err(NnError::ConfigField { field, value, .. }) => (field, value),
         other => panic!("{other:?}"),
     };
+    // GLM-4.5: dense first layers, DeepSeek-V3's grouped sigmoid router, shared experts.
+    let glm = r#"{"architectures": ["Glm4MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64,
+      "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "n_shared_experts": 2,
+      "first_k_dense_replace": 2, "n_group": 4, "topk_group": 2, "routed_scaling_factor": 2.5,
+      "attention_bias": true, "num_nextn_predict_layers": 1}"#;
+    let c = LlamaConfig::from_json(glm).unwrap();
+    let moe = c.moe.clone().unwrap();
+    assert_eq!(moe.sparse_layers, [false, false, true, true]);
+    assert_eq!(moe.router, Router::Sigmoid { groups: 4, top_groups: 2, scale: 2.5 });
+    assert_eq!((moe.shared_expert, moe.normalize), (Some(SharedExpert { width: 32, gated: false }), true));
+    assert_eq!((c.qkv_bias, c.o_bias, c.rotary_dim, c.rotary_interleaved, c.mtp_layers), (true, false, 8, false, 1));
+    let model = Llama::new(&Scope::root(), c).unwrap();
+    let FeedForward::Sparse(sparse) = &model.layers[2].mlp else { panic!("layer 2 is a mixture") };
+    assert_eq!(sparse.correction.as_ref().unwrap().path(), "model.layers.2.mlp.gate.e_score_correction_bias");
+    assert!(sparse.shared_expert_gate.is_none());
+    let three = glm.replace(r#""topk_group": 2"#, r#""topk_group": 5"#);
+    assert_eq!(field(&three).0, "n_group");
+
     let many = MIXTRAL_8X7B.replace(r#""num_experts_per_tok": 2"#, r#""num_experts_per_tok": 9"#);
     assert_eq!(field(&many), ("num_experts_per_tok".into(), "9".into()));
     let olmoe = MIXTRAL_8X7B
@@ -304,5 +325,36 @@ fn mxfp4_blocks_and_scales_read_as_one_tensor() {
     assert!(err.contains("w_blocks") && err.contains("w_scales"), "{err}");
     for p in [path, bad] {
         std::fs::remove_file(p).unwrap();
+    }
+}
+
+/// GLM-4.5's checkpoints hold their multi-token-prediction layer after the decoder's
+/// (`num_nextn_predict_layers`): its keys are dropped; a layer past it is still an unknown key.
+#[test]
+fn multi_token_prediction_layers_are_dropped() {
+    let src = fixture("glm4-moe-tiny");
+    let ck = Checkpoint::open(&src).unwrap();
+    let write = |tag: &str, extra: &str| {
+        let dir = std::env::temp_dir().join(format!("fusegraph-mtp-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
+        let mut p = Params::new(0);
+        for k in ck.keys() {
+            p.insert(&k, ck.tensor(&k).unwrap());
+        }
+        p.insert(extra, HostTensor::new([2], vec![1.0f32, 2.0]).unwrap());
+        p.save_safetensors(&dir.join("model.safetensors")).unwrap();
+        dir
+    };
+    let mtp = write("mtp", "model.layers.3.eh_proj.weight");
+    let loaded = fusegraph_nn::Pretrained::load(&mtp, None, fusegraph_nn::Quantize::AsStored).unwrap();
+    assert!(!loaded.params.keys().any(|k| k.starts_with("model.layers.3.")));
+    let past = write("past", "model.layers.4.eh_proj.weight");
+    match fusegraph_nn::Pretrained::load(&past, None, fusegraph_nn::Quantize::AsStored) {
+        Err(NnError::UnknownKey { key, .. }) => assert_eq!(key, "model.layers.4.eh_proj.weight"),
+        other => panic!("{:?}", other.map(|p| p.params.len())),
+    }
+    for dir in [mtp, past] {
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }
