@@ -325,15 +325,22 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
 
 /// GGUF mixtures of experts as llama.cpp's converter writes them — a `qwen3moe` file, a
 /// `qwen2moe` file (its shared expert, 48 wide, in f32; its gate a vector), a `llama` file with
-/// experts (Mixtral's), an `olmoe` file and a `gpt-oss` file (sinks; gate and up stacks apart,
-/// interleaved into one on load; biases); Q8_0 expert stacks `[experts, out, in]`, f32
+/// experts (Mixtral's), an `olmoe` file, a `gpt-oss` file (sinks; gate and up stacks apart,
+/// interleaved into one on load; biases) and a `glm4moe` file (sigmoid gating with correction
+/// biases, shared experts, a dense first layer); Q8_0 expert stacks `[experts, out, in]`, f32
 /// routers: the stacks keep their blocks (17 bytes for 16 f16 ones), and the logits
 /// and greedy tokens are `transformers`' on the file's values, in the adapter's forms and a GPU's.
 #[test]
 fn gguf_mixtures_keep_their_expert_blocks_and_give_transformers_logits_and_tokens() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
-    let files =
-        ["qwen3-moe-tiny-q8_0", "qwen2-moe-tiny-q8_0", "mixtral-tiny-q8_0", "olmoe-tiny-q8_0", "gpt-oss-tiny-q8_0"];
+    let files = [
+        "qwen3-moe-tiny-q8_0",
+        "qwen2-moe-tiny-q8_0",
+        "mixtral-tiny-q8_0",
+        "olmoe-tiny-q8_0",
+        "gpt-oss-tiny-q8_0",
+        "glm4-moe-tiny-q8_0",
+    ];
     for file in files {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();
         let r: Value = serde_json::from_str(&text).unwrap();
@@ -606,5 +613,5 @@ fn gguf_models_give_llama_cpp_logits() {
         assert!(err < 4e-2, "{name}: logits differ from llama.cpp's by {err:.2e} of the largest");
         checked.push(name.to_string());
     }
-    assert_eq!(checked.len(), 22, "{checked:?}");
+    assert_eq!(checked.len(), 23, "{checked:?}");
 }

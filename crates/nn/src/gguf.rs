@@ -315,7 +315,7 @@ impl Gguf {
 }
 
 /// `transformers`' name of each part of a Llama layer, and llama.cpp's.
-const LAYER_PARTS: [(&str, &str); 22] = [
+const LAYER_PARTS: [(&str, &str); 25] = [
     ("input_layernorm", "attn_norm"),
     ("self_attn.q_proj", "attn_q"),
     ("self_attn.k_proj", "attn_k"),
@@ -338,6 +338,9 @@ const LAYER_PARTS: [(&str, &str); 22] = [
     ("mlp.shared_expert.down_proj", "ffn_down_shexp"),
     ("mlp.shared_expert_gate", "ffn_gate_inp_shexp"),
     ("mlp.router", "ffn_gate_inp"),
+    ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
+    ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
+    ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
 ];
 
 /// The norms after each branch (Gemma's and OLMo 2's, [`Norms`]), whose
@@ -352,7 +355,8 @@ const SANDWICH_NORMS: [(&str, &str); 3] = [
 /// Gemma's and OLMo's, and Seed-OSS's and gpt-oss's MLP input norm, which llama.cpp names
 /// `post_attention_norm` too.
 fn post_norm_names(c: &LlamaConfig) -> bool {
-    c.norms != Norms::Pre || matches!(c.architecture, Architecture::SeedOss | Architecture::GptOss)
+    c.norms != Norms::Pre
+        || matches!(c.architecture, Architecture::SeedOss | Architecture::GptOss | Architecture::Glm4Moe)
 }
 
 /// llama.cpp's name of the parameter `transformers` calls `path` (in a model with norms after
@@ -374,6 +378,7 @@ fn gguf_name(path: &str, sandwich: bool) -> Option<String> {
         "mlp.experts.gate_up_proj_bias" => Some("ffn_gate_exps.bias"),
         "mlp.experts.down_proj" => Some("ffn_down_exps.weight"),
         "mlp.experts.down_proj_bias" => Some("ffn_down_exps.bias"),
+        "mlp.gate.e_score_correction_bias" => Some("exp_probs_b.bias"),
         _ => None,
     };
     if let Some(own) = own {
@@ -446,7 +451,7 @@ impl Gguf {
 
     /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`-,
     /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`-, `ernie4_5`-, `glm4`-,
-    /// `mistral3`-, `qwen2moe`-, `qwen3moe`-, `olmoe`- or `gpt-oss`-architecture file (a `llama`
+    /// `mistral3`-, `qwen2moe`-, `qwen3moe`-, `olmoe`-, `gpt-oss`- or `glm4moe`-architecture file (a `llama`
     /// file with `expert_count` is Mixtral's; a mixture's expert stacks `ffn_{gate,up,down}_exps`
     /// load as [`crate::feed_forward::StackedLinear`]s, as llama.cpp reads them: see
     /// `moe_fields`; gpt-oss's gate and up stacks interleave into its one `gate_up_proj`)
@@ -546,7 +551,10 @@ impl Gguf {
             used.insert(name);
             out.insert(p.path().to_string(), t);
         }
-        if let Some(t) = self.tensors.iter().find(|t| !used.contains(&t.name)) {
+        // Multi-token-prediction layers after the decoder's (GLM-4.5's) are not read.
+        let layers = c.num_hidden_layers;
+        let mtp = |name: &str| (layers..layers + c.mtp_layers).any(|i| name.starts_with(&format!("blk.{i}.")));
+        if let Some(t) = self.tensors.iter().find(|t| !used.contains(&t.name) && !mtp(&t.name)) {
             return Err(NnError::UnknownKey { key: t.name.clone(), file });
         }
         Ok((model, out))
@@ -581,13 +589,14 @@ impl Gguf {
             "qwen3moe" => "Qwen3MoeForCausalLM",
             "olmoe" => "OlmoeForCausalLM",
             "gpt-oss" => "GptOssForCausalLM",
+            "glm4moe" => "Glm4MoeForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
                     supported:
                         "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss, ernie4_5, \
-                            glm4, mistral3, qwen2moe, qwen3moe, olmoe or gpt-oss"
+                            glm4, mistral3, qwen2moe, qwen3moe, olmoe, gpt-oss or glm4moe"
                             .into(),
                 })
             }
@@ -656,8 +665,9 @@ impl Gguf {
             false => int("attention.key_length").or(int("rope.dimension_count")).unwrap_or(hidden / heads.max(1)),
         };
         // The rotated part of each head where the architecture rotates only part (Phi-3, GLM-4).
-        let partial =
-            int("rope.dimension_count").filter(|_| phi3 || arch == "glm4").map(|r| r as f64 / head_dim.max(1) as f64);
+        let partial = int("rope.dimension_count")
+            .filter(|_| phi3 || arch == "glm4" || arch == "glm4moe")
+            .map(|r| r as f64 / head_dim.max(1) as f64);
         // Phi-3.5's longrope, as the converter writes it: the factors as two tensors, the
         // trained context and the attention factor as metadata.
         let has = |name: &str| self.tensors.iter().any(|t| t.name == name);
@@ -717,7 +727,9 @@ impl Gguf {
             "vocab_size": vocab,
             "hidden_size": hidden,
             "intermediate_size": need("feed_forward_length")?,
-            "num_hidden_layers": blocks,
+            // Less GLM-4.5's multi-token-prediction layers, which follow the decoder's.
+            "num_hidden_layers": blocks - int("nextn_predict_layers").unwrap_or(0),
+            "num_nextn_predict_layers": int("nextn_predict_layers"),
             "num_attention_heads": heads,
             "num_key_value_heads": int("attention.head_count_kv").unwrap_or(heads),
             "head_dim": head_dim,
@@ -740,7 +752,8 @@ impl Gguf {
             "attention_multiplier": float("attention.scale").filter(|_| arch == "granite"),
             "logits_scaling": float("logit_scale").filter(|_| arch == "granite"),
             // Seed-OSS's, GLM-4's and ERNIE 4.5's biases, by the tensors the file holds.
-            "attention_bias": matches!(arch, "seed_oss" | "glm4" | "gpt-oss").then(|| has("blk.0.attn_q.bias")),
+            "use_qk_norm": (arch == "glm4moe").then(|| has("blk.0.attn_q_norm.weight")),
+            "attention_bias": matches!(arch, "seed_oss" | "glm4" | "gpt-oss" | "glm4moe").then(|| has("blk.0.attn_q.bias")),
             "attention_out_bias": (arch == "seed_oss").then(|| has("blk.0.attn_output.bias")),
             "use_bias": (arch == "ernie4_5").then(|| has("blk.0.attn_q.bias")),
         });
@@ -780,16 +793,22 @@ impl Gguf {
             value: v,
             supported: supported.into(),
         };
-        if let Some(scale) = self.metadata.get(&key("expert_weights_scale")).and_then(GgufValue::as_f64) {
-            if scale != 0.0 && scale != 1.0 {
-                return Err(bad("expert_weights_scale", format!("{scale}"), "1 (the weights unscaled)"));
-            }
+        let scale = self.metadata.get(&key("expert_weights_scale")).and_then(GgufValue::as_f64);
+        if let Some(scale) = scale.filter(|&s| s != 0.0 && s != 1.0 && arch != "glm4moe") {
+            return Err(bad("expert_weights_scale", format!("{scale}"), "1 (the weights unscaled)"));
         }
         // Softmax over every expert (1), or over the chosen ones (3: the same as their
         // probabilities normalized).
-        let gating = int("expert_gating_func").unwrap_or(if arch == "gpt-oss" { 3 } else { 1 });
-        if gating != 1 && gating != 3 {
-            return Err(bad("expert_gating_func", format!("{gating}"), "1 (softmax) or 3 (softmax of the chosen)"));
+        // GLM-4.5's: sigmoid scores (2).
+        let default = match arch {
+            "gpt-oss" => 3,
+            "glm4moe" => 2,
+            _ => 1,
+        };
+        let gating = int("expert_gating_func").unwrap_or(default);
+        if !(gating == 1 || gating == 3 || (gating == 2 && arch == "glm4moe")) {
+            let supported = "1 (softmax), 3 (softmax of the chosen), or 2 (sigmoid) in glm4moe files";
+            return Err(bad("expert_gating_func", format!("{gating}"), supported));
         }
         let used = int("expert_used_count")
             .filter(|&k| k > 0)
@@ -800,6 +819,16 @@ impl Gguf {
         fields.insert("num_experts_per_tok".into(), used.into());
         fields.insert("moe_intermediate_size".into(), int("expert_feed_forward_length").unwrap_or(ff / used).into());
         fields.insert("norm_topk_prob".into(), (matches!(arch, "qwen3moe" | "llama") || gating == 3).into());
+        if arch == "glm4moe" {
+            let norm =
+                self.metadata.get(&key("expert_weights_norm")).is_some_and(|v| matches!(v, GgufValue::Bool(true)));
+            fields.insert("norm_topk_prob".into(), norm.into());
+            fields.insert("routed_scaling_factor".into(), scale.filter(|&s| s != 0.0).unwrap_or(1.0).into());
+            fields.insert("n_shared_experts".into(), int("expert_shared_count").unwrap_or(0).into());
+            fields.insert("first_k_dense_replace".into(), int("leading_dense_block_count").unwrap_or(0).into());
+            fields.insert("n_group".into(), int("expert_group_count").unwrap_or(1).max(1).into());
+            fields.insert("topk_group".into(), int("expert_group_used_count").unwrap_or(1).max(1).into());
+        }
         if arch == "gpt-oss" {
             // Its experts' width is the config's `intermediate_size`.
             fields.insert("intermediate_size".into(), int("expert_feed_forward_length").unwrap_or(ff).into());
