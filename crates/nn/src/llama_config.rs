@@ -679,7 +679,7 @@ impl LlamaConfig {
             sliding_windows,
             eos_token_ids: token_ids("eos_token_id", &raw.eos_token_id)?,
             bos_token_id: token_ids("bos_token_id", &raw.bos_token_id)?.first().copied(),
-            moe: Self::moe(architecture, &raw, layers)?,
+            moe: Self::mixture(architecture, &raw, layers)?,
             attention_sinks: architecture == Architecture::GptOss,
             mtp_layers: raw.num_nextn_predict_layers.unwrap_or(0),
         })
@@ -688,7 +688,7 @@ impl LlamaConfig {
     /// The mixture of experts of a Mixtral, Qwen2-MoE, Qwen3-MoE or OLMoE config
     /// (`transformers`' defaults where a field is left out), `None` for the other classes or
     /// no experts.
-    fn moe(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Option<MoeConfig>> {
+    fn mixture(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Option<MoeConfig>> {
         // (experts, top k, normalized, the experts' width field) by class.
         let (experts, top_k, normalize, width) = match arch {
             Architecture::Mixtral => (8, 2, Some(true), raw.intermediate_size),
