@@ -327,21 +327,23 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
 /// `qwen2moe` file (its shared expert, 48 wide, in f32; its gate a vector), a `llama` file with
 /// experts (Mixtral's), an `olmoe` file, a `gpt-oss` file (sinks; gate and up stacks apart,
 /// interleaved into one on load; biases) and a `glm4moe` file (sigmoid gating with correction
-/// biases, shared experts, a dense first layer); Q8_0 expert stacks `[experts, out, in]`, f32
-/// routers: the stacks keep their blocks (17 bytes for 16 f16 ones), and the logits
+/// biases, shared experts, a dense first layer); Q8_0 expert stacks `[experts, out, in]` (and
+/// gpt-oss's in MXFP4, as released), f32 routers: the stacks keep their blocks, and the logits
 /// and greedy tokens are `transformers`' on the file's values, in the adapter's forms and a GPU's.
 #[test]
 fn gguf_mixtures_keep_their_expert_blocks_and_give_transformers_logits_and_tokens() {
     let gpu_forms = Arc::new(Device::new(&DeviceOptions { gpu_kernels: true, ..Default::default() }).unwrap());
+    // (file, its expert stacks' block type)
     let files = [
-        "qwen3-moe-tiny-q8_0",
-        "qwen2-moe-tiny-q8_0",
-        "mixtral-tiny-q8_0",
-        "olmoe-tiny-q8_0",
-        "gpt-oss-tiny-q8_0",
-        "glm4-moe-tiny-q8_0",
+        ("qwen3-moe-tiny-q8_0", DType::Q8_0),
+        ("qwen2-moe-tiny-q8_0", DType::Q8_0),
+        ("mixtral-tiny-q8_0", DType::Q8_0),
+        ("olmoe-tiny-q8_0", DType::Q8_0),
+        ("gpt-oss-tiny-q8_0", DType::Q8_0),
+        ("glm4-moe-tiny-q8_0", DType::Q8_0),
+        ("gpt-oss-tiny-mxfp4", DType::MXFP4),
     ];
-    for file in files {
+    for (file, stored) in files {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();
         let r: Value = serde_json::from_str(&text).unwrap();
         let loaded = Pretrained::load(&gguf_dir().join(format!("{file}.gguf")), None, Quantize::AsStored).unwrap();
@@ -349,14 +351,14 @@ fn gguf_mixtures_keep_their_expert_blocks_and_give_transformers_logits_and_token
             loaded.params.iter().filter(|(path, _)| path.contains(".experts.") && !path.ends_with("bias")).collect();
         assert!([4, 6].contains(&stacks.len()), "{file}: two or three stacks a layer");
         for (path, t) in stacks {
-            // Rows of whole blocks in Q8_0 (Mixtral's experts 48 wide: their down stack in f32).
-            let (d, blocks) = (t.shape().dims(), t.dtype() == DType::Q8_0);
+            // Rows of whole blocks in the file's type (Mixtral's experts 48 wide: their down stack in f32).
+            let (d, blocks) = (t.shape().dims(), t.dtype() == stored);
             let rows = if blocks { d[2] } else { d[1] };
             assert_eq!(rows % 32 == 0, blocks, "{file}: {path} {}", t.ty());
             assert!(blocks || t.dtype() == DType::F32, "{file}: {path} {}", t.ty());
-            let f16_bytes = 2 * t.shape().numel();
-            let bytes = t.to_bytes().len();
-            assert!(!blocks || bytes as f64 <= 0.54 * f16_bytes as f64, "{file}: {path} in {bytes} bytes");
+            let (elems, block_bytes) = stored.block().unwrap();
+            let want = if blocks { t.shape().numel() / elems * block_bytes } else { 4 * t.shape().numel() };
+            assert_eq!(t.to_bytes().len(), want, "{file}: {path}");
         }
         let routers =
             || loaded.params.iter().filter(|(p, _)| p.ends_with("mlp.gate.weight") || p.ends_with("mlp.router.weight"));
@@ -613,5 +615,5 @@ fn gguf_models_give_llama_cpp_logits() {
         assert!(err < 4e-2, "{name}: logits differ from llama.cpp's by {err:.2e} of the largest");
         checked.push(name.to_string());
     }
-    assert_eq!(checked.len(), 23, "{checked:?}");
+    assert_eq!(checked.len(), 24, "{checked:?}");
 }
