@@ -101,6 +101,16 @@ fn few_row_products_take_the_matrix_vector_kernel_in_gpu_forms() {
     let w = stack.cast(DType::F32).unwrap().gather(&chosen, 0).unwrap().transpose(&[0, 1, 3, 2]).unwrap();
     let y = x.broadcast_to([3, 2, 1, 64]).unwrap().matmul(&w).unwrap();
     cases.push((c.finish("gemv_mxfp4_gathered_experts", &[&y]), gemv(true, false)));
+    // Likewise a stack of Q4_K super-blocks (a Q4_K_M file's experts).
+    let mut c = CaseBuilder::new(14);
+    let x = c.input(DType::F32, &[2, 1, 1, 256], Domain::Any);
+    let chosen = c.input(DType::I32, &[2, 3], Domain::Index(5));
+    let stack = c.input(DType::Q4K, &[5, 24, 256], Domain::Any);
+    let w = stack.cast(DType::F32).unwrap().gather(&chosen, 0).unwrap().transpose(&[0, 1, 3, 2]).unwrap();
+    let y = x.broadcast_to([2, 3, 1, 256]).unwrap().matmul(&w).unwrap();
+    let mut case = c.finish("gemv_q4_k_gathered_experts", &[&y]);
+    case.atol = 1e-3;
+    cases.push((case, gemv(true, false)));
     // k-quant weights (super-blocks of 256) read by whole words, a chunk of a super-block a
     // step: two and three super-blocks a column (Q6_K's at either alignment), one to three
     // rows.
