@@ -164,8 +164,8 @@ pub struct SparseMoe {
     pub shared_expert: Option<LlamaMlp>,
     /// Its gate, `shared_expert_gate` (Qwen2-MoE's): `hidden → 1`, through a sigmoid.
     pub shared_expert_gate: Option<Linear>,
-    /// The router's correction bias, `gate.e_score_correction_bias` `[experts]`
-    /// ([`Router::Sigmoid`]).
+    /// The router's correction bias: `gate.e_score_correction_bias` `[experts]`
+    /// ([`Router::Sigmoid`]), or ERNIE 4.5's `moe_statics.e_score_correction_bias` `[1, experts]`.
     pub correction: Option<Param>,
     /// Experts per token.
     pub top_k: usize,
@@ -187,7 +187,7 @@ impl SparseMoe {
         let linear = |s: &Scope, i: usize, o: usize| Linear::with_init(s, i, o, Init::Normal(0.02), None);
         let shared = c.shared_expert.map(|e| {
             let name = if e.gated { "shared_expert" } else { "shared_experts" };
-            LlamaMlp::new(&s.at(name), hidden, e.width, None, false)
+            LlamaMlp::new(&s.at(name), hidden, e.width, None, e.bias)
         });
         let gated = c.shared_expert.is_some_and(|e| e.gated);
         let (gate, experts) = match c.style {
@@ -221,8 +221,14 @@ impl SparseMoe {
             experts,
             shared_expert: shared.transpose()?,
             shared_expert_gate: gated.then(|| linear(&s.at("shared_expert_gate"), hidden, 1)).transpose()?,
-            correction: matches!(c.router, Router::Sigmoid { .. })
-                .then(|| s.at("gate").param("e_score_correction_bias", &[n], Init::Zeros).stored_as(DType::F32)),
+            correction: match c.router {
+                Router::Sigmoid { .. } => Some(s.at("gate").param("e_score_correction_bias", &[n], Init::Zeros)),
+                Router::Softmax { corrected: true } => {
+                    Some(s.at("moe_statics").param("e_score_correction_bias", &[1, n], Init::Zeros))
+                }
+                Router::Softmax { corrected: false } => None,
+            }
+            .map(|p| p.stored_as(DType::F32)),
             top_k: c.top_k,
             normalize: c.normalize,
             style: c.style,
@@ -272,8 +278,17 @@ impl SparseMoe {
     fn route(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
         let logits = self.gate.forward(x)?.cast(DType::F32)?;
         match self.router {
-            Router::Softmax => {
-                let (weights, chosen) = top_k(&logits.softmax(1)?, self.top_k)?;
+            Router::Softmax { .. } => {
+                let probs = logits.softmax(1)?;
+                let (weights, chosen) = match &self.correction {
+                    // ERNIE 4.5's: the probabilities plus the bias choose; the probabilities weigh.
+                    Some(bias) => {
+                        let bias = bias.read(x.builder(), DType::F32)?.reshape([probs.dims()[1]])?;
+                        let (_, chosen) = top_k(&probs.add(&bias)?, self.top_k)?;
+                        (take(&probs, &chosen)?, chosen)
+                    }
+                    None => top_k(&probs, self.top_k)?,
+                };
                 match self.normalize {
                     true => Ok((weights.div(&weights.sum(&[1], true)?)?, chosen)),
                     false => Ok((weights, chosen)),
@@ -284,7 +299,7 @@ impl SparseMoe {
                 let [t, n] = [scores.dims()[0], scores.dims()[1]];
                 let b = x.builder();
                 let mut choice = match &self.correction {
-                    Some(bias) => scores.add(&bias.read(b, DType::F32)?)?,
+                    Some(bias) => scores.add(&bias.read(b, DType::F32)?.reshape([n])?)?,
                     None => scores.clone(),
                 };
                 if top_groups < groups {

@@ -4,7 +4,8 @@
 //! `Phi3ForCausalLM`, `SmolLM3ForCausalLM`, `GraniteForCausalLM`, `Olmo2ForCausalLM`,
 //! `Olmo3ForCausalLM`, `SeedOssForCausalLM`, `MinistralForCausalLM`, `Ernie4_5ForCausalLM`,
 //! `Glm4ForCausalLM`, `Ministral3ForCausalLM`, and the mixtures of experts
-//! `MixtralForCausalLM`, `Qwen2MoeForCausalLM`, `Qwen3MoeForCausalLM` and `OlmoeForCausalLM` — as
+//! `MixtralForCausalLM`, `Qwen2MoeForCausalLM`, `Qwen3MoeForCausalLM`, `OlmoeForCausalLM`,
+//! `Glm4MoeForCausalLM`, `Ernie4_5_MoeForCausalLM` and `GptOssForCausalLM` — as
 //! one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
 //! projections, RMS norms on q and k (per head or whole), norms before, around or after each
 //! branch and their gains' offset, the MLP's activation, the embeddings', branches', scores'
@@ -172,7 +173,7 @@ impl Llama {
             })
             .collect::<Result<_>>()?;
         let lm_head =
-            if c.tie_word_embeddings { None } else { Some(linear(&s.at("lm_head"), d, c.vocab_size, false)?) };
+            if c.tie_word_embeddings { None } else { Some(linear(&s.at("lm_head"), d, c.vocab_size, c.head_bias)?) };
         Ok(Llama {
             embed_tokens: Embedding::with_init(&m.at("embed_tokens"), c.vocab_size, d, Init::Normal(0.02))?,
             layers,

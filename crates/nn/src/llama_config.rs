@@ -75,6 +75,11 @@ pub enum Architecture {
     /// `use_qk_norm`, dense first layers (`first_k_dense_replace`), then mixtures with
     /// DeepSeek-V3's router ([`Router::Sigmoid`]) beside shared experts.
     Glm4Moe,
+    /// `Ernie4_5_MoeForCausalLM` (ERNIE 4.5 21B-A3B, 300B-A47B): ERNIE 4.5's layers with
+    /// mixtures from `moe_layer_start_index` to `moe_layer_end_index` every
+    /// `moe_layer_interval`-th layer, chosen by probability plus a correction bias, beside
+    /// shared experts.
+    Ernie45Moe,
     /// `GptOssForCausalLM` (OpenAI's gpt-oss): biases on q, k, v and the output, a sink logit
     /// per head, sliding-window layers between full ones, YaRN, and a mixture of experts in
     /// gpt-oss's form ([`MoeStyle::GptOss`]).
@@ -84,9 +89,13 @@ pub enum Architecture {
 /// How a mixture's router scores and weighs its experts.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Router {
-    /// Softmax probabilities: the top `k` chosen, their probabilities the weights
-    /// ([`MoeConfig::normalize`]: divided by their sum).
-    Softmax,
+    /// Softmax probabilities: the top `k` chosen (where `corrected`, by each probability plus
+    /// its expert's correction bias, ERNIE 4.5's `moe_statics.e_score_correction_bias`), their
+    /// probabilities the weights ([`MoeConfig::normalize`]: divided by their sum).
+    Softmax {
+        /// Whether a correction bias takes part in the choice.
+        corrected: bool,
+    },
     /// DeepSeek-V3's: sigmoid scores; each expert's score plus its correction bias
     /// (`e_score_correction_bias`) chooses, within the `top_groups` best of `groups` groups
     /// (a group's mark: its two best), and the chosen scores without the bias, normalized
@@ -110,6 +119,8 @@ pub struct SharedExpert {
     /// Whether a sigmoid gate (`shared_expert_gate`) scales it (Qwen2-MoE's, named
     /// `shared_expert`; else `shared_experts`, added as it is).
     pub gated: bool,
+    /// Biases on its projections (ERNIE 4.5's, where `use_bias`).
+    pub bias: bool,
 }
 
 /// How a mixture's experts are laid out and gated.
@@ -216,6 +227,7 @@ impl Architecture {
             Architecture::Qwen3Moe => "Qwen3MoeForCausalLM",
             Architecture::Olmoe => "OlmoeForCausalLM",
             Architecture::Glm4Moe => "Glm4MoeForCausalLM",
+            Architecture::Ernie45Moe => "Ernie4_5_MoeForCausalLM",
             Architecture::GptOss => "GptOssForCausalLM",
         }
     }
@@ -309,6 +321,8 @@ pub struct LlamaConfig {
     pub moe: Option<MoeConfig>,
     /// A sink logit per head in each attention softmax (gpt-oss's `sinks`).
     pub attention_sinks: bool,
+    /// A bias on the head (`lm_head.bias`: ERNIE 4.5's where `use_bias`).
+    pub head_bias: bool,
     /// Multi-token-prediction layers a checkpoint holds after the decoder's
     /// (`num_nextn_predict_layers`: GLM-4.5's), which generation does not use.
     pub mtp_layers: usize,
@@ -377,6 +391,12 @@ struct RawConfig {
     first_k_dense_replace: Option<usize>,
     use_qk_norm: Option<bool>,
     num_nextn_predict_layers: Option<usize>,
+    moe_num_experts: Option<usize>,
+    moe_k: Option<usize>,
+    moe_num_shared_experts: Option<usize>,
+    moe_layer_start_index: Option<usize>,
+    moe_layer_end_index: Option<i64>,
+    moe_layer_interval: Option<usize>,
 }
 
 fn token_ids(field: &str, v: &Option<Value>) -> Result<Vec<i32>> {
@@ -419,6 +439,7 @@ impl LlamaConfig {
             Some("OlmoeForCausalLM" | "olmoe") => Architecture::Olmoe,
             Some("GptOssForCausalLM" | "gpt_oss") => Architecture::GptOss,
             Some("Glm4MoeForCausalLM" | "glm4_moe") => Architecture::Glm4Moe,
+            Some("Ernie4_5_MoeForCausalLM" | "ernie4_5_moe") => Architecture::Ernie45Moe,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
@@ -426,7 +447,7 @@ impl LlamaConfig {
                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
                      Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM, \
                      MinistralForCausalLM, Ernie4_5ForCausalLM, Glm4ForCausalLM, Ministral3ForCausalLM, \
-                     MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM or GptOssForCausalLM",
+                     MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, Ernie4_5_MoeForCausalLM or GptOssForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -569,7 +590,7 @@ impl LlamaConfig {
         let layers = need("num_hidden_layers", raw.num_hidden_layers)?;
         let sliding_windows = Self::windows(architecture, &raw, layers)?;
         let bias_by_default = matches!(architecture, Architecture::SeedOss | Architecture::Glm4 | Architecture::GptOss);
-        let ernie = architecture == Architecture::Ernie45;
+        let ernie = matches!(architecture, Architecture::Ernie45 | Architecture::Ernie45Moe);
         let attention_bias = match ernie {
             true => raw.use_bias.unwrap_or(false),
             false => raw.attention_bias.unwrap_or(bias_by_default),
@@ -682,6 +703,7 @@ impl LlamaConfig {
             moe: Self::mixture(architecture, &raw, layers)?,
             attention_sinks: architecture == Architecture::GptOss,
             mtp_layers: raw.num_nextn_predict_layers.unwrap_or(0),
+            head_bias: architecture == Architecture::Ernie45Moe && attention_bias,
         })
     }
 
@@ -697,15 +719,21 @@ impl LlamaConfig {
             Architecture::Olmoe => (64, 8, None, raw.intermediate_size),
             Architecture::GptOss => (128, 4, Some(true), raw.intermediate_size),
             Architecture::Glm4Moe => (128, 8, None, raw.moe_intermediate_size),
+            Architecture::Ernie45Moe => (64, 6, Some(true), raw.moe_intermediate_size),
             _ => return Ok(None),
         };
         // `transformers` 5 writes `num_local_experts` for every class; the hub's configs
         // `num_experts` for all but Mixtral.
-        let experts = raw.num_experts.or(raw.num_local_experts).or(raw.n_routed_experts).unwrap_or(experts);
+        let experts = raw
+            .num_experts
+            .or(raw.num_local_experts)
+            .or(raw.n_routed_experts)
+            .or(raw.moe_num_experts)
+            .unwrap_or(experts);
         if experts == 0 {
             return Ok(None);
         }
-        let top_k = raw.num_experts_per_tok.unwrap_or(top_k);
+        let top_k = raw.num_experts_per_tok.or(raw.moe_k).unwrap_or(top_k);
         if top_k == 0 || top_k > experts {
             return Err(unsupported("num_experts_per_tok", top_k, &format!("1 to the {experts} experts")));
         }
@@ -713,20 +741,35 @@ impl LlamaConfig {
             .filter(|&w| w > 0)
             .ok_or_else(|| unsupported("moe_intermediate_size", "(missing or 0)", "a positive integer"))?;
         let step = raw.decoder_sparse_step.unwrap_or(1);
-        if step == 0 {
-            return Err(unsupported("decoder_sparse_step", 0, "a positive integer"));
-        }
         // Dense layers: `mlp_only_layers`, or GLM's first `first_k_dense_replace`.
         let mut dense = raw.mlp_only_layers.clone().unwrap_or_default();
         if arch == Architecture::Glm4Moe {
             dense.extend(0..raw.first_k_dense_replace.unwrap_or(1));
         }
+        // ERNIE 4.5's: mixtures on every `moe_layer_interval`-th layer from the start index to the end.
+        let (step, dense, field) = match arch {
+            Architecture::Ernie45Moe => {
+                let start = raw.moe_layer_start_index.unwrap_or(1);
+                let end = match raw.moe_layer_end_index.unwrap_or(-1) {
+                    -1 => layers.saturating_sub(1),
+                    e => usize::try_from(e).map_err(|_| unsupported("moe_layer_end_index", e, "-1 or a layer"))?,
+                };
+                let dense = (0..layers).filter(|&i| i < start || i > end).collect();
+                (raw.moe_layer_interval.unwrap_or(1), dense, "moe_layer_interval")
+            }
+            _ => (step, dense, "decoder_sparse_step"),
+        };
+        if step == 0 {
+            return Err(unsupported(field, 0, "a positive integer"));
+        }
         let shared_expert = match arch {
             Architecture::Qwen2Moe => Some(raw.shared_expert_intermediate_size.unwrap_or(5632)).filter(|&w| w > 0),
             Architecture::Glm4Moe => Some(expert_size * raw.n_shared_experts.unwrap_or(1)).filter(|&w| w > 0),
+            Architecture::Ernie45Moe => Some(expert_size * raw.moe_num_shared_experts.unwrap_or(2)).filter(|&w| w > 0),
             _ => None,
         };
         let gated = arch == Architecture::Qwen2Moe;
+        let shared_bias = arch == Architecture::Ernie45Moe && raw.use_bias == Some(true);
         let router = match arch {
             Architecture::Glm4Moe => {
                 let (groups, top_groups) = (raw.n_group.unwrap_or(1), raw.topk_group.unwrap_or(1));
@@ -739,14 +782,15 @@ impl LlamaConfig {
                 }
                 Router::Sigmoid { groups, top_groups, scale: raw.routed_scaling_factor.unwrap_or(1.0) }
             }
-            _ => Router::Softmax,
+            Architecture::Ernie45Moe => Router::Softmax { corrected: true },
+            _ => Router::Softmax { corrected: false },
         };
         Ok(Some(MoeConfig {
             experts,
             top_k,
             expert_size,
             normalize: normalize.or(raw.norm_topk_prob).unwrap_or(arch == Architecture::Glm4Moe),
-            shared_expert: shared_expert.map(|width| SharedExpert { width, gated }),
+            shared_expert: shared_expert.map(|width| SharedExpert { width, gated, bias: shared_bias }),
             router,
             sparse_layers: (0..layers).map(|i| (i + 1) % step == 0 && !dense.contains(&i)).collect(),
             style: match arch {

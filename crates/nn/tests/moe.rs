@@ -61,7 +61,7 @@ fn mixture(moe: &SparseMoe, p: &Params, x: &[f64]) -> Vec<f64> {
 
 fn config(experts: usize, top_k: usize, expert_size: usize, normalize: bool) -> MoeConfig {
     let style = MoeStyle::Standard;
-    let (sparse_layers, router) = (vec![true], Router::Softmax);
+    let (sparse_layers, router) = (vec![true], Router::Softmax { corrected: false });
     MoeConfig { experts, top_k, expert_size, normalize, shared_expert: None, sparse_layers, style, router }
 }
 
@@ -184,7 +184,7 @@ fn moe_configs_give_their_mixtures_and_parameter_counts() {
       "shared_expert_intermediate_size": 48, "decoder_sparse_step": 2, "mlp_only_layers": [3]}"#;
     let c = LlamaConfig::from_json(qwen2).unwrap();
     let moe = c.moe.clone().unwrap();
-    let shared = Some(SharedExpert { width: 48, gated: true });
+    let shared = Some(SharedExpert { width: 48, gated: true, bias: false });
     assert_eq!((moe.shared_expert, moe.normalize, c.qkv_bias), (shared, false, true));
     assert_eq!(moe.sparse_layers, [false, true, false, false]);
     let model = Llama::new(&Scope::root(), c).unwrap();
@@ -207,7 +207,7 @@ fn moe_configs_give_their_mixtures_and_parameter_counts() {
     let moe = c.moe.clone().unwrap();
     assert_eq!(moe.sparse_layers, [false, false, true, true]);
     assert_eq!(moe.router, Router::Sigmoid { groups: 4, top_groups: 2, scale: 2.5 });
-    assert_eq!((moe.shared_expert, moe.normalize), (Some(SharedExpert { width: 32, gated: false }), true));
+    assert_eq!((moe.shared_expert, moe.normalize), (Some(SharedExpert { width: 32, gated: false, bias: false }), true));
     assert_eq!((c.qkv_bias, c.o_bias, c.rotary_dim, c.rotary_interleaved, c.mtp_layers), (true, false, 8, false, 1));
     let model = Llama::new(&Scope::root(), c).unwrap();
     let FeedForward::Sparse(sparse) = &model.layers[2].mlp else { panic!("layer 2 is a mixture") };
@@ -215,6 +215,28 @@ fn moe_configs_give_their_mixtures_and_parameter_counts() {
     assert!(sparse.shared_expert_gate.is_none());
     let three = glm.replace(r#""topk_group": 2"#, r#""topk_group": 5"#);
     assert_eq!(field(&three).0, "n_group");
+
+    // ERNIE 4.5 MoE: mixtures from the start index to the end (-1: the last layer) every
+    // interval-th layer, chosen by probability plus `moe_statics`' correction, shared experts
+    // with biases, a biased head.
+    let ernie = r#"{"architectures": ["Ernie4_5_MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+      "num_hidden_layers": 6, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64,
+      "moe_num_experts": 8, "moe_k": 2, "moe_intermediate_size": 16, "moe_num_shared_experts": 2,
+      "moe_layer_start_index": 1, "moe_layer_end_index": -1, "moe_layer_interval": 2, "use_bias": true,
+      "tie_word_embeddings": false}"#;
+    let c = LlamaConfig::from_json(ernie).unwrap();
+    let moe = c.moe.clone().unwrap();
+    assert_eq!(moe.sparse_layers, [false, true, false, true, false, true]);
+    assert_eq!((moe.router, moe.top_k, moe.normalize), (Router::Softmax { corrected: true }, 2, true));
+    assert_eq!(moe.shared_expert, Some(SharedExpert { width: 32, gated: false, bias: true }));
+    assert!(c.head_bias && c.rotary_interleaved);
+    let model = Llama::new(&Scope::root(), c).unwrap();
+    let FeedForward::Sparse(sparse) = &model.layers[1].mlp else { panic!("layer 1 is a mixture") };
+    assert_eq!(sparse.correction.as_ref().unwrap().dims(), &[1, 8]);
+    assert_eq!(
+        field(&ernie.replace(r#""moe_layer_interval": 2"#, r#""moe_layer_interval": 0"#)).0,
+        "moe_layer_interval"
+    );
 
     let many = MIXTRAL_8X7B.replace(r#""num_experts_per_tok": 2"#, r#""num_experts_per_tok": 9"#);
     assert_eq!(field(&many), ("num_experts_per_tok".into(), "9".into()));
