@@ -378,7 +378,7 @@ fn gguf_name(path: &str, sandwich: bool) -> Option<String> {
         "mlp.experts.gate_up_proj_bias" => Some("ffn_gate_exps.bias"),
         "mlp.experts.down_proj" => Some("ffn_down_exps.weight"),
         "mlp.experts.down_proj_bias" => Some("ffn_down_exps.bias"),
-        "mlp.gate.e_score_correction_bias" => Some("exp_probs_b.bias"),
+        "mlp.gate.e_score_correction_bias" | "mlp.moe_statics.e_score_correction_bias" => Some("exp_probs_b.bias"),
         _ => None,
     };
     if let Some(own) = own {
@@ -451,7 +451,7 @@ impl Gguf {
 
     /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`-,
     /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`-, `ernie4_5`-, `glm4`-,
-    /// `mistral3`-, `qwen2moe`-, `qwen3moe`-, `olmoe`-, `gpt-oss`- or `glm4moe`-architecture file (a `llama`
+    /// `mistral3`-, `qwen2moe`-, `qwen3moe`-, `olmoe`-, `gpt-oss`-, `glm4moe`- or `ernie4_5-moe`-architecture file (a `llama`
     /// file with `expert_count` is Mixtral's; a mixture's expert stacks `ffn_{gate,up,down}_exps`
     /// load as [`crate::feed_forward::StackedLinear`]s, as llama.cpp reads them: see
     /// `moe_fields`; gpt-oss's gate and up stacks interleave into its one `gate_up_proj`)
@@ -532,7 +532,8 @@ impl Gguf {
                 || path.ends_with("mlp.gate.weight")
                 || path.ends_with("mlp.router.weight")
                 || path.ends_with("shared_expert_gate.weight");
-            if projection && t.shape().rank() == 1 && want.shape.rank() == 2 {
+            // A vector read as a one-row matrix (a shared expert's gate; ERNIE's correction bias).
+            if t.shape().rank() == 1 && want.shape.rank() == 2 && want.shape.numel() == t.shape().numel() {
                 t = HostTensor::from_bytes(
                     &fusegraph_ir::TensorType::new(t.dtype(), [1, t.shape().numel()]),
                     &t.to_bytes(),
@@ -590,13 +591,14 @@ impl Gguf {
             "olmoe" => "OlmoeForCausalLM",
             "gpt-oss" => "GptOssForCausalLM",
             "glm4moe" => "Glm4MoeForCausalLM",
+            "ernie4_5-moe" => "Ernie4_5_MoeForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
                     supported:
                         "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss, ernie4_5, \
-                            glm4, mistral3, qwen2moe, qwen3moe, olmoe, gpt-oss or glm4moe"
+                            glm4, mistral3, qwen2moe, qwen3moe, olmoe, gpt-oss, glm4moe or ernie4_5-moe"
                             .into(),
                 })
             }
@@ -755,7 +757,7 @@ impl Gguf {
             "use_qk_norm": (arch == "glm4moe").then(|| has("blk.0.attn_q_norm.weight")),
             "attention_bias": matches!(arch, "seed_oss" | "glm4" | "gpt-oss" | "glm4moe").then(|| has("blk.0.attn_q.bias")),
             "attention_out_bias": (arch == "seed_oss").then(|| has("blk.0.attn_output.bias")),
-            "use_bias": (arch == "ernie4_5").then(|| has("blk.0.attn_q.bias")),
+            "use_bias": matches!(arch, "ernie4_5" | "ernie4_5-moe").then(|| has("blk.0.attn_q.bias")),
         });
         let mut json = json;
         if let (Some(fields), Some(object)) = (moe, json.as_object_mut()) {
@@ -828,6 +830,19 @@ impl Gguf {
             fields.insert("first_k_dense_replace".into(), int("leading_dense_block_count").unwrap_or(0).into());
             fields.insert("n_group".into(), int("expert_group_count").unwrap_or(1).max(1).into());
             fields.insert("topk_group".into(), int("expert_group_used_count").unwrap_or(1).max(1).into());
+        }
+        if arch == "ernie4_5-moe" {
+            // Mixtures after the leading dense layers, every `interleave_moe_layer_step`-th; the
+            // shared experts' width in experts.
+            let width = int("expert_feed_forward_length").unwrap_or(ff / used).max(1);
+            let shared = int("expert_shared_feed_forward_length").unwrap_or(0);
+            if shared % width != 0 {
+                let supported = format!("a multiple of expert_feed_forward_length {width}");
+                return Err(bad("expert_shared_feed_forward_length", format!("{shared}"), &supported));
+            }
+            fields.insert("moe_num_shared_experts".into(), (shared / width).into());
+            fields.insert("moe_layer_start_index".into(), int("leading_dense_block_count").unwrap_or(0).into());
+            fields.insert("moe_layer_interval".into(), int("interleave_moe_layer_step").unwrap_or(1).into());
         }
         if arch == "gpt-oss" {
             // Its experts' width is the config's `intermediate_size`.
