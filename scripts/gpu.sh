@@ -33,6 +33,26 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# A 512-token prefill and decode tokens/s at batch 1 and 8 of `tests/data/configs/$4.json`'s
+# shapes (named $3) with random bf16 weights, its matrices each of the quantizations after the
+# fifth argument in turn (`--quantize`), each run within $5 seconds, with the last step's
+# slowest kernel groups: into $OUT/$1.log and $OUT/$2-QUANT-bBATCH.json (phases quant and moe).
+decode_rows() {
+    local log=$1 json=$2 name=$3 config=$4 limit=$5
+    shift 5
+    local ids
+    ids=$(seq -s, 1000 1511)
+    for b in 1 8; do
+        for q in "$@"; do
+            echo "== generate, $name shapes, matrices $q (bf16 otherwise), batch $b" | tee -a "$OUT/$log.log"
+            timeout "$limit" $B/fusegraph generate --random-config "tests/data/configs/$config.json" \
+                --dtype bf16 --quantize "$q" --prompt-ids "$ids" --tokens 64 --warmup 4 --batch $b \
+                --profile 5 --json "$OUT/$json-$q-b$b.json" 2>&1 | grep -E "^(prefill|profile|  )" \
+                | tee -a "$OUT/$log.log"
+        done
+    done
+}
+
 pack() {
     set -e
     cargo build --release --workspace --bins --examples
@@ -289,15 +309,7 @@ run() {
             # batch 1 and 8, the three in turn, and the last step's slowest kernel groups.
             local ids
             ids=$(seq -s, 1000 1511)
-            for b in 1 8; do
-                for q in none q8_0 q4_0; do
-                    echo "== generate, Llama-3.2-1B shapes, matrices $q (bf16 otherwise), batch $b" | tee -a "$OUT/quant.log"
-                    timeout 90 $B/fusegraph generate --random-config tests/data/configs/llama-3.2-1b.json \
-                        --dtype bf16 --quantize $q --prompt-ids "$ids" --tokens 64 --warmup 4 --batch $b \
-                        --profile 5 --json "$OUT/llama-$q-b$b.json" 2>&1 | grep -E "^(prefill|profile|  )" \
-                        | tee -a "$OUT/quant.log"
-                done
-            done
+            decode_rows quant llama Llama-3.2-1B llama-3.2-1b 90 none q8_0 q4_0
             # Sampling on the device (temperature, top-k, top-p: the step's halvings) beside
             # the greedy bf16 rows.
             echo "== generate, Llama-3.2-1B shapes, bf16, batch 1, sampled" | tee -a "$OUT/quant.log"
@@ -309,17 +321,7 @@ run() {
             # A mixture of experts: OLMoE-1B-7B's shapes (64 experts, 8 a token) with random
             # bf16 weights, and its matrices q4_0: a 512-token prefill and decode tokens/s at
             # batch 1 and 8, each step reading the chosen experts' rows alone.
-            local ids
-            ids=$(seq -s, 1000 1511)
-            for b in 1 8; do
-                for q in none q4_0; do
-                    echo "== generate, OLMoE-1B-7B shapes, matrices $q (bf16 otherwise), batch $b" | tee -a "$OUT/moe.log"
-                    timeout 150 $B/fusegraph generate --random-config tests/data/configs/olmoe-1b-7b.json \
-                        --dtype bf16 --quantize $q --prompt-ids "$ids" --tokens 64 --warmup 4 --batch $b \
-                        --profile 5 --json "$OUT/moe-$q-b$b.json" 2>&1 | grep -E "^(prefill|profile|  )" \
-                        | tee -a "$OUT/moe.log"
-                done
-            done
+            decode_rows moe moe OLMoE-1B-7B olmoe-1b-7b 150 none q4_0
             ;;
         skinny)
             # The copy, the products of 8 rows (the matrix–vector kernel's), f32 and f16, and
