@@ -106,3 +106,34 @@ fn max_reduction_gradients_reach_every_maximum() {
     let scale = want[0].to_f64().iter().fold(1.0f64, |m, v| m.max(v.abs()));
     assert_close(&got[0], &want[0], 1e-4, 1e-5 * scale).unwrap();
 }
+
+/// A mixture of experts trains: the gradients of a loss through its router (the chosen
+/// experts' probabilities), its gathered expert stacks (each expert's rows get the gradients
+/// of the tokens that chose it) and its shared expert, on the device, match the reference's.
+#[test]
+fn mixture_of_experts_gradients_match_the_reference() {
+    use fusegraph::nn::feed_forward::SparseMoe;
+    use fusegraph::nn::llama::{Activation, MoeConfig, MoeStyle, Router, SharedExpert};
+    let c = MoeConfig {
+        experts: 6,
+        top_k: 2,
+        expert_size: 24,
+        normalize: true,
+        shared_expert: Some(SharedExpert { width: 20, gated: true, bias: false }),
+        sparse_layers: vec![true],
+        style: MoeStyle::Standard,
+        router: Router::Softmax { corrected: false },
+    };
+    let moe = SparseMoe::new(&Scope::root().at("mlp"), 16, &c).unwrap();
+    let mut p = Params::of(&moe, 5).unwrap();
+    // A wide router, so that no token's choice is near a tie.
+    let router = moe.gate.weight.path();
+    let dims = p.get(router).unwrap().shape().dims().to_vec();
+    let wide: Vec<f32> =
+        fusegraph_workloads::random_values(11, dims.iter().product()).iter().map(|v| 3.0 * v).collect();
+    p.insert(router, HostTensor::new(dims, wide).unwrap());
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [7, 16]).unwrap();
+    let y = moe.forward(&x, Activation::Silu).unwrap();
+    check("mixture of experts", &b, &p, &x, &y);
+}
