@@ -78,6 +78,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("gpt-oss-tiny", "gpt-oss-tiny", ""),
         ("glm4-moe-tiny", "glm4-moe-tiny", ""),
         ("ernie45-moe-tiny", "ernie45-moe-tiny", ""),
+        ("granite-moe-tiny", "granite-moe-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -435,6 +436,7 @@ fn newer_llama_family_layers_in_gpu_forms() {
         "gpt-oss-tiny",
         "glm4-moe-tiny",
         "ernie45-moe-tiny",
+        "granite-moe-tiny",
     ] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);

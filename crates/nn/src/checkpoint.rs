@@ -380,7 +380,7 @@ impl Checkpoint {
         let mut t = self.tensor_in(headers, key)?;
         // A matrix of a block type keeps the file's `[out, in]` (see `crate::Matrices`); an
         // MXFP4 stack read into another type takes the layout of its parameter's, `[in, out]`.
-        if map.transposed(path) && t.shape().rank() == 2 && want.dtype.block().is_none() {
+        if map.transposed(path) && t.shape().rank() >= 2 && want.dtype.block().is_none() {
             t = transpose_matrices(&t)?;
         } else if t.dtype().block().is_some() && want.dtype.block().is_none() && t.shape().rank() >= 2 {
             t = transpose_matrices(&HostTensor::from_f64(DType::F32, t.shape().clone(), &t.to_f64())?)?;

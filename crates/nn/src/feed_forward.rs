@@ -201,6 +201,13 @@ impl SparseMoe {
                     down_proj: StackedLinear::new(&e.at("down_proj"), n, inner, hidden)?,
                 },
             ),
+            MoeStyle::Halves => (
+                linear(&s.at("gate"), hidden, n)?,
+                Experts {
+                    gate_up: vec![StackedLinear::new(&e.at("gate_up_proj"), n, hidden, 2 * inner)?],
+                    down_proj: StackedLinear::new(&e.at("down_proj"), n, inner, hidden)?,
+                },
+            ),
             MoeStyle::GptOss { .. } => (
                 Linear::with_init(&s.at("router"), hidden, n, Init::Normal(0.02), Some(Init::Zeros))?,
                 Experts {
@@ -248,6 +255,10 @@ impl SparseMoe {
         let parts: Vec<Tensor> = e.gate_up.iter().map(|l| l.forward_chosen(&rows, &chosen)).collect::<Result<_>>()?;
         let inner = match (self.style, &parts[..]) {
             (MoeStyle::Standard, [gate, up]) => activate(gate, act)?.mul(up)?,
+            (MoeStyle::Halves, [gate_up]) => {
+                let width = gate_up.dims()[2] / 2;
+                activate(&gate_up.narrow(2, 0, width)?, act)?.mul(&gate_up.narrow(2, width, width)?)?
+            }
             (MoeStyle::GptOss { alpha, limit }, [gate_up]) => {
                 // Gate and up interleaved: pairs along a last axis of two.
                 let width = gate_up.dims()[2] / 2;

@@ -5,7 +5,7 @@
 //! `Olmo3ForCausalLM`, `SeedOssForCausalLM`, `MinistralForCausalLM`, `Ernie4_5ForCausalLM`,
 //! `Glm4ForCausalLM`, `Ministral3ForCausalLM`, and the mixtures of experts
 //! `MixtralForCausalLM`, `Qwen2MoeForCausalLM`, `Qwen3MoeForCausalLM`, `OlmoeForCausalLM`,
-//! `Glm4MoeForCausalLM`, `Ernie4_5_MoeForCausalLM` and `GptOssForCausalLM` — as
+//! `Glm4MoeForCausalLM`, `Ernie4_5_MoeForCausalLM`, `GraniteMoeForCausalLM` and `GptOssForCausalLM` — as
 //! one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
 //! projections, RMS norms on q and k (per head or whole), norms before, around or after each
 //! branch and their gains' offset, the MLP's activation, the embeddings', branches', scores'
@@ -187,7 +187,7 @@ impl Llama {
     /// parameter path): GLM-4's norms around each branch (`post_self_attn_layernorm` after
     /// attention, `post_attention_layernorm` before the MLP, `post_mlp_layernorm` after it);
     /// Mixtral's mixture (`block_sparse_moe`, its experts' `w1`, `w3` and `w2` for gate, up and
-    /// down).
+    /// down); Granite MoE's (`block_sparse_moe.router.layer`, `input_linear`, `output_linear`).
     pub fn checkpoint_renames(&self) -> Vec<(String, String)> {
         let c = &self.config;
         let layer = |i: usize, from: &str, to: &str| {
@@ -200,6 +200,16 @@ impl Llama {
                         ("post_self_attn_layernorm", "post_attention_layernorm"),
                         ("post_attention_layernorm", "pre_feedforward_layernorm"),
                         ("post_mlp_layernorm", "post_feedforward_layernorm"),
+                    ]
+                    .map(|(from, to)| layer(i, from, to))
+                })
+                .collect(),
+            (Architecture::GraniteMoe, Some(_)) => (0..c.num_hidden_layers)
+                .flat_map(|i| {
+                    [
+                        ("block_sparse_moe.router.layer", "mlp.gate"),
+                        ("block_sparse_moe.input_linear", "mlp.experts.gate_up_proj"),
+                        ("block_sparse_moe.output_linear", "mlp.experts.down_proj"),
                     ]
                     .map(|(from, to)| layer(i, from, to))
                 })

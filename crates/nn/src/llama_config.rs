@@ -75,6 +75,9 @@ pub enum Architecture {
     /// `use_qk_norm`, dense first layers (`first_k_dense_replace`), then mixtures with
     /// DeepSeek-V3's router ([`Router::Sigmoid`]) beside shared experts.
     Glm4Moe,
+    /// `GraniteMoeForCausalLM` (IBM Granite 3 MoE): Granite's multipliers, mixtures whose gate
+    /// and up are one stack (`block_sparse_moe.input_linear`, [`MoeStyle::Halves`]).
+    GraniteMoe,
     /// `Ernie4_5_MoeForCausalLM` (ERNIE 4.5 21B-A3B, 300B-A47B): ERNIE 4.5's layers with
     /// mixtures from `moe_layer_start_index` to `moe_layer_end_index` every
     /// `moe_layer_interval`-th layer, chosen by probability plus a correction bias, beside
@@ -129,6 +132,9 @@ pub enum MoeStyle {
     /// A router `gate` without bias; each expert a gated MLP (`gate_proj`, `up_proj`,
     /// `down_proj`, no biases) with the model's activation.
     Standard,
+    /// Granite MoE's: gate and up one stack `gate_up_proj` (its checkpoints' `input_linear`),
+    /// the gate its first half of each expert's outputs, the up its second.
+    Halves,
     /// gpt-oss's: a router `router` with a bias; gate and up one stack `gate_up_proj`
     /// `[experts, hidden, 2 · inner]` whose columns interleave them (gate at even, up at odd),
     /// biases on both stacks (`gate_up_proj_bias`, `down_proj_bias`); the gate clamped above
@@ -228,6 +234,7 @@ impl Architecture {
             Architecture::Olmoe => "OlmoeForCausalLM",
             Architecture::Glm4Moe => "Glm4MoeForCausalLM",
             Architecture::Ernie45Moe => "Ernie4_5_MoeForCausalLM",
+            Architecture::GraniteMoe => "GraniteMoeForCausalLM",
             Architecture::GptOss => "GptOssForCausalLM",
         }
     }
@@ -440,6 +447,7 @@ impl LlamaConfig {
             Some("GptOssForCausalLM" | "gpt_oss") => Architecture::GptOss,
             Some("Glm4MoeForCausalLM" | "glm4_moe") => Architecture::Glm4Moe,
             Some("Ernie4_5_MoeForCausalLM" | "ernie4_5_moe") => Architecture::Ernie45Moe,
+            Some("GraniteMoeForCausalLM" | "granitemoe") => Architecture::GraniteMoe,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
@@ -447,7 +455,7 @@ impl LlamaConfig {
                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
                      Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM, \
                      MinistralForCausalLM, Ernie4_5ForCausalLM, Glm4ForCausalLM, Ministral3ForCausalLM, \
-                     MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, Ernie4_5_MoeForCausalLM or GptOssForCausalLM",
+                     MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, Ernie4_5_MoeForCausalLM, GraniteMoeForCausalLM or GptOssForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -625,7 +633,7 @@ impl LlamaConfig {
             }
             _ => None,
         };
-        let granite = architecture == Architecture::Granite;
+        let granite = matches!(architecture, Architecture::Granite | Architecture::GraniteMoe);
         let multiplier = |field: &str, v: Option<f64>| -> Result<f64> {
             match v.unwrap_or(1.0) {
                 m if m.is_finite() && m > 0.0 => Ok(m),
@@ -720,6 +728,7 @@ impl LlamaConfig {
             Architecture::GptOss => (128, 4, Some(true), raw.intermediate_size),
             Architecture::Glm4Moe => (128, 8, None, raw.moe_intermediate_size),
             Architecture::Ernie45Moe => (64, 6, Some(true), raw.moe_intermediate_size),
+            Architecture::GraniteMoe => (8, 2, Some(true), raw.intermediate_size),
             _ => return Ok(None),
         };
         // `transformers` 5 writes `num_local_experts` for every class; the hub's configs
@@ -794,6 +803,7 @@ impl LlamaConfig {
             router,
             sparse_layers: (0..layers).map(|i| (i + 1) % step == 0 && !dense.contains(&i)).collect(),
             style: match arch {
+                Architecture::GraniteMoe => MoeStyle::Halves,
                 Architecture::GptOss => MoeStyle::GptOss {
                     alpha: raw.swiglu_alpha.unwrap_or(1.702),
                     limit: raw.swiglu_limit.unwrap_or(7.0),
