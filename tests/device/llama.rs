@@ -330,7 +330,8 @@ fn mixed_block_files_keep_their_blocks_and_give_transformers_logits_and_tokens()
 /// experts (Mixtral's), an `olmoe` file, a `gpt-oss` file (sinks; gate and up stacks apart,
 /// interleaved into one on load; biases) and a `glm4moe` file (sigmoid gating with correction
 /// biases, shared experts, a dense first layer) and an `ernie4_5-moe` file (correction biases,
-/// shared experts by width, leading dense layers); Q8_0 expert stacks `[experts, out, in]` (and
+/// shared experts by width, leading dense layers) and a `granitemoe` file (gate and up stacks
+/// joined into one on load); Q8_0 expert stacks `[experts, out, in]` (and
 /// gpt-oss's in MXFP4, as released), f32 routers: the stacks keep their blocks, and the logits
 /// and greedy tokens are `transformers`' on the file's values, in the adapter's forms and a GPU's.
 #[test]
@@ -346,6 +347,7 @@ fn gguf_mixtures_keep_their_expert_blocks_and_give_transformers_logits_and_token
         ("glm4-moe-tiny-q8_0", DType::Q8_0),
         ("gpt-oss-tiny-mxfp4", DType::MXFP4),
         ("ernie45-moe-tiny-q8_0", DType::Q8_0),
+        ("granite-moe-tiny-q8_0", DType::Q8_0),
     ];
     for (file, stored) in files {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();
@@ -621,5 +623,5 @@ fn gguf_models_give_llama_cpp_logits() {
         assert!(err < 4e-2, "{name}: logits differ from llama.cpp's by {err:.2e} of the largest");
         checked.push(name.to_string());
     }
-    assert_eq!(checked.len(), 25, "{checked:?}");
+    assert_eq!(checked.len(), 26, "{checked:?}");
 }

@@ -315,7 +315,7 @@ impl Gguf {
 }
 
 /// `transformers`' name of each part of a Llama layer, and llama.cpp's.
-const LAYER_PARTS: [(&str, &str); 25] = [
+const LAYER_PARTS: [(&str, &str); 26] = [
     ("input_layernorm", "attn_norm"),
     ("self_attn.q_proj", "attn_q"),
     ("self_attn.k_proj", "attn_k"),
@@ -338,6 +338,7 @@ const LAYER_PARTS: [(&str, &str); 25] = [
     ("mlp.shared_expert.down_proj", "ffn_down_shexp"),
     ("mlp.shared_expert_gate", "ffn_gate_inp_shexp"),
     ("mlp.router", "ffn_gate_inp"),
+    ("mlp.experts.gate_up_proj", "ffn_gate_exps"),
     ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
     ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
     ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
@@ -390,22 +391,29 @@ fn gguf_name(path: &str, sandwich: bool) -> Option<String> {
     Some(format!("blk.{layer}.{gg}.{kind}"))
 }
 
-/// The up stack's name beside the gate stack `name` where a parameter interleaves them
-/// (gpt-oss's `gate_up_proj`, whose even rows are the gate's and odd rows the up's).
-fn interleaved_up(path: &str, name: &str) -> Option<String> {
-    (path.ends_with("mlp.experts.gate_up_proj") || path.ends_with("mlp.experts.gate_up_proj_bias"))
-        .then(|| name.replace("ffn_gate_exps", "ffn_up_exps"))
+/// The up stack's name beside the gate stack `name` where a parameter holds both, and
+/// whether it interleaves their rows (gpt-oss's `gate_up_proj`: the gate's even, the up's odd)
+/// or stacks them (Granite MoE's `gate_up_proj.weight`: the gate's first).
+fn joined_up(path: &str, name: &str) -> Option<(String, bool)> {
+    let up = || name.replace("ffn_gate_exps", "ffn_up_exps");
+    match path {
+        _ if path.ends_with("mlp.experts.gate_up_proj") || path.ends_with("mlp.experts.gate_up_proj_bias") => {
+            Some((up(), true))
+        }
+        _ if path.ends_with("mlp.experts.gate_up_proj.weight") => Some((up(), false)),
+        _ => None,
+    }
 }
 
-/// `a` and `b` (of one type and shape `[.., n, ..]`) interleaved along `axis`, `[.., 2n, ..]`:
-/// `a`'s entry `i` at `2i`, `b`'s at `2i + 1`. Whole entries move as their bytes (a block
-/// type's rows where `axis` is not the last).
-fn interleave(a: &HostTensor, b: &HostTensor, axis: usize) -> Result<HostTensor> {
+/// `a` and `b` (of one type and shape `[.., n, ..]`) joined along `axis`, `[.., 2n, ..]`:
+/// interleaved (`a`'s entry `i` at `2i`, `b`'s at `2i + 1`) or, not, `a`'s entries before
+/// `b`'s. Whole entries move as their bytes (a block type's rows where `axis` is not the last).
+fn join(a: &HostTensor, b: &HostTensor, axis: usize, interleaved: bool) -> Result<HostTensor> {
     let dims = a.shape().dims();
     if a.ty() != b.ty() || axis >= dims.len() {
         return Err(NnError::Config(format!("GGUF: cannot interleave {} with {} along axis {axis}", a.ty(), b.ty())));
     }
-    let unit = a.dtype().data_bytes(dims[axis + 1..].iter().product());
+    let unit = a.dtype().data_bytes(dims[axis + 1..].iter().product()) * if interleaved { 1 } else { dims[axis] };
     let (ab, bb) = (a.to_bytes(), b.to_bytes());
     let mut out = Vec::with_capacity(2 * ab.len());
     for (x, y) in ab.chunks_exact(unit).zip(bb.chunks_exact(unit)) {
@@ -451,7 +459,7 @@ impl Gguf {
 
     /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`-,
     /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`-, `ernie4_5`-, `glm4`-,
-    /// `mistral3`-, `qwen2moe`-, `qwen3moe`-, `olmoe`-, `gpt-oss`-, `glm4moe`- or `ernie4_5-moe`-architecture file (a `llama`
+    /// `mistral3`-, `qwen2moe`-, `qwen3moe`-, `olmoe`-, `gpt-oss`-, `glm4moe`-, `ernie4_5-moe`- or `granitemoe`-architecture file (a `llama`
     /// file with `expert_count` is Mixtral's; a mixture's expert stacks `ffn_{gate,up,down}_exps`
     /// load as [`crate::feed_forward::StackedLinear`]s, as llama.cpp reads them: see
     /// `moe_fields`; gpt-oss's gate and up stacks interleave into its one `gate_up_proj`)
@@ -494,7 +502,7 @@ impl Gguf {
         let file = self.path.display().to_string();
         // llama.cpp's converter interleaves q and k rows for the rotary layout of the
         // architectures it converts as Llama's.
-        let permuted = matches!(self.architecture(), "llama" | "smollm3" | "granite" | "mistral3");
+        let permuted = matches!(self.architecture(), "llama" | "smollm3" | "granite" | "granitemoe" | "mistral3");
         let mut used: std::collections::BTreeSet<String> =
             ["rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"].map(String::from).into();
         let mut out = BTreeMap::new();
@@ -507,12 +515,12 @@ impl Gguf {
             }
             let want = p.ty();
             let mut t = self.tensor(&name)?;
-            if let Some(up) = interleaved_up(p.path(), &name) {
+            if let Some((up, interleaved)) = joined_up(p.path(), &name) {
                 if !self.tensors.iter().any(|t| t.name == up) {
                     let expected = Some(p.ty().clone());
                     return Err(NnError::MissingKey { key: up, param: p.path().into(), expected, file });
                 }
-                t = interleave(&t, &self.tensor(&up)?, 1)?;
+                t = join(&t, &self.tensor(&up)?, 1, interleaved)?;
                 used.insert(up);
             }
             if permuted && name.ends_with("attn_q.weight") {
@@ -581,6 +589,7 @@ impl Gguf {
             "phi3" => "Phi3ForCausalLM",
             "smollm3" => "SmolLM3ForCausalLM",
             "granite" => "GraniteForCausalLM",
+            "granitemoe" => "GraniteMoeForCausalLM",
             "olmo2" => "Olmo2ForCausalLM",
             "seed_oss" => "SeedOssForCausalLM",
             "ernie4_5" => "Ernie4_5ForCausalLM",
@@ -598,7 +607,7 @@ impl Gguf {
                     value: arch.into(),
                     supported:
                         "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss, ernie4_5, \
-                            glm4, mistral3, qwen2moe, qwen3moe, olmoe, gpt-oss, glm4moe or ernie4_5-moe"
+                            glm4, mistral3, qwen2moe, qwen3moe, olmoe, gpt-oss, glm4moe, ernie4_5-moe or granitemoe"
                             .into(),
                 })
             }
@@ -749,10 +758,10 @@ impl Gguf {
             "partial_rotary_factor": partial,
             // Granite's multipliers (a SmolLM3 file's layers without rotary positions are
             // every fourth, as llama.cpp assumes and as the config's default is).
-            "embedding_multiplier": float("embedding_scale").filter(|_| arch == "granite"),
-            "residual_multiplier": float("residual_scale").filter(|_| arch == "granite"),
-            "attention_multiplier": float("attention.scale").filter(|_| arch == "granite"),
-            "logits_scaling": float("logit_scale").filter(|_| arch == "granite"),
+            "embedding_multiplier": float("embedding_scale").filter(|_| arch.starts_with("granite")),
+            "residual_multiplier": float("residual_scale").filter(|_| arch.starts_with("granite")),
+            "attention_multiplier": float("attention.scale").filter(|_| arch.starts_with("granite")),
+            "logits_scaling": float("logit_scale").filter(|_| arch.starts_with("granite")),
             // Seed-OSS's, GLM-4's and ERNIE 4.5's biases, by the tensors the file holds.
             "use_qk_norm": (arch == "glm4moe").then(|| has("blk.0.attn_q_norm.weight")),
             "attention_bias": matches!(arch, "seed_oss" | "glm4" | "gpt-oss" | "glm4moe").then(|| has("blk.0.attn_q.bias")),
@@ -844,7 +853,7 @@ impl Gguf {
             fields.insert("moe_layer_start_index".into(), int("leading_dense_block_count").unwrap_or(0).into());
             fields.insert("moe_layer_interval".into(), int("interleave_moe_layer_step").unwrap_or(1).into());
         }
-        if arch == "gpt-oss" {
+        if arch == "gpt-oss" || arch == "granitemoe" {
             // Its experts' width is the config's `intermediate_size`.
             fields.insert("intermediate_size".into(), int("expert_feed_forward_length").unwrap_or(ff).into());
         }
