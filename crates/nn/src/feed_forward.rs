@@ -1,5 +1,6 @@
 //! The Llama family's feed-forward branches: the gated MLP, and the sparse mixture of experts
-//! (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) that replaces it on some or all layers.
+//! (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5, ERNIE 4.5 MoE, Granite MoE, gpt-oss) that
+//! replaces it on some or all layers.
 //!
 //! A mixture is recorded with the ops every model uses. The router's top `k` are `k` rounds of
 //! arg-max over the softmax probabilities, each round masking its winner. Each expert weight

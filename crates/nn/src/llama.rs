@@ -193,27 +193,21 @@ impl Llama {
         let layer = |i: usize, from: &str, to: &str| {
             (format!("model.layers.{i}.{from}.weight"), format!("model.layers.{i}.{to}.weight"))
         };
+        // Names renamed once per layer: GLM-4's norms, Granite MoE's mixture.
+        let per_layer: &[(&str, &str)] = match (c.architecture, &c.moe) {
+            (Architecture::Glm4, _) => &[
+                ("post_self_attn_layernorm", "post_attention_layernorm"),
+                ("post_attention_layernorm", "pre_feedforward_layernorm"),
+                ("post_mlp_layernorm", "post_feedforward_layernorm"),
+            ],
+            (Architecture::GraniteMoe, Some(_)) => &[
+                ("block_sparse_moe.router.layer", "mlp.gate"),
+                ("block_sparse_moe.input_linear", "mlp.experts.gate_up_proj"),
+                ("block_sparse_moe.output_linear", "mlp.experts.down_proj"),
+            ],
+            _ => &[],
+        };
         match (c.architecture, &c.moe) {
-            (Architecture::Glm4, _) => (0..c.num_hidden_layers)
-                .flat_map(|i| {
-                    [
-                        ("post_self_attn_layernorm", "post_attention_layernorm"),
-                        ("post_attention_layernorm", "pre_feedforward_layernorm"),
-                        ("post_mlp_layernorm", "post_feedforward_layernorm"),
-                    ]
-                    .map(|(from, to)| layer(i, from, to))
-                })
-                .collect(),
-            (Architecture::GraniteMoe, Some(_)) => (0..c.num_hidden_layers)
-                .flat_map(|i| {
-                    [
-                        ("block_sparse_moe.router.layer", "mlp.gate"),
-                        ("block_sparse_moe.input_linear", "mlp.experts.gate_up_proj"),
-                        ("block_sparse_moe.output_linear", "mlp.experts.down_proj"),
-                    ]
-                    .map(|(from, to)| layer(i, from, to))
-                })
-                .collect(),
             (Architecture::Mixtral, Some(moe)) => (0..c.num_hidden_layers)
                 .flat_map(|i| {
                     let experts = (0..moe.experts).flat_map(move |e| {
@@ -224,7 +218,9 @@ impl Llama {
                     std::iter::once(layer(i, "block_sparse_moe.gate", "mlp.gate")).chain(experts)
                 })
                 .collect(),
-            _ => Vec::new(),
+            _ => (0..c.num_hidden_layers)
+                .flat_map(|i| per_layer.iter().map(move |&(from, to)| layer(i, from, to)))
+                .collect(),
         }
     }
 
