@@ -129,7 +129,7 @@ impl Generator {
     /// Compiles the decode step of `model` for `batch` sequences of up to `max_seq`
     /// positions (≤ the model's longest) against `store`, which must hold the model's
     /// parameters; the caches are added to it (zeros, `kv_cache.b{batch}.{layer}.k` and `.v`,
-    /// `[batch, kv heads, max_seq, head width]` f32) unless present. Generation stops at the
+    /// `[batch, kv heads, max_seq, width]` f32) unless present. Generation stops at the
     /// model's end-of-sequence tokens ([`Generator::stop_at`] changes them).
     pub fn new(
         store: &ParamStore,
@@ -144,16 +144,16 @@ impl Generator {
                 "generate: batch {batch} and max_seq {max_seq} must be ≥ 1, max_seq ≤ the model's {longest} positions"
             )));
         }
-        let shape = Self::cache_dims(&*model, batch, max_seq);
-        let zeros = HostTensor::new(shape, vec![0.0f32; shape.iter().product()])?;
-        let caches: Vec<(String, String)> = (0..model.cache_shape().0)
+        let zero = |s: [usize; 4]| HostTensor::new(s, vec![0.0f32; s.iter().product()]);
+        let [ks, vs] = Self::cache_dims(&*model, batch, max_seq);
+        let zeros = [zero(ks)?, zero(vs)?];
+        let caches: Vec<(String, String)> = (0..model.cache_shape().layers)
             .map(|i| (format!("kv_cache.b{batch}.{i}.k"), format!("kv_cache.b{batch}.{i}.v")))
             .collect();
         let missing: Vec<(&str, &HostTensor)> = caches
             .iter()
-            .flat_map(|(k, v)| [k.as_str(), v.as_str()])
-            .filter(|n| store.ty(n).is_none())
-            .map(|n| (n, &zeros))
+            .flat_map(|(k, v)| [(k.as_str(), &zeros[0]), (v.as_str(), &zeros[1])])
+            .filter(|(n, _)| store.ty(n).is_none())
             .collect();
         store.insert_all(missing)?;
         let mut g = Generator {
@@ -208,10 +208,9 @@ impl Generator {
         Ok(&self.decode[&(head, live)])
     }
 
-    /// A cache's dimensions: `[batch, kv heads, max_seq, head width]`.
-    fn cache_dims(model: &dyn CausalLm, batch: usize, max_seq: usize) -> [usize; 4] {
-        let (_, heads, dh) = model.cache_shape();
-        [batch, heads, max_seq, dh]
+    /// A layer's key and value caches' dimensions: `[batch, kv heads, max_seq, width]`.
+    fn cache_dims(model: &dyn CausalLm, batch: usize, max_seq: usize) -> [[usize; 4]; 2] {
+        model.cache_shape().dims(batch, max_seq)
     }
 
     /// Ends a sequence when it produces one of `tokens` (kept as its last token); none: every
@@ -235,11 +234,8 @@ impl Generator {
         self.overlap
     }
 
-    fn cache_params(b: &GraphBuilder, caches: &[(String, String)], shape: [usize; 4]) -> Result<Vec<Kv>> {
-        caches
-            .iter()
-            .map(|(k, v)| Ok((b.parameter(k, DType::F32, shape)?, b.parameter(v, DType::F32, shape)?)))
-            .collect()
+    fn cache_params(b: &GraphBuilder, caches: &[(String, String)], [ks, vs]: [[usize; 4]; 2]) -> Result<Vec<Kv>> {
+        caches.iter().map(|(k, v)| Ok((b.parameter(k, DType::F32, ks)?, b.parameter(v, DType::F32, vs)?))).collect()
     }
 
     /// The caches declared in `b`, each layer's key and value cache updated by `write(cache,

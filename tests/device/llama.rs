@@ -79,6 +79,8 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("glm4-moe-tiny", "glm4-moe-tiny", ""),
         ("ernie45-moe-tiny", "ernie45-moe-tiny", ""),
         ("granite-moe-tiny", "granite-moe-tiny", ""),
+        ("deepseek-v3-tiny", "deepseek-v3-tiny", ""),
+        ("deepseek-v2-tiny", "deepseek-v2-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -439,6 +441,8 @@ fn newer_llama_family_layers_in_gpu_forms() {
         "glm4-moe-tiny",
         "ernie45-moe-tiny",
         "granite-moe-tiny",
+        "deepseek-v3-tiny",
+        "deepseek-v2-tiny",
     ] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);
@@ -578,7 +582,8 @@ fn a_llama_step_writes_only_the_new_positions_of_its_caches() {
     let r = reference("llama-tiny");
     let store = ParamStore::new(&Device::shared().unwrap());
     store.insert_all(loaded.params.iter()).unwrap();
-    let (layers, heads, dim) = loaded.model.cache_shape();
+    let shape = loaded.model.cache_shape();
+    let (layers, heads, dim) = (shape.layers, shape.heads, shape.key_width);
     let len = loaded.model.max_positions();
     let mut g = Generator::new(&store, loaded.model.clone(), 1, len, CompileOptions::default()).unwrap();
     g.stop_at(Vec::new());

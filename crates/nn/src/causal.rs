@@ -6,8 +6,38 @@ use crate::layers::Embedding;
 use crate::module::Module;
 use fusegraph_ir::{DType, Tensor};
 
-/// One layer's keys or values: `[batch, kv heads, positions, head width]`.
+/// One layer's cached keys and values: `[batch, kv heads, positions, width]` each (the
+/// widths are [`CacheShape`]'s).
 pub type Kv = (Tensor, Tensor);
+
+/// What a model caches per layer and position: `heads` key/value heads, each a key
+/// `key_width` wide and a value `value_width` wide. Multi-head and grouped-query attention
+/// cache each head's key and value (one width); multi-head latent attention caches one
+/// head: the compressed latent in the key's place and the rotary key in the value's
+/// ([`crate::latent`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheShape {
+    /// Layers, a cache each.
+    pub layers: usize,
+    /// Heads per cache.
+    pub heads: usize,
+    /// The width of the first cache of a pair (keys).
+    pub key_width: usize,
+    /// The width of the second (values).
+    pub value_width: usize,
+}
+
+impl CacheShape {
+    /// Keys and values of one width.
+    pub fn uniform(layers: usize, heads: usize, width: usize) -> Self {
+        CacheShape { layers, heads, key_width: width, value_width: width }
+    }
+
+    /// A layer's key and value cache dimensions for `batch` sequences of `max` positions.
+    pub fn dims(&self, batch: usize, max: usize) -> [[usize; 4]; 2] {
+        [[batch, self.heads, max, self.key_width], [batch, self.heads, max, self.value_width]]
+    }
+}
 
 /// A decoder that generates with a key/value cache: a prefill of whole prompts and a decode
 /// step of one token per sequence at a run-time position.
@@ -18,19 +48,19 @@ pub trait CausalLm: Module + Send + Sync {
     fn vocab_size(&self) -> usize;
     /// The longest sequence.
     fn max_positions(&self) -> usize;
-    /// The cache's shape: layers, key/value heads, head width.
-    fn cache_shape(&self) -> (usize, usize, usize);
+    /// The cache's shape: layers, key/value heads, their widths.
+    fn cache_shape(&self) -> CacheShape;
     /// The tokens that end a generation (none: it runs to its length).
     fn eos_token_ids(&self) -> Vec<i32> {
         Vec::new()
     }
     /// The logits `[batch, seq, vocab]` of a prompt `ids: i32 [batch, seq]` (positions
-    /// `0..seq`) and every layer's keys and values `[batch, kv heads, seq, head width]`.
+    /// `0..seq`) and every layer's keys and values `[batch, kv heads, seq, width]`.
     fn prefill(&self, ids: &Tensor) -> Result<(Tensor, Vec<Kv>)>;
     /// One decode step: the logits `[batch, 1, vocab]` of `ids: [batch, 1]` at position `pos`
     /// (an i32 known at run time: rank 0 for every sequence, or `[batch]`, each sequence at
     /// its own), attending to positions `0..=pos` of `cache` (per layer, `[batch, kv heads,
-    /// max, head width]`) after writing this token's keys and values there; returns the
+    /// max, width]`) after writing this token's keys and values there; returns the
     /// logits and the updated caches. The attention reads the cache's
     /// first `live` positions alone (`1 ≤ live ≤ max`; the step is right for `pos < live`):
     /// a generator compiles a step per bucket of `live`, so that a step at position 16 of a
@@ -63,23 +93,27 @@ pub(crate) fn tied_head(h: &Tensor, table: &Embedding) -> Result<Tensor> {
 
 /// Checks a decode step's operands against `model`'s cache shape; returns the cache length.
 pub(crate) fn check_cache(model: &dyn CausalLm, batch: usize, seq: usize, cache: &[Kv]) -> Result<usize> {
-    let (layers, heads, dh) = model.cache_shape();
-    if seq != 1 || cache.len() != layers {
+    let shape = model.cache_shape();
+    if seq != 1 || cache.len() != shape.layers {
         return Err(config(format!(
-            "{} decode: one token per sequence ({seq} given) and a cache per layer ({} for {layers})",
+            "{} decode: one token per sequence ({seq} given) and a cache per layer ({} for {})",
             model.name(),
             cache.len(),
+            shape.layers
         )));
     }
     let max = cache[0].0.dims().get(2).copied().unwrap_or(0);
+    let want = shape.dims(batch, max);
     for (k, v) in cache {
-        for t in [k, v] {
-            if t.dims() != [batch, heads, max, dh] || max == 0 || max > model.max_positions() {
+        for (t, want) in [(k, want[0]), (v, want[1])] {
+            if t.dims() != want || max == 0 || max > model.max_positions() {
                 return Err(config(format!(
-                    "{} decode: cache {} must be [{batch}, {heads}, max ≤ {}, {dh}]",
+                    "{} decode: cache {} must be [{batch}, {}, max ≤ {}, {}]",
                     model.name(),
                     t.ty(),
-                    model.max_positions()
+                    shape.heads,
+                    model.max_positions(),
+                    want[3]
                 )));
             }
         }
@@ -123,8 +157,9 @@ pub(crate) fn soft_cap(x: &Tensor, cap: f64) -> Result<Tensor> {
 
 /// `softmax(q·kᵀ·scale, masked)·v` (the scale most models' `1/√dh`; the scores soft-capped
 /// at `cap` where given) with heads merged: `q: [b, heads, sq, dh]`, `k, v: [b, kv
-/// heads, sk, dh]` (kv heads dividing heads; query head `h` reads key head `h / group`), `keep:
-/// bool [sq, sk]`, or `[b, sq, sk]` per sequence (false: masked out) → `[b, sq, heads · dh]`.
+/// heads, sk, dh]` and `[b, kv heads, sk, dv]` (kv heads dividing heads; query head `h` reads
+/// key head `h / group`), `keep: bool [sq, sk]`, or `[b, sq, sk]` per sequence (false: masked
+/// out) → `[b, sq, heads · dv]`.
 /// With `sinks` (f32 `[heads]`: gpt-oss's), each head's softmax has one more logit, its
 /// sink's, which takes its share of the probability and reads no value.
 ///
@@ -139,7 +174,7 @@ pub(crate) fn attend(
     sinks: Option<&Tensor>,
 ) -> Result<Tensor> {
     let &[b, heads, sq, dh] = q.dims() else { return Err(config(format!("attention: q {} must be rank 4", q.ty()))) };
-    let (kv_heads, sk) = (k.dims()[1], k.dims()[2]);
+    let (kv_heads, sk, dv) = (k.dims()[1], k.dims()[2], v.dims()[3]);
     let per_row = keep.rank() == 3;
     if kv_heads == 0 || heads % kv_heads != 0 || (keep.dims() != [sq, sk] && keep.dims() != [b, sq, sk]) {
         return Err(config(format!(
@@ -183,6 +218,6 @@ pub(crate) fn attend(
         None => masked.softmax(3)?,
     };
     let ctx = probs.matmul(v)?;
-    let ctx = if group == 1 { ctx } else { ctx.reshape([b, heads, sq, dh])? };
-    Ok(ctx.transpose(&[0, 2, 1, 3])?.reshape([b, sq, heads * dh])?)
+    let ctx = if group == 1 { ctx } else { ctx.reshape([b, heads, sq, dv])? };
+    Ok(ctx.transpose(&[0, 2, 1, 3])?.reshape([b, sq, heads * dv])?)
 }

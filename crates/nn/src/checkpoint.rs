@@ -77,6 +77,7 @@ impl KeyMap {
             drop_suffixes,
             transposed_suffixes: [
                 "_proj.weight",
+                "_proj_with_mqa.weight",
                 "lm_head.weight",
                 ".mlp.gate.weight",
                 ".shared_expert_gate.weight",

@@ -1,6 +1,6 @@
 //! The Llama family's feed-forward branches: the gated MLP, and the sparse mixture of experts
-//! (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5, ERNIE 4.5 MoE, Granite MoE, gpt-oss) that
-//! replaces it on some or all layers.
+//! (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5, ERNIE 4.5 MoE, Granite MoE, gpt-oss,
+//! DeepSeek-V2 and V3) that replaces it on some or all layers, and their shapes ([`MoeConfig`]).
 //!
 //! A mixture is recorded with the ops every model uses. The router's top `k` are `k` rounds of
 //! arg-max over the softmax probabilities, each round masking its winner. Each expert weight
@@ -13,7 +13,7 @@
 use crate::error::{config, Result};
 use crate::init::Init;
 use crate::layers::{Linear, Projections};
-use crate::llama_config::{Activation, MoeConfig, MoeStyle, Router};
+use crate::llama_config::Activation;
 use crate::module::{Forward, Module, Param, Scope};
 use fusegraph_ir::{DType, Tensor};
 
@@ -153,6 +153,101 @@ pub struct Experts {
 
 crate::module!(Experts { gate_up, down_proj });
 
+/// How a mixture's router scores and weighs its experts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Router {
+    /// Softmax probabilities: the top `k` chosen (where `corrected`, by each probability plus
+    /// its expert's correction bias, ERNIE 4.5's `moe_statics.e_score_correction_bias`), their
+    /// probabilities the weights ([`MoeConfig::normalize`]: divided by their sum).
+    Softmax {
+        /// Whether a correction bias takes part in the choice.
+        corrected: bool,
+    },
+    /// DeepSeek-V2's: softmax probabilities; the top `k` within the `top_groups` best of
+    /// `groups` groups (a group's mark: its best probability), their probabilities times
+    /// `scale` the weights, never normalized (as `transformers` weighs them).
+    SoftmaxGroups {
+        /// The groups the experts split into (`n_group`; 1 for `topk_method` `greedy`).
+        groups: usize,
+        /// The groups each token chooses in (`topk_group`).
+        top_groups: usize,
+        /// The weights' scale (`routed_scaling_factor`).
+        scale: f64,
+    },
+    /// DeepSeek-V3's: sigmoid scores; each expert's score plus its correction bias
+    /// (`e_score_correction_bias`) chooses, within the `top_groups` best of `groups` groups
+    /// (a group's mark: its two best), and the chosen scores without the bias, normalized
+    /// (plus 1e-20) where [`MoeConfig::normalize`], times `scale` are the weights.
+    Sigmoid {
+        /// The groups the experts split into (`n_group`).
+        groups: usize,
+        /// The groups each token chooses in (`topk_group`).
+        top_groups: usize,
+        /// The weights' scale (`routed_scaling_factor`).
+        scale: f64,
+    },
+}
+
+/// Experts every token goes through, beside the routed ones.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SharedExpert {
+    /// Its inner width (Qwen2-MoE's `shared_expert_intermediate_size`; GLM's
+    /// `moe_intermediate_size · n_shared_experts`).
+    pub width: usize,
+    /// Whether a sigmoid gate (`shared_expert_gate`) scales it (Qwen2-MoE's, named
+    /// `shared_expert`; else `shared_experts`, added as it is).
+    pub gated: bool,
+    /// Biases on its projections (ERNIE 4.5's, where `use_bias`).
+    pub bias: bool,
+}
+
+/// How a mixture's experts are laid out and gated.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MoeStyle {
+    /// A router `gate` without bias; each expert a gated MLP (`gate_proj`, `up_proj`,
+    /// `down_proj`, no biases) with the model's activation.
+    Standard,
+    /// Granite MoE's: gate and up one stack `gate_up_proj` (its checkpoints' `input_linear`),
+    /// the gate its first half of each expert's outputs, the up its second.
+    Halves,
+    /// gpt-oss's: a router `router` with a bias; gate and up one stack `gate_up_proj`
+    /// `[experts, hidden, 2 · inner]` whose columns interleave them (gate at even, up at odd),
+    /// biases on both stacks (`gate_up_proj_bias`, `down_proj_bias`); the gate clamped above
+    /// at `limit`, up to `±limit`, and `(up + 1) · gate · sigmoid(alpha · gate)` the inner value.
+    GptOss {
+        /// The sigmoid's gain (`swiglu_alpha`, 1.702).
+        alpha: f64,
+        /// The clamp (`swiglu_limit`, 7).
+        limit: f64,
+    },
+}
+
+/// A sparse mixture of experts in place of a layer's MLP: a router (`gate`) scores every
+/// expert for each token, the `top_k` best (by softmax probability) each apply their own
+/// gated MLP, and their outputs are summed weighted by those probabilities.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    /// Experts per mixture (`num_experts`, or `num_local_experts`).
+    pub experts: usize,
+    /// Experts each token goes through (`num_experts_per_tok`).
+    pub top_k: usize,
+    /// Each expert's inner width (`moe_intermediate_size`; Mixtral's and OLMoE's
+    /// `intermediate_size`).
+    pub expert_size: usize,
+    /// The chosen experts' probabilities divided by their sum (`norm_topk_prob`; always for
+    /// Mixtral).
+    pub normalize: bool,
+    /// Experts every token goes through too.
+    pub shared_expert: Option<SharedExpert>,
+    /// How the router scores and weighs the experts.
+    pub router: Router,
+    /// Per layer, whether its MLP is the mixture (else a dense MLP `intermediate_size` wide):
+    /// every `decoder_sparse_step`-th layer not in `mlp_only_layers`.
+    pub sparse_layers: Vec<bool>,
+    /// The experts' layout and gating.
+    pub style: MoeStyle,
+}
+
 /// A sparse mixture of experts ([`MoeConfig`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SparseMoe {
@@ -234,7 +329,7 @@ impl SparseMoe {
                 Router::Softmax { corrected: true } => {
                     Some(s.at("moe_statics").param("e_score_correction_bias", &[1, n], Init::Zeros))
                 }
-                Router::Softmax { corrected: false } => None,
+                Router::Softmax { corrected: false } | Router::SoftmaxGroups { .. } => None,
             }
             .map(|p| p.stored_as(DType::F32)),
             top_k: c.top_k,
@@ -306,27 +401,21 @@ impl SparseMoe {
                     false => Ok((weights, chosen)),
                 }
             }
+            Router::SoftmaxGroups { groups, top_groups, scale } => {
+                let probs = logits.softmax(1)?;
+                // A group's mark: its best probability.
+                let (_, chosen) = top_k(&within_groups(&probs, groups, top_groups, 1)?, self.top_k)?;
+                let weights = take(&probs, &chosen)?;
+                Ok((if scale == 1.0 { weights } else { weights.mul_scalar(scale)? }, chosen))
+            }
             Router::Sigmoid { groups, top_groups, scale } => {
                 let scores = logits.sigmoid()?;
-                let [t, n] = [scores.dims()[0], scores.dims()[1]];
-                let b = x.builder();
-                let mut choice = match &self.correction {
-                    Some(bias) => scores.add(&bias.read(b, DType::F32)?.reshape([n])?)?,
+                let choice = match &self.correction {
+                    Some(bias) => scores.add(&bias.read(x.builder(), DType::F32)?.reshape([scores.dims()[1]])?)?,
                     None => scores.clone(),
                 };
-                if top_groups < groups {
-                    // Each group's mark, the sum of its two best; the experts of the best groups.
-                    let per = n / groups;
-                    let (best, _) = top_k(&choice.reshape([t * groups, per])?, 2.min(per))?;
-                    let marks = best.sum(&[1], false)?.reshape([t, groups])?;
-                    let (_, kept) = top_k(&marks, top_groups)?;
-                    let group = b.iota(DType::I32, [t, top_groups, groups], 2)?;
-                    let kept = group.eq(&kept.reshape([t, top_groups, 1])?.broadcast_to([t, top_groups, groups])?)?;
-                    let kept = kept.cast(DType::F32)?.sum(&[1], false)?.gt(&b.full(DType::F32, [t, groups], 0.5)?)?;
-                    let kept = kept.broadcast_in_dim(vec![t, groups, per], vec![0, 1])?.reshape([t, n])?;
-                    choice = kept.select(&choice, &b.full(DType::F32, [t, n], MASKED)?)?;
-                }
-                let (_, chosen) = top_k(&choice, self.top_k)?;
+                // A group's mark: the sum of its two best.
+                let (_, chosen) = top_k(&within_groups(&choice, groups, top_groups, 2)?, self.top_k)?;
                 let mut weights = take(&scores, &chosen)?;
                 if self.normalize {
                     weights = weights.div(&weights.sum(&[1], true)?.add_scalar(1e-20)?)?;
@@ -335,6 +424,25 @@ impl SparseMoe {
             }
         }
     }
+}
+
+/// `choice: f32 [t, n]` with the experts outside each row's `top_groups` best of `groups`
+/// groups masked out, a group's mark the sum of its `best` largest scores (`choice` itself
+/// where every group is kept).
+fn within_groups(choice: &Tensor, groups: usize, top_groups: usize, best: usize) -> Result<Tensor> {
+    if top_groups >= groups {
+        return Ok(choice.clone());
+    }
+    let [t, n] = [choice.dims()[0], choice.dims()[1]];
+    let (b, per) = (choice.builder(), n / groups);
+    let (tops, _) = top_k(&choice.reshape([t * groups, per])?, best.min(per))?;
+    let marks = tops.sum(&[1], false)?.reshape([t, groups])?;
+    let (_, kept) = top_k(&marks, top_groups)?;
+    let group = b.iota(DType::I32, [t, top_groups, groups], 2)?;
+    let kept = group.eq(&kept.reshape([t, top_groups, 1])?.broadcast_to([t, top_groups, groups])?)?;
+    let kept = kept.cast(DType::F32)?.sum(&[1], false)?.gt(&b.full(DType::F32, [t, groups], 0.5)?)?;
+    let kept = kept.broadcast_in_dim(vec![t, groups, per], vec![0, 1])?.reshape([t, n])?;
+    Ok(kept.select(choice, &b.full(DType::F32, [t, n], MASKED)?)?)
 }
 
 /// What [`top_k`] puts in place of an entry it took (and the router in place of an expert

@@ -10,7 +10,9 @@
 //! into the cache) and [`CausalLm::decode`] (one token per sequence at a run-time position,
 //! attending to the cache it updates in place).
 
-use crate::causal::{attend, check_cache, check_ids, check_live, live_part, row_positions, tied_head, CausalLm};
+use crate::causal::{
+    attend, check_cache, check_ids, check_live, live_part, row_positions, tied_head, CacheShape, CausalLm,
+};
 use crate::error::{config, Result};
 use crate::init::Init;
 use crate::layers::{Embedding, LayerNorm, Linear};
@@ -220,8 +222,8 @@ impl CausalLm for Gpt2 {
         self.config.n_positions
     }
 
-    fn cache_shape(&self) -> (usize, usize, usize) {
-        (self.config.n_layer, self.config.n_head, self.head_dim())
+    fn cache_shape(&self) -> CacheShape {
+        CacheShape::uniform(self.config.n_layer, self.config.n_head, self.head_dim())
     }
 
     fn prefill(&self, ids: &Tensor) -> Result<(Tensor, Vec<Kv>)> {

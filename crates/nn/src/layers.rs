@@ -7,7 +7,7 @@
 use crate::error::{config, Result};
 use crate::init::Init;
 use crate::module::{Forward, Module, Param, Scope};
-use fusegraph_ir::{DType, Tensor};
+use fusegraph_ir::{DType, GraphBuilder, Tensor};
 
 /// `y = x·W + b` over the last axis.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,6 +55,12 @@ impl Linear {
     pub fn out_dim(&self) -> usize {
         self.weight.dims()[usize::from(!self.rows_out())]
     }
+
+    /// The weight as `[in, out]` in `b`, in `dtype` (a block type's read transposed).
+    pub fn matrix(&self, b: &GraphBuilder, dtype: DType) -> Result<Tensor> {
+        let w = self.weight.read(b, dtype)?;
+        Ok(if self.rows_out() { w.t()? } else { w })
+    }
 }
 
 impl Forward for Linear {
@@ -73,8 +79,7 @@ impl Forward for Linear {
         let b = x.builder();
         let rows: usize = dims[..dims.len() - 1].iter().product();
         let x2 = if dims.len() == 2 { x.clone() } else { x.reshape([rows, self.in_dim()])? };
-        let w = self.weight.read(b, x.dtype())?;
-        let mut y = x2.matmul(&if self.rows_out() { w.t()? } else { w })?;
+        let mut y = x2.matmul(&self.matrix(b, x.dtype())?)?;
         if let Some(bias) = &self.bias {
             y = y.add(&bias.read(b, x.dtype())?)?;
         }

@@ -41,6 +41,7 @@ pub mod feed_forward;
 pub mod gguf;
 pub mod gpt2;
 mod init;
+pub mod latent;
 mod layers;
 pub mod llama;
 pub mod llama_config;
@@ -54,7 +55,7 @@ pub mod rope;
 
 pub use attention::MultiHeadAttention;
 pub use blocks::{Mlp, ResidualBlock, TransformerBlock};
-pub use causal::CausalLm;
+pub use causal::{CacheShape, CausalLm};
 pub use checkpoint::{Checkpoint, KeyMap, Quantize};
 pub use error::{NnError, Result};
 pub use gpt2::{Gpt2, Gpt2Config};

@@ -5,8 +5,9 @@
 //! `Olmo3ForCausalLM`, `SeedOssForCausalLM`, `MinistralForCausalLM`, `Ernie4_5ForCausalLM`,
 //! `Glm4ForCausalLM`, `Ministral3ForCausalLM`, and the mixtures of experts
 //! `MixtralForCausalLM`, `Qwen2MoeForCausalLM`, `Qwen3MoeForCausalLM`, `OlmoeForCausalLM`,
-//! `Glm4MoeForCausalLM`, `Ernie4_5_MoeForCausalLM`, `GraniteMoeForCausalLM` and `GptOssForCausalLM` — as
-//! one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
+//! `Glm4MoeForCausalLM`, `Ernie4_5_MoeForCausalLM`, `GraniteMoeForCausalLM`, `GptOssForCausalLM`,
+//! `DeepseekV2ForCausalLM` and `DeepseekV3ForCausalLM` (multi-head latent attention,
+//! [`crate::latent`]) — as one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
 //! projections, RMS norms on q and k (per head or whole), norms before, around or after each
 //! branch and their gains' offset, the MLP's activation, the embeddings', branches', scores'
 //! and logits' scales, soft caps on scores and logits, grouped-query attention
@@ -28,11 +29,12 @@
 //! product, so nothing repeats the cache.
 
 use crate::causal::{
-    attend, check_cache, check_ids, check_live, live_part, row_positions, soft_cap, tied_head, CausalLm, Kv,
+    attend, check_cache, check_ids, check_live, live_part, row_positions, soft_cap, tied_head, CacheShape, CausalLm, Kv,
 };
 use crate::error::{config, Result};
 pub use crate::feed_forward::{FeedForward, LlamaMlp, SparseMoe};
 use crate::init::Init;
+use crate::latent::LatentAttention;
 use crate::layers::{Embedding, Linear, Projections, RmsNorm};
 pub use crate::llama_config::{
     Activation, Architecture, LlamaConfig, MoeConfig, MoeStyle, Norms, QkNorm, Router, SharedExpert,
@@ -40,7 +42,7 @@ pub use crate::llama_config::{
 use crate::module::{Forward, Scope};
 use crate::rope::scaled;
 pub use crate::rope::{rotary_angles, rotate, rotate_interleaved, RopeScaling};
-use fusegraph_ir::{DType, GraphBuilder, Tensor};
+use fusegraph_ir::{DType, Tensor};
 
 /// Attention with rotary q and k and grouped key/value heads.
 #[derive(Clone, Debug, PartialEq)]
@@ -61,6 +63,35 @@ pub struct LlamaAttention {
 
 crate::module!(LlamaAttention { qkv, o_proj, q_norm, k_norm, sinks });
 
+/// A layer's attention: heads with their own keys and values (multi-head or grouped-query),
+/// or DeepSeek's multi-head latent attention.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SelfAttention {
+    /// q, k and v per head ([`LlamaAttention`]).
+    Heads(Box<LlamaAttention>),
+    /// Keys and values through a shared latent ([`LatentAttention`]).
+    Latent(Box<LatentAttention>),
+}
+
+impl crate::module::Module for SelfAttention {
+    fn visit(&self, f: &mut dyn FnMut(&crate::module::Param)) {
+        match self {
+            SelfAttention::Heads(a) => a.visit(f),
+            SelfAttention::Latent(a) => a.visit(f),
+        }
+    }
+}
+
+impl SelfAttention {
+    /// `o_proj`.
+    pub fn o_proj(&self) -> &Linear {
+        match self {
+            SelfAttention::Heads(a) => &a.o_proj,
+            SelfAttention::Latent(a) => &a.o_proj,
+        }
+    }
+}
+
 /// A decoder layer: `h = x + attn(norm(x))`, `out = h + mlp(norm(h))`; with
 /// [`Norms::Sandwich`], `h = x + norm(attn(norm(x)))`, `out = h + norm(mlp(norm(h)))`; with
 /// [`Norms::Post`], `h = x + norm(attn(x))`, `out = h + norm(mlp(h))`.
@@ -69,7 +100,7 @@ pub struct LlamaLayer {
     /// `input_layernorm`, but with post norms only.
     pub input_layernorm: Option<RmsNorm>,
     /// `self_attn`.
-    pub self_attn: LlamaAttention,
+    pub self_attn: SelfAttention,
     /// `post_attention_layernorm`: the MLP's input norm, or with sandwich or post norms the
     /// attention output's.
     pub post_attention_layernorm: RmsNorm,
@@ -141,20 +172,29 @@ impl Llama {
                 let (a, p) = (l.at("self_attn"), l.at("mlp"));
                 Ok(LlamaLayer {
                     input_layernorm: when(c.norms != Norms::Post, &l.at("input_layernorm"))?,
-                    self_attn: LlamaAttention {
-                        qkv: Projections::new(
+                    self_attn: match c.latent {
+                        Some(latent) => SelfAttention::Latent(Box::new(LatentAttention::new(
                             &a,
                             d,
-                            &[("q_proj", c.num_attention_heads * dh), ("k_proj", kv), ("v_proj", kv)],
-                            c.fused_qkv.then_some("qkv_proj"),
-                            c.qkv_bias,
-                        )?,
-                        o_proj: linear(&a.at("o_proj"), c.num_attention_heads * dh, d, c.o_bias)?,
-                        q_norm: qk_norm(&a.at("q_norm"), c.num_attention_heads)?,
-                        k_norm: qk_norm(&a.at("k_norm"), c.num_key_value_heads)?,
-                        sinks: c
-                            .attention_sinks
-                            .then(|| a.param("sinks", &[c.num_attention_heads], Init::Normal(0.02))),
+                            c.num_attention_heads,
+                            latent,
+                            c.o_bias,
+                        )?)),
+                        None => SelfAttention::Heads(Box::new(LlamaAttention {
+                            qkv: Projections::new(
+                                &a,
+                                d,
+                                &[("q_proj", c.num_attention_heads * dh), ("k_proj", kv), ("v_proj", kv)],
+                                c.fused_qkv.then_some("qkv_proj"),
+                                c.qkv_bias,
+                            )?,
+                            o_proj: linear(&a.at("o_proj"), c.num_attention_heads * dh, d, c.o_bias)?,
+                            q_norm: qk_norm(&a.at("q_norm"), c.num_attention_heads)?,
+                            k_norm: qk_norm(&a.at("k_norm"), c.num_key_value_heads)?,
+                            sinks: c
+                                .attention_sinks
+                                .then(|| a.param("sinks", &[c.num_attention_heads], Init::Normal(0.02))),
+                        })),
                     },
                     post_attention_layernorm: norm(&l.at("post_attention_layernorm"))?,
                     pre_feedforward_layernorm: when(c.norms == Norms::Sandwich, &l.at("pre_feedforward_layernorm"))?,
@@ -269,9 +309,28 @@ impl Llama {
         (self.config.attention_scale, self.config.attn_softcap)
     }
 
-    /// A layer's attention sinks in `b` (gpt-oss's), as f32.
-    fn sinks(layer: &LlamaLayer, b: &GraphBuilder) -> Result<Option<Tensor>> {
-        layer.self_attn.sinks.as_ref().map(|p| p.read(b, DType::F32)).transpose()
+    /// A layer's queries and the entries it adds to its caches, from `x: [b, s, hidden]`
+    /// (rotated by `angles` where given): q, k and v per head ([`Llama::qkv`]), or latent
+    /// attention's queries, latents and rotary keys ([`LatentAttention::project`]).
+    fn project(&self, layer: &LlamaLayer, x: &Tensor, angles: Option<&(Tensor, Tensor)>) -> Result<[Tensor; 3]> {
+        match (&layer.self_attn, angles) {
+            (SelfAttention::Heads(a), _) => self.qkv(a, x, angles),
+            (SelfAttention::Latent(a), Some(angles)) => a.project(x, angles, self.config.rotary_interleaved),
+            (SelfAttention::Latent(_), None) => Err(config("latent attention without rotary positions")),
+        }
+    }
+
+    /// A layer's attention of `q` over its cached `k` and `v` (as [`Llama::project`] gives
+    /// them) under `keep` → `[b, sq, o_proj's input]`.
+    fn attention(&self, layer: &LlamaLayer, q: &Tensor, k: &Tensor, v: &Tensor, keep: &Tensor) -> Result<Tensor> {
+        match &layer.self_attn {
+            SelfAttention::Heads(a) => {
+                // gpt-oss's attention sinks, as f32.
+                let sinks = a.sinks.as_ref().map(|p| p.read(q.builder(), DType::F32)).transpose()?;
+                attend(q, k, v, keep, self.scores(), sinks.as_ref())
+            }
+            SelfAttention::Latent(a) => a.attend(q, k, v, keep, self.scores()),
+        }
     }
 
     /// The attention's input: `x` normed where norms come before each branch.
@@ -299,7 +358,7 @@ impl Llama {
                 scale => Ok(t.mul_scalar(scale)?),
             }
         };
-        let a = layer.self_attn.o_proj.forward(attended)?;
+        let a = layer.self_attn.o_proj().forward(attended)?;
         let (a, pre_mlp) = match c.norms {
             Norms::Pre => (a, Some(&layer.post_attention_layernorm)),
             Norms::Sandwich => (layer.post_attention_layernorm.forward(&a)?, layer.pre_feedforward_layernorm.as_ref()),
@@ -370,8 +429,18 @@ impl CausalLm for Llama {
         self.config.max_position_embeddings
     }
 
-    fn cache_shape(&self) -> (usize, usize, usize) {
-        (self.config.num_hidden_layers, self.config.num_key_value_heads, self.config.head_dim)
+    fn cache_shape(&self) -> CacheShape {
+        let c = &self.config;
+        match c.latent {
+            // One head: the latent in the keys' place, the rotary key in the values'.
+            Some(l) => CacheShape {
+                layers: c.num_hidden_layers,
+                heads: 1,
+                key_width: l.kv_lora_rank,
+                value_width: l.qk_rope_head_dim,
+            },
+            None => CacheShape::uniform(c.num_hidden_layers, c.num_key_value_heads, c.head_dim),
+        }
     }
 
     fn eos_token_ids(&self) -> Vec<i32> {
@@ -399,10 +468,10 @@ impl CausalLm for Llama {
             self.layers.iter().zip(&self.config.sliding_windows).zip(&self.config.rope_layers)
         {
             let angles = sliding.as_ref().filter(|_| window.is_some()).unwrap_or(&angles);
-            let [q, k, v] = self.qkv(&layer.self_attn, &Self::attention_input(layer, &h)?, rope.then_some(angles))?;
+            let [q, k, v] = self.project(layer, &Self::attention_input(layer, &h)?, rope.then_some(angles))?;
             let q = warmed(q, temperature.as_ref(), &[2])?;
             let keep = Self::keep(&q_pos, &k_pos, *window)?;
-            let a = attend(&q, &k, &v, &keep, self.scores(), Self::sinks(layer, b)?.as_ref())?;
+            let a = self.attention(layer, &q, &k, &v, &keep)?;
             h = self.finish_layer(layer, &h, &a)?;
             kvs.push((k, v));
         }
@@ -439,12 +508,12 @@ impl CausalLm for Llama {
         let layers = self.layers.iter().zip(&self.config.sliding_windows).zip(&self.config.rope_layers);
         for (((layer, window), rope), (kc, vc)) in layers.zip(cache) {
             let angles = sliding.as_ref().filter(|_| window.is_some()).unwrap_or(&angles);
-            let [q, k, v] = self.qkv(&layer.self_attn, &Self::attention_input(layer, &h)?, rope.then_some(angles))?;
+            let [q, k, v] = self.project(layer, &Self::attention_input(layer, &h)?, rope.then_some(angles))?;
             let q = warmed(q, temperature.as_ref(), &[0])?;
             let (kc, vc) = (kc.dynamic_update_slice(&k, &p, 2)?, vc.dynamic_update_slice(&v, &p, 2)?);
             let keep = Self::keep_at(&q_pos, &k_pos, *window)?;
             let (k_live, v_live) = (live_part(&kc, live)?, live_part(&vc, live)?);
-            let a = attend(&q, &k_live, &v_live, &keep, self.scores(), Self::sinks(layer, b)?.as_ref())?;
+            let a = self.attention(layer, &q, &k_live, &v_live, &keep)?;
             h = self.finish_layer(layer, &h, &a)?;
             updated.push((kc, vc));
         }

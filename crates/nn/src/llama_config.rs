@@ -3,6 +3,8 @@
 //! them a field.
 
 use crate::error::{config, unsupported, Result};
+pub use crate::feed_forward::{MoeConfig, MoeStyle, Router, SharedExpert};
+pub use crate::latent::LatentConfig;
 use crate::rope::RopeScaling;
 use serde::Deserialize;
 use serde_json::Value;
@@ -87,90 +89,15 @@ pub enum Architecture {
     /// per head, sliding-window layers between full ones, YaRN, and a mixture of experts in
     /// gpt-oss's form ([`MoeStyle::GptOss`]).
     GptOss,
-}
-
-/// How a mixture's router scores and weighs its experts.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Router {
-    /// Softmax probabilities: the top `k` chosen (where `corrected`, by each probability plus
-    /// its expert's correction bias, ERNIE 4.5's `moe_statics.e_score_correction_bias`), their
-    /// probabilities the weights ([`MoeConfig::normalize`]: divided by their sum).
-    Softmax {
-        /// Whether a correction bias takes part in the choice.
-        corrected: bool,
-    },
-    /// DeepSeek-V3's: sigmoid scores; each expert's score plus its correction bias
-    /// (`e_score_correction_bias`) chooses, within the `top_groups` best of `groups` groups
-    /// (a group's mark: its two best), and the chosen scores without the bias, normalized
-    /// (plus 1e-20) where [`MoeConfig::normalize`], times `scale` are the weights.
-    Sigmoid {
-        /// The groups the experts split into (`n_group`).
-        groups: usize,
-        /// The groups each token chooses in (`topk_group`).
-        top_groups: usize,
-        /// The weights' scale (`routed_scaling_factor`).
-        scale: f64,
-    },
-}
-
-/// Experts every token goes through, beside the routed ones.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SharedExpert {
-    /// Its inner width (Qwen2-MoE's `shared_expert_intermediate_size`; GLM's
-    /// `moe_intermediate_size · n_shared_experts`).
-    pub width: usize,
-    /// Whether a sigmoid gate (`shared_expert_gate`) scales it (Qwen2-MoE's, named
-    /// `shared_expert`; else `shared_experts`, added as it is).
-    pub gated: bool,
-    /// Biases on its projections (ERNIE 4.5's, where `use_bias`).
-    pub bias: bool,
-}
-
-/// How a mixture's experts are laid out and gated.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum MoeStyle {
-    /// A router `gate` without bias; each expert a gated MLP (`gate_proj`, `up_proj`,
-    /// `down_proj`, no biases) with the model's activation.
-    Standard,
-    /// Granite MoE's: gate and up one stack `gate_up_proj` (its checkpoints' `input_linear`),
-    /// the gate its first half of each expert's outputs, the up its second.
-    Halves,
-    /// gpt-oss's: a router `router` with a bias; gate and up one stack `gate_up_proj`
-    /// `[experts, hidden, 2 · inner]` whose columns interleave them (gate at even, up at odd),
-    /// biases on both stacks (`gate_up_proj_bias`, `down_proj_bias`); the gate clamped above
-    /// at `limit`, up to `±limit`, and `(up + 1) · gate · sigmoid(alpha · gate)` the inner value.
-    GptOss {
-        /// The sigmoid's gain (`swiglu_alpha`, 1.702).
-        alpha: f64,
-        /// The clamp (`swiglu_limit`, 7).
-        limit: f64,
-    },
-}
-
-/// A sparse mixture of experts in place of a layer's MLP: a router (`gate`) scores every
-/// expert for each token, the `top_k` best (by softmax probability) each apply their own
-/// gated MLP, and their outputs are summed weighted by those probabilities.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MoeConfig {
-    /// Experts per mixture (`num_experts`, or `num_local_experts`).
-    pub experts: usize,
-    /// Experts each token goes through (`num_experts_per_tok`).
-    pub top_k: usize,
-    /// Each expert's inner width (`moe_intermediate_size`; Mixtral's and OLMoE's
-    /// `intermediate_size`).
-    pub expert_size: usize,
-    /// The chosen experts' probabilities divided by their sum (`norm_topk_prob`; always for
-    /// Mixtral).
-    pub normalize: bool,
-    /// Experts every token goes through too.
-    pub shared_expert: Option<SharedExpert>,
-    /// How the router scores and weighs the experts.
-    pub router: Router,
-    /// Per layer, whether its MLP is the mixture (else a dense MLP `intermediate_size` wide):
-    /// every `decoder_sparse_step`-th layer not in `mlp_only_layers`.
-    pub sparse_layers: Vec<bool>,
-    /// The experts' layout and gating.
-    pub style: MoeStyle,
+    /// `DeepseekV2ForCausalLM` (DeepSeek-V2, V2-Lite, V2.5): multi-head latent attention
+    /// ([`LatentConfig`]), rotary pairs interleaved, dense first layers
+    /// (`first_k_dense_replace`), then mixtures with shared experts, chosen by softmax
+    /// probability within the best groups ([`Router::SoftmaxGroups`]).
+    DeepseekV2,
+    /// `DeepseekV3ForCausalLM` (DeepSeek-V3, R1, V3.1; Kimi K2; Moonlight): DeepSeek-V2's
+    /// layers with V3's router ([`Router::Sigmoid`]); rotary pairs interleaved where
+    /// `rope_interleave` (the default).
+    DeepseekV3,
 }
 
 /// Where a layer's RMS norms sit.
@@ -236,6 +163,8 @@ impl Architecture {
             Architecture::Ernie45Moe => "Ernie4_5_MoeForCausalLM",
             Architecture::GraniteMoe => "GraniteMoeForCausalLM",
             Architecture::GptOss => "GptOssForCausalLM",
+            Architecture::DeepseekV2 => "DeepseekV2ForCausalLM",
+            Architecture::DeepseekV3 => "DeepseekV3ForCausalLM",
         }
     }
 }
@@ -331,8 +260,11 @@ pub struct LlamaConfig {
     /// A bias on the head (`lm_head.bias`: ERNIE 4.5's where `use_bias`).
     pub head_bias: bool,
     /// Multi-token-prediction layers a checkpoint holds after the decoder's
-    /// (`num_nextn_predict_layers`: GLM-4.5's), which generation does not use.
+    /// (`num_nextn_predict_layers`: GLM-4.5's, DeepSeek-V3's), which generation does not use.
     pub mtp_layers: usize,
+    /// Multi-head latent attention's widths in place of q, k and v per head (DeepSeek-V2's
+    /// and V3's); [`LlamaConfig::head_dim`] is then its rotary part's.
+    pub latent: Option<LatentConfig>,
 }
 
 /// The `config.json` as written, before its fields are checked.
@@ -404,6 +336,19 @@ struct RawConfig {
     moe_layer_start_index: Option<usize>,
     moe_layer_end_index: Option<i64>,
     moe_layer_interval: Option<usize>,
+    #[serde(default, deserialize_with = "present")]
+    q_lora_rank: Option<Value>,
+    kv_lora_rank: Option<usize>,
+    qk_nope_head_dim: Option<usize>,
+    qk_rope_head_dim: Option<usize>,
+    v_head_dim: Option<usize>,
+    topk_method: Option<String>,
+    rope_interleave: Option<bool>,
+}
+
+/// A field as written, `null` included (`Some(Value::Null)`; a missing field is `None`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
 
 fn token_ids(field: &str, v: &Option<Value>) -> Result<Vec<i32>> {
@@ -448,6 +393,8 @@ impl LlamaConfig {
             Some("Glm4MoeForCausalLM" | "glm4_moe") => Architecture::Glm4Moe,
             Some("Ernie4_5_MoeForCausalLM" | "ernie4_5_moe") => Architecture::Ernie45Moe,
             Some("GraniteMoeForCausalLM" | "granitemoe") => Architecture::GraniteMoe,
+            Some("DeepseekV2ForCausalLM" | "deepseek_v2") => Architecture::DeepseekV2,
+            Some("DeepseekV3ForCausalLM" | "deepseek_v3") => Architecture::DeepseekV3,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
@@ -455,7 +402,8 @@ impl LlamaConfig {
                     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, \
                      Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM, \
                      MinistralForCausalLM, Ernie4_5ForCausalLM, Glm4ForCausalLM, Ministral3ForCausalLM, \
-                     MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, Ernie4_5_MoeForCausalLM, GraniteMoeForCausalLM or GptOssForCausalLM",
+                     MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, Ernie4_5_MoeForCausalLM, GraniteMoeForCausalLM, GptOssForCausalLM, \
+                     DeepseekV2ForCausalLM or DeepseekV3ForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -473,10 +421,13 @@ impl LlamaConfig {
                 &format!("a divisor of num_attention_heads {heads}"),
             ));
         }
-        let head_dim = match raw.head_dim {
-            Some(d) => d,
-            None if hidden_size % heads == 0 => hidden_size / heads,
-            None => {
+        let latent = Self::latent(architecture, &raw)?;
+        let head_dim = match (latent, raw.head_dim) {
+            // Latent attention's rotary part, as `transformers` sets `head_dim`.
+            (Some(l), _) => l.qk_rope_head_dim,
+            (None, Some(d)) => d,
+            (None, None) if hidden_size % heads == 0 => hidden_size / heads,
+            (None, None) => {
                 return Err(unsupported(
                     "num_attention_heads",
                     heads,
@@ -640,8 +591,9 @@ impl LlamaConfig {
                 m => Err(unsupported(field, m, "a positive number")),
             }
         };
-        let attention_scale = match (granite, raw.attention_multiplier) {
-            (true, m) => multiplier("attention_multiplier", m)?,
+        let attention_scale = match (granite, raw.attention_multiplier, latent) {
+            (true, m, _) => multiplier("attention_multiplier", m)?,
+            (_, _, Some(l)) => crate::latent::latent_scale(&l, Self::yarn_all_dim(&raw)),
             _ => 1.0 / raw.query_pre_attn_scalar.unwrap_or(head_dim as f64).sqrt(),
         };
         let embed_scale = match granite {
@@ -665,7 +617,11 @@ impl LlamaConfig {
             num_key_value_heads: kv_heads,
             head_dim,
             rotary_dim,
-            rotary_interleaved: ernie || architecture == Architecture::Glm4,
+            rotary_interleaved: match architecture {
+                Architecture::DeepseekV2 => true,
+                Architecture::DeepseekV3 => raw.rope_interleave.unwrap_or(true),
+                _ => ernie || architecture == Architecture::Glm4,
+            },
             fused_qkv: architecture == Architecture::Phi3,
             fused_gate_up: matches!(architecture, Architecture::Phi3 | Architecture::Glm4),
             max_position_embeddings: need("max_position_embeddings", raw.max_position_embeddings)?,
@@ -712,7 +668,54 @@ impl LlamaConfig {
             attention_sinks: architecture == Architecture::GptOss,
             mtp_layers: raw.num_nextn_predict_layers.unwrap_or(0),
             head_bias: architecture == Architecture::Ernie45Moe && attention_bias,
+            latent,
         })
+    }
+
+    /// DeepSeek's multi-head latent attention widths (`transformers`' defaults where a field
+    /// is left out; `q_lora_rank: null` for an uncompressed `q_proj`), `None` for the other
+    /// classes.
+    fn latent(arch: Architecture, raw: &RawConfig) -> Result<Option<LatentConfig>> {
+        if !matches!(arch, Architecture::DeepseekV2 | Architecture::DeepseekV3) {
+            return Ok(None);
+        }
+        let q_lora_rank = match &raw.q_lora_rank {
+            None => Some(1536),
+            Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .filter(|&r| r > 0)
+                    .ok_or_else(|| unsupported("q_lora_rank", v, "null (one q_proj) or a positive width"))?
+                    as usize,
+            ),
+        };
+        let c = LatentConfig {
+            q_lora_rank,
+            kv_lora_rank: raw.kv_lora_rank.unwrap_or(512),
+            qk_nope_head_dim: raw.qk_nope_head_dim.unwrap_or(128),
+            qk_rope_head_dim: raw.qk_rope_head_dim.unwrap_or(64),
+            v_head_dim: raw.v_head_dim.unwrap_or(128),
+        };
+        for (field, width) in [
+            ("kv_lora_rank", c.kv_lora_rank),
+            ("qk_nope_head_dim", c.qk_nope_head_dim),
+            ("v_head_dim", c.v_head_dim),
+            ("qk_rope_head_dim", c.qk_rope_head_dim),
+        ] {
+            if width == 0 || (field == "qk_rope_head_dim" && width % 2 != 0) {
+                return Err(unsupported(field, width, "a positive width (the rotary one even)"));
+            }
+        }
+        Ok(Some(c))
+    }
+
+    /// YaRN's `(factor, mscale_all_dim)` where the rotary scaling is not the default and
+    /// gives both: latent attention's scores take `mscale(factor, mscale_all_dim)²`.
+    fn yarn_all_dim(raw: &RawConfig) -> Option<(f64, f64)> {
+        let p = raw.rope_parameters.as_ref().filter(|p| !p.is_null()).or(raw.rope_scaling.as_ref())?;
+        let kind = p.get("rope_type").or_else(|| p.get("type")).and_then(Value::as_str).unwrap_or("default");
+        let get = |k: &str| p.get(k).and_then(Value::as_f64);
+        (kind != "default").then(|| get("factor").zip(get("mscale_all_dim"))).flatten()
     }
 
     /// The mixture of experts of a Mixtral, Qwen2-MoE, Qwen3-MoE or OLMoE config
@@ -729,6 +732,8 @@ impl LlamaConfig {
             Architecture::Glm4Moe => (128, 8, None, raw.moe_intermediate_size),
             Architecture::Ernie45Moe => (64, 6, Some(true), raw.moe_intermediate_size),
             Architecture::GraniteMoe => (8, 2, Some(true), raw.intermediate_size),
+            Architecture::DeepseekV2 => (64, 6, Some(false), raw.moe_intermediate_size.or(Some(1407))),
+            Architecture::DeepseekV3 => (256, 8, None, raw.moe_intermediate_size.or(Some(2048))),
             _ => return Ok(None),
         };
         // `transformers` 5 writes `num_local_experts` for every class; the hub's configs
@@ -752,9 +757,12 @@ impl LlamaConfig {
         let step = raw.decoder_sparse_step.unwrap_or(1);
         // Dense layers: `mlp_only_layers`, or GLM's first `first_k_dense_replace`.
         let mut dense = raw.mlp_only_layers.clone().unwrap_or_default();
-        if arch == Architecture::Glm4Moe {
-            dense.extend(0..raw.first_k_dense_replace.unwrap_or(1));
-        }
+        let first_dense = match arch {
+            Architecture::Glm4Moe => 1,
+            Architecture::DeepseekV3 => 3,
+            _ => 0,
+        };
+        dense.extend(0..raw.first_k_dense_replace.unwrap_or(first_dense));
         // ERNIE 4.5's: mixtures on every `moe_layer_interval`-th layer from the start index to the end.
         let (step, dense, field) = match arch {
             Architecture::Ernie45Moe => {
@@ -773,23 +781,45 @@ impl LlamaConfig {
         }
         let shared_expert = match arch {
             Architecture::Qwen2Moe => Some(raw.shared_expert_intermediate_size.unwrap_or(5632)).filter(|&w| w > 0),
-            Architecture::Glm4Moe => Some(expert_size * raw.n_shared_experts.unwrap_or(1)).filter(|&w| w > 0),
+            Architecture::Glm4Moe | Architecture::DeepseekV3 => {
+                Some(expert_size * raw.n_shared_experts.unwrap_or(1)).filter(|&w| w > 0)
+            }
+            Architecture::DeepseekV2 => Some(expert_size * raw.n_shared_experts.unwrap_or(2)).filter(|&w| w > 0),
             Architecture::Ernie45Moe => Some(expert_size * raw.moe_num_shared_experts.unwrap_or(2)).filter(|&w| w > 0),
             _ => None,
         };
         let gated = arch == Architecture::Qwen2Moe;
-        let shared_bias = arch == Architecture::Ernie45Moe && raw.use_bias == Some(true);
+        let shared_bias = match arch {
+            Architecture::Ernie45Moe => raw.use_bias == Some(true),
+            Architecture::DeepseekV2 => raw.mlp_bias == Some(true),
+            _ => false,
+        };
+        // `n_group` and `topk_group`, `transformers`' defaults where left out.
+        let groups = |(groups, top_groups): (usize, usize)| -> Result<(usize, usize)> {
+            let (groups, top_groups) = (raw.n_group.unwrap_or(groups), raw.topk_group.unwrap_or(top_groups));
+            if groups == 0 || experts % groups != 0 || top_groups == 0 || top_groups > groups {
+                let want = format!("n_group dividing the {experts} experts, topk_group 1 to n_group");
+                return Err(unsupported("n_group", format!("{groups} (topk_group {top_groups})"), &want));
+            }
+            if top_k > top_groups * (experts / groups) {
+                return Err(unsupported("num_experts_per_tok", top_k, "at most the experts of topk_group groups"));
+            }
+            Ok((groups, top_groups))
+        };
         let router = match arch {
-            Architecture::Glm4Moe => {
-                let (groups, top_groups) = (raw.n_group.unwrap_or(1), raw.topk_group.unwrap_or(1));
-                if groups == 0 || experts % groups != 0 || top_groups == 0 || top_groups > groups {
-                    let want = format!("n_group dividing the {experts} experts, topk_group 1 to n_group");
-                    return Err(unsupported("n_group", format!("{groups} (topk_group {top_groups})"), &want));
-                }
-                if top_k > top_groups * (experts / groups) {
-                    return Err(unsupported("num_experts_per_tok", top_k, "at most the experts of topk_group groups"));
-                }
-                Router::Sigmoid { groups, top_groups, scale: raw.routed_scaling_factor.unwrap_or(1.0) }
+            Architecture::Glm4Moe | Architecture::DeepseekV3 => {
+                let (groups, top_groups) = groups(if arch == Architecture::DeepseekV3 { (8, 4) } else { (1, 1) })?;
+                let scale =
+                    raw.routed_scaling_factor.unwrap_or(if arch == Architecture::DeepseekV3 { 2.5 } else { 1.0 });
+                Router::Sigmoid { groups, top_groups, scale }
+            }
+            Architecture::DeepseekV2 => {
+                let (groups, top_groups) = match raw.topk_method.as_deref() {
+                    None | Some("greedy") => (1, 1),
+                    Some("group_limited_greedy") => groups((1, 1))?,
+                    Some(other) => return Err(unsupported("topk_method", other, "greedy or group_limited_greedy")),
+                };
+                Router::SoftmaxGroups { groups, top_groups, scale: raw.routed_scaling_factor.unwrap_or(1.0) }
             }
             Architecture::Ernie45Moe => Router::Softmax { corrected: true },
             _ => Router::Softmax { corrected: false },
@@ -798,7 +828,9 @@ impl LlamaConfig {
             experts,
             top_k,
             expert_size,
-            normalize: normalize.or(raw.norm_topk_prob).unwrap_or(arch == Architecture::Glm4Moe),
+            normalize: normalize
+                .or(raw.norm_topk_prob)
+                .unwrap_or(matches!(arch, Architecture::Glm4Moe | Architecture::DeepseekV3)),
             shared_expert: shared_expert.map(|width| SharedExpert { width, gated, bias: shared_bias }),
             router,
             sparse_layers: (0..layers).map(|i| (i + 1) % step == 0 && !dense.contains(&i)).collect(),

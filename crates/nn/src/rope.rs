@@ -65,7 +65,7 @@ pub enum RopeScaling {
 }
 
 /// YaRN's `mscale`: `0.1 · mscale · ln(scale) + 1`, 1 where `scale ≤ 1`.
-fn yarn_mscale(scale: f64, mscale: f64) -> f64 {
+pub(crate) fn yarn_mscale(scale: f64, mscale: f64) -> f64 {
     if scale <= 1.0 {
         1.0
     } else {

@@ -47,7 +47,7 @@ fn a_transformers_4_config_gives_the_model_and_transformers_rotary_frequencies()
     let model = fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap();
     assert_eq!(model.num_elements(), 1_235_814_400);
     assert!(model.lm_head.is_none());
-    assert_eq!(model.cache_shape(), (16, 8, 64));
+    assert_eq!(model.cache_shape(), fusegraph_nn::CacheShape::uniform(16, 8, 64));
 }
 
 #[test]
