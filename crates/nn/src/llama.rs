@@ -410,15 +410,14 @@ impl Llama {
 impl CausalLm for Llama {
     fn name(&self) -> String {
         let c = &self.config;
-        format!(
-            "{} {} layers × width {} × {} heads ({} key/value) of {}",
-            c.architecture.class_name(),
-            c.num_hidden_layers,
-            c.hidden_size,
-            c.num_attention_heads,
-            c.num_key_value_heads,
-            c.head_dim
-        )
+        let heads = match c.latent {
+            Some(l) => format!(
+                "{} heads over a latent of {} + {} rotary",
+                c.num_attention_heads, l.kv_lora_rank, l.qk_rope_head_dim
+            ),
+            None => format!("{} heads ({} key/value) of {}", c.num_attention_heads, c.num_key_value_heads, c.head_dim),
+        };
+        format!("{} {} layers × width {} × {heads}", c.architecture.class_name(), c.num_hidden_layers, c.hidden_size)
     }
 
     fn vocab_size(&self) -> usize {
