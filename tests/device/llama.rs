@@ -350,6 +350,8 @@ fn gguf_mixtures_keep_their_expert_blocks_and_give_transformers_logits_and_token
         ("gpt-oss-tiny-mxfp4", DType::MXFP4),
         ("ernie45-moe-tiny-q8_0", DType::Q8_0),
         ("granite-moe-tiny-q8_0", DType::Q8_0),
+        ("deepseek-v3-tiny-q8_0", DType::Q8_0),
+        ("deepseek-v2-tiny-q8_0", DType::Q8_0),
     ];
     for (file, stored) in files {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();

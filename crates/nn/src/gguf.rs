@@ -315,7 +315,7 @@ impl Gguf {
 }
 
 /// `transformers`' name of each part of a Llama layer, and llama.cpp's.
-const LAYER_PARTS: [(&str, &str); 26] = [
+const LAYER_PARTS: [(&str, &str); 32] = [
     ("input_layernorm", "attn_norm"),
     ("self_attn.q_proj", "attn_q"),
     ("self_attn.k_proj", "attn_k"),
@@ -342,6 +342,13 @@ const LAYER_PARTS: [(&str, &str); 26] = [
     ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
     ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
     ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
+    // DeepSeek's latent attention (`attn_kv_b` split in newer files: see `latent_up`).
+    ("self_attn.q_a_proj", "attn_q_a"),
+    ("self_attn.q_a_layernorm", "attn_q_a_norm"),
+    ("self_attn.q_b_proj", "attn_q_b"),
+    ("self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"),
+    ("self_attn.kv_a_layernorm", "attn_kv_a_norm"),
+    ("self_attn.kv_b_proj", "attn_kv_b"),
 ];
 
 /// The norms after each branch (Gemma's and OLMo 2's, [`Norms`]), whose
@@ -509,12 +516,17 @@ impl Gguf {
         for p in model.params() {
             let name = gguf_name(p.path(), post_norm_names(c))
                 .ok_or_else(|| NnError::Config(format!("GGUF: no name for `{}`", p.path())))?;
-            if !self.tensors.iter().any(|t| t.name == name) {
-                let expected = Some(p.ty().clone());
-                return Err(NnError::MissingKey { key: name, param: p.path().into(), expected, file });
-            }
             let want = p.ty();
-            let mut t = self.tensor(&name)?;
+            let split = name.ends_with("attn_kv_b.weight") && !self.tensors.iter().any(|t| t.name == name);
+            let mut t = match split {
+                // A latent up-projection stored as llama.cpp's converter splits it.
+                true => self.latent_up(&name, c, &mut used)?,
+                false if !self.tensors.iter().any(|t| t.name == name) => {
+                    let expected = Some(p.ty().clone());
+                    return Err(NnError::MissingKey { key: name, param: p.path().into(), expected, file });
+                }
+                false => self.tensor(&name)?,
+            };
             if let Some((up, interleaved)) = joined_up(p.path(), &name) {
                 if !self.tensors.iter().any(|t| t.name == up) {
                     let expected = Some(p.ty().clone());
@@ -535,6 +547,7 @@ impl Gguf {
             // type; a shared expert's gate may be stored as a vector.
             let path = p.path();
             let projection = path.ends_with("_proj.weight")
+                || path.ends_with("_proj_with_mqa.weight")
                 || path.ends_with("_proj")
                 || path == "lm_head.weight"
                 || path.ends_with("mlp.gate.weight")
@@ -569,6 +582,42 @@ impl Gguf {
         Ok((model, out))
     }
 
+    /// A latent attention's `kv_b_proj` (`[heads · (nope + v), kv_lora_rank]`, f32) from the
+    /// two tensors llama.cpp's converter splits it into: `attn_k_b` (`[heads, kv_lora_rank,
+    /// nope]`, each head's key part transposed) and `attn_v_b` (`[heads, v, kv_lora_rank]`),
+    /// dequantized (the key part's blocks run along the other axis); both marked `used`.
+    fn latent_up(
+        &self,
+        name: &str,
+        c: &LlamaConfig,
+        used: &mut std::collections::BTreeSet<String>,
+    ) -> Result<HostTensor> {
+        let l = c.latent.ok_or_else(|| self.error(Some(name), "no latent attention in this model"))?;
+        let (heads, rank, nope, v) = (c.num_attention_heads, l.kv_lora_rank, l.qk_nope_head_dim, l.v_head_dim);
+        let mut part = |suffix: &str, dims: [usize; 3]| -> Result<Vec<f64>> {
+            let key = name.replace("attn_kv_b", suffix);
+            if !self.tensors.iter().any(|t| t.name == key) {
+                let detail = format!("missing: neither `{name}` nor `{key}` (with its pair) is in the file");
+                return Err(self.error(Some(&key), detail));
+            }
+            let t = self.tensor(&key)?;
+            if t.shape().dims() != dims {
+                return Err(self.error(Some(&key), format!("{} where the model needs {dims:?}", t.ty())));
+            }
+            used.insert(key);
+            Ok(t.to_f64())
+        };
+        let (k, vb) = (part("attn_k_b", [heads, rank, nope])?, part("attn_v_b", [heads, v, rank])?);
+        let mut out = Vec::with_capacity(heads * (nope + v) * rank);
+        for h in 0..heads {
+            for j in 0..nope {
+                out.extend((0..rank).map(|r| k[(h * rank + r) * nope + j]));
+            }
+            out.extend_from_slice(&vb[h * v * rank..(h + 1) * v * rank]);
+        }
+        Ok(HostTensor::from_f64(DType::F32, [heads * (nope + v), rank], &out)?)
+    }
+
     /// `general.architecture`, or `(missing)`.
     fn architecture(&self) -> &str {
         self.metadata.get("general.architecture").and_then(GgufValue::as_str).unwrap_or("(missing)")
@@ -601,13 +650,19 @@ impl Gguf {
             "gpt-oss" => "GptOssForCausalLM",
             "glm4moe" => "Glm4MoeForCausalLM",
             "ernie4_5-moe" => "Ernie4_5_MoeForCausalLM",
+            // DeepSeek-V3's sigmoid gating (2), else V2's softmax.
+            "deepseek2" if m.get("deepseek2.expert_gating_func").and_then(GgufValue::as_u64) == Some(2) => {
+                "DeepseekV3ForCausalLM"
+            }
+            "deepseek2" => "DeepseekV2ForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
                     supported:
                         "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss, ernie4_5, \
-                            glm4, mistral3, qwen2moe, qwen3moe, olmoe, gpt-oss, glm4moe, ernie4_5-moe or granitemoe"
+                            glm4, mistral3, qwen2moe, qwen3moe, olmoe, gpt-oss, glm4moe, ernie4_5-moe, granitemoe or \
+                            deepseek2"
                             .into(),
                 })
             }
@@ -644,16 +699,21 @@ impl Gguf {
                 }
                 let attn = get("rope.scaling.yarn_attn_factor").and_then(GgufValue::as_f64).unwrap_or(1.0);
                 let mscale = |m: f64| if factor > 1.0 { 0.1 * m * factor.ln() + 1.0 } else { 1.0 };
-                // A log multiplier (DeepSeek's and Ministral 3's `mscale_all_dim`) divides it out.
-                let mscale = match get("rope.scaling.yarn_log_multiplier").and_then(GgufValue::as_f64) {
-                    Some(all) => mscale(1.0) / mscale(all),
-                    None => mscale(1.0),
+                let log_mul = get("rope.scaling.yarn_log_multiplier").and_then(GgufValue::as_f64);
+                // A log multiplier (Ministral 3's `mscale_all_dim`) divides it out; DeepSeek's
+                // (`0.1 · mscale_all_dim` there) leaves cos and sin unscaled, as llama.cpp
+                // runs it, and scales the scores by its `mscale²`.
+                let (mscale, all_dim) = match (log_mul, arch) {
+                    (Some(mul), "deepseek2") => (1.0, Some(mul / 0.1)),
+                    (Some(all), _) => (mscale(1.0) / mscale(all), None),
+                    (None, _) => (mscale(1.0), None),
                 };
                 serde_json::json!({
                     "rope_type": "yarn",
                     "factor": factor,
                     "original_max_position_embeddings": need("rope.scaling.original_context_length")?,
                     "attention_factor": attn * mscale,
+                    "mscale_all_dim": all_dim,
                     "beta_fast": get("rope.scaling.yarn_beta_fast").and_then(GgufValue::as_f64),
                     "beta_slow": get("rope.scaling.yarn_beta_slow").and_then(GgufValue::as_f64),
                     "llama_4_scaling_beta": get("attention.temperature_scale").and_then(GgufValue::as_f64),
@@ -769,6 +829,29 @@ impl Gguf {
             "use_bias": matches!(arch, "ernie4_5" | "ernie4_5-moe").then(|| has("blk.0.attn_q.bias")),
         });
         let mut json = json;
+        if arch == "deepseek2" {
+            // Latent attention's widths: the cache's key (`key_length`: latent and rotary key)
+            // and value (the latent), each head's (`key_length_mla`, `value_length_mla`; older
+            // files give those as `key_length` and `value_length`).
+            let rope = need("rope.dimension_count")?;
+            let mla = int("attention.key_length_mla").is_some();
+            let key = if mla { need("attention.key_length_mla")? } else { need("attention.key_length")? };
+            let value = if mla { need("attention.value_length_mla")? } else { need("attention.value_length")? };
+            if key <= rope {
+                return Err(self.error(None, format!("`{arch}.attention.key_length_mla` {key} ≤ the rotary {rope}")));
+            }
+            let latent = serde_json::json!({
+                "q_lora_rank": int("attention.q_lora_rank"),
+                "kv_lora_rank": need("attention.kv_lora_rank")?,
+                "qk_rope_head_dim": rope,
+                "qk_nope_head_dim": key - rope,
+                "v_head_dim": value,
+                "rope_interleave": true,
+            });
+            if let (Some(object), serde_json::Value::Object(fields)) = (json.as_object_mut(), latent) {
+                object.extend(fields);
+            }
+        }
         if let (Some(fields), Some(object)) = (moe, json.as_object_mut()) {
             object.extend(fields);
         }
@@ -805,20 +888,22 @@ impl Gguf {
             supported: supported.into(),
         };
         let scale = self.metadata.get(&key("expert_weights_scale")).and_then(GgufValue::as_f64);
-        if let Some(scale) = scale.filter(|&s| s != 0.0 && s != 1.0 && arch != "glm4moe") {
+        let deepseek = arch == "deepseek2";
+        if let Some(scale) = scale.filter(|&s| s != 0.0 && s != 1.0 && arch != "glm4moe" && !deepseek) {
             return Err(bad("expert_weights_scale", format!("{scale}"), "1 (the weights unscaled)"));
         }
         // Softmax over every expert (1), or over the chosen ones (3: the same as their
         // probabilities normalized).
         // GLM-4.5's: sigmoid scores (2).
+        // DeepSeek's: softmax (V2) or sigmoid (V3).
         let default = match arch {
             "gpt-oss" => 3,
             "glm4moe" => 2,
             _ => 1,
         };
         let gating = int("expert_gating_func").unwrap_or(default);
-        if !(gating == 1 || gating == 3 || (gating == 2 && arch == "glm4moe")) {
-            let supported = "1 (softmax), 3 (softmax of the chosen), or 2 (sigmoid) in glm4moe files";
+        if !(gating == 1 || (gating == 3 && !deepseek) || (gating == 2 && (arch == "glm4moe" || deepseek))) {
+            let supported = "1 (softmax), 3 (softmax of the chosen), or 2 (sigmoid) in glm4moe and deepseek2 files";
             return Err(bad("expert_gating_func", format!("{gating}"), supported));
         }
         let used = int("expert_used_count")
@@ -830,15 +915,22 @@ impl Gguf {
         fields.insert("num_experts_per_tok".into(), used.into());
         fields.insert("moe_intermediate_size".into(), int("expert_feed_forward_length").unwrap_or(ff / used).into());
         fields.insert("norm_topk_prob".into(), (matches!(arch, "qwen3moe" | "llama") || gating == 3).into());
-        if arch == "glm4moe" {
+        if arch == "glm4moe" || deepseek {
             let norm =
                 self.metadata.get(&key("expert_weights_norm")).is_some_and(|v| matches!(v, GgufValue::Bool(true)));
+            if deepseek && gating == 1 && norm {
+                // DeepSeek-V2's router never normalizes its weights (as `transformers` runs it).
+                let supported = "false with softmax gating (DeepSeek-V2's weights are not normalized)";
+                return Err(bad("expert_weights_norm", "true".into(), supported));
+            }
             fields.insert("norm_topk_prob".into(), norm.into());
             fields.insert("routed_scaling_factor".into(), scale.filter(|&s| s != 0.0).unwrap_or(1.0).into());
             fields.insert("n_shared_experts".into(), int("expert_shared_count").unwrap_or(0).into());
             fields.insert("first_k_dense_replace".into(), int("leading_dense_block_count").unwrap_or(0).into());
             fields.insert("n_group".into(), int("expert_group_count").unwrap_or(1).max(1).into());
             fields.insert("topk_group".into(), int("expert_group_used_count").unwrap_or(1).max(1).into());
+            let limited = int("expert_group_count").is_some_and(|g| g > 1);
+            fields.insert("topk_method".into(), (if limited { "group_limited_greedy" } else { "greedy" }).into());
         }
         if arch == "ernie4_5-moe" {
             // Mixtures after the leading dense layers, every `interleave_moe_layer_step`-th; the

@@ -124,6 +124,40 @@ fn deepseek_quantized_on_load_stays_near_transformers() {
     assert!(err > 1e-6 && err < 3e-2, "{name} in Q8_0: logits {err:.2e} from transformers'");
 }
 
+/// `deepseek2` GGUF files as llama.cpp's converter writes them (`attn_kv_b` split into
+/// `attn_k_b`, each head's key part transposed, and `attn_v_b`; one key/value head; Q8_0):
+/// the model they describe (V3's sigmoid router by its gating function, V2's softmax) gives
+/// `transformers`' logits on the file's values; the latent up-projection is put back
+/// together from its halves (f32), the expert stacks keep their blocks.
+#[test]
+fn deepseek2_gguf_files_give_transformers_logits() {
+    for (file, arch) in
+        [("deepseek-v3-tiny-q8_0", Architecture::DeepseekV3), ("deepseek-v2-tiny-q8_0", Architecture::DeepseekV2)]
+    {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gguf");
+        let loaded = Pretrained::load(&dir.join(format!("{file}.gguf")), None, Quantize::AsStored).unwrap();
+        assert!(loaded.model.name().starts_with(arch.class_name()), "{}", loaded.model.name());
+        let kv_b = &loaded.params["model.layers.0.self_attn.kv_b_proj.weight"];
+        assert_eq!((kv_b.dtype(), kv_b.shape().dims()), (DType::F32, &[32, 4 * (16 + 20)][..]));
+        assert_eq!(loaded.params["model.layers.1.mlp.experts.gate_proj.weight"].dtype(), DType::Q8_0);
+        let text = std::fs::read_to_string(dir.join(format!("{file}-reference.json"))).unwrap();
+        let r: Value = serde_json::from_str(&text).unwrap();
+        let prompt: Vec<i32> = r["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
+        let want: Vec<f64> = r["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
+            .collect();
+        let b = GraphBuilder::new();
+        let x = b.input("ids", DType::I32, [1, prompt.len()]).unwrap();
+        let logits = loaded.model.prefill(&x).unwrap().0;
+        let got = eval(&b, &loaded, &[logits], &[("ids", HostTensor::new([1, prompt.len()], prompt.clone()).unwrap())]);
+        let err = relative_error(&got[0].to_f64(), &want);
+        assert!(err < 1e-4, "{file}: logits {err:.2e} from transformers' on the file's values");
+    }
+}
+
 /// DeepSeek-V3's and DeepSeek-V2-Lite's published config.json shapes: latent widths, rotary
 /// part, the scores' YaRN scale, routers, dense first layers and parameter counts (671B and
 /// 15.7B as their model cards give them, with V3's multi-token-prediction layer left out).
