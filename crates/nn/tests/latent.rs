@@ -128,7 +128,8 @@ fn deepseek_quantized_on_load_stays_near_transformers() {
 /// `attn_k_b`, each head's key part transposed, and `attn_v_b`; one key/value head; Q8_0):
 /// the model they describe (V3's sigmoid router by its gating function, V2's softmax) gives
 /// `transformers`' logits on the file's values; the latent up-projection is put back
-/// together from its halves (f32), the expert stacks keep their blocks.
+/// together from its halves (f32), the expert stacks keep their blocks. The V2 file has
+/// DeepSeek-V2-Lite's one `q_proj` and 27 layers (llama.cpp reads `q_proj` only then).
 #[test]
 fn deepseek2_gguf_files_give_transformers_logits() {
     for (file, arch) in
@@ -139,7 +140,8 @@ fn deepseek2_gguf_files_give_transformers_logits() {
         assert!(loaded.model.name().starts_with(arch.class_name()), "{}", loaded.model.name());
         let kv_b = &loaded.params["model.layers.0.self_attn.kv_b_proj.weight"];
         assert_eq!((kv_b.dtype(), kv_b.shape().dims()), (DType::F32, &[32, 4 * (16 + 20)][..]));
-        assert_eq!(loaded.params["model.layers.1.mlp.experts.gate_proj.weight"].dtype(), DType::Q8_0);
+        let stacks: Vec<_> = loaded.params.iter().filter(|(p, _)| p.contains(".experts.")).collect();
+        assert!(stacks.len() == 6 && stacks.iter().all(|(_, t)| t.dtype() == DType::Q8_0), "{file}");
         let text = std::fs::read_to_string(dir.join(format!("{file}-reference.json"))).unwrap();
         let r: Value = serde_json::from_str(&text).unwrap();
         let prompt: Vec<i32> = r["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
