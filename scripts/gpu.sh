@@ -22,7 +22,8 @@
 #                                      # back and one dispatch a submission), gpt2 (GPT-2
 #                                      # 124M decode, f32 and f16),
 #                                      # moe (OLMoE-1B-7B's shapes, bf16 and q4_0: prefill
-#                                      # and decode at batch 1 and 8),
+#                                      # and decode at batch 1 and 8), mla (DeepSeek-V2-Lite's
+#                                      # likewise: latent attention beside 64 experts),
 #                                      # checks (matmul rows, the chain's kernels and the
 #                                      # transformer block with wgpu's shader checks on and
 #                                      # off, in turn));
@@ -36,7 +37,7 @@ cd "$(dirname "$0")/.."
 # A 512-token prefill and decode tokens/s at batch 1 and 8 of `tests/data/configs/$4.json`'s
 # shapes (named $3) with random bf16 weights, its matrices each of the quantizations after the
 # fifth argument in turn (`--quantize`), each run within $5 seconds, with the last step's
-# slowest kernel groups: into $OUT/$1.log and $OUT/$2-QUANT-bBATCH.json (phases quant and moe).
+# slowest kernel groups: into $OUT/$1.log and $OUT/$2-QUANT-bBATCH.json (phases quant, moe and mla).
 decode_rows() {
     local log=$1 json=$2 name=$3 config=$4 limit=$5
     shift 5
@@ -322,6 +323,12 @@ run() {
             # bf16 weights, and its matrices q4_0: a 512-token prefill and decode tokens/s at
             # batch 1 and 8, each step reading the chosen experts' rows alone.
             decode_rows moe moe OLMoE-1B-7B olmoe-1b-7b 150 none q4_0
+            ;;
+        mla)
+            # Multi-head latent attention: DeepSeek-V2-Lite's shapes (15.7B parameters, 64
+            # experts, 6 a token, a 576-wide cache per layer) with random bf16 weights, and its
+            # matrices q4_0: a 512-token prefill and decode tokens/s at batch 1 and 8.
+            decode_rows mla mla DeepSeek-V2-Lite deepseek-v2-lite 240 none q4_0
             ;;
         skinny)
             # The copy, the products of 8 rows (the matrix–vector kernel's), f32 and f16, and

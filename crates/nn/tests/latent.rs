@@ -196,18 +196,9 @@ fn deepseek_configs_read_their_latent_attention_and_routers() {
     let shape = fusegraph_nn::CausalLm::cache_shape(&model);
     assert_eq!((shape.heads, shape.key_width + shape.value_width), (1, 576));
 
-    let lite = serde_json::json!({
-        "architectures": ["DeepseekV2ForCausalLM"], "vocab_size": 102400, "hidden_size": 2048,
-        "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 27,
-        "num_attention_heads": 16, "num_key_value_heads": 16, "n_shared_experts": 2, "n_routed_experts": 64,
-        "routed_scaling_factor": 1.0, "kv_lora_rank": 512, "q_lora_rank": null, "qk_rope_head_dim": 64,
-        "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "greedy", "n_group": 1, "topk_group": 1,
-        "num_experts_per_tok": 6, "first_k_dense_replace": 1, "norm_topk_prob": false,
-        "max_position_embeddings": 163840, "rms_norm_eps": 1e-6, "rope_theta": 10000,
-        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
-                         "original_max_position_embeddings": 4096, "type": "yarn"},
-        "tie_word_embeddings": false
-    });
+    // tests/data/configs/deepseek-v2-lite.json (the `mla` phase of scripts/gpu.sh).
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/configs/deepseek-v2-lite.json");
+    let lite: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let c = LlamaConfig::from_json(&lite.to_string()).unwrap();
     assert_eq!(c.latent.unwrap().q_lora_rank, None);
     assert_eq!(c.moe.as_ref().unwrap().router, Router::SoftmaxGroups { groups: 1, top_groups: 1, scale: 1.0 });
