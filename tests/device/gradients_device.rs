@@ -137,3 +137,32 @@ fn mixture_of_experts_gradients_match_the_reference() {
     let y = moe.forward(&x, Activation::Silu).unwrap();
     check("mixture of experts", &b, &p, &x, &y);
 }
+
+/// Multi-head latent attention trains: the gradients of a loss through its compressed
+/// queries, its latent and rotary key, the up-projection absorbed into the queries and applied
+/// to the weighed latents, under a causal mask, on the device, match the reference's.
+#[test]
+fn latent_attention_gradients_match_the_reference() {
+    use fusegraph::nn::latent::{LatentAttention, LatentConfig};
+    use fusegraph::nn::llama::rotary_angles;
+    let c = LatentConfig {
+        q_lora_rank: Some(8),
+        kv_lora_rank: 16,
+        qk_nope_head_dim: 8,
+        qk_rope_head_dim: 4,
+        v_head_dim: 6,
+    };
+    let attn = LatentAttention::new(&Scope::root().at("self_attn"), 16, 2, c, false).unwrap();
+    let p = Params::of(&attn, 7).unwrap();
+    let (b, seq) = (GraphBuilder::new(), 5);
+    let x = b.input("x", DType::F32, [1, seq, 16]).unwrap();
+    let pos = b.iota(DType::I32, [seq], 0).unwrap();
+    let angles = rotary_angles(&pos, &[1.0, 0.1]).unwrap();
+    let [q, latent, k_rope] = attn.project(&x, &angles, true).unwrap();
+    let (rows, cols) = (pos.reshape([seq, 1]).unwrap(), pos.reshape([1, seq]).unwrap());
+    let keep = cols.broadcast_to([seq, seq]).unwrap().le(&rows.broadcast_to([seq, seq]).unwrap()).unwrap();
+    let scale = 1.0 / (c.qk_head_dim() as f64).sqrt();
+    let y = attn.attend(&q, &latent, &k_rope, &keep, (scale, None)).unwrap();
+    let y = attn.o_proj.forward(&y).unwrap();
+    check("latent attention", &b, &p, &x, &y);
+}
