@@ -13,9 +13,17 @@
 use crate::error::{config, Result};
 use crate::init::Init;
 use crate::layers::{Linear, Projections};
-use crate::llama_config::Activation;
 use crate::module::{Forward, Module, Param, Scope};
 use fusegraph_ir::{DType, Tensor};
+
+/// The gate's activation in the MLP (`hidden_act`, or Gemma's `hidden_activation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu`.
+    Silu,
+    /// `gelu_pytorch_tanh`: GELU's tanh form.
+    GeluTanh,
+}
 
 /// The gated MLP: `down_proj(act(gate_proj(x)) · up_proj(x))`.
 #[derive(Clone, Debug, PartialEq)]

@@ -3,7 +3,7 @@
 //! them a field.
 
 use crate::error::{config, unsupported, Result};
-pub use crate::feed_forward::{MoeConfig, MoeStyle, Router, SharedExpert};
+pub use crate::feed_forward::{Activation, MoeConfig, MoeStyle, Router, SharedExpert};
 pub use crate::latent::LatentConfig;
 use crate::rope::RopeScaling;
 use serde::Deserialize;
@@ -124,15 +124,6 @@ pub enum QkNorm {
     PerHead,
     /// Over the whole projection (all heads): OLMo 2's.
     Whole,
-}
-
-/// The gate's activation in the MLP (`hidden_act`, or Gemma's `hidden_activation`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// `silu`.
-    Silu,
-    /// `gelu_pytorch_tanh`: GELU's tanh form.
-    GeluTanh,
 }
 
 impl Architecture {
