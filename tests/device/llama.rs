@@ -81,6 +81,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("granite-moe-tiny", "granite-moe-tiny", ""),
         ("deepseek-v3-tiny", "deepseek-v3-tiny", ""),
         ("deepseek-v2-tiny", "deepseek-v2-tiny", ""),
+        ("qwen3-fp8-tiny", "qwen3-fp8-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);

@@ -116,7 +116,8 @@ fn encode(t: &HostTensor) -> Option<(Dtype, Vec<u8>)> {
 }
 
 /// A host tensor from a safetensors view (`name` is its key, for errors): F32, F16, BF16, I32
-/// and U32 as themselves, BOOL and U8 as bool.
+/// and U32 as themselves, BOOL and U8 as bool, F8_E4M3 (FP8 as `float8_e4m3fn`: no
+/// infinities, `0x7f`/`0xff` NaN) widened exactly to f32.
 pub fn decode(name: &str, view: &TensorView<'_>) -> Result<HostTensor, SafetensorsError> {
     let shape = Shape::new(view.shape());
     let raw = view.data();
@@ -129,14 +130,39 @@ pub fn decode(name: &str, view: &TensorView<'_>) -> Result<HostTensor, Safetenso
         Dtype::F16 => HostTensor::new(shape, halves().map(f16::from_le_bytes).collect::<Vec<_>>()),
         Dtype::BF16 => HostTensor::new(shape, halves().map(bf16::from_le_bytes).collect::<Vec<_>>()),
         Dtype::BOOL | Dtype::U8 => HostTensor::new(shape, raw.iter().map(|&x| x != 0).collect::<Vec<_>>()),
+        Dtype::F8_E4M3 => HostTensor::new(shape, raw.iter().map(|&x| e4m3(x)).collect::<Vec<_>>()),
         other => return Err(SafetensorsError::Dtype { name: name.to_string(), dtype: format!("{other:?}") }),
     };
     t.map_err(|e| SafetensorsError::Format(format!("tensor `{name}`: {e}")))
 }
 
+/// The value of an FP8 E4M3 (`float8_e4m3fn`) byte: sign, 4 exponent bits (bias 7), 3
+/// mantissa bits; exponent 0 subnormal; all ones in exponent and mantissa NaN.
+pub fn e4m3(x: u8) -> f32 {
+    let (sign, e, m) = (if x & 0x80 != 0 { -1.0 } else { 1.0 }, (x >> 3) & 0x0f, x & 0x07);
+    match (e, m) {
+        (0x0f, 0x07) => f32::NAN,
+        (0, _) => sign * m as f32 / 8.0 * 2f32.powi(-6),
+        _ => sign * (1.0 + m as f32 / 8.0) * 2f32.powi(e as i32 - 7),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// FP8 E4M3 bytes as `float8_e4m3fn` reads them: the normal and subnormal extremes, signs,
+    /// NaN, and every finite byte of one sign larger than the one before.
+    #[test]
+    fn e4m3_bytes_read_as_float8_e4m3fn() {
+        for (byte, want) in [(0x00, 0.0), (0x38, 1.0), (0x40, 2.0), (0xb0, -0.5), (0x7e, 448.0), (0x08, 2f32.powi(-6))]
+        {
+            assert_eq!(e4m3(byte), want, "{byte:#04x}");
+        }
+        assert_eq!((e4m3(0x01), e4m3(0x07)), (2f32.powi(-9), 7.0 * 2f32.powi(-9)));
+        assert!(e4m3(0x7f).is_nan() && e4m3(0xff).is_nan());
+        assert!((1..0x7f).all(|b| e4m3(b) > e4m3(b - 1) && e4m3(b | 0x80) == -e4m3(b)));
+    }
 
     #[test]
     fn every_dtype_round_trips() {

@@ -10,6 +10,12 @@
 //! once with its shape, every key used or dropped, every dtype convertible (f32, f16 and bf16
 //! to what the model asks) — or a typed error naming the key. Loading into a device store
 //! (`ParamStore::insert_all`) is then all or nothing too.
+//!
+//! FP8 checkpoints (DeepSeek-V3's, Kimi K2's, the `-FP8` releases of Qwen3 and GLM-4.5:
+//! `transformers`' fine-grained `fp8`, and compressed-tensors' per-tensor or per-channel FP8)
+//! read as the values they stand for: an F8_E4M3 `weight` times its `weight_scale_inv` per
+//! block (or its `weight_scale` per tensor or output channel), one f32 tensor under the
+//! weight's key; static activation scales (`input_scale`) are not used and dropped.
 
 use crate::error::{NnError, Result};
 use crate::module::{Module, Param};
@@ -138,6 +144,8 @@ pub struct Checkpoint {
     /// MXFP4 tensors stored as `transformers`' quantizer writes them: key → its `{key}_blocks`
     /// and `{key}_scales` and their files.
     mxfp4: BTreeMap<String, [(String, usize); 2]>,
+    /// FP8 weights with scales: key → its scale's key and file.
+    fp8: BTreeMap<String, (String, usize)>,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -185,6 +193,7 @@ impl Checkpoint {
         };
         let mut files = Vec::new();
         let mut keys = BTreeMap::new();
+        let mut fp8_keys = Vec::new();
         for shard in shards {
             let file = std::fs::File::open(&shard).map_err(io(&shard))?;
             // SAFETY: the map is read-only; a checkpoint changed by another process while it
@@ -194,6 +203,9 @@ impl Checkpoint {
             for name in st.names() {
                 if keys.insert(name.to_string(), files.len()).is_some() {
                     return Err(format(&shard, format!("tensor `{name}` is in two shards")));
+                }
+                if st.tensor(name).is_ok_and(|v| v.dtype() == safetensors::Dtype::F8_E4M3) {
+                    fp8_keys.push(name.to_string());
                 }
             }
             files.push((shard, map));
@@ -215,7 +227,21 @@ impl Checkpoint {
             keys.insert(base.clone(), parts[0].1);
             mxfp4.insert(base, parts);
         }
-        Ok(Checkpoint { source: path, files, keys, mxfp4 })
+        // An FP8 `{key}` with its `{key}_scale_inv` or `{key}_scale`; its layer's activation
+        // scale (`input_scale`) unused.
+        let mut fp8 = BTreeMap::new();
+        for key in fp8_keys {
+            let scale =
+                ["_scale_inv", "_scale"].map(|s| format!("{key}{s}")).into_iter().find(|s| keys.contains_key(s));
+            if let Some(scale) = scale {
+                let file = keys.remove(&scale).expect("listed");
+                fp8.insert(key.clone(), (scale, file));
+            }
+            if let Some(input) = key.strip_suffix("weight").map(|layer| format!("{layer}input_scale")) {
+                keys.remove(&input);
+            }
+        }
+        Ok(Checkpoint { source: path, files, keys, mxfp4, fp8 })
     }
 
     /// Every key, sorted (an MXFP4 tensor's by its name without `_blocks` and `_scales`).
@@ -256,7 +282,57 @@ impl Checkpoint {
             return self.mxfp4_in(headers, key, parts);
         }
         let view = headers[file].tensor(key).map_err(|e| format(&self.files[file].0, e))?;
-        Ok(decode(key, &view)?)
+        let t = decode(key, &view)?;
+        match self.fp8.get(key) {
+            Some((scale, at)) => {
+                let scales = headers[*at].tensor(scale).map_err(|e| format(&self.files[*at].0, e))?;
+                self.scaled(key, t, scale, &decode(scale, &scales)?)
+            }
+            None => Ok(t),
+        }
+    }
+
+    /// FP8 weight `key`'s values `w` (`[out, in]`, or `[…, out, in]`) times its scales
+    /// `scale_key`: one for the tensor (`[]`, `[1]`), one per output row (`[out]`, `[out,
+    /// 1]`), or one per block of `b × b` values (`[⌈out / b⌉, ⌈in / b⌉]`, the last blocks
+    /// partial; `b` the power of two those counts give, 128 in every release), as f32.
+    fn scaled(&self, key: &str, w: HostTensor, scale_key: &str, scales: &HostTensor) -> Result<HostTensor> {
+        let dims = w.shape().dims().to_vec();
+        let (s, sd) = (scales.to_f64(), scales.shape().dims().to_vec());
+        let [out, cols] = match dims[..] {
+            [.., o, i] => [o, i],
+            _ => [1, dims.first().copied().unwrap_or(1)],
+        };
+        let rows = w.shape().numel() / cols.max(1);
+        // The block edge `b` where `sd` counts blocks of `[out, in]`.
+        let block = |so: usize, si: usize| {
+            let b = out.div_ceil(so.max(1)).next_power_of_two();
+            (so > 0 && si > 0 && out.div_ceil(b) == so && cols.div_ceil(b) == si).then_some(b)
+        };
+        let at: Box<dyn Fn(usize, usize) -> usize> = match sd[..] {
+            [] | [1] | [1, 1] => Box::new(|_, _| 0),
+            [n] | [n, 1] if n == out => Box::new(|r, _| r % out),
+            [so, si] => match block(so, si) {
+                Some(b) => Box::new(move |r, c| (r % out) / b * si + c / b),
+                None => return Err(self.bad_scale(key, &w, scale_key, scales)),
+            },
+            _ => return Err(self.bad_scale(key, &w, scale_key, scales)),
+        };
+        let v = w.to_f64();
+        let values: Vec<f64> = (0..rows)
+            .flat_map(|r| (0..cols).map(move |c| (r, c)))
+            .map(|(r, c)| v[r * cols + c] * s[at(r, c)])
+            .collect();
+        Ok(HostTensor::from_f64(DType::F32, dims, &values)?)
+    }
+
+    fn bad_scale(&self, key: &str, w: &HostTensor, scale_key: &str, scales: &HostTensor) -> NnError {
+        let detail = format!(
+            "{scale_key} {} does not scale FP8 {key} {} (one scale, one per output row, or one per square block)",
+            scales.ty(),
+            w.ty()
+        );
+        format(&self.source, detail)
     }
 
     /// MXFP4 tensor `key` from its `_blocks` (u8 `[…, n, 16]`: 32 FP4 nibbles a block, value
