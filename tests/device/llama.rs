@@ -82,6 +82,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("deepseek-v3-tiny", "deepseek-v3-tiny", ""),
         ("deepseek-v2-tiny", "deepseek-v2-tiny", ""),
         ("qwen3-fp8-tiny", "qwen3-fp8-tiny", ""),
+        ("minimax-m2-tiny", "minimax-m2-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -446,6 +447,7 @@ fn newer_llama_family_layers_in_gpu_forms() {
         "granite-moe-tiny",
         "deepseek-v3-tiny",
         "deepseek-v2-tiny",
+        "minimax-m2-tiny",
     ] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);

@@ -7,7 +7,7 @@
 //! `MixtralForCausalLM`, `Qwen2MoeForCausalLM`, `Qwen3MoeForCausalLM`, `OlmoeForCausalLM`,
 //! `Glm4MoeForCausalLM`, `Ernie4_5_MoeForCausalLM`, `GraniteMoeForCausalLM`, `GptOssForCausalLM`,
 //! `DeepseekV2ForCausalLM` and `DeepseekV3ForCausalLM` (multi-head latent attention,
-//! [`crate::latent`]) — as one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
+//! [`crate::latent`]) and `MiniMaxM2ForCausalLM` — as one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
 //! projections, RMS norms on q and k (per head or whole), norms before, around or after each
 //! branch and their gains' offset, the MLP's activation, the embeddings', branches', scores'
 //! and logits' scales, soft caps on scores and logits, grouped-query attention
@@ -227,7 +227,8 @@ impl Llama {
     /// parameter path): GLM-4's norms around each branch (`post_self_attn_layernorm` after
     /// attention, `post_attention_layernorm` before the MLP, `post_mlp_layernorm` after it);
     /// Mixtral's mixture (`block_sparse_moe`, its experts' `w1`, `w3` and `w2` for gate, up and
-    /// down); Granite MoE's (`block_sparse_moe.router.layer`, `input_linear`, `output_linear`).
+    /// down; MiniMax-M2's too, its correction bias on the mixture); Granite MoE's
+    /// (`block_sparse_moe.router.layer`, `input_linear`, `output_linear`).
     pub fn checkpoint_renames(&self) -> Vec<(String, String)> {
         let c = &self.config;
         let layer = |i: usize, from: &str, to: &str| {
@@ -248,14 +249,20 @@ impl Llama {
             _ => &[],
         };
         match (c.architecture, &c.moe) {
-            (Architecture::Mixtral, Some(moe)) => (0..c.num_hidden_layers)
+            (Architecture::Mixtral | Architecture::MiniMaxM2, Some(moe)) => (0..c.num_hidden_layers)
                 .flat_map(|i| {
                     let experts = (0..moe.experts).flat_map(move |e| {
                         [("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")].map(|(from, to)| {
                             layer(i, &format!("block_sparse_moe.experts.{e}.{from}"), &format!("mlp.experts.{e}.{to}"))
                         })
                     });
-                    std::iter::once(layer(i, "block_sparse_moe.gate", "mlp.gate")).chain(experts)
+                    // MiniMax-M2's correction bias sits on the mixture, not its router.
+                    let bias = (
+                        format!("model.layers.{i}.block_sparse_moe.e_score_correction_bias"),
+                        format!("model.layers.{i}.mlp.gate.e_score_correction_bias"),
+                    );
+                    let bias = (c.architecture == Architecture::MiniMaxM2).then_some(bias);
+                    std::iter::once(layer(i, "block_sparse_moe.gate", "mlp.gate")).chain(bias).chain(experts)
                 })
                 .collect(),
             _ => (0..c.num_hidden_layers)

@@ -98,6 +98,11 @@ pub enum Architecture {
     /// layers with V3's router ([`Router::Sigmoid`]); rotary pairs interleaved where
     /// `rope_interleave` (the default).
     DeepseekV3,
+    /// `MiniMaxM2ForCausalLM` (MiniMax-M2, M2.1): RMS norms over the whole q and k projections,
+    /// rotary positions on each head's first `rotary_dim`, a mixture on every layer chosen by
+    /// sigmoid score plus a correction bias (`block_sparse_moe`, Mixtral's names), the chosen
+    /// scores normalized.
+    MiniMaxM2,
 }
 
 /// Where a layer's RMS norms sit.
@@ -156,6 +161,7 @@ impl Architecture {
             Architecture::GptOss => "GptOssForCausalLM",
             Architecture::DeepseekV2 => "DeepseekV2ForCausalLM",
             Architecture::DeepseekV3 => "DeepseekV3ForCausalLM",
+            Architecture::MiniMaxM2 => "MiniMaxM2ForCausalLM",
         }
     }
 }
@@ -335,6 +341,7 @@ struct RawConfig {
     v_head_dim: Option<usize>,
     topk_method: Option<String>,
     rope_interleave: Option<bool>,
+    rotary_dim: Option<usize>,
 }
 
 /// A field as written, `null` included (`Some(Value::Null)`; a missing field is `None`).
@@ -386,6 +393,7 @@ impl LlamaConfig {
             Some("GraniteMoeForCausalLM" | "granitemoe") => Architecture::GraniteMoe,
             Some("DeepseekV2ForCausalLM" | "deepseek_v2") => Architecture::DeepseekV2,
             Some("DeepseekV3ForCausalLM" | "deepseek_v3") => Architecture::DeepseekV3,
+            Some("MiniMaxM2ForCausalLM" | "minimax_m2") => Architecture::MiniMaxM2,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
@@ -394,7 +402,7 @@ impl LlamaConfig {
                      Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM, \
                      MinistralForCausalLM, Ernie4_5ForCausalLM, Glm4ForCausalLM, Ministral3ForCausalLM, \
                      MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, Ernie4_5_MoeForCausalLM, GraniteMoeForCausalLM, GptOssForCausalLM, \
-                     DeepseekV2ForCausalLM or DeepseekV3ForCausalLM",
+                     DeepseekV2ForCausalLM, DeepseekV3ForCausalLM or MiniMaxM2ForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -466,7 +474,9 @@ impl LlamaConfig {
             .or_else(|| {
                 raw.rope_parameters.as_ref().and_then(|p| p.get("partial_rotary_factor")).and_then(Value::as_f64)
             })
-            .or(matches!(architecture, Architecture::Glm4 | Architecture::Glm4Moe).then_some(0.5));
+            .or(matches!(architecture, Architecture::Glm4 | Architecture::Glm4Moe).then_some(0.5))
+            // MiniMax-M2's released configs give the rotated width itself.
+            .or(raw.rotary_dim.filter(|_| architecture == Architecture::MiniMaxM2).map(|r| r as f64 / head_dim as f64));
         // `int(head_dim · factor)` as `transformers` takes it (a factor from a GGUF file's
         // rotary width may land a hair below that width).
         let rotary = partial.map(|p| (p, (head_dim as f64 * p + 1e-9) as usize));
@@ -626,6 +636,7 @@ impl LlamaConfig {
                 Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::Gemma3 => QkNorm::PerHead,
                 Architecture::Glm4Moe if raw.use_qk_norm == Some(true) => QkNorm::PerHead,
                 Architecture::Olmo2 | Architecture::Olmo3 | Architecture::Olmoe => QkNorm::Whole,
+                Architecture::MiniMaxM2 if raw.use_qk_norm != Some(false) => QkNorm::Whole,
                 _ => QkNorm::None,
             },
             norm_offset: if gemma { 1.0 } else { 0.0 },
@@ -725,6 +736,7 @@ impl LlamaConfig {
             Architecture::GraniteMoe => (8, 2, Some(true), raw.intermediate_size),
             Architecture::DeepseekV2 => (64, 6, Some(false), raw.moe_intermediate_size.or(Some(1407))),
             Architecture::DeepseekV3 => (256, 8, None, raw.moe_intermediate_size.or(Some(2048))),
+            Architecture::MiniMaxM2 => (256, 8, Some(true), raw.intermediate_size),
             _ => return Ok(None),
         };
         // `transformers` 5 writes `num_local_experts` for every class; the hub's configs
@@ -798,7 +810,7 @@ impl LlamaConfig {
             Ok((groups, top_groups))
         };
         let router = match arch {
-            Architecture::Glm4Moe | Architecture::DeepseekV3 => {
+            Architecture::Glm4Moe | Architecture::DeepseekV3 | Architecture::MiniMaxM2 => {
                 let (groups, top_groups) = groups(if arch == Architecture::DeepseekV3 { (8, 4) } else { (1, 1) })?;
                 let scale =
                     raw.routed_scaling_factor.unwrap_or(if arch == Architecture::DeepseekV3 { 2.5 } else { 1.0 });

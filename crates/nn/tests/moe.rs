@@ -177,6 +177,31 @@ fn moe_configs_give_their_mixtures_and_parameter_counts() {
     let n = Llama::new(&Scope::root(), c).unwrap().num_elements();
     assert!((20.8e9..21.0e9).contains(&(n as f64)), "{n}");
 
+    // MiniMax-M2's shapes (its released config.json's fields): whole-projection q/k norms,
+    // rotary positions on 64 of each head's 128, 256 experts by sigmoid score plus a correction
+    // bias, 8 a token; 229B parameters (the model card's 230B).
+    let minimax = r#"{"architectures": ["MiniMaxM2ForCausalLM"], "hidden_size": 3072, "intermediate_size": 1536,
+      "num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
+      "num_local_experts": 256, "num_experts_per_tok": 8, "rotary_dim": 64, "rope_theta": 5000000,
+      "vocab_size": 200064, "max_position_embeddings": 196608, "use_qk_norm": true, "qk_norm_type": "per_layer",
+      "scoring_func": "sigmoid", "use_routing_bias": true, "rms_norm_eps": 1e-06, "tie_word_embeddings": false}"#;
+    let c = LlamaConfig::from_json(minimax).unwrap();
+    assert_eq!((c.architecture, c.qk_norm, c.rotary_dim), (Architecture::MiniMaxM2, QkNorm::Whole, 64));
+    let moe = c.moe.clone().unwrap();
+    assert_eq!((moe.experts, moe.top_k, moe.expert_size, moe.normalize), (256, 8, 1536, true));
+    assert_eq!(
+        (moe.router, moe.sparse_layers.iter().all(|&s| s)),
+        (Router::Sigmoid { groups: 1, top_groups: 1, scale: 1.0 }, true)
+    );
+    let model = Llama::new(&Scope::root(), c).unwrap();
+    let renames = model.checkpoint_renames();
+    assert!(renames.contains(&(
+        "model.layers.3.block_sparse_moe.e_score_correction_bias".into(),
+        "model.layers.3.mlp.gate.e_score_correction_bias".into()
+    )));
+    let n = model.num_elements();
+    assert!((228.0e9..230.5e9).contains(&(n as f64)), "{n}");
+
     // Qwen2-MoE: the shared expert; `decoder_sparse_step` and `mlp_only_layers` pick the layers.
     let qwen2 = r#"{"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
       "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64,
