@@ -655,14 +655,15 @@ impl Gguf {
                 "DeepseekV3ForCausalLM"
             }
             "deepseek2" => "DeepseekV2ForCausalLM",
+            "minimax-m2" => "MiniMaxM2ForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
                     value: arch.into(),
                     supported:
                         "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss, ernie4_5, \
-                            glm4, mistral3, qwen2moe, qwen3moe, olmoe, gpt-oss, glm4moe, ernie4_5-moe, granitemoe or \
-                            deepseek2"
+                            glm4, mistral3, qwen2moe, qwen3moe, olmoe, gpt-oss, glm4moe, ernie4_5-moe, granitemoe, \
+                            deepseek2 or minimax-m2"
                             .into(),
                 })
             }
@@ -737,7 +738,7 @@ impl Gguf {
         };
         // The rotated part of each head where the architecture rotates only part (Phi-3, GLM-4).
         let partial = int("rope.dimension_count")
-            .filter(|_| phi3 || arch == "glm4" || arch == "glm4moe")
+            .filter(|_| phi3 || matches!(arch, "glm4" | "glm4moe" | "minimax-m2"))
             .map(|r| r as f64 / head_dim.max(1) as f64);
         // Phi-3.5's longrope, as the converter writes it: the factors as two tensors, the
         // trained context and the attention factor as metadata.
@@ -823,7 +824,7 @@ impl Gguf {
             "attention_multiplier": float("attention.scale").filter(|_| arch.starts_with("granite")),
             "logits_scaling": float("logit_scale").filter(|_| arch.starts_with("granite")),
             // Seed-OSS's, GLM-4's and ERNIE 4.5's biases, by the tensors the file holds.
-            "use_qk_norm": (arch == "glm4moe").then(|| has("blk.0.attn_q_norm.weight")),
+            "use_qk_norm": matches!(arch, "glm4moe" | "minimax-m2").then(|| has("blk.0.attn_q_norm.weight")),
             "attention_bias": matches!(arch, "seed_oss" | "glm4" | "gpt-oss" | "glm4moe").then(|| has("blk.0.attn_q.bias")),
             "attention_out_bias": (arch == "seed_oss").then(|| has("blk.0.attn_output.bias")),
             "use_bias": matches!(arch, "ernie4_5" | "ernie4_5-moe").then(|| has("blk.0.attn_q.bias")),
@@ -896,14 +897,23 @@ impl Gguf {
         // probabilities normalized).
         // GLM-4.5's: sigmoid scores (2).
         // DeepSeek's: softmax (V2) or sigmoid (V3).
+        // MiniMax-M2's: sigmoid, the only gating its files take.
         let default = match arch {
             "gpt-oss" => 3,
-            "glm4moe" => 2,
+            "glm4moe" | "minimax-m2" => 2,
             _ => 1,
         };
         let gating = int("expert_gating_func").unwrap_or(default);
-        if !(gating == 1 || (gating == 3 && !deepseek) || (gating == 2 && (arch == "glm4moe" || deepseek))) {
-            let supported = "1 (softmax), 3 (softmax of the chosen), or 2 (sigmoid) in glm4moe and deepseek2 files";
+        let sigmoid = matches!(arch, "glm4moe" | "deepseek2" | "minimax-m2");
+        let ok = match gating {
+            1 => arch != "minimax-m2",
+            2 => sigmoid,
+            3 => !sigmoid,
+            _ => false,
+        };
+        if !ok {
+            let supported = "1 (softmax), 3 (softmax of the chosen), or 2 (sigmoid) in glm4moe, deepseek2 and \
+                             minimax-m2 files (minimax-m2: only 2)";
             return Err(bad("expert_gating_func", format!("{gating}"), supported));
         }
         let used = int("expert_used_count")
