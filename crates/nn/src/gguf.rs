@@ -466,7 +466,7 @@ impl Gguf {
 
     /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`-,
     /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`-, `ernie4_5`-, `glm4`-,
-    /// `mistral3`-, `qwen2moe`-, `qwen3moe`-, `olmoe`-, `gpt-oss`-, `glm4moe`-, `ernie4_5-moe`- or `granitemoe`-architecture file (a `llama`
+    /// `mistral3`-, `qwen2moe`-, `qwen3moe`-, `olmoe`-, `gpt-oss`-, `glm4moe`-, `ernie4_5-moe`-, `granitemoe`-, `deepseek2`- or `minimax-m2`-architecture file (a `llama`
     /// file with `expert_count` is Mixtral's; a mixture's expert stacks `ffn_{gate,up,down}_exps`
     /// load as [`crate::feed_forward::StackedLinear`]s, as llama.cpp reads them: see
     /// `moe_fields`; gpt-oss's gate and up stacks interleave into its one `gate_up_proj`)
