@@ -103,6 +103,10 @@ pub enum Architecture {
     /// sigmoid score plus a correction bias (`block_sparse_moe`, Mixtral's names), the chosen
     /// scores normalized.
     MiniMaxM2,
+    /// `Glm4MoeLiteForCausalLM` (GLM-4.7-Flash): DeepSeek-V3's layers — latent attention, a
+    /// sigmoid router with a correction bias, shared experts — with GLM's widths, the dense and
+    /// sparse layers listed (`mlp_layer_types`).
+    Glm4MoeLite,
 }
 
 /// Where a layer's RMS norms sit.
@@ -162,6 +166,7 @@ impl Architecture {
             Architecture::DeepseekV2 => "DeepseekV2ForCausalLM",
             Architecture::DeepseekV3 => "DeepseekV3ForCausalLM",
             Architecture::MiniMaxM2 => "MiniMaxM2ForCausalLM",
+            Architecture::Glm4MoeLite => "Glm4MoeLiteForCausalLM",
         }
     }
 }
@@ -342,6 +347,7 @@ struct RawConfig {
     topk_method: Option<String>,
     rope_interleave: Option<bool>,
     rotary_dim: Option<usize>,
+    mlp_layer_types: Option<Vec<String>>,
 }
 
 /// A field as written, `null` included (`Some(Value::Null)`; a missing field is `None`).
@@ -394,6 +400,7 @@ impl LlamaConfig {
             Some("DeepseekV2ForCausalLM" | "deepseek_v2") => Architecture::DeepseekV2,
             Some("DeepseekV3ForCausalLM" | "deepseek_v3") => Architecture::DeepseekV3,
             Some("MiniMaxM2ForCausalLM" | "minimax_m2") => Architecture::MiniMaxM2,
+            Some("Glm4MoeLiteForCausalLM" | "glm4_moe_lite") => Architecture::Glm4MoeLite,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
@@ -402,7 +409,7 @@ impl LlamaConfig {
                      Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM, \
                      MinistralForCausalLM, Ernie4_5ForCausalLM, Glm4ForCausalLM, Ministral3ForCausalLM, \
                      MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, Ernie4_5_MoeForCausalLM, GraniteMoeForCausalLM, GptOssForCausalLM, \
-                     DeepseekV2ForCausalLM, DeepseekV3ForCausalLM or MiniMaxM2ForCausalLM",
+                     DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, MiniMaxM2ForCausalLM or Glm4MoeLiteForCausalLM",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -620,7 +627,7 @@ impl LlamaConfig {
             rotary_dim,
             rotary_interleaved: match architecture {
                 Architecture::DeepseekV2 => true,
-                Architecture::DeepseekV3 => raw.rope_interleave.unwrap_or(true),
+                Architecture::DeepseekV3 | Architecture::Glm4MoeLite => raw.rope_interleave.unwrap_or(true),
                 _ => ernie || architecture == Architecture::Glm4,
             },
             fused_qkv: architecture == Architecture::Phi3,
@@ -678,11 +685,14 @@ impl LlamaConfig {
     /// is left out; `q_lora_rank: null` for an uncompressed `q_proj`), `None` for the other
     /// classes.
     fn latent(arch: Architecture, raw: &RawConfig) -> Result<Option<LatentConfig>> {
-        if !matches!(arch, Architecture::DeepseekV2 | Architecture::DeepseekV3) {
-            return Ok(None);
-        }
+        // (q_lora_rank, qk_nope_head_dim, v_head_dim) by class.
+        let (q_rank, nope, v) = match arch {
+            Architecture::DeepseekV2 | Architecture::DeepseekV3 => (1536, 128, 128),
+            Architecture::Glm4MoeLite => (768, 192, 256),
+            _ => return Ok(None),
+        };
         let q_lora_rank = match &raw.q_lora_rank {
-            None => Some(1536),
+            None => Some(q_rank),
             Some(Value::Null) => None,
             Some(v) => Some(
                 v.as_u64()
@@ -694,9 +704,9 @@ impl LlamaConfig {
         let c = LatentConfig {
             q_lora_rank,
             kv_lora_rank: raw.kv_lora_rank.unwrap_or(512),
-            qk_nope_head_dim: raw.qk_nope_head_dim.unwrap_or(128),
+            qk_nope_head_dim: raw.qk_nope_head_dim.unwrap_or(nope),
             qk_rope_head_dim: raw.qk_rope_head_dim.unwrap_or(64),
-            v_head_dim: raw.v_head_dim.unwrap_or(128),
+            v_head_dim: raw.v_head_dim.unwrap_or(v),
         };
         for (field, width) in [
             ("kv_lora_rank", c.kv_lora_rank),
@@ -737,6 +747,7 @@ impl LlamaConfig {
             Architecture::DeepseekV2 => (64, 6, Some(false), raw.moe_intermediate_size.or(Some(1407))),
             Architecture::DeepseekV3 => (256, 8, None, raw.moe_intermediate_size.or(Some(2048))),
             Architecture::MiniMaxM2 => (256, 8, Some(true), raw.intermediate_size),
+            Architecture::Glm4MoeLite => (64, 4, None, raw.moe_intermediate_size.or(Some(1536))),
             _ => return Ok(None),
         };
         // `transformers` 5 writes `num_local_experts` for every class; the hub's configs
@@ -761,11 +772,21 @@ impl LlamaConfig {
         // Dense layers: `mlp_only_layers`, or GLM's first `first_k_dense_replace`.
         let mut dense = raw.mlp_only_layers.clone().unwrap_or_default();
         let first_dense = match arch {
-            Architecture::Glm4Moe => 1,
+            Architecture::Glm4Moe | Architecture::Glm4MoeLite => 1,
             Architecture::DeepseekV3 => 3,
             _ => 0,
         };
-        dense.extend(0..raw.first_k_dense_replace.unwrap_or(first_dense));
+        match (&raw.mlp_layer_types, arch) {
+            // GLM-4.7-Flash's list of `dense` and `sparse` layers.
+            (Some(types), Architecture::Glm4MoeLite) => {
+                if types.len() != layers || types.iter().any(|t| t != "dense" && t != "sparse") {
+                    let want = format!("{layers} entries (num_hidden_layers), each dense or sparse");
+                    return Err(unsupported("mlp_layer_types", format!("{types:?}"), &want));
+                }
+                dense.extend(types.iter().enumerate().filter(|(_, t)| *t == "dense").map(|(i, _)| i));
+            }
+            _ => dense.extend(0..raw.first_k_dense_replace.unwrap_or(first_dense)),
+        }
         // ERNIE 4.5's: mixtures on every `moe_layer_interval`-th layer from the start index to the end.
         let (step, dense, field) = match arch {
             Architecture::Ernie45Moe => {
@@ -784,7 +805,7 @@ impl LlamaConfig {
         }
         let shared_expert = match arch {
             Architecture::Qwen2Moe => Some(raw.shared_expert_intermediate_size.unwrap_or(5632)).filter(|&w| w > 0),
-            Architecture::Glm4Moe | Architecture::DeepseekV3 => {
+            Architecture::Glm4Moe | Architecture::DeepseekV3 | Architecture::Glm4MoeLite => {
                 Some(expert_size * raw.n_shared_experts.unwrap_or(1)).filter(|&w| w > 0)
             }
             Architecture::DeepseekV2 => Some(expert_size * raw.n_shared_experts.unwrap_or(2)).filter(|&w| w > 0),
@@ -810,10 +831,13 @@ impl LlamaConfig {
             Ok((groups, top_groups))
         };
         let router = match arch {
-            Architecture::Glm4Moe | Architecture::DeepseekV3 | Architecture::MiniMaxM2 => {
+            Architecture::Glm4Moe | Architecture::DeepseekV3 | Architecture::MiniMaxM2 | Architecture::Glm4MoeLite => {
                 let (groups, top_groups) = groups(if arch == Architecture::DeepseekV3 { (8, 4) } else { (1, 1) })?;
-                let scale =
-                    raw.routed_scaling_factor.unwrap_or(if arch == Architecture::DeepseekV3 { 2.5 } else { 1.0 });
+                let scale = raw.routed_scaling_factor.unwrap_or(match arch {
+                    Architecture::DeepseekV3 => 2.5,
+                    Architecture::Glm4MoeLite => 1.8,
+                    _ => 1.0,
+                });
                 Router::Sigmoid { groups, top_groups, scale }
             }
             Architecture::DeepseekV2 => {
@@ -831,9 +855,10 @@ impl LlamaConfig {
             experts,
             top_k,
             expert_size,
-            normalize: normalize
-                .or(raw.norm_topk_prob)
-                .unwrap_or(matches!(arch, Architecture::Glm4Moe | Architecture::DeepseekV3)),
+            normalize: normalize.or(raw.norm_topk_prob).unwrap_or(matches!(
+                arch,
+                Architecture::Glm4Moe | Architecture::DeepseekV3 | Architecture::Glm4MoeLite
+            )),
             shared_expert: shared_expert.map(|width| SharedExpert { width, gated, bias: shared_bias }),
             router,
             sparse_layers: (0..layers).map(|i| (i + 1) % step == 0 && !dense.contains(&i)).collect(),

@@ -1,5 +1,6 @@
-//! Multi-head latent attention (DeepSeek-V2 and V3): tiny `transformers` checkpoints
-//! (tests/data/checkpoints, `scripts/fixtures/make_llama.py deepseek-v3|deepseek-v2`) give
+//! Multi-head latent attention (DeepSeek-V2 and V3, GLM-4.7-Flash): tiny `transformers`
+//! checkpoints (tests/data/checkpoints, `scripts/fixtures/make_llama.py
+//! deepseek-v3|deepseek-v2|glm4-moe-lite`) give
 //! `transformers`' prompt logits on the CPU reference, and a decode step over the compressed
 //! cache gives the last prompt position's logits; the configs of the released models.
 
@@ -41,7 +42,7 @@ fn eval(
 /// cache (a cache of 64 positions, 32 live), whose logits are the prefill's last row.
 #[test]
 fn deepseek_checkpoints_match_transformers_prefill_and_decode() {
-    for name in ["deepseek-v3-tiny", "deepseek-v2-tiny"] {
+    for (name, layers) in [("deepseek-v3-tiny", 3), ("deepseek-v2-tiny", 3), ("glm4-moe-lite-tiny", 4)] {
         let loaded = Pretrained::load(&fixture(name), None, Quantize::AsStored).unwrap();
         let r = reference(name);
         let prompt: Vec<i32> = r["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
@@ -64,7 +65,7 @@ fn deepseek_checkpoints_match_transformers_prefill_and_decode() {
 
         // One latent head per layer: the latent's width, then the rotary key's.
         let shape = model.cache_shape();
-        assert_eq!(shape, CacheShape { layers: 3, heads: 1, key_width: 32, value_width: 8 }, "{name}");
+        assert_eq!(shape, CacheShape { layers, heads: 1, key_width: 32, value_width: 8 }, "{name}");
         let (max, live) = (64, 32);
         let b = GraphBuilder::new();
         let head = b.input("head", DType::I32, [1, n - 1]).unwrap();
@@ -160,9 +161,9 @@ fn deepseek2_gguf_files_give_transformers_logits() {
     }
 }
 
-/// DeepSeek-V3's and DeepSeek-V2-Lite's published config.json shapes: latent widths, rotary
-/// part, the scores' YaRN scale, routers, dense first layers and parameter counts (671B and
-/// 15.7B as their model cards give them, with V3's multi-token-prediction layer left out).
+/// DeepSeek-V3's, DeepSeek-V2-Lite's and GLM-4.7-Flash's published config.json shapes: latent
+/// widths, rotary part, the scores' YaRN scale, routers, dense layers and parameter counts (671B,
+/// 15.7B and 30B as their model cards give them, with V3's multi-token-prediction layer left out).
 #[test]
 fn deepseek_configs_read_their_latent_attention_and_routers() {
     let v3 = serde_json::json!({
@@ -205,6 +206,27 @@ fn deepseek_configs_read_their_latent_attention_and_routers() {
     let model = fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap();
     let count = fusegraph_nn::Module::num_elements(&model);
     assert!((15_600_000_000..15_800_000_000).contains(&count), "{count}");
+
+    // GLM-4.7-Flash's shapes (`transformers`' defaults for its class are its released config):
+    // latent attention of 20 heads, values 256 wide, 64 experts 4 a token; 29.9B parameters.
+    let flash = serde_json::json!({
+        "architectures": ["Glm4MoeLiteForCausalLM"], "vocab_size": 154880, "hidden_size": 2048,
+        "intermediate_size": 10240, "moe_intermediate_size": 1536, "num_hidden_layers": 47,
+        "num_attention_heads": 20, "num_key_value_heads": 20, "max_position_embeddings": 202752,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": false
+    });
+    let c = LlamaConfig::from_json(&flash.to_string()).unwrap();
+    let l = c.latent.unwrap();
+    assert_eq!((l.q_lora_rank, l.kv_lora_rank, l.qk_head_dim(), l.v_head_dim), (Some(768), 512, 256, 128 * 2));
+    let moe = c.moe.clone().unwrap();
+    assert_eq!((moe.experts, moe.top_k, moe.router), (64, 4, Router::Sigmoid { groups: 1, top_groups: 1, scale: 1.8 }));
+    assert_eq!(moe.sparse_layers.iter().filter(|&&s| !s).count(), 1);
+    let count = fusegraph_nn::Module::num_elements(&fusegraph_nn::Llama::new(&fusegraph_nn::Scope::root(), c).unwrap());
+    assert!((29_500_000_000..30_500_000_000).contains(&count), "{count}");
+    let mut odd = flash.clone();
+    odd["mlp_layer_types"] = serde_json::json!(["dense", "moe"]);
+    let err = LlamaConfig::from_json(&odd.to_string()).unwrap_err().to_string();
+    assert!(err.contains("mlp_layer_types"), "{err}");
 
     let mut bad = lite.clone();
     bad["topk_method"] = "random".into();
