@@ -84,6 +84,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("qwen3-fp8-tiny", "qwen3-fp8-tiny", ""),
         ("minimax-m2-tiny", "minimax-m2-tiny", ""),
         ("glm4-moe-lite-tiny", "glm4-moe-lite-tiny", ""),
+        ("llama4-tiny", "llama4-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);
@@ -451,6 +452,7 @@ fn newer_llama_family_layers_in_gpu_forms() {
         "deepseek-v2-tiny",
         "minimax-m2-tiny",
         "glm4-moe-lite-tiny",
+        "llama4-tiny",
     ] {
         let loaded = Pretrained::load(&data().join(name), None, Quantize::AsStored).unwrap();
         let forms = check_logits_and_tokens(&loaded, &reference(name), &format!("{name} in GPU forms"), &gpu_forms);

@@ -43,6 +43,10 @@ pub struct KeyMap {
     /// `a.experts.3.b` (after renaming) is slot 3 of parameter `a.experts.b`, whose leading
     /// axis holds one part per index (each transposed and converted as a parameter of its own).
     pub stacked: Vec<String>,
+    /// Parameters (by path suffix) the file stores `[…, in, out]`, as their f32 layout is:
+    /// read as they are, but transposed into a block type's `[…, out, in]` (Llama 4's and
+    /// gpt-oss's expert stacks, quantized on load).
+    pub in_out_suffixes: Vec<String>,
 }
 
 impl KeyMap {
@@ -92,6 +96,7 @@ impl KeyMap {
             .map(String::from)
             .into(),
             stacked: vec![".experts.".into()],
+            in_out_suffixes: vec![".experts.gate_up_proj".into(), ".experts.down_proj".into()],
             ..Default::default()
         }
     }
@@ -456,8 +461,12 @@ impl Checkpoint {
     ) -> Result<HostTensor> {
         let mut t = self.tensor_in(headers, key)?;
         // A matrix of a block type keeps the file's `[out, in]` (see `crate::Matrices`); an
-        // MXFP4 stack read into another type takes the layout of its parameter's, `[in, out]`.
-        if map.transposed(path) && t.shape().rank() >= 2 && want.dtype.block().is_none() {
+        // MXFP4 stack read into another type takes the layout of its parameter's, `[in, out]`;
+        // a stack the file holds `[…, in, out]` takes a block type's.
+        let in_out = map.in_out_suffixes.iter().any(|s| path.ends_with(s.as_str()));
+        if in_out && want.dtype.block().is_some() && t.dtype().block().is_none() && t.shape().rank() >= 2 {
+            t = transpose_matrices(&t)?;
+        } else if map.transposed(path) && t.shape().rank() >= 2 && want.dtype.block().is_none() {
             t = transpose_matrices(&t)?;
         } else if t.dtype().block().is_some() && want.dtype.block().is_none() && t.shape().rank() >= 2 {
             t = transpose_matrices(&HostTensor::from_f64(DType::F32, t.shape().clone(), &t.to_f64())?)?;

@@ -182,6 +182,9 @@ pub enum Router {
         /// The weights' scale (`routed_scaling_factor`).
         scale: f64,
     },
+    /// Llama 4's: the top `k` by router logit, each chosen expert's input scaled by its
+    /// logit's sigmoid ([`MoeStyle::Llama4`]).
+    TopLogits,
     /// DeepSeek-V3's: sigmoid scores; each expert's score plus its correction bias
     /// (`e_score_correction_bias`) chooses, within the `top_groups` best of `groups` groups
     /// (a group's mark: its two best), and the chosen scores without the bias, normalized
@@ -212,6 +215,11 @@ pub struct SharedExpert {
 /// How a mixture's experts are laid out and gated.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MoeStyle {
+    /// Llama 4's: a router `router` without bias; gate and up one stack `gate_up_proj`
+    /// `[experts, hidden, 2 · inner]` (the gate its first half of each expert's outputs),
+    /// `down_proj` `[experts, inner, hidden]`; each chosen expert's input scaled by its weight
+    /// (not its output); a shared expert beside them.
+    Llama4,
     /// A router `gate` without bias; each expert a gated MLP (`gate_proj`, `up_proj`,
     /// `down_proj`, no biases) with the model's activation.
     Standard,
@@ -312,6 +320,13 @@ impl SparseMoe {
                     down_proj: StackedLinear::new(&e.at("down_proj"), n, inner, hidden)?,
                 },
             ),
+            MoeStyle::Llama4 => (
+                linear(&s.at("router"), hidden, n)?,
+                Experts {
+                    gate_up: vec![StackedLinear::named(&e, "gate_up_proj", n, hidden, 2 * inner, None)?],
+                    down_proj: StackedLinear::named(&e, "down_proj", n, inner, hidden, None)?,
+                },
+            ),
             MoeStyle::GptOss { .. } => (
                 Linear::with_init(&s.at("router"), hidden, n, Init::Normal(0.02), Some(Init::Zeros))?,
                 Experts {
@@ -337,7 +352,7 @@ impl SparseMoe {
                 Router::Softmax { corrected: true } => {
                     Some(s.at("moe_statics").param("e_score_correction_bias", &[1, n], Init::Zeros))
                 }
-                Router::Softmax { corrected: false } | Router::SoftmaxGroups { .. } => None,
+                Router::Softmax { corrected: false } | Router::SoftmaxGroups { .. } | Router::TopLogits => None,
             }
             .map(|p| p.stored_as(DType::F32)),
             top_k: c.top_k,
@@ -356,10 +371,16 @@ impl SparseMoe {
         let (weights, chosen) = self.route(&x2)?;
         let e = &self.experts;
         let rows = x2.reshape([tokens, 1, hidden])?;
+        // Llama 4's experts read their input scaled by their weight.
+        let scaled_in = self.style == MoeStyle::Llama4;
+        let rows = match scaled_in {
+            true => rows.mul(&weights.cast(x.dtype())?.reshape([tokens, self.top_k, 1])?)?,
+            false => rows,
+        };
         let parts: Vec<Tensor> = e.gate_up.iter().map(|l| l.forward_chosen(&rows, &chosen)).collect::<Result<_>>()?;
         let inner = match (self.style, &parts[..]) {
             (MoeStyle::Standard, [gate, up]) => activate(gate, act)?.mul(up)?,
-            (MoeStyle::Halves, [gate_up]) => {
+            (MoeStyle::Halves | MoeStyle::Llama4, [gate_up]) => {
                 let width = gate_up.dims()[2] / 2;
                 activate(&gate_up.narrow(2, 0, width)?, act)?.mul(&gate_up.narrow(2, width, width)?)?
             }
@@ -378,8 +399,11 @@ impl SparseMoe {
             _ => return Err(config(format!("SparseMoe: {} gate/up stacks for {:?}", parts.len(), self.style))),
         };
         let out = e.down_proj.forward_chosen(&inner, &chosen)?;
-        let weights = weights.cast(x.dtype())?.reshape([tokens, self.top_k, 1])?;
-        let mut y = out.mul(&weights)?.sum(&[1], false)?;
+        let out = match scaled_in {
+            true => out,
+            false => out.mul(&weights.cast(x.dtype())?.reshape([tokens, self.top_k, 1])?)?,
+        };
+        let mut y = out.sum(&[1], false)?;
         match (&self.shared_expert, &self.shared_expert_gate) {
             (Some(shared), Some(gate)) => y = y.add(&gate.forward(&x2)?.sigmoid()?.mul(&shared.forward(&x2, act)?)?)?,
             (Some(shared), None) => y = y.add(&shared.forward(&x2, act)?)?,
@@ -408,6 +432,10 @@ impl SparseMoe {
                     true => Ok((weights.div(&weights.sum(&[1], true)?)?, chosen)),
                     false => Ok((weights, chosen)),
                 }
+            }
+            Router::TopLogits => {
+                let (top, chosen) = top_k(&logits, self.top_k)?;
+                Ok((top.sigmoid()?, chosen))
             }
             Router::SoftmaxGroups { groups, top_groups, scale } => {
                 let probs = logits.softmax(1)?;

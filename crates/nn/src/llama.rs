@@ -143,7 +143,7 @@ impl Llama {
     /// `transformers` does (`N(0, 0.02²)`, zero biases, norms at one).
     pub fn new(s: &Scope, c: LlamaConfig) -> Result<Self> {
         let (d, dh, kv) = (c.hidden_size, c.head_dim, c.num_key_value_heads * c.head_dim);
-        if c.sliding_windows.len() != c.num_hidden_layers {
+        if c.sliding_windows.len() != c.num_hidden_layers || c.attention_chunks.len() != c.num_hidden_layers {
             return Err(config(format!(
                 "Llama: {} sliding windows for {} layers",
                 c.sliding_windows.len(),
@@ -160,7 +160,7 @@ impl Llama {
         };
         let norm = |s: &Scope| norm_of(s, d);
         let qk_norm = |s: &Scope, heads: usize| match c.qk_norm {
-            QkNorm::None => Ok(None),
+            QkNorm::None | QkNorm::AfterRotation => Ok(None),
             QkNorm::PerHead => norm_of(s, dh).map(Some),
             QkNorm::Whole => norm_of(s, heads * dh).map(Some),
         };
@@ -241,6 +241,17 @@ impl Llama {
                 ("post_attention_layernorm", "pre_feedforward_layernorm"),
                 ("post_mlp_layernorm", "post_feedforward_layernorm"),
             ],
+            // Llama 4's feed-forward branch, `feed_forward`: an MLP, or a mixture whose shared
+            // expert is `shared_expert`.
+            (Architecture::Llama4, _) => &[
+                ("feed_forward.gate_proj", "mlp.gate_proj"),
+                ("feed_forward.up_proj", "mlp.up_proj"),
+                ("feed_forward.down_proj", "mlp.down_proj"),
+                ("feed_forward.router", "mlp.router"),
+                ("feed_forward.shared_expert.gate_proj", "mlp.shared_experts.gate_proj"),
+                ("feed_forward.shared_expert.up_proj", "mlp.shared_experts.up_proj"),
+                ("feed_forward.shared_expert.down_proj", "mlp.shared_experts.down_proj"),
+            ],
             (Architecture::GraniteMoe, Some(_)) => &[
                 ("block_sparse_moe.router.layer", "mlp.gate"),
                 ("block_sparse_moe.input_linear", "mlp.experts.gate_up_proj"),
@@ -265,9 +276,23 @@ impl Llama {
                     std::iter::once(layer(i, "block_sparse_moe.gate", "mlp.gate")).chain(bias).chain(experts)
                 })
                 .collect(),
-            _ => (0..c.num_hidden_layers)
-                .flat_map(|i| per_layer.iter().map(move |&(from, to)| layer(i, from, to)))
-                .collect(),
+            _ => {
+                let mut renames: Vec<_> = (0..c.num_hidden_layers)
+                    .flat_map(|i| per_layer.iter().map(move |&(from, to)| layer(i, from, to)))
+                    .collect();
+                if c.architecture == Architecture::Llama4 {
+                    // Its expert stacks, whole parameters without `.weight`.
+                    renames.extend((0..c.num_hidden_layers).flat_map(|i| {
+                        ["gate_up_proj", "down_proj"].map(|p| {
+                            (
+                                format!("model.layers.{i}.feed_forward.experts.{p}"),
+                                format!("model.layers.{i}.mlp.experts.{p}"),
+                            )
+                        })
+                    }));
+                }
+                renames
+            }
         }
     }
 
@@ -289,10 +314,17 @@ impl Llama {
                 _ => t,
             };
             let t = t.transpose(&[0, 2, 1, 3])?;
-            match angles {
-                Some((cos, sin)) if c.rotary_interleaved => rotate_interleaved(&t, cos, sin),
-                Some((cos, sin)) => rotate(&t, cos, sin),
-                None => Ok(t),
+            let t = match angles {
+                Some((cos, sin)) if c.rotary_interleaved => rotate_interleaved(&t, cos, sin)?,
+                Some((cos, sin)) => rotate(&t, cos, sin)?,
+                None => t,
+            };
+            match (c.qk_norm, angles) {
+                // Llama 4's: each rotated head over its root mean square, no weights.
+                (QkNorm::AfterRotation, Some(_)) => {
+                    Ok(t.mul(&t.mul(&t)?.mean(&[3], true)?.add_scalar(c.rms_norm_eps)?.rsqrt()?)?)
+                }
+                _ => Ok(t),
             }
         };
         let Ok([q, k, v]) = <[Tensor; 3]>::try_from(attn.qkv.forward(x)?) else { unreachable!("q, k and v") };
@@ -302,13 +334,18 @@ impl Llama {
         Ok([q, k, v])
     }
 
-    /// Llama 4's query scale at each of `positions: i32 [n]` (`1 + β ln(1 + ⌊pos / length⌋)`,
-    /// in f32 as `transformers` computes it), where the model has one.
+    /// The query scale at each of `positions: i32 [n]` (`1 + β ln(1 + ⌊(pos + shift) /
+    /// length⌋)`, in f32 as `transformers` computes it), where the model has one.
     fn query_temperature(&self, positions: &Tensor) -> Result<Option<Tensor>> {
-        let Some((beta, length)) = self.config.query_temperature else { return Ok(None) };
-        let positions = positions.cast(DType::F32)?;
-        let steps = positions.div(&positions.builder().scalar(DType::F32, length as f64)?)?.floor()?;
-        Ok(Some(steps.add_scalar(1.0)?.log()?.mul_scalar(beta)?.add_scalar(1.0)?))
+        let Some(t) = &self.config.query_temperature else { return Ok(None) };
+        let positions = positions.cast(DType::F32)?.add_scalar(t.shift as f64)?;
+        let steps = positions.div(&positions.builder().scalar(DType::F32, t.length as f64)?)?.floor()?;
+        Ok(Some(steps.add_scalar(1.0)?.log()?.mul_scalar(t.beta)?.add_scalar(1.0)?))
+    }
+
+    /// Layer `i`'s query scale: the model's temperature where it applies to the layer.
+    fn warmth<'a>(&self, i: usize, temperature: Option<&'a Tensor>) -> Option<&'a Tensor> {
+        temperature.filter(|_| self.config.query_temperature.as_ref().is_some_and(|t| t.layers[i]))
     }
 
     /// The attention scores' scale and soft cap.
@@ -397,19 +434,29 @@ impl Llama {
     }
 
     /// Which keys each query reads: `bool [sq, sk]` for queries at `q_pos: i32 [sq, 1]` and
-    /// keys at `k_pos: i32 [1, sk]`, causal and within the layer's window.
-    fn keep(q_pos: &Tensor, k_pos: &Tensor, window: Option<usize>) -> Result<Tensor> {
+    /// keys at `k_pos: i32 [1, sk]`, causal and within the layer's window and chunk.
+    fn keep(q_pos: &Tensor, k_pos: &Tensor, window: Option<usize>, chunk: Option<usize>) -> Result<Tensor> {
         let (sq, sk) = (q_pos.dims()[0], k_pos.dims()[1]);
-        Self::keep_at(&q_pos.broadcast_to([sq, sk])?, &k_pos.broadcast_to([sq, sk])?, window)
+        Self::keep_at(&q_pos.broadcast_to([sq, sk])?, &k_pos.broadcast_to([sq, sk])?, window, chunk)
     }
 
     /// [`Llama::keep`] of query and key positions of one shape (`[sq, sk]`, or
     /// `[batch, sq, sk]` per sequence).
-    fn keep_at(q: &Tensor, k: &Tensor, window: Option<usize>) -> Result<Tensor> {
+    fn keep_at(q: &Tensor, k: &Tensor, window: Option<usize>, chunk: Option<usize>) -> Result<Tensor> {
         let causal = k.le(q)?;
-        Ok(match window {
+        let keep = match window {
             Some(w) => causal.and(&k.gt(&q.add_scalar(-(w as f64))?)?)?,
             None => causal,
+        };
+        Ok(match chunk {
+            // The same chunk: `⌊q / c⌋ = ⌊k / c⌋` (positions are exact in f32).
+            Some(c) => {
+                let chunk_of = |t: &Tensor| -> Result<Tensor> {
+                    Ok(t.cast(DType::F32)?.div(&t.builder().scalar(DType::F32, c as f64)?)?.floor()?)
+                };
+                keep.and(&chunk_of(q)?.eq(&chunk_of(k)?)?)?
+            }
+            None => keep,
         })
     }
 }
@@ -470,13 +517,13 @@ impl CausalLm for Llama {
         let temperature = self.query_temperature(&pos)?;
         let mut h = self.embed(ids)?;
         let mut kvs = Vec::new();
-        for ((layer, window), rope) in
-            self.layers.iter().zip(&self.config.sliding_windows).zip(&self.config.rope_layers)
-        {
+        for (i, layer) in self.layers.iter().enumerate() {
+            let c = &self.config;
+            let (window, chunk, rope) = (c.sliding_windows[i], c.attention_chunks[i], c.rope_layers[i]);
             let angles = sliding.as_ref().filter(|_| window.is_some()).unwrap_or(&angles);
             let [q, k, v] = self.project(layer, &Self::attention_input(layer, &h)?, rope.then_some(angles))?;
-            let q = warmed(q, temperature.as_ref(), &[2])?;
-            let keep = Self::keep(&q_pos, &k_pos, *window)?;
+            let q = warmed(q, self.warmth(i, temperature.as_ref()), &[2])?;
+            let keep = Self::keep(&q_pos, &k_pos, window, chunk)?;
             let a = self.attention(layer, &q, &k, &v, &keep)?;
             h = self.finish_layer(layer, &h, &a)?;
             kvs.push((k, v));
@@ -511,13 +558,14 @@ impl CausalLm for Llama {
         let k_pos = b.iota(DType::I32, [batch, 1, live], 2)?;
         let mut h = self.embed(ids)?;
         let mut updated = Vec::new();
-        let layers = self.layers.iter().zip(&self.config.sliding_windows).zip(&self.config.rope_layers);
-        for (((layer, window), rope), (kc, vc)) in layers.zip(cache) {
+        for (i, (layer, (kc, vc))) in self.layers.iter().zip(cache).enumerate() {
+            let c = &self.config;
+            let (window, chunk, rope) = (c.sliding_windows[i], c.attention_chunks[i], c.rope_layers[i]);
             let angles = sliding.as_ref().filter(|_| window.is_some()).unwrap_or(&angles);
             let [q, k, v] = self.project(layer, &Self::attention_input(layer, &h)?, rope.then_some(angles))?;
-            let q = warmed(q, temperature.as_ref(), &[0])?;
+            let q = warmed(q, self.warmth(i, temperature.as_ref()), &[0])?;
             let (kc, vc) = (kc.dynamic_update_slice(&k, &p, 2)?, vc.dynamic_update_slice(&v, &p, 2)?);
-            let keep = Self::keep_at(&q_pos, &k_pos, *window)?;
+            let keep = Self::keep_at(&q_pos, &k_pos, window, chunk)?;
             let (k_live, v_live) = (live_part(&kc, live)?, live_part(&vc, live)?);
             let a = self.attention(layer, &q, &k_live, &v_live, &keep)?;
             h = self.finish_layer(layer, &h, &a)?;

@@ -172,11 +172,12 @@ impl RopeScaling {
             }
         };
         if let RopeScaling::Llama3 { low_freq_factor, high_freq_factor, .. } = scaling {
-            if high_freq_factor <= low_freq_factor {
+            // Equal factors (Llama 4's): no band between the low and the high frequencies.
+            if high_freq_factor < low_freq_factor {
                 return Err(unsupported(
                     &format!("{field}.high_freq_factor"),
                     high_freq_factor,
-                    "a number above low_freq_factor",
+                    "a number at least low_freq_factor",
                 ));
             }
         }
@@ -218,7 +219,7 @@ impl RopeScaling {
                         let wavelen = 2.0 * std::f64::consts::PI / base;
                         if wavelen > low_wavelen {
                             base / factor
-                        } else if wavelen < high_wavelen {
+                        } else if wavelen < high_wavelen || high_freq_factor == low_freq_factor {
                             base
                         } else {
                             let smooth = (original_max_position_embeddings / wavelen - low_freq_factor)

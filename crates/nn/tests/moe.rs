@@ -405,3 +405,24 @@ fn multi_token_prediction_layers_are_dropped() {
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
+
+/// gpt-oss's f32 expert stacks are `[experts, in, out]` in its checkpoints: quantized on load
+/// they take a block type's `[experts, out, in]`, the values transposed (within Q8_0's rounding).
+#[test]
+fn in_out_expert_stacks_quantize_on_load_transposed() {
+    use fusegraph_nn::{Pretrained, Quantize};
+    let dir = fixture("gpt-oss-tiny");
+    let f32s = Pretrained::load(&dir, None, Quantize::AsStored).unwrap().params;
+    let q8 = Pretrained::load(&dir, None, Quantize::To(DType::Q8_0)).unwrap().params;
+    for name in ["model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj"] {
+        let (a, b) = (&f32s[name], &q8[name]);
+        let [e, i, o] = <[usize; 3]>::try_from(a.shape().dims()).unwrap();
+        assert_eq!((b.dtype(), b.shape().dims()), (DType::Q8_0, &[e, o, i][..]), "{name}");
+        let (av, bv) = (a.to_f64(), b.to_f64());
+        let top = av.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for (x, y, z) in (0..e).flat_map(|x| (0..i).flat_map(move |y| (0..o).map(move |z| (x, y, z)))) {
+            let (want, got) = (av[(x * i + y) * o + z], bv[(x * o + z) * i + y]);
+            assert!((want - got).abs() <= 1e-2 * top, "{name}[{x}, {y}, {z}]: {got} for {want}");
+        }
+    }
+}

@@ -5,9 +5,8 @@ use super::{Architecture, RawConfig};
 use crate::error::{unsupported, Result};
 use crate::feed_forward::{MoeConfig, MoeStyle, Router, SharedExpert};
 
-/// The mixture of experts of a Mixtral, Qwen2-MoE, Qwen3-MoE or OLMoE config
-/// (`transformers`' defaults where a field is left out), `None` for the other classes or
-/// no experts.
+/// The mixture of experts of a config of a class with mixtures (`transformers`' defaults
+/// where a field is left out), `None` for the other classes or no experts.
 pub(super) fn mixture(arch: Architecture, raw: &RawConfig, layers: usize) -> Result<Option<MoeConfig>> {
     // (experts, top k, normalized, the experts' width field) by class.
     let (experts, top_k, normalize, width) = match arch {
@@ -23,6 +22,7 @@ pub(super) fn mixture(arch: Architecture, raw: &RawConfig, layers: usize) -> Res
         Architecture::DeepseekV3 => (256, 8, None, raw.moe_intermediate_size.or(Some(2048))),
         Architecture::MiniMaxM2 => (256, 8, Some(true), raw.intermediate_size),
         Architecture::Glm4MoeLite => (64, 4, None, raw.moe_intermediate_size.or(Some(1536))),
+        Architecture::Llama4 => (16, 1, Some(false), raw.intermediate_size.or(Some(8192))),
         _ => return Ok(None),
     };
     // `transformers` 5 writes `num_local_experts` for every class; the hub's configs
@@ -69,6 +69,19 @@ pub(super) fn mixture(arch: Architecture, raw: &RawConfig, layers: usize) -> Res
             let dense = (0..layers).filter(|&i| i < start || i > end).collect();
             (raw.moe_layer_interval.unwrap_or(1), dense, "moe_layer_interval")
         }
+        // Llama 4's: its `moe_layers`, else every `interleave_moe_layer_step`-th layer.
+        Architecture::Llama4 => {
+            let step = raw.interleave_moe_layer_step.unwrap_or(1);
+            let sparse: Vec<usize> = match &raw.moe_layers {
+                Some(l) => l.clone(),
+                None => (step.max(1) - 1..layers).step_by(step.max(1)).collect(),
+            };
+            (
+                if step == 0 { 0 } else { 1 },
+                (0..layers).filter(|i| !sparse.contains(i)).collect(),
+                "interleave_moe_layer_step",
+            )
+        }
         _ => (step, dense, "decoder_sparse_step"),
     };
     if step == 0 {
@@ -80,6 +93,7 @@ pub(super) fn mixture(arch: Architecture, raw: &RawConfig, layers: usize) -> Res
             Some(expert_size * raw.n_shared_experts.unwrap_or(1)).filter(|&w| w > 0)
         }
         Architecture::DeepseekV2 => Some(expert_size * raw.n_shared_experts.unwrap_or(2)).filter(|&w| w > 0),
+        Architecture::Llama4 => Some(expert_size),
         Architecture::Ernie45Moe => Some(expert_size * raw.moe_num_shared_experts.unwrap_or(2)).filter(|&w| w > 0),
         _ => None,
     };
@@ -120,6 +134,7 @@ pub(super) fn mixture(arch: Architecture, raw: &RawConfig, layers: usize) -> Res
             Router::SoftmaxGroups { groups, top_groups, scale: raw.routed_scaling_factor.unwrap_or(1.0) }
         }
         Architecture::Ernie45Moe => Router::Softmax { corrected: true },
+        Architecture::Llama4 => Router::TopLogits,
         _ => Router::Softmax { corrected: false },
     };
     Ok(Some(MoeConfig {
@@ -134,6 +149,7 @@ pub(super) fn mixture(arch: Architecture, raw: &RawConfig, layers: usize) -> Res
         sparse_layers: (0..layers).map(|i| (i + 1) % step == 0 && !dense.contains(&i)).collect(),
         style: match arch {
             Architecture::GraniteMoe => MoeStyle::Halves,
+            Architecture::Llama4 => MoeStyle::Llama4,
             Architecture::GptOss => {
                 MoeStyle::GptOss { alpha: raw.swiglu_alpha.unwrap_or(1.702), limit: raw.swiglu_limit.unwrap_or(7.0) }
             }

@@ -109,6 +109,13 @@ pub enum Architecture {
     /// sigmoid router with a correction bias, shared experts — with GLM's widths, the dense and
     /// sparse layers listed (`mlp_layer_types`).
     Glm4MoeLite,
+    /// `Llama4ForCausalLM` (`llama4_text`; Llama 4 Scout and Maverick, whose
+    /// `Llama4ForConditionalGeneration` configs hold it as `text_config`): rotary pairs
+    /// interleaved on all but every fourth layer, weightless RMS norms on each head's q and k
+    /// after the rotation ([`QkNorm::AfterRotation`]), chunked attention on the rotated layers,
+    /// a query temperature on the others, and mixtures ([`MoeStyle::Llama4`]) on every
+    /// `interleave_moe_layer_step`-th layer.
+    Llama4,
 }
 
 /// Where a layer's RMS norms sit.
@@ -135,6 +142,25 @@ pub enum QkNorm {
     PerHead,
     /// Over the whole projection (all heads): OLMo 2's.
     Whole,
+    /// Llama 4's: over each head, without weights, after the rotation, on the layers with
+    /// rotary positions.
+    AfterRotation,
+}
+
+/// A query temperature: on the layers it names, each query at position `pos` scaled by
+/// `1 + β ln(1 + ⌊(pos + shift) / length⌋)` — Llama 4's (`attn_scale` over `floor_scale`,
+/// `shift` 1, its layers without rotary positions) and Ministral 3's (`llama_4_scaling_beta`
+/// over `original_max_position_embeddings`, `shift` 0, every layer).
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueryTemperature {
+    /// `β`.
+    pub beta: f64,
+    /// The positions a step of the logarithm spans.
+    pub length: usize,
+    /// Added to each position first.
+    pub shift: usize,
+    /// Per layer, whether its queries are scaled.
+    pub layers: Vec<bool>,
 }
 
 impl Architecture {
@@ -169,6 +195,7 @@ impl Architecture {
             Architecture::DeepseekV3 => "DeepseekV3ForCausalLM",
             Architecture::MiniMaxM2 => "MiniMaxM2ForCausalLM",
             Architecture::Glm4MoeLite => "Glm4MoeLiteForCausalLM",
+            Architecture::Llama4 => "Llama4ForCausalLM",
         }
     }
 }
@@ -235,10 +262,11 @@ pub struct LlamaConfig {
     pub logits_scaling: f64,
     /// Per layer, whether rotary positions apply (SmolLM3's `no_rope_layers`; all others').
     pub rope_layers: Vec<bool>,
-    /// Llama 4's attention temperature `(β, length)`: each query scaled by
-    /// `1 + β ln(1 + ⌊pos / length⌋)` (Ministral 3's `llama_4_scaling_beta` over its
-    /// `original_max_position_embeddings`).
-    pub query_temperature: Option<(f64, usize)>,
+    /// A query temperature (Llama 4's, Ministral 3's).
+    pub query_temperature: Option<QueryTemperature>,
+    /// Per layer, the chunk its attention stays within (`attention_chunk_size` on Llama 4's
+    /// `chunked_attention` layers): a query at `i` reads keys `j ≤ i` with `⌊j / c⌋ = ⌊i / c⌋`.
+    pub attention_chunks: Vec<Option<usize>>,
     /// The rotary base and scaling of the sliding-window layers where they have their own
     /// (Gemma 3's local layers).
     pub sliding_rope: Option<(f64, RopeScaling)>,
@@ -350,6 +378,13 @@ pub(super) struct RawConfig {
     rope_interleave: Option<bool>,
     rotary_dim: Option<usize>,
     mlp_layer_types: Option<Vec<String>>,
+    intermediate_size_mlp: Option<usize>,
+    attention_chunk_size: Option<usize>,
+    attn_temperature_tuning: Option<Value>,
+    floor_scale: Option<usize>,
+    attn_scale: Option<f64>,
+    interleave_moe_layer_step: Option<usize>,
+    moe_layers: Option<Vec<usize>>,
 }
 
 /// A field as written, `null` included (`Some(Value::Null)`; a missing field is `None`).
@@ -372,7 +407,17 @@ impl LlamaConfig {
     /// [`Architecture`]s. An architecture, activation or rotary type it does not support is an
     /// [`NnError::ConfigField`](crate::NnError::ConfigField) naming the field and its value.
     pub fn from_json(text: &str) -> Result<Self> {
-        let raw: RawConfig = serde_json::from_str(text).map_err(|e| config(format!("config.json: {e}")))?;
+        // Llama 4's multimodal configs hold the decoder's as `text_config`.
+        let v: Value = serde_json::from_str(text).map_err(|e| config(format!("config.json: {e}")))?;
+        let class = v.pointer("/architectures/0").or(v.get("model_type")).and_then(Value::as_str);
+        if let (Some("Llama4ForConditionalGeneration" | "llama4"), Some(Value::Object(text))) =
+            (class, v.get("text_config"))
+        {
+            let mut text = text.clone();
+            text.insert("architectures".into(), serde_json::json!(["Llama4ForCausalLM"]));
+            return Self::from_json(&Value::Object(text).to_string());
+        }
+        let raw: RawConfig = serde_json::from_value(v).map_err(|e| config(format!("config.json: {e}")))?;
         let archs = raw.architectures.clone().unwrap_or_default();
         let architecture = match archs.first().map(String::as_str).or(raw.model_type.as_deref()) {
             Some("LlamaForCausalLM" | "llama") => Architecture::Llama,
@@ -403,6 +448,7 @@ impl LlamaConfig {
             Some("DeepseekV3ForCausalLM" | "deepseek_v3") => Architecture::DeepseekV3,
             Some("MiniMaxM2ForCausalLM" | "minimax_m2") => Architecture::MiniMaxM2,
             Some("Glm4MoeLiteForCausalLM" | "glm4_moe_lite") => Architecture::Glm4MoeLite,
+            Some("Llama4ForCausalLM" | "llama4_text") => Architecture::Llama4,
             Some(other) => {
                 return Err(unsupported(
                     "architectures",
@@ -411,7 +457,8 @@ impl LlamaConfig {
                      Gemma2ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SeedOssForCausalLM, \
                      MinistralForCausalLM, Ernie4_5ForCausalLM, Glm4ForCausalLM, Ministral3ForCausalLM, \
                      MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, Ernie4_5_MoeForCausalLM, GraniteMoeForCausalLM, GptOssForCausalLM, \
-                     DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, MiniMaxM2ForCausalLM or Glm4MoeLiteForCausalLM",
+                     DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, MiniMaxM2ForCausalLM, Glm4MoeLiteForCausalLM, \
+                     Llama4ForCausalLM or Llama4ForConditionalGeneration",
                 ))
             }
             None => return Err(unsupported("architectures", "(missing)", "one of the Llama-family classes")),
@@ -566,13 +613,14 @@ impl LlamaConfig {
         };
         // SmolLM3: `no_rope_layers` (1 where rotary positions apply), else none on every
         // `no_rope_layer_interval`-th layer.
-        let rope_layers = match (architecture, &raw.no_rope_layers) {
-            (Architecture::SmolLM3, Some(l)) if l.len() == layers => l.iter().map(|&r| r != 0).collect(),
-            (Architecture::SmolLM3, Some(l)) => {
+        let no_rope = matches!(architecture, Architecture::SmolLM3 | Architecture::Llama4);
+        let rope_layers: Vec<bool> = match (no_rope, &raw.no_rope_layers) {
+            (true, Some(l)) if l.len() == layers => l.iter().map(|&r| r != 0).collect(),
+            (true, Some(l)) => {
                 let want = format!("{layers} entries (num_hidden_layers)");
                 return Err(unsupported("no_rope_layers", format!("{} entries", l.len()), &want));
             }
-            (Architecture::SmolLM3, None) => {
+            (true, None) => {
                 let every = raw.no_rope_layer_interval.unwrap_or(4).max(1);
                 (0..layers).map(|i| (i + 1) % every != 0).collect()
             }
@@ -584,7 +632,9 @@ impl LlamaConfig {
                 let params = raw.rope_parameters.as_ref().or(raw.rope_scaling.as_ref());
                 let get = |k: &str| params.and_then(|p| p.get(k)).and_then(Value::as_f64);
                 match (get("llama_4_scaling_beta"), get("original_max_position_embeddings")) {
-                    (Some(beta), Some(length)) if length >= 1.0 => Some((beta, length as usize)),
+                    (Some(beta), Some(length)) if length >= 1.0 => {
+                        Some(QueryTemperature { beta, length: length as usize, shift: 0, layers: vec![true; layers] })
+                    }
                     (Some(beta), _) => {
                         let msg = "a positive rope_parameters.original_max_position_embeddings beside it";
                         return Err(unsupported("rope_parameters.llama_4_scaling_beta", beta, msg));
@@ -592,7 +642,28 @@ impl LlamaConfig {
                     _ => None,
                 }
             }
+            // Llama 4: on its layers without rotary positions, where tuned.
+            // (`attn_temperature_tuning` a flag, or in the released configs a number: on unless 0.)
+            Architecture::Llama4
+                if !matches!(&raw.attn_temperature_tuning, Some(Value::Bool(false)))
+                    && raw.attn_temperature_tuning.as_ref().and_then(Value::as_f64) != Some(0.0) =>
+            {
+                let length = raw.floor_scale.unwrap_or(8192);
+                if length == 0 {
+                    return Err(unsupported("floor_scale", 0, "a positive number of positions"));
+                }
+                let layers = rope_layers.iter().map(|r| !r).collect();
+                Some(QueryTemperature { beta: raw.attn_scale.unwrap_or(0.1), length, shift: 1, layers })
+            }
             _ => None,
+        };
+        // Llama 4's chunked attention, by `layer_types` (its default: the rotated layers).
+        let attention_chunks = match (architecture, raw.attention_chunk_size.filter(|&c| c > 0)) {
+            (Architecture::Llama4, Some(chunk)) => match &raw.layer_types {
+                Some(types) => types.iter().map(|t| (t == "chunked_attention").then_some(chunk)).collect(),
+                None => rope_layers.iter().map(|&r| r.then_some(chunk)).collect(),
+            },
+            _ => vec![None; layers],
         };
         let granite = matches!(architecture, Architecture::Granite | Architecture::GraniteMoe);
         let multiplier = |field: &str, v: Option<f64>| -> Result<f64> {
@@ -621,14 +692,18 @@ impl LlamaConfig {
             architecture,
             vocab_size: need("vocab_size", raw.vocab_size)?,
             hidden_size,
-            intermediate_size: need("intermediate_size", raw.intermediate_size)?,
+            // Llama 4's dense layers are `intermediate_size_mlp` wide (its experts the other).
+            intermediate_size: match architecture {
+                Architecture::Llama4 => need("intermediate_size_mlp", raw.intermediate_size_mlp.or(Some(16384)))?,
+                _ => need("intermediate_size", raw.intermediate_size)?,
+            },
             num_hidden_layers: layers,
             num_attention_heads: heads,
             num_key_value_heads: kv_heads,
             head_dim,
             rotary_dim,
             rotary_interleaved: match architecture {
-                Architecture::DeepseekV2 => true,
+                Architecture::DeepseekV2 | Architecture::Llama4 => true,
                 Architecture::DeepseekV3 | Architecture::Glm4MoeLite => raw.rope_interleave.unwrap_or(true),
                 _ => ernie || architecture == Architecture::Glm4,
             },
@@ -646,6 +721,7 @@ impl LlamaConfig {
                 Architecture::Glm4Moe if raw.use_qk_norm == Some(true) => QkNorm::PerHead,
                 Architecture::Olmo2 | Architecture::Olmo3 | Architecture::Olmoe => QkNorm::Whole,
                 Architecture::MiniMaxM2 if raw.use_qk_norm != Some(false) => QkNorm::Whole,
+                Architecture::Llama4 if raw.use_qk_norm != Some(false) => QkNorm::AfterRotation,
                 _ => QkNorm::None,
             },
             norm_offset: if gemma { 1.0 } else { 0.0 },
@@ -662,6 +738,7 @@ impl LlamaConfig {
             logits_scaling,
             rope_layers,
             query_temperature,
+            attention_chunks,
             sliding_rope,
             attn_softcap,
             final_softcap,
@@ -749,6 +826,8 @@ impl LlamaConfig {
                 .iter()
                 .map(|t| match (t.as_str(), window) {
                     ("full_attention", _) => Ok(None),
+                    // Llama 4's chunks (`LlamaConfig::attention_chunks`).
+                    ("chunked_attention", _) if arch == Architecture::Llama4 => Ok(None),
                     ("sliding_attention", Some(w)) => Ok(Some(w)),
                     (other, _) => Err(unsupported(
                         "layer_types",
