@@ -464,9 +464,9 @@ impl Checkpoint {
         // MXFP4 stack read into another type takes the layout of its parameter's, `[in, out]`;
         // a stack the file holds `[…, in, out]` takes a block type's.
         let in_out = map.in_out_suffixes.iter().any(|s| path.ends_with(s.as_str()));
-        if in_out && want.dtype.block().is_some() && t.dtype().block().is_none() && t.shape().rank() >= 2 {
-            t = transpose_matrices(&t)?;
-        } else if map.transposed(path) && t.shape().rank() >= 2 && want.dtype.block().is_none() {
+        let (rank, into_blocks) = (t.shape().rank(), want.dtype.block().is_some());
+        let into_block_layout = in_out && into_blocks && t.dtype().block().is_none();
+        if rank >= 2 && (into_block_layout || (map.transposed(path) && !into_blocks)) {
             t = transpose_matrices(&t)?;
         } else if t.dtype().block().is_some() && want.dtype.block().is_none() && t.shape().rank() >= 2 {
             t = transpose_matrices(&HostTensor::from_f64(DType::F32, t.shape().clone(), &t.to_f64())?)?;
