@@ -7,7 +7,8 @@
 //! `MixtralForCausalLM`, `Qwen2MoeForCausalLM`, `Qwen3MoeForCausalLM`, `OlmoeForCausalLM`,
 //! `Glm4MoeForCausalLM`, `Ernie4_5_MoeForCausalLM`, `GraniteMoeForCausalLM`, `GptOssForCausalLM`,
 //! `DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM` and `Glm4MoeLiteForCausalLM` (multi-head
-//! latent attention, [`crate::latent`]) and `MiniMaxM2ForCausalLM` — as one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
+//! latent attention, [`crate::latent`]), `MiniMaxM2ForCausalLM` and `Llama4ForCausalLM` — as
+//! one model whose differences are fields of its [`LlamaConfig`]: q/k/v and MLP biases, fused
 //! projections, RMS norms on q and k (per head or whole), norms before, around or after each
 //! branch and their gains' offset, the MLP's activation, the embeddings', branches', scores'
 //! and logits' scales, soft caps on scores and logits, grouped-query attention
