@@ -70,11 +70,12 @@ impl Any {
                 let layers = m.config.num_hidden_layers;
                 map.drop_prefixes =
                     (layers..layers + m.config.mtp_layers).map(|i| format!("model.layers.{i}.")).collect();
-                if m.config.architecture == crate::llama_config::Architecture::Llama4 {
-                    // Llama 4's multimodal checkpoints: the decoder under `language_model.`, the
-                    // vision tower and its projector beside it (not read).
+                if m.config.multimodal {
+                    // A multimodal checkpoint: the decoder under `language_model.`, the vision
+                    // tower and its projector beside it (not read).
                     map.strip_prefixes.push("language_model.".into());
-                    map.drop_prefixes.extend(["vision_model.", "multi_modal_projector."].map(String::from));
+                    let vision = ["vision_tower.", "vision_model.", "multi_modal_projector."];
+                    map.drop_prefixes.extend(vision.map(String::from));
                 }
                 map
             }

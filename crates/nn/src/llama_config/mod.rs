@@ -297,6 +297,9 @@ pub struct LlamaConfig {
     /// Multi-head latent attention's widths in place of q, k and v per head (DeepSeek-V2's
     /// and V3's); [`LlamaConfig::head_dim`] is then its rotary part's.
     pub latent: Option<LatentConfig>,
+    /// The decoder of a multimodal model (read from its config's `text_config`): its
+    /// checkpoints hold it under `language_model.` beside a vision tower, which is not read.
+    pub multimodal: bool,
 }
 
 /// The `config.json` as written, before its fields are checked.
@@ -407,15 +410,23 @@ impl LlamaConfig {
     /// [`Architecture`]s. An architecture, activation or rotary type it does not support is an
     /// [`NnError::ConfigField`](crate::NnError::ConfigField) naming the field and its value.
     pub fn from_json(text: &str) -> Result<Self> {
-        // Llama 4's multimodal configs hold the decoder's as `text_config`.
+        // A multimodal model's config (Gemma 3's, Llama 4's, Mistral Small 3's
+        // `…ForConditionalGeneration`) holds its decoder's as `text_config`, named by its
+        // `model_type`: that decoder, its token ids taken from the outer config where it has none.
         let v: Value = serde_json::from_str(text).map_err(|e| config(format!("config.json: {e}")))?;
-        let class = v.pointer("/architectures/0").or(v.get("model_type")).and_then(Value::as_str);
-        if let (Some("Llama4ForConditionalGeneration" | "llama4"), Some(Value::Object(text))) =
-            (class, v.get("text_config"))
+        let class = v.pointer("/architectures/0").and_then(Value::as_str).unwrap_or_default();
+        if let (true, Some(Value::Object(inner))) = (class.ends_with("ForConditionalGeneration"), v.get("text_config"))
         {
-            let mut text = text.clone();
-            text.insert("architectures".into(), serde_json::json!(["Llama4ForCausalLM"]));
-            return Self::from_json(&Value::Object(text).to_string());
+            let mut inner = inner.clone();
+            inner.remove("architectures");
+            for key in ["eos_token_id", "bos_token_id", "tie_word_embeddings", "dtype", "torch_dtype"] {
+                if let (false, Some(outer)) = (inner.contains_key(key), v.get(key)) {
+                    inner.insert(key.into(), outer.clone());
+                }
+            }
+            let mut c = Self::from_json(&Value::Object(inner).to_string())?;
+            c.multimodal = true;
+            return Ok(c);
         }
         let raw: RawConfig = serde_json::from_value(v).map_err(|e| config(format!("config.json: {e}")))?;
         let archs = raw.architectures.clone().unwrap_or_default();
@@ -757,6 +768,7 @@ impl LlamaConfig {
             mtp_layers: raw.num_nextn_predict_layers.unwrap_or(0),
             head_bias: architecture == Architecture::Ernie45Moe && attention_bias,
             latent,
+            multimodal: false,
         })
     }
 
