@@ -358,6 +358,7 @@ fn gguf_mixtures_keep_their_expert_blocks_and_give_transformers_logits_and_token
         ("deepseek-v3-tiny-q8_0", DType::Q8_0),
         ("deepseek-v2-tiny-q8_0", DType::Q8_0),
         ("minimax-m2-tiny-q8_0", DType::Q8_0),
+        ("llama4-tiny-q8_0", DType::Q8_0),
     ];
     for (file, stored) in files {
         let text = std::fs::read_to_string(gguf_dir().join(format!("{file}-reference.json"))).unwrap();
@@ -639,5 +640,5 @@ fn gguf_models_give_llama_cpp_logits() {
         assert!(err < 4e-2, "{name}: logits differ from llama.cpp's by {err:.2e} of the largest");
         checked.push(name.to_string());
     }
-    assert_eq!(checked.len(), 29, "{checked:?}");
+    assert_eq!(checked.len(), 30, "{checked:?}");
 }

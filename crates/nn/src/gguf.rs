@@ -400,12 +400,13 @@ fn gguf_name(path: &str, sandwich: bool) -> Option<String> {
 
 /// The up stack's name beside the gate stack `name` where a parameter holds both, and
 /// whether it interleaves their rows (gpt-oss's `gate_up_proj`: the gate's even, the up's odd)
-/// or stacks them (Granite MoE's `gate_up_proj.weight`: the gate's first).
-fn joined_up(path: &str, name: &str) -> Option<(String, bool)> {
+/// or stacks them (Granite MoE's `gate_up_proj.weight` and Llama 4's `gate_up_proj`: the
+/// gate's first); `c` the model.
+fn joined_up(path: &str, name: &str, c: &LlamaConfig) -> Option<(String, bool)> {
     let up = || name.replace("ffn_gate_exps", "ffn_up_exps");
     match path {
         _ if path.ends_with("mlp.experts.gate_up_proj") || path.ends_with("mlp.experts.gate_up_proj_bias") => {
-            Some((up(), true))
+            Some((up(), c.architecture != Architecture::Llama4))
         }
         _ if path.ends_with("mlp.experts.gate_up_proj.weight") => Some((up(), false)),
         _ => None,
@@ -466,7 +467,7 @@ impl Gguf {
 
     /// The Llama-family model of a `llama`-, `qwen2`-, `qwen3`-, `gemma2`-, `gemma3`-,
     /// `phi3`-, `smollm3`-, `granite`-, `olmo2`-, `seed_oss`-, `ernie4_5`-, `glm4`-,
-    /// `mistral3`-, `qwen2moe`-, `qwen3moe`-, `olmoe`-, `gpt-oss`-, `glm4moe`-, `ernie4_5-moe`-, `granitemoe`-, `deepseek2`- or `minimax-m2`-architecture file (a `llama`
+    /// `mistral3`-, `qwen2moe`-, `qwen3moe`-, `olmoe`-, `gpt-oss`-, `glm4moe`-, `ernie4_5-moe`-, `granitemoe`-, `deepseek2`-, `minimax-m2`- or `llama4`-architecture file (a `llama`
     /// file with `expert_count` is Mixtral's; a mixture's expert stacks `ffn_{gate,up,down}_exps`
     /// load as [`crate::feed_forward::StackedLinear`]s, as llama.cpp reads them: see
     /// `moe_fields`; gpt-oss's gate and up stacks interleave into its one `gate_up_proj`)
@@ -527,7 +528,7 @@ impl Gguf {
                 }
                 false => self.tensor(&name)?,
             };
-            if let Some((up, interleaved)) = joined_up(p.path(), &name) {
+            if let Some((up, interleaved)) = joined_up(p.path(), &name, c) {
                 if !self.tensors.iter().any(|t| t.name == up) {
                     let expected = Some(p.ty().clone());
                     return Err(NnError::MissingKey { key: up, param: p.path().into(), expected, file });
@@ -656,6 +657,7 @@ impl Gguf {
             }
             "deepseek2" => "DeepseekV2ForCausalLM",
             "minimax-m2" => "MiniMaxM2ForCausalLM",
+            "llama4" => "Llama4ForCausalLM",
             _ => {
                 return Err(NnError::ConfigField {
                     field: "general.architecture".into(),
@@ -663,7 +665,7 @@ impl Gguf {
                     supported:
                         "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, granite, olmo2, seed_oss, ernie4_5, \
                             glm4, mistral3, qwen2moe, qwen3moe, olmoe, gpt-oss, glm4moe, ernie4_5-moe, granitemoe, \
-                            deepseek2 or minimax-m2"
+                            deepseek2, minimax-m2 or llama4"
                             .into(),
                 })
             }
@@ -830,6 +832,30 @@ impl Gguf {
             "use_bias": matches!(arch, "ernie4_5" | "ernie4_5-moe").then(|| has("blk.0.attn_q.bias")),
         });
         let mut json = json;
+        if arch == "llama4" {
+            // What llama.cpp assumes of a `llama4` file: chunks of 8,192 and no rotary positions on
+            // every fourth layer (none, and rotary positions on all, where its window is 0), the
+            // query temperature 0.1 over 8,192 positions there, q/k norms unless it has 128
+            // experts; its dense layers `feed_forward_length` wide, its experts
+            // `expert_feed_forward_length`.
+            let flat = get("attention.sliding_window").and_then(GgufValue::as_u64) == Some(0);
+            let layers = (blocks - int("nextn_predict_layers").unwrap_or(0)) as usize;
+            let rope: Vec<u8> = (0..layers).map(|i| u8::from(flat || (i + 1) % 4 != 0)).collect();
+            let fields = serde_json::json!({
+                "intermediate_size_mlp": need("feed_forward_length")?,
+                "intermediate_size": need("expert_feed_forward_length")?,
+                "interleave_moe_layer_step": int("interleave_moe_layer_step").unwrap_or(1),
+                "no_rope_layers": rope,
+                "attention_chunk_size": (!flat).then_some(8192),
+                "floor_scale": 8192,
+                "attn_scale": 0.1,
+                "use_qk_norm": experts != Some(128),
+                "sliding_window": null,
+            });
+            if let (Some(object), serde_json::Value::Object(fields)) = (json.as_object_mut(), fields) {
+                object.extend(fields);
+            }
+        }
         if arch == "deepseek2" {
             // Latent attention's widths: the cache's key (`key_length`: latent and rotary key)
             // and value (the latent), each head's (`key_length_mla`, `value_length_mla`; older
