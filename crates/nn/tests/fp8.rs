@@ -3,45 +3,27 @@
 //! read as the values they stand for, the scales and activation scales not left as unknown
 //! keys, a scale that fits no layout an error naming both tensors.
 
-use fusegraph_ir::{DType, GraphBuilder, HostTensor};
+mod common;
+
+use common::{checkpoints, prefill_logits, reference, relative_error};
+use fusegraph_ir::DType;
 use fusegraph_nn::{Checkpoint, Pretrained, Quantize};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
-use serde_json::Value;
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/checkpoints").join(name)
-}
 
 /// `qwen3-fp8-tiny` (`scripts/fixtures/make_llama.py qwen3-fp8`: qwen3-tiny's projections in
 /// FP8 blocks of 32 × 32) gives the logits of the values its blocks stand for — the logits
 /// `transformers` gives after loading the directory — within 1e-4, on the CPU reference.
 #[test]
 fn an_fp8_checkpoint_gives_the_logits_of_its_values() {
-    let dir = fixture("qwen3-fp8-tiny");
+    let dir = checkpoints().join("qwen3-fp8-tiny");
     let ck = Checkpoint::open(&dir).unwrap();
     assert!(ck.keys().iter().all(|k| !k.ends_with("_scale_inv")), "the scales go with their weights");
     let q = ck.tensor("model.layers.0.self_attn.q_proj.weight").unwrap();
     assert_eq!(q.dtype(), DType::F32);
     let loaded = Pretrained::load(&dir, None, Quantize::AsStored).unwrap();
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("qwen3-fp8-tiny-reference.json")).unwrap()).unwrap();
-    let prompt: Vec<i32> = r["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
-    let want: Vec<f64> = r["logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
-        .collect();
-    let b = GraphBuilder::new();
-    let x = b.input("ids", DType::I32, [1, prompt.len()]).unwrap();
-    let logits = loaded.model.prefill(&x).unwrap().0;
-    let feeds = BTreeMap::from([("ids".to_string(), HostTensor::new([1, prompt.len()], prompt.clone()).unwrap())]);
-    let got = fusegraph_reference::evaluate(&b.graph(), &[logits.id()], &feeds, &loaded.params).unwrap();
-    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let err = got[0].to_f64().iter().zip(&want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / scale;
+    let (prompt, want) = reference(&checkpoints().join("qwen3-fp8-tiny-reference.json"));
+    let err = relative_error(&prefill_logits(&loaded, &prompt), &want);
     assert!(err < 1e-4, "logits {err:.2e} from the reference's");
 }
 

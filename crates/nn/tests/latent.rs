@@ -4,38 +4,14 @@
 //! `transformers`' prompt logits on the CPU reference, and a decode step over the compressed
 //! cache gives the last prompt position's logits; the configs of the released models.
 
-use fusegraph_ir::{DType, GraphBuilder, HostTensor};
+mod common;
+
+use common::{checkpoints, last_step_logits, prefill_logits, reference, relative_error};
+use fusegraph_ir::DType;
 use fusegraph_nn::llama::{Architecture, Router};
 use fusegraph_nn::{CacheShape, LlamaConfig, Pretrained, Quantize};
 use serde_json::Value;
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/checkpoints").join(name)
-}
-
-fn reference(name: &str) -> Value {
-    let text = std::fs::read_to_string(fixture(&format!("{name}-reference.json"))).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-fn relative_error(got: &[f64], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    got.iter().zip(want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / scale
-}
-
-fn eval(
-    b: &GraphBuilder,
-    p: &Pretrained,
-    out: &[fusegraph_ir::Tensor],
-    feeds: &[(&str, HostTensor)],
-) -> Vec<HostTensor> {
-    let feeds: BTreeMap<String, HostTensor> = feeds.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
-    let ids: Vec<_> = out.iter().map(|t| t.id()).collect();
-    fusegraph_reference::evaluate(&b.graph(), &ids, &feeds, &p.params).expect("reference evaluation")
-}
+use std::path::Path;
 
 /// The prompt's logits `transformers` gives, from a prefill; then the prompt again as a
 /// prefill of all but its last token and one decode step of the last over the compressed
@@ -43,58 +19,15 @@ fn eval(
 #[test]
 fn deepseek_checkpoints_match_transformers_prefill_and_decode() {
     for (name, layers) in [("deepseek-v3-tiny", 3), ("deepseek-v2-tiny", 3), ("glm4-moe-lite-tiny", 4)] {
-        let loaded = Pretrained::load(&fixture(name), None, Quantize::AsStored).unwrap();
-        let r = reference(name);
-        let prompt: Vec<i32> = r["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
-        let want: Vec<f64> = r["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
-            .collect();
-        let model = &loaded.model;
-        let vocab = model.vocab_size();
-        let n = prompt.len();
-
-        let b = GraphBuilder::new();
-        let x = b.input("ids", DType::I32, [1, n]).unwrap();
-        let logits = model.prefill(&x).unwrap().0;
-        let got = eval(&b, &loaded, &[logits], &[("ids", HostTensor::new([1, n], prompt.clone()).unwrap())]);
-        let err = relative_error(&got[0].to_f64(), &want);
+        let loaded = Pretrained::load(&checkpoints().join(name), None, Quantize::AsStored).unwrap();
+        let (prompt, want) = reference(&checkpoints().join(format!("{name}-reference.json")));
+        let err = relative_error(&prefill_logits(&loaded, &prompt), &want);
         assert!(err < 1e-4, "{name}: prefill logits {err:.2e} from transformers'");
-
         // One latent head per layer: the latent's width, then the rotary key's.
-        let shape = model.cache_shape();
+        let shape = loaded.model.cache_shape();
         assert_eq!(shape, CacheShape { layers, heads: 1, key_width: 32, value_width: 8 }, "{name}");
-        let (max, live) = (64, 32);
-        let b = GraphBuilder::new();
-        let head = b.input("head", DType::I32, [1, n - 1]).unwrap();
-        let (_, kvs) = model.prefill(&head).unwrap();
-        let caches: Vec<_> = kvs
-            .iter()
-            .map(|(k, v)| {
-                let pad = |t: &fusegraph_ir::Tensor| {
-                    let d = t.dims().to_vec();
-                    let zeros = b.full(DType::F32, [d[0], d[1], max - (n - 1), d[3]], 0.0).unwrap();
-                    b.concat(&[t, &zeros], 2).unwrap()
-                };
-                (pad(k), pad(v))
-            })
-            .collect();
-        let last = b.input("last", DType::I32, [1, 1]).unwrap();
-        let pos = b.input("pos", DType::I32, [1]).unwrap();
-        let (step, _) = model.decode(&last, &pos, &caches, live).unwrap();
-        let got = eval(
-            &b,
-            &loaded,
-            &[step],
-            &[
-                ("head", HostTensor::new([1, n - 1], prompt[..n - 1].to_vec()).unwrap()),
-                ("last", HostTensor::new([1, 1], vec![prompt[n - 1]]).unwrap()),
-                ("pos", HostTensor::new([1], vec![(n - 1) as i32]).unwrap()),
-            ],
-        );
-        let err = relative_error(&got[0].to_f64(), &want[(n - 1) * vocab..]);
+        let last = (prompt.len() - 1) * loaded.model.vocab_size();
+        let err = relative_error(&last_step_logits(&loaded, &prompt, 64, 32), &want[last..]);
         assert!(err < 1e-4, "{name}: the decode step's logits {err:.2e} from transformers' last row");
     }
 }
@@ -106,22 +39,11 @@ fn deepseek_checkpoints_match_transformers_prefill_and_decode() {
 #[test]
 fn deepseek_quantized_on_load_stays_near_transformers() {
     let name = "deepseek-v2-tiny";
-    let loaded = Pretrained::load(&fixture(name), None, Quantize::To(DType::Q8_0)).unwrap();
+    let loaded = Pretrained::load(&checkpoints().join(name), None, Quantize::To(DType::Q8_0)).unwrap();
     let kv_b = &loaded.params["model.layers.0.self_attn.kv_b_proj.weight"];
     assert_eq!(kv_b.dtype(), DType::Q8_0);
-    let r = reference(name);
-    let prompt: Vec<i32> = r["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
-    let want: Vec<f64> = r["logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
-        .collect();
-    let b = GraphBuilder::new();
-    let x = b.input("ids", DType::I32, [1, prompt.len()]).unwrap();
-    let logits = loaded.model.prefill(&x).unwrap().0;
-    let got = eval(&b, &loaded, &[logits], &[("ids", HostTensor::new([1, prompt.len()], prompt.clone()).unwrap())]);
-    let err = relative_error(&got[0].to_f64(), &want);
+    let (prompt, want) = reference(&checkpoints().join(format!("{name}-reference.json")));
+    let err = relative_error(&prefill_logits(&loaded, &prompt), &want);
     assert!(err > 1e-6 && err < 3e-2, "{name} in Q8_0: logits {err:.2e} from transformers'");
 }
 
@@ -143,20 +65,8 @@ fn deepseek2_gguf_files_give_transformers_logits() {
         assert_eq!((kv_b.dtype(), kv_b.shape().dims()), (DType::F32, &[32, 4 * (16 + 20)][..]));
         let stacks: Vec<_> = loaded.params.iter().filter(|(p, _)| p.contains(".experts.")).collect();
         assert!(stacks.len() == 6 && stacks.iter().all(|(_, t)| t.dtype() == DType::Q8_0), "{file}");
-        let text = std::fs::read_to_string(dir.join(format!("{file}-reference.json"))).unwrap();
-        let r: Value = serde_json::from_str(&text).unwrap();
-        let prompt: Vec<i32> = r["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
-        let want: Vec<f64> = r["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
-            .collect();
-        let b = GraphBuilder::new();
-        let x = b.input("ids", DType::I32, [1, prompt.len()]).unwrap();
-        let logits = loaded.model.prefill(&x).unwrap().0;
-        let got = eval(&b, &loaded, &[logits], &[("ids", HostTensor::new([1, prompt.len()], prompt.clone()).unwrap())]);
-        let err = relative_error(&got[0].to_f64(), &want);
+        let (prompt, want) = reference(&dir.join(format!("{file}-reference.json")));
+        let err = relative_error(&prefill_logits(&loaded, &prompt), &want);
         assert!(err < 1e-4, "{file}: logits {err:.2e} from transformers' on the file's values");
     }
 }
@@ -198,7 +108,7 @@ fn deepseek_configs_read_their_latent_attention_and_routers() {
     assert_eq!((shape.heads, shape.key_width + shape.value_width), (1, 576));
 
     // tests/data/configs/deepseek-v2-lite.json (the `mla` phase of scripts/gpu.sh).
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/configs/deepseek-v2-lite.json");
+    let path = checkpoints().join("../configs/deepseek-v2-lite.json");
     let lite: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let c = LlamaConfig::from_json(&lite.to_string()).unwrap();
     assert_eq!(c.latent.unwrap().q_lora_rank, None);

@@ -4,78 +4,24 @@
 //! prompt position's; Llama 4 Scout's published config (a `Llama4ForConditionalGeneration`
 //! holding the decoder's as `text_config`) reads as its decoder.
 
-use fusegraph_ir::{DType, GraphBuilder, HostTensor, Tensor};
+mod common;
+
+use common::{checkpoints, last_step_logits, prefill_logits, reference, relative_error};
+use fusegraph_ir::DType;
 use fusegraph_nn::llama::{Architecture, MoeStyle, QkNorm, Router};
 use fusegraph_nn::{LlamaConfig, Pretrained, Quantize};
-use serde_json::Value;
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/checkpoints").join(name)
-}
-
-fn eval(b: &GraphBuilder, p: &Pretrained, out: &[Tensor], feeds: &[(&str, HostTensor)]) -> Vec<f64> {
-    let feeds: BTreeMap<String, HostTensor> = feeds.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
-    let ids: Vec<_> = out.iter().map(|t| t.id()).collect();
-    fusegraph_reference::evaluate(&b.graph(), &ids, &feeds, &p.params).expect("reference evaluation")[0].to_f64()
-}
-
-fn relative_error(got: &[f64], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    got.iter().zip(want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / scale
-}
 
 /// The prompt (18 tokens: chunks of 5 cut it four times, the query temperature over 4
 /// positions changes four times) gives `transformers`' logits; a decode step at its last
 /// position over a cache of 64 positions gives the last row.
 #[test]
 fn llama4_matches_transformers_in_prefill_and_a_decode_step() {
-    let loaded = Pretrained::load(&fixture("llama4-tiny"), None, Quantize::AsStored).unwrap();
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("llama4-tiny-reference.json")).unwrap()).unwrap();
-    let prompt: Vec<i32> = r["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
-    let want: Vec<f64> = r["logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
-        .collect();
-    let (model, n) = (&loaded.model, prompt.len());
-    let b = GraphBuilder::new();
-    let x = b.input("ids", DType::I32, [1, n]).unwrap();
-    let logits = model.prefill(&x).unwrap().0;
-    let got = eval(&b, &loaded, &[logits], &[("ids", HostTensor::new([1, n], prompt.clone()).unwrap())]);
-    let err = relative_error(&got, &want);
+    let loaded = Pretrained::load(&checkpoints().join("llama4-tiny"), None, Quantize::AsStored).unwrap();
+    let (prompt, want) = reference(&checkpoints().join("llama4-tiny-reference.json"));
+    let err = relative_error(&prefill_logits(&loaded, &prompt), &want);
     assert!(err < 1e-4, "prefill logits {err:.2e} from transformers'");
-
-    let b = GraphBuilder::new();
-    let head = b.input("head", DType::I32, [1, n - 1]).unwrap();
-    let (_, kvs) = model.prefill(&head).unwrap();
-    let max = 64;
-    let caches: Vec<_> = kvs
-        .iter()
-        .map(|(k, v)| {
-            let pad = |t: &Tensor| {
-                let d = t.dims().to_vec();
-                let zeros = b.full(DType::F32, [d[0], d[1], max - (n - 1), d[3]], 0.0).unwrap();
-                b.concat(&[t, &zeros], 2).unwrap()
-            };
-            (pad(k), pad(v))
-        })
-        .collect();
-    let last = b.input("last", DType::I32, [1, 1]).unwrap();
-    let pos = b.input("pos", DType::I32, [1]).unwrap();
-    let (step, _) = model.decode(&last, &pos, &caches, 32).unwrap();
-    let feeds = [
-        ("head", HostTensor::new([1, n - 1], prompt[..n - 1].to_vec()).unwrap()),
-        ("last", HostTensor::new([1, 1], vec![prompt[n - 1]]).unwrap()),
-        ("pos", HostTensor::new([1], vec![(n - 1) as i32]).unwrap()),
-    ];
-    let got = eval(&b, &loaded, &[step], &feeds);
-    let vocab = model.vocab_size();
-    let err = relative_error(&got, &want[(n - 1) * vocab..]);
+    let last = (prompt.len() - 1) * loaded.model.vocab_size();
+    let err = relative_error(&last_step_logits(&loaded, &prompt, 64, 32), &want[last..]);
     assert!(err < 1e-4, "the decode step's logits {err:.2e} from transformers' last row");
 }
 
@@ -83,23 +29,11 @@ fn llama4_matches_transformers_in_prefill_and_a_decode_step() {
 /// blocks along `hidden`), the prompt's logits stay within Q8_0's rounding of `transformers`'.
 #[test]
 fn llama4_quantized_on_load_stays_near_transformers() {
-    let loaded = Pretrained::load(&fixture("llama4-tiny"), None, Quantize::To(DType::Q8_0)).unwrap();
+    let loaded = Pretrained::load(&checkpoints().join("llama4-tiny"), None, Quantize::To(DType::Q8_0)).unwrap();
     let stack = &loaded.params["model.layers.1.mlp.experts.gate_up_proj"];
     assert_eq!((stack.dtype(), stack.shape().dims()), (DType::Q8_0, &[4, 64, 64][..]));
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("llama4-tiny-reference.json")).unwrap()).unwrap();
-    let prompt: Vec<i32> = r["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
-    let want: Vec<f64> = r["logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
-        .collect();
-    let b = GraphBuilder::new();
-    let x = b.input("ids", DType::I32, [1, prompt.len()]).unwrap();
-    let logits = loaded.model.prefill(&x).unwrap().0;
-    let got = eval(&b, &loaded, &[logits], &[("ids", HostTensor::new([1, prompt.len()], prompt.clone()).unwrap())]);
-    let err = relative_error(&got, &want);
+    let (prompt, want) = reference(&checkpoints().join("llama4-tiny-reference.json"));
+    let err = relative_error(&prefill_logits(&loaded, &prompt), &want);
     assert!(err > 1e-6 && err < 3e-2, "in Q8_0: logits {err:.2e} from transformers'");
 }
 
