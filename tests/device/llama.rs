@@ -86,6 +86,7 @@ fn llama_family_logits_and_greedy_tokens_match_transformers() {
         ("glm4-moe-lite-tiny", "glm4-moe-lite-tiny", ""),
         ("llama4-tiny", "llama4-tiny", ""),
         ("gemma3-mm-tiny", "gemma3-mm-tiny", ""),
+        ("mistral3-mm-tiny", "mistral3-mm-tiny", ""),
     ];
     for (dir, name, form) in cases {
         let r = reference(name);

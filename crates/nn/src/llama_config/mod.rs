@@ -412,17 +412,22 @@ impl LlamaConfig {
     pub fn from_json(text: &str) -> Result<Self> {
         // A multimodal model's config (Gemma 3's, Llama 4's, Mistral Small 3's
         // `…ForConditionalGeneration`) holds its decoder's as `text_config`, named by its
-        // `model_type`: that decoder, its token ids taken from the outer config where it has none.
+        // `model_type`: that decoder, its token ids taken from the outer config where it has none,
+        // its head tied as the outer config says.
         let v: Value = serde_json::from_str(text).map_err(|e| config(format!("config.json: {e}")))?;
         let class = v.pointer("/architectures/0").and_then(Value::as_str).unwrap_or_default();
         if let (true, Some(Value::Object(inner))) = (class.ends_with("ForConditionalGeneration"), v.get("text_config"))
         {
             let mut inner = inner.clone();
             inner.remove("architectures");
-            for key in ["eos_token_id", "bos_token_id", "tie_word_embeddings", "dtype", "torch_dtype"] {
+            for key in ["eos_token_id", "bos_token_id", "dtype", "torch_dtype"] {
                 if let (false, Some(outer)) = (inner.contains_key(key), v.get(key)) {
                     inner.insert(key.into(), outer.clone());
                 }
+            }
+            // The outer model ties its head (`transformers` reads the outer config's flag).
+            if let Some(tied) = v.get("tie_word_embeddings") {
+                inner.insert("tie_word_embeddings".into(), tied.clone());
             }
             let mut c = Self::from_json(&Value::Object(inner).to_string())?;
             c.multimodal = true;
