@@ -371,12 +371,10 @@ impl SparseMoe {
         let (weights, chosen) = self.route(&x2)?;
         let e = &self.experts;
         let rows = x2.reshape([tokens, 1, hidden])?;
-        // Llama 4's experts read their input scaled by their weight.
+        let weights = weights.cast(x.dtype())?.reshape([tokens, self.top_k, 1])?;
+        // Llama 4's experts read their input scaled by their weight; the others' outputs are.
         let scaled_in = self.style == MoeStyle::Llama4;
-        let rows = match scaled_in {
-            true => rows.mul(&weights.cast(x.dtype())?.reshape([tokens, self.top_k, 1])?)?,
-            false => rows,
-        };
+        let rows = if scaled_in { rows.mul(&weights)? } else { rows };
         let parts: Vec<Tensor> = e.gate_up.iter().map(|l| l.forward_chosen(&rows, &chosen)).collect::<Result<_>>()?;
         let inner = match (self.style, &parts[..]) {
             (MoeStyle::Standard, [gate, up]) => activate(gate, act)?.mul(up)?,
@@ -399,10 +397,7 @@ impl SparseMoe {
             _ => return Err(config(format!("SparseMoe: {} gate/up stacks for {:?}", parts.len(), self.style))),
         };
         let out = e.down_proj.forward_chosen(&inner, &chosen)?;
-        let out = match scaled_in {
-            true => out,
-            false => out.mul(&weights.cast(x.dtype())?.reshape([tokens, self.top_k, 1])?)?,
-        };
+        let out = if scaled_in { out } else { out.mul(&weights)? };
         let mut y = out.sum(&[1], false)?;
         match (&self.shared_expert, &self.shared_expert_gate) {
             (Some(shared), Some(gate)) => y = y.add(&gate.forward(&x2)?.sigmoid()?.mul(&shared.forward(&x2, act)?)?)?,

@@ -456,6 +456,13 @@ fn unpermute(t: &HostTensor, n: usize) -> Result<HostTensor> {
     Ok(HostTensor::from_bytes(&t.ty(), &out)?)
 }
 
+/// `fields` (an object) added to the object `json`, replacing its entries of the same names.
+fn merge(json: &mut serde_json::Value, fields: serde_json::Value) {
+    if let (Some(object), serde_json::Value::Object(fields)) = (json.as_object_mut(), fields) {
+        object.extend(fields);
+    }
+}
+
 impl Gguf {
     fn error(&self, tensor: Option<&str>, detail: impl Into<String>) -> NnError {
         NnError::Gguf {
@@ -852,9 +859,7 @@ impl Gguf {
                 "use_qk_norm": experts != Some(128),
                 "sliding_window": null,
             });
-            if let (Some(object), serde_json::Value::Object(fields)) = (json.as_object_mut(), fields) {
-                object.extend(fields);
-            }
+            merge(&mut json, fields);
         }
         if arch == "deepseek2" {
             // Latent attention's widths: the cache's key (`key_length`: latent and rotary key)
@@ -875,12 +880,10 @@ impl Gguf {
                 "v_head_dim": value,
                 "rope_interleave": true,
             });
-            if let (Some(object), serde_json::Value::Object(fields)) = (json.as_object_mut(), latent) {
-                object.extend(fields);
-            }
+            merge(&mut json, latent);
         }
-        if let (Some(fields), Some(object)) = (moe, json.as_object_mut()) {
-            object.extend(fields);
+        if let Some(fields) = moe {
+            merge(&mut json, serde_json::Value::Object(fields));
         }
         let mut c = LlamaConfig::from_json(&json.to_string())?;
         if c.moe.is_none() && experts.is_some() {

@@ -291,11 +291,15 @@ impl Forward for RmsNorm {
     /// `x / √(mean(x², last) + eps) · (offset + gamma)` for `x: [..., dim]`.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let last = last_axis(x, "RmsNorm")?;
-        let scale = x.mul(x)?.mean(&[last], true)?.add_scalar(self.eps)?.rsqrt()?;
         let gain = self.gamma.read(x.builder(), x.dtype())?;
         let gain = if self.offset == 0.0 { gain } else { gain.add_scalar(self.offset)? };
-        Ok(x.mul(&scale)?.mul(&gain)?)
+        Ok(rms_normalized(x, last, self.eps)?.mul(&gain)?)
     }
+}
+
+/// `x / √(mean(x², axis) + eps)`: an RMS norm without gains (Llama 4's q/k norms).
+pub(crate) fn rms_normalized(x: &Tensor, axis: usize, eps: f64) -> Result<Tensor> {
+    Ok(x.mul(&x.mul(x)?.mean(&[axis], true)?.add_scalar(eps)?.rsqrt()?)?)
 }
 
 /// Projections of one input: a [`Linear`] each (`q_proj`, `k_proj`, `v_proj`), or one whose

@@ -36,7 +36,7 @@ use crate::error::{config, Result};
 pub use crate::feed_forward::{FeedForward, LlamaMlp, SparseMoe};
 use crate::init::Init;
 use crate::latent::LatentAttention;
-use crate::layers::{Embedding, Linear, Projections, RmsNorm};
+use crate::layers::{rms_normalized, Embedding, Linear, Projections, RmsNorm};
 pub use crate::llama_config::{
     Activation, Architecture, LlamaConfig, MoeConfig, MoeStyle, Norms, QkNorm, Router, SharedExpert,
 };
@@ -146,8 +146,9 @@ impl Llama {
         let (d, dh, kv) = (c.hidden_size, c.head_dim, c.num_key_value_heads * c.head_dim);
         if c.sliding_windows.len() != c.num_hidden_layers || c.attention_chunks.len() != c.num_hidden_layers {
             return Err(config(format!(
-                "Llama: {} sliding windows for {} layers",
+                "Llama: {} sliding windows and {} attention chunks for {} layers",
                 c.sliding_windows.len(),
+                c.attention_chunks.len(),
                 c.num_hidden_layers
             )));
         }
@@ -322,9 +323,7 @@ impl Llama {
             };
             match (c.qk_norm, angles) {
                 // Llama 4's: each rotated head over its root mean square, no weights.
-                (QkNorm::AfterRotation, Some(_)) => {
-                    Ok(t.mul(&t.mul(&t)?.mean(&[3], true)?.add_scalar(c.rms_norm_eps)?.rsqrt()?)?)
-                }
+                (QkNorm::AfterRotation, Some(_)) => rms_normalized(&t, 3, c.rms_norm_eps),
                 _ => Ok(t),
             }
         };
